@@ -1,0 +1,43 @@
+# Midtown developer targets. `make run` and `make test` install everything they need first.
+PY := .venv/bin/python
+PROTOS := $(wildcard proto/midtown_pb/*.proto)
+GEN := $(patsubst proto/midtown_pb/%.proto,midtown_pb/%_pb2.py,$(PROTOS))
+DIR ?= run/local
+SEED ?= 1
+RUNS ?= 200
+
+.PHONY: install proto run test test-fast sim bench lint clean
+
+install:
+	@scripts/install.sh
+
+# Generated protobuf code: produced here, never edited by hand, not committed.
+proto: install $(GEN)
+
+midtown_pb/%_pb2.py: proto/midtown_pb/%.proto
+	@mkdir -p midtown_pb
+	@touch midtown_pb/__init__.py
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. $<
+
+run: proto
+	.venv/bin/midtown cluster up --dir $(DIR)
+
+test: proto
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: proto
+	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"
+
+# Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
+sim: proto
+	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS)
+
+bench: proto
+	.venv/bin/midtown bench log
+
+lint: proto
+	.venv/bin/ruff check midtown log coordinator storage_node spark_connector tests
+	.venv/bin/mypy midtown log
+
+clean:
+	rm -rf midtown_pb .venv run

@@ -1,0 +1,51 @@
+"""A log entry: position, epoch (of the writer that created it), timestamp and payload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from log import limits
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    position: int
+    epoch: int
+    timestamp_ms: int
+    payload: bytes
+
+    def __post_init__(self) -> None:
+        if self.position < 0:
+            raise ValueError(f"position must be >= 0, got {self.position}")
+        if self.epoch < 1:
+            raise ValueError(f"epoch must be >= 1, got {self.epoch}")
+        if self.timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms must be >= 0, got {self.timestamp_ms}")
+        if not isinstance(self.payload, bytes):
+            raise TypeError("payload must be bytes")
+        if len(self.payload) > limits.PAYLOAD_BYTES_MAX:
+            raise ValueError(
+                f"payload is {len(self.payload)} bytes, the limit is {limits.PAYLOAD_BYTES_MAX}"
+            )
+
+
+def validate_batch(payloads: list[bytes]) -> None:
+    """Raise ValueError naming the problem when an append batch breaks a limit."""
+    if not payloads:
+        raise ValueError("payloads: an append needs at least one payload")
+    if len(payloads) > limits.BATCH_ENTRIES_MAX:
+        raise ValueError(
+            f"payloads: {len(payloads)} entries in one append, the limit is "
+            f"{limits.BATCH_ENTRIES_MAX}"
+        )
+    total = 0
+    for i, p in enumerate(payloads):
+        if len(p) > limits.PAYLOAD_BYTES_MAX:
+            raise ValueError(
+                f"payloads[{i}]: {len(p)} bytes, the limit is {limits.PAYLOAD_BYTES_MAX}"
+            )
+        total += len(p)
+    if total > limits.BATCH_BYTES_MAX:
+        raise ValueError(
+            f"payloads: {total} bytes in one append, the limit is {limits.BATCH_BYTES_MAX}"
+        )

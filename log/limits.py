@@ -1,0 +1,56 @@
+"""Every bound the log enforces, with the reason for it (TigerBeetle style: units last)."""
+
+# Positions start here on a fresh log.
+FIRST_POSITION = 0
+
+# One payload: a storage-node record is small; a megabyte leaves room for large batches
+# of key-value operations while keeping one entry well under gRPC's message limit.
+PAYLOAD_BYTES_MAX = 1024 * 1024
+
+# One append call: a bounded batch keeps one replication message under GRPC_MESSAGE_BYTES_MAX.
+BATCH_ENTRIES_MAX = 10_000
+BATCH_BYTES_MAX = 8 * 1024 * 1024
+
+# gRPC messages between all Midtown processes (default would be 4 MiB, see PITFALLS.md).
+GRPC_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
+
+# Entries a writer has sent but not yet seen acknowledged by a quorum. Beyond this, appends
+# wait: it bounds memory and the tail that a recovering writer has to read back.
+INFLIGHT_ENTRIES_MAX = 50_000
+
+# Entries a replication or recovery read message carries at most.
+MESSAGE_ENTRIES_MAX = 2_000
+
+# Logs per cluster (fixed at creation), and the number of log servers each log uses.
+LOGS_DEFAULT = 16
+LOGS_MAX = 4096
+ENSEMBLE_SIZE = 3
+ACK_QUORUM = 2  # of ENSEMBLE_SIZE; a write is durable once this many replicas synced it
+
+# A writer resends entries a replica has not acknowledged after this long.
+RESEND_INTERVAL_MS = 500
+
+# ZooKeeper session: a writer that loses its session stops acknowledging; another server
+# takes over once the session expires. ZooKeeper needs tickTime <= timeout / 2.
+ZK_SESSION_TIMEOUT_S = 4.0
+ZK_TICK_MS = 500
+
+# A non-preferred server waits this long before contesting a log with no writer, so that
+# writers stay spread over the servers (each log has a preferred server).
+ELECTION_BACKOFF_S = 0.5
+
+# Replica-to-replica calls.
+REPLICA_RPC_TIMEOUT_S = 2.0
+
+# A recovering writer gives up (and tries again from scratch) after this long.
+RECOVERY_TIMEOUT_S = 10.0
+
+# Entries one Read stream message carries at most.
+READ_BATCH_ENTRIES_MAX = 1_000
+
+
+def fence_quorum(ensemble: int, ack_quorum: int) -> int:
+    """Replicas a new writer must fence so that the old writer can never again gather an
+    ack quorum: with fewer than `ack_quorum` unfenced replicas left, no append completes."""
+    assert 0 < ack_quorum <= ensemble
+    return ensemble - ack_quorum + 1

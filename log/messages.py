@@ -1,0 +1,83 @@
+"""Messages between a writer and the replicas of a log, as plain values.
+
+The gRPC shell converts them to and from protobuf (log/codec.py); the core and the
+simulation only ever see these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from log.entry import Entry
+
+NONE = -1  # "no position": no LAC known, no entry stored
+
+
+class Result(Enum):
+    OK = 0
+    FENCED = 1
+    UNKNOWN_LOG = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    log_id: int
+    epoch: int
+    segment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FenceReply:
+    result: Result
+    fenced_epoch: int
+    lac: int = NONE
+    last: int = NONE
+    first: int = 0  # the replica's truncation point: everything below was committed
+    first_ts: int = 0  # the highest timestamp truncated away
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntries:
+    log_id: int
+    epoch: int
+    segment_epoch: int
+    entries: tuple[Entry, ...]
+    lac: int = NONE
+
+    def __post_init__(self) -> None:
+        for e in self.entries:
+            if e.epoch != self.segment_epoch:
+                raise ValueError("entries[].epoch must equal segment_epoch")
+
+
+@dataclass(frozen=True, slots=True)
+class AddReply:
+    result: Result
+    fenced_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    log_id: int
+    epoch: int  # 0: a plain read (no fencing check)
+    segment_epoch: int
+    first: int
+    last: int  # inclusive
+
+    def __post_init__(self) -> None:
+        if self.first < 0 or self.last < self.first - 1:
+            raise ValueError(f"bad range [{self.first}, {self.last}]")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRangeReply:
+    result: Result
+    fenced_epoch: int
+    entries: tuple[Entry, ...] = ()
+    # The replica answered for [first, answered_last]: positions there that are not in
+    # `entries` are absent from it. It may answer a shorter range than asked (paging).
+    answered_last: int = NONE
+
+
+Request = Fence | AddEntries | ReadRange
+Reply = FenceReply | AddReply | ReadRangeReply

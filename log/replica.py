@@ -1,0 +1,124 @@
+"""A log server's replica side, for all the logs it holds: fencing, storing entries,
+answering recovery reads. The store is injected (rocksdict in the server, memory in the
+simulation); every reply is built only after the store has made its batch durable."""
+
+from __future__ import annotations
+
+from log import fencing, limits
+from log.messages import (
+    AddEntries,
+    AddReply,
+    Fence,
+    FenceReply,
+    ReadRange,
+    ReadRangeReply,
+    Result,
+)
+from log.store import Batch, EntryStore, ReplicaLogMeta, SegmentMeta
+
+
+class ReplicaCore:
+    def __init__(self, server_id: int, store: EntryStore, log_count: int) -> None:
+        self.server_id = server_id
+        self.store = store
+        self.log_count = log_count
+        self.logs: dict[int, ReplicaLogMeta] = store.load()
+
+    def _admit(self, log_id: int, epoch: int) -> tuple[ReplicaLogMeta, fencing.Admission, bool]:
+        meta = self.logs.setdefault(log_id, ReplicaLogMeta())
+        adm = self._fence_rule(epoch, meta.fenced_epoch)
+        raised = adm.admitted and adm.fenced_epoch > meta.fenced_epoch
+        return meta, adm, raised
+
+    # The simulation's broken variant overrides this to prove the checker catches it.
+    def _fence_rule(self, epoch: int, fenced_epoch: int) -> fencing.Admission:
+        return fencing.admit(epoch, fenced_epoch)
+
+    def known(self, log_id: int) -> bool:
+        return 0 <= log_id < self.log_count
+
+    def on_fence(self, req: Fence) -> FenceReply:
+        if not self.known(req.log_id):
+            return FenceReply(Result.UNKNOWN_LOG, 0)
+        meta, adm, raised = self._admit(req.log_id, req.epoch)
+        if not adm.admitted:
+            return FenceReply(Result.FENCED, meta.fenced_epoch)
+        if raised:
+            new = meta.copy()
+            new.fenced_epoch = adm.fenced_epoch
+            self.store.commit(Batch(req.log_id, meta=new))  # durable before the reply
+            self.logs[req.log_id] = meta = new
+        seg = meta.segments.get(req.segment_epoch, SegmentMeta())
+        return FenceReply(
+            Result.OK, meta.fenced_epoch, lac=seg.lac, last=seg.last,
+            first=meta.first, first_ts=meta.first_ts,
+        )
+
+    def on_add(self, req: AddEntries) -> AddReply:
+        if not self.known(req.log_id):
+            return AddReply(Result.UNKNOWN_LOG, 0)
+        meta, adm, raised = self._admit(req.log_id, req.epoch)
+        if not adm.admitted:
+            return AddReply(Result.FENCED, meta.fenced_epoch)
+        new = meta.copy()
+        new.fenced_epoch = adm.fenced_epoch
+        seg = new.segments.setdefault(req.segment_epoch, SegmentMeta())
+        fresh = []
+        for e in req.entries:
+            if e.position < new.first:
+                new.first_ts = max(new.first_ts, e.timestamp_ms)
+                continue  # truncated already: keep only its timestamp
+            # Within a segment a position has one possible content: keep the first copy.
+            if e.position <= seg.last and self.store.get(req.log_id, e.epoch, e.position):
+                continue
+            fresh.append(e)
+            seg.last = max(seg.last, e.position)
+        seg.lac = max(seg.lac, req.lac)
+        if fresh or raised:
+            self.store.commit(Batch(req.log_id, entries=fresh, meta=new))
+        self.logs[req.log_id] = new  # a LAC alone is persisted with the next batch
+        return AddReply(Result.OK, new.fenced_epoch)
+
+    def on_read_range(self, req: ReadRange) -> ReadRangeReply:
+        if not self.known(req.log_id):
+            return ReadRangeReply(Result.UNKNOWN_LOG, 0)
+        meta = self.logs.setdefault(req.log_id, ReplicaLogMeta())
+        if req.epoch:
+            meta, adm, raised = self._admit(req.log_id, req.epoch)
+            if not adm.admitted:
+                return ReadRangeReply(Result.FENCED, meta.fenced_epoch)
+            if raised:
+                new = meta.copy()
+                new.fenced_epoch = adm.fenced_epoch
+                self.store.commit(Batch(req.log_id, meta=new))
+                self.logs[req.log_id] = meta = new
+        last = min(req.last, req.first + limits.MESSAGE_ENTRIES_MAX - 1)
+        entries = self.store.range(req.log_id, req.segment_epoch, req.first, last)
+        return ReadRangeReply(Result.OK, meta.fenced_epoch, tuple(entries), answered_last=last)
+
+    def truncate(self, log_id: int, before: int) -> None:
+        """Drop every entry below `before` (the caller checked it is committed)."""
+        meta = self.logs.setdefault(log_id, ReplicaLogMeta())
+        if before <= meta.first:
+            return
+        new = meta.copy()
+        new.first = before
+        for seg_epoch in new.segments:
+            for e in self.store.range(log_id, seg_epoch, max(meta.first, before - 1), before - 1):
+                new.first_ts = max(new.first_ts, e.timestamp_ms)
+        self.store.commit(Batch(log_id, meta=new, delete_below=before))
+        self.logs[log_id] = new
+
+    def lac(self, log_id: int, segment_epoch: int) -> int:
+        meta = self.logs.get(log_id)
+        if meta is None:
+            return -1
+        return meta.segments.get(segment_epoch, SegmentMeta()).lac
+
+    def first(self, log_id: int) -> int:
+        meta = self.logs.get(log_id)
+        return meta.first if meta else 0
+
+    def fenced_epoch(self, log_id: int) -> int:
+        meta = self.logs.get(log_id)
+        return meta.fenced_epoch if meta else 0

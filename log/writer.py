@@ -1,0 +1,365 @@
+"""The writer of one log for one epoch, as a pure state machine (no I/O, no clock).
+
+The shell (log/server.py) or the simulation feeds it replies, appends and ticks, and
+drains `take_outbox()`: messages to send, a metadata write to perform, appends to
+acknowledge or fail. Ordering duty: the shell acknowledges an append only when the core
+says so, and the core says so only once an ack quorum has made it durable.
+
+States and their transitions live in one table, TRANSITIONS."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from log import limits, recovery
+from log.entry import Entry
+from log.messages import (
+    NONE,
+    AddEntries,
+    AddReply,
+    Fence,
+    FenceReply,
+    ReadRange,
+    ReadRangeReply,
+    Request,
+    Result,
+)
+from log.metadata import LogMetadata, Segment
+from log.quorum import AckTracker
+
+
+class State(Enum):
+    FENCING = "fencing"  # fencing the last segment's replicas
+    READING = "reading"  # reading the tail from the fenced quorum
+    REPLICATING = "replicating"  # copying the recovered tail to an ack quorum
+    SEALING = "sealing"  # the versioned metadata write is in flight
+    WRITING = "writing"  # appending
+    FAILED = "failed"  # fenced, superseded, or stopped: never acknowledges again
+
+
+TRANSITIONS: dict[State, set[State]] = {
+    State.FENCING: {State.READING, State.SEALING, State.FAILED},
+    State.READING: {State.REPLICATING, State.FAILED},
+    State.REPLICATING: {State.SEALING, State.FAILED},
+    State.SEALING: {State.WRITING, State.FAILED},
+    State.WRITING: {State.FAILED},
+    State.FAILED: set(),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    to: int
+    msg: Request
+
+
+@dataclass(frozen=True, slots=True)
+class WriteMetadata:
+    metadata: LogMetadata
+    expected_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    token: Any
+    first_position: int
+    count: int
+    timestamp_ms: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    token: Any
+    reason: str  # "fenced" | "stopped" ...: the outcome of the append is unknown
+
+
+Output = Send | WriteMetadata | Acked | Failed
+
+
+@dataclass
+class _Pending:
+    token: Any
+    first: int
+    count: int
+    ts: int
+
+
+@dataclass
+class _Unacked:
+    entries: tuple[Entry, ...]
+    waiting: set[int]  # replicas that have not acknowledged
+    sent_ms: int
+
+
+@dataclass
+class Writer:
+    log_id: int
+    epoch: int
+    metadata: LogMetadata  # as read right after this writer's epoch bump
+    version: int  # ZooKeeper version of `metadata`
+    replicas: tuple[int, ...]  # the new segment's replicas
+    ack_quorum: int = limits.ACK_QUORUM
+    state: State = State.FENCING
+    failure: str = ""
+    # recovery
+    _fenced: dict[int, FenceReply] = field(default_factory=dict)
+    _quorum: tuple[int, ...] = ()
+    _reads: dict[int, dict[int, Entry]] = field(default_factory=dict)
+    _read_upto: dict[int, int] = field(default_factory=dict)
+    _range: tuple[int, int] = (0, -1)
+    _decision: recovery.Decision | None = None
+    # writing
+    next_position: int = 0
+    last_ts: int = 0
+    lac: int = NONE
+    _tracker: AckTracker | None = None
+    _pending: deque[_Pending] = field(default_factory=deque)
+    _unacked: dict[int, _Unacked] = field(default_factory=dict)  # by first position
+    _lac_pushed: int = NONE
+    _outbox: list[Output] = field(default_factory=list)
+    _now_ms: int = 0
+
+    def __post_init__(self) -> None:
+        assert self.metadata.epoch == self.epoch, "start a writer only after its epoch bump"
+        assert 1 <= self.ack_quorum <= len(self.replicas)
+
+    # ---------------------------------------------------------------- plumbing
+    def _to(self, state: State) -> None:
+        assert state in TRANSITIONS[self.state], f"{self.state} -> {state}"
+        self.state = state
+
+    def take_outbox(self) -> list[Output]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    @property
+    def recovering_segment(self) -> Segment | None:
+        seg = self.metadata.last_segment
+        return seg if seg is not None and not seg.sealed else None
+
+    def fail(self, reason: str) -> None:
+        """Stop for good (fenced, session lost, superseded). Pending appends get an unknown
+        outcome: they may or may not be in the log."""
+        if self.state is State.FAILED:
+            return
+        self._to(State.FAILED)
+        self.failure = reason
+        while self._pending:
+            p = self._pending.popleft()
+            self._outbox.append(Failed(p.token, reason))
+        self._unacked.clear()
+
+    # ---------------------------------------------------------------- recovery
+    def start(self, now_ms: int) -> None:
+        self._now_ms = now_ms
+        seg = self.recovering_segment
+        if seg is None:
+            self._seal(self._end_of_sealed(), self._last_ts_of_sealed())
+            return
+        for r in seg.replicas:
+            self._outbox.append(Send(r, Fence(self.log_id, self.epoch, seg.epoch)))
+
+    def _end_of_sealed(self) -> int:
+        seg = self.metadata.last_segment
+        if seg is None:
+            return limits.FIRST_POSITION - 1
+        assert seg.end is not None
+        return seg.end
+
+    def _last_ts_of_sealed(self) -> int:
+        seg = self.metadata.last_segment
+        if seg is None or seg.last_ts is None:
+            return 0
+        return seg.last_ts
+
+    def on_fence_reply(self, replica: int, reply: FenceReply) -> None:
+        if self.state is not State.FENCING:
+            return
+        if reply.result is not Result.OK:
+            self.fail(f"superseded at fence (replica {replica} at epoch {reply.fenced_epoch})")
+            return
+        self._fenced[replica] = reply
+        need = limits.fence_quorum(len(self.recovering_segment.replicas), self.ack_quorum)  # type: ignore[union-attr]
+        if len(self._fenced) < need:
+            return
+        seg = self.recovering_segment
+        assert seg is not None
+        self._quorum = tuple(sorted(self._fenced))
+        views = [recovery.TailView(f.lac, f.last, {}, f.first, f.first_ts) for f in self._fenced.values()]
+        self._range = recovery.read_range(views, seg.first)
+        self._to(State.READING)
+        for r in self._quorum:
+            self._reads[r] = {}
+            self._read_upto[r] = self._range[0] - 1
+            self._request_read(r)
+        if self._range[1] < self._range[0]:
+            self._decide()  # nothing stored past the LAC: nothing to read
+
+    def _request_read(self, r: int) -> None:
+        seg = self.recovering_segment
+        assert seg is not None
+        lo = self._read_upto[r] + 1
+        hi = min(self._range[1], lo + limits.MESSAGE_ENTRIES_MAX - 1)
+        if lo > hi:
+            return
+        self._outbox.append(Send(r, ReadRange(self.log_id, self.epoch, seg.epoch, lo, hi)))
+
+    def on_read_reply(self, replica: int, req: ReadRange, reply: ReadRangeReply) -> None:
+        if self.state is not State.READING or replica not in self._reads:
+            return
+        if reply.result is not Result.OK:
+            self.fail(f"superseded at read (replica {replica} at epoch {reply.fenced_epoch})")
+            return
+        if req.first != self._read_upto[replica] + 1 or reply.answered_last < req.first:
+            return  # a stale or duplicate answer, or nothing answered
+        for e in reply.entries:
+            if req.first <= e.position <= reply.answered_last:
+                self._reads[replica][e.position] = e
+        self._read_upto[replica] = reply.answered_last
+        self._request_read(replica)
+        if all(self._read_upto[r] >= self._range[1] for r in self._quorum):
+            self._decide()
+
+    def _decide(self) -> None:
+        seg = self.recovering_segment
+        assert seg is not None
+        views = [
+            recovery.TailView(
+                self._fenced[r].lac, self._fenced[r].last, self._reads[r],
+                self._fenced[r].first, self._fenced[r].first_ts,
+            )
+            for r in self._quorum
+        ]
+        self._decision = recovery.decide_end(views, seg.first, seg.base_ts)
+        self._to(State.REPLICATING)
+        tail = self._decision.to_replicate
+        if not tail:
+            self._seal(self._decision.end, self._decision.last_ts)
+            return
+        self._tracker = AckTracker(self.ack_quorum, tail[0].position - 1)
+        for i in range(0, len(tail), limits.MESSAGE_ENTRIES_MAX):
+            chunk = tail[i : i + limits.MESSAGE_ENTRIES_MAX]
+            self._send_entries(seg, chunk, lac=NONE)
+
+    def _send_entries(self, seg: Segment, chunk: tuple[Entry, ...], lac: int) -> None:
+        self._unacked[chunk[0].position] = _Unacked(chunk, set(seg.replicas), self._now_ms)
+        for r in seg.replicas:
+            self._outbox.append(Send(r, AddEntries(self.log_id, self.epoch, seg.epoch, chunk, lac)))
+
+    def _seal(self, end: int, last_ts: int) -> None:
+        self._to(State.SEALING)
+        self.next_position = end + 1
+        self.last_ts = last_ts
+        self.lac = end
+        new = self.metadata.seal_and_open(end, last_ts, self.epoch, self.replicas)
+        self._outbox.append(WriteMetadata(new, self.version))
+        self.metadata = new
+
+    def on_metadata_written(self, ok: bool, new_version: int = -1) -> None:
+        """The shell's answer to WriteMetadata: ok when the versioned write succeeded."""
+        if self.state is not State.SEALING:
+            return
+        if not ok:
+            self.fail("superseded: the metadata changed before the seal")
+            return
+        self.version = new_version
+        self._to(State.WRITING)
+        self._unacked.clear()
+        self._tracker = AckTracker(self.ack_quorum, self.lac)
+        self._lac_pushed = self.lac
+
+    # ---------------------------------------------------------------- writing
+    def append(self, token: Any, payloads: list[bytes], now_ms: int) -> None:
+        """Assign positions and a timestamp to a batch and send it to the replicas."""
+        assert self.state is State.WRITING, "append only in WRITING"
+        assert payloads
+        self._now_ms = max(self._now_ms, now_ms)
+        ts = max(now_ms, self.last_ts)  # never backwards, across writers too
+        self.last_ts = ts
+        first = self.next_position
+        entries = tuple(
+            Entry(first + i, self.epoch, ts, p) for i, p in enumerate(payloads)
+        )
+        self.next_position += len(entries)
+        self._pending.append(_Pending(token, first, len(entries), ts))
+        seg = self.metadata.last_segment
+        assert seg is not None and seg.epoch == self.epoch
+        for i in range(0, len(entries), limits.MESSAGE_ENTRIES_MAX):
+            self._send_entries(seg, entries[i : i + limits.MESSAGE_ENTRIES_MAX], self.lac)
+
+    def inflight(self) -> int:
+        return self.next_position - 1 - self.lac if self.state is State.WRITING else 0
+
+    def on_add_reply(self, replica: int, req: AddEntries, reply: AddReply) -> None:
+        if self.state not in (State.REPLICATING, State.WRITING) or req.epoch != self.epoch:
+            return
+        if reply.result is not Result.OK:
+            self.fail(f"fenced (replica {replica} at epoch {reply.fenced_epoch})")
+            return
+        if not req.entries or self._tracker is None:
+            return
+        if self.state is State.REPLICATING:
+            seg = self.recovering_segment
+            if seg is None or req.segment_epoch != seg.epoch:
+                return
+        elif req.segment_epoch != self.epoch:
+            return
+        chunk_first = req.entries[0].position
+        u = self._unacked.get(chunk_first)
+        if u is not None:
+            u.waiting.discard(replica)
+            if not u.waiting:
+                del self._unacked[chunk_first]
+        lac = self._tracker.ack(replica, (e.position for e in req.entries))
+        if self.state is State.REPLICATING:
+            assert self._decision is not None
+            if lac >= self._decision.end:
+                self._seal(self._decision.end, self._decision.last_ts)
+            return
+        if lac > self.lac:
+            self.lac = lac
+            # Committed chunks need no more resends: a replica that missed them fills the
+            # gap from its peers (the catch-up loop), as BookKeeper's re-replication does.
+            for first in [f for f, u in self._unacked.items() if u.entries[-1].position <= lac]:
+                del self._unacked[first]
+            while self._pending and self._pending[0].first + self._pending[0].count - 1 <= lac:
+                p = self._pending.popleft()
+                self._outbox.append(Acked(p.token, p.first, p.count, p.ts, self.epoch))
+
+    def push_lac(self) -> None:
+        """Tell the replicas the LAC promptly, so tailing readers see new entries without
+        waiting for the next append. The shell calls this when the append queue is idle."""
+        if self.state is not State.WRITING or self.lac <= self._lac_pushed:
+            return
+        self._lac_pushed = self.lac
+        for r in self.replicas:
+            self._outbox.append(Send(r, AddEntries(self.log_id, self.epoch, self.epoch, (), self.lac)))
+
+    def tick(self, now_ms: int) -> None:
+        """Resend what replicas have not answered (lost messages, restarted replicas)."""
+        self._now_ms = max(self._now_ms, now_ms)
+        if self.state is State.FENCING:
+            seg = self.recovering_segment
+            assert seg is not None
+            for r in seg.replicas:
+                if r not in self._fenced:
+                    self._outbox.append(Send(r, Fence(self.log_id, self.epoch, seg.epoch)))
+        elif self.state is State.READING:
+            for r in self._quorum:
+                if self._read_upto[r] < self._range[1]:
+                    self._request_read(r)
+        elif self.state in (State.REPLICATING, State.WRITING):
+            seg = self.recovering_segment if self.state is State.REPLICATING else self.metadata.last_segment
+            assert seg is not None
+            for u in self._unacked.values():
+                if now_ms - u.sent_ms < limits.RESEND_INTERVAL_MS:
+                    continue
+                u.sent_ms = now_ms
+                for r in sorted(u.waiting):
+                    self._outbox.append(
+                        Send(r, AddEntries(self.log_id, self.epoch, seg.epoch, u.entries, self.lac))
+                    )

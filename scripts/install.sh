@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what Midtown needs on a fresh Debian machine (run as root):
+# Java and Debian's ZooKeeper when missing, then a venv with the project and its packages.
+# Safe to run again; each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+if [ "${MIDTOWN_WITH_ETCD:-0}" = 1 ] && ! command -v etcd >/dev/null 2>&1; then
+    need_apt+=(etcd-server etcd-client)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "install: need root to apt-get install ${need_apt[*]}" >&2
+        exit 1
+    fi
+    echo "install: apt-get install ${need_apt[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "install: creating .venv"
+    "$PYTHON" -m venv .venv
+fi
+stamp=".venv/.stamp-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+    echo "install: pip install -e .[dev]"
+    .venv/bin/pip install -q --upgrade pip >/dev/null
+    .venv/bin/pip install -q -e '.[dev]' --config-settings editable_mode=compat
+    rm -f .venv/.stamp-*
+    touch "$stamp"
+fi

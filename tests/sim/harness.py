@@ -1,0 +1,395 @@
+"""A deterministic simulation of one replicated log: the pure writer and replica cores,
+a seeded network (loss, delay, duplication, reordering), a fake ZooKeeper with versioned
+writes, crashes and restarts of servers and writers, competing writers, truncation.
+
+`run(seed)` replays exactly from its seed and returns the list of invariant violations
+(empty when the run is correct). The invariants are DESIGN.md's six for the log."""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from log import reading
+from log.entry import Entry
+from log.messages import AddEntries, Fence, ReadRange
+from log.metadata import LogMetadata
+from log.replica import ReplicaCore
+from log.store import MemStore
+from log.writer import Acked, Failed, Send, State, Writer, WriteMetadata
+
+LOG = 0
+SERVERS = (0, 1, 2)
+
+
+class FakeZK:
+    """Versioned nodes: the only way to change metadata is a compare-and-set."""
+
+    def __init__(self) -> None:
+        self.meta = LogMetadata(LOG, epoch=0)
+        self.version = 0
+        self.truncated_before = 0
+
+    def cas(self, new: LogMetadata, version: int) -> tuple[bool, int]:
+        if version != self.version:
+            return False, self.version
+        self.meta = new
+        self.version += 1
+        return True, self.version
+
+
+@dataclass(order=True)
+class _Msg:
+    at: int
+    seq: int
+    kind: str = field(compare=False)  # "req" (writer -> replica) | "rep" (replica -> writer)
+    writer_id: int = field(compare=False)
+    replica: int = field(compare=False)
+    req: Any = field(compare=False)
+    rep: Any = field(compare=False, default=None)
+
+
+@dataclass
+class Config:
+    steps: int = 1000
+    drop: float = 0.1
+    duplicate: float = 0.05
+    delay_max: int = 30
+    replica_factory: Callable[[int, MemStore], ReplicaCore] | None = None
+    writer_factory: Callable[..., Writer] | None = None
+
+
+@dataclass
+class Ack:
+    epoch: int
+    first: int
+    payloads: list[bytes]
+    ts: int
+    at: int
+
+
+class Sim:
+    def __init__(self, seed: int, cfg: Config | None = None) -> None:
+        self.seed = seed
+        self.cfg = cfg or Config()
+        self.rng = random.Random(seed)
+        self.now = 0
+        self.seq = 0
+        self.zk = FakeZK()
+        self.stores = {s: MemStore() for s in SERVERS}
+        self.replicas: dict[int, ReplicaCore | None] = {s: self._new_replica(s) for s in SERVERS}
+        self.writers: dict[int, Writer] = {}  # alive writers by id
+        self.next_writer_id = 0
+        self.net: list[_Msg] = []
+        self.pending_seals: list[tuple[int, int, WriteMetadata]] = []
+        self.tokens: dict[int, list[bytes]] = {}
+        self.next_token = 0
+        self.acks: list[Ack] = []
+        self.reads: dict[int, Entry] = {}
+        self.violations: list[str] = []
+        self.trace: list[str] = []
+        self.lossy = True
+
+    # ------------------------------------------------------------ components
+    def _new_replica(self, s: int) -> ReplicaCore:
+        f = self.cfg.replica_factory or (lambda sid, st: ReplicaCore(sid, st, log_count=1))
+        core = f(s, self.stores[s])
+        # On start a server applies the truncation point it finds in ZooKeeper.
+        if hasattr(self, "zk") and self.zk.truncated_before:
+            core.truncate(LOG, self.zk.truncated_before)
+        return core
+
+    def _send(self, kind: str, writer_id: int, replica: int, req: Any, rep: Any = None) -> None:
+        if self.lossy and self.rng.random() < self.cfg.drop:
+            return
+        copies = 2 if self.lossy and self.rng.random() < self.cfg.duplicate else 1
+        for _ in range(copies):
+            self.seq += 1
+            at = self.now + 1 + self.rng.randrange(self.cfg.delay_max)
+            heapq.heappush(self.net, _Msg(at, self.seq, kind, writer_id, replica, req, rep))
+
+    def _drain(self, wid: int) -> None:
+        w = self.writers.get(wid)
+        if w is None:
+            return
+        for out in w.take_outbox():
+            if isinstance(out, Send):
+                self._send("req", wid, out.to, out.msg)
+            elif isinstance(out, WriteMetadata):
+                self.pending_seals.append((self.now + 1 + self.rng.randrange(10), wid, out))
+            elif isinstance(out, Acked):
+                self.acks.append(Ack(out.epoch, out.first_position, self.tokens[out.token],
+                                     out.timestamp_ms, self.now))
+            elif isinstance(out, Failed):
+                pass
+
+    # ------------------------------------------------------------ events
+    def deliver(self) -> None:
+        for _ in range(self.rng.randrange(1, 6)):
+            if self.net:
+                self._deliver_one()
+
+    def _deliver_one(self) -> None:
+        m = heapq.heappop(self.net)
+        self.now = max(self.now, m.at)
+        if m.kind == "req":
+            core = self.replicas.get(m.replica)
+            if core is None:
+                return  # crashed: the request is lost
+            if isinstance(m.req, Fence):
+                rep: Any = core.on_fence(m.req)
+            elif isinstance(m.req, AddEntries):
+                rep = core.on_add(m.req)
+            else:
+                rep = core.on_read_range(m.req)
+            self._send("rep", m.writer_id, m.replica, m.req, rep)
+            return
+        w = self.writers.get(m.writer_id)
+        if w is None:
+            return
+        if isinstance(m.req, Fence):
+            w.on_fence_reply(m.replica, m.rep)
+        elif isinstance(m.req, AddEntries):
+            w.on_add_reply(m.replica, m.req, m.rep)
+        elif isinstance(m.req, ReadRange):
+            w.on_read_reply(m.replica, m.req, m.rep)
+        self._drain(m.writer_id)
+
+    def seal(self) -> None:
+        self.pending_seals.sort(key=lambda t: t[0])
+        at, wid, out = self.pending_seals.pop(0)
+        self.now = max(self.now, at)
+        ok, v = self.zk.cas(out.metadata, out.expected_version)
+        w = self.writers.get(wid)
+        if w is not None:
+            w.on_metadata_written(ok, v)
+            self._drain(wid)
+
+    def elect(self) -> None:
+        """A server claims the log: bump the epoch with a versioned write, start a writer."""
+        meta, version = self.zk.meta, self.zk.version
+        server = self.rng.choice(SERVERS)
+        ok, v = self.zk.cas(meta.bump(server), version)
+        if not ok:
+            return
+        wid = self.next_writer_id
+        self.next_writer_id += 1
+        f = self.cfg.writer_factory or Writer
+        w = f(LOG, self.zk.meta.epoch, self.zk.meta, v, SERVERS)
+        self.writers[wid] = w
+        self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch}")
+        w.start(self.now)
+        self._drain(wid)
+
+    def append(self) -> None:
+        live = [wid for wid, w in self.writers.items() if w.state is State.WRITING]
+        if not live:
+            return
+        # A replaced writer that has not noticed yet is the dangerous one: favour it.
+        wid = min(live) if self.rng.random() < 0.3 else self.rng.choice(live)
+        tok = self.next_token
+        self.next_token += 1
+        payloads = [f"p{tok}.{i}".encode() for i in range(self.rng.randrange(1, 4))]
+        self.tokens[tok] = payloads
+        self.writers[wid].append(tok, payloads, self.now + self.rng.randrange(-50, 50) + 1000)
+        self._drain(wid)
+
+    def tick(self) -> None:
+        self.now += 1 + self.rng.randrange(100)
+        for wid, w in list(self.writers.items()):
+            w.tick(self.now)
+            if self.rng.random() < 0.5:
+                w.push_lac()
+            self._drain(wid)
+
+    def crash_replica(self) -> None:
+        alive = [s for s, c in self.replicas.items() if c is not None]
+        if len(alive) <= 1:
+            return
+        s = self.rng.choice(alive)
+        self.replicas[s] = None
+        self.trace.append(f"t={self.now} crash server {s}")
+
+    def restart_replica(self) -> None:
+        dead = [s for s, c in self.replicas.items() if c is None]
+        if dead:
+            s = self.rng.choice(dead)
+            self.replicas[s] = self._new_replica(s)
+            self.trace.append(f"t={self.now} restart server {s}")
+
+    def crash_writer(self) -> None:
+        if self.writers:
+            wid = self.rng.choice(sorted(self.writers))
+            del self.writers[wid]
+            self.trace.append(f"t={self.now} crash writer {wid}")
+
+    def truncate(self) -> None:
+        acked = [a.first + len(a.payloads) for a in self.acks]
+        if not acked:
+            return
+        p = self.rng.randrange(self.zk.truncated_before, max(acked) + 1)
+        if p <= self.zk.truncated_before:
+            return
+        self.zk.truncated_before = p
+        self.trace.append(f"t={self.now} truncate before {p}")
+        for core in self.replicas.values():
+            if core is not None:
+                core.truncate(LOG, p)
+
+    def read(self) -> None:
+        """A reader asks one replica for committed entries."""
+        alive = [s for s, c in self.replicas.items() if c is not None]
+        if not alive:
+            return
+        s = self.rng.choice(alive)
+        core = self.replicas[s]
+        assert core is not None
+        meta = self.zk.meta
+        seg = meta.last_segment
+        if seg is None:
+            return
+        end = reading.committed_end(meta, core.lac(LOG, seg.epoch))
+        first = core.first(LOG)
+        if end < first:
+            return
+        start = self.rng.randrange(first, end + 1)
+        for p in range(start, min(end, start + 5) + 1):
+            sg = meta.segment_of(p)
+            if sg is None:
+                self.violations.append(f"committed position {p} belongs to no segment")
+                return
+            e = self.stores[s].get(LOG, sg.epoch, p)
+            if e is None:
+                continue  # the server would fetch it from a peer
+            prev = self.reads.get(p)
+            if prev is not None and prev != e:
+                self.violations.append(f"position {p} read as {prev} and later as {e}")
+            self.reads[p] = e
+
+    # ------------------------------------------------------------ the run
+    def run(self) -> list[str]:
+        events = [
+            (self.deliver, 60), (self.append, 15), (self.tick, 8), (self.elect, 0.7),
+            (self.crash_replica, 0.5), (self.restart_replica, 1), (self.crash_writer, 0.4),
+            (self.seal, 3), (self.read, 8), (self.truncate, 0.3),
+        ]
+        fns = [f for f, _ in events]
+        weights = [w for _, w in events]
+        self.elect()
+        for _ in range(self.cfg.steps):
+            f = self.rng.choices(fns, weights)[0]
+            if f == self.deliver and not self.net:
+                f = self.tick
+            if f == self.seal and not self.pending_seals:
+                continue
+            if f == self.append and not self.writers and self.rng.random() < 0.2:
+                f = self.elect  # nobody is writing: a server notices and takes over
+            f()
+        self._settle()
+        self._check()
+        return self.violations
+
+    def _settle(self) -> None:
+        """Heal: restart every server, stop losing messages, elect a final writer, and let
+        it recover and append once. It must get there (liveness)."""
+        self.lossy = False
+        for s in SERVERS:
+            if self.replicas[s] is None:
+                self.replicas[s] = self._new_replica(s)
+        self.writers.clear()
+        self.net.clear()
+        self.pending_seals.clear()
+        while True:
+            self.elect()
+            if self.writers:
+                break
+        (wid, w), = self.writers.items()
+        for _ in range(10_000):
+            if w.state is State.WRITING and not self.acks_pending(w):
+                break
+            if w.state is State.FAILED:
+                self.violations.append(f"final writer failed: {w.failure}")
+                return
+            if w.state is State.WRITING and w.next_position - 1 == w.lac:
+                self.append()
+            if self.net:
+                self._deliver_one()
+            elif self.pending_seals:
+                self.seal()
+            else:
+                self.tick()
+        else:
+            self.violations.append(f"final writer made no progress (state {w.state})")
+        self.final_writer = w
+
+    def acks_pending(self, w: Writer) -> bool:
+        return w.next_position - 1 > w.lac or not any(a.epoch == w.epoch for a in self.acks)
+
+    def _check(self) -> None:
+        if self.violations:
+            return
+        meta = self.zk.meta
+        w = self.final_writer
+        end = reading.committed_end(meta, w.lac)
+        trunc = self.zk.truncated_before
+        final: dict[int, Entry] = {}
+        for p in range(trunc, end + 1):
+            seg = meta.segment_of(p)
+            if seg is None:  # (4) dense positions
+                self.violations.append(f"position {p} is in no segment")
+                continue
+            copies = {self.stores[s].get(LOG, seg.epoch, p) for s in SERVERS} - {None}
+            if not copies:  # (2) durability
+                self.violations.append(f"committed position {p} is on no replica")
+                continue
+            if len(copies) > 1:
+                self.violations.append(f"position {p} has different copies: {copies}")
+            final[p] = copies.pop()  # type: ignore[assignment]
+        for a in self.acks:
+            seg = None
+            for i, payload in enumerate(a.payloads):
+                p = a.first + i
+                if p > end:  # (2)/(3) an acknowledged entry beyond the decided end
+                    self.violations.append(f"acked position {p} (epoch {a.epoch}) lost: end {end}")
+                    continue
+                if p < trunc:
+                    continue
+                e = final.get(p)
+                if e is None:
+                    continue
+                if e.payload != payload or e.epoch != a.epoch or e.timestamp_ms != a.ts:
+                    # (1) single writer / (2) durability
+                    self.violations.append(
+                        f"acked {payload!r}@{p} epoch {a.epoch} but the log holds {e}"
+                    )
+            seg = meta.segment_of(a.first)
+            if seg is not None and seg.epoch != a.epoch and a.first >= trunc:
+                self.violations.append(f"epoch {a.epoch} acked {a.first} in segment {seg.epoch}")
+        for p, e in self.reads.items():  # (3) same decision for every reader, forever
+            if p >= trunc and final.get(p) != e:
+                self.violations.append(f"read {e} at {p}, final log holds {final.get(p)}")
+            if p > end:  # (4) readers see committed entries only
+                self.violations.append(f"read position {p} beyond the final end {end}")
+        last_ts = 0
+        for p in sorted(final):  # (5) monotonic time
+            if final[p].timestamp_ms < last_ts:
+                self.violations.append(f"timestamp goes backwards at {p}")
+            last_ts = final[p].timestamp_ms
+        for s in SERVERS:  # (6) truncation removed the prefix everywhere
+            core = self.replicas[s]
+            assert core is not None
+            below = [k for k in self.stores[s].entries if k[2] < trunc]
+            if below:
+                self.violations.append(f"server {s} still holds truncated entries {below[:3]}")
+            try:
+                reading.check_position(trunc - 1, core.first(LOG))
+                if trunc > 0:
+                    self.violations.append(f"server {s} serves truncated position {trunc - 1}")
+            except reading.Truncated:
+                pass
+
+
+def run(seed: int, cfg: Config | None = None) -> list[str]:
+    return Sim(seed, cfg).run()

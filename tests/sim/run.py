@@ -1,0 +1,36 @@
+"""Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--trace]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from tests.sim.harness import Sim
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--trace", action="store_true")
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    bad = 0
+    for seed in range(a.seed, a.seed + a.runs):
+        sim = Sim(seed)
+        sim.cfg.steps = a.steps
+        v = sim.run()
+        if a.trace:
+            print("\n".join(sim.trace))
+        if v:
+            bad += 1
+            print(f"seed {seed}: {len(v)} violations, first: {v[0]}")
+    dt = time.monotonic() - t0
+    print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

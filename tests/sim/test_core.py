@@ -1,0 +1,108 @@
+"""Unit tests of the pure log core against small reference implementations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from log import fencing, limits, recovery
+from log.entry import Entry, validate_batch
+from log.messages import AddEntries, Fence, ReadRange, Result
+from log.metadata import LogMetadata
+from log.quorum import AckTracker
+from log.replica import ReplicaCore
+from log.store import MemStore
+
+
+@given(
+    st.integers(1, 3),
+    st.lists(st.tuples(st.integers(0, 4), st.integers(0, 30)), max_size=120),
+)
+def test_ack_tracker_matches_reference(quorum: int, acks: list[tuple[int, int]]) -> None:
+    t = AckTracker(quorum, -1)
+    held: dict[int, set[int]] = {}
+    for replica, pos in acks:
+        t.ack(replica, [pos])
+        held.setdefault(pos, set()).add(replica)
+        # Reference: the longest prefix from 0 whose every position has a quorum.
+        ref = -1
+        while len(held.get(ref + 1, ())) >= quorum:
+            ref += 1
+        assert t.lac == ref
+
+
+@given(st.integers(1, 50), st.integers(0, 50))
+def test_fencing_rule(req: int, fenced: int) -> None:
+    a = fencing.admit(req, fenced)
+    assert a.admitted == (req >= fenced)
+    assert a.fenced_epoch == max(req, fenced)
+
+
+def test_fence_quorum_intersects_every_ack_quorum() -> None:
+    for n in range(1, 8):
+        for qa in range(1, n + 1):
+            fq = limits.fence_quorum(n, qa)
+            assert fq + qa > n  # any fenced set meets any ack quorum
+            assert n - fq < qa  # the unfenced rest cannot form an ack quorum
+
+
+def _e(p: int, ts: int = 1, epoch: int = 1) -> Entry:
+    return Entry(p, epoch, ts, f"v{p}".encode())
+
+
+def test_decide_end_stops_at_first_position_held_by_no_fenced_replica() -> None:
+    views = [
+        recovery.TailView(lac=1, last=5, entries={1: _e(1), 2: _e(2), 3: _e(3), 5: _e(5)}),
+        recovery.TailView(lac=0, last=2, entries={1: _e(1), 2: _e(2)}),
+    ]
+    d = recovery.decide_end(views, first=0, base_ts=0)
+    assert d.end == 3
+    assert [e.position for e in d.to_replicate] == [2, 3]
+
+
+def test_decide_end_of_empty_segment_keeps_base_timestamp() -> None:
+    views = [recovery.TailView(-1, -1, {}), recovery.TailView(-1, -1, {})]
+    d = recovery.decide_end(views, first=10, base_ts=777)
+    assert (d.end, d.last_ts, d.to_replicate) == (9, 777, ())
+
+
+def test_decide_end_counts_truncated_positions_as_committed() -> None:
+    views = [
+        recovery.TailView(-1, 7, {}, first=8, first_ts=99),
+        recovery.TailView(-1, 7, {}, first=0, first_ts=0),
+    ]
+    d = recovery.decide_end(views, first=0, base_ts=0)
+    assert (d.end, d.last_ts) == (7, 99)
+
+
+def test_metadata_json_roundtrip_and_dense_segments() -> None:
+    m = LogMetadata(3, epoch=0).bump(writer=1)
+    m = m.seal_and_open(-1, 0, 1, (0, 1, 2))
+    m = m.bump(writer=2).seal_and_open(41, 1000, 2, (0, 1, 2))
+    assert LogMetadata.from_json(m.to_json()) == m
+    assert m.segment_of(41).epoch == 1  # type: ignore[union-attr]
+    assert m.segment_of(42).epoch == 2  # type: ignore[union-attr]
+    assert m.segments[1].first == 42 and m.segments[1].base_ts == 1000
+
+
+def test_replica_rejects_stale_epoch_and_persists_fence_before_reply() -> None:
+    store = MemStore()
+    r = ReplicaCore(0, store, log_count=4)
+    assert r.on_fence(Fence(1, 5, 4)).result is Result.OK
+    assert store.metas[1].fenced_epoch == 5  # durable before the reply
+    assert r.on_add(AddEntries(1, 4, 4, (_e(0, epoch=4),))).result is Result.FENCED
+    assert r.on_read_range(ReadRange(1, 3, 4, 0, 5)).result is Result.FENCED
+    assert r.on_add(AddEntries(9, 5, 5, ())).result is Result.UNKNOWN_LOG
+    # A restarted replica remembers its fence.
+    r2 = ReplicaCore(0, store, log_count=4)
+    assert r2.on_add(AddEntries(1, 4, 4, (_e(0, epoch=4),))).result is Result.FENCED
+
+
+def test_entry_and_batch_limits_name_the_field() -> None:
+    with pytest.raises(ValueError, match="payloads: an append needs"):
+        validate_batch([])
+    with pytest.raises(ValueError, match=r"payloads\[1\]"):
+        validate_batch([b"x", b"y" * (limits.PAYLOAD_BYTES_MAX + 1)])
+    with pytest.raises(ValueError, match="epoch"):
+        Entry(0, 0, 0, b"")

@@ -122,3 +122,20 @@ class ReplicaCore:
     def fenced_epoch(self, log_id: int) -> int:
         meta = self.logs.get(log_id)
         return meta.fenced_epoch if meta else 0
+
+    def fill(self, log_id: int, entries: list) -> None:  # type: ignore[type-arg]
+        """Store committed entries copied from a peer (catch-up, read-through). Committed
+        entries are decided, so no fencing applies; within a segment a position has one
+        possible content, so a copy never conflicts with what is held."""
+        meta = self.logs.setdefault(log_id, ReplicaLogMeta())
+        new = meta.copy()
+        fresh = []
+        for e in entries:
+            if e.position < new.first:
+                continue
+            seg = new.segments.setdefault(e.epoch, SegmentMeta())
+            seg.last = max(seg.last, e.position)
+            fresh.append(e)
+        if fresh:
+            self.store.commit(Batch(log_id, entries=fresh, meta=new))
+            self.logs[log_id] = new

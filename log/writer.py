@@ -274,22 +274,27 @@ class Writer:
 
     # ---------------------------------------------------------------- writing
     def append(self, token: Any, payloads: list[bytes], now_ms: int) -> None:
-        """Assign positions and a timestamp to a batch and send it to the replicas."""
+        self.append_many([(token, payloads)], now_ms)
+
+    def append_many(self, batch: list[tuple[Any, list[bytes]]], now_ms: int) -> None:
+        """Assign positions and one timestamp to queued appends and send them to the
+        replicas together (group commit: one message, one write batch per replica)."""
         assert self.state is State.WRITING, "append only in WRITING"
-        assert payloads
+        assert batch and all(payloads for _, payloads in batch)
         self._now_ms = max(self._now_ms, now_ms)
         ts = max(now_ms, self.last_ts)  # never backwards, across writers too
         self.last_ts = ts
-        first = self.next_position
-        entries = tuple(
-            Entry(first + i, self.epoch, ts, p) for i, p in enumerate(payloads)
-        )
-        self.next_position += len(entries)
-        self._pending.append(_Pending(token, first, len(entries), ts))
+        entries: list[Entry] = []
+        for token, payloads in batch:
+            first = self.next_position
+            for p in payloads:
+                entries.append(Entry(self.next_position, self.epoch, ts, p))
+                self.next_position += 1
+            self._pending.append(_Pending(token, first, len(payloads), ts))
         seg = self.metadata.last_segment
         assert seg is not None and seg.epoch == self.epoch
         for i in range(0, len(entries), limits.MESSAGE_ENTRIES_MAX):
-            self._send_entries(seg, entries[i : i + limits.MESSAGE_ENTRIES_MAX], self.lac)
+            self._send_entries(seg, tuple(entries[i : i + limits.MESSAGE_ENTRIES_MAX]), self.lac)
 
     def inflight(self) -> int:
         return self.next_position - 1 - self.lac if self.state is State.WRITING else 0

@@ -1,0 +1,209 @@
+"""A client of the log: finds the writer of a log through ZooKeeper and appends to it,
+following redirects and retrying across writer changes; reads a log from any replica.
+
+An append that fails with an unknown outcome (the writer stopped mid-way) is retried when
+`retry_unknown` is set: the entry may then be in the log twice. Consumers deduplicate with
+the request id carried in the payload (storage nodes do)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+from kazoo.client import KazooClient
+
+from log import limits
+from log import zk as zkpaths
+from midtown_pb import log_pb2 as pb
+from midtown_pb import log_pb2_grpc
+
+OPTIONS = [
+    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
+]
+
+
+class LogError(Exception):
+    """An error from the log, with the gRPC status code and the server's message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Appended:
+    first_position: int
+    count: int
+    timestamp_ms: int
+    epoch: int
+    attempts: int
+
+
+class LogClient:
+    def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None) -> None:
+        assert zk_hosts or zk
+        self._own_zk = zk is None
+        self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
+        self._channels: dict[str, grpc.Channel] = {}
+        self._writers: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._topology: zkpaths.Topology | None = None
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+        if self._own_zk:
+            self.zk.stop()
+            self.zk.close()
+
+    def __enter__(self) -> LogClient:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.close()
+
+    def stub(self, addr: str) -> log_pb2_grpc.LogStub:
+        with self._lock:
+            ch = self._channels.get(addr)
+            if ch is None:
+                ch = self._channels[addr] = grpc.insecure_channel(addr, options=OPTIONS)
+        return log_pb2_grpc.LogStub(ch)
+
+    def topology(self) -> zkpaths.Topology:
+        if self._topology is None:
+            t = zkpaths.read_topology(self.zk)
+            if t is None:
+                raise LogError(grpc.StatusCode.UNAVAILABLE, "no Midtown cluster in this ZooKeeper")
+            self._topology = t
+        return self._topology
+
+    def check_log(self, log_id: int) -> None:
+        n = self.topology().logs
+        if not 0 <= log_id < n:
+            raise LogError(grpc.StatusCode.NOT_FOUND,
+                           f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}")
+
+    def servers(self) -> dict[int, str]:
+        return {i: s["addr"] for i, s in zkpaths.servers(self.zk).items()}
+
+    def writer_addr(self, log_id: int, refresh: bool = False) -> str | None:
+        if not refresh and log_id in self._writers:
+            return self._writers[log_id]
+        w = zkpaths.read_writer(self.zk, log_id)
+        if w is None:
+            self._writers.pop(log_id, None)
+            return None
+        self._writers[log_id] = w["addr"]
+        return w["addr"]  # type: ignore[no-any-return]
+
+    def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0,
+               retry_unknown: bool = True) -> Appended:
+        self.check_log(log_id)
+        deadline = time.monotonic() + timeout_s
+        attempts = 0
+        refresh = False
+        backoff = 0.05
+        while True:
+            attempts += 1
+            addr = self.writer_addr(log_id, refresh=refresh)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LogError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"log {log_id}: no acknowledged append within {timeout_s}s")
+            if addr is None:
+                time.sleep(min(backoff, left))
+                backoff = min(backoff * 2, 0.5)
+                refresh = True
+                continue
+            try:
+                r = self.stub(addr).Append(
+                    pb.AppendRequest(log_id=log_id, payloads=payloads), timeout=min(left, 10.0)
+                )
+                return Appended(r.first_position, r.count, r.timestamp_ms, r.epoch, attempts)
+            except grpc.RpcError as e:
+                code, msg = e.code(), e.details() or ""
+                if code == grpc.StatusCode.FAILED_PRECONDITION and "not its writer" in msg:
+                    redirect = dict(e.trailing_metadata() or ()).get("midtown-writer")
+                    if redirect:
+                        self._writers[log_id] = redirect
+                        refresh = False
+                    else:
+                        refresh = True
+                    continue
+                unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if unknown and (retry_unknown or "no writer" in msg or _not_sent(e)):
+                    time.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
+                    backoff = min(backoff * 2, 0.5)
+                    refresh = True
+                    continue
+                raise LogError(code, msg) from None
+
+    def read(self, log_id: int, from_position: int = 0, follow: bool = False,
+             max_entries: int = 0, server: str | None = None,
+             timeout_s: float | None = None) -> Iterator[pb.Entry]:
+        """Committed entries from `from_position`, from one replica (any, by default)."""
+        addr = server or self._any_server()
+        try:
+            for resp in self.stub(addr).Read(
+                pb.ReadRequest(log_id=log_id, from_position=from_position, follow=follow,
+                               max_entries=max_entries),
+                timeout=timeout_s,
+            ):
+                yield from resp.entries
+        except grpc.RpcError as e:
+            raise LogError(e.code(), e.details() or "") from None
+
+    def _any_server(self) -> str:
+        servers = list(self.servers().values())
+        if not servers:
+            raise LogError(grpc.StatusCode.UNAVAILABLE, "no log server is registered")
+        return random.choice(servers)
+
+    def truncate(self, log_id: int, before: int) -> int:
+        w = self.writer_addr(log_id, refresh=True) or self._any_server()
+        try:
+            return int(self.stub(w).Truncate(
+                pb.TruncateRequest(log_id=log_id, before_position=before), timeout=10
+            ).first_position)
+        except grpc.RpcError as e:
+            raise LogError(e.code(), e.details() or "") from None
+
+    def status(self) -> list[dict]:
+        """Per log: writer, epoch, first and last position, and each replica's position."""
+        topo = self.topology()
+        rows: dict[int, dict] = {}
+        for log_id in range(topo.logs):
+            meta, _ = zkpaths.read_metadata(self.zk, log_id)
+            w = zkpaths.read_writer(self.zk, log_id)
+            rows[log_id] = {
+                "log": log_id, "writer": w["server"] if w else None, "epoch": meta.epoch,
+                "first": 0, "last": -1, "replicas": {},
+                "segments": len(meta.segments),
+            }
+        for sid, addr in sorted(self.servers().items()):
+            try:
+                st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
+            except grpc.RpcError:
+                continue
+            for ls in st.logs:
+                row = rows.get(ls.log_id)
+                if row is None:
+                    continue
+                row["first"] = max(row["first"], ls.first_position)
+                row["last"] = max(row["last"], ls.last_position)
+                for rp in ls.replicas:
+                    row["replicas"][rp.server_id] = rp.position
+        return [rows[k] for k in sorted(rows)]
+
+
+def _not_sent(e: grpc.RpcError) -> bool:
+    """Connection refused: the request never reached a server."""
+    d = (e.details() or "").lower()
+    return "connection refused" in d or "failed to connect" in d
+

@@ -1,0 +1,190 @@
+"""The writer shell: one thread per log this server writes, feeding the pure Writer core
+with appends, replica replies and ticks, and carrying out what it asks (send, write the
+metadata to ZooKeeper, acknowledge). Nothing here decides anything about the protocol."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from log import limits
+from log.writer import Acked, Failed, Send, State, Writer, WriteMetadata
+
+if TYPE_CHECKING:
+    from log.node import Node
+
+log = logging.getLogger("midtown.log.driver")
+
+TICK_S = 0.1
+
+
+class WriterFailed(Exception):
+    """The writer stopped; an append in flight has an unknown outcome."""
+
+
+class Busy(Exception):
+    """Too many appends are queued on this writer."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_position: int
+    count: int
+    timestamp_ms: int
+    epoch: int
+
+
+class WriterDriver:
+    def __init__(self, node: Node, core: Writer) -> None:
+        self.node = node
+        self.core = core
+        self.log_id = core.log_id
+        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._waiting: deque[tuple[Future[AppendResult], list[bytes]]] = deque()
+        self._queued = 0
+        self._qlock = threading.Lock()
+        self.failed = threading.Event()
+        self.started_at = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name=f"writer-{self.log_id}", daemon=True)
+
+    @property
+    def epoch(self) -> int:
+        return self.core.epoch
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, payloads: list[bytes]) -> Future[AppendResult]:
+        if self.failed.is_set():
+            raise WriterFailed(self.core.failure or "the writer stopped")
+        with self._qlock:
+            if self._queued + len(payloads) > limits.INFLIGHT_ENTRIES_MAX * 2:
+                raise Busy(f"log {self.log_id}: {self._queued} entries queued on the writer")
+            self._queued += len(payloads)
+        fut: Future[AppendResult] = Future()
+        fut.entry_count = len(payloads)  # type: ignore[attr-defined]
+        self.inbox.put(("append", fut, payloads))
+        return fut
+
+    def stop(self, reason: str) -> None:
+        self.inbox.put(("stop", reason))
+
+    def reply(self, replica: int, req: Any, rep: Any) -> None:
+        self.inbox.put(("reply", replica, req, rep))
+
+    # ------------------------------------------------------------------ loop
+    def _run(self) -> None:
+        core = self.core
+        core.start(self._now_ms())
+        self._flush()
+        next_tick = time.monotonic() + TICK_S
+        try:
+            while core.state is not State.FAILED:
+                timeout = max(0.0, next_tick - time.monotonic())
+                try:
+                    events = [self.inbox.get(timeout=timeout)]
+                except queue.Empty:
+                    events = []
+                while len(events) < 10_000:
+                    try:
+                        events.append(self.inbox.get_nowait())
+                    except queue.Empty:
+                        break
+                lac0 = core.lac
+                for ev in events:
+                    self._handle(ev)
+                if core.state is State.WRITING:
+                    self._append_waiting()
+                elif (core.state is not State.FAILED
+                      and time.monotonic() - self.started_at > limits.RECOVERY_TIMEOUT_S):
+                    core.fail("recovery timed out (no quorum of replicas answered)")
+                if time.monotonic() >= next_tick:
+                    core.tick(self._now_ms())
+                    next_tick = time.monotonic() + TICK_S
+                if self.inbox.empty():
+                    core.push_lac()
+                self._flush()
+                if core.lac != lac0:
+                    self.node.notify(self.log_id)
+        except Exception:  # a bug: stop writing rather than risk anything
+            log.exception("writer for log %d crashed", self.log_id)
+            core.fail("internal error in the writer")
+            self._flush()
+        finally:
+            self.failed.set()
+            while self._waiting:
+                fut, _ = self._waiting.popleft()
+                self._done(fut)
+                fut.set_exception(WriterFailed(core.failure))
+            self._drain_inbox_failing()
+            log.info("writer for log %d epoch %d stopped: %s", self.log_id, core.epoch, core.failure)
+
+    def _drain_inbox_failing(self) -> None:
+        while True:
+            try:
+                ev = self.inbox.get_nowait()
+            except queue.Empty:
+                return
+            if ev[0] == "append":
+                self._done(ev[1])
+                ev[1].set_exception(WriterFailed(self.core.failure))
+
+    def _handle(self, ev: tuple[Any, ...]) -> None:
+        kind = ev[0]
+        if kind == "append":
+            self._waiting.append((ev[1], ev[2]))
+        elif kind == "reply":
+            _, replica, req, rep = ev
+            self.node.dispatch_reply(self.core, replica, req, rep)
+        elif kind == "stop":
+            self.core.fail(ev[1])
+
+    def _append_waiting(self) -> None:
+        batch: list[tuple[Future[AppendResult], list[bytes]]] = []
+        room = limits.INFLIGHT_ENTRIES_MAX - self.core.inflight()
+        n = 0
+        while self._waiting and n + len(self._waiting[0][1]) <= max(room, 0):
+            fut, payloads = self._waiting.popleft()
+            batch.append((fut, payloads))
+            n += len(payloads)
+        if batch:
+            self.core.append_many(batch, self._now_ms())  # type: ignore[arg-type]
+
+    def _flush(self) -> None:
+        while True:
+            out = self.core.take_outbox()
+            if not out:
+                return
+            for o in out:
+                if isinstance(o, Send):
+                    self.node.send(self, o.to, o.msg)
+                elif isinstance(o, WriteMetadata):
+                    ok, v = self.node.write_metadata(o.metadata, o.expected_version)
+                    self.core.on_metadata_written(ok, v)
+                elif isinstance(o, Acked):
+                    self._done(o.token)
+                    if not self.node.zk_ok():
+                        # The session is suspended: another server may be writing already.
+                        o.token.set_exception(WriterFailed("ZooKeeper session suspended"))
+                        self.core.fail("ZooKeeper session suspended")
+                    else:
+                        o.token.set_result(
+                            AppendResult(o.first_position, o.count, o.timestamp_ms, o.epoch)
+                        )
+                elif isinstance(o, Failed):
+                    self._done(o.token)
+                    o.token.set_exception(WriterFailed(o.reason))
+
+    def _done(self, fut: Future[AppendResult]) -> None:
+        with self._qlock:
+            self._queued -= fut.entry_count  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _now_ms() -> int:
+        return int(time.time() * 1000)

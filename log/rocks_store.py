@@ -1,0 +1,96 @@
+"""The replica store on disk: one rocksdict database per log server.
+
+Keys (big-endian, so byte order is numeric order):
+  b"E" + log_id:4 + segment_epoch:8 + position:8  -> timestamp_ms:8 + payload
+  b"M" + log_id:4                                   -> JSON replica metadata
+Each commit is one WriteBatch written with sync=True: an acknowledged entry or fence
+survives an OS crash (rocksdict does not sync by default, see PITFALLS.md). Concurrent
+commits from different logs are grouped into one WAL sync by RocksDB itself."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from log.entry import Entry
+from log.store import Batch, ReplicaLogMeta, SegmentMeta
+
+_E = struct.Struct(">cIQQ")
+_M = struct.Struct(">cI")
+_TS = struct.Struct(">Q")
+
+
+def _ekey(log_id: int, seg: int, pos: int) -> bytes:
+    return _E.pack(b"E", log_id, seg, pos)
+
+
+class RocksStore:
+    def __init__(self, path: str) -> None:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        self.db = Rdict(path, opts)
+        self._sync = WriteOptions()
+        self._sync.sync = True
+
+    def close(self) -> None:
+        self.db.close()
+
+    def commit(self, batch: Batch) -> None:
+        wb = WriteBatch(raw_mode=True)
+        if batch.delete_below is not None:
+            # Entries are keyed by segment first: delete every segment's prefix below.
+            meta = batch.meta
+            segs = list(meta.segments) if meta else []
+            for seg in segs:
+                wb.delete_range(_ekey(batch.log_id, seg, 0), _ekey(batch.log_id, seg, batch.delete_below))
+        for e in batch.entries:
+            wb.put(_ekey(batch.log_id, e.epoch, e.position), _TS.pack(e.timestamp_ms) + e.payload)
+        if batch.meta is not None:
+            m = batch.meta
+            wb.put(
+                _M.pack(b"M", batch.log_id),
+                json.dumps(
+                    {
+                        "fenced_epoch": m.fenced_epoch,
+                        "first": m.first,
+                        "first_ts": m.first_ts,
+                        "segments": {str(k): [v.last, v.lac] for k, v in m.segments.items()},
+                    }
+                ).encode(),
+            )
+        self.db.write(wb, self._sync)
+
+    def get(self, log_id: int, segment_epoch: int, position: int) -> Entry | None:
+        v = self.db.get(_ekey(log_id, segment_epoch, position))
+        if v is None:
+            return None
+        return Entry(position, segment_epoch, _TS.unpack_from(v)[0], bytes(v[8:]))
+
+    def range(self, log_id: int, segment_epoch: int, first: int, last: int) -> list[Entry]:
+        out: list[Entry] = []
+        if last < first:
+            return out
+        end = _ekey(log_id, segment_epoch, last)
+        for k, v in self.db.items(from_key=_ekey(log_id, segment_epoch, first)):
+            if k > end:
+                break
+            _, lg, seg, pos = _E.unpack(k)
+            out.append(Entry(pos, seg, _TS.unpack_from(v)[0], bytes(v[8:])))
+        return out
+
+    def load(self) -> dict[int, ReplicaLogMeta]:
+        out: dict[int, ReplicaLogMeta] = {}
+        for k, v in self.db.items(from_key=b"M"):
+            if not k.startswith(b"M"):
+                break
+            _, log_id = _M.unpack(k)
+            d = json.loads(v)
+            out[log_id] = ReplicaLogMeta(
+                fenced_epoch=d["fenced_epoch"],
+                first=d["first"],
+                first_ts=d["first_ts"],
+                segments={int(s): SegmentMeta(a, b) for s, (a, b) in d["segments"].items()},
+            )
+        return out

@@ -1,0 +1,273 @@
+"""The log server process: gRPC services (Log for clients, Replica between servers) over a
+Node. Every request is parsed here so that malformed bytes, unknown logs and broken
+limits become clear statuses naming the field; nothing a client sends can crash it.
+
+Run: python -m log.server --id 0 --port 21001 --zk 127.0.0.1:2181 --data DIR"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from log import codec, limits, reading
+from log import zk as zkpaths
+from log.driver import Busy, WriterFailed
+from log.entry import validate_batch
+from log.node import GRPC_OPTIONS, Node, Unavailable
+from midtown_pb import log_pb2 as pb
+
+log = logging.getLogger("midtown.log.server")
+
+WRITER_METADATA_KEY = "midtown-writer"
+
+
+def _parse(cls: Any, raw: bytes, ctx: grpc.ServicerContext) -> Any:
+    try:
+        return cls.FromString(raw)
+    except DecodeError:
+        ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
+
+
+class Services:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def _check_log(self, log_id: int, ctx: grpc.ServicerContext) -> None:
+        n = self.node.topo.logs
+        if not 0 <= log_id < n:
+            ctx.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}",
+            )
+
+    # ---------------------------------------------------------------- Log
+    def append(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.AppendResponse:
+        req = _parse(pb.AppendRequest, raw, ctx)
+        self._check_log(req.log_id, ctx)
+        payloads = list(req.payloads)
+        try:
+            validate_batch(payloads)
+        except ValueError as e:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        d = self.node.writers.get(req.log_id)
+        if d is None or d.failed.is_set():
+            self._redirect(req.log_id, ctx)
+        assert d is not None
+        try:
+            fut = d.submit(payloads)
+        except Busy as e:
+            ctx.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later")
+        except WriterFailed as e:
+            ctx.abort(grpc.StatusCode.UNAVAILABLE, f"log {req.log_id}: writer stopped ({e}); retry")
+        remaining = ctx.time_remaining()
+        try:
+            r = fut.result(timeout=remaining if remaining is not None else 60)
+        except WriterFailed as e:
+            ctx.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"log {req.log_id}: outcome unknown, the writer stopped ({e}); "
+                "retry through the new writer",
+            )
+        except futures.TimeoutError:
+            ctx.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown")
+        return pb.AppendResponse(
+            first_position=r.first_position, count=r.count, timestamp_ms=r.timestamp_ms, epoch=r.epoch
+        )
+
+    def _redirect(self, log_id: int, ctx: grpc.ServicerContext) -> None:
+        try:
+            w = zkpaths.read_writer(self.node.zk, log_id)
+        except Exception:
+            w = None
+        if w is None or w["server"] == self.node.server_id:
+            ctx.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"log {log_id} has no writer right now (election or recovery under way); retry",
+            )
+        assert w is not None
+        ctx.set_trailing_metadata(((WRITER_METADATA_KEY, w["addr"]),))
+        ctx.abort(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"log {log_id}: server {self.node.server_id} is not its writer; "
+            f"the writer is server {w['server']} at {w['addr']}",
+        )
+
+    def read(self, raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+        req = _parse(pb.ReadRequest, raw, ctx)
+        self._check_log(req.log_id, ctx)
+        node, log_id = self.node, req.log_id
+        pos, sent = req.from_position, 0
+        cond = node.conds[log_id]
+        while ctx.is_active():
+            first = node.replica.first(log_id)
+            try:
+                reading.check_position(pos, first)
+            except reading.Truncated as e:
+                ctx.abort(grpc.StatusCode.OUT_OF_RANGE, f"from_position: {e}")
+            end = node.committed_end(log_id)
+            if req.max_entries and sent >= req.max_entries:
+                return
+            if pos <= end:
+                hi = min(end, pos + limits.READ_BATCH_ENTRIES_MAX - 1)
+                if req.max_entries:
+                    hi = min(hi, pos + (req.max_entries - sent) - 1)
+                try:
+                    entries = node.read_committed(log_id, pos, hi)
+                except Unavailable as e:
+                    ctx.abort(grpc.StatusCode.UNAVAILABLE, f"{e}; retry")
+                yield pb.ReadResponse(entries=[codec.entry_to_pb(e) for e in entries])
+                sent += len(entries)
+                pos = hi + 1
+                continue
+            if not req.follow:
+                return
+            with cond:
+                if node.committed_end(log_id) < pos:
+                    cond.wait(0.5)
+
+    def truncate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TruncateResponse:
+        req = _parse(pb.TruncateRequest, raw, ctx)
+        self._check_log(req.log_id, ctx)
+        end = self.node.committed_end(req.log_id)
+        if req.before_position > end + 1:
+            ctx.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"before_position: {req.before_position} is beyond the last committed "
+                f"position {end} of log {req.log_id}; only committed entries can be truncated",
+            )
+        first = zkpaths.raise_truncation(self.node.zk, req.log_id, req.before_position)
+        with self.node.locks[req.log_id]:
+            self.node.replica.truncate(req.log_id, first)
+        return pb.TruncateResponse(first_position=first)
+
+    def status(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.StatusResponse:
+        _parse(pb.StatusRequest, raw, ctx)
+        node = self.node
+        out = pb.StatusResponse(server_id=node.server_id)
+        for log_id in range(node.topo.logs):
+            meta = node.meta.get(log_id)
+            d = node.writers.get(log_id)
+            try:
+                w = zkpaths.read_writer(node.zk, log_id)
+            except Exception:
+                w = None
+            out.logs.append(
+                pb.LogStatus(
+                    log_id=log_id,
+                    writer_id=w["server"] if w else -1,
+                    epoch=meta.epoch if meta else 0,
+                    first_position=node.replica.first(log_id),
+                    last_position=node.committed_end(log_id),
+                    replicas=[pb.ReplicaPosition(server_id=node.server_id,
+                                                 position=node.filled.get(log_id, -1))],
+                )
+            )
+            del d
+        return out
+
+    # ---------------------------------------------------------------- Replica
+    def fence(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.FenceResponse:
+        req = _parse(pb.FenceRequest, raw, ctx)
+        try:
+            msg = codec.fence_from_pb(req)
+        except ValueError as e:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return codec.fence_reply_to_pb(self.node.local(msg))
+
+    def add_entries(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.AddEntriesResponse:
+        req = _parse(pb.AddEntriesRequest, raw, ctx)
+        try:
+            msg = codec.add_from_pb(req)
+        except ValueError as e:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return codec.add_reply_to_pb(self.node.local(msg))
+
+    def read_range(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
+        req = _parse(pb.ReadRangeRequest, raw, ctx)
+        try:
+            msg = codec.read_from_pb(req)
+        except ValueError as e:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        return codec.read_reply_to_pb(self.node.local(msg))
+
+
+def _raw(b: bytes) -> bytes:
+    return b
+
+
+def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
+    def unary(fn: Callable[..., Any]) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=_raw, response_serializer=lambda m: m.SerializeToString()
+        )
+
+    log_service = grpc.method_handlers_generic_handler(
+        "midtown.log.v1.Log",
+        {
+            "Append": unary(s.append),
+            "Read": grpc.unary_stream_rpc_method_handler(
+                s.read, request_deserializer=_raw,
+                response_serializer=lambda m: m.SerializeToString(),
+            ),
+            "Truncate": unary(s.truncate),
+            "Status": unary(s.status),
+        },
+    )
+    replica_service = grpc.method_handlers_generic_handler(
+        "midtown.log.v1.Replica",
+        {"Fence": unary(s.fence), "AddEntries": unary(s.add_entries), "ReadRange": unary(s.read_range)},
+    )
+    return [log_service, replica_service]
+
+
+def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "127.0.0.1") -> None:
+    addr = f"{host}:{port}"
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=GRPC_OPTIONS,
+                         maximum_concurrent_rpcs=2000)
+    node = Node(server_id, addr, zk_hosts, data_dir)
+    server.add_generic_rpc_handlers(_handlers(Services(node)))
+    if server.add_insecure_port(addr) == 0:
+        raise SystemExit(f"cannot listen on {addr}")
+    server.start()
+    node.start()
+    log.info("log server %d listening on %s", server_id, addr)
+    print(f"log server {server_id} ready on {addr}", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    while not done.wait(1):
+        pass
+    server.stop(2)
+    node.stop()
+    time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m log.server", description="Midtown log server")
+    ap.add_argument("--id", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")
+    ap.add_argument("--data", required=True, help="data directory")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--log-level", default="INFO")
+    a = ap.parse_args(argv)
+    logging.basicConfig(
+        level=a.log_level, format=f"%(asctime)s log-server-{a.id} %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    serve(a.id, a.port, a.zk, a.data, a.host)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The log's ZooKeeper layout and the few operations on it (a thin shell over kazoo).
+
+  /midtown/topology                 {"logs": N, "log_servers": [ids]}       persistent
+  /midtown/log_servers/<id>         {"addr": "host:port", "pid": n}          ephemeral
+  /midtown/logs/<log>               LogMetadata JSON (epoch, segments)       versioned writes only
+  /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
+  /midtown/logs/<log>/truncate      {"before": p}                            versioned writes only
+
+ZooKeeper holds only this small metadata; entries never pass through it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from log import limits
+from log.metadata import LogMetadata
+
+ROOT = "/midtown"
+TOPOLOGY = f"{ROOT}/topology"
+SERVERS = f"{ROOT}/log_servers"
+LOGS = f"{ROOT}/logs"
+
+
+def log_path(log_id: int) -> str:
+    return f"{LOGS}/{log_id}"
+
+
+def writer_path(log_id: int) -> str:
+    return f"{LOGS}/{log_id}/writer"
+
+
+def truncate_path(log_id: int) -> str:
+    return f"{LOGS}/{log_id}/truncate"
+
+
+@dataclass(frozen=True)
+class Topology:
+    logs: int
+    log_servers: tuple[int, ...]
+
+    def preferred_rank(self, log_id: int, server_id: int) -> int:
+        """0 for the server that should write `log_id` (spreading writers), then 1, 2..."""
+        n = len(self.log_servers)
+        i = self.log_servers.index(server_id)
+        return (i - log_id) % n
+
+
+def connect(hosts: str, timeout_s: float = limits.ZK_SESSION_TIMEOUT_S) -> KazooClient:
+    zk = KazooClient(hosts=hosts, timeout=timeout_s)
+    zk.start(timeout=15)
+    return zk
+
+
+def create_cluster(zk: KazooClient, logs: int, log_servers: list[int]) -> Topology:
+    """Create the topology and every log's metadata, or return what exists already."""
+    if not 1 <= logs <= limits.LOGS_MAX:
+        raise ValueError(f"logs: must be between 1 and {limits.LOGS_MAX}")
+    if len(log_servers) < limits.ENSEMBLE_SIZE:
+        raise ValueError(f"log_servers: need at least {limits.ENSEMBLE_SIZE}")
+    zk.ensure_path(SERVERS)
+    zk.ensure_path(LOGS)
+    try:
+        zk.create(TOPOLOGY, json.dumps({"logs": logs, "log_servers": log_servers}).encode())
+    except NodeExistsError:
+        pass
+    topo = read_topology(zk)
+    assert topo is not None
+    for log_id in range(topo.logs):
+        try:
+            zk.create(log_path(log_id), LogMetadata(log_id, epoch=0).to_json())
+        except NodeExistsError:
+            pass
+        try:
+            zk.create(truncate_path(log_id), b'{"before": 0}')
+        except NodeExistsError:
+            pass
+    return topo
+
+
+def read_topology(zk: KazooClient) -> Topology | None:
+    try:
+        data, _ = zk.get(TOPOLOGY)
+    except NoNodeError:
+        return None
+    d = json.loads(data)
+    return Topology(d["logs"], tuple(d["log_servers"]))
+
+
+def read_metadata(zk: KazooClient, log_id: int) -> tuple[LogMetadata, int]:
+    data, stat = zk.get(log_path(log_id))
+    return LogMetadata.from_json(data), stat.version
+
+
+def cas_metadata(zk: KazooClient, meta: LogMetadata, version: int) -> int | None:
+    """Versioned write: the new version, or None when someone else wrote first."""
+    try:
+        stat = zk.set(log_path(meta.log_id), meta.to_json(), version=version)
+    except (BadVersionError, NoNodeError):
+        return None
+    return int(stat.version)
+
+
+def read_writer(zk: KazooClient, log_id: int) -> dict | None:
+    try:
+        data, _ = zk.get(writer_path(log_id))
+    except NoNodeError:
+        return None
+    return json.loads(data)  # type: ignore[no-any-return]
+
+
+def read_truncation(zk: KazooClient, log_id: int) -> tuple[int, int]:
+    data, stat = zk.get(truncate_path(log_id))
+    return int(json.loads(data)["before"]), stat.version
+
+
+def raise_truncation(zk: KazooClient, log_id: int, before: int) -> int:
+    """Move the truncation point up to `before` (never down); returns the point in force."""
+    while True:
+        cur, version = read_truncation(zk, log_id)
+        if before <= cur:
+            return cur
+        try:
+            zk.set(truncate_path(log_id), json.dumps({"before": before}).encode(), version=version)
+            return before
+        except BadVersionError:
+            continue
+
+
+def servers(zk: KazooClient) -> dict[int, dict]:
+    """Live log servers: id -> {"addr", "pid"}."""
+    out: dict[int, dict] = {}
+    try:
+        children = zk.get_children(SERVERS)
+    except NoNodeError:
+        return out
+    for c in children:
+        try:
+            data, _ = zk.get(f"{SERVERS}/{c}")
+        except NoNodeError:
+            continue
+        out[int(c)] = json.loads(data)
+    return out

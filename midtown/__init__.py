@@ -1,0 +1,1 @@
+"""Midtown: the Python SDK and the `midtown` command."""

@@ -1,0 +1,298 @@
+"""The `midtown` command.
+
+Every command finds its cluster through --dir DIR (a local cluster), --zk HOST:PORT, or the
+MIDTOWN_ZK environment variable; with none of them, ./run/local (the `make run` cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from midtown.output import emit
+
+DEFAULT_DIR = Path("run/local")
+
+
+class CliError(Exception):
+    pass
+
+
+def _zk_hosts(a: argparse.Namespace) -> str:
+    from midtown.cluster import Cluster, ClusterError
+
+    if getattr(a, "zk", None):
+        return str(a.zk)
+    if getattr(a, "dir", None):
+        try:
+            return Cluster.load(Path(a.dir)).zk_hosts
+        except ClusterError as e:
+            raise CliError(str(e)) from None
+    if os.environ.get("MIDTOWN_ZK"):
+        return os.environ["MIDTOWN_ZK"]
+    if (DEFAULT_DIR / "cluster.json").exists():
+        return Cluster.load(DEFAULT_DIR).zk_hosts
+    raise CliError("no cluster named: give --dir DIR, --zk HOST:PORT, or set MIDTOWN_ZK")
+
+
+def _log_client(a: argparse.Namespace) -> Any:
+    from log.client import LogClient
+
+    try:
+        return LogClient(_zk_hosts(a))
+    except CliError:
+        raise
+    except Exception as e:  # kazoo's timeout when nothing listens
+        raise CliError(f"cannot reach ZooKeeper at {_zk_hosts(a)}: {e}") from None
+
+
+# ---------------------------------------------------------------- cluster
+def cmd_cluster_up(a: argparse.Namespace) -> int:
+    from midtown.cluster import Cluster, ClusterError
+
+    d = Path(a.dir)
+    try:
+        c = Cluster.load(d) if (d / "cluster.json").exists() else Cluster(d, logs=a.logs)
+    except ClusterError as e:
+        raise CliError(str(e)) from None
+    t0 = time.monotonic()
+    try:
+        c.start(progress=not a.json)
+    except ClusterError as e:
+        c.stop()
+        raise CliError(str(e)) from None
+    rows = c.status()
+    if a.json:
+        emit({"dir": str(d), "zk": c.zk_hosts, "processes": rows}, True)
+    else:
+        print(f"cluster up in {time.monotonic() - t0:.1f}s, data in {d}")
+        emit(rows, False, ["name", "addr", "pid", "state"])
+        print(f"\nZooKeeper: {c.zk_hosts}   (other terminals: export MIDTOWN_ZK={c.zk_hosts})")
+    if a.detach:
+        return 0
+    print("running in the foreground; Ctrl-C stops everything", flush=True)
+    stop = {"now": False}
+
+    def handler(*_: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    reported: set[str] = set()
+    while not stop["now"]:
+        time.sleep(0.5)
+        for p in c.procs.values():
+            if not p.alive() and p.name not in reported:
+                reported.add(p.name)
+                print(f"{p.name} (pid {p.pid}) exited; see {d / 'logs' / (p.name + '.log')}",
+                      flush=True)
+    print("stopping...", flush=True)
+    c.stop()
+    print("stopped", flush=True)
+    return 0
+
+
+def cmd_cluster_down(a: argparse.Namespace) -> int:
+    from midtown.cluster import Cluster, ClusterError
+
+    try:
+        c = Cluster.load(Path(a.dir))
+    except ClusterError as e:
+        raise CliError(str(e)) from None
+    c.stop()
+    emit(c.status(), a.json, ["name", "addr", "state"])
+    return 0
+
+
+def cmd_cluster_status(a: argparse.Namespace) -> int:
+    from midtown.cluster import Cluster, ClusterError
+
+    try:
+        c = Cluster.load(Path(a.dir))
+    except ClusterError as e:
+        raise CliError(str(e)) from None
+    emit(c.status(), a.json, ["name", "kind", "addr", "pid", "state"])
+    return 0
+
+
+# ---------------------------------------------------------------- log
+def _payload(s: str, encoding: str) -> bytes:
+    if encoding == "base64":
+        try:
+            return base64.b64decode(s, validate=True)
+        except ValueError:
+            raise CliError(f"DATA: {s!r} is not valid base64") from None
+    return s.encode()
+
+
+def _show_payload(b: bytes) -> str:
+    try:
+        s = b.decode()
+        if s.isprintable():
+            return s
+    except UnicodeDecodeError:
+        pass
+    return "base64:" + base64.b64encode(b).decode()
+
+
+def cmd_log_append(a: argparse.Namespace) -> int:
+    from log.entry import validate_batch
+
+    payloads = [_payload(x, a.encoding) for x in a.data]
+    try:
+        validate_batch(payloads)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    with _log_client(a) as c:
+        r = c.append(a.log, payloads, timeout_s=a.timeout)
+    emit({"log": a.log, "first_position": r.first_position, "count": r.count,
+          "timestamp_ms": r.timestamp_ms, "epoch": r.epoch}, a.json)
+    return 0
+
+
+def cmd_log_read(a: argparse.Namespace) -> int:
+    with _log_client(a) as c:
+        rows = []
+        for e in c.read(a.log, a.from_, follow=a.follow, max_entries=a.max, server=a.server):
+            row = {"position": e.position, "timestamp_ms": e.timestamp_ms, "epoch": e.epoch,
+                   "payload": _show_payload(e.payload)}
+            if a.follow:  # stream as they come
+                if a.json:
+                    emit(row, True)
+                else:
+                    print(f"{e.position}\t{e.timestamp_ms}\t{e.epoch}\t{row['payload']}", flush=True)
+            else:
+                rows.append(row)
+        if not a.follow:
+            emit(rows, a.json, ["position", "timestamp_ms", "epoch", "payload"])
+    return 0
+
+
+def cmd_log_status(a: argparse.Namespace) -> int:
+    with _log_client(a) as c:
+        rows = c.status()
+    if a.json:
+        emit(rows, True)
+    else:
+        emit([{**r, "replicas": {f"s{k}": v for k, v in sorted(r["replicas"].items())}}
+              for r in rows], False, ["log", "writer", "epoch", "first", "last", "replicas"])
+    return 0
+
+
+def cmd_log_truncate(a: argparse.Namespace) -> int:
+    with _log_client(a) as c:
+        first = c.truncate(a.log, a.before)
+    emit({"log": a.log, "first_position": first}, a.json)
+    return 0
+
+
+def cmd_bench_log(a: argparse.Namespace) -> int:
+    from midtown.bench_log import run as bench
+
+    return bench(a)
+
+
+# ---------------------------------------------------------------- parser
+def _nonneg(name: str):  # type: ignore[no-untyped-def]
+    def conv(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {s!r}") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be >= 0, got {v}")
+        return v
+    return conv
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="midtown", description="Midtown key-value store")
+    sub = p.add_subparsers(dest="group", required=True)
+
+    def common(sp: argparse.ArgumentParser, dir_required: bool = False) -> None:
+        sp.add_argument("--dir", required=dir_required, help="a local cluster's directory")
+        sp.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
+        sp.add_argument("--json", action="store_true", help="print JSON")
+
+    cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster")
+    cls = cl.add_subparsers(dest="cmd", required=True)
+    up = cls.add_parser("up", help="start ZooKeeper and the log servers")
+    up.add_argument("--dir", default=str(DEFAULT_DIR))
+    up.add_argument("--detach", action="store_true", help="return once ready")
+    up.add_argument("--json", action="store_true")
+    up.add_argument("--logs", type=_nonneg("--logs"), default=16, help="logs (new cluster only)")
+    up.set_defaults(fn=cmd_cluster_up)
+    down = cls.add_parser("down", help="stop a local cluster")
+    down.add_argument("--dir", default=str(DEFAULT_DIR))
+    down.add_argument("--json", action="store_true")
+    down.set_defaults(fn=cmd_cluster_down)
+    st = cls.add_parser("status", help="processes of a local cluster")
+    st.add_argument("--dir", default=str(DEFAULT_DIR))
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(fn=cmd_cluster_status)
+
+    lg = sub.add_parser("log", help="operate the replicated logs")
+    lgs = lg.add_subparsers(dest="cmd", required=True)
+    ap = lgs.add_parser("append", help="append entries to a log")
+    ap.add_argument("log", type=_nonneg("LOG"))
+    ap.add_argument("data", nargs="+", metavar="DATA")
+    ap.add_argument("--encoding", choices=["utf8", "base64"], default="utf8")
+    ap.add_argument("--timeout", type=float, default=30.0)
+    common(ap)
+    ap.set_defaults(fn=cmd_log_append)
+    rd = lgs.add_parser("read", help="read committed entries")
+    rd.add_argument("log", type=_nonneg("LOG"))
+    rd.add_argument("--from", dest="from_", type=_nonneg("--from"), default=0)
+    rd.add_argument("--follow", action="store_true", help="keep reading new entries")
+    rd.add_argument("--max", type=_nonneg("--max"), default=0, help="stop after N entries")
+    rd.add_argument("--server", help="read from this log server (HOST:PORT)")
+    common(rd)
+    rd.set_defaults(fn=cmd_log_read)
+    ls = lgs.add_parser("status", help="writer, epoch, positions and replicas of every log")
+    common(ls)
+    ls.set_defaults(fn=cmd_log_status)
+    tr = lgs.add_parser("truncate", help="remove a log's prefix")
+    tr.add_argument("log", type=_nonneg("LOG"))
+    tr.add_argument("--before", type=_nonneg("--before"), required=True)
+    common(tr)
+    tr.set_defaults(fn=cmd_log_truncate)
+
+    bn = sub.add_parser("bench", help="benchmarks")
+    bns = bn.add_subparsers(dest="cmd", required=True)
+    bl = bns.add_parser("log", help="append throughput, latency and failover time")
+    bl.add_argument("--seconds", type=float, default=5.0, help="per workload")
+    bl.add_argument("--dir", help="benchmark this running cluster instead of a fresh one")
+    bl.add_argument("--no-failover", action="store_true")
+    bl.add_argument("--json", action="store_true")
+    bl.set_defaults(fn=cmd_bench_log)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    import logging
+
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # reconnect chatter on exit
+    from log.client import LogError
+
+    try:
+        return int(a.fn(a))
+    except CliError as e:
+        print(f"midtown: {e}", file=sys.stderr)
+        return 2
+    except LogError as e:
+        print(f"midtown: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

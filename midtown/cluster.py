@@ -1,0 +1,227 @@
+"""A local cluster on loopback: ZooKeeper and three log servers, their data under one
+directory, their ports and process ids in DIR/cluster.json.
+
+Used by `midtown cluster up|down|status`, `make run`, the benchmarks and the integration
+tests (which kill and restart its processes for real)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from log import limits
+from log import zk as zkpaths
+from midtown.ports import free_ports
+from midtown.zookeeper import ZooKeeper, is_ok
+
+LOG_SERVERS = 3
+STATE = "cluster.json"
+
+
+class ClusterError(Exception):
+    pass
+
+
+@dataclass
+class Proc:
+    name: str
+    kind: str  # "zookeeper" | "log-server"
+    port: int
+    pid: int = 0
+    server_id: int = -1
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.pid > 0 and pid_alive(self.pid)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@dataclass
+class Cluster:
+    dir: Path
+    logs: int = limits.LOGS_DEFAULT
+    procs: dict[str, Proc] = field(default_factory=dict)
+    _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ state file
+    @property
+    def zk_hosts(self) -> str:
+        return self.procs["zookeeper"].addr
+
+    def log_servers(self) -> list[Proc]:
+        return [p for p in self.procs.values() if p.kind == "log-server"]
+
+    def save(self) -> None:
+        data = {
+            "logs": self.logs,
+            "zk": self.zk_hosts,
+            "processes": [p.__dict__ for p in self.procs.values()],
+        }
+        tmp = self.dir / (STATE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.dir / STATE)
+
+    @staticmethod
+    def load(dir: Path) -> Cluster:
+        path = Path(dir) / STATE
+        if not path.exists():
+            raise ClusterError(f"no cluster in {dir} (no {STATE}); start one with `midtown cluster up --dir {dir}`")
+        d = json.loads(path.read_text())
+        c = Cluster(Path(dir), logs=d["logs"])
+        for p in d["processes"]:
+            c.procs[p["name"]] = Proc(**p)
+        return c
+
+    # ------------------------------------------------------------ lifecycle
+    def _plan(self) -> None:
+        if self.procs:
+            return
+        ports = free_ports(1 + LOG_SERVERS)
+        self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", ports[0])
+        for i in range(LOG_SERVERS):
+            self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", ports[1 + i], server_id=i)
+
+    def start(self, timeout_s: float = 90.0, progress: bool = False) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self._plan()
+        running = [p.name for p in self.procs.values() if p.alive()]
+        if running:
+            raise ClusterError(f"cluster in {self.dir} is already running ({', '.join(running)}); "
+                               f"stop it with `midtown cluster down --dir {self.dir}`")
+        self.start_process("zookeeper")
+        self.save()
+        zk = zkpaths.connect(self.zk_hosts)
+        try:
+            zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.log_servers()])
+            for p in self.log_servers():
+                self.start_process(p.name)
+            self.save()
+            self.wait_ready(zk, timeout_s, progress)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def command(self, name: str) -> list[str]:
+        p = self.procs[name]
+        if p.kind == "log-server":
+            return [sys.executable, "-m", "log.server", "--id", str(p.server_id), "--port",
+                    str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name)]
+        raise ClusterError(f"no command for {name}")
+
+    def start_process(self, name: str) -> None:
+        p = self.procs[name]
+        out = open(self.dir / "logs" / f"{name}.log", "ab")
+        if p.kind == "zookeeper":
+            z = ZooKeeper(self.dir / "zk", p.port, log_path=self.dir / "logs" / "zookeeper.log")
+            z.start()
+            assert z.proc is not None
+            p.pid = z.proc.pid
+            self._popen[name] = z.proc
+            return
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.Popen(self.command(name), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        p.pid = proc.pid
+        self._popen[name] = proc
+
+    def wait_ready(self, zk: object, timeout_s: float, progress: bool = False) -> None:
+        """Until every log server is registered and every log has a writer."""
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while True:
+            regs = zkpaths.servers(zk)  # type: ignore[arg-type]
+            writers = sum(1 for i in range(self.logs) if zkpaths.read_writer(zk, i))  # type: ignore[arg-type]
+            msg = f"log servers up: {len(regs)}/{LOG_SERVERS}, logs with a writer: {writers}/{self.logs}"
+            if progress and msg != last:
+                print(msg, file=sys.stderr, flush=True)
+                last = msg
+            if len(regs) >= LOG_SERVERS and writers == self.logs:
+                return
+            for p in self.log_servers():
+                if not p.alive():
+                    raise ClusterError(f"{p.name} exited; see {self.dir / 'logs' / (p.name + '.log')}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cluster not ready after {timeout_s}s: {msg}")
+            time.sleep(0.2)
+
+    def signal(self, name: str, sig: int) -> None:
+        p = self.procs[name]
+        if p.alive():
+            os.kill(p.pid, sig)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL and reap."""
+        self.signal(name, signal.SIGKILL)
+        self.wait_exit(name)
+
+    def wait_exit(self, name: str, timeout_s: float = 15.0) -> bool:
+        p = self.procs[name]
+        proc = self._popen.get(name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc is not None:
+                if proc.poll() is not None:
+                    return True
+            elif not p.alive():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def restart(self, name: str) -> None:
+        self.wait_exit(name)
+        self.start_process(name)
+        self.save()
+
+    def stop(self) -> None:
+        """SIGTERM everything (log servers first), SIGKILL what does not exit."""
+        order = [p.name for p in self.log_servers()] + ["zookeeper"]
+        for name in order:
+            if name in self.procs:
+                self.signal(name, signal.SIGCONT)
+                self.signal(name, signal.SIGTERM)
+            if name == "zookeeper":
+                continue
+        for name in order:
+            if name in self.procs and not self.wait_exit(name, 10):
+                self.signal(name, signal.SIGKILL)
+                self.wait_exit(name, 5)
+        for p in self.procs.values():
+            p.pid = 0
+        if (self.dir / STATE).exists():
+            self.save()
+
+    def status(self) -> list[dict]:
+        rows = []
+        for p in self.procs.values():
+            up = p.alive()
+            if up and p.kind == "zookeeper":
+                up = is_ok("127.0.0.1", p.port)
+            rows.append({"name": p.name, "kind": p.kind, "addr": p.addr, "pid": p.pid or None,
+                         "state": "running" if up else "stopped"})
+        return rows

@@ -1,0 +1,102 @@
+"""Start and stop a real standalone ZooKeeper server (Debian's `zookeeper` package) on a
+loopback port, with its data in a directory of our choosing."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from log import limits
+
+CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
+MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def four_letter(host: str, port: int, cmd: bytes, timeout_s: float = 1.0) -> bytes:
+    with socket.create_connection((host, port), timeout=timeout_s) as s:
+        s.sendall(cmd)
+        chunks = []
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            chunks.append(b)
+    return b"".join(chunks)
+
+
+def is_ok(host: str, port: int) -> bool:
+    try:
+        return four_letter(host, port, b"ruok") == b"imok"
+    except OSError:
+        return False
+
+
+def config_text(data_dir: Path, port: int) -> str:
+    return "\n".join(
+        [
+            f"tickTime={limits.ZK_TICK_MS}",
+            f"dataDir={data_dir}",
+            f"clientPort={port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=srvr,ruok,mntr",
+            "maxClientCnxns=200",
+            # Sessions may be as short as 2 ticks; Midtown asks for ZK_SESSION_TIMEOUT_S.
+            f"minSessionTimeout={2 * limits.ZK_TICK_MS}",
+            "",
+        ]
+    )
+
+
+def command(config: Path) -> list[str]:
+    return ["java", "-Xmx256m", "-cp", CLASSPATH, MAIN, str(config)]
+
+
+class ZooKeeper:
+    """A ZooKeeper server process. `start()` returns once it answers `ruok`."""
+
+    def __init__(self, data_dir: Path, port: int, log_path: Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.log_path = log_path or self.data_dir / "zookeeper.out"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> ZooKeeper:
+        if not Path("/usr/share/java/zookeeper.jar").exists():
+            raise RuntimeError("ZooKeeper is not installed: run `make install` (apt-get install zookeeper)")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(config_text(self.data_dir, self.port))
+        out = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            command(cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.log_path}")
+            if is_ok("127.0.0.1", self.port):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not answer on port {self.port} within {timeout_s}s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+

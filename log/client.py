@@ -154,6 +154,7 @@ class LogClient:
                 pb.ReadRequest(log_id=log_id, from_position=from_position, follow=follow,
                                max_entries=max_entries),
                 timeout=timeout_s,
+                wait_for_ready=server is not None,  # a named server may be restarting
             ):
                 yield from resp.entries
         except grpc.RpcError as e:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("midtown.log.driver")
 
 TICK_S = 0.1
+LAC_HEARTBEAT_S = 1.0  # replicas that missed a LAC (down, paused) learn it this often
 
 
 class WriterFailed(Exception):
@@ -84,6 +85,7 @@ class WriterDriver:
         core.start(self._now_ms())
         self._flush()
         next_tick = time.monotonic() + TICK_S
+        next_heartbeat = time.monotonic() + LAC_HEARTBEAT_S
         try:
             while core.state is not State.FAILED:
                 timeout = max(0.0, next_tick - time.monotonic())
@@ -107,7 +109,10 @@ class WriterDriver:
                 if time.monotonic() >= next_tick:
                     core.tick(self._now_ms())
                     next_tick = time.monotonic() + TICK_S
-                if self.inbox.empty():
+                if time.monotonic() >= next_heartbeat:
+                    core.push_lac(force=True)
+                    next_heartbeat = time.monotonic() + LAC_HEARTBEAT_S
+                elif self.inbox.empty():
                     core.push_lac()
                 self._flush()
                 if core.lac != lac0:

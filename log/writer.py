@@ -335,10 +335,11 @@ class Writer:
                 p = self._pending.popleft()
                 self._outbox.append(Acked(p.token, p.first, p.count, p.ts, self.epoch))
 
-    def push_lac(self) -> None:
+    def push_lac(self, force: bool = False) -> None:
         """Tell the replicas the LAC promptly, so tailing readers see new entries without
-        waiting for the next append. The shell calls this when the append queue is idle."""
-        if self.state is not State.WRITING or self.lac <= self._lac_pushed:
+        waiting for the next append. The shell calls this when the append queue is idle,
+        and with `force` now and then, for replicas that missed it (down, paused)."""
+        if self.state is not State.WRITING or (self.lac <= self._lac_pushed and not force):
             return
         self._lac_pushed = self.lac
         for r in self.replicas:

@@ -52,9 +52,10 @@ class LogMetadata:
     def last_segment(self) -> Segment | None:
         return self.segments[-1] if self.segments else None
 
-    def bump(self, writer: int) -> LogMetadata:
-        """The next writer's claim: written with the version read, so exactly one wins."""
-        return replace(self, epoch=self.epoch + 1, writer=writer)
+    def bump(self, writer: int, at_least: int = 0) -> LogMetadata:
+        """The next writer's claim: written with the version read, so exactly one wins.
+        `at_least` skips past an epoch some replica was seen fenced at."""
+        return replace(self, epoch=max(self.epoch + 1, at_least), writer=writer)
 
     def seal_and_open(
         self, end: int, last_ts: int, new_epoch: int, replicas: tuple[int, ...]

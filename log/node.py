@@ -58,6 +58,7 @@ class Node:
         self.meta: dict[int, LogMetadata] = {}
         self.writers: dict[int, WriterDriver] = {}
         self.filled: dict[int, int] = {}
+        self.epoch_floor: dict[int, int] = {}  # highest fenced epoch seen per log
         self._peers: dict[int, tuple[str, Any]] = {}
         self._peer_lock = threading.Lock()
         self._stop = threading.Event()
@@ -184,6 +185,8 @@ class Node:
         d = self.writers.get(log_id)
         if d is not None and d.failed.is_set():
             del self.writers[log_id]
+            floor = max(self.epoch_floor.get(log_id, 0), d.core.highest_epoch_seen)
+            self.epoch_floor[log_id] = floor
             self._relinquish(log_id)
             backoff_until[log_id] = now + 1.0
             d = None
@@ -215,7 +218,7 @@ class Node:
         except NodeExistsError:
             return
         meta, version = zkpaths.read_metadata(self.zk, log_id)
-        new = meta.bump(self.server_id)
+        new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
         v = zkpaths.cas_metadata(self.zk, new, version)
         if v is None:
             self._relinquish(log_id)

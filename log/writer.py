@@ -105,6 +105,7 @@ class Writer:
     ack_quorum: int = limits.ACK_QUORUM
     state: State = State.FENCING
     failure: str = ""
+    highest_epoch_seen: int = 0  # from FENCED replies: the next claim must go past it
     # recovery
     _fenced: dict[int, FenceReply] = field(default_factory=dict)
     _quorum: tuple[int, ...] = ()
@@ -180,6 +181,7 @@ class Writer:
         if self.state is not State.FENCING:
             return
         if reply.result is not Result.OK:
+            self.highest_epoch_seen = max(self.highest_epoch_seen, reply.fenced_epoch)
             self.fail(f"superseded at fence (replica {replica} at epoch {reply.fenced_epoch})")
             return
         self._fenced[replica] = reply
@@ -212,6 +214,7 @@ class Writer:
         if self.state is not State.READING or replica not in self._reads:
             return
         if reply.result is not Result.OK:
+            self.highest_epoch_seen = max(self.highest_epoch_seen, reply.fenced_epoch)
             self.fail(f"superseded at read (replica {replica} at epoch {reply.fenced_epoch})")
             return
         if req.first != self._read_upto[replica] + 1 or reply.answered_last < req.first:
@@ -303,6 +306,7 @@ class Writer:
         if self.state not in (State.REPLICATING, State.WRITING) or req.epoch != self.epoch:
             return
         if reply.result is not Result.OK:
+            self.highest_epoch_seen = max(self.highest_epoch_seen, reply.fenced_epoch)
             self.fail(f"fenced (replica {replica} at epoch {reply.fenced_epoch})")
             return
         if not req.entries or self._tracker is None:

@@ -23,6 +23,9 @@ log = logging.getLogger("midtown.log.driver")
 
 TICK_S = 0.1
 LAC_HEARTBEAT_S = 1.0  # replicas that missed a LAC (down, paused) learn it this often
+# A new LAC rides on the next append; if none comes this soon, it is pushed on its own,
+# so tailing readers on other replicas see entries within about this delay.
+LAC_PUSH_DELAY_S = 0.005
 
 
 class WriterFailed(Exception):
@@ -86,9 +89,10 @@ class WriterDriver:
         self._flush()
         next_tick = time.monotonic() + TICK_S
         next_heartbeat = time.monotonic() + LAC_HEARTBEAT_S
+        lac_due = float("inf")
         try:
             while core.state is not State.FAILED:
-                timeout = max(0.0, next_tick - time.monotonic())
+                timeout = max(0.0, min(next_tick, lac_due) - time.monotonic())
                 try:
                     events = [self.inbox.get(timeout=timeout)]
                 except queue.Empty:
@@ -109,14 +113,21 @@ class WriterDriver:
                 if time.monotonic() >= next_tick:
                     core.tick(self._now_ms())
                     next_tick = time.monotonic() + TICK_S
-                if time.monotonic() >= next_heartbeat:
+                now = time.monotonic()
+                if now >= next_heartbeat:
                     core.push_lac(force=True)
-                    next_heartbeat = time.monotonic() + LAC_HEARTBEAT_S
-                elif self.inbox.empty():
+                    next_heartbeat = now + LAC_HEARTBEAT_S
+                    lac_due = float("inf")
+                elif now >= lac_due:
                     core.push_lac()
+                    lac_due = float("inf")
+                if self._waiting or core.inflight():
+                    lac_due = float("inf")  # the next AddEntries carries the LAC
                 self._flush()
                 if core.lac != lac0:
                     self.node.notify(self.log_id)
+                    if lac_due == float("inf"):
+                        lac_due = time.monotonic() + LAC_PUSH_DELAY_S
         except Exception:  # a bug: stop writing rather than risk anything
             log.exception("writer for log %d crashed", self.log_id)
             core.fail("internal error in the writer")

@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,6 +26,7 @@ from log.metadata import LogMetadata
 from log.replica import ReplicaCore
 from log.rocks_store import RocksStore
 from log.writer import Writer
+from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 
 log = logging.getLogger("midtown.log.node")
@@ -53,7 +55,9 @@ class Node:
         os.makedirs(data_dir, exist_ok=True)
         self.store = RocksStore(os.path.join(data_dir, "replica.db"))
         self.replica = ReplicaCore(server_id, self.store, self.topo.logs)
-        self.locks = [threading.Lock() for _ in range(self.topo.logs)]
+        # One lock over the replica side: every replica operation, and the group commit
+        # that makes it durable, completes before the next starts (and before any reply).
+        self.rlock = threading.Lock()
         self.conds = [threading.Condition() for _ in range(self.topo.logs)]
         self.meta: dict[int, LogMetadata] = {}
         self.writers: dict[int, WriterDriver] = {}
@@ -63,6 +67,7 @@ class Node:
         self._peer_lock = threading.Lock()
         self._stop = threading.Event()
         self._watches: list[Any] = []
+        self._outlets: dict[int, Outlet] = {}
 
     # ------------------------------------------------------------ start/stop
     def _wait_topology(self) -> zkpaths.Topology:
@@ -147,7 +152,7 @@ class Node:
             if not data:
                 return
             before = int(json.loads(data)["before"])
-            with self.locks[log_id]:
+            with self.rlock:
                 self.replica.truncate(log_id, before)
             self.filled[log_id] = max(self.filled.get(log_id, -1), before - 1)
             self.notify(log_id)
@@ -232,16 +237,23 @@ class Node:
 
     # ------------------------------------------------------------ replica side
     def local(self, msg: Any) -> Any:
-        with self.locks[msg.log_id] if 0 <= msg.log_id < self.topo.logs else _NULL:
-            if isinstance(msg, Fence):
-                return self.replica.on_fence(msg)
-            if isinstance(msg, AddEntries):
-                rep = self.replica.on_add(msg)
-            else:
-                return self.replica.on_read_range(msg)
-        if msg.lac >= 0 and rep.result is Result.OK:
-            self.notify(msg.log_id)
-        return rep
+        return self.local_batch([msg])[0]
+
+    def local_batch(self, msgs: list[Any]) -> list[Any]:
+        """Handle replica requests (any logs) with one synced write for all of them."""
+        replies: list[Any] = []
+        with self.rlock, self.store.group():
+            for msg in msgs:
+                if isinstance(msg, Fence):
+                    replies.append(self.replica.on_fence(msg))
+                elif isinstance(msg, AddEntries):
+                    replies.append(self.replica.on_add(msg))
+                else:
+                    replies.append(self.replica.on_read_range(msg))
+        for msg, rep in zip(msgs, replies):
+            if isinstance(msg, AddEntries) and msg.lac >= 0 and rep.result is Result.OK:
+                self.notify(msg.log_id)
+        return replies
 
     def notify(self, log_id: int) -> None:
         c = self.conds[log_id]
@@ -270,7 +282,17 @@ class Node:
 
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:
         """Deliver a writer's message to a replica (ourselves included); the reply goes
-        back into the writer's inbox. A lost message is resent by the writer's tick."""
+        back into the writer's inbox. A lost message is resent by the writer's tick.
+        AddEntries travel through the destination's outlet, batched with other logs'."""
+        if isinstance(msg, AddEntries):
+            outlet = self._outlets.get(to)
+            if outlet is None:
+                with self._peer_lock:
+                    outlet = self._outlets.get(to)
+                    if outlet is None:
+                        outlet = self._outlets[to] = Outlet(self, to)
+            outlet.put(driver, msg)
+            return
         if to == self.server_id:
             _POOL.submit(lambda: driver.reply(to, msg, self.local(msg)))
             return
@@ -279,8 +301,6 @@ class Node:
             return
         if isinstance(msg, Fence):
             call, req, conv = stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
-        elif isinstance(msg, AddEntries):
-            call, req, conv = stub.AddEntries, codec.add_to_pb(msg), codec.add_reply_from_pb
         else:
             call, req, conv = stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
         fut = call.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S)
@@ -295,6 +315,21 @@ class Node:
             driver.reply(to, msg, rep)
 
         fut.add_done_callback(done)
+
+    def replicate_remote(self, to: int, msgs: list[AddEntries]) -> list[Any] | None:
+        stub = self.peer(to)
+        if stub is None:
+            return None
+        try:
+            rep = stub.Replicate(
+                pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]),
+                timeout=limits.REPLICA_RPC_TIMEOUT_S,
+            )
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                self.forget_peer(to)
+            return None
+        return [codec.add_reply_from_pb(r) for r in rep.responses]
 
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None:
         if isinstance(req, Fence):
@@ -363,7 +398,7 @@ class Node:
                 if e.position in want:
                     found[e.position] = e
         if found:
-            with self.locks[log_id]:
+            with self.rlock:
                 self.replica.fill(log_id, list(found.values()))
         return list(found.values())
 
@@ -384,13 +419,52 @@ class Node:
                     log.debug("catch-up of log %d: %s", log_id, e)
 
 
-class _Null:
-    def __enter__(self) -> None:
-        return None
+class Outlet:
+    """Messages to one replica: whatever queues while a call is in flight goes in the next
+    call, so one RPC and one synced write carry many appends of many logs."""
 
-    def __exit__(self, *a: Any) -> None:
-        return None
+    def __init__(self, node: Node, to: int) -> None:
+        self.node = node
+        self.to = to
+        self._q: deque[tuple[WriterDriver, AddEntries]] = deque()
+        self._cv = threading.Condition()
+        threading.Thread(target=self._run, name=f"outlet-{to}", daemon=True).start()
 
+    def put(self, driver: WriterDriver, msg: AddEntries) -> None:
+        with self._cv:
+            self._q.append((driver, msg))
+            self._cv.notify()
 
-_NULL = _Null()
+    def _take(self) -> list[tuple[WriterDriver, AddEntries]]:
+        with self._cv:
+            while not self._q:
+                self._cv.wait(1.0)
+                if self.node._stop.is_set():
+                    return []
+            items: list[tuple[WriterDriver, AddEntries]] = []
+            n = 0
+            while self._q and (not items or n + len(self._q[0][1].entries) <= limits.MESSAGE_ENTRIES_MAX * 4):
+                item = self._q.popleft()
+                n += len(item[1].entries)
+                items.append(item)
+            return items
+
+    def _run(self) -> None:
+        while not self.node._stop.is_set():
+            items = self._take()
+            if not items:
+                continue
+            msgs = [m for _, m in items]
+            try:
+                if self.to == self.node.server_id:
+                    replies: list[Any] | None = self.node.local_batch(msgs)
+                else:
+                    replies = self.node.replicate_remote(self.to, msgs)
+            except Exception:
+                log.exception("replicating to %d", self.to)
+                replies = None
+            if replies is None:
+                continue  # lost: the writers resend on their tick
+            for (driver, msg), rep in zip(items, replies):
+                driver.reply(self.to, msg, rep)
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="local-replica")

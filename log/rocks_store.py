@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
@@ -33,12 +35,27 @@ class RocksStore:
         self.db = Rdict(path, opts)
         self._sync = WriteOptions()
         self._sync.sync = True
+        self._group: WriteBatch | None = None
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """Commits inside the block go into one write batch, synced once at the end: the
+        caller must not reply to anyone before the block has exited."""
+        assert self._group is None, "groups do not nest"
+        self._group = WriteBatch(raw_mode=True)
+        try:
+            yield
+            wb, self._group = self._group, None
+            if not wb.is_empty():
+                self.db.write(wb, self._sync)
+        finally:
+            self._group = None
 
     def close(self) -> None:
         self.db.close()
 
     def commit(self, batch: Batch) -> None:
-        wb = WriteBatch(raw_mode=True)
+        wb = self._group if self._group is not None else WriteBatch(raw_mode=True)
         if batch.delete_below is not None:
             # Entries are keyed by segment first: delete every segment's prefix below.
             meta = batch.meta
@@ -60,7 +77,8 @@ class RocksStore:
                     }
                 ).encode(),
             )
-        self.db.write(wb, self._sync)
+        if self._group is None:
+            self.db.write(wb, self._sync)
 
     def get(self, log_id: int, segment_epoch: int, position: int) -> Entry | None:
         v = self.db.get(_ekey(log_id, segment_epoch, position))

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Self
 
 import grpc
 from kazoo.client import KazooClient
@@ -62,7 +63,7 @@ class LogClient:
             self.zk.stop()
             self.zk.close()
 
-    def __enter__(self) -> LogClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *a: object) -> None:
@@ -187,7 +188,7 @@ class LogClient:
                 "first": 0, "last": -1, "replicas": {},
                 "segments": len(meta.segments),
             }
-        for sid, addr in sorted(self.servers().items()):
+        for _sid, addr in sorted(self.servers().items()):
             try:
                 st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
             except grpc.RpcError:

@@ -35,7 +35,7 @@ def fence_from_pb(m: pb.FenceRequest) -> Fence:
 
 def fence_reply_to_pb(r: FenceReply) -> pb.FenceResponse:
     return pb.FenceResponse(
-        result=r.result.value, fenced_epoch=r.fenced_epoch, lac=r.lac, last=r.last,
+        result=r.result.name, fenced_epoch=r.fenced_epoch, lac=r.lac, last=r.last,
         first=r.first, first_ts=r.first_ts,
     )
 
@@ -60,7 +60,7 @@ def add_from_pb(m: pb.AddEntriesRequest) -> AddEntries:
 
 
 def add_reply_to_pb(r: AddReply) -> pb.AddEntriesResponse:
-    return pb.AddEntriesResponse(result=r.result.value, fenced_epoch=r.fenced_epoch)
+    return pb.AddEntriesResponse(result=r.result.name, fenced_epoch=r.fenced_epoch)
 
 
 def add_reply_from_pb(m: pb.AddEntriesResponse) -> AddReply:
@@ -79,7 +79,7 @@ def read_from_pb(m: pb.ReadRangeRequest) -> ReadRange:
 
 def read_reply_to_pb(r: ReadRangeReply) -> pb.ReadRangeResponse:
     return pb.ReadRangeResponse(
-        result=r.result.value, fenced_epoch=r.fenced_epoch,
+        result=r.result.name, fenced_epoch=r.fenced_epoch,
         entries=[entry_to_pb(e) for e in r.entries], answered_last=r.answered_last,
     )
 

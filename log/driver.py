@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from log import limits
-from log.writer import Acked, Failed, Send, State, Writer, WriteMetadata
+from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
 
 if TYPE_CHECKING:
     from log.node import Node

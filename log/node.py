@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -299,6 +300,7 @@ class Node:
         stub = self.peer(to)
         if stub is None:
             return
+        conv: Callable[[Any], Any]
         if isinstance(msg, Fence):
             call, req, conv = stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
         else:
@@ -378,7 +380,8 @@ class Node:
             p = seg_hi + 1
         return out
 
-    def _fetch(self, log_id: int, seg_epoch: int, missing: list[int], replicas: tuple[int, ...]) -> list[Entry]:
+    def _fetch(self, log_id: int, seg_epoch: int, missing: list[int],
+               replicas: tuple[int, ...]) -> list[Entry]:
         found: dict[int, Entry] = {}
         for r in replicas:
             if r == self.server_id or len(found) == len(missing):

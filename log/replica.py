@@ -30,6 +30,16 @@ class ReplicaCore:
         raised = adm.admitted and adm.fenced_epoch > meta.fenced_epoch
         return meta, adm, raised
 
+    def _admit_and_persist(self, log_id: int, epoch: int) -> tuple[ReplicaLogMeta, fencing.Admission]:
+        """Admit, and make a raised fence durable before the caller replies."""
+        meta, adm, raised = self._admit(log_id, epoch)
+        if raised:
+            new = meta.copy()
+            new.fenced_epoch = adm.fenced_epoch
+            self.store.commit(Batch(log_id, meta=new))
+            self.logs[log_id] = meta = new
+        return meta, adm
+
     # The simulation's broken variant overrides this to prove the checker catches it.
     def _fence_rule(self, epoch: int, fenced_epoch: int) -> fencing.Admission:
         return fencing.admit(epoch, fenced_epoch)
@@ -40,14 +50,9 @@ class ReplicaCore:
     def on_fence(self, req: Fence) -> FenceReply:
         if not self.known(req.log_id):
             return FenceReply(Result.UNKNOWN_LOG, 0)
-        meta, adm, raised = self._admit(req.log_id, req.epoch)
+        meta, adm = self._admit_and_persist(req.log_id, req.epoch)
         if not adm.admitted:
             return FenceReply(Result.FENCED, meta.fenced_epoch)
-        if raised:
-            new = meta.copy()
-            new.fenced_epoch = adm.fenced_epoch
-            self.store.commit(Batch(req.log_id, meta=new))  # durable before the reply
-            self.logs[req.log_id] = meta = new
         seg = meta.segments.get(req.segment_epoch, SegmentMeta())
         return FenceReply(
             Result.OK, meta.fenced_epoch, lac=seg.lac, last=seg.last,
@@ -84,14 +89,9 @@ class ReplicaCore:
             return ReadRangeReply(Result.UNKNOWN_LOG, 0)
         meta = self.logs.setdefault(req.log_id, ReplicaLogMeta())
         if req.epoch:
-            meta, adm, raised = self._admit(req.log_id, req.epoch)
+            meta, adm = self._admit_and_persist(req.log_id, req.epoch)
             if not adm.admitted:
                 return ReadRangeReply(Result.FENCED, meta.fenced_epoch)
-            if raised:
-                new = meta.copy()
-                new.fenced_epoch = adm.fenced_epoch
-                self.store.commit(Batch(req.log_id, meta=new))
-                self.logs[req.log_id] = meta = new
         last = min(req.last, req.first + limits.MESSAGE_ENTRIES_MAX - 1)
         entries = self.store.range(req.log_id, req.segment_epoch, req.first, last)
         return ReadRangeReply(Result.OK, meta.fenced_epoch, tuple(entries), answered_last=last)

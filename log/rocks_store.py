@@ -92,15 +92,17 @@ class RocksStore:
             return out
         end = _ekey(log_id, segment_epoch, last)
         for k, v in self.db.items(from_key=_ekey(log_id, segment_epoch, first)):
+            assert isinstance(k, bytes) and isinstance(v, bytes)
             if k > end:
                 break
-            _, lg, seg, pos = _E.unpack(k)
+            _, _lg, seg, pos = _E.unpack(k)
             out.append(Entry(pos, seg, _TS.unpack_from(v)[0], bytes(v[8:])))
         return out
 
     def load(self) -> dict[int, ReplicaLogMeta]:
         out: dict[int, ReplicaLogMeta] = {}
         for k, v in self.db.items(from_key=b"M"):
+            assert isinstance(k, bytes) and isinstance(v, bytes)
             if not k.startswith(b"M"):
                 break
             _, log_id = _M.unpack(k)

@@ -177,37 +177,30 @@ class Services:
 
     # ---------------------------------------------------------------- Replica
     def fence(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.FenceResponse:
-        req = _parse(pb.FenceRequest, raw, ctx)
-        try:
-            msg = codec.fence_from_pb(req)
-        except ValueError as e:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        msg = _convert(codec.fence_from_pb, _parse(pb.FenceRequest, raw, ctx), ctx)
         return codec.fence_reply_to_pb(self.node.local(msg))
 
     def add_entries(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.AddEntriesResponse:
-        req = _parse(pb.AddEntriesRequest, raw, ctx)
-        try:
-            msg = codec.add_from_pb(req)
-        except ValueError as e:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        msg = _convert(codec.add_from_pb, _parse(pb.AddEntriesRequest, raw, ctx), ctx)
         return codec.add_reply_to_pb(self.node.local(msg))
 
     def replicate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReplicateResponse:
         req = _parse(pb.ReplicateRequest, raw, ctx)
-        try:
-            msgs = [codec.add_from_pb(r) for r in req.requests]
-        except ValueError as e:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"requests[]: {e}")
+        msgs = [_convert(codec.add_from_pb, r, ctx, "requests[]: ") for r in req.requests]
         replies = self.node.local_batch(msgs)
         return pb.ReplicateResponse(responses=[codec.add_reply_to_pb(r) for r in replies])
 
     def read_range(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
-        req = _parse(pb.ReadRangeRequest, raw, ctx)
-        try:
-            msg = codec.read_from_pb(req)
-        except ValueError as e:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        msg = _convert(codec.read_from_pb, _parse(pb.ReadRangeRequest, raw, ctx), ctx)
         return codec.read_reply_to_pb(self.node.local(msg))
+
+
+def _convert(fn: Callable[[Any], Any], req: Any, ctx: grpc.ServicerContext, prefix: str = "") -> Any:
+    """Protobuf to core message; a value the core refuses is INVALID_ARGUMENT."""
+    try:
+        return fn(req)
+    except ValueError as e:
+        ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{prefix}{e}")
 
 
 def _raw(b: bytes) -> bytes:

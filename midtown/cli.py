@@ -97,25 +97,24 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_cluster_down(a: argparse.Namespace) -> int:
+def _load_cluster(d: str) -> Any:
     from midtown.cluster import Cluster, ClusterError
 
     try:
-        c = Cluster.load(Path(a.dir))
+        return Cluster.load(Path(d))
     except ClusterError as e:
         raise CliError(str(e)) from None
+
+
+def cmd_cluster_down(a: argparse.Namespace) -> int:
+    c = _load_cluster(a.dir)
     c.stop()
     emit(c.status(), a.json, ["name", "addr", "state"])
     return 0
 
 
 def cmd_cluster_status(a: argparse.Namespace) -> int:
-    from midtown.cluster import Cluster, ClusterError
-
-    try:
-        c = Cluster.load(Path(a.dir))
-    except ClusterError as e:
-        raise CliError(str(e)) from None
+    c = _load_cluster(a.dir)
     emit(c.status(), a.json, ["name", "kind", "addr", "pid", "state"])
     return 0
 

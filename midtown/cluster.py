@@ -88,7 +88,9 @@ class Cluster:
     def load(dir: Path) -> Cluster:
         path = Path(dir) / STATE
         if not path.exists():
-            raise ClusterError(f"no cluster in {dir} (no {STATE}); start one with `midtown cluster up --dir {dir}`")
+            raise ClusterError(
+                f"no cluster in {dir} (no {STATE}); start one with `midtown cluster up --dir {dir}`"
+            )
         d = json.loads(path.read_text())
         c = Cluster(Path(dir), logs=d["logs"])
         for p in d["processes"]:

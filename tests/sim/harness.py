@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from log import reading
 from log.entry import Entry
@@ -18,7 +19,7 @@ from log.messages import AddEntries, Fence, ReadRange
 from log.metadata import LogMetadata
 from log.replica import ReplicaCore
 from log.store import MemStore
-from log.writer import Acked, Failed, Send, State, Writer, WriteMetadata
+from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
 
 LOG = 0
 SERVERS = (0, 1, 2)
@@ -305,7 +306,7 @@ class Sim:
             self.elect()
             if self.writers:
                 break
-        (wid, w), = self.writers.items()
+        (_wid, w), = self.writers.items()
         for _ in range(10_000):
             if w.state is State.WRITING and not self.acks_pending(w):
                 break

@@ -1,0 +1,5 @@
+import sys
+
+from midtown.cli import main
+
+sys.exit(main())

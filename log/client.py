@@ -148,8 +148,10 @@ class LogClient:
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
              max_entries: int = 0, server: str | None = None,
              timeout_s: float | None = None) -> Iterator[pb.Entry]:
-        """Committed entries from `from_position`, from one replica (any, by default)."""
-        addr = server or self._any_server()
+        """Committed entries from `from_position`, from one replica: the log's writer by
+        default (it knows the commit point first), or the server named."""
+        self.check_log(log_id)
+        addr = server or self.writer_addr(log_id, refresh=True) or self._any_server()
         try:
             for resp in self.stub(addr).Read(
                 pb.ReadRequest(log_id=log_id, from_position=from_position, follow=follow,

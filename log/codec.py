@@ -81,10 +81,12 @@ def read_reply_to_pb(r: ReadRangeReply) -> pb.ReadRangeResponse:
     return pb.ReadRangeResponse(
         result=r.result.name, fenced_epoch=r.fenced_epoch,
         entries=[entry_to_pb(e) for e in r.entries], answered_last=r.answered_last,
+        trunc_first=r.trunc_first, trunc_ts=r.trunc_ts,
     )
 
 
 def read_reply_from_pb(m: pb.ReadRangeResponse) -> ReadRangeReply:
     return ReadRangeReply(
-        Result(m.result), m.fenced_epoch, tuple(entry_from_pb(e) for e in m.entries), m.answered_last
+        Result(m.result), m.fenced_epoch, tuple(entry_from_pb(e) for e in m.entries),
+        m.answered_last, m.trunc_first, m.trunc_ts,
     )

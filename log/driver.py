@@ -183,6 +183,8 @@ class WriterDriver:
                 elif isinstance(o, WriteMetadata):
                     ok, v = self.node.write_metadata(o.metadata, o.expected_version)
                     self.core.on_metadata_written(ok, v)
+                    if self.core.state is State.WRITING:
+                        self.node.announce_writer(self.log_id, self.core.epoch)
                 elif isinstance(o, Acked):
                     self._done(o.token)
                     if not self.node.zk_ok():

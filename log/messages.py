@@ -77,6 +77,9 @@ class ReadRangeReply:
     # The replica answered for [first, answered_last]: positions there that are not in
     # `entries` are absent from it. It may answer a shorter range than asked (paging).
     answered_last: int = NONE
+    # Its truncation point now: positions below it are committed (and may be gone).
+    trunc_first: int = 0
+    trunc_ts: int = 0
 
 
 Request = Fence | AddEntries | ReadRange

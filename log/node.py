@@ -217,8 +217,16 @@ class Node:
         except NoNodeError:
             pass
 
+    def announce_writer(self, log_id: int, epoch: int) -> None:
+        """Recovery is over: say so in the writer node (readiness, `log status`)."""
+        body = {"server": self.server_id, "addr": self.addr, "epoch": epoch, "state": "writing"}
+        try:
+            self.zk.set(zkpaths.writer_path(log_id), json.dumps(body).encode())
+        except Exception as e:  # the session is going away: the election loop cleans up
+            log.warning("announcing writer of log %d: %s", log_id, e)
+
     def _claim(self, log_id: int) -> None:
-        body = {"server": self.server_id, "addr": self.addr}
+        body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}
         try:
             self.zk.create(zkpaths.writer_path(log_id), json.dumps(body).encode(), ephemeral=True)
         except NodeExistsError:

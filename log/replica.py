@@ -94,7 +94,8 @@ class ReplicaCore:
                 return ReadRangeReply(Result.FENCED, meta.fenced_epoch)
         last = min(req.last, req.first + limits.MESSAGE_ENTRIES_MAX - 1)
         entries = self.store.range(req.log_id, req.segment_epoch, req.first, last)
-        return ReadRangeReply(Result.OK, meta.fenced_epoch, tuple(entries), answered_last=last)
+        return ReadRangeReply(Result.OK, meta.fenced_epoch, tuple(entries), answered_last=last,
+                              trunc_first=meta.first, trunc_ts=meta.first_ts)
 
     def truncate(self, log_id: int, before: int) -> None:
         """Drop every entry below `before` (the caller checked it is committed)."""

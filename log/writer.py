@@ -10,7 +10,7 @@ States and their transitions live in one table, TRANSITIONS."""
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -222,6 +222,11 @@ class Writer:
         for e in reply.entries:
             if req.first <= e.position <= reply.answered_last:
                 self._reads[replica][e.position] = e
+        # A truncation may have happened since the fence: what it removed was committed.
+        f = self._fenced[replica]
+        if reply.trunc_first > f.first:
+            self._fenced[replica] = replace(f, first=reply.trunc_first,
+                                            first_ts=max(f.first_ts, reply.trunc_ts))
         self._read_upto[replica] = reply.answered_last
         self._request_read(replica)
         if all(self._read_upto[r] >= self._range[1] for r in self._quorum):

@@ -112,6 +112,20 @@ def read_writer(zk: KazooClient, log_id: int) -> dict | None:
     return json.loads(data)  # type: ignore[no-any-return]
 
 
+def writer_is_live(zk: KazooClient, log_id: int) -> bool:
+    """The log has a writer that finished recovery and whose node belongs to the live
+    session of a registered server (not a leftover of a server that died)."""
+    try:
+        data, stat = zk.get(writer_path(log_id))
+        w = json.loads(data)
+        if w.get("state") != "writing":
+            return False
+        _, reg = zk.get(f"{SERVERS}/{w['server']}")
+    except NoNodeError:
+        return False
+    return bool(stat.ephemeralOwner == reg.ephemeralOwner)
+
+
 def read_truncation(zk: KazooClient, log_id: int) -> tuple[int, int]:
     data, stat = zk.get(truncate_path(log_id))
     return int(json.loads(data)["before"]), stat.version

@@ -158,7 +158,7 @@ class Cluster:
         last = ""
         while True:
             regs = zkpaths.servers(zk)  # type: ignore[arg-type]
-            writers = sum(1 for i in range(self.logs) if zkpaths.read_writer(zk, i))  # type: ignore[arg-type]
+            writers = sum(1 for i in range(self.logs) if zkpaths.writer_is_live(zk, i))  # type: ignore[arg-type]
             msg = f"log servers up: {len(regs)}/{LOG_SERVERS}, logs with a writer: {writers}/{self.logs}"
             if progress and msg != last:
                 print(msg, file=sys.stderr, flush=True)
@@ -202,17 +202,17 @@ class Cluster:
 
     def stop(self) -> None:
         """SIGTERM everything (log servers first), SIGKILL what does not exit."""
-        order = [p.name for p in self.log_servers()] + ["zookeeper"]
-        for name in order:
-            if name in self.procs:
-                self.signal(name, signal.SIGCONT)
-                self.signal(name, signal.SIGTERM)
-            if name == "zookeeper":
-                continue
-        for name in order:
-            if name in self.procs and not self.wait_exit(name, 10):
-                self.signal(name, signal.SIGKILL)
-                self.wait_exit(name, 5)
+        # Log servers first, while ZooKeeper still runs: they close their sessions, so
+        # their ephemeral nodes do not outlive them.
+        for group in ([p.name for p in self.log_servers()], ["zookeeper"]):
+            for name in group:
+                if name in self.procs:
+                    self.signal(name, signal.SIGCONT)
+                    self.signal(name, signal.SIGTERM)
+            for name in group:
+                if name in self.procs and not self.wait_exit(name, 10):
+                    self.signal(name, signal.SIGKILL)
+                    self.wait_exit(name, 5)
         for p in self.procs.values():
             p.pid = 0
         if (self.dir / STATE).exists():

@@ -233,14 +233,16 @@ def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
     return [log_service, replica_service]
 
 
-def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "127.0.0.1") -> None:
-    addr = f"{host}:{port}"
+def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "127.0.0.1",
+          advertise: str | None = None) -> None:
+    listen = f"{host}:{port}"
+    addr = advertise or listen
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=2000)
     node = Node(server_id, addr, zk_hosts, data_dir)
     server.add_generic_rpc_handlers(_handlers(Services(node)))
-    if server.add_insecure_port(addr) == 0:
-        raise SystemExit(f"cannot listen on {addr}")
+    if server.add_insecure_port(listen) == 0:
+        raise SystemExit(f"cannot listen on {listen}")
     server.start()
     node.start()
     log.info("log server %d listening on %s", server_id, addr)
@@ -261,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")
     ap.add_argument("--data", required=True, help="data directory")
-    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    ap.add_argument("--advertise", help="HOST:PORT peers and clients use (default: --host:--port)")
     ap.add_argument("--log-level", default="INFO")
     a = ap.parse_args(argv)
     logging.basicConfig(
@@ -272,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     # Hand the GIL over sooner: a woken thread (an RPC reply, an ack) otherwise waits up
     # to the default 5 ms while another thread computes.
     sys.setswitchinterval(0.0005)
-    serve(a.id, a.port, a.zk, a.data, a.host)
+    serve(a.id, a.port, a.zk, a.data, a.host, a.advertise)
 
 
 if __name__ == "__main__":

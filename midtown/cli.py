@@ -106,6 +106,29 @@ def _load_cluster(d: str) -> Any:
         raise CliError(str(e)) from None
 
 
+def cmd_cluster_init(a: argparse.Namespace) -> int:
+    """Create the topology in ZooKeeper for servers started by hand (Docker, several hosts)."""
+    from log import zk as zkpaths
+
+    try:
+        ids = [int(x) for x in a.log_servers.split(",")]
+    except ValueError:
+        raise CliError(f"--log-servers: expected ids like 0,1,2, got {a.log_servers!r}") from None
+    try:
+        zk = zkpaths.connect(_zk_hosts(a))
+    except Exception as e:
+        raise CliError(f"cannot reach ZooKeeper: {e}") from None
+    try:
+        topo = zkpaths.create_cluster(zk, a.logs, ids)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    finally:
+        zk.stop()
+        zk.close()
+    emit({"logs": topo.logs, "log_servers": list(topo.log_servers)}, a.json)
+    return 0
+
+
 def cmd_cluster_down(a: argparse.Namespace) -> int:
     c = _load_cluster(a.dir)
     c.stop()
@@ -226,6 +249,12 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--json", action="store_true")
     up.add_argument("--logs", type=_nonneg("--logs"), default=16, help="logs (new cluster only)")
     up.set_defaults(fn=cmd_cluster_up)
+    it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
+    it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
+    it.add_argument("--logs", type=_nonneg("--logs"), default=16)
+    it.add_argument("--log-servers", default="0,1,2", help="log server ids, comma-separated")
+    it.add_argument("--json", action="store_true")
+    it.set_defaults(fn=cmd_cluster_init)
     down = cls.add_parser("down", help="stop a local cluster")
     down.add_argument("--dir", default=str(DEFAULT_DIR))
     down.add_argument("--json", action="store_true")

@@ -3,6 +3,7 @@ loopback port, with its data in a directory of our choosing."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -33,13 +34,13 @@ def is_ok(host: str, port: int) -> bool:
         return False
 
 
-def config_text(data_dir: Path, port: int) -> str:
+def config_text(data_dir: Path, port: int, host: str = "127.0.0.1") -> str:
     return "\n".join(
         [
             f"tickTime={limits.ZK_TICK_MS}",
             f"dataDir={data_dir}",
             f"clientPort={port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={host}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=srvr,ruok,mntr",
             "maxClientCnxns=200",
@@ -100,3 +101,24 @@ class ZooKeeper:
                 self.proc.wait()
         self.proc = None
 
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run ZooKeeper in the foreground (what the Docker image does):
+    python -m midtown.zookeeper --port 2181 --data /data [--host 0.0.0.0]"""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m midtown.zookeeper", description=main.__doc__)
+    ap.add_argument("--port", type=int, default=2181)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    a = ap.parse_args(argv)
+    data = Path(a.data)
+    data.mkdir(parents=True, exist_ok=True)
+    cfg = data / "zoo.cfg"
+    cfg.write_text(config_text(data, a.port, a.host))
+    os.execvp("java", command(cfg))
+
+
+if __name__ == "__main__":
+    main()

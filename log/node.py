@@ -159,6 +159,19 @@ class Node:
             self.notify(log_id)
         return watch
 
+    def apply_truncation_now(self, log_id: int) -> None:
+        """Read the truncation point from ZooKeeper (after a sync) instead of waiting for the
+        watch: a reader that starts after `truncate` returned sees it on every replica."""
+        try:
+            self.zk.sync(zkpaths.truncate_path(log_id))
+            before, _ = zkpaths.read_truncation(self.zk, log_id)
+        except Exception as e:
+            log.debug("truncation point of log %d: %s", log_id, e)
+            return
+        if before > self.replica.first(log_id):
+            with self.rlock:
+                self.replica.truncate(log_id, before)
+
     def write_metadata(self, meta: LogMetadata, version: int) -> tuple[bool, int]:
         if not self.zk_ok():
             return False, -1

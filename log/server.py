@@ -106,6 +106,7 @@ class Services:
         req = _parse(pb.ReadRequest, raw, ctx)
         self._check_log(req.log_id, ctx)
         node, log_id = self.node, req.log_id
+        node.apply_truncation_now(log_id)
         pos, sent = req.from_position, 0
         cond = node.conds[log_id]
         while ctx.is_active():

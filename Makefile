@@ -37,7 +37,7 @@ bench: proto
 
 lint: proto
 	.venv/bin/ruff check midtown log coordinator storage_node spark_connector tests
-	.venv/bin/mypy midtown log
+	.venv/bin/mypy midtown log coordinator storage_node
 
 clean:
 	rm -rf midtown_pb .venv run

@@ -1,1 +1,35 @@
-"""Midtown: the Python SDK and the `midtown` command."""
+"""Midtown: the Python SDK and the `midtown` command.
+
+    from midtown import Client, AsyncClient
+"""
+
+from midtown.client import (
+    AsyncClient,
+    BatchResult,
+    CasResult,
+    Client,
+    Item,
+    Op,
+    OpOutcome,
+    ScanPage,
+    Value,
+)
+from midtown.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    MidtownError,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ResourceExhausted,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = [
+    "AsyncClient", "BatchResult", "CasResult", "Client", "Item", "Op", "OpOutcome", "ScanPage",
+    "Value", "DeadlineExceeded", "FailedPrecondition", "InvalidArgument", "MidtownError",
+    "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted", "Unauthenticated",
+    "Unavailable",
+]

@@ -17,10 +17,13 @@ from pathlib import Path
 
 from log import limits
 from log import zk as zkpaths
+from midtown import registry
 from midtown.ports import free_ports
 from midtown.zookeeper import ZooKeeper, is_ok
 
 LOG_SERVERS = 3
+STORAGE_NODES = 3
+COORDINATORS = 1
 STATE = "cluster.json"
 
 
@@ -31,7 +34,7 @@ class ClusterError(Exception):
 @dataclass
 class Proc:
     name: str
-    kind: str  # "zookeeper" | "log-server"
+    kind: str  # "zookeeper" | "log-server" | "storage-node" | "coordinator"
     port: int
     pid: int = 0
     server_id: int = -1
@@ -63,6 +66,7 @@ def pid_alive(pid: int) -> bool:
 class Cluster:
     dir: Path
     logs: int = limits.LOGS_DEFAULT
+    shards: int = registry.SHARDS_DEFAULT
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -74,9 +78,17 @@ class Cluster:
     def log_servers(self) -> list[Proc]:
         return [p for p in self.procs.values() if p.kind == "log-server"]
 
+    def of_kind(self, kind: str) -> list[Proc]:
+        return [p for p in self.procs.values() if p.kind == kind]
+
+    @property
+    def coordinator_addrs(self) -> list[str]:
+        return [p.addr for p in self.of_kind("coordinator")]
+
     def save(self) -> None:
         data = {
             "logs": self.logs,
+            "shards": self.shards,
             "zk": self.zk_hosts,
             "processes": [p.__dict__ for p in self.procs.values()],
         }
@@ -92,7 +104,7 @@ class Cluster:
                 f"no cluster in {dir} (no {STATE}); start one with `midtown cluster up --dir {dir}`"
             )
         d = json.loads(path.read_text())
-        c = Cluster(Path(dir), logs=d["logs"])
+        c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c
@@ -101,10 +113,15 @@ class Cluster:
     def _plan(self) -> None:
         if self.procs:
             return
-        ports = free_ports(1 + LOG_SERVERS)
-        self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", ports[0])
+        ports = iter(free_ports(1 + LOG_SERVERS + STORAGE_NODES + COORDINATORS))
+        self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
         for i in range(LOG_SERVERS):
-            self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", ports[1 + i], server_id=i)
+            self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i)
+        for i in range(STORAGE_NODES):
+            self.procs[f"storage-{i}"] = Proc(f"storage-{i}", "storage-node", next(ports), server_id=i)
+        for i in range(COORDINATORS):
+            self.procs[f"coordinator-{i}"] = Proc(f"coordinator-{i}", "coordinator", next(ports),
+                                                  server_id=i)
 
     def start(self, timeout_s: float = 90.0, progress: bool = False) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -119,8 +136,10 @@ class Cluster:
         zk = zkpaths.connect(self.zk_hosts)
         try:
             zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.log_servers()])
-            for p in self.log_servers():
-                self.start_process(p.name)
+            registry.create_kv(zk, self.shards, [p.server_id for p in self.of_kind("storage-node")])
+            for p in self.procs.values():
+                if p.kind != "zookeeper":
+                    self.start_process(p.name)
             self.save()
             self.wait_ready(zk, timeout_s, progress)
         finally:
@@ -132,6 +151,12 @@ class Cluster:
         if p.kind == "log-server":
             return [sys.executable, "-m", "log.server", "--id", str(p.server_id), "--port",
                     str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name)]
+        if p.kind == "storage-node":
+            return [sys.executable, "-m", "storage_node.server", "--id", str(p.server_id), "--port",
+                    str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name)]
+        if p.kind == "coordinator":
+            return [sys.executable, "-m", "coordinator.server", "--id", str(p.server_id), "--port",
+                    str(p.port), "--zk", self.zk_hosts]
         raise ClusterError(f"no command for {name}")
 
     def start_process(self, name: str) -> None:
@@ -159,13 +184,19 @@ class Cluster:
         while True:
             regs = zkpaths.servers(zk)  # type: ignore[arg-type]
             writers = sum(1 for i in range(self.logs) if zkpaths.writer_is_live(zk, i))  # type: ignore[arg-type]
-            msg = f"log servers up: {len(regs)}/{LOG_SERVERS}, logs with a writer: {writers}/{self.logs}"
+            storage = len(registry.members(zk, registry.STORAGE_NODES))  # type: ignore[arg-type]
+            coords = len(registry.members(zk, registry.COORDINATORS))  # type: ignore[arg-type]
+            want_s, want_c = len(self.of_kind("storage-node")), len(self.of_kind("coordinator"))
+            msg = (f"log servers up: {len(regs)}/{LOG_SERVERS}, logs with a writer: "
+                   f"{writers}/{self.logs}, storage nodes: {storage}/{want_s}, "
+                   f"coordinators: {coords}/{want_c}")
             if progress and msg != last:
                 print(msg, file=sys.stderr, flush=True)
                 last = msg
-            if len(regs) >= LOG_SERVERS and writers == self.logs:
+            if (len(regs) >= LOG_SERVERS and writers == self.logs and storage >= want_s
+                    and coords >= want_c):
                 return
-            for p in self.log_servers():
+            for p in self.procs.values():
                 if not p.alive():
                     raise ClusterError(f"{p.name} exited; see {self.dir / 'logs' / (p.name + '.log')}")
             if time.monotonic() > deadline:
@@ -204,7 +235,8 @@ class Cluster:
         """SIGTERM everything (log servers first), SIGKILL what does not exit."""
         # Log servers first, while ZooKeeper still runs: they close their sessions, so
         # their ephemeral nodes do not outlive them.
-        for group in ([p.name for p in self.log_servers()], ["zookeeper"]):
+        front = [p.name for p in self.procs.values() if p.kind in ("coordinator", "storage-node")]
+        for group in (front, [p.name for p in self.log_servers()], ["zookeeper"]):
             for name in group:
                 if name in self.procs:
                     self.signal(name, signal.SIGCONT)

@@ -31,7 +31,8 @@ def test_cluster_and_log_commands(tmp_path: Path) -> None:
     up = json.loads(mt("cluster", "up", "--dir", d, "--detach", "--json").stdout)
     try:
         names = {p["name"]: p for p in up["processes"]}
-        assert set(names) == {"zookeeper", "log-0", "log-1", "log-2"}
+        assert set(names) == {"zookeeper", "log-0", "log-1", "log-2", "storage-0", "storage-1",
+                              "storage-2", "coordinator-0"}
         assert all(p["state"] == "running" and p["pid"] for p in names.values())
         zk = up["zk"]
 

@@ -1,0 +1,119 @@
+"""Datasets: named, isolated keyspaces, defined in ZooKeeper (/midtown/datasets/<name>).
+
+Each dataset's keys are stored under its *id*, `name#incarnation` (the znode's creation
+zxid), so a dataset dropped and created again under the same name starts empty."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from coordinator import limits
+
+ROOT = "/midtown/datasets"
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+class DatasetError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    consistency: str = "strong"
+    replication: int = 3
+    ttl_ms: int = 0  # default TTL of new values; 0: none
+    incarnation: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}#{self.incarnation}"
+
+
+def validate(name: str, consistency: str, replication: int, ttl_ms: int) -> None:
+    if not NAME.match(name):
+        raise DatasetError(
+            f"name: {name!r} must be 1-{limits.DATASET_NAME_MAX} characters of a-z, 0-9, _ and -, "
+            "starting with a letter"
+        )
+    if consistency != "strong":
+        raise DatasetError(
+            f"consistency: {consistency!r} is not supported yet; datasets are 'strong'"
+        )
+    if replication != 3:
+        raise DatasetError("replication: only 3 is supported (every storage node holds every shard)")
+    if not 0 <= ttl_ms <= limits.TTL_MS_MAX:
+        raise DatasetError(f"ttl: must be between 0 and {limits.TTL_MS_MAX} ms")
+
+
+def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
+           ttl_ms: int = 0) -> Dataset:
+    validate(name, consistency, replication, ttl_ms)
+    zk.ensure_path(ROOT)
+    body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
+            "created_ms": int(time.time() * 1000)}
+    try:
+        zk.create(f"{ROOT}/{name}", json.dumps(body).encode())
+    except NodeExistsError:
+        raise DatasetError(f"name: dataset {name!r} already exists") from None
+    d = get(zk, name)
+    assert d is not None
+    return d
+
+
+def get(zk: KazooClient, name: str) -> Dataset | None:
+    try:
+        data, stat = zk.get(f"{ROOT}/{name}")
+    except NoNodeError:
+        return None
+    b = json.loads(data)
+    return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid)
+
+
+def names(zk: KazooClient) -> list[str]:
+    try:
+        return sorted(zk.get_children(ROOT))
+    except NoNodeError:
+        return []
+
+
+def drop(zk: KazooClient, name: str) -> None:
+    try:
+        zk.delete(f"{ROOT}/{name}")
+    except NoNodeError:
+        raise DatasetError(f"name: no dataset {name!r}") from None
+
+
+def describe(d: Dataset) -> dict:
+    out = asdict(d)
+    out["id"] = d.id
+    return out
+
+
+class DatasetCache:
+    """A coordinator's view of the datasets, refreshed at most every `ttl_s`; an unknown
+    name is looked up again at once (it may have just been created)."""
+
+    def __init__(self, zk: KazooClient, ttl_s: float = 1.0) -> None:
+        self.zk = zk
+        self.ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, Dataset | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> Dataset | None:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(name)
+        if hit is not None and now - hit[0] < self.ttl_s and hit[1] is not None:
+            return hit[1]
+        d = get(self.zk, name) if NAME.match(name) else None
+        with self._lock:
+            self._cache[name] = (now, d)
+        return d

@@ -1,0 +1,24 @@
+"""Bounds a coordinator enforces on requests, and why."""
+
+from log import limits as log_limits
+
+# Keys: partitioning keys name a tenant's entity (a user id, a device); local keys a field
+# or a row under it. Small keys keep every record and every scan page small.
+PARTITION_KEY_BYTES_MAX = 1024
+LOCAL_KEY_BYTES_MAX = 4096
+# A value, with its record envelope, must fit one log entry.
+VALUE_BYTES_MAX = log_limits.PAYLOAD_BYTES_MAX - 64 * 1024
+# Operations in one atomic batch (one record).
+BATCH_OPS_MAX = 1000
+BATCH_BYTES_MAX = log_limits.PAYLOAD_BYTES_MAX - 64 * 1024
+# Scan pages.
+SCAN_LIMIT_DEFAULT = 100
+SCAN_LIMIT_MAX = 1000
+# TTL: up to ten years, in milliseconds.
+TTL_MS_MAX = 10 * 365 * 24 * 3600 * 1000
+REQUEST_ID_BYTES_MAX = 64
+DATASET_NAME_MAX = 64
+# Requests a coordinator holds while waiting for the log or a storage node.
+PENDING_MAX = 20_000
+# How long a coordinator waits for a storage node's answer when the client set no deadline.
+DEFAULT_DEADLINE_S = 10.0

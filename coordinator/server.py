@@ -1,0 +1,420 @@
+"""The coordinator process: the public KV service and the Callback service storage nodes
+answer through. Stateless: any coordinator serves any request; a request's outcome lives
+in the replicated dedup table, so a client retry with the same request id through any
+coordinator returns the first outcome.
+
+Run: python -m coordinator.server --id 0 --port P --zk ZK"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from coordinator import limits
+from coordinator.appender import Appender
+from coordinator.datasets import Dataset, DatasetCache
+from coordinator.routing import log_of, shard_of
+from log.client import LogClient, LogError
+from midtown import registry
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from storage_node import codec
+from storage_node.model import Get, Op, OpStatus, Record, RecordResult, Scan
+from storage_node.node import GRPC_OPTIONS
+
+log = logging.getLogger("midtown.coordinator")
+Code = grpc.StatusCode
+
+
+class Abort(Exception):
+    def __init__(self, code: grpc.StatusCode, msg: str) -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+
+
+class Coordinator:
+    def __init__(self, coord_id: int, addr: str, zk_hosts: str) -> None:
+        self.coord_id = coord_id
+        self.addr = addr
+        self.logs = LogClient(zk_hosts)
+        self.zk = self.logs.zk
+        self.log_count = self.logs.topology().logs
+        kv = registry.read_kv(self.zk)
+        if kv is None:
+            raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
+        self.kv = kv
+        self.datasets = DatasetCache(self.zk)
+        self._appenders: dict[int, Appender] = {}
+        self._waiters: dict[bytes, list[Future[RecordResult]]] = {}
+        self._lock = threading.Lock()
+        self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
+        self.divergences = 0
+        self._storage: dict[str, Any] = {}
+
+    def start(self) -> None:
+        registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
+
+    # ---------------------------------------------------------------- plumbing
+    def appender(self, log_id: int) -> Appender:
+        a = self._appenders.get(log_id)
+        if a is None:
+            with self._lock:
+                a = self._appenders.get(log_id)
+                if a is None:
+                    a = self._appenders[log_id] = Appender(self.logs, log_id)
+        return a
+
+    def dataset(self, header: pb.RequestHeader) -> Dataset:
+        if not header.dataset:
+            raise Abort(Code.INVALID_ARGUMENT, "header.dataset: required")
+        d = self.datasets.get(header.dataset)
+        if d is None:
+            raise Abort(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
+        return d
+
+    def request_id(self, header: pb.RequestHeader) -> bytes:
+        rid = header.request_id
+        if len(rid) > limits.REQUEST_ID_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"header.request_id: {len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}")
+        return rid or uuid.uuid4().bytes
+
+    def execute(self, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
+                deadline_s: float) -> RecordResult:
+        """Append one record for the shard of `pkey` and wait for a storage node's answer."""
+        d = self.dataset(header)
+        rid = self.request_id(header)
+        check_partition(pkey, "key.partition")
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        rec = Record(rid, self.addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
+        payload = codec.record_to_bytes(rec)
+        if len(payload) > limits.BATCH_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
+        waiter: Future[RecordResult] = Future()
+        with self._lock:
+            if len(self._waiters) >= limits.PENDING_MAX:
+                raise Abort(Code.RESOURCE_EXHAUSTED, "coordinator: too many requests in flight; retry later")
+            self._waiters.setdefault(rid, []).append(waiter)
+        deadline = time.monotonic() + deadline_s
+        try:
+            try:
+                self.appender(log_of(shard, self.log_count)).submit(payload).result(deadline_s)
+            except LogError as e:
+                raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+            except futures.TimeoutError:
+                raise Abort(Code.DEADLINE_EXCEEDED,
+                            "outcome unknown: the log did not answer in time; retry with the same "
+                            "header.request_id") from None
+            try:
+                return waiter.result(max(0.0, deadline - time.monotonic()))
+            except futures.TimeoutError:
+                raise Abort(Code.DEADLINE_EXCEEDED,
+                            "outcome unknown: no storage node answered in time; retry with the "
+                            "same header.request_id") from None
+        finally:
+            with self._lock:
+                ws = self._waiters.get(rid)
+                if ws is not None:
+                    if waiter in ws:
+                        ws.remove(waiter)
+                    if not ws:
+                        del self._waiters[rid]
+
+    def deliver(self, results: list[pb.RecordResult]) -> None:
+        for m in results:
+            r = codec.result_from_pb(m)
+            self._check_digest(r)
+            with self._lock:
+                ws = list(self._waiters.get(r.request_id, ()))
+            for w in ws:
+                if not w.done():
+                    try:
+                        w.set_result(r)
+                    except futures.InvalidStateError:
+                        pass
+
+    def _check_digest(self, r: RecordResult) -> None:
+        """Replicas that applied the same position must hold the same shard digest."""
+        if r.duplicate:
+            return
+        k = (r.log_id, r.position, r.shard)
+        with self._lock:
+            seen = self._digests.get(k)
+            if seen is None:
+                self._digests[k] = (r.digest, r.node_id)
+                if len(self._digests) > 200_000:
+                    self._digests.popitem(last=False)
+                return
+        if seen[0] != r.digest:
+            self.divergences += 1
+            log.error("replicas diverge: shard %d at log %d position %d: node %d digest %x, "
+                      "node %d digest %x", r.shard, r.log_id, r.position, seen[1], seen[0],
+                      r.node_id, r.digest)
+
+    def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float) -> pb.ReadResponse:
+        """An eventual read from one storage replica (another if it fails)."""
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        nodes = list(registry.members(self.zk, registry.STORAGE_NODES).values())
+        random.shuffle(nodes)
+        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
+        for addr in nodes:
+            stub = self._storage.get(addr)
+            if stub is None:
+                stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
+                    grpc.insecure_channel(addr, options=GRPC_OPTIONS))
+            try:
+                return stub.Read(req, timeout=deadline_s)  # type: ignore[no-any-return]
+            except grpc.RpcError:
+                continue
+        raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
+
+
+# -------------------------------------------------------------------- validation
+def check_partition(pkey: bytes, field: str) -> None:
+    if not pkey:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: the partitioning key must not be empty")
+    if len(pkey) > limits.PARTITION_KEY_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(pkey)} bytes, the limit is {limits.PARTITION_KEY_BYTES_MAX}")
+
+
+def check_local(lkey: bytes, field: str) -> None:
+    if len(lkey) > limits.LOCAL_KEY_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(lkey)} bytes, the limit is {limits.LOCAL_KEY_BYTES_MAX}")
+
+
+def check_value(v: bytes, field: str) -> None:
+    if len(v) > limits.VALUE_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: {len(v)} bytes, the limit is {limits.VALUE_BYTES_MAX}")
+
+
+def check_ttl(ttl: int, field: str) -> None:
+    if ttl > limits.TTL_MS_MAX:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
+
+
+def check_op(op: pb.Op, i: int) -> Op:
+    kind = op.WhichOneof("op")
+    f = f"ops[{i}]"
+    if kind is None:
+        raise Abort(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
+    if kind == "scan":
+        raise Abort(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
+    inner = getattr(op, kind)
+    check_local(inner.local_key, f"{f}.{kind}.local_key")
+    if kind == "put":
+        check_value(op.put.value, f"{f}.put.value")
+        check_ttl(op.put.ttl_ms, f"{f}.put.ttl_ms")
+    if kind == "cas":
+        check_cas(op.cas.WhichOneof("expect"), op.cas.expected_version, f"{f}.cas")
+        check_value(op.cas.new_value, f"{f}.cas.new_value")
+        check_ttl(op.cas.ttl_ms, f"{f}.cas.ttl_ms")
+    if kind == "incr":
+        check_ttl(op.incr.ttl_ms, f"{f}.incr.ttl_ms")
+    return codec.op_from_pb(op)
+
+
+def check_cas(which: str | None, expected_version: int, field: str) -> None:
+    if which is None and not expected_version:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: set expected_value, expect_absent or expected_version")
+
+
+def check_key(key: pb.Key) -> tuple[bytes, bytes]:
+    check_partition(key.partition, "key.partition")
+    check_local(key.local, "key.local")
+    return key.partition, key.local
+
+
+def single(r: RecordResult) -> Any:
+    return r.results[0]
+
+
+def op_error(status: OpStatus, field: str) -> Abort:
+    if status is OpStatus.NOT_AN_INTEGER:
+        return Abort(Code.FAILED_PRECONDITION, f"{field}: the stored value is not a decimal integer")
+    if status is OpStatus.OVERFLOW:
+        return Abort(Code.OUT_OF_RANGE, f"{field}: the result does not fit in 64 bits")
+    return Abort(Code.FAILED_PRECONDITION, f"{field}: condition failed")
+
+
+# -------------------------------------------------------------------- the KV service
+class KVService:
+    def __init__(self, c: Coordinator) -> None:
+        self.c = c
+
+    @staticmethod
+    def _deadline(ctx: grpc.ServicerContext) -> float:
+        t = ctx.time_remaining()
+        return min(t, 120.0) if t is not None else limits.DEFAULT_DEADLINE_S
+
+    def get(self, req: pb.GetRequest, ctx: grpc.ServicerContext) -> pb.GetResponse:
+        pkey, lkey = check_key(req.key)
+        if req.consistency == pb.EVENTUAL:
+            d = self.c.dataset(req.header)
+            rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
+            return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
+                                  position=rr.position)
+        r = self.c.execute(req.header, pkey, [Get(lkey)], self._deadline(ctx))
+        o = single(r)
+        return pb.GetResponse(found=o.found, value=codec.stored_to_pb(o.value), position=r.position)
+
+    def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext) -> pb.PutResponse:
+        pkey, lkey = check_key(req.key)
+        check_value(req.value, "value")
+        check_ttl(req.ttl_ms, "ttl_ms")
+        from storage_node.model import Put
+
+        r = self.c.execute(req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], self._deadline(ctx))
+        return pb.PutResponse(version=single(r).value.version)
+
+    def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext) -> pb.DeleteResponse:
+        pkey, lkey = check_key(req.key)
+        from storage_node.model import Delete
+
+        r = self.c.execute(req.header, pkey, [Delete(lkey)], self._deadline(ctx))
+        return pb.DeleteResponse(position=r.position)
+
+    def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext) -> pb.CheckAndSetResponse:
+        pkey, lkey = check_key(req.key)
+        which = req.WhichOneof("expect")
+        check_cas(which, req.expected_version, "expect")
+        check_value(req.new_value, "new_value")
+        check_ttl(req.ttl_ms, "ttl_ms")
+        op = pb.Op(cas=pb.CheckAndSetOp(local_key=lkey, expected_version=req.expected_version,
+                                        new_value=req.new_value, delete=req.delete, ttl_ms=req.ttl_ms))
+        if which == "expected_value":
+            op.cas.expected_value = req.expected_value
+        elif which == "expect_absent":
+            op.cas.expect_absent = req.expect_absent
+        r = self.c.execute(req.header, pkey, [codec.op_from_pb(op)], self._deadline(ctx))
+        o = single(r)
+        ok = o.status is OpStatus.DONE
+        return pb.CheckAndSetResponse(
+            succeeded=ok, found=o.found, current=codec.stored_to_pb(o.value),
+            version=o.value.version if ok and o.value is not None else 0,
+        )
+
+    def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext) -> pb.IncrementResponse:
+        pkey, lkey = check_key(req.key)
+        check_ttl(req.ttl_ms, "ttl_ms")
+        from storage_node.model import Incr
+
+        r = self.c.execute(req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], self._deadline(ctx))
+        o = single(r)
+        if o.status is not OpStatus.DONE:
+            raise op_error(o.status, "key")
+        return pb.IncrementResponse(value=int(o.value.value), version=o.value.version)
+
+    def batch(self, req: pb.BatchRequest, ctx: grpc.ServicerContext) -> pb.BatchResponse:
+        check_partition(req.partition_key, "partition_key")
+        if not req.ops:
+            raise Abort(Code.INVALID_ARGUMENT, "ops: a batch needs at least one operation")
+        if len(req.ops) > limits.BATCH_OPS_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"ops: {len(req.ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
+        ops = [check_op(o, i) for i, o in enumerate(req.ops)]
+        r = self.c.execute(req.header, req.partition_key, ops, self._deadline(ctx))
+        return pb.BatchResponse(applied=r.applied, results=[codec.op_result_to_pb(x) for x in r.results],
+                                position=r.position)
+
+    def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext) -> pb.ScanResponse:
+        check_partition(req.partition_key, "partition_key")
+        check_local(req.start, "start")
+        check_local(req.end, "end")
+        if req.limit > limits.SCAN_LIMIT_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
+        op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
+        if req.consistency == pb.EVENTUAL:
+            d = self.c.dataset(req.header)
+            rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
+            return pb.ScanResponse(items=rr.result.items, next=rr.result.next)
+        r = self.c.execute(req.header, req.partition_key, [op], self._deadline(ctx))
+        o = single(r)
+        return pb.ScanResponse(items=[pb.Item(local_key=k, value=codec.stored_to_pb(v)) for k, v in o.items],
+                               next=o.next)
+
+
+def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
+    kv = KVService(c)
+
+    def wrap(cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any]) -> grpc.RpcMethodHandler:
+        def handler(raw: bytes, ctx: grpc.ServicerContext) -> Any:
+            try:
+                req = cls.FromString(raw)
+            except DecodeError:
+                ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
+            try:
+                return fn(req, ctx)
+            except Abort as e:
+                ctx.abort(e.code, e.msg)
+        return grpc.unary_unary_rpc_method_handler(
+            handler, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
+
+    def deliver(req: pb.DeliverRequest, ctx: grpc.ServicerContext) -> pb.DeliverResponse:
+        c.deliver(list(req.results))
+        return pb.DeliverResponse()
+
+    return [
+        grpc.method_handlers_generic_handler("midtown.kv.v1.KV", {
+            "Get": wrap(pb.GetRequest, kv.get), "Put": wrap(pb.PutRequest, kv.put),
+            "Delete": wrap(pb.DeleteRequest, kv.delete),
+            "CheckAndSet": wrap(pb.CheckAndSetRequest, kv.check_and_set),
+            "Increment": wrap(pb.IncrementRequest, kv.increment),
+            "Batch": wrap(pb.BatchRequest, kv.batch), "Scan": wrap(pb.ScanRequest, kv.scan),
+        }),
+        grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
+            "Deliver": wrap(pb.DeliverRequest, deliver)}),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m coordinator.server")
+    ap.add_argument("--id", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--zk", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--advertise")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s coordinator-{a.id} %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    sys.setswitchinterval(0.0005)
+    listen = f"{a.host}:{a.port}"
+    c = Coordinator(a.id, a.advertise or listen, a.zk)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
+                         maximum_concurrent_rpcs=limits.PENDING_MAX)
+    server.add_generic_rpc_handlers(_handlers(c))
+    if server.add_insecure_port(listen) == 0:
+        raise SystemExit(f"cannot listen on {listen}")
+    server.start()
+    c.start()
+    print(f"coordinator {a.id} ready on {listen}", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    while not done.wait(1):
+        pass
+    server.stop(1)
+
+
+
+if __name__ == "__main__":
+    main()

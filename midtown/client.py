@@ -1,0 +1,319 @@
+"""The Python SDK: `from midtown import Client, AsyncClient`.
+
+    c = Client(zk="127.0.0.1:2181")          # or Client(["127.0.0.1:7100", ...])
+    c.put("users", "u42", "name", b"Ada")
+    c.get("users", "u42", "name")            # Value(value=b'Ada', version=..., expires_at_ms=0)
+
+Every call has a deadline (`timeout`, seconds) and is retried on UNAVAILABLE and
+DEADLINE_EXCEEDED with the same request id, so a retry never applies twice: the store
+returns the first outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from midtown import errors
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+
+Key = str | bytes
+T = TypeVar("T")
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+             grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def _b(k: Key) -> bytes:
+    return k.encode() if isinstance(k, str) else bytes(k)
+
+
+@dataclass(frozen=True)
+class Value:
+    value: bytes
+    version: int
+    expires_at_ms: int = 0  # 0: never
+
+    @staticmethod
+    def of(m: pb.Value) -> Value:
+        return Value(m.value, m.version, m.expires_at_ms)
+
+
+@dataclass(frozen=True)
+class CasResult:
+    succeeded: bool
+    current: Value | None  # the value found (after a failure) or written (after success)
+    version: int  # the new version on success
+
+
+@dataclass(frozen=True)
+class Item:
+    local_key: bytes
+    value: Value
+
+
+@dataclass(frozen=True)
+class ScanPage:
+    items: list[Item]
+    next: bytes  # pass as `start` for the next page; b"" when done
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of an atomic batch (see Client.batch)."""
+
+    kind: str  # put | delete | cas | incr | get
+    partition: bytes
+    local: bytes
+    value: bytes = b""
+    ttl_ms: int = 0
+    expected: bytes | None = None
+    expect_absent: bool = False
+    expected_version: int = 0
+    delta: int = 0
+
+    @staticmethod
+    def put(partition: Key, local: Key, value: bytes, ttl_ms: int = 0) -> Op:
+        return Op("put", _b(partition), _b(local), value=value, ttl_ms=ttl_ms)
+
+    @staticmethod
+    def delete(partition: Key, local: Key) -> Op:
+        return Op("delete", _b(partition), _b(local))
+
+    @staticmethod
+    def cas(partition: Key, local: Key, new_value: bytes, expected: bytes | None = None,
+            expect_absent: bool = False, expected_version: int = 0) -> Op:
+        return Op("cas", _b(partition), _b(local), value=new_value, expected=expected,
+                  expect_absent=expect_absent, expected_version=expected_version)
+
+    @staticmethod
+    def incr(partition: Key, local: Key, delta: int = 1) -> Op:
+        return Op("incr", _b(partition), _b(local), delta=delta)
+
+    @staticmethod
+    def get(partition: Key, local: Key) -> Op:
+        return Op("get", _b(partition), _b(local))
+
+    def to_pb(self) -> pb.Op:
+        if self.kind == "put":
+            return pb.Op(put=pb.PutOp(local_key=self.local, value=self.value, ttl_ms=self.ttl_ms))
+        if self.kind == "delete":
+            return pb.Op(delete=pb.DeleteOp(local_key=self.local))
+        if self.kind == "incr":
+            return pb.Op(incr=pb.IncrementOp(local_key=self.local, delta=self.delta))
+        if self.kind == "get":
+            return pb.Op(get=pb.GetOp(local_key=self.local))
+        c = pb.CheckAndSetOp(local_key=self.local, new_value=self.value,
+                             expected_version=self.expected_version)
+        if self.expect_absent:
+            c.expect_absent = True
+        elif self.expected is not None:
+            c.expected_value = self.expected
+        return pb.Op(cas=c)
+
+
+@dataclass(frozen=True)
+class OpOutcome:
+    ok: bool  # false: this check-and-set's condition failed, or an increment was refused
+    found: bool
+    value: Value | None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    applied: bool  # all operations applied, or (false) none did
+    results: list[OpOutcome]
+
+
+class Client:
+    def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
+                 timeout: float = 10.0, retries: int = 8) -> None:
+        if coordinators is None and zk is None:
+            raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
+        self._zk_hosts = zk
+        self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
+        self.timeout = timeout
+        self.retries = retries
+        self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
+        self._channels: list[grpc.Channel] = []
+        self._zk: Any = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        for ch in self._channels:
+            ch.close()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ plumbing
+    def coordinators(self) -> list[str]:
+        if self._fixed:
+            return self._fixed
+        from log import zk as zkpaths
+        from midtown import registry
+
+        with self._lock:
+            if self._zk is None:
+                self._zk = zkpaths.connect(self._zk_hosts)  # type: ignore[arg-type]
+        found = list(registry.members(self._zk, registry.COORDINATORS).values())
+        if not found:
+            raise errors.Unavailable("no coordinator is registered in ZooKeeper")
+        return found
+
+    def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
+        with self._lock:
+            s = self._stubs.get(addr)
+            if s is None:
+                ch = grpc.insecure_channel(addr, options=[
+                    ("grpc.max_send_message_length", 32 << 20),
+                    ("grpc.max_receive_message_length", 32 << 20)])
+                self._channels.append(ch)
+                s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
+            return s
+
+    def _call(self, method: str, req: Any, timeout: float | None) -> Any:
+        """Call with retries under one deadline; the request id stays the same."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        addrs = self.coordinators()
+        addr = random.choice(addrs)
+        backoff = 0.02
+        for attempt in range(self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
+            try:
+                return getattr(self._stub(addr), method)(req, timeout=left)
+            except grpc.RpcError as e:
+                if e.code() not in RETRYABLE or attempt == self.retries:
+                    raise errors.from_rpc(e) from None
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    addrs = self.coordinators()
+                    addr = random.choice(addrs)
+                time.sleep(min(backoff * (1 + random.random()), max(0.0, deadline - time.monotonic())))
+                backoff = min(backoff * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _header(dataset: str, request_id: bytes | None) -> pb.RequestHeader:
+        return pb.RequestHeader(dataset=dataset, request_id=request_id or uuid.uuid4().bytes)
+
+    # ------------------------------------------------------------ operations
+    def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
+            timeout: float | None = None) -> Value | None:
+        r = self._call("Get", pb.GetRequest(
+            header=self._header(dataset, None), key=pb.Key(partition=_b(partition), local=_b(local)),
+            consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG), timeout)
+        return Value.of(r.value) if r.found else None
+
+    def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
+            request_id: bytes | None = None, timeout: float | None = None) -> int:
+        """Returns the new version."""
+        r = self._call("Put", pb.PutRequest(
+            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local)),
+            value=value, ttl_ms=ttl_ms), timeout)
+        return int(r.version)
+
+    def delete(self, dataset: str, partition: Key, local: Key = b"", *,
+               request_id: bytes | None = None, timeout: float | None = None) -> None:
+        self._call("Delete", pb.DeleteRequest(
+            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local))),
+            timeout)
+
+    def cas(self, dataset: str, partition: Key, local: Key, new_value: bytes = b"", *,
+            expected: bytes | None = None, expect_absent: bool = False, expected_version: int = 0,
+            delete: bool = False, ttl_ms: int = 0, request_id: bytes | None = None,
+            timeout: float | None = None) -> CasResult:
+        req = pb.CheckAndSetRequest(
+            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local)),
+            expected_version=expected_version, new_value=new_value, delete=delete, ttl_ms=ttl_ms)
+        if expect_absent:
+            req.expect_absent = True
+        elif expected is not None:
+            req.expected_value = expected
+        r = self._call("CheckAndSet", req, timeout)
+        return CasResult(r.succeeded, Value.of(r.current) if r.HasField("current") else None, r.version)
+
+    def incr(self, dataset: str, partition: Key, local: Key, delta: int = 1, *, ttl_ms: int = 0,
+             request_id: bytes | None = None, timeout: float | None = None) -> int:
+        """Returns the new value."""
+        r = self._call("Increment", pb.IncrementRequest(
+            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local)),
+            delta=delta, ttl_ms=ttl_ms), timeout)
+        return int(r.value)
+
+    def batch(self, dataset: str, ops: list[Op], *, request_id: bytes | None = None,
+              timeout: float | None = None) -> BatchResult:
+        """Operations on one partitioning key, applied atomically: all or none."""
+        if not ops:
+            raise errors.InvalidArgument("ops: a batch needs at least one operation")
+        for i, op in enumerate(ops):
+            if op.partition != ops[0].partition:
+                raise errors.InvalidArgument(
+                    f"ops[{i}].partition: a batch covers one partitioning key "
+                    f"({ops[0].partition!r}), got {op.partition!r}")
+        r = self._call("Batch", pb.BatchRequest(
+            header=self._header(dataset, request_id), partition_key=ops[0].partition,
+            ops=[o.to_pb() for o in ops]), timeout)
+        return BatchResult(r.applied, [
+            OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
+            for x in r.results])
+
+    def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
+             limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:
+        r = self._call("Scan", pb.ScanRequest(
+            header=self._header(dataset, None), partition_key=_b(partition), start=_b(start),
+            end=_b(end), limit=limit,
+            consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG), timeout)
+        return ScanPage([Item(i.local_key, Value.of(i.value)) for i in r.items], r.next)
+
+    def scan_all(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
+                 page: int = 100, consistency: str = "strong") -> Iterator[Item]:
+        cur = _b(start)
+        while True:
+            p = self.scan(dataset, partition, start=cur, end=end, limit=page, consistency=consistency)
+            yield from p.items
+            if not p.next:
+                return
+            cur = p.next
+
+
+class AsyncClient:
+    """The same operations as Client, as coroutines. Calls run on a thread pool over the
+    blocking client (gRPC's channels are thread-safe), so an event loop never blocks."""
+
+    def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
+                 timeout: float = 10.0, retries: int = 8) -> None:
+        self._c = Client(coordinators, zk=zk, timeout=timeout, retries=retries)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._c.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *a: object) -> None:
+        await self.close()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        fn = getattr(self._c, name)
+        if name.startswith("_") or name in ("scan_all", "coordinators") or not callable(fn):
+            raise AttributeError(name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+
+        return call

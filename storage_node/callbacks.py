@@ -1,0 +1,57 @@
+"""Results back to coordinators: one queue and thread per coordinator address, so one
+Deliver call carries every result ready for it. Best effort: a coordinator that is gone
+loses its results, and its clients retry (the dedup table answers them)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+
+import grpc
+
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+
+log = logging.getLogger("midtown.storage.callbacks")
+BATCH_MAX = 5000
+QUEUE_MAX = 100_000  # results waiting for one coordinator; older ones are dropped
+
+
+class Callbacks:
+    def __init__(self) -> None:
+        self._outlets: dict[str, _Outlet] = {}
+        self._lock = threading.Lock()
+
+    def send(self, addr: str, results: list[pb.RecordResult]) -> None:
+        with self._lock:
+            o = self._outlets.get(addr)
+            if o is None:
+                o = self._outlets[addr] = _Outlet(addr)
+        o.put(results)
+
+
+class _Outlet:
+    def __init__(self, addr: str) -> None:
+        self.addr = addr
+        self.stub = kv_pb2_grpc.CallbackStub(grpc.insecure_channel(
+            addr, options=[("grpc.max_send_message_length", 64 << 20)]))
+        self._q: deque[pb.RecordResult] = deque(maxlen=QUEUE_MAX)
+        self._cv = threading.Condition()
+        threading.Thread(target=self._run, name=f"callback-{addr}", daemon=True).start()
+
+    def put(self, results: list[pb.RecordResult]) -> None:
+        with self._cv:
+            self._q.extend(results)
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._q:
+                    self._cv.wait()
+                batch = [self._q.popleft() for _ in range(min(len(self._q), BATCH_MAX))]
+            try:
+                self.stub.Deliver(pb.DeliverRequest(results=batch), timeout=2.0)
+            except grpc.RpcError as e:
+                log.debug("callback to %s failed: %s", self.addr, e.code())

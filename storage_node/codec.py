@@ -1,0 +1,118 @@
+"""Protobuf <-> storage model, at the edge. Decoding validates: a record that does not
+decode is applied as a no-op by every replica alike (it cannot wedge the log)."""
+
+from __future__ import annotations
+
+from midtown_pb import kv_pb2 as pb
+from storage_node.model import (
+    Cas,
+    Delete,
+    Get,
+    Incr,
+    Op,
+    OpResult,
+    OpStatus,
+    Put,
+    Record,
+    RecordResult,
+    Scan,
+    Stored,
+)
+
+
+def stored_to_pb(s: Stored | None) -> pb.Value | None:
+    if s is None:
+        return None
+    return pb.Value(value=s.value, version=s.version, expires_at_ms=s.expires_at_ms)
+
+
+def stored_from_pb(v: pb.Value) -> Stored:
+    return Stored(v.value, v.version, v.expires_at_ms)
+
+
+def op_from_pb(o: pb.Op) -> Op:
+    kind = o.WhichOneof("op")
+    if kind == "put":
+        return Put(o.put.local_key, o.put.value, o.put.ttl_ms)
+    if kind == "delete":
+        return Delete(o.delete.local_key)
+    if kind == "cas":
+        c = o.cas
+        which = c.WhichOneof("expect")
+        return Cas(
+            c.local_key,
+            expected_value=c.expected_value if which == "expected_value" else None,
+            expect_absent=which == "expect_absent" and c.expect_absent,
+            expected_version=c.expected_version,
+            new_value=c.new_value,
+            delete=c.delete,
+            ttl_ms=c.ttl_ms,
+        )
+    if kind == "incr":
+        return Incr(o.incr.local_key, o.incr.delta, o.incr.ttl_ms)
+    if kind == "get":
+        return Get(o.get.local_key)
+    if kind == "scan":
+        return Scan(o.scan.start, o.scan.end, o.scan.limit)
+    raise ValueError("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
+
+
+def op_to_pb(op: Op) -> pb.Op:
+    if isinstance(op, Put):
+        return pb.Op(put=pb.PutOp(local_key=op.local_key, value=op.value, ttl_ms=op.ttl_ms))
+    if isinstance(op, Delete):
+        return pb.Op(delete=pb.DeleteOp(local_key=op.local_key))
+    if isinstance(op, Cas):
+        c = pb.CheckAndSetOp(local_key=op.local_key, expected_version=op.expected_version,
+                             new_value=op.new_value, delete=op.delete, ttl_ms=op.ttl_ms)
+        if op.expect_absent:
+            c.expect_absent = True
+        elif op.expected_value is not None:
+            c.expected_value = op.expected_value
+        return pb.Op(cas=c)
+    if isinstance(op, Incr):
+        return pb.Op(incr=pb.IncrementOp(local_key=op.local_key, delta=op.delta, ttl_ms=op.ttl_ms))
+    if isinstance(op, Get):
+        return pb.Op(get=pb.GetOp(local_key=op.local_key))
+    return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))
+
+
+def record_to_bytes(r: Record) -> bytes:
+    return pb.Record(
+        request_id=r.request_id, callback=r.callback, dataset=r.dataset, shard=r.shard,
+        partition_key=r.partition_key, ops=[op_to_pb(o) for o in r.ops],
+        default_ttl_ms=r.default_ttl_ms,
+    ).SerializeToString()
+
+
+def record_from_bytes(b: bytes) -> Record:
+    m = pb.Record.FromString(b)
+    return Record(m.request_id, m.callback, m.dataset, m.shard, m.partition_key,
+                  tuple(op_from_pb(o) for o in m.ops), m.default_ttl_ms)
+
+
+def op_result_to_pb(r: OpResult) -> pb.OpResult:
+    return pb.OpResult(
+        status=r.status.name, found=r.found, value=stored_to_pb(r.value),
+        items=[pb.Item(local_key=k, value=stored_to_pb(v)) for k, v in r.items], next=r.next,
+    )
+
+
+def op_result_from_pb(m: pb.OpResult) -> OpResult:
+    return OpResult(
+        OpStatus(m.status), m.found, stored_from_pb(m.value) if m.HasField("value") else None,
+        tuple((i.local_key, stored_from_pb(i.value)) for i in m.items), m.next,
+    )
+
+
+def result_to_pb(r: RecordResult) -> pb.RecordResult:
+    return pb.RecordResult(
+        request_id=r.request_id, log_id=r.log_id, position=r.position, shard=r.shard,
+        digest=r.digest, node_id=r.node_id, applied=r.applied, duplicate=r.duplicate,
+        results=[op_result_to_pb(x) for x in r.results],
+    )
+
+
+def result_from_pb(m: pb.RecordResult) -> RecordResult:
+    return RecordResult(m.request_id, m.log_id, m.position, m.shard, m.digest, m.node_id,
+                        m.applied, m.duplicate, tuple(op_result_from_pb(x) for x in m.results))

@@ -1,0 +1,61 @@
+"""The storage node's RocksDB key layout (big-endian, so byte order is numeric order).
+
+  b"K" shard:4 len(dataset):1 dataset len(pkey):4 pkey lkey -> version:8 expires_at:8 value
+  b"P" log_id:4                                               -> next position:8 last ts:8
+  b"D" shard:4                                                -> digest:8
+  b"R" shard:4 request_id                                     -> ts:8 RecordResult (protobuf)
+
+All local keys of one partitioning key share a prefix, so a scan is one range."""
+
+from __future__ import annotations
+
+import struct
+
+from storage_node.model import Stored
+
+_I = struct.Struct(">I")
+_Q = struct.Struct(">Q")
+_VH = struct.Struct(">QQ")
+
+
+def partition_prefix(shard: int, dataset: str, pkey: bytes) -> bytes:
+    d = dataset.encode()
+    return b"K" + _I.pack(shard) + bytes([len(d)]) + d + _I.pack(len(pkey)) + pkey
+
+
+def value_key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
+    return partition_prefix(shard, dataset, pkey) + lkey
+
+
+def position_key(log_id: int) -> bytes:
+    return b"P" + _I.pack(log_id)
+
+
+def digest_key(shard: int) -> bytes:
+    return b"D" + _I.pack(shard)
+
+
+def dedup_key(shard: int, request_id: bytes) -> bytes:
+    return b"R" + _I.pack(shard) + request_id
+
+
+def dataset_shard_prefix(shard: int, dataset: str) -> bytes:
+    d = dataset.encode()
+    return b"K" + _I.pack(shard) + bytes([len(d)]) + d
+
+
+def encode_stored(s: Stored) -> bytes:
+    return _VH.pack(s.version, s.expires_at_ms) + s.value
+
+
+def decode_stored(b: bytes) -> Stored:
+    version, exp = _VH.unpack_from(b)
+    return Stored(bytes(b[16:]), version, exp)
+
+
+def encode_u64(*xs: int) -> bytes:
+    return b"".join(_Q.pack(x) for x in xs)
+
+
+def decode_u64(b: bytes, n: int) -> tuple[int, ...]:
+    return struct.unpack(">" + "Q" * n, b[: 8 * n])

@@ -1,0 +1,104 @@
+"""Records and operations as plain, validated values (protobuf is converted at the edge,
+in storage_node/codec.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class OpStatus(Enum):
+    DONE = 0
+    CONDITION_FAILED = 1
+    NOT_AN_INTEGER = 2
+    OVERFLOW = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    value: bytes
+    version: int
+    expires_at_ms: int = 0  # 0: never
+
+    def live_at(self, ts_ms: int) -> bool:
+        """Expiry is judged by the log's time, never a node's clock."""
+        return self.expires_at_ms == 0 or self.expires_at_ms > ts_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    local_key: bytes
+    value: bytes
+    ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    local_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Cas:
+    local_key: bytes
+    expected_value: bytes | None = None  # None with expect_absent False: any value
+    expect_absent: bool = False
+    expected_version: int = 0  # 0: any
+    new_value: bytes = b""
+    delete: bool = False
+    ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Incr:
+    local_key: bytes
+    delta: int
+    ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    local_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    start: bytes = b""
+    end: bytes = b""  # exclusive; empty: no end
+    limit: int = 100
+
+
+Op = Put | Delete | Cas | Incr | Get | Scan
+MUTATIONS = (Put, Delete, Cas, Incr)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    request_id: bytes
+    callback: str
+    dataset: str
+    shard: int
+    partition_key: bytes
+    ops: tuple[Op, ...]
+    default_ttl_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    status: OpStatus = OpStatus.DONE
+    found: bool = False
+    value: Stored | None = None
+    items: tuple[tuple[bytes, Stored], ...] = ()
+    next: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    request_id: bytes
+    log_id: int
+    position: int
+    shard: int
+    digest: int
+    node_id: int
+    applied: bool
+    duplicate: bool = False
+    results: tuple[OpResult, ...] = field(default_factory=tuple)

@@ -1,0 +1,75 @@
+"""The storage node process: python -m storage_node.server --id 0 --port P --zk ZK --data DIR"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from midtown_pb import kv_pb2 as pb
+from storage_node.node import GRPC_OPTIONS, StorageNode
+
+
+def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
+    def read(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadResponse:
+        try:
+            req = pb.ReadRequest.FromString(raw)
+        except DecodeError:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: not a valid ReadRequest")
+        if req.shard >= node.kv.shards:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"shard: {req.shard} >= {node.kv.shards}")
+        if req.op.WhichOneof("op") not in ("get", "scan"):
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "op: only get and scan read a replica")
+        result, pos = node.read(req)
+        return pb.ReadResponse(result=result, position=pos)
+
+    def status(raw: bytes, ctx: grpc.ServicerContext) -> pb.NodeStatusResponse:
+        return node.status()
+
+    def unary(fn):  # type: ignore[no-untyped-def]
+        return grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
+
+    return grpc.method_handlers_generic_handler(
+        "midtown.kv.v1.Storage", {"Read": unary(read), "Status": unary(status)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m storage_node.server")
+    ap.add_argument("--id", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--zk", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--advertise")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    sys.setswitchinterval(0.0005)
+    listen = f"{a.host}:{a.port}"
+    node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
+    server.add_generic_rpc_handlers([_handlers(node)])
+    if server.add_insecure_port(listen) == 0:
+        raise SystemExit(f"cannot listen on {listen}")
+    server.start()
+    node.start()
+    print(f"storage node {a.id} ready on {listen}", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    while not done.wait(1):
+        pass
+    server.stop(1)
+    node.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""The storage node's RocksDB state (rocksdict) and the view the pure apply step reads:
+the database plus the writes of the records already applied in the current batch."""
+
+from __future__ import annotations
+
+import struct
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from midtown_pb import kv_pb2 as pb
+from storage_node import codec, keys
+from storage_node.apply import Applied
+from storage_node.model import RecordResult, Stored
+
+_Q = struct.Struct(">Q")
+
+
+class NodeStore:
+    def __init__(self, path: str) -> None:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        self.db = Rdict(path, opts)
+        self._sync = WriteOptions()
+        self._sync.sync = True
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _get(self, key: bytes) -> bytes | None:
+        v = self.db.get(key)
+        return bytes(v) if v is not None else None
+
+    def get(self, key: bytes) -> Stored | None:
+        b = self._get(key)
+        return keys.decode_stored(b) if b is not None else None
+
+    def scan(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, Stored]]:
+        out: list[tuple[bytes, Stored]] = []
+        if limit <= 0:
+            return out
+        n = len(prefix)
+        for k, v in self.db.items(from_key=prefix + start):
+            assert isinstance(k, bytes) and isinstance(v, bytes)
+            if not k.startswith(prefix):
+                break
+            lkey = k[n:]
+            if end and lkey >= end:
+                break
+            out.append((lkey, keys.decode_stored(v)))
+            if len(out) >= limit:
+                break
+        return out
+
+    def dedup(self, shard: int, request_id: bytes) -> tuple[int, RecordResult] | None:
+        b = self._get(keys.dedup_key(shard, request_id))
+        if b is None:
+            return None
+        return _Q.unpack_from(b)[0], codec.result_from_pb(pb.RecordResult.FromString(b[8:]))
+
+    def digest(self, shard: int) -> int:
+        b = self._get(keys.digest_key(shard))
+        return _Q.unpack(b)[0] if b else 0
+
+    def next_position(self, log_id: int) -> tuple[int, int]:
+        """(next position to apply, log timestamp of the last applied record)."""
+        b = self._get(keys.position_key(log_id))
+        if b is None:
+            return 0, 0
+        pos, ts = keys.decode_u64(b, 2)
+        return pos, ts
+
+    def write(self, wb: WriteBatch) -> None:
+        self.db.write(wb, self._sync)
+
+
+class BatchView:
+    """What apply reads while a batch of records is applied: the store, overlaid with the
+    batch's own writes so far. `commit` turns the batch into one synced write, with the
+    log's new position in it: effects and position are atomic."""
+
+    def __init__(self, store: NodeStore) -> None:
+        self.store = store
+        self.values: dict[bytes, Stored | None] = {}
+        self.digests: dict[int, int] = {}
+        self.dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}
+
+    def get(self, key: bytes) -> Stored | None:
+        if key in self.values:
+            return self.values[key]
+        return self.store.get(key)
+
+    def scan(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, Stored]]:
+        base = dict(self.store.scan(prefix, start, end, limit + len(self.values)))
+        n = len(prefix)
+        for k, v in self.values.items():
+            if k.startswith(prefix) and k[n:] >= start and (not end or k[n:] < end):
+                if v is None:
+                    base.pop(k[n:], None)
+                else:
+                    base[k[n:]] = v
+        return sorted(base.items())[:limit]
+
+    def dedup(self, shard: int, request_id: bytes) -> tuple[int, RecordResult] | None:
+        return self.dedups.get((shard, request_id)) or self.store.dedup(shard, request_id)
+
+    def digest(self, shard: int) -> int:
+        return self.digests[shard] if shard in self.digests else self.store.digest(shard)
+
+    def add(self, applied: Applied, shard: int, ts_ms: int) -> None:
+        self.values.update(applied.writes)
+        self.digests[shard] = applied.digest
+        if applied.dedup and applied.result is not None:
+            self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
+
+    def commit(self, log_id: int, next_position: int, last_ts: int) -> None:
+        wb = WriteBatch(raw_mode=True)
+        for k, v in self.values.items():
+            if v is None:
+                wb.delete(k)
+            else:
+                wb.put(k, keys.encode_stored(v))
+        for shard, d in self.digests.items():
+            wb.put(keys.digest_key(shard), _Q.pack(d))
+        for (shard, rid), (ts, res) in self.dedups.items():
+            wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
+        wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
+        self.store.write(wb)

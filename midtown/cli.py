@@ -125,7 +125,16 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
     finally:
         zk.stop()
         zk.close()
-    emit({"logs": topo.logs, "log_servers": list(topo.log_servers)}, a.json)
+    from midtown import registry
+
+    zk2 = zkpaths.connect(_zk_hosts(a))
+    try:
+        kv = registry.create_kv(zk2, a.shards, [int(x) for x in a.storage_nodes.split(",")])
+    finally:
+        zk2.stop()
+        zk2.close()
+    emit({"logs": topo.logs, "log_servers": list(topo.log_servers), "shards": kv.shards,
+          "storage_nodes": list(kv.storage_nodes)}, a.json)
     return 0
 
 
@@ -213,6 +222,128 @@ def cmd_log_truncate(a: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- datasets
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(s: str, name: str) -> int:
+    """'500ms', '30s', '5m', '2h', '7d', or plain milliseconds."""
+    s = s.strip()
+    for unit in ("ms", "s", "m", "h", "d"):
+        if s.endswith(unit) and s[: -len(unit)].isdigit():
+            return int(s[: -len(unit)]) * _UNITS[unit]
+    if s.isdigit():
+        return int(s)
+    raise CliError(f"{name}: {s!r} is not a duration (examples: 500ms, 30s, 5m, 2h, 7d)")
+
+
+def _zk(a: argparse.Namespace) -> Any:
+    from log import zk as zkpaths
+
+    hosts = _zk_hosts(a)
+    try:
+        return zkpaths.connect(hosts)
+    except Exception as e:
+        raise CliError(f"cannot reach ZooKeeper at {hosts}: {e}") from None
+
+
+def cmd_dataset(a: argparse.Namespace) -> int:
+    from coordinator import datasets
+
+    zk = _zk(a)
+    try:
+        if a.cmd == "create":
+            ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
+            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl)
+            emit(datasets.describe(d), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
+        elif a.cmd == "list":
+            rows = [datasets.describe(d) for n in datasets.names(zk) if (d := datasets.get(zk, n))]
+            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms"])
+        elif a.cmd == "describe":
+            d = datasets.get(zk, a.name)
+            if d is None:
+                raise CliError(f"NAME: no dataset {a.name!r}")
+            emit(datasets.describe(d), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
+        elif a.cmd == "drop":
+            datasets.drop(zk, a.name)
+            emit({"dropped": a.name}, a.json)
+    except datasets.DatasetError as e:
+        raise CliError(str(e)) from None
+    finally:
+        zk.stop()
+        zk.close()
+    return 0
+
+
+# ---------------------------------------------------------------- data
+def _kv(a: argparse.Namespace) -> Any:
+    from midtown.client import Client
+
+    if a.coordinator:
+        return Client(a.coordinator, timeout=a.timeout)
+    return Client(zk=_zk_hosts(a), timeout=a.timeout)
+
+
+def _value_row(local: bytes, v: Any) -> dict:
+    return {"local_key": _show_payload(local), "value": _show_payload(v.value), "version": v.version,
+            "expires_at_ms": v.expires_at_ms or None}
+
+
+def cmd_data(a: argparse.Namespace) -> int:
+    from midtown import errors
+
+    enc = a.encoding
+    p, lk = _payload(a.partition, enc), _payload(getattr(a, "local", "") or "", enc)
+    with _kv(a) as c:
+        try:
+            if a.group == "get":
+                v = c.get(a.dataset, p, lk, consistency=a.consistency)
+                if v is None:
+                    if a.json:
+                        emit({"found": False}, True)
+                    else:
+                        print("(not found)")
+                    return 3
+                emit({"found": True, **_value_row(lk, v)}, a.json,
+                     ["local_key", "value", "version", "expires_at_ms"])
+            elif a.group == "put":
+                ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
+                ver = c.put(a.dataset, p, lk, _payload(a.value, enc), ttl_ms=ttl)
+                emit({"version": ver}, a.json)
+            elif a.group == "delete":
+                c.delete(a.dataset, p, lk)
+                emit({"deleted": True}, a.json)
+            elif a.group == "cas":
+                if a.expect is None and not a.expect_absent and not a.expect_version:
+                    raise CliError("cas: give --expect VALUE, --expect-absent or --expect-version N")
+                r = c.cas(a.dataset, p, lk, _payload(a.new or "", enc),
+                          expected=_payload(a.expect, enc) if a.expect is not None else None,
+                          expect_absent=a.expect_absent, expected_version=a.expect_version,
+                          delete=a.delete)
+                cur = r.current
+                emit({"succeeded": r.succeeded, "version": r.version or None,
+                      "current": _show_payload(cur.value) if cur else None,
+                      "current_version": cur.version if cur else None}, a.json)
+                return 0 if r.succeeded else 4
+            elif a.group == "incr":
+                n = c.incr(a.dataset, p, lk, a.delta)
+                emit({"value": n}, a.json)
+            elif a.group == "scan":
+                page = c.scan(a.dataset, p, start=_payload(a.start, enc), end=_payload(a.end, enc),
+                              limit=a.limit, consistency=a.consistency)
+                rows = [_value_row(i.local_key, i.value) for i in page.items]
+                if a.json:
+                    emit({"items": rows, "next": _show_payload(page.next) if page.next else None}, True)
+                else:
+                    emit(rows, False, ["local_key", "value", "version", "expires_at_ms"])
+                    if page.next:
+                        print(f"(more: --start {_show_payload(page.next)})")
+        except errors.MidtownError as e:
+            print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
+            return 1
+    return 0
+
+
 def cmd_bench_log(a: argparse.Namespace) -> int:
     from midtown.bench_log import run as bench
 
@@ -253,6 +384,8 @@ def parser() -> argparse.ArgumentParser:
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
     it.add_argument("--logs", type=_nonneg("--logs"), default=16)
     it.add_argument("--log-servers", default="0,1,2", help="log server ids, comma-separated")
+    it.add_argument("--shards", type=_nonneg("--shards"), default=64)
+    it.add_argument("--storage-nodes", default="0,1,2", help="storage node ids, comma-separated")
     it.add_argument("--json", action="store_true")
     it.set_defaults(fn=cmd_cluster_init)
     down = cls.add_parser("down", help="stop a local cluster")
@@ -289,6 +422,59 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--before", type=_nonneg("--before"), required=True)
     common(tr)
     tr.set_defaults(fn=cmd_log_truncate)
+
+    ds = sub.add_parser("dataset", help="create, list, describe and drop datasets")
+    dss = ds.add_subparsers(dest="cmd", required=True)
+    dc = dss.add_parser("create", help="create a dataset")
+    dc.add_argument("name")
+    dc.add_argument("--consistency", default="strong", choices=["strong", "eventual"])
+    dc.add_argument("--replication", type=_nonneg("--replication"), default=3)
+    dc.add_argument("--ttl", help="default TTL of new values (30s, 5m, 2h, 7d)")
+    common(dc)
+    for name, helptext in (("list", "list datasets"), ("describe", "show a dataset"),
+                           ("drop", "drop a dataset")):
+        sp = dss.add_parser(name, help=helptext)
+        if name != "list":
+            sp.add_argument("name")
+        common(sp)
+    for sp in (dc, *[dss.choices[n] for n in ("list", "describe", "drop")]):
+        sp.set_defaults(fn=cmd_dataset)
+
+    def data(name: str, helptext: str, local: str = "required") -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("dataset")
+        sp.add_argument("partition", help="partitioning key")
+        if local == "required":
+            sp.add_argument("local", help="local key")
+        elif local == "optional":
+            sp.add_argument("local", nargs="?", default="", help="local key (default empty)")
+        sp.add_argument("--coordinator", help="coordinator HOST:PORT (default: discover)")
+        sp.add_argument("--timeout", type=float, default=10.0, help="deadline, seconds")
+        sp.add_argument("--encoding", choices=["utf8", "base64"], default="utf8",
+                        help="how keys and values are written on the command line")
+        common(sp)
+        sp.set_defaults(fn=cmd_data)
+        return sp
+
+    g = data("get", "read a value", "optional")
+    g.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
+    pt = data("put", "write a value")
+    pt.add_argument("value")
+    pt.add_argument("--ttl", help="expire after (30s, 5m, 2h, 7d)")
+    data("delete", "delete a value", "optional")
+    cs = data("cas", "check-and-set")
+    cs.add_argument("new", nargs="?", help="the new value (omit with --delete)")
+    cs.add_argument("--expect", help="the value expected now")
+    cs.add_argument("--expect-absent", action="store_true", help="expect no value")
+    cs.add_argument("--expect-version", type=_nonneg("--expect-version"), default=0)
+    cs.add_argument("--delete", action="store_true", help="delete instead of writing NEW")
+    ic = data("incr", "add to a decimal counter")
+    ic.add_argument("delta", nargs="?", type=int, default=1)
+    sc = data("scan", "list local keys of a partitioning key, in byte order", "none")
+    sc.add_argument("--start", default="")
+    sc.add_argument("--end", default="")
+    sc.add_argument("--limit", type=_nonneg("--limit"), default=100)
+    sc.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
 
     bn = sub.add_parser("bench", help="benchmarks")
     bns = bn.add_subparsers(dest="cmd", required=True)

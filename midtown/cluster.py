@@ -67,6 +67,7 @@ class Cluster:
     dir: Path
     logs: int = limits.LOGS_DEFAULT
     shards: int = registry.SHARDS_DEFAULT
+    coordinators: int = COORDINATORS
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -113,13 +114,13 @@ class Cluster:
     def _plan(self) -> None:
         if self.procs:
             return
-        ports = iter(free_ports(1 + LOG_SERVERS + STORAGE_NODES + COORDINATORS))
+        ports = iter(free_ports(1 + LOG_SERVERS + STORAGE_NODES + self.coordinators))
         self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
         for i in range(LOG_SERVERS):
             self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i)
         for i in range(STORAGE_NODES):
             self.procs[f"storage-{i}"] = Proc(f"storage-{i}", "storage-node", next(ports), server_id=i)
-        for i in range(COORDINATORS):
+        for i in range(self.coordinators):
             self.procs[f"coordinator-{i}"] = Proc(f"coordinator-{i}", "coordinator", next(ports),
                                                   server_id=i)
 

@@ -1,0 +1,257 @@
+"""The key-value store end to end on a real local cluster: ZooKeeper, 3 log servers,
+3 storage nodes, 2 coordinators; processes killed for real."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator import datasets
+from coordinator.routing import log_of, shard_of
+from log import zk as zkpaths
+from midtown import Client, Op, errors
+from midtown.cluster import Cluster
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from tests.integration.conftest import wait_for
+from tests.linearizability import INF, Operation, check_per_key
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def kv_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path / "kv", logs=16, coordinators=2)
+    c.start(timeout_s=90)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def db(kv_cluster: Cluster) -> Iterator[Client]:
+    zk = zkpaths.connect(kv_cluster.zk_hosts)
+    datasets.create(zk, "t")
+    zk.stop()
+    zk.close()
+    with Client(zk=kv_cluster.zk_hosts, timeout=20) as c:
+        yield c
+
+
+def _storage_status(cluster: Cluster) -> dict[int, pb.NodeStatusResponse]:
+    out = {}
+    for p in cluster.of_kind("storage-node"):
+        stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr))
+        out[p.server_id] = stub.Status(pb.NodeStatusRequest(), timeout=5, wait_for_ready=True)
+    return out
+
+
+def _converged(cluster: Cluster) -> bool:
+    st = _storage_status(cluster)
+    views = [([s.position for s in x.shards], [s.digest for s in x.shards]) for x in st.values()]
+    return all(v == views[0] for v in views)
+
+
+def test_operations_basic(db: Client) -> None:
+    assert db.get("t", "p", "k") is None
+    v1 = db.put("t", "p", "k", b"one")
+    got = db.get("t", "p", "k")
+    assert got is not None and got.value == b"one" and got.version == v1
+    r = db.cas("t", "p", "k", b"two", expected=b"nope")
+    assert not r.succeeded and r.current is not None and r.current.value == b"one"
+    r = db.cas("t", "p", "k", b"two", expected=b"one", expected_version=v1)
+    assert r.succeeded and r.version > v1
+    assert not db.cas("t", "p", "k", b"x", expected_version=v1).succeeded
+    assert db.incr("t", "p", "n", 5) == 5 and db.incr("t", "p", "n", -2) == 3
+    with pytest.raises(errors.FailedPrecondition, match="not a decimal integer"):
+        db.incr("t", "p", "k")
+    res = db.batch("t", [Op.put("p", "a", b"1"), Op.cas("p", "k", b"z", expected=b"wrong")])
+    assert not res.applied and not res.results[1].ok
+    assert db.get("t", "p", "a") is None, "all or nothing"
+    res = db.batch("t", [Op.put("p", "a", b"1"), Op.incr("p", "n"), Op.get("p", "k")])
+    assert res.applied and res.results[2].value is not None and res.results[2].value.value == b"two"
+    page = db.scan("t", "p", limit=2)
+    assert [i.local_key for i in page.items] == [b"a", b"k"] and page.next == b"n"
+    assert [i.local_key for i in db.scan_all("t", "p", page=1)] == [b"a", b"k", b"n"]
+    assert [i.local_key for i in db.scan("t", "p", start="b", end="m").items] == [b"k"]
+    db.delete("t", "p", "k")
+    assert db.get("t", "p", "k") is None
+    # an eventual read answers from one replica's state
+    wait_for(lambda: (v := db.get("t", "p", "a", consistency="eventual")) and v.value == b"1", 10,
+             "an eventual read")
+
+
+def test_retry_with_same_request_id_applies_once(db: Client) -> None:
+    rid = uuid.uuid4().bytes
+    assert db.incr("t", "c", "n", 1, request_id=rid) == 1
+    assert db.incr("t", "c", "n", 1, request_id=rid) == 1, "the first outcome, not applied again"
+    assert db.incr("t", "c", "n", 1) == 2
+
+
+def test_uniqueness_exactly_one_insert_wins(db: Client) -> None:
+    for round_ in range(5):
+        key = f"user-{round_}"
+        wins: list[int] = []
+        barrier = threading.Barrier(12)
+
+        def racer(i: int) -> None:
+            barrier.wait()
+            if db.cas("t", key, "owner", f"c{i}".encode(), expect_absent=True).succeeded:
+                wins.append(i)
+
+        ts = [threading.Thread(target=racer, args=(i,)) for i in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert len(wins) == 1, f"round {round_}: winners {wins}"
+        v = db.get("t", key, "owner")
+        assert v is not None and v.value == f"c{wins[0]}".encode()
+
+
+def test_counters_sum_exactly_with_forced_retries(db: Client) -> None:
+    """Each increment's answer is dropped once and the call retried with the same id."""
+    threads, per = 8, 25
+
+    def worker() -> None:
+        for _ in range(per):
+            rid = uuid.uuid4().bytes
+            first = db.incr("t", "counters", "total", 1, request_id=rid)
+            again = db.incr("t", "counters", "total", 1, request_id=rid)  # the "retry"
+            assert again == first
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    v = db.get("t", "counters", "total")
+    assert v is not None and int(v.value) == threads * per
+
+
+def test_storage_node_crash_and_resume_converges(kv_cluster: Cluster, db: Client) -> None:
+    stop = threading.Event()
+    done = [0]
+
+    def stream() -> None:
+        while not stop.is_set():
+            db.incr("t", f"k{done[0] % 7}", "n", 1)
+            done[0] += 1
+
+    th = threading.Thread(target=stream)
+    th.start()
+    wait_for(lambda: done[0] > 50, 30, "increments")
+    kv_cluster.kill("storage-1")
+    n = done[0]
+    wait_for(lambda: done[0] > n + 100, 30, "increments while a storage node is down")
+    kv_cluster.restart("storage-1")
+    n = done[0]
+    wait_for(lambda: done[0] > n + 50, 30, "increments after the restart")
+    stop.set()
+    th.join()
+    wait_for(lambda: _converged(kv_cluster), 60, "every replica at the same positions and digests")
+    total = sum(int(v.value) for i in range(7) if (v := db.get("t", f"k{i}", "n")))
+    assert total == done[0]
+
+
+def test_ttl_expires_at_the_same_log_time_everywhere(kv_cluster: Cluster, db: Client) -> None:
+    ver = db.put("t", "session", "token", b"secret", ttl_ms=1500)
+    v = db.get("t", "session", "token")
+    assert v is not None and v.version == ver and v.expires_at_ms > 0
+    time.sleep(1.7)
+    # Log time moves on with any write to the same shard.
+    db.put("t", "session", "other", b"x")
+    assert db.get("t", "session", "token") is None
+    assert db.cas("t", "session", "token", b"new", expect_absent=True).succeeded
+    # Each replica judges expiry by the log time it applied: all agree.
+    wait_for(lambda: _converged(kv_cluster), 30, "replicas to converge")
+    for p in kv_cluster.of_kind("storage-node"):
+        stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr))
+        zk = zkpaths.connect(kv_cluster.zk_hosts)
+        d = datasets.get(zk, "t")
+        zk.stop()
+        assert d is not None
+        shard = shard_of(d.id, b"session", 64)
+        r = stub.Read(pb.ReadRequest(dataset=d.id, shard=shard, partition_key=b"session",
+                                     op=pb.Op(get=pb.GetOp(local_key=b"token"))), timeout=5)
+        assert r.result.found and r.result.value.value == b"new"
+
+
+def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
+    """Concurrent put/get/cas/delete on a few hot keys while a storage node, a coordinator
+    and the log writer are SIGKILLed and restarted; every key's history must linearize."""
+    keys = ["h0", "h1", "h2"]
+    history: dict[str, list[Operation]] = {k: [] for k in keys}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def client(cid: int) -> None:
+        rng = random.Random(cid)
+        while not stop.is_set():
+            k = rng.choice(keys)
+            kind = rng.choice(["put", "get", "get", "cas", "delete"])
+            v = bytes([rng.randrange(4)])
+            t0 = time.monotonic()
+            arg: object = None
+            out: object = None
+            try:
+                if kind == "put":
+                    arg = v
+                    db.put("t", k, "v", v, timeout=15)
+                elif kind == "delete":
+                    db.delete("t", k, "v", timeout=15)
+                elif kind == "get":
+                    got = db.get("t", k, "v", timeout=15)
+                    out = got.value if got else None
+                else:
+                    exp = bytes([rng.randrange(4)]) if rng.random() < 0.7 else None
+                    arg = (exp, v)
+                    r = (db.cas("t", k, "v", v, expect_absent=True, timeout=15) if exp is None
+                         else db.cas("t", k, "v", v, expected=exp, timeout=15))
+                    out = r.succeeded
+                t1 = time.monotonic()
+            except (errors.Unavailable, errors.DeadlineExceeded):
+                t1 = INF
+                if kind == "get":
+                    continue  # a read with no answer constrains nothing
+            with lock:
+                history[k].append(Operation(cid, t0, t1, kind, arg, out))
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    try:
+        time.sleep(2)
+        kv_cluster.kill("storage-0")
+        time.sleep(2)
+        kv_cluster.restart("storage-0")
+        time.sleep(1)
+        kv_cluster.kill("coordinator-0")
+        time.sleep(2)
+        kv_cluster.restart("coordinator-0")
+        zk = zkpaths.connect(kv_cluster.zk_hosts)
+        d = datasets.get(zk, "t")
+        assert d is not None
+        w = zkpaths.read_writer(zk, log_of(shard_of(d.id, b"h0", 64), 16))
+        zk.stop()
+        assert w is not None
+        kv_cluster.kill(f"log-{w['server']}")
+        time.sleep(8)
+        kv_cluster.restart(f"log-{w['server']}")
+        time.sleep(2)
+    finally:
+        stop.set()
+        for t in ts:
+            t.join(60)
+    total = sum(len(h) for h in history.values())
+    completed = sum(1 for h in history.values() for o in h if o.known)
+    assert completed > 100, f"only {completed} of {total} operations completed"
+    assert check_per_key(history) == []

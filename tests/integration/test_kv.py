@@ -254,4 +254,5 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
     total = sum(len(h) for h in history.values())
     completed = sum(1 for h in history.values() for o in h if o.known)
     assert completed > 100, f"only {completed} of {total} operations completed"
+    print(f"linearizability: {completed} completed, {total - completed} unknown")
     assert check_per_key(history) == []

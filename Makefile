@@ -33,7 +33,9 @@ sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS)
 
 bench: proto
+	MIDTOWN_WITH_ETCD=1 scripts/install.sh
 	.venv/bin/midtown bench log
+	.venv/bin/midtown bench kv
 
 lint: proto
 	.venv/bin/ruff check midtown log coordinator storage_node spark_connector tests

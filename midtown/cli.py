@@ -344,6 +344,12 @@ def cmd_data(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_kv(a: argparse.Namespace) -> int:
+    from midtown.bench_kv import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_log(a: argparse.Namespace) -> int:
     from midtown.bench_log import run as bench
 
@@ -484,6 +490,10 @@ def parser() -> argparse.ArgumentParser:
     bl.add_argument("--no-failover", action="store_true")
     bl.add_argument("--json", action="store_true")
     bl.set_defaults(fn=cmd_bench_log)
+    bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd")
+    bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")
+    bk.add_argument("--json", action="store_true")
+    bk.set_defaults(fn=cmd_bench_kv)
     return p
 
 

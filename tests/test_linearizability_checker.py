@@ -51,7 +51,7 @@ def test_random_sequential_histories_pass_and_corrupted_ones_fail() -> None:
         state: bytes | None = None
         h = []
         t = 0.0
-        for i in range(30):
+        for _ in range(30):
             kind = rng.choice(["put", "get", "cas", "delete"])
             v = bytes([rng.randrange(3)])
             if kind == "put":

@@ -99,9 +99,9 @@ def _gen_request() -> st.SearchStrategy[tuple[str, bytes]]:
     return st.one_of(
         st.tuples(st.just("Get"), st.builds(lambda h, k, c: pb.GetRequest(header=h, key=k, consistency=c)
                                             .SerializeToString(), hdr, key, st.integers(0, 1))),
-        st.tuples(st.just("Put"), st.builds(lambda h, k, v, t: pb.PutRequest(header=h, key=k, value=v, ttl_ms=t)
-                                            .SerializeToString(), hdr, key, st.binary(max_size=50),
-                                            st.integers(0, 2**64 - 1))),
+        st.tuples(st.just("Put"), st.builds(
+            lambda h, k, v, t: pb.PutRequest(header=h, key=k, value=v, ttl_ms=t).SerializeToString(),
+            hdr, key, st.binary(max_size=50), st.integers(0, 2**64 - 1))),
         st.tuples(st.just("Increment"), st.builds(
             lambda h, k, d: pb.IncrementRequest(header=h, key=k, delta=d).SerializeToString(),
             hdr, key, st.integers(-(2**63), 2**63 - 1))),

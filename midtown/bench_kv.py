@@ -1,0 +1,232 @@
+"""`midtown bench kv`: put, strong get and check-and-set at 1 and 64 concurrent clients,
+against a local Midtown cluster and, in the same run, against etcd (Debian's etcd-server,
+three members on loopback, started and stopped here), with the ratios.
+
+Both systems are driven by the same Python harness: one thread per client, each working
+its own keys. Midtown is called through its SDK (gRPC); etcd through its v3 JSON gateway
+over HTTP/1.1 keep-alive connections (etcd 3.4 has no Python gRPC client we can install
+alongside protobuf 7)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from log import zk as zkpaths
+from midtown.client import Client
+from midtown.cluster import Cluster
+from midtown.output import emit
+from midtown.ports import free_ports
+
+VALUE = b"v" * 64
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def run_workload(make_op: Callable[[int], Callable[[int], None]], clients: int, seconds: float) -> dict:
+    lat: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    ops = [make_op(i) for i in range(clients)]
+    start = threading.Barrier(clients + 1)
+    stop_at = [0.0]
+
+    def run(i: int) -> None:
+        mine: list[float] = []
+        n = 0
+        start.wait()
+        while time.monotonic() < stop_at[0]:
+            t0 = time.perf_counter()
+            try:
+                ops[i](n)
+            except Exception:
+                errors[0] += 1
+                continue
+            mine.append(time.perf_counter() - t0)
+            n += 1
+        with lock:
+            lat.extend(mine)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.monotonic() + seconds
+    t0 = time.monotonic()
+    start.wait()
+    for t in threads:
+        t.join()
+    dt = time.monotonic() - t0
+    return {"ops_per_s": round(len(lat) / dt), "p50_ms": round(_pct(lat, 0.5) * 1000, 2),
+            "p99_ms": round(_pct(lat, 0.99) * 1000, 2), "errors": errors[0]}
+
+
+# ---------------------------------------------------------------- etcd
+class Etcd:
+    def __init__(self, root: Path) -> None:
+        if not shutil.which("etcd"):
+            raise SystemExit("etcd is not installed: run `make bench` (it installs Debian's etcd-server)")
+        self.root = root
+        ports = free_ports(6)
+        self.client_ports = ports[:3]
+        peers = ports[3:]
+        cluster = ",".join(f"m{i}=http://127.0.0.1:{peers[i]}" for i in range(3))
+        self.procs = []
+        for i in range(3):
+            cmd = ["etcd", "--name", f"m{i}", "--data-dir", str(root / f"m{i}"),
+                   "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                   "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
+                   "--listen-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                   "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                   "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                   "--initial-cluster-token", "midtown-bench"]
+            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.client_ports[0], timeout=2)
+                c.request("GET", "/health")
+                if json.loads(c.getresponse().read()).get("health") == "true":
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise SystemExit("etcd did not become healthy")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def conn(self, i: int) -> Callable[[str, dict], dict]:
+        c = http.client.HTTPConnection("127.0.0.1", self.client_ports[i % 3], timeout=30)
+
+        def call(path: str, body: dict) -> dict:
+            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            if r.status != 200:
+                raise RuntimeError(data[:200])
+            return json.loads(data)  # type: ignore[no-any-return]
+
+        return call
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+def etcd_ops(e: Etcd) -> dict[str, Callable[[int], Callable[[int], None]]]:
+    def put(i: int) -> Callable[[int], None]:
+        call = e.conn(i)
+        return lambda n: call("/v3/kv/put", {"key": _b64(f"k{i}-{n % 100}".encode()),
+                                              "value": _b64(VALUE)}) and None
+
+    def get(i: int) -> Callable[[int], None]:
+        call = e.conn(i)
+        call("/v3/kv/put", {"key": _b64(f"g{i}".encode()), "value": _b64(VALUE)})
+        return lambda n: call("/v3/kv/range", {"key": _b64(f"g{i}".encode())}) and None
+
+    def cas(i: int) -> Callable[[int], None]:
+        call = e.conn(i)
+        key = _b64(f"c{i}".encode())
+        call("/v3/kv/put", {"key": key, "value": _b64(b"0")})
+
+        def op(n: int) -> None:
+            r = call("/v3/kv/txn", {
+                "compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
+                             "value": _b64(str(n).encode())}],
+                "success": [{"requestPut": {"key": key, "value": _b64(str(n + 1).encode())}}]})
+            if not r.get("succeeded"):
+                raise RuntimeError("etcd cas failed")
+        return op
+
+    return {"put": put, "get": get, "cas": cas}
+
+
+def midtown_ops(addrs: list[str]) -> dict[str, Callable[[int], Callable[[int], None]]]:
+    def client() -> Client:
+        return Client(addrs, timeout=30)
+
+    def put(i: int) -> Callable[[int], None]:
+        c = client()
+        return lambda n: c.put("bench", f"k{i}", str(n % 100), VALUE) and None
+
+    def get(i: int) -> Callable[[int], None]:
+        c = client()
+        c.put("bench", f"g{i}", "x", VALUE)
+        return lambda n: c.get("bench", f"g{i}", "x") and None
+
+    def cas(i: int) -> Callable[[int], None]:
+        c = client()
+        c.put("bench", f"c{i}", "x", b"0")
+
+        def op(n: int) -> None:
+            if not c.cas("bench", f"c{i}", "x", str(n + 1).encode(), expected=str(n).encode()).succeeded:
+                raise RuntimeError("midtown cas failed")
+        return op
+
+    return {"put": put, "get": get, "cas": cas}
+
+
+def run(a: argparse.Namespace) -> int:
+    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-kv-")
+    root = Path(tmp.name)
+    rows: list[dict] = []
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    cluster = Cluster(root / "midtown")
+    etcd = None
+    try:
+        log("starting a local Midtown cluster...")
+        cluster.start()
+        zk = zkpaths.connect(cluster.zk_hosts)
+        from coordinator import datasets
+
+        datasets.create(zk, "bench")
+        zk.stop()
+        log("starting etcd (3 members on loopback)...")
+        etcd = Etcd(root / "etcd")
+        systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd)}
+        for op in ("put", "get", "cas"):
+            for clients in (1, 64):
+                row: dict = {"op": op if op != "get" else "get (strong)", "clients": clients}
+                for name, ops in systems.items():
+                    log(f"{name}: {op}, {clients} client(s), {a.seconds:.0f}s...")
+                    run_workload(ops[op], clients, min(1.0, a.seconds / 4))  # warm-up
+                    r = run_workload(ops[op], clients, a.seconds)
+                    for k, v in r.items():
+                        row[f"{name}_{k}"] = v
+                row["throughput_ratio"] = round(row["midtown_ops_per_s"] / max(1, row["etcd_ops_per_s"]), 2)
+                row["p50_ratio"] = round(row["midtown_p50_ms"] / row["etcd_p50_ms"], 2)
+                row["p99_ratio"] = round(row["midtown_p99_ms"] / row["etcd_p99_ms"], 2)
+                rows.append(row)
+    finally:
+        if etcd is not None:
+            etcd.stop()
+        cluster.stop()
+        tmp.cleanup()
+    if a.json:
+        emit(rows, True)
+    else:
+        emit(rows, False, ["op", "clients", "midtown_ops_per_s", "etcd_ops_per_s", "throughput_ratio",
+                           "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
+                           "etcd_p99_ms", "p99_ratio"])
+        print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
+    return 0

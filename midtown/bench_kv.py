@@ -36,7 +36,7 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def run_workload(make_op: Callable[[int], Callable[[int], None]], clients: int, seconds: float) -> dict:
+def run_workload(make_op: Callable[[int], Callable[[int], object]], clients: int, seconds: float) -> dict:
     lat: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -133,18 +133,18 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
 
-def etcd_ops(e: Etcd) -> dict[str, Callable[[int], Callable[[int], None]]]:
-    def put(i: int) -> Callable[[int], None]:
+def etcd_ops(e: Etcd) -> dict[str, Callable[[int], Callable[[int], object]]]:
+    def put(i: int) -> Callable[[int], object]:
         call = e.conn(i)
         return lambda n: call("/v3/kv/put", {"key": _b64(f"k{i}-{n % 100}".encode()),
                                               "value": _b64(VALUE)}) and None
 
-    def get(i: int) -> Callable[[int], None]:
+    def get(i: int) -> Callable[[int], object]:
         call = e.conn(i)
         call("/v3/kv/put", {"key": _b64(f"g{i}".encode()), "value": _b64(VALUE)})
         return lambda n: call("/v3/kv/range", {"key": _b64(f"g{i}".encode())}) and None
 
-    def cas(i: int) -> Callable[[int], None]:
+    def cas(i: int) -> Callable[[int], object]:
         call = e.conn(i)
         key = _b64(f"c{i}".encode())
         call("/v3/kv/put", {"key": key, "value": _b64(b"0")})
@@ -161,20 +161,20 @@ def etcd_ops(e: Etcd) -> dict[str, Callable[[int], Callable[[int], None]]]:
     return {"put": put, "get": get, "cas": cas}
 
 
-def midtown_ops(addrs: list[str]) -> dict[str, Callable[[int], Callable[[int], None]]]:
+def midtown_ops(addrs: list[str]) -> dict[str, Callable[[int], Callable[[int], object]]]:
     def client() -> Client:
         return Client(addrs, timeout=30)
 
-    def put(i: int) -> Callable[[int], None]:
+    def put(i: int) -> Callable[[int], object]:
         c = client()
         return lambda n: c.put("bench", f"k{i}", str(n % 100), VALUE) and None
 
-    def get(i: int) -> Callable[[int], None]:
+    def get(i: int) -> Callable[[int], object]:
         c = client()
         c.put("bench", f"g{i}", "x", VALUE)
         return lambda n: c.get("bench", f"g{i}", "x") and None
 
-    def cas(i: int) -> Callable[[int], None]:
+    def cas(i: int) -> Callable[[int], object]:
         c = client()
         c.put("bench", f"c{i}", "x", b"0")
 

@@ -257,13 +257,14 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             d = datasets.create(zk, a.name, a.consistency, a.replication, ttl)
             emit(datasets.describe(d), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
         elif a.cmd == "list":
-            rows = [datasets.describe(d) for n in datasets.names(zk) if (d := datasets.get(zk, n))]
+            found = [datasets.get(zk, n) for n in datasets.names(zk)]
+            rows = [datasets.describe(x) for x in found if x is not None]
             emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms"])
         elif a.cmd == "describe":
-            d = datasets.get(zk, a.name)
-            if d is None:
+            got = datasets.get(zk, a.name)
+            if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
-            emit(datasets.describe(d), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
+            emit(datasets.describe(got), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
         elif a.cmd == "drop":
             datasets.drop(zk, a.name)
             emit({"dropped": a.name}, a.json)

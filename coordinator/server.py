@@ -28,6 +28,7 @@ from coordinator import limits
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.routing import log_of, shard_of
+from log import limits as log_limits
 from log.client import LogClient, LogError
 from midtown import registry
 from midtown_pb import kv_pb2 as pb
@@ -65,6 +66,7 @@ class Coordinator:
         self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
         self.divergences = 0
         self._storage: dict[str, Any] = {}
+        self._storage_seen: tuple[float, list[str]] = (0.0, [])
 
     def start(self) -> None:
         registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
@@ -167,10 +169,17 @@ class Coordinator:
                       "node %d digest %x", r.shard, r.log_id, r.position, seen[1], seen[0],
                       r.node_id, r.digest)
 
+    def storage_nodes(self) -> list[str]:
+        """Live storage nodes, looked up in ZooKeeper at most once a second."""
+        now = time.monotonic()
+        if now - self._storage_seen[0] > 1.0:
+            self._storage_seen = (now, list(registry.members(self.zk, registry.STORAGE_NODES).values()))
+        return list(self._storage_seen[1])
+
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float) -> pb.ReadResponse:
         """An eventual read from one storage replica (another if it fails)."""
         shard = shard_of(d.id, pkey, self.kv.shards)
-        nodes = list(registry.members(self.zk, registry.STORAGE_NODES).values())
+        nodes = self.storage_nodes()
         random.shuffle(nodes)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
         for addr in nodes:
@@ -396,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s coordinator-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
     listen = f"{a.host}:{a.port}"
     c = Coordinator(a.id, a.advertise or listen, a.zk)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,

@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     # Hand the GIL over sooner: a woken thread (an RPC reply, an ack) otherwise waits up
     # to the default 5 ms while another thread computes.
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(limits.SWITCH_INTERVAL_S)
     serve(a.id, a.port, a.zk, a.data, a.host, a.advertise)
 
 

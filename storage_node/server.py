@@ -12,6 +12,7 @@ from concurrent import futures
 import grpc
 from google.protobuf.message import DecodeError
 
+from log import limits as log_limits
 from midtown_pb import kv_pb2 as pb
 from storage_node.node import GRPC_OPTIONS, StorageNode
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    sys.setswitchinterval(0.0005)
+    sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
     listen = f"{a.host}:{a.port}"
     node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)

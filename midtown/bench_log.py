@@ -101,7 +101,8 @@ def run(a: argparse.Namespace) -> int:
         cluster = Cluster.load(Path(a.dir))
     else:
         tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-")
-        cluster = Cluster(Path(tmp.name) / "cluster")
+        # The log alone: no storage nodes or coordinators reading it meanwhile.
+        cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0)
         print("starting a local cluster (ZooKeeper + 3 log servers)...", file=sys.stderr, flush=True)
         cluster.start(progress=False)
     results: list[dict] = []

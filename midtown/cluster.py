@@ -68,6 +68,7 @@ class Cluster:
     logs: int = limits.LOGS_DEFAULT
     shards: int = registry.SHARDS_DEFAULT
     coordinators: int = COORDINATORS
+    storage_nodes: int = STORAGE_NODES
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -114,11 +115,11 @@ class Cluster:
     def _plan(self) -> None:
         if self.procs:
             return
-        ports = iter(free_ports(1 + LOG_SERVERS + STORAGE_NODES + self.coordinators))
+        ports = iter(free_ports(1 + LOG_SERVERS + self.storage_nodes + self.coordinators))
         self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
         for i in range(LOG_SERVERS):
             self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i)
-        for i in range(STORAGE_NODES):
+        for i in range(self.storage_nodes):
             self.procs[f"storage-{i}"] = Proc(f"storage-{i}", "storage-node", next(ports), server_id=i)
         for i in range(self.coordinators):
             self.procs[f"coordinator-{i}"] = Proc(f"coordinator-{i}", "coordinator", next(ports),

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from prometheus_client import Counter, start_http_server
 
 from coordinator import limits
 from coordinator.appender import Appender
@@ -38,6 +39,14 @@ from storage_node.model import Get, Op, OpStatus, Record, RecordResult, Scan
 from storage_node.node import GRPC_OPTIONS
 
 log = logging.getLogger("midtown.coordinator")
+
+# Metrics (prometheus_client: the standard exposition format, served with --metrics-port).
+DIVERGENCES = Counter(
+    "midtown_replica_divergence_total",
+    "Answers whose shard digest differs from another replica's at the same log position",
+    ["shard"],
+)
+REQUESTS = Counter("midtown_kv_requests_total", "KV requests by method and status", ["method", "code"])
 Code = grpc.StatusCode
 
 
@@ -165,6 +174,7 @@ class Coordinator:
                 return
         if seen[0] != r.digest:
             self.divergences += 1
+            DIVERGENCES.labels(shard=str(r.shard)).inc()
             log.error("replicas diverge: shard %d at log %d position %d: node %d digest %x, "
                       "node %d digest %x", r.shard, r.log_id, r.position, seen[1], seen[0],
                       r.node_id, r.digest)
@@ -371,9 +381,12 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
             except DecodeError:
                 ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
             try:
-                return fn(req, ctx)
+                out = fn(req, ctx)
             except Abort as e:
+                REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
                 ctx.abort(e.code, e.msg)
+            REQUESTS.labels(method=fn.__name__, code="OK").inc()
+            return out
         return grpc.unary_unary_rpc_method_handler(
             handler, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
 
@@ -401,7 +414,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--zk", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--advertise")
+    ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     a = ap.parse_args(argv)
+    if a.metrics_port:
+        start_http_server(a.metrics_port, addr=a.host)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s coordinator-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)

@@ -256,3 +256,58 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
     assert completed > 100, f"only {completed} of {total} operations completed"
     print(f"linearizability: {completed} completed, {total - completed} unknown")
     assert check_per_key(history) == []
+
+
+def test_async_client_and_addresses(kv_cluster: Cluster, db: Client) -> None:
+    import asyncio
+
+    from midtown import AsyncClient
+
+    async def main() -> tuple[object, object, int]:
+        async with AsyncClient(kv_cluster.coordinator_addrs) as ac:
+            v = await ac.put("t", "async", "k", b"1")
+            got = await ac.get("t", "async", "k")
+            n = await asyncio.gather(*[ac.incr("t", "async", "n") for _ in range(10)])
+            return v, got, max(n)
+
+    v, got, n = asyncio.run(main())
+    assert got is not None and got.value == b"1" and got.version == v  # type: ignore[attr-defined]
+    assert n == 10
+    # One coordinator address, given directly, works as well as discovery.
+    with Client(kv_cluster.coordinator_addrs[1]) as one:
+        assert one.get("t", "async", "n").value == b"10"  # type: ignore[union-attr]
+
+
+def test_data_commands(kv_cluster: Cluster) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MIDTOWN_ZK": kv_cluster.zk_hosts}
+
+    def mt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True,
+                              text=True, timeout=60, env=env, check=False)
+
+    assert mt("dataset", "create", "cli", "--ttl", "1h").returncode == 0
+    assert "cli" in mt("dataset", "list").stdout
+    assert json.loads(mt("put", "cli", "u1", "name", "Ada", "--json").stdout)["version"] >= 1
+    row = json.loads(mt("get", "cli", "u1", "name", "--json").stdout)
+    assert row["value"] == "Ada" and row["expires_at_ms"]
+    assert mt("cas", "cli", "u1", "name", "Bea", "--expect", "Zed").returncode == 4
+    assert mt("cas", "cli", "u1", "name", "Bea", "--expect", "Ada").returncode == 0
+    assert json.loads(mt("incr", "cli", "u1", "n", "7", "--json").stdout)["value"] == 7
+    scan = json.loads(mt("scan", "cli", "u1", "--json").stdout)
+    assert [i["local_key"] for i in scan["items"]] == ["n", "name"]
+    assert "LOCAL_KEY" in mt("scan", "cli", "u1").stdout
+    assert mt("delete", "cli", "u1", "name").returncode == 0
+    assert mt("get", "cli", "u1", "name").returncode == 3
+    bad = mt("put", "nope", "u1", "k", "v")
+    assert bad.returncode == 1 and "header.dataset" in bad.stderr
+    bad = mt("put", "cli", "u1", "k", "v", "--ttl", "soon")
+    assert bad.returncode == 2 and "--ttl" in bad.stderr
+    bad = mt("dataset", "create", "Bad Name")
+    assert bad.returncode == 2 and "name" in bad.stderr
+    assert mt("dataset", "drop", "cli").returncode == 0
+    assert mt("get", "cli", "u1", "n").returncode == 1

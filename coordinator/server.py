@@ -33,9 +33,9 @@ from log import limits as log_limits
 from log.client import LogClient, LogError
 from midtown import registry
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc
+from midtown_pb import kv_pb2_grpc, log_pb2
 from storage_node import codec
-from storage_node.model import Get, Op, OpStatus, Record, RecordResult, Scan
+from storage_node.model import Get, Op, OpResult, OpStatus, Record, RecordResult, Scan
 from storage_node.node import GRPC_OPTIONS
 
 log = logging.getLogger("midtown.coordinator")
@@ -46,6 +46,9 @@ DIVERGENCES = Counter(
     "Answers whose shard digest differs from another replica's at the same log position",
     ["shard"],
 )
+STRONG_READS = Counter("midtown_strong_reads_total",
+                       "Strong reads, by path: read index (no log append) or through the log",
+                       ["path"])
 REQUESTS = Counter("midtown_kv_requests_total", "KV requests by method and status", ["method", "code"])
 Code = grpc.StatusCode
 
@@ -76,6 +79,7 @@ class Coordinator:
         self.divergences = 0
         self._storage: dict[str, Any] = {}
         self._storage_seen: tuple[float, list[str]] = (0.0, [])
+        self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
 
     def start(self) -> None:
         registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
@@ -186,12 +190,60 @@ class Coordinator:
             self._storage_seen = (now, list(registry.members(self.zk, registry.STORAGE_NODES).values()))
         return list(self._storage_seen[1])
 
-    def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float) -> pb.ReadResponse:
-        """An eventual read from one storage replica (another if it fails)."""
+    def log_servers(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._log_servers_seen[0] > 1.0:
+            self._log_servers_seen = (now, list(self.logs.servers().values()))
+        return list(self._log_servers_seen[1])
+
+    def read_index(self, log_id: int) -> int | None:
+        """The ReadIndex rule (DESIGN.md): the highest position stored by any of a fence
+        quorum of the log's replicas, asked now. Every write acknowledged before this call is
+        at or below it. None when not enough replicas answered."""
+        need = log_limits.fence_quorum(log_limits.ENSEMBLE_SIZE, log_limits.ACK_QUORUM)
+        calls = [self.logs.stub(a).Tail.future(log_pb2.TailRequest(log_id=log_id), timeout=1.0)
+                 for a in self.log_servers()]
+        lasts: list[int] = []
+        for f in futures.as_completed([_as_future(c) for c in calls], timeout=1.5):
+            try:
+                lasts.append(int(f.result().last))
+            except Exception:
+                continue
+            if len(lasts) >= need:
+                return max(lasts)
+        return None
+
+    def strong_read(self, header: pb.RequestHeader, pkey: bytes, op: Op,
+                    deadline_s: float) -> tuple[OpResult, int]:
+        """A linearizable read without a log append: wait until a replica has applied up
+        to the read index, then read it there. Falls back to a read through the log."""
+        d = self.dataset(header)
+        check_partition(pkey, "key.partition")
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        try:
+            idx = self.read_index(log_of(shard, self.log_count))
+        except futures.TimeoutError:
+            idx = None
+        if idx is not None:
+            try:
+                rr = self.read_replica(d, pkey, op, min(deadline_s, 2.0), min_position=idx + 1,
+                                       wait_ms=int(min(deadline_s, 0.5) * 1000))
+                STRONG_READS.labels(path="read_index").inc()
+                return codec.op_result_from_pb(rr.result), rr.position
+            except Abort:
+                pass
+        STRONG_READS.labels(path="log").inc()
+        r = self.execute(header, pkey, [op], deadline_s)
+        return r.results[0], r.position
+
+    def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
+                     min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
+        """A read from one storage replica (another if it fails)."""
         shard = shard_of(d.id, pkey, self.kv.shards)
         nodes = self.storage_nodes()
         random.shuffle(nodes)
-        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
+        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
+                             min_position=min_position, wait_ms=wait_ms)
         for addr in nodes:
             stub = self._storage.get(addr)
             if stub is None:
@@ -291,9 +343,8 @@ class KVService:
             rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
             return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
                                   position=rr.position)
-        r = self.c.execute(req.header, pkey, [Get(lkey)], self._deadline(ctx))
-        o = single(r)
-        return pb.GetResponse(found=o.found, value=codec.stored_to_pb(o.value), position=r.position)
+        o, position = self.c.strong_read(req.header, pkey, Get(lkey), self._deadline(ctx))
+        return pb.GetResponse(found=o.found, value=codec.stored_to_pb(o.value), position=position)
 
     def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext) -> pb.PutResponse:
         pkey, lkey = check_key(req.key)
@@ -365,8 +416,7 @@ class KVService:
             d = self.c.dataset(req.header)
             rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
             return pb.ScanResponse(items=rr.result.items, next=rr.result.next)
-        r = self.c.execute(req.header, req.partition_key, [op], self._deadline(ctx))
-        o = single(r)
+        o, _ = self.c.strong_read(req.header, req.partition_key, op, self._deadline(ctx))
         return pb.ScanResponse(items=[pb.Item(local_key=k, value=codec.stored_to_pb(v)) for k, v in o.items],
                                next=o.next)
 
@@ -439,6 +489,22 @@ def main(argv: list[str] | None = None) -> None:
         pass
     server.stop(1)
 
+
+
+
+
+def _as_future(call: Any) -> Future[Any]:
+    """A gRPC future as a concurrent.futures.Future (for as_completed)."""
+    f: Future[Any] = Future()
+
+    def done(c: Any) -> None:
+        try:
+            f.set_result(c.result())
+        except Exception as e:
+            f.set_exception(e)
+
+    call.add_done_callback(done)
+    return f
 
 
 if __name__ == "__main__":

@@ -110,6 +110,13 @@ class ReplicaCore:
         self.store.commit(Batch(log_id, meta=new, delete_below=before))
         self.logs[log_id] = new
 
+    def tail(self, log_id: int) -> int:
+        """The highest position stored for the log, in any segment, committed or not."""
+        meta = self.logs.get(log_id)
+        if meta is None or not meta.segments:
+            return -1
+        return max(s.last for s in meta.segments.values())
+
     def lac(self, log_id: int, segment_epoch: int) -> int:
         meta = self.logs.get(log_id)
         if meta is None:

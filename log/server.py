@@ -176,6 +176,13 @@ class Services:
             del d
         return out
 
+    def tail(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TailResponse:
+        req = _parse(pb.TailRequest, raw, ctx)
+        self._check_log(req.log_id, ctx)
+        with self.node.rlock:  # after every write this replica has acknowledged
+            last = self.node.replica.tail(req.log_id)
+        return pb.TailResponse(last=last)
+
     # ---------------------------------------------------------------- Replica
     def fence(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.FenceResponse:
         msg = _convert(codec.fence_from_pb, _parse(pb.FenceRequest, raw, ctx), ctx)
@@ -224,6 +231,7 @@ def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
             ),
             "Truncate": unary(s.truncate),
             "Status": unary(s.status),
+            "Tail": unary(s.tail),
         },
     )
     replica_service = grpc.method_handlers_generic_handler(

@@ -38,6 +38,7 @@ class Proc:
     port: int
     pid: int = 0
     server_id: int = -1
+    metrics_port: int = 0  # coordinators: Prometheus metrics over HTTP
 
     @property
     def addr(self) -> str:
@@ -115,7 +116,7 @@ class Cluster:
     def _plan(self) -> None:
         if self.procs:
             return
-        ports = iter(free_ports(1 + LOG_SERVERS + self.storage_nodes + self.coordinators))
+        ports = iter(free_ports(1 + LOG_SERVERS + self.storage_nodes + 2 * self.coordinators))
         self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
         for i in range(LOG_SERVERS):
             self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i)
@@ -123,7 +124,7 @@ class Cluster:
             self.procs[f"storage-{i}"] = Proc(f"storage-{i}", "storage-node", next(ports), server_id=i)
         for i in range(self.coordinators):
             self.procs[f"coordinator-{i}"] = Proc(f"coordinator-{i}", "coordinator", next(ports),
-                                                  server_id=i)
+                                                  server_id=i, metrics_port=next(ports))
 
     def start(self, timeout_s: float = 90.0, progress: bool = False) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -158,7 +159,7 @@ class Cluster:
                     str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name)]
         if p.kind == "coordinator":
             return [sys.executable, "-m", "coordinator.server", "--id", str(p.server_id), "--port",
-                    str(p.port), "--zk", self.zk_hosts]
+                    str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port)]
         raise ClusterError(f"no command for {name}")
 
     def start_process(self, name: str) -> None:

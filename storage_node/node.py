@@ -24,6 +24,11 @@ from storage_node.callbacks import Callbacks
 from storage_node.store import BatchView, NodeStore
 
 log = logging.getLogger("midtown.storage.node")
+
+
+class Behind(Exception):
+    """This replica has not applied far enough for the read yet."""
+
 CALLBACK_REPLICAS = 2
 
 
@@ -141,6 +146,15 @@ class StorageNode:
         from storage_node.model import Record
 
         log_id = log_of(req.shard, self.log_count)
+        if req.min_position:
+            deadline = time.monotonic() + min(req.wait_ms, 5000) / 1000
+            with self.cond:
+                while self.positions[log_id][0] < req.min_position:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Behind(f"replica {self.node_id} has applied log {log_id} up to "
+                                     f"{self.positions[log_id][0]}, not {req.min_position}")
+                    self.cond.wait(left)
         pos, ts = self.positions[log_id]
         op = codec.op_from_pb(req.op)
         rec = Record(b"", "", req.dataset, req.shard, req.partition_key, (op,))

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
 from midtown_pb import kv_pb2 as pb
-from storage_node.node import GRPC_OPTIONS, StorageNode
+from storage_node.node import GRPC_OPTIONS, Behind, StorageNode
 
 
 def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
@@ -27,7 +27,10 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
             ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"shard: {req.shard} >= {node.kv.shards}")
         if req.op.WhichOneof("op") not in ("get", "scan"):
             ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "op: only get and scan read a replica")
-        result, pos = node.read(req)
+        try:
+            result, pos = node.read(req)
+        except Behind as e:
+            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.ReadResponse(result=result, position=pos)
 
     def status(raw: bytes, ctx: grpc.ServicerContext) -> pb.NodeStatusResponse:

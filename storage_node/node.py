@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 
@@ -30,6 +31,9 @@ class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
 
 CALLBACK_REPLICAS = 2
+# Entries applied and synced together at most; batches from the logs waiting to be applied.
+APPLY_BATCH_ENTRIES_MAX = 5_000
+APPLY_QUEUE_MAX = 1_000
 
 
 class StorageNode:
@@ -48,6 +52,7 @@ class StorageNode:
         }
         self.cond = threading.Condition()
         self._stop = threading.Event()
+        self._inbox: queue.Queue[tuple[int, list[log_pb2.Entry]]] = queue.Queue(maxsize=APPLY_QUEUE_MAX)
 
     @staticmethod
     def _wait(fn):  # type: ignore[no-untyped-def]
@@ -60,8 +65,9 @@ class StorageNode:
         raise SystemExit("no cluster topology in ZooKeeper")
 
     def start(self) -> None:
+        threading.Thread(target=self._apply_loop, name="apply", daemon=True).start()
         for log_id in range(self.log_count):
-            threading.Thread(target=self._tail, args=(log_id,), name=f"apply-{log_id}",
+            threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
                              daemon=True).start()
         registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
 
@@ -91,7 +97,7 @@ class StorageNode:
                         stream.cancel()
                         return
                     if resp.entries:
-                        self._apply_batch(log_id, list(resp.entries))
+                        self._inbox.put((log_id, list(resp.entries)))
                     backoff = 0.1
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
@@ -102,27 +108,54 @@ class StorageNode:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
 
-    def _apply_batch(self, log_id: int, entries: list[log_pb2.Entry]) -> None:
-        expected = self.positions[log_id][0]
-        entries = [e for e in entries if e.position >= expected]
-        if not entries:
-            return
-        assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
+    def _apply_loop(self) -> None:
+        """One applier for every log: what the tail threads received meanwhile is applied
+        together, in each log's order, and made durable with one synced write batch that
+        also holds every log's new position."""
+        while not self._stop.is_set():
+            try:
+                items = [self._inbox.get(timeout=0.5)]
+            except queue.Empty:
+                continue
+            n = len(items[0][1])
+            while n < APPLY_BATCH_ENTRIES_MAX:
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                items.append(item)
+                n += len(item[1])
+            try:
+                self._apply(items)
+            except Exception:
+                log.exception("apply failed; stopping this node's apply loop")
+                os._exit(70)  # restart from the saved positions rather than diverge
+
+    def _apply(self, items: list[tuple[int, list[log_pb2.Entry]]]) -> None:
         view = BatchView(self.store)
         out: dict[str, list[pb.RecordResult]] = {}
-        for e in entries:
-            try:
-                rec = codec.record_from_bytes(e.payload)
-            except Exception:  # not a record every replica can decode: a no-op everywhere
-                log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
-                continue
-            applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.node_id)
-            view.add(applied, rec.shard, e.timestamp_ms)
-            if rec.callback and applied.result is not None and self.answers_for(rec.shard):
-                out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
-        last = entries[-1]
-        view.commit(log_id, last.position + 1, last.timestamp_ms)  # durable, with the position
-        self.positions[log_id] = (last.position + 1, last.timestamp_ms)
+        new: dict[int, tuple[int, int]] = {}
+        for log_id, entries in items:
+            expected = new.get(log_id, self.positions[log_id])[0]
+            entries = [e for e in entries if e.position >= expected]
+            if not entries:
+                continue  # a stream restarted and sent again what was already applied
+            assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
+            for e in entries:
+                try:
+                    rec = codec.record_from_bytes(e.payload)
+                except Exception:  # not a record every replica can decode: a no-op everywhere
+                    log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
+                    continue
+                applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.node_id)
+                view.add(applied, rec.shard, e.timestamp_ms)
+                if rec.callback and applied.result is not None and self.answers_for(rec.shard):
+                    out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
+            new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
+        if not new:
+            return
+        view.commit(new)  # effects and positions, durable together
+        self.positions.update(new)
         with self.cond:
             self.cond.notify_all()
         for addr, results in out.items():

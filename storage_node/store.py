@@ -112,7 +112,8 @@ class BatchView:
         if applied.dedup and applied.result is not None:
             self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
 
-    def commit(self, log_id: int, next_position: int, last_ts: int) -> None:
+    def commit(self, positions: dict[int, tuple[int, int]]) -> None:
+        """Write the batch and each log's (next position, last timestamp), synced."""
         wb = WriteBatch(raw_mode=True)
         for k, v in self.values.items():
             if v is None:
@@ -123,5 +124,6 @@ class BatchView:
             wb.put(keys.digest_key(shard), _Q.pack(d))
         for (shard, rid), (ts, res) in self.dedups.items():
             wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
-        wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
+        for log_id, (next_position, last_ts) in positions.items():
+            wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
         self.store.write(wb)

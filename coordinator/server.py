@@ -28,6 +28,7 @@ from prometheus_client import Counter, start_http_server
 from coordinator import limits
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
+from coordinator.readindex import ReadIndex
 from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
 from log.client import LogClient, LogError
@@ -80,6 +81,7 @@ class Coordinator:
         self._storage: dict[str, Any] = {}
         self._storage_seen: tuple[float, list[str]] = (0.0, [])
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
+        self._read_index = ReadIndex(self.read_index)
 
     def start(self) -> None:
         registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
@@ -204,13 +206,16 @@ class Coordinator:
         calls = [self.logs.stub(a).Tail.future(log_pb2.TailRequest(log_id=log_id), timeout=1.0)
                  for a in self.log_servers()]
         lasts: list[int] = []
-        for f in futures.as_completed([_as_future(c) for c in calls], timeout=1.5):
-            try:
-                lasts.append(int(f.result().last))
-            except Exception:
-                continue
-            if len(lasts) >= need:
-                return max(lasts)
+        try:
+            for f in futures.as_completed([_as_future(c) for c in calls], timeout=1.5):
+                try:
+                    lasts.append(int(f.result().last))
+                except Exception:
+                    continue
+                if len(lasts) >= need:
+                    return max(lasts)
+        except futures.TimeoutError:
+            pass
         return None
 
     def strong_read(self, header: pb.RequestHeader, pkey: bytes, op: Op,
@@ -220,10 +225,7 @@ class Coordinator:
         d = self.dataset(header)
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
-        try:
-            idx = self.read_index(log_of(shard, self.log_count))
-        except futures.TimeoutError:
-            idx = None
+        idx = self._read_index.get(log_of(shard, self.log_count))
         if idx is not None:
             try:
                 rr = self.read_replica(d, pkey, op, min(deadline_s, 2.0), min_position=idx + 1,

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
     listen = f"{a.host}:{a.port}"
     node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32), options=GRPC_OPTIONS)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     if server.add_insecure_port(listen) == 0:
         raise SystemExit(f"cannot listen on {listen}")

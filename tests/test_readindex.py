@@ -1,0 +1,50 @@
+"""Batched ReadIndex: a read never uses a round that started before it arrived."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from coordinator.readindex import ReadIndex
+
+
+def test_reads_share_rounds_but_never_an_earlier_one() -> None:
+    rounds: list[float] = []
+    gate = threading.Event()
+
+    def ask(log_id: int) -> int:
+        rounds.append(time.monotonic())
+        gate.wait(1)
+        return len(rounds)
+
+    ri = ReadIndex(ask)
+    arrived: dict[int, float] = {}
+    got: dict[int, int | None] = {}
+
+    def reader(i: int) -> None:
+        arrived[i] = time.monotonic()
+        got[i] = ri.get(7)
+
+    first = threading.Thread(target=reader, args=(0,))
+    first.start()
+    time.sleep(0.05)  # round 1 is in flight now
+    others = [threading.Thread(target=reader, args=(i,)) for i in range(1, 20)]
+    for t in others:
+        t.start()
+    time.sleep(0.05)
+    gate.set()
+    first.join()
+    for t in others:
+        t.join()
+    assert got[0] == 1
+    assert all(got[i] == 2 for i in range(1, 20)), got  # one later round served them all
+    assert len(rounds) == 2
+    for i in range(20):
+        assert rounds[got[i] - 1] >= arrived[i]  # type: ignore[operator]
+
+
+def test_failed_round_yields_none() -> None:
+    def ask(log_id: int) -> int | None:
+        raise RuntimeError("no log server answered")
+
+    assert ReadIndex(ask).get(1) is None

@@ -33,6 +33,7 @@ from midtown_pb import log_pb2_grpc
 log = logging.getLogger("midtown.log.node")
 
 ELECTION_POLL_S = 0.25
+WRITER_REFRESH_S = 5.0
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
 CATCHUP_POLL_S = 1.0
 GRPC_OPTIONS = [
@@ -70,6 +71,9 @@ class Node:
         self._stop = threading.Event()
         self._watches: list[Any] = []
         self._outlets: dict[int, Outlet] = {}
+        # Each log's writer node as last seen by a watch (no entry: not seen yet).
+        self.writer_cache: dict[int, dict | None] = {}
+        self._wake = threading.Event()
 
     # ------------------------------------------------------------ start/stop
     def _wait_topology(self) -> zkpaths.Topology:
@@ -91,6 +95,9 @@ class Node:
             )
             self._watches.append(
                 self.zk.DataWatch(zkpaths.truncate_path(log_id), self._trunc_watch(log_id))
+            )
+            self._watches.append(
+                self.zk.DataWatch(zkpaths.writer_path(log_id), self._writer_watch(log_id))
             )
         self._register()
         threading.Thread(target=self._election_loop, name="election", daemon=True).start()
@@ -149,6 +156,12 @@ class Node:
                 self.notify(log_id)
         return watch
 
+    def _writer_watch(self, log_id: int):  # type: ignore[no-untyped-def]
+        def watch(data: bytes | None, stat: Any) -> None:
+            self.writer_cache[log_id] = json.loads(data) if data else None
+            self._wake.set()
+        return watch
+
     def _trunc_watch(self, log_id: int):  # type: ignore[no-untyped-def]
         def watch(data: bytes | None, stat: Any) -> None:
             if not data:
@@ -190,10 +203,17 @@ class Node:
     def _election_loop(self) -> None:
         vacant_since: dict[int, float] = {}
         backoff_until: dict[int, float] = {}
-        while not self._stop.wait(ELECTION_POLL_S):
+        next_refresh = 0.0
+        while not self._stop.is_set():
+            # Watches wake the loop at once; the poll is for backoffs and failed writers.
+            self._wake.wait(ELECTION_POLL_S)
+            self._wake.clear()
             if not self.zk_ok():
                 continue
             now = time.monotonic()
+            if now >= next_refresh:  # a safety net under the watches
+                self.writer_cache.clear()
+                next_refresh = now + WRITER_REFRESH_S
             for log_id in range(self.topo.logs):
                 try:
                     self._elect_one(log_id, now, vacant_since, backoff_until)
@@ -210,7 +230,10 @@ class Node:
             self._relinquish(log_id)
             backoff_until[log_id] = now + 1.0
             d = None
-        w = zkpaths.read_writer(self.zk, log_id)
+        if log_id in self.writer_cache:
+            w = self.writer_cache[log_id]
+        else:
+            w = self.writer_cache[log_id] = zkpaths.read_writer(self.zk, log_id)
         if w is not None:
             vacant_since.pop(log_id, None)
             if w["server"] == self.server_id and d is None:
@@ -224,6 +247,7 @@ class Node:
         self._claim(log_id)
 
     def _relinquish(self, log_id: int) -> None:
+        self.writer_cache.pop(log_id, None)
         try:
             data, _ = self.zk.get(zkpaths.writer_path(log_id))
             if json.loads(data)["server"] == self.server_id:
@@ -251,6 +275,7 @@ class Node:
         if v is None:
             self._relinquish(log_id)
             return
+        self.writer_cache.pop(log_id, None)
         self.meta[log_id] = new
         core = Writer(log_id, new.epoch, new, v, tuple(self.topo.log_servers))
         d = WriterDriver(self, core)

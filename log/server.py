@@ -158,10 +158,7 @@ class Services:
         for log_id in range(node.topo.logs):
             meta = node.meta.get(log_id)
             d = node.writers.get(log_id)
-            try:
-                w = zkpaths.read_writer(node.zk, log_id)
-            except Exception:
-                w = None
+            w = node.writer_cache.get(log_id)
             out.logs.append(
                 pb.LogStatus(
                     log_id=log_id,

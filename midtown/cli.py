@@ -68,11 +68,14 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     rows = c.status()
     if a.json:
-        emit({"dir": str(d), "zk": c.zk_hosts, "processes": rows}, True)
+        emit({"dir": str(d), "zk": c.zk_hosts, "coordinators": c.coordinator_addrs,
+              "processes": rows}, True)
     else:
         print(f"cluster up in {time.monotonic() - t0:.1f}s, data in {d}")
         emit(rows, False, ["name", "addr", "pid", "state"])
         print(f"\nZooKeeper: {c.zk_hosts}   (other terminals: export MIDTOWN_ZK={c.zk_hosts})")
+        for addr in c.coordinator_addrs:
+            print(f"coordinator: {addr}   (midtown.Client(\"{addr}\"))")
     if a.detach:
         return 0
     print("running in the foreground; Ctrl-C stops everything", flush=True)

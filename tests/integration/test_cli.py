@@ -35,6 +35,7 @@ def test_cluster_and_log_commands(tmp_path: Path) -> None:
                               "storage-2", "coordinator-0"}
         assert all(p["state"] == "running" and p["pid"] for p in names.values())
         zk = up["zk"]
+        assert up["coordinators"] == [names["coordinator-0"]["addr"]]
 
         r = json.loads(mt("log", "append", "3", "hello", "world", "--dir", d, "--json").stdout)
         assert (r["first_position"], r["count"]) == (0, 2)

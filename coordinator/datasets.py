@@ -31,13 +31,17 @@ class Dataset:
     replication: int = 3
     ttl_ms: int = 0  # default TTL of new values; 0: none
     incarnation: int = 0
+    rate_limit: float = 0  # requests per second over all clients; 0: none
 
     @property
     def id(self) -> str:
         return f"{self.name}#{self.incarnation}"
 
 
-def validate(name: str, consistency: str, replication: int, ttl_ms: int) -> None:
+def validate(name: str, consistency: str, replication: int, ttl_ms: int,
+             rate_limit: float = 0) -> None:
+    if not 0 <= rate_limit <= limits.RATE_LIMIT_MAX:
+        raise DatasetError(f"rate_limit: must be between 0 and {limits.RATE_LIMIT_MAX} requests/s")
     if not NAME.match(name):
         raise DatasetError(
             f"name: {name!r} must be 1-{limits.DATASET_NAME_MAX} characters of a-z, 0-9, _ and -, "
@@ -54,11 +58,11 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int) -> None
 
 
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
-           ttl_ms: int = 0) -> Dataset:
-    validate(name, consistency, replication, ttl_ms)
+           ttl_ms: int = 0, rate_limit: float = 0) -> Dataset:
+    validate(name, consistency, replication, ttl_ms, rate_limit)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
-            "created_ms": int(time.time() * 1000)}
+            "rate_limit": rate_limit, "created_ms": int(time.time() * 1000)}
     try:
         zk.create(f"{ROOT}/{name}", json.dumps(body).encode())
     except NodeExistsError:
@@ -74,7 +78,8 @@ def get(zk: KazooClient, name: str) -> Dataset | None:
     except NoNodeError:
         return None
     b = json.loads(data)
-    return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid)
+    return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid,
+                   b.get("rate_limit", 0))
 
 
 def names(zk: KazooClient) -> list[str]:

@@ -17,6 +17,10 @@ SCAN_LIMIT_MAX = 1000
 # TTL: up to ten years, in milliseconds.
 TTL_MS_MAX = 10 * 365 * 24 * 3600 * 1000
 REQUEST_ID_BYTES_MAX = 64
+# Rate limits (requests per second): a dataset's is set when it is created; every client
+# connection gets the coordinator's --client-rate-limit.
+RATE_LIMIT_MAX = 1_000_000
+CLIENT_RATE_LIMIT_DEFAULT = 5_000
 DATASET_NAME_MAX = 64
 # Requests a coordinator holds while waiting for the log or a storage node.
 PENDING_MAX = 20_000

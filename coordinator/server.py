@@ -28,6 +28,7 @@ from prometheus_client import Counter, start_http_server
 from coordinator import limits
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
+from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadIndex
 from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
@@ -82,6 +83,8 @@ class Coordinator:
         self._storage_seen: tuple[float, list[str]] = (0.0, [])
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
         self._read_index = ReadIndex(self.read_index)
+        self.limiter = RateLimiter()
+        self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
 
     def start(self) -> None:
         registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
@@ -103,6 +106,19 @@ class Coordinator:
         if d is None:
             raise Abort(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
         return d
+
+    def check_rate(self, header: pb.RequestHeader, peer: str) -> None:
+        """Over a limit: RESOURCE_EXHAUSTED, naming which."""
+        now = time.monotonic()
+        if not self.limiter.allow(("client", peer), self.client_rate_limit, now):
+            raise Abort(Code.RESOURCE_EXHAUSTED,
+                        f"client: over the limit of {self.client_rate_limit:g} requests/s per "
+                        "client; retry later")
+        d = self.datasets.get(header.dataset) if header.dataset else None
+        if d is not None and not self.limiter.allow(("dataset", d.id), d.rate_limit, now):
+            raise Abort(Code.RESOURCE_EXHAUSTED,
+                        f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
+                        "requests/s; retry later")
 
     def request_id(self, header: pb.RequestHeader) -> bytes:
         rid = header.request_id
@@ -435,6 +451,8 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
             except DecodeError:
                 ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
             try:
+                if fn is not deliver:
+                    c.check_rate(req.header, ctx.peer())
                 out = fn(req, ctx)
             except Abort as e:
                 REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
@@ -469,6 +487,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--advertise")
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
+    ap.add_argument("--client-rate-limit", type=float, default=limits.CLIENT_RATE_LIMIT_DEFAULT,
+                    help="requests/s per client connection (0: none)")
     a = ap.parse_args(argv)
     if a.metrics_port:
         start_http_server(a.metrics_port, addr=a.host)
@@ -478,6 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
     listen = f"{a.host}:{a.port}"
     c = Coordinator(a.id, a.advertise or listen, a.zk)
+    c.client_rate_limit = a.client_rate_limit
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
     server.add_generic_rpc_handlers(_handlers(c))

@@ -257,12 +257,13 @@ def cmd_dataset(a: argparse.Namespace) -> int:
     try:
         if a.cmd == "create":
             ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
-            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl)
-            emit(datasets.describe(d), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
+            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit)
+            emit(datasets.describe(d), a.json,
+                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "id"])
         elif a.cmd == "list":
             found = [datasets.get(zk, n) for n in datasets.names(zk)]
             rows = [datasets.describe(x) for x in found if x is not None]
-            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms"])
+            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit"])
         elif a.cmd == "describe":
             got = datasets.get(zk, a.name)
             if got is None:
@@ -440,6 +441,8 @@ def parser() -> argparse.ArgumentParser:
     dc.add_argument("--consistency", default="strong", choices=["strong", "eventual"])
     dc.add_argument("--replication", type=_nonneg("--replication"), default=3)
     dc.add_argument("--ttl", help="default TTL of new values (30s, 5m, 2h, 7d)")
+    dc.add_argument("--rate-limit", type=float, default=0,
+                    help="requests/s over all clients (default: none)")
     common(dc)
     for name, helptext in (("list", "list datasets"), ("describe", "show a dataset"),
                            ("drop", "drop a dataset")):

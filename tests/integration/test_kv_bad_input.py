@@ -130,3 +130,26 @@ def test_still_serving_and_nothing_lost(kvc: Cluster, cl: Client) -> None:
     v = cl.put("d", "keep", "k", b"safe")
     got = cl.get("d", "keep", "k")
     assert got is not None and got.value == b"safe" and got.version == v
+
+
+def test_dataset_rate_limit(kvc: Cluster) -> None:
+    import time
+
+    zk = zkpaths.connect(kvc.zk_hosts)
+    datasets.create(zk, "limited", rate_limit=5)
+    zk.stop()
+    with Client(kvc.coordinator_addrs, timeout=15, retries=0) as c:
+        refused = []
+        for i in range(30):
+            try:
+                c.put("limited", "p", str(i), b"v")
+            except errors.ResourceExhausted as e:
+                refused.append(e.message)
+        assert refused and all("limit of 5 requests/s" in m and "header.dataset" in m for m in refused)
+        assert len(refused) >= 15
+        time.sleep(1.2)
+        assert c.put("limited", "p", "after", b"v") >= 1
+    # The SDK's retries ride over the limit with backoff.
+    with Client(kvc.coordinator_addrs, timeout=30) as c:
+        for i in range(12):
+            c.put("limited", "q", str(i), b"v")

@@ -22,6 +22,7 @@ from storage_node.model import (
     Incr,
     OpResult,
     OpStatus,
+    Position,
     Put,
     Record,
     RecordResult,
@@ -53,6 +54,7 @@ class Applied:
     result: RecordResult | None = None
     digest: int = 0
     dedup: bool = False  # the result must be remembered under the request id
+    positions: dict[int, int] = field(default_factory=dict)  # node id -> published position
 
 
 def _ttl_expiry(ts_ms: int, ttl_ms: int, default_ttl_ms: int) -> int:
@@ -72,6 +74,12 @@ def next_digest(prev: int, position: int, writes: dict[bytes, Stored | None]) ->
 
 
 def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, node_id: int) -> Applied:
+    if rec.ops and all(isinstance(o, Position) for o in rec.ops):
+        # A node's published position: replicated bookkeeping, no key-value effects.
+        pos = {o.node_id: o.position for o in rec.ops if isinstance(o, Position)}
+        return Applied(digest=state.digest(rec.shard), positions=pos,
+                       result=RecordResult(b"", log_id, position, rec.shard,
+                                           state.digest(rec.shard), node_id, True))
     if rec.request_id:
         seen = state.dedup(rec.shard, rec.request_id)
         if seen is not None and ts_ms - seen[0] <= DEDUP_WINDOW_MS:

@@ -12,6 +12,7 @@ from storage_node.model import (
     Op,
     OpResult,
     OpStatus,
+    Position,
     Put,
     Record,
     RecordResult,
@@ -54,6 +55,8 @@ def op_from_pb(o: pb.Op) -> Op:
         return Get(o.get.local_key)
     if kind == "scan":
         return Scan(o.scan.start, o.scan.end, o.scan.limit)
+    if kind == "position":
+        return Position(o.position.node_id, o.position.position)
     raise ValueError("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
 
 
@@ -74,6 +77,8 @@ def op_to_pb(op: Op) -> pb.Op:
         return pb.Op(incr=pb.IncrementOp(local_key=op.local_key, delta=op.delta, ttl_ms=op.ttl_ms))
     if isinstance(op, Get):
         return pb.Op(get=pb.GetOp(local_key=op.local_key))
+    if isinstance(op, Position):
+        return pb.Op(position=pb.PositionOp(node_id=op.node_id, position=op.position))
     return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))
 
 

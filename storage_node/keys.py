@@ -4,6 +4,7 @@
   b"P" log_id:4                                               -> next position:8 last ts:8
   b"D" shard:4                                                -> digest:8
   b"R" shard:4 request_id                                     -> ts:8 RecordResult (protobuf)
+  b"Q" log_id:4 node_id:4                                     -> published position:8
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -29,6 +30,14 @@ def value_key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
 
 def position_key(log_id: int) -> bytes:
     return b"P" + _I.pack(log_id)
+
+
+def member_position_key(log_id: int, node_id: int) -> bytes:
+    return b"Q" + _I.pack(log_id) + _I.pack(node_id)
+
+
+def decode_member_position_key(k: bytes) -> tuple[int, int]:
+    return _I.unpack_from(k, 1)[0], _I.unpack_from(k, 5)[0]
 
 
 def digest_key(shard: int) -> bytes:

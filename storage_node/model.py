@@ -67,7 +67,13 @@ class Scan:
     limit: int = 100
 
 
-Op = Put | Delete | Cas | Incr | Get | Scan
+@dataclass(frozen=True, slots=True)
+class Position:
+    node_id: int
+    position: int  # everything below is applied and durable on that node
+
+
+Op = Put | Delete | Cas | Incr | Get | Scan | Position
 MUTATIONS = (Put, Delete, Cas, Incr)
 
 

@@ -15,13 +15,14 @@ import grpc
 
 from log import limits as log_limits
 from log import zk as logzk
-from log.client import LogClient
+from log.client import LogClient, LogError
 from midtown import registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
 from storage_node import codec
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
+from storage_node.model import Position, Record
 from storage_node.store import BatchView, NodeStore
 
 log = logging.getLogger("midtown.storage.node")
@@ -31,6 +32,8 @@ class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
 
 CALLBACK_REPLICAS = 2
+# How often a node publishes its positions and truncates the logs (MIDTOWN_POSITION_INTERVAL_S).
+POSITION_INTERVAL_S = 10.0
 # Entries applied and synced together at most; batches from the logs waiting to be applied.
 APPLY_BATCH_ENTRIES_MAX = 5_000
 APPLY_QUEUE_MAX = 1_000
@@ -52,6 +55,10 @@ class StorageNode:
         }
         self.cond = threading.Condition()
         self._stop = threading.Event()
+        self.member_positions: dict[tuple[int, int], int] = self.store.member_positions()
+        self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
+                                                        POSITION_INTERVAL_S))
+        self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         self._inbox: queue.Queue[tuple[int, list[log_pb2.Entry]]] = queue.Queue(maxsize=APPLY_QUEUE_MAX)
 
     @staticmethod
@@ -66,6 +73,7 @@ class StorageNode:
 
     def start(self) -> None:
         threading.Thread(target=self._apply_loop, name="apply", daemon=True).start()
+        threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
         for log_id in range(self.log_count):
             threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
                              daemon=True).start()
@@ -148,7 +156,9 @@ class StorageNode:
                     log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
                     continue
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.node_id)
-                view.add(applied, rec.shard, e.timestamp_ms)
+                view.add(applied, rec.shard, e.timestamp_ms, log_id)
+                if not applied.positions:
+                    self._last_data[log_id] = e.position
                 if rec.callback and applied.result is not None and self.answers_for(rec.shard):
                     out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
@@ -156,10 +166,37 @@ class StorageNode:
             return
         view.commit(new)  # effects and positions, durable together
         self.positions.update(new)
+        self.member_positions.update(view.member_positions)
         with self.cond:
             self.cond.notify_all()
         for addr, results in out.items():
             self.callbacks.send(addr, results)
+
+    def _positions_loop(self) -> None:
+        """Publish this node's durable position into each log it has applied data from,
+        and truncate each log below the lowest position of every member, never while a
+        member's position is unknown (a node that is down holds truncation back)."""
+        published: dict[int, int] = {}
+        truncated: dict[int, int] = {}
+        while not self._stop.wait(self.position_interval_s):
+            for log_id in range(self.log_count):
+                pos = self.positions[log_id][0]
+                if self._last_data.get(log_id, -1) >= published.get(log_id, 0):
+                    rec = Record(b"", "", "", 0, b"", (Position(self.node_id, pos),))
+                    try:
+                        self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
+                        published[log_id] = pos
+                    except LogError as e:
+                        log.debug("publishing position of log %d: %s", log_id, e)
+                known = [self.member_positions.get((log_id, m)) for m in self.kv.storage_nodes]
+                if any(k is None for k in known):
+                    continue
+                low = min(k for k in known if k is not None)
+                if low > truncated.get(log_id, 0):
+                    try:
+                        truncated[log_id] = self.logs.truncate(log_id, low)
+                    except LogError as e:
+                        log.debug("truncating log %d: %s", log_id, e)
 
     def answers_for(self, shard: int) -> bool:
         """Two replicas of each shard answer the coordinator: one may be down, and two
@@ -176,7 +213,6 @@ class StorageNode:
         """An eventual read: this replica's current state, expiry judged by the log time
         it has applied up to."""
         from coordinator.routing import log_of
-        from storage_node.model import Record
 
         log_id = log_of(req.shard, self.log_count)
         if req.min_position:

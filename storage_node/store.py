@@ -69,6 +69,15 @@ class NodeStore:
         pos, ts = keys.decode_u64(b, 2)
         return pos, ts
 
+    def member_positions(self) -> dict[tuple[int, int], int]:
+        out: dict[tuple[int, int], int] = {}
+        for k, v in self.db.items(from_key=b"Q"):
+            assert isinstance(k, bytes) and isinstance(v, bytes)
+            if not k.startswith(b"Q"):
+                break
+            out[keys.decode_member_position_key(k)] = _Q.unpack(v)[0]
+        return out
+
     def write(self, wb: WriteBatch) -> None:
         self.db.write(wb, self._sync)
 
@@ -83,6 +92,7 @@ class BatchView:
         self.values: dict[bytes, Stored | None] = {}
         self.digests: dict[int, int] = {}
         self.dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}
+        self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
 
     def get(self, key: bytes) -> Stored | None:
         if key in self.values:
@@ -106,7 +116,9 @@ class BatchView:
     def digest(self, shard: int) -> int:
         return self.digests[shard] if shard in self.digests else self.store.digest(shard)
 
-    def add(self, applied: Applied, shard: int, ts_ms: int) -> None:
+    def add(self, applied: Applied, shard: int, ts_ms: int, log_id: int = 0) -> None:
+        for node, pos in applied.positions.items():
+            self.member_positions[(log_id, node)] = pos
         self.values.update(applied.writes)
         self.digests[shard] = applied.digest
         if applied.dedup and applied.result is not None:
@@ -124,6 +136,8 @@ class BatchView:
             wb.put(keys.digest_key(shard), _Q.pack(d))
         for (shard, rid), (ts, res) in self.dedups.items():
             wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
+        for (lg, node), pos in self.member_positions.items():
+            wb.put(keys.member_position_key(lg, node), _Q.pack(pos))
         for log_id, (next_position, last_ts) in positions.items():
             wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
         self.store.write(wb)

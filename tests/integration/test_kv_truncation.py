@@ -1,0 +1,71 @@
+"""Storage nodes publish their positions into the logs; each log is truncated below the
+lowest position of every member, and not past a member that is down."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator import datasets
+from coordinator.routing import log_of, shard_of
+from log import zk as zkpaths
+from log.client import LogClient
+from midtown import Client
+from midtown.cluster import Cluster
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from tests.integration.conftest import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def tc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    monkeypatch.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
+    c = Cluster(tmp_path / "c", logs=16)
+    c.start(timeout_s=90)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _applied(c: Cluster, name: str, log_id: int) -> int:
+    p = c.procs[name]
+    st = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr)).Status(
+        pb.NodeStatusRequest(), timeout=5, wait_for_ready=True)
+    return int(st.log_positions[log_id])
+
+
+def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
+    zk = zkpaths.connect(tc.zk_hosts)
+    d = datasets.create(zk, "t")
+    zk.stop()
+    log_id = log_of(shard_of(d.id, b"k", 64), 16)
+    with Client(tc.coordinator_addrs) as db, LogClient(tc.zk_hosts) as logs:
+        for i in range(30):
+            db.put("t", "k", str(i), b"v")
+        first = wait_for(lambda: (f := logs.status()[log_id]["first"]) > 20 and f, 30,
+                         "the log to be truncated")
+        # Every member had applied what was truncated.
+        for n in ("storage-0", "storage-1", "storage-2"):
+            assert _applied(tc, n, log_id) >= first
+        # A member that is down holds truncation back at its last position.
+        p2 = _applied(tc, "storage-2", log_id)
+        tc.kill("storage-2")
+        held = _applied(tc, "storage-0", log_id)
+        for i in range(30, 60):
+            db.put("t", "k", str(i), b"v")
+        wait_for(lambda: _applied(tc, "storage-0", log_id) > held + 25, 30, "more applied")
+        import time
+
+        time.sleep(2)
+        assert logs.status()[log_id]["first"] <= p2, "truncated past a member that is down"
+        # Back up, it catches up from its position (still in the log) and truncation resumes.
+        tc.restart("storage-2")
+        wait_for(lambda: logs.status()[log_id]["first"] > held + 25, 30, "truncation to resume")
+        v = db.get("t", "k", "59", consistency="eventual")
+        assert v is not None and v.value == b"v"

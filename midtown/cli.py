@@ -349,6 +349,50 @@ def cmd_data(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_node_status(a: argparse.Namespace) -> int:
+    """Storage nodes: up or not, how far behind each log's end, and whether replicas that
+    stand at the same position of a shard hold the same digest."""
+    import grpc
+
+    from midtown import registry
+    from midtown_pb import kv_pb2 as kvpb
+    from midtown_pb import kv_pb2_grpc
+
+    with _log_client(a) as logs:
+        kv = registry.read_kv(logs.zk)
+        if kv is None:
+            raise CliError("no key-value topology in this cluster")
+        live = registry.members(logs.zk, registry.STORAGE_NODES)
+        ends = {r["log"]: r["last"] for r in logs.status()}
+        states: dict[int, Any] = {}
+        for nid in kv.storage_nodes:
+            addr = live.get(nid)
+            if addr is None:
+                continue
+            try:
+                states[nid] = kv_pb2_grpc.StorageStub(grpc.insecure_channel(addr)).Status(
+                    kvpb.NodeStatusRequest(), timeout=5)
+            except grpc.RpcError:
+                pass
+    digests: dict[tuple[int, int], set[int]] = {}
+    for st in states.values():
+        for s in st.shards:
+            digests.setdefault((s.shard, s.position), set()).add(s.digest)
+    rows = []
+    for nid in kv.storage_nodes:
+        st = states.get(nid)
+        if st is None:
+            rows.append({"node": nid, "addr": live.get(nid), "state": "down", "behind": None,
+                         "max_lag": None, "diverged_shards": None})
+            continue
+        lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)]
+        diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
+        rows.append({"node": nid, "addr": live.get(nid), "state": "up", "behind": sum(lags),
+                     "max_lag": max(lags, default=0), "diverged_shards": diverged})
+    emit(rows, a.json, ["node", "addr", "state", "behind", "max_lag", "diverged_shards"])
+    return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
+
+
 def cmd_bench_kv(a: argparse.Namespace) -> int:
     from midtown.bench_kv import run as bench
 
@@ -488,6 +532,12 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--end", default="")
     sc.add_argument("--limit", type=_nonneg("--limit"), default=100)
     sc.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
+
+    nd = sub.add_parser("node", help="storage node administration")
+    nds = nd.add_subparsers(dest="cmd", required=True)
+    ns = nds.add_parser("status", help="storage nodes: up, entries behind, diverged shards")
+    common(ns)
+    ns.set_defaults(fn=cmd_node_status)
 
     bn = sub.add_parser("bench", help="benchmarks")
     bns = bn.add_subparsers(dest="cmd", required=True)

@@ -158,6 +158,20 @@ def test_storage_node_crash_and_resume_converges(kv_cluster: Cluster, db: Client
     stop.set()
     th.join()
     wait_for(lambda: _converged(kv_cluster), 60, "every replica at the same positions and digests")
+    # The operator's view says the same.
+    import json
+    import subprocess
+    import sys
+
+    def node_status() -> bool:
+        p = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk",
+                            kv_cluster.zk_hosts, "--json"], capture_output=True, text=True,
+                           timeout=60, check=False)
+        rows = json.loads(p.stdout)
+        return (p.returncode == 0 and [r["state"] for r in rows] == ["up"] * 3
+                and all(r["behind"] == 0 and r["diverged_shards"] == 0 for r in rows))
+
+    wait_for(node_status, 30, "midtown node status to show every node up and level", every_s=0.5)
     total = sum(int(v.value) for i in range(7) if (v := db.get("t", f"k{i}", "n")))
     assert total == done[0]
 

@@ -73,6 +73,7 @@ class Coordinator:
         if kv is None:
             raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
         self.kv = kv
+        self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
         self.datasets = DatasetCache(self.zk)
         self._appenders: dict[int, Appender] = {}
         self._waiters: dict[bytes, list[Future[RecordResult]]] = {}
@@ -147,7 +148,7 @@ class Coordinator:
         deadline = time.monotonic() + deadline_s
         try:
             try:
-                self.appender(log_of(shard, self.log_count)).submit(payload).result(deadline_s)
+                self.appender(log_of(shard, self.kv_logs)).submit(payload).result(deadline_s)
             except LogError as e:
                 raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
             except futures.TimeoutError:
@@ -243,7 +244,7 @@ class Coordinator:
         d = self.dataset(header)
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
-        idx = self._read_index.get(log_of(shard, self.log_count))
+        idx = self._read_index.get(log_of(shard, self.kv_logs))
         if idx is not None:
             try:
                 rr = self.read_replica(d, pkey, op, min(deadline_s, 2.0), min_position=idx + 1,

@@ -57,7 +57,8 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
 
     d = Path(a.dir)
     try:
-        c = Cluster.load(d) if (d / "cluster.json").exists() else Cluster(d, logs=a.logs)
+        c = Cluster.load(d) if (d / "cluster.json").exists() else \
+            Cluster(d, logs=a.logs, kv_logs=a.kv_logs)
     except ClusterError as e:
         raise CliError(str(e)) from None
     t0 = time.monotonic()
@@ -132,11 +133,13 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
 
     zk2 = zkpaths.connect(_zk_hosts(a))
     try:
-        kv = registry.create_kv(zk2, a.shards, [int(x) for x in a.storage_nodes.split(",")])
+        kv = registry.create_kv(zk2, a.shards, [int(x) for x in a.storage_nodes.split(",")],
+                                a.kv_logs)
     finally:
         zk2.stop()
         zk2.close()
     emit({"logs": topo.logs, "log_servers": list(topo.log_servers), "shards": kv.shards,
+          "kv_logs": kv.logs,
           "storage_nodes": list(kv.storage_nodes)}, a.json)
     return 0
 
@@ -434,6 +437,8 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--detach", action="store_true", help="return once ready")
     up.add_argument("--json", action="store_true")
     up.add_argument("--logs", type=_nonneg("--logs"), default=16, help="logs (new cluster only)")
+    up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=3,
+                    help="logs the key-value store spreads its shards over (new cluster only)")
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
@@ -441,6 +446,8 @@ def parser() -> argparse.ArgumentParser:
     it.add_argument("--log-servers", default="0,1,2", help="log server ids, comma-separated")
     it.add_argument("--shards", type=_nonneg("--shards"), default=64)
     it.add_argument("--storage-nodes", default="0,1,2", help="storage node ids, comma-separated")
+    it.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=3,
+                    help="logs the key-value store spreads its shards over")
     it.add_argument("--json", action="store_true")
     it.set_defaults(fn=cmd_cluster_init)
     down = cls.add_parser("down", help="stop a local cluster")

@@ -70,6 +70,7 @@ class Cluster:
     shards: int = registry.SHARDS_DEFAULT
     coordinators: int = COORDINATORS
     storage_nodes: int = STORAGE_NODES
+    kv_logs: int = registry.KV_LOGS_DEFAULT
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -92,6 +93,7 @@ class Cluster:
         data = {
             "logs": self.logs,
             "shards": self.shards,
+            "kv_logs": self.kv_logs,
             "zk": self.zk_hosts,
             "processes": [p.__dict__ for p in self.procs.values()],
         }
@@ -107,7 +109,8 @@ class Cluster:
                 f"no cluster in {dir} (no {STATE}); start one with `midtown cluster up --dir {dir}`"
             )
         d = json.loads(path.read_text())
-        c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT))
+        c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
+                    kv_logs=d.get("kv_logs", registry.KV_LOGS_DEFAULT))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c
@@ -139,7 +142,8 @@ class Cluster:
         zk = zkpaths.connect(self.zk_hosts)
         try:
             zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.log_servers()])
-            registry.create_kv(zk, self.shards, [p.server_id for p in self.of_kind("storage-node")])
+            registry.create_kv(zk, self.shards, [p.server_id for p in self.of_kind("storage-node")],
+                               self.kv_logs)
             for p in self.procs.values():
                 if p.kind != "zookeeper":
                     self.start_process(p.name)

@@ -1,7 +1,7 @@
 """ZooKeeper layout shared by coordinators, storage nodes and clients (the log's own is in
 log/zk.py):
 
-  /midtown/kv                      {"shards": S, "storage_nodes": [ids]}   persistent
+  /midtown/kv                      {"shards": S, "storage_nodes": [ids], "logs": L}
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
   /midtown/coordinators/<id>       {"addr": "host:port"}                   ephemeral
   /midtown/datasets/<name>         dataset definition (coordinator/datasets.py)"""
@@ -19,22 +19,31 @@ STORAGE_NODES = "/midtown/storage_nodes"
 COORDINATORS = "/midtown/coordinators"
 SHARDS_DEFAULT = 64
 SHARDS_MAX = 65536
+# Logs the key-value store spreads its shards over (logs 0..L-1 of the cluster's logs).
+# Fewer, fuller logs batch better: on this 2-core machine 64 clients put ~1,100/s through
+# one log, ~670/s through 3 and ~415/s through 16 (docs/performance.md). Three gives each
+# of the three log servers one log to write, so a writer failover stalls a third of the keys.
+KV_LOGS_DEFAULT = 3
 
 
 @dataclass(frozen=True)
 class KvTopology:
     shards: int
     storage_nodes: tuple[int, ...]
+    logs: int = KV_LOGS_DEFAULT
 
 
-def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int]) -> KvTopology:
+def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
+              logs: int = KV_LOGS_DEFAULT) -> KvTopology:
     if not 1 <= shards <= SHARDS_MAX:
         raise ValueError(f"shards: must be between 1 and {SHARDS_MAX}")
+    if logs < 1:
+        raise ValueError("kv logs: must be at least 1")
     zk.ensure_path(STORAGE_NODES)
     zk.ensure_path(COORDINATORS)
     try:
-        zk.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes}).encode(),
-                  makepath=True)
+        zk.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
+                                  "logs": logs}).encode(), makepath=True)
     except NodeExistsError:
         pass
     t = read_kv(zk)
@@ -48,7 +57,7 @@ def read_kv(zk: KazooClient) -> KvTopology | None:
     except NoNodeError:
         return None
     d = json.loads(data)
-    return KvTopology(d["shards"], tuple(d["storage_nodes"]))
+    return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT))
 
 
 def register(zk: KazooClient, parent: str, member_id: int, addr: str) -> None:

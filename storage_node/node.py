@@ -47,6 +47,7 @@ class StorageNode:
         self.zk = self.logs.zk
         self.log_count = self._wait(lambda: logzk.read_topology(self.zk)).logs
         self.kv = self._wait(lambda: registry.read_kv(self.zk))
+        self.kv_logs = min(self.kv.logs, self.log_count)
         os.makedirs(data_dir, exist_ok=True)
         self.store = NodeStore(os.path.join(data_dir, "state.db"))
         self.callbacks = Callbacks()
@@ -214,7 +215,7 @@ class StorageNode:
         it has applied up to."""
         from coordinator.routing import log_of
 
-        log_id = log_of(req.shard, self.log_count)
+        log_id = log_of(req.shard, self.kv_logs)
         if req.min_position:
             deadline = time.monotonic() + min(req.wait_ms, 5000) / 1000
             with self.cond:
@@ -239,7 +240,7 @@ class StorageNode:
         for i in range(self.log_count):
             out.log_positions.append(self.positions[i][0])
         for s in range(self.kv.shards):
-            lg = log_of(s, self.log_count)
+            lg = log_of(s, self.kv_logs)
             out.shards.append(pb.ShardState(shard=s, log_id=lg, position=self.positions[lg][0],
                                             digest=self.store.digest(s)))
         return out

@@ -254,7 +254,7 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
         zk = zkpaths.connect(kv_cluster.zk_hosts)
         d = datasets.get(zk, "t")
         assert d is not None
-        w = zkpaths.read_writer(zk, log_of(shard_of(d.id, b"h0", 64), 16))
+        w = zkpaths.read_writer(zk, log_of(shard_of(d.id, b"h0", 64), 3))
         zk.stop()
         assert w is not None
         kv_cluster.kill(f"log-{w['server']}")

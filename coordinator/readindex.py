@@ -1,31 +1,36 @@
-"""The ReadIndex rule, batched: the highest position stored by any of a fence quorum of a
-log's replicas, asked after the read arrived, bounds every write acknowledged before it.
+"""Strong reads in batches, by the ReadIndex rule: the highest position stored by any of a
+fence quorum of a log's replicas, asked after the read arrived, bounds every write
+acknowledged before it; a replica that has applied the log that far can answer.
 
-Reads that arrive while a round of Tail calls is in flight wait for the next round (the
-round in flight may have been asked before they arrived); one round then serves them all,
-as etcd batches its ReadIndex requests."""
+Reads that arrive while a round is in flight wait for the next round (the round in
+flight may have been asked before they arrived); one round then serves them all: one set
+of Tail calls and one read at a storage replica, as etcd batches its ReadIndex requests."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
-ROUND_TIMEOUT_S = 1.5
+ROUND_TIMEOUT_S = 2.0
 
 
-class ReadIndex:
-    def __init__(self, ask: Callable[[int], int | None]) -> None:
-        """`ask(log_id)` performs one round of Tail calls (None when too few answered)."""
-        self.ask = ask
+class ReadBatcher:
+    def __init__(self, run_round: Callable[[int, list[Any]], list[Any] | None]) -> None:
+        """`run_round(log_id, items)` asks the read index *now* and answers every item (a
+        list in the same order), or None when the round failed."""
+        self.run_round = run_round
         self._lock = threading.Lock()
-        self._waiting: dict[int, list[Future[int | None]]] = {}
+        self._waiting: dict[int, list[tuple[Any, Future[Any]]]] = {}
         self._busy: set[int] = set()
 
-    def get(self, log_id: int, timeout_s: float = ROUND_TIMEOUT_S * 2) -> int | None:
-        fut: Future[int | None] = Future()
+    def get(self, log_id: int, item: Any, timeout_s: float = ROUND_TIMEOUT_S * 2) -> Any:
+        """The item's answer, or None (the caller then reads through the log)."""
+        fut: Future[Any] = Future()
         with self._lock:
-            self._waiting.setdefault(log_id, []).append(fut)
+            self._waiting.setdefault(log_id, []).append((item, fut))
             start = log_id not in self._busy
             if start:
                 self._busy.add(log_id)
@@ -33,7 +38,7 @@ class ReadIndex:
             threading.Thread(target=self._rounds, args=(log_id,), daemon=True).start()
         try:
             return fut.result(timeout_s)
-        except TimeoutError:
+        except FutureTimeout:
             return None
 
     def _rounds(self, log_id: int) -> None:
@@ -44,8 +49,8 @@ class ReadIndex:
                     self._busy.discard(log_id)
                     return
             try:
-                idx = self.ask(log_id)  # asked now: after every read in `batch` arrived
+                answers = self.run_round(log_id, [item for item, _ in batch])
             except Exception:
-                idx = None
-            for f in batch:
-                f.set_result(idx)
+                answers = None
+            for i, (_, f) in enumerate(batch):
+                f.set_result(answers[i] if answers is not None else None)

@@ -29,7 +29,7 @@ from coordinator import limits
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
-from coordinator.readindex import ReadIndex
+from coordinator.readindex import ReadBatcher
 from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
 from log.client import LogClient, LogError
@@ -83,7 +83,7 @@ class Coordinator:
         self._storage: dict[str, Any] = {}
         self._storage_seen: tuple[float, list[str]] = (0.0, [])
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
-        self._read_index = ReadIndex(self.read_index)
+        self._reads = ReadBatcher(self._read_round)
         self.limiter = RateLimiter()
         self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
 
@@ -244,18 +244,37 @@ class Coordinator:
         d = self.dataset(header)
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
-        idx = self._read_index.get(log_of(shard, self.kv_logs))
-        if idx is not None:
-            try:
-                rr = self.read_replica(d, pkey, op, min(deadline_s, 2.0), min_position=idx + 1,
-                                       wait_ms=int(min(deadline_s, 0.5) * 1000))
-                STRONG_READS.labels(path="read_index").inc()
-                return codec.op_result_from_pb(rr.result), rr.position
-            except Abort:
-                pass
+        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
+        rr = self._reads.get(log_of(shard, self.kv_logs), req)
+        if rr is not None:
+            STRONG_READS.labels(path="read_index").inc()
+            return codec.op_result_from_pb(rr.result), rr.position
         STRONG_READS.labels(path="log").inc()
         r = self.execute(header, pkey, [op], deadline_s)
         return r.results[0], r.position
+
+    def _read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:
+        """One ReadIndex round for the reads of one log: the index, then one ReadMany at a
+        replica that has applied that far (another if one fails)."""
+        idx = self.read_index(log_id)
+        if idx is None:
+            return None
+        many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=500, requests=reqs)
+        nodes = self.storage_nodes()
+        random.shuffle(nodes)
+        for addr in nodes:
+            try:
+                return list(self._storage_stub(addr).ReadMany(many, timeout=2.0).responses)
+            except grpc.RpcError:
+                continue
+        return None
+
+    def _storage_stub(self, addr: str) -> Any:
+        stub = self._storage.get(addr)
+        if stub is None:
+            stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
+                grpc.insecure_channel(addr, options=GRPC_OPTIONS))
+        return stub
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
                      min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
@@ -266,12 +285,8 @@ class Coordinator:
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
         for addr in nodes:
-            stub = self._storage.get(addr)
-            if stub is None:
-                stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
-                    grpc.insecure_channel(addr, options=GRPC_OPTIONS))
             try:
-                return stub.Read(req, timeout=deadline_s)  # type: ignore[no-any-return]
+                return self._storage_stub(addr).Read(req, timeout=deadline_s)  # type: ignore[no-any-return]
             except grpc.RpcError:
                 continue
         raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")

@@ -13,6 +13,7 @@ import time
 
 import grpc
 
+from coordinator.routing import log_of
 from log import limits as log_limits
 from log import zk as logzk
 from log.client import LogClient, LogError
@@ -213,18 +214,9 @@ class StorageNode:
     def read(self, req: pb.ReadRequest) -> tuple[pb.OpResult, int]:
         """An eventual read: this replica's current state, expiry judged by the log time
         it has applied up to."""
-        from coordinator.routing import log_of
 
         log_id = log_of(req.shard, self.kv_logs)
-        if req.min_position:
-            deadline = time.monotonic() + min(req.wait_ms, 5000) / 1000
-            with self.cond:
-                while self.positions[log_id][0] < req.min_position:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise Behind(f"replica {self.node_id} has applied log {log_id} up to "
-                                     f"{self.positions[log_id][0]}, not {req.min_position}")
-                    self.cond.wait(left)
+        self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
         op = codec.op_from_pb(req.op)
         rec = Record(b"", "", req.dataset, req.shard, req.partition_key, (op,))
@@ -233,8 +225,34 @@ class StorageNode:
         assert applied.result is not None
         return codec.op_result_to_pb(applied.result.results[0]), pos
 
+    def wait_applied(self, log_id: int, min_position: int, wait_ms: int) -> None:
+        """Until this replica has applied `log_id` up to `min_position` (exclusive)."""
+        if not min_position:
+            return
+        deadline = time.monotonic() + min(wait_ms, 5000) / 1000
+        with self.cond:
+            while self.positions[log_id][0] < min_position:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Behind(f"replica {self.node_id} has applied log {log_id} up to "
+                                 f"{self.positions[log_id][0]}, not {min_position}")
+                self.cond.wait(left)
+
+    def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
+        if not 0 <= req.log_id < self.log_count:
+            raise ValueError(f"log_id: unknown log {req.log_id}")
+        self.wait_applied(req.log_id, req.min_position, req.wait_ms)
+        out = pb.ReadManyResponse()
+        for r in req.requests:
+            if r.shard >= self.kv.shards or log_of(r.shard, self.kv_logs) != req.log_id:
+                raise ValueError(f"requests[].shard: {r.shard} is not on log {req.log_id}")
+            if r.op.WhichOneof("op") not in ("get", "scan"):
+                raise ValueError("requests[].op: only get and scan read a replica")
+            result, pos = self.read(r)
+            out.responses.append(pb.ReadResponse(result=result, position=pos))
+        return out
+
     def status(self) -> pb.NodeStatusResponse:
-        from coordinator.routing import log_of
 
         out = pb.NodeStatusResponse(node_id=self.node_id)
         for i in range(self.log_count):

@@ -33,6 +33,19 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
             ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         return pb.ReadResponse(result=result, position=pos)
 
+    def read_many(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadManyResponse:
+        try:
+            req = pb.ReadManyRequest.FromString(raw)
+        except DecodeError:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: not a valid ReadManyRequest")
+        try:
+            return node.read_many(req)
+        except Behind as e:
+            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        except ValueError as e:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        raise AssertionError("unreachable: abort raises")
+
     def status(raw: bytes, ctx: grpc.ServicerContext) -> pb.NodeStatusResponse:
         return node.status()
 
@@ -41,7 +54,8 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
             fn, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
 
     return grpc.method_handlers_generic_handler(
-        "midtown.kv.v1.Storage", {"Read": unary(read), "Status": unary(status)})
+        "midtown.kv.v1.Storage", {"Read": unary(read), "ReadMany": unary(read_many),
+                                  "Status": unary(status)})
 
 
 def main(argv: list[str] | None = None) -> None:

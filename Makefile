@@ -6,7 +6,7 @@ DIR ?= run/local
 SEED ?= 1
 RUNS ?= 200
 
-.PHONY: install proto run test test-fast sim bench lint clean
+.PHONY: install proto run test test-fast sim soak bench lint clean
 
 install:
 	@scripts/install.sh
@@ -31,6 +31,14 @@ test-fast: proto
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS)
+
+# A long run outside the suite: linearizability under many rounds of kills, and 20,000
+# simulation seeds. make soak ROUNDS=30
+ROUNDS ?= 20
+soak: proto
+	$(PY) -m tests.sim.run --seed 100000 --runs 20000
+	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
+		tests/integration/test_kv.py -k linearizable
 
 bench: proto
 	MIDTOWN_WITH_ETCD=1 scripts/install.sh

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -242,25 +243,28 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
     ts = [threading.Thread(target=client, args=(i,)) for i in range(6)]
     for t in ts:
         t.start()
+    # One round of kills in the suite; `make soak` runs many (MIDTOWN_SOAK_ROUNDS).
+    rounds = int(os.environ.get("MIDTOWN_SOAK_ROUNDS", "1"))
     try:
-        time.sleep(2)
-        kv_cluster.kill("storage-0")
-        time.sleep(2)
-        kv_cluster.restart("storage-0")
-        time.sleep(1)
-        kv_cluster.kill("coordinator-0")
-        time.sleep(2)
-        kv_cluster.restart("coordinator-0")
-        zk = zkpaths.connect(kv_cluster.zk_hosts)
-        d = datasets.get(zk, "t")
-        assert d is not None
-        w = zkpaths.read_writer(zk, log_of(shard_of(d.id, b"h0", 64), 3))
-        zk.stop()
-        assert w is not None
-        kv_cluster.kill(f"log-{w['server']}")
-        time.sleep(8)
-        kv_cluster.restart(f"log-{w['server']}")
-        time.sleep(2)
+        for r in range(rounds):
+            time.sleep(2)
+            kv_cluster.kill(f"storage-{r % 3}")
+            time.sleep(2)
+            kv_cluster.restart(f"storage-{r % 3}")
+            time.sleep(1)
+            kv_cluster.kill(f"coordinator-{r % 2}")
+            time.sleep(2)
+            kv_cluster.restart(f"coordinator-{r % 2}")
+            zk = zkpaths.connect(kv_cluster.zk_hosts)
+            d = datasets.get(zk, "t")
+            assert d is not None
+            w = zkpaths.read_writer(zk, log_of(shard_of(d.id, random.choice(keys).encode(), 64), 3))
+            zk.stop()
+            assert w is not None
+            kv_cluster.kill(f"log-{w['server']}")
+            time.sleep(8)
+            kv_cluster.restart(f"log-{w['server']}")
+            time.sleep(2)
     finally:
         stop.set()
         for t in ts:

@@ -27,6 +27,7 @@ from midtown_pb import kv_pb2_grpc
 
 Key = str | bytes
 T = TypeVar("T")
+DISCOVERY_TTL_S = 5.0
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.RESOURCE_EXHAUSTED)
 
@@ -144,6 +145,7 @@ class Client:
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.Channel] = []
         self._zk: Any = None
+        self._found: tuple[float, list[str]] = (0.0, [])
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -160,7 +162,9 @@ class Client:
         self.close()
 
     # ------------------------------------------------------------ plumbing
-    def coordinators(self) -> list[str]:
+    def coordinators(self, refresh: bool = False) -> list[str]:
+        """The coordinators to use: the addresses given, or those registered in ZooKeeper
+        (looked up at most every DISCOVERY_TTL_S, or at once after a failure)."""
         if self._fixed:
             return self._fixed
         from log import zk as zkpaths
@@ -169,7 +173,11 @@ class Client:
         with self._lock:
             if self._zk is None:
                 self._zk = zkpaths.connect(self._zk_hosts)  # type: ignore[arg-type]
-        found = list(registry.members(self._zk, registry.COORDINATORS).values())
+            at, found = self._found
+        if refresh or not found or time.monotonic() - at > DISCOVERY_TTL_S:
+            found = list(registry.members(self._zk, registry.COORDINATORS).values())
+            with self._lock:
+                self._found = (time.monotonic(), found)
         if not found:
             raise errors.Unavailable("no coordinator is registered in ZooKeeper")
         return found
@@ -201,7 +209,7 @@ class Client:
                 if e.code() not in RETRYABLE or attempt == self.retries:
                     raise errors.from_rpc(e) from None
                 if e.code() == grpc.StatusCode.UNAVAILABLE:
-                    addrs = self.coordinators()
+                    addrs = self.coordinators(refresh=True)
                     addr = random.choice(addrs)
                 time.sleep(min(backoff * (1 + random.random()), max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, 1.0)

@@ -37,7 +37,19 @@ from midtown import registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from storage_node import codec
-from storage_node.model import Get, Op, OpResult, OpStatus, Record, RecordResult, Scan
+from storage_node.model import (
+    Delete,
+    Get,
+    Incr,
+    Op,
+    OpResult,
+    OpStatus,
+    Put,
+    Record,
+    RecordResult,
+    Scan,
+    Stored,
+)
 from storage_node.node import GRPC_OPTIONS
 
 log = logging.getLogger("midtown.coordinator")
@@ -130,11 +142,20 @@ class Coordinator:
 
     def execute(self, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
                 deadline_s: float) -> RecordResult:
-        """Append one record for the shard of `pkey` and wait for a storage node's answer."""
+        """Append one record for the shard of `pkey` and wait for a storage node's answer.
+
+        A plain put or delete on a client's first attempt (its request id is new) is
+        answered as soon as the log acknowledges it (DESIGN.md allows it): its outcome
+        cannot depend on the state, and its version is the entry's position + 1. A retry
+        waits for the storage node, which returns the first outcome."""
         d = self.dataset(header)
         rid = self.request_id(header)
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
+        early = (header.first_attempt and bool(header.request_id) and len(ops) == 1
+                 and isinstance(ops[0], (Put, Delete)))
+        if early:
+            return self._execute_on_log_ack(d, rid, shard, pkey, ops[0], deadline_s)
         rec = Record(rid, self.addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
         payload = codec.record_to_bytes(rec)
         if len(payload) > limits.BATCH_BYTES_MAX:
@@ -169,6 +190,26 @@ class Coordinator:
                         ws.remove(waiter)
                     if not ws:
                         del self._waiters[rid]
+
+    def _execute_on_log_ack(self, d: Dataset, rid: bytes, shard: int, pkey: bytes, op: Op,
+                            deadline_s: float) -> RecordResult:
+        rec = Record(rid, "", d.id, shard, pkey, (op,), d.ttl_ms)  # nobody waits: no callback
+        log_id = log_of(shard, self.kv_logs)
+        try:
+            position, ts = self.appender(log_id).submit(codec.record_to_bytes(rec)).result(deadline_s)
+        except LogError as e:
+            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+        except futures.TimeoutError:
+            raise Abort(Code.DEADLINE_EXCEEDED,
+                        "outcome unknown: the log did not answer in time; retry with the same "
+                        "header.request_id") from None
+        if isinstance(op, Put):  # what apply will store, computed the same way
+            ttl = op.ttl_ms or d.ttl_ms
+            value = Stored(op.value, position + 1, ts + ttl if ttl else 0)
+            res = OpResult(found=True, value=value)
+        else:
+            res = OpResult()
+        return RecordResult(rid, log_id, position, shard, 0, -1, True, False, (res,))
 
     def deliver(self, results: list[pb.RecordResult]) -> None:
         for m in results:
@@ -388,14 +429,12 @@ class KVService:
         pkey, lkey = check_key(req.key)
         check_value(req.value, "value")
         check_ttl(req.ttl_ms, "ttl_ms")
-        from storage_node.model import Put
 
         r = self.c.execute(req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], self._deadline(ctx))
         return pb.PutResponse(version=single(r).value.version)
 
     def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext) -> pb.DeleteResponse:
         pkey, lkey = check_key(req.key)
-        from storage_node.model import Delete
 
         r = self.c.execute(req.header, pkey, [Delete(lkey)], self._deadline(ctx))
         return pb.DeleteResponse(position=r.position)
@@ -423,7 +462,6 @@ class KVService:
     def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext) -> pb.IncrementResponse:
         pkey, lkey = check_key(req.key)
         check_ttl(req.ttl_ms, "ttl_ms")
-        from storage_node.model import Incr
 
         r = self.c.execute(req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], self._deadline(ctx))
         o = single(r)

@@ -204,6 +204,8 @@ class Client:
             if left <= 0:
                 raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
             try:
+                if attempt and req.HasField("header"):
+                    req.header.first_attempt = False  # a retry: the first may have applied
                 return getattr(self._stub(addr), method)(req, timeout=left)
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE or attempt == self.retries:
@@ -217,7 +219,9 @@ class Client:
 
     @staticmethod
     def _header(dataset: str, request_id: bytes | None) -> pb.RequestHeader:
-        return pb.RequestHeader(dataset=dataset, request_id=request_id or uuid.uuid4().bytes)
+        # An id we make up now has never been seen: say so (puts and deletes answer sooner).
+        return pb.RequestHeader(dataset=dataset, request_id=request_id or uuid.uuid4().bytes,
+                                first_attempt=request_id is None)
 
     # ------------------------------------------------------------ operations
     def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-import signal
 import sys
 import threading
 import time
@@ -34,6 +33,7 @@ from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
 from log.client import LogClient, LogError
 from midtown import registry
+from midtown.process import serve_until_signal
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from storage_node import codec
@@ -558,17 +558,8 @@ def main(argv: list[str] | None = None) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
     server.add_generic_rpc_handlers(_handlers(c))
-    if server.add_insecure_port(listen) == 0:
-        raise SystemExit(f"cannot listen on {listen}")
-    server.start()
-    c.start()
-    print(f"coordinator {a.id} ready on {listen}", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    while not done.wait(1):
-        pass
-    server.stop(1)
+    serve_until_signal(server, listen, f"coordinator {a.id} ready on {listen}", c.start,
+                       lambda: None)
 
 
 

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -24,6 +21,7 @@ from log import zk as zkpaths
 from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import GRPC_OPTIONS, Node, Unavailable
+from midtown.process import serve_until_signal
 from midtown_pb import log_pb2 as pb
 
 log = logging.getLogger("midtown.log.server")
@@ -247,20 +245,8 @@ def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "
                          maximum_concurrent_rpcs=2000)
     node = Node(server_id, addr, zk_hosts, data_dir)
     server.add_generic_rpc_handlers(_handlers(Services(node)))
-    if server.add_insecure_port(listen) == 0:
-        raise SystemExit(f"cannot listen on {listen}")
-    server.start()
-    node.start()
-    log.info("log server %d listening on %s", server_id, addr)
-    print(f"log server {server_id} ready on {addr}", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    while not done.wait(1):
-        pass
-    server.stop(2)
-    node.stop()
-    time.sleep(0.1)
+    serve_until_signal(server, listen, f"log server {server_id} ready on {addr}", node.start,
+                       node.stop, grace_s=2.0)
 
 
 def main(argv: list[str] | None = None) -> None:

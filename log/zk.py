@@ -145,16 +145,7 @@ def raise_truncation(zk: KazooClient, log_id: int, before: int) -> int:
 
 
 def servers(zk: KazooClient) -> dict[int, dict]:
-    """Live log servers: id -> {"addr", "pid"}."""
-    out: dict[int, dict] = {}
-    try:
-        children = zk.get_children(SERVERS)
-    except NoNodeError:
-        return out
-    for c in children:
-        try:
-            data, _ = zk.get(f"{SERVERS}/{c}")
-        except NoNodeError:
-            continue
-        out[int(c)] = json.loads(data)
-    return out
+    """Live log servers: id -> {"addr": "host:port"}."""
+    from midtown import registry
+
+    return {i: {"addr": addr} for i, addr in registry.members(zk, SERVERS).items()}

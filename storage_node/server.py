@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import threading
 from concurrent import futures
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
+from midtown.process import serve_until_signal
 from midtown_pb import kv_pb2 as pb
 from storage_node.node import GRPC_OPTIONS, Behind, StorageNode
 
@@ -75,18 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
-    if server.add_insecure_port(listen) == 0:
-        raise SystemExit(f"cannot listen on {listen}")
-    server.start()
-    node.start()
-    print(f"storage node {a.id} ready on {listen}", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    while not done.wait(1):
-        pass
-    server.stop(1)
-    node.stop()
+    serve_until_signal(server, listen, f"storage node {a.id} ready on {listen}", node.start,
+                       node.stop)
 
 
 if __name__ == "__main__":

@@ -369,7 +369,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         ends = {r["log"]: r["last"] for r in logs.status()}
         states: dict[int, Any] = {}
         for nid in kv.storage_nodes:
-            addr = live.get(nid)
+            addr = live.get(nid)  # members only
             if addr is None:
                 continue
             try:
@@ -394,6 +394,21 @@ def cmd_node_status(a: argparse.Namespace) -> int:
                      "max_lag": max(lags, default=0), "diverged_shards": diverged})
     emit(rows, a.json, ["node", "addr", "state", "behind", "max_lag", "diverged_shards"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
+
+
+def cmd_node_remove(a: argparse.Namespace) -> int:
+    from midtown import registry
+
+    zk = _zk(a)
+    try:
+        t = registry.remove_storage_node(zk, a.id)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    finally:
+        zk.stop()
+        zk.close()
+    emit({"removed": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
+    return 0
 
 
 def cmd_bench_kv(a: argparse.Namespace) -> int:
@@ -545,6 +560,10 @@ def parser() -> argparse.ArgumentParser:
     ns = nds.add_parser("status", help="storage nodes: up, entries behind, diverged shards")
     common(ns)
     ns.set_defaults(fn=cmd_node_status)
+    nr = nds.add_parser("remove", help="take a storage node out of the membership for good")
+    nr.add_argument("id", type=_nonneg("ID"))
+    common(nr)
+    nr.set_defaults(fn=cmd_node_remove)
 
     bn = sub.add_parser("bench", help="benchmarks")
     bns = bn.add_subparsers(dest="cmd", required=True)

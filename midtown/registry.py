@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 KV = "/midtown/kv"
 STORAGE_NODES = "/midtown/storage_nodes"
@@ -58,6 +58,26 @@ def read_kv(zk: KazooClient) -> KvTopology | None:
         return None
     d = json.loads(data)
     return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT))
+
+
+def remove_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
+    """Take a storage node out of the membership (versioned write): logs are no longer held
+    back for it. It must not come back with its old data."""
+    while True:
+        data, stat = zk.get(KV)
+        d = json.loads(data)
+        if node_id not in d["storage_nodes"]:
+            raise ValueError(f"ID: storage node {node_id} is not a member")
+        if len(d["storage_nodes"]) <= 1:
+            raise ValueError("ID: the last storage node cannot be removed")
+        d["storage_nodes"] = [n for n in d["storage_nodes"] if n != node_id]
+        try:
+            zk.set(KV, json.dumps(d).encode(), version=stat.version)
+        except BadVersionError:
+            continue
+        t = read_kv(zk)
+        assert t is not None
+        return t
 
 
 def register(zk: KazooClient, parent: str, member_id: int, addr: str) -> None:

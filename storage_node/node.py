@@ -181,6 +181,10 @@ class StorageNode:
         published: dict[int, int] = {}
         truncated: dict[int, int] = {}
         while not self._stop.wait(self.position_interval_s):
+            try:  # membership changes (midtown node remove)
+                self.kv = registry.read_kv(self.zk) or self.kv
+            except Exception as e:
+                log.debug("reading the topology: %s", e)
             for log_id in range(self.log_count):
                 pos = self.positions[log_id][0]
                 if self._last_data.get(log_id, -1) >= published.get(log_id, 0):

@@ -69,3 +69,17 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         wait_for(lambda: logs.status()[log_id]["first"] > held + 25, 30, "truncation to resume")
         v = db.get("t", "k", "59", consistency="eventual")
         assert v is not None and v.value == b"v"
+        # A node gone for good is removed from the membership, and truncation goes on.
+        p2 = _applied(tc, "storage-2", log_id)
+        tc.kill("storage-2")
+        import json
+        import subprocess
+        import sys
+
+        out = subprocess.run([sys.executable, "-m", "midtown", "node", "remove", "2", "--zk",
+                              tc.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+        assert json.loads(out)["storage_nodes"] == [0, 1]
+        for i in range(60, 90):
+            db.put("t", "k", str(i), b"v")
+        wait_for(lambda: logs.status()[log_id]["first"] > p2, 30, "truncation past the removed node")

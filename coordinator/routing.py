@@ -1,8 +1,10 @@
-"""Key routing: shard = H(dataset, partitioning key) mod S, and shard -> log. Pure."""
+"""Key routing: shard = H(dataset, partitioning key) mod S, shard -> log, and which
+storage replicas answer for a shard. Pure."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 
 def shard_of(dataset_id: str, partition_key: bytes, shards: int) -> int:
@@ -17,3 +19,16 @@ def shard_of(dataset_id: str, partition_key: bytes, shards: int) -> int:
 def log_of(shard: int, logs: int) -> int:
     assert logs >= 1
     return shard % logs
+
+
+def answers_for(node_id: int, shard: int, members: Iterable[int], replicas: int) -> bool:
+    """Whether `node_id` is one of the `replicas` storage nodes that answer coordinators
+    for `shard` (the others apply it and stay quiet). With `replicas` or fewer members,
+    every member answers."""
+    nodes = sorted(members)
+    if node_id not in nodes:
+        return False
+    if len(nodes) <= replicas:
+        return True
+    first = shard % len(nodes)
+    return (nodes.index(node_id) - first) % len(nodes) < replicas

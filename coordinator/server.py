@@ -50,7 +50,6 @@ from storage_node.model import (
     Scan,
     Stored,
 )
-from storage_node.node import GRPC_OPTIONS
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -314,7 +313,7 @@ class Coordinator:
         stub = self._storage.get(addr)
         if stub is None:
             stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
-                grpc.insecure_channel(addr, options=GRPC_OPTIONS))
+                grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS))
         return stub
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
@@ -555,7 +554,7 @@ def main(argv: list[str] | None = None) -> None:
     listen = f"{a.host}:{a.port}"
     c = Coordinator(a.id, a.advertise or listen, a.zk)
     c.client_rate_limit = a.client_rate_limit
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
     server.add_generic_rpc_handlers(_handlers(c))
     serve_until_signal(server, listen, f"coordinator {a.id} ready on {listen}", c.start,

@@ -22,11 +22,6 @@ from log import zk as zkpaths
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 
-OPTIONS = [
-    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-]
-
 
 class LogError(Exception):
     """An error from the log, with the gRPC status code and the server's message."""
@@ -73,7 +68,7 @@ class LogClient:
         with self._lock:
             ch = self._channels.get(addr)
             if ch is None:
-                ch = self._channels[addr] = grpc.insecure_channel(addr, options=OPTIONS)
+                ch = self._channels[addr] = grpc.insecure_channel(addr, options=limits.GRPC_OPTIONS)
         return log_pb2_grpc.LogStub(ch)
 
     def topology(self) -> zkpaths.Topology:

@@ -36,10 +36,7 @@ ELECTION_POLL_S = 0.25
 WRITER_REFRESH_S = 5.0
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
 CATCHUP_POLL_S = 1.0
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", limits.GRPC_MESSAGE_BYTES_MAX),
-]
+
 
 
 class Unavailable(Exception):
@@ -318,7 +315,7 @@ class Node:
             except Exception:
                 return None
             addr = json.loads(data)["addr"]
-            ch = grpc.insecure_channel(addr, options=GRPC_OPTIONS)
+            ch = grpc.insecure_channel(addr, options=limits.GRPC_OPTIONS)
             cached = (addr, log_pb2_grpc.ReplicaStub(ch))
             with self._peer_lock:
                 self._peers[server_id] = cached

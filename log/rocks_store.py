@@ -28,13 +28,19 @@ def _ekey(log_id: int, seg: int, pos: int) -> bytes:
     return _E.pack(b"E", log_id, seg, pos)
 
 
+def open_synced(path: str) -> tuple[Rdict, WriteOptions]:
+    """A rocksdict database for plain bytes, and write options that sync (rocksdict does
+    not sync by default: PITFALLS.md). Storage nodes open theirs the same way."""
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    sync = WriteOptions()
+    sync.sync = True
+    return Rdict(path, opts), sync
+
+
 class RocksStore:
     def __init__(self, path: str) -> None:
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        self.db = Rdict(path, opts)
-        self._sync = WriteOptions()
-        self._sync.sync = True
+        self.db, self._sync = open_synced(path)
         self._group: WriteBatch | None = None
 
     @contextmanager

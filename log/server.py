@@ -20,7 +20,7 @@ from log import codec, limits, reading
 from log import zk as zkpaths
 from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
-from log.node import GRPC_OPTIONS, Node, Unavailable
+from log.node import Node, Unavailable
 from midtown.process import serve_until_signal
 from midtown_pb import log_pb2 as pb
 
@@ -155,7 +155,6 @@ class Services:
         out = pb.StatusResponse(server_id=node.server_id)
         for log_id in range(node.topo.logs):
             meta = node.meta.get(log_id)
-            d = node.writers.get(log_id)
             w = node.writer_cache.get(log_id)
             out.logs.append(
                 pb.LogStatus(
@@ -168,7 +167,6 @@ class Services:
                                                  position=node.filled.get(log_id, -1))],
                 )
             )
-            del d
         return out
 
     def tail(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TailResponse:
@@ -241,7 +239,7 @@ def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "
           advertise: str | None = None) -> None:
     listen = f"{host}:{port}"
     addr = advertise or listen
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=GRPC_OPTIONS,
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=limits.GRPC_OPTIONS,
                          maximum_concurrent_rpcs=2000)
     node = Node(server_id, addr, zk_hosts, data_dir)
     server.add_generic_rpc_handlers(_handlers(Services(node)))

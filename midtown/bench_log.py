@@ -9,56 +9,28 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from log import zk as zkpaths
 from log.client import LogClient, LogError
 from midtown.cluster import Cluster
+from midtown.loadgen import run_workload
 from midtown.output import emit
 
 PAYLOAD = b"x" * 100
 
 
-def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
-
-
 def workload(client: LogClient, clients: int, batch: int, seconds: float, logs: int) -> dict:
-    lat: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    stop = time.monotonic() + seconds
+    payloads = [PAYLOAD] * batch
 
-    def run(i: int) -> None:
-        mine: list[float] = []
-        payloads = [PAYLOAD] * batch
-        while time.monotonic() < stop:
-            t0 = time.perf_counter()
-            try:
-                client.append(i % logs, payloads, timeout_s=30)
-            except LogError:
-                errors[0] += 1
-                continue
-            mine.append(time.perf_counter() - t0)
-        with lock:
-            lat.extend(mine)
+    def make_op(i: int) -> Callable[[int], object]:
+        return lambda n: client.append(i % logs, payloads, timeout_s=30)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    dt = time.monotonic() - t0
-    return {
-        "clients": clients, "batch": batch, "appends_per_s": round(len(lat) / dt),
-        "entries_per_s": round(len(lat) * batch / dt),
-        "p50_ms": round(_pct(lat, 0.50) * 1000, 2), "p99_ms": round(_pct(lat, 0.99) * 1000, 2),
-        "errors": errors[0],
-    }
+    r = run_workload(make_op, clients, seconds)
+    return {"clients": clients, "batch": batch, "appends_per_s": r["ops_per_s"],
+            "entries_per_s": r["ops_per_s"] * batch, "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
+            "errors": r["errors"]}
 
 
 def failover(cluster: Cluster, client: LogClient, log_id: int = 0) -> dict:

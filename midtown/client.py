@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from log import limits as log_limits
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
@@ -186,9 +187,7 @@ class Client:
         with self._lock:
             s = self._stubs.get(addr)
             if s is None:
-                ch = grpc.insecure_channel(addr, options=[
-                    ("grpc.max_send_message_length", 32 << 20),
-                    ("grpc.max_receive_message_length", 32 << 20)])
+                ch = grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS)
                 self._channels.append(ch)
                 s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
             return s

@@ -10,6 +10,7 @@ from collections import deque
 
 import grpc
 
+from log import limits as log_limits
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 
@@ -35,7 +36,7 @@ class _Outlet:
     def __init__(self, addr: str) -> None:
         self.addr = addr
         self.stub = kv_pb2_grpc.CallbackStub(grpc.insecure_channel(
-            addr, options=[("grpc.max_send_message_length", 64 << 20)]))
+            addr, options=log_limits.GRPC_OPTIONS))
         self._q: deque[pb.RecordResult] = deque(maxlen=QUEUE_MAX)
         self._cv = threading.Condition()
         threading.Thread(target=self._run, name=f"callback-{addr}", daemon=True).start()

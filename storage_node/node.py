@@ -13,8 +13,7 @@ import time
 
 import grpc
 
-from coordinator.routing import log_of
-from log import limits as log_limits
+from coordinator.routing import answers_for, log_of
 from log import zk as logzk
 from log.client import LogClient, LogError
 from midtown import registry
@@ -25,6 +24,7 @@ from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.model import Position, Record
 from storage_node.store import BatchView, NodeStore
+from storage_node.truncation import needs_publish, truncation_point
 
 log = logging.getLogger("midtown.storage.node")
 
@@ -187,38 +187,31 @@ class StorageNode:
                 log.debug("reading the topology: %s", e)
             for log_id in range(self.log_count):
                 pos = self.positions[log_id][0]
-                if self._last_data.get(log_id, -1) >= published.get(log_id, 0):
+                if needs_publish(self._last_data.get(log_id), published.get(log_id)):
                     rec = Record(b"", "", "", 0, b"", (Position(self.node_id, pos),))
                     try:
                         self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
                         published[log_id] = pos
                     except LogError as e:
                         log.debug("publishing position of log %d: %s", log_id, e)
-                known = [self.member_positions.get((log_id, m)) for m in self.kv.storage_nodes]
-                if any(k is None for k in known):
-                    continue
-                low = min(k for k in known if k is not None)
-                if low > truncated.get(log_id, 0):
+                low = truncation_point(self.member_positions, log_id, self.kv.storage_nodes)
+                if low is not None and low > truncated.get(log_id, 0):
                     try:
                         truncated[log_id] = self.logs.truncate(log_id, low)
                     except LogError as e:
                         log.debug("truncating log %d: %s", log_id, e)
 
     def answers_for(self, shard: int) -> bool:
-        """Two replicas of each shard answer the coordinator: one may be down, and two
-        answers let the coordinator compare digests; the third stays quiet to save work."""
-        nodes = sorted(self.kv.storage_nodes)
-        if len(nodes) <= CALLBACK_REPLICAS:
-            return True
-        first = shard % len(nodes)
-        mine = nodes.index(self.node_id) if self.node_id in nodes else -1
-        return (mine - first) % len(nodes) < CALLBACK_REPLICAS
+        return answers_for(self.node_id, shard, self.kv.storage_nodes, CALLBACK_REPLICAS)
 
     # ---------------------------------------------------------------- reads
-    def read(self, req: pb.ReadRequest) -> tuple[pb.OpResult, int]:
-        """An eventual read: this replica's current state, expiry judged by the log time
-        it has applied up to."""
-
+    def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
+        """A read of this replica's current state, expiry judged by the log time it has
+        applied up to. ValueError names a bad field; Behind: not applied far enough yet."""
+        if req.shard >= self.kv.shards:
+            raise ValueError(f"{field}shard: {req.shard}, this cluster has shards 0..{self.kv.shards - 1}")
+        if req.op.WhichOneof("op") not in ("get", "scan"):
+            raise ValueError(f"{field}op: only get and scan read a replica")
         log_id = log_of(req.shard, self.kv_logs)
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
@@ -227,7 +220,7 @@ class StorageNode:
         view = BatchView(self.store)
         applied = apply(view, rec, log_id, pos, ts, self.node_id)
         assert applied.result is not None
-        return codec.op_result_to_pb(applied.result.results[0]), pos
+        return pb.ReadResponse(result=codec.op_result_to_pb(applied.result.results[0]), position=pos)
 
     def wait_applied(self, log_id: int, min_position: int, wait_ms: int) -> None:
         """Until this replica has applied `log_id` up to `min_position` (exclusive)."""
@@ -246,15 +239,11 @@ class StorageNode:
         if not 0 <= req.log_id < self.log_count:
             raise ValueError(f"log_id: unknown log {req.log_id}")
         self.wait_applied(req.log_id, req.min_position, req.wait_ms)
-        out = pb.ReadManyResponse()
-        for r in req.requests:
-            if r.shard >= self.kv.shards or log_of(r.shard, self.kv_logs) != req.log_id:
-                raise ValueError(f"requests[].shard: {r.shard} is not on log {req.log_id}")
-            if r.op.WhichOneof("op") not in ("get", "scan"):
-                raise ValueError("requests[].op: only get and scan read a replica")
-            result, pos = self.read(r)
-            out.responses.append(pb.ReadResponse(result=result, position=pos))
-        return out
+        for i, r in enumerate(req.requests):
+            if r.shard < self.kv.shards and log_of(r.shard, self.kv_logs) != req.log_id:
+                raise ValueError(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
+        return pb.ReadManyResponse(
+            responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])
 
     def status(self) -> pb.NodeStatusResponse:
 
@@ -269,8 +258,3 @@ class StorageNode:
 
 
 
-
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", log_limits.GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", log_limits.GRPC_MESSAGE_BYTES_MAX),
-]

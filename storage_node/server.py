@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from concurrent import futures
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -13,37 +15,31 @@ from google.protobuf.message import DecodeError
 from log import limits as log_limits
 from midtown.process import serve_until_signal
 from midtown_pb import kv_pb2 as pb
-from storage_node.node import GRPC_OPTIONS, Behind, StorageNode
+from storage_node.node import Behind, StorageNode
 
 
 def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
-    def read(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadResponse:
+    def parse(cls: type, raw: bytes, ctx: grpc.ServicerContext) -> Any:
         try:
-            req = pb.ReadRequest.FromString(raw)
+            return cls.FromString(raw)  # type: ignore[attr-defined]
         except DecodeError:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: not a valid ReadRequest")
-        if req.shard >= node.kv.shards:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"shard: {req.shard} >= {node.kv.shards}")
-        if req.op.WhichOneof("op") not in ("get", "scan"):
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "op: only get and scan read a replica")
-        try:
-            result, pos = node.read(req)
-        except Behind as e:
-            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
-        return pb.ReadResponse(result=result, position=pos)
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
 
-    def read_many(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadManyResponse:
+    def answer(fn: Callable[[], Any], ctx: grpc.ServicerContext) -> Any:
         try:
-            req = pb.ReadManyRequest.FromString(raw)
-        except DecodeError:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: not a valid ReadManyRequest")
-        try:
-            return node.read_many(req)
+            return fn()
         except Behind as e:
             ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except ValueError as e:
             ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        raise AssertionError("unreachable: abort raises")
+
+    def read(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadResponse:
+        req = parse(pb.ReadRequest, raw, ctx)
+        return answer(lambda: node.read(req), ctx)
+
+    def read_many(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadManyResponse:
+        req = parse(pb.ReadManyRequest, raw, ctx)
+        return answer(lambda: node.read_many(req), ctx)
 
     def status(raw: bytes, ctx: grpc.ServicerContext) -> pb.NodeStatusResponse:
         return node.status()
@@ -72,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
     listen = f"{a.host}:{a.port}"
     node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     serve_until_signal(server, listen, f"storage node {a.id} ready on {listen}", node.start,
                        node.stop)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import struct
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import WriteBatch
 
+from log.rocks_store import open_synced
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
 from storage_node.apply import Applied
@@ -17,11 +18,7 @@ _Q = struct.Struct(">Q")
 
 class NodeStore:
     def __init__(self, path: str) -> None:
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        self.db = Rdict(path, opts)
-        self._sync = WriteOptions()
-        self._sync.sync = True
+        self.db, self._sync = open_synced(path)
 
     def close(self) -> None:
         self.db.close()

@@ -153,3 +153,60 @@ def test_dataset_rate_limit(kvc: Cluster) -> None:
     with Client(kvc.coordinator_addrs, timeout=30) as c:
         for i in range(12):
             c.put("limited", "q", str(i), b"v")
+
+
+def _raw_storage(addr: str, method: str, body: bytes) -> tuple[str, str]:
+    ch = grpc.insecure_channel(addr)
+    try:
+        ch.unary_unary(f"/midtown.kv.v1.Storage/{method}", request_serializer=lambda b: b,
+                       response_deserializer=lambda b: b)(body, timeout=15)
+        return "OK", ""
+    except grpc.RpcError as e:
+        return e.code().name, e.details() or ""
+    finally:
+        ch.close()
+
+
+def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
+    addr = kvc.of_kind("storage-node")[0].addr
+    get = pb.Op(get=pb.GetOp(local_key=b"k"))
+    cases = [
+        ("Read", b"\xff\xfe", "request"),
+        ("Read", pb.ReadRequest(dataset="d", shard=10_000, op=get).SerializeToString(), "shard"),
+        ("Read", pb.ReadRequest(dataset="d", shard=0, op=pb.Op(put=pb.PutOp())).SerializeToString(), "op"),
+        ("ReadMany", pb.ReadManyRequest(log_id=999).SerializeToString(), "log_id"),
+        ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=1, op=get)])
+         .SerializeToString(), "requests[0].shard"),
+        ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=0, op=pb.Op())])
+         .SerializeToString(), "requests[0].op"),
+    ]
+    for method, body, field in cases:
+        code, msg = _raw_storage(addr, method, body)
+        assert code == "INVALID_ARGUMENT" and field in msg, (method, field, code, msg)
+
+
+def test_clients_cannot_send_position_records(kvc: Cluster) -> None:
+    body = pb.BatchRequest(header=pb.RequestHeader(dataset="d"), partition_key=b"p",
+                           ops=[pb.Op(position=pb.PositionOp(node_id=0, position=10**9))])
+    code, msg = _raw(kvc.coordinator_addrs[0], "Batch", body.SerializeToString())
+    assert code == "INVALID_ARGUMENT" and "ops[0]" in msg
+
+
+def test_admin_commands_name_the_bad_field(kvc: Cluster) -> None:
+    import subprocess
+    import sys
+
+    def mt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", kvc.zk_hosts],
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    for args, needle in [
+        (("node", "remove", "7"), "ID"),
+        (("cluster", "init", "--log-servers", "a,b"), "--log-servers"),
+        (("dataset", "create", "rl", "--rate-limit", "-1"), "rate_limit"),
+        (("dataset", "create", "ev", "--consistency", "eventual"), "consistency"),
+        (("dataset", "describe", "missing"), "NAME"),
+    ]:
+        p = mt(*args)
+        assert p.returncode == 2 and needle in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr

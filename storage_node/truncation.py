@@ -1,0 +1,24 @@
+"""When a storage node publishes its position into a log, and how far a log may be
+truncated. Pure: the node's shell (storage_node/node.py) does the appends and calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def needs_publish(last_data_position: int | None, published: int | None) -> bool:
+    """Publish when key-value records were applied at or after the last published position
+    (a log that only carries position records needs no more of them)."""
+    if last_data_position is None:
+        return False
+    return last_data_position >= (published or 0)
+
+
+def truncation_point(positions: Mapping[tuple[int, int], int], log_id: int,
+                     members: Iterable[int]) -> int | None:
+    """Below this position every member has applied and synced the log; None while any
+    member has not reported (a node that is down holds truncation back)."""
+    known = [positions.get((log_id, m)) for m in members]
+    if not known or any(k is None for k in known):
+        return None
+    return min(k for k in known if k is not None)

@@ -1,0 +1,39 @@
+"""Pure rules the storage nodes' shell follows: who answers for a shard, when to publish
+a position, how far a log may be truncated."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.routing import answers_for, log_of, shard_of
+from storage_node.truncation import needs_publish, truncation_point
+
+
+@given(st.integers(0, 10_000), st.integers(1, 6))
+def test_exactly_two_members_answer_each_shard(shard: int, n: int) -> None:
+    members = list(range(10, 10 + n))
+    answering = [m for m in members if answers_for(m, shard, members, 2)]
+    assert len(answering) == min(2, n)
+    assert not answers_for(99, shard, members, 2), "a non-member never answers"
+
+
+def test_routing_is_stable_and_spread() -> None:
+    assert shard_of("d#1", b"k", 64) == shard_of("d#1", b"k", 64)
+    shards = {shard_of("d#1", str(i).encode(), 64) for i in range(2000)}
+    assert shards == set(range(64))
+    assert {log_of(s, 3) for s in range(64)} == {0, 1, 2}
+
+
+def test_publish_only_after_key_value_records() -> None:
+    assert not needs_publish(None, None)
+    assert needs_publish(5, None)
+    assert needs_publish(5, 5) and not needs_publish(4, 5)
+
+
+def test_truncation_waits_for_every_member() -> None:
+    pos = {(3, 0): 40, (3, 1): 25}
+    assert truncation_point(pos, 3, [0, 1]) == 25
+    assert truncation_point(pos, 3, [0, 1, 2]) is None, "member 2 has not reported"
+    assert truncation_point(pos, 4, [0, 1]) is None
+    assert truncation_point(pos, 3, []) is None

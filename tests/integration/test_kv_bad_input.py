@@ -39,10 +39,10 @@ def cl(kvc: Cluster) -> Iterator[Client]:
         yield c
 
 
-def _raw(addr: str, method: str, body: bytes) -> tuple[str, str]:
+def _raw(addr: str, method: str, body: bytes, service: str = "KV") -> tuple[str, str]:
     ch = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 64 << 20)])
     try:
-        ch.unary_unary(f"/midtown.kv.v1.KV/{method}", request_serializer=lambda b: b,
+        ch.unary_unary(f"/midtown.kv.v1.{service}/{method}", request_serializer=lambda b: b,
                        response_deserializer=lambda b: b)(body, timeout=15)
         return "OK", ""
     except grpc.RpcError as e:
@@ -155,18 +155,6 @@ def test_dataset_rate_limit(kvc: Cluster) -> None:
             c.put("limited", "q", str(i), b"v")
 
 
-def _raw_storage(addr: str, method: str, body: bytes) -> tuple[str, str]:
-    ch = grpc.insecure_channel(addr)
-    try:
-        ch.unary_unary(f"/midtown.kv.v1.Storage/{method}", request_serializer=lambda b: b,
-                       response_deserializer=lambda b: b)(body, timeout=15)
-        return "OK", ""
-    except grpc.RpcError as e:
-        return e.code().name, e.details() or ""
-    finally:
-        ch.close()
-
-
 def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
     addr = kvc.of_kind("storage-node")[0].addr
     get = pb.Op(get=pb.GetOp(local_key=b"k"))
@@ -181,7 +169,7 @@ def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
          .SerializeToString(), "requests[0].op"),
     ]
     for method, body, field in cases:
-        code, msg = _raw_storage(addr, method, body)
+        code, msg = _raw(addr, method, body, service="Storage")
         assert code == "INVALID_ARGUMENT" and field in msg, (method, field, code, msg)
 
 

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from prometheus_client import Counter, start_http_server
 
 from coordinator import limits
-from coordinator.appender import Appender
+from coordinator.appender import Appender, GroupTimeout
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
@@ -167,14 +167,7 @@ class Coordinator:
             self._waiters.setdefault(rid, []).append(waiter)
         deadline = time.monotonic() + deadline_s
         try:
-            try:
-                self.appender(log_of(shard, self.kv_logs)).submit(payload).result(deadline_s)
-            except LogError as e:
-                raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
-            except futures.TimeoutError:
-                raise Abort(Code.DEADLINE_EXCEEDED,
-                            "outcome unknown: the log did not answer in time; retry with the same "
-                            "header.request_id") from None
+            self._append(log_of(shard, self.kv_logs), payload, deadline_s)
             try:
                 return waiter.result(max(0.0, deadline - time.monotonic()))
             except futures.TimeoutError:
@@ -190,18 +183,21 @@ class Coordinator:
                     if not ws:
                         del self._waiters[rid]
 
+    def _append(self, log_id: int, payload: bytes, deadline_s: float) -> tuple[int, int]:
+        try:
+            return self.appender(log_id).append(payload, deadline_s)
+        except LogError as e:
+            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+        except GroupTimeout:
+            raise Abort(Code.DEADLINE_EXCEEDED,
+                        "the log did not take the request in time (it was not applied); retry "
+                        "with the same header.request_id") from None
+
     def _execute_on_log_ack(self, d: Dataset, rid: bytes, shard: int, pkey: bytes, op: Op,
                             deadline_s: float) -> RecordResult:
         rec = Record(rid, "", d.id, shard, pkey, (op,), d.ttl_ms)  # nobody waits: no callback
         log_id = log_of(shard, self.kv_logs)
-        try:
-            position, ts = self.appender(log_id).submit(codec.record_to_bytes(rec)).result(deadline_s)
-        except LogError as e:
-            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
-        except futures.TimeoutError:
-            raise Abort(Code.DEADLINE_EXCEEDED,
-                        "outcome unknown: the log did not answer in time; retry with the same "
-                        "header.request_id") from None
+        position, ts = self._append(log_id, codec.record_to_bytes(rec), deadline_s)
         if isinstance(op, Put):  # what apply will store, computed the same way
             ttl = op.ttl_ms or d.ttl_ms
             value = Stored(op.value, position + 1, ts + ttl if ttl else 0)

@@ -3,9 +3,9 @@
 Keys (big-endian, so byte order is numeric order):
   b"E" + log_id:4 + segment_epoch:8 + position:8  -> timestamp_ms:8 + payload
   b"M" + log_id:4                                   -> JSON replica metadata
-Each commit is one WriteBatch written with sync=True: an acknowledged entry or fence
-survives an OS crash (rocksdict does not sync by default, see PITFALLS.md). Concurrent
-commits from different logs are grouped into one WAL sync by RocksDB itself."""
+Each commit is one WriteBatch made durable before it returns (SyncedDb): an acknowledged
+entry or fence survives an OS crash (rocksdict does not sync by default, see PITFALLS.md).
+The replication path groups many logs' commits into one batch and one sync (Node.local_batch)."""
 
 from __future__ import annotations
 
@@ -28,19 +28,39 @@ def _ekey(log_id: int, seg: int, pos: int) -> bytes:
     return _E.pack(b"E", log_id, seg, pos)
 
 
-def open_synced(path: str) -> tuple[Rdict, WriteOptions]:
-    """A rocksdict database for plain bytes, and write options that sync (rocksdict does
-    not sync by default: PITFALLS.md). Storage nodes open theirs the same way."""
-    opts = Options(raw_mode=True)
-    opts.create_if_missing(True)
-    sync = WriteOptions()
-    sync.sync = True
-    return Rdict(path, opts), sync
+class SyncedDb:
+    """A rocksdict database for plain bytes whose `write` returns once the batch is durable.
+
+    rocksdict does not sync by default (PITFALLS.md), and a write with `sync=True` holds the
+    GIL through the fsync: every other thread of the process (gRPC handlers, replication)
+    stalls for a quarter of a millisecond or more. `flush_wal(True)` releases the GIL while
+    it syncs, so a batch is written unsynced and the write-ahead log synced after it: the
+    same durability (SyncWAL covers every write made before it), without the stall."""
+
+    def __init__(self, path: str) -> None:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        self.db = Rdict(path, opts)
+        self._nosync = WriteOptions()
+
+    def write(self, wb: WriteBatch, sync: bool = True) -> None:
+        """Atomic; durable on return when `sync` (otherwise once `sync()` has run)."""
+        self.db.write(wb, self._nosync)
+        if sync:
+            self.db.flush_wal(True)
+
+    def sync(self) -> None:
+        """Every write made before this call is durable when it returns."""
+        self.db.flush_wal(True)
+
+    def close(self) -> None:
+        self.db.close()
 
 
 class RocksStore:
     def __init__(self, path: str) -> None:
-        self.db, self._sync = open_synced(path)
+        self.synced = SyncedDb(path)
+        self.db = self.synced.db
         self._group: WriteBatch | None = None
 
     @contextmanager
@@ -53,7 +73,7 @@ class RocksStore:
             yield
             wb, self._group = self._group, None
             if not wb.is_empty():
-                self.db.write(wb, self._sync)
+                self.synced.write(wb)
         finally:
             self._group = None
 
@@ -84,7 +104,7 @@ class RocksStore:
                 ).encode(),
             )
         if self._group is None:
-            self.db.write(wb, self._sync)
+            self.synced.write(wb)
 
     def get(self, log_id: int, segment_epoch: int, position: int) -> Entry | None:
         v = self.db.get(_ekey(log_id, segment_epoch, position))

@@ -1,13 +1,13 @@
 """A storage node: tails every log (one thread each, logs in parallel), applies each log's
 records strictly in order, and persists each batch's effects with the log's new position in
-one synced write batch. After a crash it resumes from the saved position: nothing applied
-twice, nothing skipped. Results go back to the coordinator named in each record."""
+one atomic write batch, synced before that position is published. After a crash it resumes
+from the saved position: nothing applied twice, nothing skipped. Results go back to the
+coordinator named in each record."""
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 
@@ -16,6 +16,7 @@ import grpc
 from coordinator.routing import answers_for, log_of
 from log import zk as logzk
 from log.client import LogClient, LogError
+from log.group_commit import GroupCommit
 from midtown import registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
@@ -35,9 +36,8 @@ class Behind(Exception):
 CALLBACK_REPLICAS = 2
 # How often a node publishes its positions and truncates the logs (MIDTOWN_POSITION_INTERVAL_S).
 POSITION_INTERVAL_S = 10.0
-# Entries applied and synced together at most; batches from the logs waiting to be applied.
+# Entries applied and written together at most.
 APPLY_BATCH_ENTRIES_MAX = 5_000
-APPLY_QUEUE_MAX = 1_000
 
 
 class StorageNode:
@@ -61,7 +61,9 @@ class StorageNode:
         self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
                                                         POSITION_INTERVAL_S))
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
-        self._inbox: queue.Queue[tuple[int, list[log_pb2.Entry]]] = queue.Queue(maxsize=APPLY_QUEUE_MAX)
+        # One applier for every log, run by the tail threads themselves (group commit).
+        self._applier: GroupCommit[tuple[int, list[log_pb2.Entry]], None] = GroupCommit(
+            self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
     @staticmethod
     def _wait(fn):  # type: ignore[no-untyped-def]
@@ -74,7 +76,6 @@ class StorageNode:
         raise SystemExit("no cluster topology in ZooKeeper")
 
     def start(self) -> None:
-        threading.Thread(target=self._apply_loop, name="apply", daemon=True).start()
         threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
         for log_id in range(self.log_count):
             threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
@@ -107,7 +108,7 @@ class StorageNode:
                         stream.cancel()
                         return
                     if resp.entries:
-                        self._inbox.put((log_id, list(resp.entries)))
+                        self._apply_entries(log_id, list(resp.entries))
                     backoff = 0.1
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
@@ -118,28 +119,20 @@ class StorageNode:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
 
-    def _apply_loop(self) -> None:
-        """One applier for every log: what the tail threads received meanwhile is applied
-        together, in each log's order, and made durable with one synced write batch that
-        also holds every log's new position."""
-        while not self._stop.is_set():
-            try:
-                items = [self._inbox.get(timeout=0.5)]
-            except queue.Empty:
-                continue
-            n = len(items[0][1])
-            while n < APPLY_BATCH_ENTRIES_MAX:
-                try:
-                    item = self._inbox.get_nowait()
-                except queue.Empty:
-                    break
-                items.append(item)
-                n += len(item[1])
-            try:
-                self._apply(items)
-            except Exception:
-                log.exception("apply failed; stopping this node's apply loop")
-                os._exit(70)  # restart from the saved positions rather than diverge
+    def _apply_entries(self, log_id: int, entries: list[log_pb2.Entry]) -> None:
+        """Apply what a tail thread received; returns once it is written. Entries that
+        other logs' tail threads received meanwhile are applied in the same batch."""
+        try:
+            self._applier.call((log_id, entries))
+        except Exception:
+            log.exception("apply failed; stopping this node")
+            os._exit(70)  # restart from the saved positions rather than diverge
+
+    def _apply_group(self, items: list[tuple[int, list[log_pb2.Entry]]]) -> list[None]:
+        """One batch for every log: each log's entries in order, written with one atomic
+        write batch that also holds every log's new position."""
+        self._apply(items)
+        return [None] * len(items)
 
     def _apply(self, items: list[tuple[int, list[log_pb2.Entry]]]) -> None:
         view = BatchView(self.store)
@@ -166,7 +159,7 @@ class StorageNode:
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
         if not new:
             return
-        view.commit(new)  # effects and positions, durable together
+        view.commit(new)  # effects and positions, atomically
         self.positions.update(new)
         self.member_positions.update(view.member_positions)
         with self.cond:
@@ -185,8 +178,10 @@ class StorageNode:
                 self.kv = registry.read_kv(self.zk) or self.kv
             except Exception as e:
                 log.debug("reading the topology: %s", e)
+            durable = {i: p for i, (p, _) in self.positions.items()}
+            self.store.sync()  # only positions made durable are published (DESIGN.md)
             for log_id in range(self.log_count):
-                pos = self.positions[log_id][0]
+                pos = durable[log_id]
                 if needs_publish(self._last_data.get(log_id), published.get(log_id)):
                     rec = Record(b"", "", "", 0, b"", (Position(self.node_id, pos),))
                     try:

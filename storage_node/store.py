@@ -7,7 +7,7 @@ import struct
 
 from rocksdict import WriteBatch
 
-from log.rocks_store import open_synced
+from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
 from storage_node.apply import Applied
@@ -18,7 +18,8 @@ _Q = struct.Struct(">Q")
 
 class NodeStore:
     def __init__(self, path: str) -> None:
-        self.db, self._sync = open_synced(path)
+        self.synced = SyncedDb(path)
+        self.db = self.synced.db
 
     def close(self) -> None:
         self.db.close()
@@ -76,12 +77,18 @@ class NodeStore:
         return out
 
     def write(self, wb: WriteBatch) -> None:
-        self.db.write(wb, self._sync)
+        """Atomic but not yet durable: apply results are a function of the committed log
+        alone, so a batch lost in a power failure is applied again from the log. Positions
+        are published only after `sync` (DESIGN.md), so the log keeps what was lost."""
+        self.synced.write(wb, sync=False)
+
+    def sync(self) -> None:
+        self.synced.sync()
 
 
 class BatchView:
     """What apply reads while a batch of records is applied: the store, overlaid with the
-    batch's own writes so far. `commit` turns the batch into one synced write, with the
+    batch's own writes so far. `commit` turns the batch into one atomic write, with the
     log's new position in it: effects and position are atomic."""
 
     def __init__(self, store: NodeStore) -> None:
@@ -122,7 +129,7 @@ class BatchView:
             self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
 
     def commit(self, positions: dict[int, tuple[int, int]]) -> None:
-        """Write the batch and each log's (next position, last timestamp), synced."""
+        """Write the batch and each log's (next position, last timestamp), atomically."""
         wb = WriteBatch(raw_mode=True)
         for k, v in self.values.items():
             if v is None:

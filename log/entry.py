@@ -15,10 +15,10 @@ class Entry:
     payload: bytes
 
     def __post_init__(self) -> None:
-        if self.position < 0:
-            raise ValueError(f"position must be >= 0, got {self.position}")
-        if self.epoch < 1:
-            raise ValueError(f"epoch must be >= 1, got {self.epoch}")
+        if not 0 <= self.position <= limits.POSITION_MAX:
+            raise ValueError(f"position must be in 0..{limits.POSITION_MAX}, got {self.position}")
+        if not 1 <= self.epoch <= limits.EPOCH_MAX:
+            raise ValueError(f"epoch must be in 1..{limits.EPOCH_MAX}, got {self.epoch}")
         if self.timestamp_ms < 0:
             raise ValueError(f"timestamp_ms must be >= 0, got {self.timestamp_ms}")
         if not isinstance(self.payload, bytes):

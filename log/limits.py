@@ -63,3 +63,10 @@ def fence_quorum(ensemble: int, ack_quorum: int) -> int:
 # The GIL hand-over interval of Midtown's server processes (Python's default is 5 ms).
 # Shorter cuts the latency of a woken thread but costs CPU when the process is busy.
 SWITCH_INTERVAL_S = float(__import__("os").environ.get("MIDTOWN_SWITCH_INTERVAL_S", "0.005"))
+
+# Epochs and positions a replica accepts: far beyond what a cluster reaches (an epoch per
+# election, a position per entry), and low enough that epoch + 1, position + 1 and a range's
+# end fit the 64-bit fields of every message. A request past them (only a broken or hostile
+# peer sends one) is refused before it can fence a replica out of reach of any writer.
+EPOCH_MAX = 2**62
+POSITION_MAX = 2**62

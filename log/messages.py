@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from log import limits
 from log.entry import Entry
 
 NONE = -1  # "no position": no LAC known, no entry stored
@@ -19,11 +20,21 @@ class Result(Enum):
     UNKNOWN_LOG = 2
 
 
+def _check_epochs(epoch: int, segment_epoch: int) -> None:
+    if not 0 <= epoch <= limits.EPOCH_MAX:
+        raise ValueError(f"epoch: {epoch} is out of range (0..{limits.EPOCH_MAX})")
+    if not 0 <= segment_epoch <= limits.EPOCH_MAX:
+        raise ValueError(f"segment_epoch: {segment_epoch} is out of range (0..{limits.EPOCH_MAX})")
+
+
 @dataclass(frozen=True, slots=True)
 class Fence:
     log_id: int
     epoch: int
     segment_epoch: int
+
+    def __post_init__(self) -> None:
+        _check_epochs(self.epoch, self.segment_epoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +56,7 @@ class AddEntries:
     lac: int = NONE
 
     def __post_init__(self) -> None:
+        _check_epochs(self.epoch, self.segment_epoch)
         for e in self.entries:
             if e.epoch != self.segment_epoch:
                 raise ValueError("entries[].epoch must equal segment_epoch")
@@ -65,8 +77,10 @@ class ReadRange:
     last: int  # inclusive
 
     def __post_init__(self) -> None:
-        if self.first < 0 or self.last < self.first - 1:
-            raise ValueError(f"bad range [{self.first}, {self.last}]")
+        _check_epochs(self.epoch, self.segment_epoch)
+        if self.first < 0 or self.last < self.first - 1 or self.last > limits.POSITION_MAX:
+            raise ValueError(f"bad range [{self.first}, {self.last}] (positions go up to "
+                             f"{limits.POSITION_MAX})")
 
 
 @dataclass(frozen=True, slots=True)

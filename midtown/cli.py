@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from midtown import registry
 from midtown.output import emit
 
 DEFAULT_DIR = Path("run/local")
@@ -129,7 +130,6 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
     finally:
         zk.stop()
         zk.close()
-    from midtown import registry
 
     zk2 = zkpaths.connect(_zk_hosts(a))
     try:
@@ -357,7 +357,6 @@ def cmd_node_status(a: argparse.Namespace) -> int:
     stand at the same position of a shard hold the same digest."""
     import grpc
 
-    from midtown import registry
     from midtown_pb import kv_pb2 as kvpb
     from midtown_pb import kv_pb2_grpc
 
@@ -397,8 +396,6 @@ def cmd_node_status(a: argparse.Namespace) -> int:
 
 
 def cmd_node_remove(a: argparse.Namespace) -> int:
-    from midtown import registry
-
     zk = _zk(a)
     try:
         t = registry.remove_storage_node(zk, a.id)
@@ -452,8 +449,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--detach", action="store_true", help="return once ready")
     up.add_argument("--json", action="store_true")
     up.add_argument("--logs", type=_nonneg("--logs"), default=16, help="logs (new cluster only)")
-    up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=3,
-                    help="logs the key-value store spreads its shards over (new cluster only)")
+    up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
+                    help="logs the key-value store spreads its shards over (new cluster only; "
+                         "default %(default)s: on one machine fewer logs batch better)")
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
@@ -461,8 +459,9 @@ def parser() -> argparse.ArgumentParser:
     it.add_argument("--log-servers", default="0,1,2", help="log server ids, comma-separated")
     it.add_argument("--shards", type=_nonneg("--shards"), default=64)
     it.add_argument("--storage-nodes", default="0,1,2", help="storage node ids, comma-separated")
-    it.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=3,
-                    help="logs the key-value store spreads its shards over")
+    it.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_DEFAULT,
+                    help="logs the key-value store spreads its shards over (default %(default)s: "
+                         "one for each log server to write)")
     it.add_argument("--json", action="store_true")
     it.set_defaults(fn=cmd_cluster_init)
     down = cls.add_parser("down", help="stop a local cluster")

@@ -70,7 +70,7 @@ class Cluster:
     shards: int = registry.SHARDS_DEFAULT
     coordinators: int = COORDINATORS
     storage_nodes: int = STORAGE_NODES
-    kv_logs: int = registry.KV_LOGS_DEFAULT
+    kv_logs: int = registry.KV_LOGS_LOCAL_DEFAULT
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -110,7 +110,7 @@ class Cluster:
             )
         d = json.loads(path.read_text())
         c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
-                    kv_logs=d.get("kv_logs", registry.KV_LOGS_DEFAULT))
+                    kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c

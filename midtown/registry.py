@@ -20,10 +20,12 @@ COORDINATORS = "/midtown/coordinators"
 SHARDS_DEFAULT = 64
 SHARDS_MAX = 65536
 # Logs the key-value store spreads its shards over (logs 0..L-1 of the cluster's logs).
-# Fewer, fuller logs batch better: on this 2-core machine 64 clients put ~1,100/s through
-# one log, ~670/s through 3 and ~415/s through 16 (docs/performance.md). Three gives each
-# of the three log servers one log to write, so a writer failover stalls a third of the keys.
+# Fewer, fuller logs batch better, more logs spread the writers over more hosts and a writer
+# failover stalls fewer keys (docs/performance.md). Across hosts (`cluster init`): three,
+# one for each log server to write. On one machine (`cluster up`), where every process
+# shares the same cores, one: 64 clients put ~1.6x faster through one log than through 3.
 KV_LOGS_DEFAULT = 3
+KV_LOGS_LOCAL_DEFAULT = 1
 
 
 @dataclass(frozen=True)

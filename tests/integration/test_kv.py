@@ -258,7 +258,8 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
             zk = zkpaths.connect(kv_cluster.zk_hosts)
             d = datasets.get(zk, "t")
             assert d is not None
-            w = zkpaths.read_writer(zk, log_of(shard_of(d.id, random.choice(keys).encode(), 64), 3))
+            w = zkpaths.read_writer(zk, log_of(shard_of(d.id, random.choice(keys).encode(), 64),
+                                                   kv_cluster.kv_logs))
             zk.stop()
             assert w is not None
             kv_cluster.kill(f"log-{w['server']}")

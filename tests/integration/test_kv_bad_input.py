@@ -163,7 +163,8 @@ def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
         ("Read", pb.ReadRequest(dataset="d", shard=10_000, op=get).SerializeToString(), "shard"),
         ("Read", pb.ReadRequest(dataset="d", shard=0, op=pb.Op(put=pb.PutOp())).SerializeToString(), "op"),
         ("ReadMany", pb.ReadManyRequest(log_id=999).SerializeToString(), "log_id"),
-        ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=1, op=get)])
+        # Shard 0 is on log 0 whatever the number of key-value logs, never on log 1.
+        ("ReadMany", pb.ReadManyRequest(log_id=1, requests=[pb.ReadRequest(shard=0, op=get)])
          .SerializeToString(), "requests[0].shard"),
         ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=0, op=pb.Op())])
          .SerializeToString(), "requests[0].op"),

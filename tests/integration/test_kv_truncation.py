@@ -44,7 +44,7 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
     zk = zkpaths.connect(tc.zk_hosts)
     d = datasets.create(zk, "t")
     zk.stop()
-    log_id = log_of(shard_of(d.id, b"k", 64), 3)
+    log_id = log_of(shard_of(d.id, b"k", 64), tc.kv_logs)
     with Client(tc.coordinator_addrs) as db, LogClient(tc.zk_hosts) as logs:
         for i in range(30):
             db.put("t", "k", str(i), b"v")

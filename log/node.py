@@ -24,6 +24,7 @@ from log.driver import WriterDriver
 from log.entry import Entry
 from log.messages import AddEntries, Fence, ReadRange, Result
 from log.metadata import LogMetadata
+from log.read_cache import ReadCache
 from log.replica import ReplicaCore
 from log.rocks_store import RocksStore
 from log.writer import Writer
@@ -59,6 +60,7 @@ class Node:
         # that makes it durable, completes before the next starts (and before any reply).
         self.rlock = threading.Lock()
         self.conds = [threading.Condition() for _ in range(self.topo.logs)]
+        self.read_cache = ReadCache()
         self.meta: dict[int, LogMetadata] = {}
         self.writers: dict[int, WriterDriver] = {}
         self.filled: dict[int, int] = {}

@@ -100,7 +100,7 @@ class Services:
             f"the writer is server {w['server']} at {w['addr']}",
         )
 
-    def read(self, raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.ReadResponse]:
+    def read(self, raw: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
         req = _parse(pb.ReadRequest, raw, ctx)
         self._check_log(req.log_id, ctx)
         node, log_id = self.node, req.log_id
@@ -121,11 +121,12 @@ class Services:
                 if req.max_entries:
                     hi = min(hi, pos + (req.max_entries - sent) - 1)
                 try:
-                    entries = node.read_committed(log_id, pos, hi)
+                    chunks = node.read_cache.chunks(
+                        log_id, pos, hi, lambda a, b: node.read_committed(log_id, a, b))
                 except Unavailable as e:
                     ctx.abort(grpc.StatusCode.UNAVAILABLE, f"{e}; retry")
-                yield pb.ReadResponse(entries=[codec.entry_to_pb(e) for e in entries])
-                sent += len(entries)
+                yield b"".join(chunks)  # a ReadResponse, its entries encoded once for all streams
+                sent += len(chunks)
                 pos = hi + 1
                 continue
             if not req.follow:
@@ -219,9 +220,7 @@ def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
         {
             "Append": unary(s.append),
             "Read": grpc.unary_stream_rpc_method_handler(
-                s.read, request_deserializer=_raw,
-                response_serializer=lambda m: m.SerializeToString(),
-            ),
+                s.read, request_deserializer=_raw, response_serializer=_raw),
             "Truncate": unary(s.truncate),
             "Status": unary(s.status),
             "Tail": unary(s.tail),

@@ -207,19 +207,22 @@ class Coordinator:
         return RecordResult(rid, log_id, position, shard, 0, -1, True, False, (res,))
 
     def deliver(self, results: list[pb.RecordResult]) -> None:
+        """Storage nodes' answers: every one is digest-checked; only one that a request
+        still waits for is decoded (the second replica's answer usually is not)."""
         for m in results:
-            r = codec.result_from_pb(m)
-            self._check_digest(r)
+            self._check_digest(m)
             with self._lock:
-                ws = list(self._waiters.get(r.request_id, ()))
+                ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
+            if not ws:
+                continue
+            r = codec.result_from_pb(m)
             for w in ws:
-                if not w.done():
-                    try:
-                        w.set_result(r)
-                    except futures.InvalidStateError:
-                        pass
+                try:
+                    w.set_result(r)
+                except futures.InvalidStateError:
+                    pass
 
-    def _check_digest(self, r: RecordResult) -> None:
+    def _check_digest(self, r: RecordResult | pb.RecordResult) -> None:
         """Replicas that applied the same position must hold the same shard digest."""
         if r.duplicate:
             return

@@ -40,3 +40,25 @@ def test_same_digests_are_quiet_and_different_ones_are_reported(caplog: pytest.L
     # Duplicates (first outcomes replayed) are not compared.
     c._check_digest(RecordResult(b"rid", 3, 10, 5, 0xCC, 2, True, duplicate=True))
     assert c.divergences == 1
+
+
+def test_deliver_wakes_the_waiter_once_and_checks_every_answer() -> None:
+    from concurrent.futures import Future
+
+    from midtown_pb import kv_pb2 as pb
+    from storage_node import codec
+
+    c = _bare()
+    c._waiters = {}
+    waiter: Future[RecordResult] = Future()
+    c._waiters[b"rid"] = [waiter]
+    first = codec.result_to_pb(RecordResult(b"rid", 3, 11, 6, 0xAA, 0, True))
+    second = pb.RecordResult()
+    second.CopyFrom(first)
+    second.node_id, second.digest = 1, 0xBB  # the other replica, diverged
+    c.deliver([first])
+    got = waiter.result(0)
+    assert (got.request_id, got.position, got.node_id) == (b"rid", 11, 0)
+    c.deliver([second])  # nobody waits any more: checked, not decoded, no error
+    assert c.divergences == 1
+    assert waiter.result(0) is got

@@ -1,8 +1,8 @@
-"""A storage node: tails every log (one thread each, logs in parallel), applies each log's
-records strictly in order, and persists each batch's effects with the log's new position in
-one atomic write batch, synced before that position is published. After a crash it resumes
-from the saved position: nothing applied twice, nothing skipped. Results go back to the
-coordinator named in each record."""
+"""A storage node: tails every log that carries shards (one thread each, logs in parallel),
+applies each log's records strictly in order, and persists each batch's effects with the
+log's new position in one atomic write batch, synced before that position is published.
+After a crash it resumes from the saved position: nothing applied twice, nothing skipped.
+Results go back to the coordinator named in each record."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ class StorageNode:
 
     def start(self) -> None:
         threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
-        for log_id in range(self.log_count):
+        for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
                              daemon=True).start()
         registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
@@ -231,8 +231,9 @@ class StorageNode:
                 self.cond.wait(left)
 
     def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
-        if not 0 <= req.log_id < self.log_count:
-            raise ValueError(f"log_id: unknown log {req.log_id}")
+        if not 0 <= req.log_id < self.kv_logs:
+            raise ValueError(f"log_id: log {req.log_id} carries no key-value data "
+                             f"(logs 0..{self.kv_logs - 1} do)")
         self.wait_applied(req.log_id, req.min_position, req.wait_ms)
         for i, r in enumerate(req.requests):
             if r.shard < self.kv.shards and log_of(r.shard, self.kv_logs) != req.log_id:
@@ -243,7 +244,7 @@ class StorageNode:
     def status(self) -> pb.NodeStatusResponse:
 
         out = pb.NodeStatusResponse(node_id=self.node_id)
-        for i in range(self.log_count):
+        for i in range(self.kv_logs):
             out.log_positions.append(self.positions[i][0])
         for s in range(self.kv.shards):
             lg = log_of(s, self.kv_logs)

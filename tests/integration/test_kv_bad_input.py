@@ -22,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def kvc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(Path(tmp_path_factory.mktemp("kvbad")) / "c", logs=16)
+    # Three key-value logs, as `cluster init` makes them (a local cluster uses one).
+    c = Cluster(Path(tmp_path_factory.mktemp("kvbad")) / "c", logs=16, kv_logs=3)
     c.start(timeout_s=90)
     zk = zkpaths.connect(c.zk_hosts)
     datasets.create(zk, "d")
@@ -163,8 +164,9 @@ def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
         ("Read", pb.ReadRequest(dataset="d", shard=10_000, op=get).SerializeToString(), "shard"),
         ("Read", pb.ReadRequest(dataset="d", shard=0, op=pb.Op(put=pb.PutOp())).SerializeToString(), "op"),
         ("ReadMany", pb.ReadManyRequest(log_id=999).SerializeToString(), "log_id"),
-        # Shard 0 is on log 0 whatever the number of key-value logs, never on log 1.
-        ("ReadMany", pb.ReadManyRequest(log_id=1, requests=[pb.ReadRequest(shard=0, op=get)])
+        ("ReadMany", pb.ReadManyRequest(log_id=3).SerializeToString(), "log_id"),  # no KV data
+        # With three key-value logs, shard 1 is on log 1.
+        ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=1, op=get)])
          .SerializeToString(), "requests[0].shard"),
         ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=0, op=pb.Op())])
          .SerializeToString(), "requests[0].op"),

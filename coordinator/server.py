@@ -33,7 +33,7 @@ from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
 from log.client import LogClient, LogError
 from midtown import registry
-from midtown.process import serve_until_signal
+from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from storage_node import codec
@@ -549,7 +549,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s coordinator-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
+    tune_runtime()
     listen = f"{a.host}:{a.port}"
     c = Coordinator(a.id, a.advertise or listen, a.zk)
     c.client_rate_limit = a.client_rate_limit

@@ -21,7 +21,7 @@ from log import zk as zkpaths
 from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node, Unavailable
-from midtown.process import serve_until_signal
+from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import log_pb2 as pb
 
 log = logging.getLogger("midtown.log.server")
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     # Hand the GIL over sooner: a woken thread (an RPC reply, an ack) otherwise waits up
     # to the default 5 ms while another thread computes.
-    sys.setswitchinterval(limits.SWITCH_INTERVAL_S)
+    tune_runtime()
     serve(a.id, a.port, a.zk, a.data, a.host, a.advertise)
 
 

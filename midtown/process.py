@@ -25,3 +25,20 @@ def serve_until_signal(server: grpc.Server, listen: str, ready: str,
         pass
     server.stop(grace_s)
     on_stop()
+
+
+def tune_runtime() -> None:
+    """Interpreter settings for a server process: the GIL switch interval, and a garbage
+    collector that runs less often (each request allocates many short-lived objects, and
+    every collection of the oldest generation pauses every thread), with the objects made
+    at start-up moved out of its reach."""
+    import gc
+    import os
+    import sys
+
+    from log import limits
+
+    sys.setswitchinterval(limits.SWITCH_INTERVAL_S)
+    if os.environ.get("MIDTOWN_GC_TUNE", "1") != "0":
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)

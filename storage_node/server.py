@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
-from midtown.process import serve_until_signal
+from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from storage_node.node import Behind, StorageNode
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    sys.setswitchinterval(log_limits.SWITCH_INTERVAL_S)
+    tune_runtime()
     listen = f"{a.host}:{a.port}"
     node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)

@@ -144,6 +144,17 @@ def midtown_ops(addrs: list[str]) -> dict[str, Callable[[int], Callable[[int], o
     return {"put": put, "get": get, "cas": cas}
 
 
+def medians(runs: list[dict]) -> dict:
+    """Each figure's median over rounds (the middle round's, or the mean of the middle two)."""
+    out: dict = {}
+    for k in runs[0]:
+        xs = sorted(r[k] for r in runs)
+        mid = len(xs) // 2
+        v = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+        out[k] = round(v, 2) if isinstance(v, float) else v
+    return out
+
+
 def run(a: argparse.Namespace) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-kv-")
     root = Path(tmp.name)
@@ -165,11 +176,16 @@ def run(a: argparse.Namespace) -> int:
         for op in ("put", "get", "cas"):
             for clients in (1, 64):
                 row: dict = {"op": op if op != "get" else "get (strong)", "clients": clients}
-                for name, ops in systems.items():
-                    log(f"{name}: {op}, {clients} client(s), {a.seconds:.0f}s...")
+                for ops in systems.values():
                     run_workload(ops[op], clients, min(1.0, a.seconds / 4))  # warm-up
-                    r = run_workload(ops[op], clients, a.seconds)
-                    for k, v in r.items():
+                runs: dict[str, list[dict]] = {name: [] for name in systems}
+                for i in range(a.rounds):  # alternating, so a slow spell of the machine hits both
+                    for name, ops in systems.items():
+                        log(f"{name}: {op}, {clients} client(s), {a.seconds:.0f}s, "
+                            f"round {i + 1}/{a.rounds}...")
+                        runs[name].append(run_workload(ops[op], clients, a.seconds))
+                for name in systems:
+                    for k, v in medians(runs[name]).items():
                         row[f"{name}_{k}"] = v
                 row["throughput_ratio"] = round(row["midtown_ops_per_s"] / max(1, row["etcd_ops_per_s"]), 2)
                 row["p50_ratio"] = round(row["midtown_p50_ms"] / row["etcd_p50_ms"], 2)
@@ -187,4 +203,6 @@ def run(a: argparse.Namespace) -> int:
                            "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
                            "etcd_p99_ms", "p99_ratio"])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
+        if a.rounds > 1:
+            print(f"each figure is the median of {a.rounds} rounds, Midtown and etcd alternating")
     return 0

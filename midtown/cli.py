@@ -421,6 +421,17 @@ def cmd_bench_log(a: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- parser
+def _at_least_one(name: str):  # type: ignore[no-untyped-def]
+    nonneg = _nonneg(name)
+
+    def conv(s: str) -> int:
+        v = nonneg(s)
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be at least 1, got {v}")
+        return v  # type: ignore[no-any-return]
+    return conv
+
+
 def _nonneg(name: str):  # type: ignore[no-untyped-def]
     def conv(s: str) -> int:
         try:
@@ -574,6 +585,9 @@ def parser() -> argparse.ArgumentParser:
     bl.set_defaults(fn=cmd_bench_log)
     bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd")
     bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")
+    bk.add_argument("--rounds", type=_at_least_one("--rounds"), default=1,
+                    help="measure each workload this many times, Midtown and etcd alternating, "
+                         "and print medians (this machine is noisy)")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
     return p

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from log import limits as log_limits
 from log.client import Appended, LogClient
-from log.group_commit import GroupCommit, GroupTimeout
+from log.group_commit import GroupCommit
 
 APPEND_TIMEOUT_S = 20.0
-
-__all__ = ["Appender", "GroupTimeout"]
 
 
 class Appender:

@@ -25,13 +25,14 @@ from google.protobuf.message import DecodeError
 from prometheus_client import Counter, start_http_server
 
 from coordinator import limits
-from coordinator.appender import Appender, GroupTimeout
+from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
 from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
 from log.client import LogClient, LogError
+from log.group_commit import GroupTimeout
 from midtown import registry
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb

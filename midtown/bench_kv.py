@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from log import zk as zkpaths
 from midtown.client import Client
 from midtown.cluster import Cluster
 from midtown.loadgen import run_workload
@@ -165,11 +164,7 @@ def run(a: argparse.Namespace) -> int:
     try:
         log("starting a local Midtown cluster...")
         cluster.start()
-        zk = zkpaths.connect(cluster.zk_hosts)
-        from coordinator import datasets
-
-        datasets.create(zk, "bench")
-        zk.stop()
+        cluster.create_dataset("bench")
         log("starting etcd (3 members on loopback)...")
         etcd = Etcd(root / "etcd")
         systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd)}

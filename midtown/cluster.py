@@ -14,12 +14,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from log import limits
 from log import zk as zkpaths
 from midtown import registry
 from midtown.ports import free_ports
 from midtown.zookeeper import ZooKeeper, is_ok
+
+if TYPE_CHECKING:
+    from coordinator.datasets import Dataset
 
 LOG_SERVERS = 3
 STORAGE_NODES = 3
@@ -256,6 +260,17 @@ class Cluster:
             p.pid = 0
         if (self.dir / STATE).exists():
             self.save()
+
+    def create_dataset(self, name: str, **options: Any) -> Dataset:
+        """Create a dataset in this cluster's ZooKeeper, as `midtown dataset create` does."""
+        from coordinator import datasets
+
+        zk = zkpaths.connect(self.zk_hosts)
+        try:
+            return datasets.create(zk, name, **options)
+        finally:
+            zk.stop()
+            zk.close()
 
     def status(self) -> list[dict]:
         rows = []

@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,14 +16,21 @@ from log.client import LogClient, LogError
 from midtown.cluster import Cluster
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path / "cluster", logs=16)
+@contextmanager
+def started(path: Path, **options: Any) -> Iterator[Cluster]:
+    """A local cluster of real processes under `path`, stopped on the way out."""
+    c = Cluster(path, logs=16, **options)
     c.start(timeout_s=90)
     try:
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with started(tmp_path / "cluster") as c:
+        yield c
 
 
 @pytest.fixture

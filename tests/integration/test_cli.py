@@ -109,3 +109,9 @@ def test_cluster_up_in_the_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
         assert [r["payload"] for r in rows] == ["kept"]
     finally:
         mt("cluster", "down", "--dir", d)
+
+
+def test_bench_refuses_bad_rounds() -> None:
+    for bad, says in (("0", "at least 1"), ("x", "whole number")):
+        p = mt("bench", "kv", "--rounds", bad, check=False)
+        assert p.returncode == 2 and "--rounds" in p.stderr and says in p.stderr, p.stderr

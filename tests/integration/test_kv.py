@@ -21,7 +21,7 @@ from midtown import Client, Op, errors
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import started, wait_for
 from tests.linearizability import INF, Operation, check_per_key
 
 pytestmark = pytest.mark.integration
@@ -29,20 +29,13 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def kv_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path / "kv", logs=16, coordinators=2)
-    c.start(timeout_s=90)
-    try:
+    with started(tmp_path / "kv", coordinators=2) as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture
 def db(kv_cluster: Cluster) -> Iterator[Client]:
-    zk = zkpaths.connect(kv_cluster.zk_hosts)
-    datasets.create(zk, "t")
-    zk.stop()
-    zk.close()
+    kv_cluster.create_dataset("t")
     with Client(zk=kv_cluster.zk_hosts, timeout=20) as c:
         yield c
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator import datasets, limits
-from log import zk as zkpaths
+from coordinator import limits
 from midtown import Client, Op, errors
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
+from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration
 
@@ -23,15 +23,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def kvc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Three key-value logs, as `cluster init` makes them (a local cluster uses one).
-    c = Cluster(Path(tmp_path_factory.mktemp("kvbad")) / "c", logs=16, kv_logs=3)
-    c.start(timeout_s=90)
-    zk = zkpaths.connect(c.zk_hosts)
-    datasets.create(zk, "d")
-    zk.stop()
-    try:
+    with started(Path(tmp_path_factory.mktemp("kvbad")) / "c", kv_logs=3) as c:
+        c.create_dataset("d")
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +130,7 @@ def test_still_serving_and_nothing_lost(kvc: Cluster, cl: Client) -> None:
 def test_dataset_rate_limit(kvc: Cluster) -> None:
     import time
 
-    zk = zkpaths.connect(kvc.zk_hosts)
-    datasets.create(zk, "limited", rate_limit=5)
-    zk.stop()
+    kvc.create_dataset("limited", rate_limit=5)
     with Client(kvc.coordinator_addrs, timeout=15, retries=0) as c:
         refused = []
         for i in range(30):

@@ -9,15 +9,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator import datasets
 from coordinator.routing import log_of, shard_of
-from log import zk as zkpaths
 from log.client import LogClient
 from midtown import Client
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -25,12 +23,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def tc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     monkeypatch.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
-    c = Cluster(tmp_path / "c", logs=16)
-    c.start(timeout_s=90)
-    try:
+    with started(tmp_path / "c") as c:
         yield c
-    finally:
-        c.stop()
 
 
 def _applied(c: Cluster, name: str, log_id: int) -> int:
@@ -41,9 +35,7 @@ def _applied(c: Cluster, name: str, log_id: int) -> int:
 
 
 def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
-    zk = zkpaths.connect(tc.zk_hosts)
-    d = datasets.create(zk, "t")
-    zk.stop()
+    d = tc.create_dataset("t")
     log_id = log_of(shard_of(d.id, b"k", 64), tc.kv_logs)
     with Client(tc.coordinator_addrs) as db, LogClient(tc.zk_hosts) as logs:
         for i in range(30):

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,18 +15,15 @@ from log import zk as zkpaths
 from log.client import LogClient
 from midtown.cluster import Cluster
 from midtown_pb import log_pb2 as pb
+from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("bad-input") / "cluster", logs=16)
-    c.start(timeout_s=90)
-    try:
+    with started(tmp_path_factory.mktemp("bad-input") / "cluster") as c:
         yield c
-    finally:
-        c.stop()
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +132,7 @@ def test_epochs_and_positions_out_of_range_are_refused(shared_client: LogClient,
     any writer's reach, or overflow a reply: refused, and the log stays writable."""
     addr = shared_cluster.log_servers()[0].addr
     huge = 2**64 - 1
-    cases = [
+    cases: list[tuple[str, Message, str]] = [
         ("Fence", pb.FenceRequest(log_id=5, epoch=huge, segment_epoch=1), "epoch"),
         ("ReadRange", pb.ReadRangeRequest(log_id=5, epoch=huge, segment_epoch=1, first=0, last=0), "epoch"),
         ("ReadRange", pb.ReadRangeRequest(log_id=5, segment_epoch=huge, first=0, last=0), "segment_epoch"),

@@ -33,7 +33,8 @@ from coordinator.routing import log_of, shard_of
 from log import limits as log_limits
 from log.client import LogClient, LogError
 from log.group_commit import GroupTimeout
-from midtown import registry
+from log.node import Node
+from midtown import inprocess, registry
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
@@ -51,6 +52,7 @@ from storage_node.model import (
     Scan,
     Stored,
 )
+from storage_node.node import Behind, StorageNode
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -207,16 +209,17 @@ class Coordinator:
             res = OpResult()
         return RecordResult(rid, log_id, position, shard, 0, -1, True, False, (res,))
 
-    def deliver(self, results: list[pb.RecordResult]) -> None:
+    def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
         """Storage nodes' answers: every one is digest-checked; only one that a request
-        still waits for is decoded (the second replica's answer usually is not)."""
+        still waits for is decoded (the second replica's answer usually is not). A storage
+        node in this process hands over its results undecoded (midtown.inprocess)."""
         for m in results:
             self._check_digest(m)
             with self._lock:
                 ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
             if not ws:
                 continue
-            r = codec.result_from_pb(m)
+            r = m if isinstance(m, RecordResult) else codec.result_from_pb(m)
             for w in ws:
                 try:
                     w.set_result(r)
@@ -261,10 +264,20 @@ class Coordinator:
         at or below it. None when not enough replicas answered."""
         need = log_limits.fence_quorum(log_limits.ENSEMBLE_SIZE, log_limits.ACK_QUORUM)
         req = log_pb2.TailRequest(log_id=log_id)
-        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
-        calls = [_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=1.0)
-                 for a in self.log_servers()]
+        servers = self.log_servers()
         lasts: list[int] = []
+        for a in servers:
+            node = inprocess.lookup(a, Node)
+            if node is not None:  # the log server in this process: asked directly
+                inprocess.used("read_index")
+                with node.rlock:
+                    lasts.append(node.replica.tail(log_id))
+                servers.remove(a)
+                break
+        if len(lasts) >= need:
+            return max(lasts)
+        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
+        calls = [_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=1.0) for a in servers]
         try:
             for f in futures.as_completed(calls, timeout=1.5):
                 try:
@@ -300,14 +313,24 @@ class Coordinator:
         if idx is None:
             return None
         many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=500, requests=reqs)
-        nodes = self.storage_nodes()
-        random.shuffle(nodes)
-        for addr in nodes:
+        for addr in self._storage_order():
+            local = inprocess.lookup(addr, StorageNode)
             try:
+                if local is not None:
+                    inprocess.used("read")
+                    return list(local.read_many(many).responses)
                 return list(self._storage_stub(addr).ReadMany(many, timeout=2.0).responses)
-            except grpc.RpcError:
+            except (grpc.RpcError, Behind, ValueError):
                 continue
         return None
+
+    def _storage_order(self) -> list[str]:
+        """Live storage nodes to read from: the one in this process first, then the others
+        in random order."""
+        nodes = self.storage_nodes()
+        random.shuffle(nodes)
+        nodes.sort(key=lambda a: inprocess.lookup(a) is None)
+        return nodes
 
     def _storage_stub(self, addr: str) -> Any:
         stub = self._storage.get(addr)
@@ -320,14 +343,16 @@ class Coordinator:
                      min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
         """A read from one storage replica (another if it fails)."""
         shard = shard_of(d.id, pkey, self.kv.shards)
-        nodes = self.storage_nodes()
-        random.shuffle(nodes)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
-        for addr in nodes:
+        for addr in self._storage_order():
+            local = inprocess.lookup(addr, StorageNode)
             try:
+                if local is not None:
+                    inprocess.used("read")
+                    return local.read(req)
                 return self._storage_stub(addr).Read(req, timeout=deadline_s)  # type: ignore[no-any-return]
-            except grpc.RpcError:
+            except (grpc.RpcError, Behind, ValueError):
                 continue
         raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
 
@@ -534,6 +559,17 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
     ]
 
 
+def build(coord_id: int, addr: str, zk_hosts: str,
+          client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT) -> tuple[grpc.Server, Coordinator]:
+    """A coordinator's gRPC server (not listening yet) and the coordinator (not started)."""
+    c = Coordinator(coord_id, addr, zk_hosts)
+    c.client_rate_limit = client_rate_limit
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS,
+                         maximum_concurrent_rpcs=limits.PENDING_MAX)
+    server.add_generic_rpc_handlers(_handlers(c))
+    return server, c
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m coordinator.server")
     ap.add_argument("--id", type=int, required=True)
@@ -552,11 +588,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     tune_runtime()
     listen = f"{a.host}:{a.port}"
-    c = Coordinator(a.id, a.advertise or listen, a.zk)
-    c.client_rate_limit = a.client_rate_limit
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS,
-                         maximum_concurrent_rpcs=limits.PENDING_MAX)
-    server.add_generic_rpc_handlers(_handlers(c))
+    server, c = build(a.id, a.advertise or listen, a.zk, a.client_rate_limit)
     serve_until_signal(server, listen, f"coordinator {a.id} ready on {listen}", c.start,
                        lambda: None)
 

@@ -234,14 +234,20 @@ def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
     return [log_service, replica_service]
 
 
-def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "127.0.0.1",
-          advertise: str | None = None) -> None:
-    listen = f"{host}:{port}"
-    addr = advertise or listen
+def build(server_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, Node]:
+    """A log server's gRPC server (not listening yet) and its node (not started)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=limits.GRPC_OPTIONS,
                          maximum_concurrent_rpcs=2000)
     node = Node(server_id, addr, zk_hosts, data_dir)
     server.add_generic_rpc_handlers(_handlers(Services(node)))
+    return server, node
+
+
+def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "127.0.0.1",
+          advertise: str | None = None) -> None:
+    listen = f"{host}:{port}"
+    addr = advertise or listen
+    server, node = build(server_id, addr, zk_hosts, data_dir)
     serve_until_signal(server, listen, f"log server {server_id} ready on {addr}", node.start,
                        node.stop, grace_s=2.0)
 

@@ -159,7 +159,7 @@ def run(a: argparse.Namespace) -> int:
     root = Path(tmp.name)
     rows: list[dict] = []
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    cluster = Cluster(root / "midtown")
+    cluster = Cluster(root / "midtown", layout=a.layout)
     etcd = None
     try:
         log("starting a local Midtown cluster...")

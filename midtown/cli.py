@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from midtown import registry
+from midtown.cluster import LAYOUTS
 from midtown.output import emit
 
 DEFAULT_DIR = Path("run/local")
@@ -59,7 +60,7 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
     d = Path(a.dir)
     try:
         c = Cluster.load(d) if (d / "cluster.json").exists() else \
-            Cluster(d, logs=a.logs, kv_logs=a.kv_logs)
+            Cluster(d, logs=a.logs, kv_logs=a.kv_logs, layout=a.layout)
     except ClusterError as e:
         raise CliError(str(e)) from None
     t0 = time.monotonic()
@@ -463,6 +464,9 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
                     help="logs the key-value store spreads its shards over (new cluster only; "
                          "default %(default)s: on one machine fewer logs batch better)")
+    up.add_argument("--layout", choices=LAYOUTS, default="split",
+                    help="split: one process per component; host: one process per machine with a "
+                         "log server, a storage node and a coordinator (new cluster only)")
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
@@ -588,6 +592,8 @@ def parser() -> argparse.ArgumentParser:
     bk.add_argument("--rounds", type=_at_least_one("--rounds"), default=1,
                     help="measure each workload this many times, Midtown and etcd alternating, "
                          "and print medians (this machine is noisy)")
+    bk.add_argument("--layout", choices=LAYOUTS, default="split",
+                    help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
     return p

@@ -29,6 +29,9 @@ LOG_SERVERS = 3
 STORAGE_NODES = 3
 COORDINATORS = 1
 STATE = "cluster.json"
+# "split": one process per component; "host": ZooKeeper and one process per machine with a
+# log server, a storage node and a coordinator (midtown.host; docs/performance.md).
+LAYOUTS = ("split", "host")
 
 
 class ClusterError(Exception):
@@ -38,11 +41,25 @@ class ClusterError(Exception):
 @dataclass
 class Proc:
     name: str
-    kind: str  # "zookeeper" | "log-server" | "storage-node" | "coordinator"
-    port: int
+    kind: str  # "zookeeper" | "log-server" | "storage-node" | "coordinator" | "host"
+    port: int  # a host's: its coordinator's
     pid: int = 0
     server_id: int = -1
     metrics_port: int = 0  # coordinators: Prometheus metrics over HTTP
+    log_port: int = 0  # hosts only (midtown.host)
+    storage_port: int = 0  # hosts only
+
+    def addr_of(self, role: str) -> str:
+        """Where this process serves `role` (a host serves each on its own port)."""
+        if self.kind == "host":
+            port = {"log-server": self.log_port, "storage-node": self.storage_port}.get(role, self.port)
+            return f"127.0.0.1:{port}"
+        return self.addr
+
+    def plays(self, role: str) -> bool:
+        """Whether this process is a `role` ("log-server", "storage-node", "coordinator"):
+        a host is all three."""
+        return self.kind == role or (self.kind == "host" and role != "zookeeper")
 
     @property
     def addr(self) -> str:
@@ -75,6 +92,7 @@ class Cluster:
     coordinators: int = COORDINATORS
     storage_nodes: int = STORAGE_NODES
     kv_logs: int = registry.KV_LOGS_LOCAL_DEFAULT
+    layout: str = "split"
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -89,15 +107,20 @@ class Cluster:
     def of_kind(self, kind: str) -> list[Proc]:
         return [p for p in self.procs.values() if p.kind == kind]
 
+    def playing(self, role: str) -> list[Proc]:
+        """The processes that are a `role`, hosts included."""
+        return [p for p in self.procs.values() if p.plays(role)]
+
     @property
     def coordinator_addrs(self) -> list[str]:
-        return [p.addr for p in self.of_kind("coordinator")]
+        return [p.addr for p in self.playing("coordinator")]
 
     def save(self) -> None:
         data = {
             "logs": self.logs,
             "shards": self.shards,
             "kv_logs": self.kv_logs,
+            "layout": self.layout,
             "zk": self.zk_hosts,
             "processes": [p.__dict__ for p in self.procs.values()],
         }
@@ -114,7 +137,8 @@ class Cluster:
             )
         d = json.loads(path.read_text())
         c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
-                    kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT))
+                    kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT),
+                    layout=d.get("layout", "split"))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c
@@ -122,6 +146,16 @@ class Cluster:
     # ------------------------------------------------------------ lifecycle
     def _plan(self) -> None:
         if self.procs:
+            return
+        if self.layout not in LAYOUTS:
+            raise ClusterError(f"layout: {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
+        if self.layout == "host":
+            ports = iter(free_ports(1 + 4 * LOG_SERVERS))
+            self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
+            for i in range(LOG_SERVERS):
+                self.procs[f"host-{i}"] = Proc(f"host-{i}", "host", next(ports), server_id=i,
+                                               log_port=next(ports), storage_port=next(ports),
+                                               metrics_port=next(ports))
             return
         ports = iter(free_ports(1 + LOG_SERVERS + self.storage_nodes + 2 * self.coordinators))
         self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
@@ -145,8 +179,8 @@ class Cluster:
         self.save()
         zk = zkpaths.connect(self.zk_hosts)
         try:
-            zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.log_servers()])
-            registry.create_kv(zk, self.shards, [p.server_id for p in self.of_kind("storage-node")],
+            zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.playing("log-server")])
+            registry.create_kv(zk, self.shards, [p.server_id for p in self.playing("storage-node")],
                                self.kv_logs)
             for p in self.procs.values():
                 if p.kind != "zookeeper":
@@ -168,6 +202,11 @@ class Cluster:
         if p.kind == "coordinator":
             return [sys.executable, "-m", "coordinator.server", "--id", str(p.server_id), "--port",
                     str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port)]
+        if p.kind == "host":
+            return [sys.executable, "-m", "midtown.host", "--id", str(p.server_id), "--zk",
+                    self.zk_hosts, "--data", str(self.dir / p.name), "--log-port", str(p.log_port),
+                    "--storage-port", str(p.storage_port), "--coordinator-port", str(p.port),
+                    "--metrics-port", str(p.metrics_port)]
         raise ClusterError(f"no command for {name}")
 
     def start_process(self, name: str) -> None:
@@ -197,7 +236,7 @@ class Cluster:
             writers = sum(1 for i in range(self.logs) if zkpaths.writer_is_live(zk, i))  # type: ignore[arg-type]
             storage = len(registry.members(zk, registry.STORAGE_NODES))  # type: ignore[arg-type]
             coords = len(registry.members(zk, registry.COORDINATORS))  # type: ignore[arg-type]
-            want_s, want_c = len(self.of_kind("storage-node")), len(self.of_kind("coordinator"))
+            want_s, want_c = len(self.playing("storage-node")), len(self.playing("coordinator"))
             msg = (f"log servers up: {len(regs)}/{LOG_SERVERS}, logs with a writer: "
                    f"{writers}/{self.logs}, storage nodes: {storage}/{want_s}, "
                    f"coordinators: {coords}/{want_c}")
@@ -247,7 +286,8 @@ class Cluster:
         # Log servers first, while ZooKeeper still runs: they close their sessions, so
         # their ephemeral nodes do not outlive them.
         front = [p.name for p in self.procs.values() if p.kind in ("coordinator", "storage-node")]
-        for group in (front, [p.name for p in self.log_servers()], ["zookeeper"]):
+        back = [p.name for p in self.procs.values() if p.kind in ("log-server", "host")]
+        for group in (front, back, ["zookeeper"]):
             for name in group:
                 if name in self.procs:
                     self.signal(name, signal.SIGCONT)

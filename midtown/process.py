@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -13,18 +14,37 @@ import grpc
 def serve_until_signal(server: grpc.Server, listen: str, ready: str,
                        on_start: Callable[[], None], on_stop: Callable[[], None],
                        grace_s: float = 1.0) -> None:
-    if server.add_insecure_port(listen) == 0:
-        raise SystemExit(f"cannot listen on {listen}")
-    server.start()
-    on_start()
+    serve_all([Part(server, listen, on_start, on_stop, grace_s)], ready)
+
+
+@dataclass
+class Part:
+    """One component of a server process: its gRPC server, where it listens, and how it
+    starts (after its server listens) and stops (after its server stopped)."""
+    server: grpc.Server
+    listen: str
+    on_start: Callable[[], None]
+    on_stop: Callable[[], None]
+    grace_s: float = 1.0
+
+
+def serve_all(parts: list[Part], ready: str) -> None:
+    """Start the parts in order, say `ready`, run until SIGTERM or SIGINT, then stop them in
+    the reverse order."""
+    for p in parts:
+        if p.server.add_insecure_port(p.listen) == 0:
+            raise SystemExit(f"cannot listen on {p.listen}")
+        p.server.start()
+        p.on_start()
     print(ready, flush=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     while not done.wait(1):
         pass
-    server.stop(grace_s)
-    on_stop()
+    for p in reversed(parts):
+        p.server.stop(p.grace_s)
+        p.on_stop()
 
 
 def tune_runtime() -> None:

@@ -11,8 +11,10 @@ from collections import deque
 import grpc
 
 from log import limits as log_limits
+from midtown import inprocess
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
+from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.storage.callbacks")
 BATCH_MAX = 5000
@@ -30,6 +32,14 @@ class Callbacks:
             if o is None:
                 o = self._outlets[addr] = _Outlet(addr)
         o.put(results)
+
+
+    def send_in_process(self, addr: str, results: list[RecordResult]) -> None:
+        """Results for a coordinator in this process (midtown.host): handed over directly."""
+        coordinator = inprocess.lookup(addr)
+        if coordinator is not None:
+            inprocess.used("answer")
+            coordinator.deliver(results)
 
 
 class _Outlet:

@@ -14,20 +14,25 @@ import time
 import grpc
 
 from coordinator.routing import answers_for, log_of
+from log import limits as log_limits
 from log import zk as logzk
 from log.client import LogClient, LogError
+from log.entry import Entry
 from log.group_commit import GroupCommit
-from midtown import registry
+from log.node import Node, Unavailable
+from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
 from storage_node import codec
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
-from storage_node.model import Position, Record
+from storage_node.model import Position, Record, RecordResult
 from storage_node.store import BatchView, NodeStore
 from storage_node.truncation import needs_publish, truncation_point
 
 log = logging.getLogger("midtown.storage.node")
+# Entries from a Read stream, or straight from the log server in this process.
+Entries = list[log_pb2.Entry] | list[Entry]
 
 
 class Behind(Exception):
@@ -62,7 +67,7 @@ class StorageNode:
                                                         POSITION_INTERVAL_S))
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         # One applier for every log, run by the tail threads themselves (group commit).
-        self._applier: GroupCommit[tuple[int, list[log_pb2.Entry]], None] = GroupCommit(
+        self._applier: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
     @staticmethod
@@ -99,6 +104,14 @@ class StorageNode:
             if addr is None:
                 time.sleep(backoff)
                 continue
+            local = inprocess.lookup(addr, Node)
+            if local is not None:
+                if self._tail_in_process(local, log_id):
+                    backoff = 0.1
+                else:
+                    time.sleep(backoff)  # ZooKeeper still names it, but it stopped writing
+                    backoff = min(backoff * 2, 1.0)
+                continue
             try:
                 stream = self.logs.stub(addr).Read(
                     log_pb2.ReadRequest(log_id=log_id, from_position=pos, follow=True)
@@ -119,7 +132,40 @@ class StorageNode:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
 
-    def _apply_entries(self, log_id: int, entries: list[log_pb2.Entry]) -> None:
+    def _tail_in_process(self, node: Node, log_id: int) -> bool:
+        """Tail a log whose writer runs in this process (midtown.host): its committed
+        entries straight from its store, no stream. Returns when it stops writing the log:
+        whether it applied anything."""
+        cond = node.conds[log_id]
+        applied = False
+        while not self._stop.is_set():
+            d = node.writers.get(log_id)
+            if d is None or d.failed.is_set():
+                return applied  # the writer moved: look it up again
+            pos = self.positions[log_id][0]
+            if pos < node.replica.first(log_id):
+                log.error("log %d: position %d is truncated (bootstrap from a peer is needed)",
+                          log_id, pos)
+                time.sleep(5)
+                return applied
+            end = node.committed_end(log_id)
+            if pos > end:
+                with cond:
+                    if node.committed_end(log_id) < pos:
+                        cond.wait(0.5)
+                continue
+            try:
+                entries = node.read_committed(
+                    log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
+            except Unavailable as e:
+                log.warning("log %d: %s", log_id, e)
+                return applied
+            inprocess.used("tail")
+            self._apply_entries(log_id, entries)
+            applied = True
+        return applied
+
+    def _apply_entries(self, log_id: int, entries: Entries) -> None:
         """Apply what a tail thread received; returns once it is written. Entries that
         other logs' tail threads received meanwhile are applied in the same batch."""
         try:
@@ -128,15 +174,16 @@ class StorageNode:
             log.exception("apply failed; stopping this node")
             os._exit(70)  # restart from the saved positions rather than diverge
 
-    def _apply_group(self, items: list[tuple[int, list[log_pb2.Entry]]]) -> list[None]:
+    def _apply_group(self, items: list[tuple[int, Entries]]) -> list[None]:
         """One batch for every log: each log's entries in order, written with one atomic
         write batch that also holds every log's new position."""
         self._apply(items)
         return [None] * len(items)
 
-    def _apply(self, items: list[tuple[int, list[log_pb2.Entry]]]) -> None:
+    def _apply(self, items: list[tuple[int, Entries]]) -> None:
         view = BatchView(self.store)
         out: dict[str, list[pb.RecordResult]] = {}
+        near: dict[str, list[RecordResult]] = {}  # to coordinators in this process
         new: dict[int, tuple[int, int]] = {}
         for log_id, entries in items:
             expected = new.get(log_id, self.positions[log_id])[0]
@@ -154,8 +201,11 @@ class StorageNode:
                 view.add(applied, rec.shard, e.timestamp_ms, log_id)
                 if not applied.positions:
                     self._last_data[log_id] = e.position
-                if rec.callback and applied.result is not None and self.answers_for(rec.shard):
-                    out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
+                if rec.callback and applied.result is not None:
+                    if inprocess.lookup(rec.callback) is not None:  # always: it costs no call
+                        near.setdefault(rec.callback, []).append(applied.result)
+                    elif self.answers_for(rec.shard):
+                        out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
         if not new:
             return
@@ -166,6 +216,8 @@ class StorageNode:
             self.cond.notify_all()
         for addr, results in out.items():
             self.callbacks.send(addr, results)
+        for addr, mine in near.items():
+            self.callbacks.send_in_process(addr, mine)
 
     def _positions_loop(self) -> None:
         """Publish this node's durable position into each log it has applied data from,

@@ -53,6 +53,14 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
                                   "Status": unary(status)})
 
 
+def build(node_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, StorageNode]:
+    """A storage node's gRPC server (not listening yet) and the node (not started)."""
+    node = StorageNode(node_id, addr, zk_hosts, data_dir)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
+    server.add_generic_rpc_handlers([_handlers(node)])
+    return server, node
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m storage_node.server")
     ap.add_argument("--id", type=int, required=True)
@@ -67,9 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     tune_runtime()
     listen = f"{a.host}:{a.port}"
-    node = StorageNode(a.id, a.advertise or listen, a.zk, a.data)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
-    server.add_generic_rpc_handlers([_handlers(node)])
+    server, node = build(a.id, a.advertise or listen, a.zk, a.data)
     serve_until_signal(server, listen, f"storage node {a.id} ready on {listen}", node.start,
                        node.stop)
 

@@ -8,7 +8,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -42,8 +42,8 @@ def db(kv_cluster: Cluster) -> Iterator[Client]:
 
 def _storage_status(cluster: Cluster) -> dict[int, pb.NodeStatusResponse]:
     out = {}
-    for p in cluster.of_kind("storage-node"):
-        stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr))
+    for p in cluster.playing("storage-node"):
+        stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr_of("storage-node")))
         out[p.server_id] = stub.Status(pb.NodeStatusRequest(), timeout=5, wait_for_ready=True)
     return out
 
@@ -193,10 +193,10 @@ def test_ttl_expires_at_the_same_log_time_everywhere(kv_cluster: Cluster, db: Cl
         assert r.result.found and r.result.value.value == b"new"
 
 
-def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
-    """Concurrent put/get/cas/delete on a few hot keys while a storage node, a coordinator
-    and the log writer are SIGKILLed and restarted; every key's history must linearize."""
-    keys = ["h0", "h1", "h2"]
+def run_history(db: Client, keys: list[str], disturb: Callable[[], None],
+                clients: int = 6) -> dict[str, list[Operation]]:
+    """Concurrent put/get/cas/delete on a few hot keys while `disturb()` runs; every
+    operation's invocation, response (INF: unknown outcome) and result, per key."""
     history: dict[str, list[Operation]] = {k: [] for k in keys}
     lock = threading.Lock()
     stop = threading.Event()
@@ -233,32 +233,11 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
             with lock:
                 history[k].append(Operation(cid, t0, t1, kind, arg, out))
 
-    ts = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in ts:
         t.start()
-    # One round of kills in the suite; `make soak` runs many (MIDTOWN_SOAK_ROUNDS).
-    rounds = int(os.environ.get("MIDTOWN_SOAK_ROUNDS", "1"))
     try:
-        for r in range(rounds):
-            time.sleep(2)
-            kv_cluster.kill(f"storage-{r % 3}")
-            time.sleep(2)
-            kv_cluster.restart(f"storage-{r % 3}")
-            time.sleep(1)
-            kv_cluster.kill(f"coordinator-{r % 2}")
-            time.sleep(2)
-            kv_cluster.restart(f"coordinator-{r % 2}")
-            zk = zkpaths.connect(kv_cluster.zk_hosts)
-            d = datasets.get(zk, "t")
-            assert d is not None
-            w = zkpaths.read_writer(zk, log_of(shard_of(d.id, random.choice(keys).encode(), 64),
-                                                   kv_cluster.kv_logs))
-            zk.stop()
-            assert w is not None
-            kv_cluster.kill(f"log-{w['server']}")
-            time.sleep(8)
-            kv_cluster.restart(f"log-{w['server']}")
-            time.sleep(2)
+        disturb()
     finally:
         stop.set()
         for t in ts:
@@ -267,7 +246,45 @@ def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
     completed = sum(1 for h in history.values() for o in h if o.known)
     assert completed > 100, f"only {completed} of {total} operations completed"
     print(f"linearizability: {completed} completed, {total - completed} unknown")
-    assert check_per_key(history) == []
+    return history
+
+
+def writer_of(cluster: Cluster, dataset: str, key: str) -> int:
+    """The log server that writes the log carrying `key` of `dataset`."""
+    zk = zkpaths.connect(cluster.zk_hosts)
+    try:
+        d = datasets.get(zk, dataset)
+        assert d is not None
+        w = zkpaths.read_writer(zk, log_of(shard_of(d.id, key.encode(), 64), cluster.kv_logs))
+        assert w is not None
+        return int(w["server"])
+    finally:
+        zk.stop()
+
+
+def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
+    """Concurrent put/get/cas/delete on a few hot keys while a storage node, a coordinator
+    and the log writer are SIGKILLed and restarted; every key's history must linearize."""
+    keys = ["h0", "h1", "h2"]
+
+    def kills() -> None:
+        # One round of kills in the suite; `make soak` runs many (MIDTOWN_SOAK_ROUNDS).
+        for r in range(int(os.environ.get("MIDTOWN_SOAK_ROUNDS", "1"))):
+            time.sleep(2)
+            kv_cluster.kill(f"storage-{r % 3}")
+            time.sleep(2)
+            kv_cluster.restart(f"storage-{r % 3}")
+            time.sleep(1)
+            kv_cluster.kill(f"coordinator-{r % 2}")
+            time.sleep(2)
+            kv_cluster.restart(f"coordinator-{r % 2}")
+            w = writer_of(kv_cluster, "t", random.choice(keys))
+            kv_cluster.kill(f"log-{w}")
+            time.sleep(8)
+            kv_cluster.restart(f"log-{w}")
+            time.sleep(2)
+
+    assert check_per_key(run_history(db, keys, kills)) == []
 
 
 def test_async_client_and_addresses(kv_cluster: Cluster, db: Client) -> None:

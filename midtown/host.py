@@ -1,0 +1,67 @@
+"""One process per machine running a log server, a storage node and a coordinator: the
+`host` layout (`midtown cluster up --layout host`, docs/performance.md).
+
+Each component is the same as in its own process: it listens on its own port and
+registers in ZooKeeper under its own address. Calls between the three go straight from
+one to the other (midtown.inprocess) instead of through gRPC: on the machine that writes a
+log, a strong write crosses the network once each way to its client and once to the
+other log replicas, and nothing else.
+
+Run: python -m midtown.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
+     --coordinator-port P3"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from prometheus_client import start_http_server
+
+from coordinator import limits as kv_limits
+from coordinator import server as coordinator_server
+from log import server as log_server
+from midtown import inprocess
+from midtown.process import Part, serve_all, tune_runtime
+from storage_node import server as storage_server
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m midtown.host",
+                                 description="a log server, a storage node and a coordinator in one process")
+    ap.add_argument("--id", type=int, required=True, help="the id of all three components")
+    ap.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")
+    ap.add_argument("--data", required=True, help="data directory (log/ and storage/ inside)")
+    ap.add_argument("--log-port", type=int, required=True)
+    ap.add_argument("--storage-port", type=int, required=True)
+    ap.add_argument("--coordinator-port", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
+    ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
+    ap.add_argument("--client-rate-limit", type=float, default=kv_limits.CLIENT_RATE_LIMIT_DEFAULT,
+                    help="requests/s per client connection (0: none)")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s host-{a.id} %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    if a.metrics_port:
+        start_http_server(a.metrics_port, addr=a.host)
+    tune_runtime()
+    log_addr = f"{a.host}:{a.log_port}"
+    storage_addr = f"{a.host}:{a.storage_port}"
+    coord_addr = f"{a.host}:{a.coordinator_port}"
+    ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
+    inprocess.register(log_addr, node)
+    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"))
+    inprocess.register(storage_addr, storage)
+    cs, coord = coordinator_server.build(a.id, coord_addr, a.zk, a.client_rate_limit)
+    inprocess.register(coord_addr, coord)
+    serve_all([Part(ls, log_addr, node.start, node.stop, grace_s=2.0),
+               Part(ss, storage_addr, storage.start, storage.stop),
+               Part(cs, coord_addr, coord.start, lambda: None)],
+              f"host {a.id} ready: log server on {log_addr}, storage node on {storage_addr}, "
+              f"coordinator on {coord_addr}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The `host` layout (midtown.host): a log server, a storage node and a coordinator in one
+process per machine, calling each other directly. A host is SIGKILLed whole, as a
+machine would fail: the log writer, a storage replica and a coordinator at once."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from midtown import Client
+from midtown.cluster import Cluster
+from tests.integration.conftest import started, wait_for
+from tests.integration.test_kv import _converged, run_history, writer_of
+from tests.linearizability import check_per_key
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Cluster]:
+    with started(tmp_path / "hosts", layout="host") as c:
+        c.create_dataset("t")
+        yield c
+
+
+def test_three_processes_serve_every_role(hosts: Cluster) -> None:
+    assert [p.kind for p in hosts.procs.values()] == ["zookeeper", "host", "host", "host"]
+    assert len(hosts.coordinator_addrs) == 3
+    # Every operation kind, through the coordinator on the writer's host (in-process
+    # append, tail and answer) and through another one (over gRPC).
+    w = writer_of(hosts, "t", "p")
+    near = hosts.procs[f"host-{w}"].addr
+    far = next(p.addr for p in hosts.playing("coordinator") if p.addr != near)
+    for addr in (near, far):
+        with Client(addr, timeout=15) as db:
+            v = db.put("t", "p", addr, b"1")
+            assert db.get("t", "p", addr).value == b"1"
+            assert db.get("t", "p", addr, consistency="eventual") is not None
+            assert db.cas("t", "p", addr, b"2", expected=b"1").succeeded
+            assert not db.cas("t", "p", addr, b"3", expected=b"1").succeeded
+            assert db.incr("t", "p", addr + "n", 5) == 5
+            got = db.get("t", "p", addr)
+            assert got is not None and got.version > v
+    # The writer's host took the direct paths (its metrics count them).
+    metrics = urllib.request.urlopen(
+        f"http://127.0.0.1:{hosts.procs[f'host-{w}'].metrics_port}/metrics", timeout=10).read().decode()
+    for path in ("append", "tail", "answer", "read_index", "read"):
+        assert _counted(metrics, path) > 0, f"no in-process {path}"
+    wait_for(lambda: _converged(hosts), 30, "every replica at the same positions and digests")
+
+
+def _counted(metrics: str, path: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(f'midtown_in_process_calls_total{{path="{path}"}}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_linearizable_when_hosts_are_killed(hosts: Cluster) -> None:
+    """The writer's host (log writer, storage replica and coordinator at once) and then
+    another host are SIGKILLed and restarted under concurrent operations; every key's
+    history linearizes and the replicas converge."""
+    keys = ["h0", "h1", "h2"]
+    with Client(zk=hosts.zk_hosts, timeout=20) as db:
+
+        def kills() -> None:
+            time.sleep(2)
+            w = writer_of(hosts, "t", keys[0])
+            hosts.kill(f"host-{w}")
+            time.sleep(7)
+            hosts.restart(f"host-{w}")
+            time.sleep(3)
+            other = f"host-{(w + 1) % 3}"
+            hosts.kill(other)
+            time.sleep(3)
+            hosts.restart(other)
+            time.sleep(3)
+
+        history = run_history(db, keys, kills)
+    assert check_per_key(history) == []
+    wait_for(lambda: _converged(hosts), 60, "every replica at the same positions and digests")

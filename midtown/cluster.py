@@ -318,6 +318,9 @@ class Cluster:
             up = p.alive()
             if up and p.kind == "zookeeper":
                 up = is_ok("127.0.0.1", p.port)
-            rows.append({"name": p.name, "kind": p.kind, "addr": p.addr, "pid": p.pid or None,
+            addr = p.addr
+            if p.kind == "host":
+                addr = f"{p.addr} (coordinator), :{p.log_port} (log), :{p.storage_port} (storage)"
+            rows.append({"name": p.name, "kind": p.kind, "addr": addr, "pid": p.pid or None,
                          "state": "running" if up else "stopped"})
         return rows

@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--log-port", type=int, required=True)
     ap.add_argument("--storage-port", type=int, required=True)
     ap.add_argument("--coordinator-port", type=int, required=True)
-    ap.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise")
+    ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    ap.add_argument("--advertise", help="host name the others reach this machine by (default: --host)")
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     ap.add_argument("--client-rate-limit", type=float, default=kv_limits.CLIENT_RATE_LIMIT_DEFAULT,
                     help="requests/s per client connection (0: none)")
@@ -47,18 +48,18 @@ def main(argv: list[str] | None = None) -> None:
     if a.metrics_port:
         start_http_server(a.metrics_port, addr=a.host)
     tune_runtime()
-    log_addr = f"{a.host}:{a.log_port}"
-    storage_addr = f"{a.host}:{a.storage_port}"
-    coord_addr = f"{a.host}:{a.coordinator_port}"
+    name = a.advertise or a.host
+    log_addr, storage_addr, coord_addr = (f"{name}:{port}" for port in
+                                          (a.log_port, a.storage_port, a.coordinator_port))
     ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
     inprocess.register(log_addr, node)
     ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"))
     inprocess.register(storage_addr, storage)
     cs, coord = coordinator_server.build(a.id, coord_addr, a.zk, a.client_rate_limit)
     inprocess.register(coord_addr, coord)
-    serve_all([Part(ls, log_addr, node.start, node.stop, grace_s=2.0),
-               Part(ss, storage_addr, storage.start, storage.stop),
-               Part(cs, coord_addr, coord.start, lambda: None)],
+    serve_all([Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0),
+               Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
+               Part(cs, f"{a.host}:{a.coordinator_port}", coord.start, lambda: None)],
               f"host {a.id} ready: log server on {log_addr}, storage node on {storage_addr}, "
               f"coordinator on {coord_addr}")
 

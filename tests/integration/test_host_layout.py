@@ -4,6 +4,7 @@ machine would fail: the log writer, a storage replica and a coordinator at once.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from midtown import Client
-from midtown.cluster import Cluster
+from midtown.cluster import Cluster, pid_alive
 from tests.integration.conftest import started, wait_for
 from tests.integration.test_kv import _converged, run_history, writer_of
 from tests.linearizability import check_per_key
@@ -83,3 +84,26 @@ def test_linearizable_when_hosts_are_killed(hosts: Cluster) -> None:
         history = run_history(db, keys, kills)
     assert check_per_key(history) == []
     wait_for(lambda: _converged(hosts), 60, "every replica at the same positions and digests")
+
+
+def test_cluster_up_with_the_host_layout(tmp_path: Path) -> None:
+    """As a user runs it: `cluster up --layout host`, data commands, status, down."""
+    from tests.integration.test_cli import mt
+
+    d = str(tmp_path / "c")
+    bad = mt("cluster", "up", "--dir", d, "--layout", "rack", check=False)
+    assert bad.returncode != 0 and "--layout" in bad.stderr and "Traceback" not in bad.stderr
+    up = json.loads(mt("cluster", "up", "--dir", d, "--layout", "host", "--detach", "--json").stdout)
+    try:
+        assert sorted(p["kind"] for p in up["processes"]) == ["host", "host", "host", "zookeeper"]
+        assert len(up["coordinators"]) == 3
+        mt("dataset", "create", "t", "--dir", d)
+        mt("put", "t", "p", "k", "hello", "--dir", d)
+        got = json.loads(mt("get", "t", "p", "k", "--dir", d, "--json").stdout)
+        assert got["value"] == "hello"
+        table = mt("cluster", "status", "--dir", d).stdout
+        assert "(coordinator)" in table and "(log)" in table and "(storage)" in table
+    finally:
+        mt("cluster", "down", "--dir", d)
+    for p in up["processes"]:
+        assert not pid_alive(p["pid"])

@@ -5,6 +5,7 @@
   b"D" shard:4                                                -> digest:8
   b"R" shard:4 request_id                                     -> ts:8 RecordResult (protobuf)
   b"Q" log_id:4 node_id:4                                     -> published position:8
+  b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -46,6 +47,19 @@ def digest_key(shard: int) -> bytes:
 
 def dedup_key(shard: int, request_id: bytes) -> bytes:
     return b"R" + _I.pack(shard) + request_id
+
+
+def dedup_time_prefix(log_id: int) -> bytes:
+    return b"T" + _I.pack(log_id)
+
+
+def dedup_time_key(log_id: int, ts_ms: int, shard: int, request_id: bytes) -> bytes:
+    return dedup_time_prefix(log_id) + _Q.pack(ts_ms) + _I.pack(shard) + request_id
+
+
+def decode_dedup_time_key(k: bytes) -> tuple[int, int, int, bytes]:
+    """(log_id, ts_ms, shard, request_id)"""
+    return _I.unpack_from(k, 1)[0], _Q.unpack_from(k, 5)[0], _I.unpack_from(k, 13)[0], bytes(k[17:])
 
 
 def dataset_shard_prefix(shard: int, dataset: str) -> bytes:

@@ -23,7 +23,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
-from storage_node import codec
+from storage_node import codec, reclaim
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.model import Position, Record, RecordResult
@@ -66,6 +66,8 @@ class StorageNode:
         self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
                                                         POSITION_INTERVAL_S))
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
+        self._next_reclaim = 0.0
+        self.reclaimed = 0  # dedup entries reclaimed since start
         # One applier for every log, run by the tail threads themselves (group commit).
         self._applier: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
@@ -209,6 +211,7 @@ class StorageNode:
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
         if not new:
             return
+        self._reclaim(view, new)
         view.commit(new)  # effects and positions, atomically
         self.positions.update(new)
         self.member_positions.update(view.member_positions)
@@ -218,6 +221,18 @@ class StorageNode:
             self.callbacks.send(addr, results)
         for addr, mine in near.items():
             self.callbacks.send_in_process(addr, mine)
+
+    def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
+        """Now and then, delete in this batch the dedup entries no record can match any
+        more (storage_node/reclaim.py)."""
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + reclaim.RECLAIM_INTERVAL_S
+        for log_id in range(self.kv_logs):
+            ts = new.get(log_id, self.positions[log_id])[1]
+            if ts:
+                self.reclaimed += view.reclaim(log_id, reclaim.cutoff(ts), reclaim.RECLAIM_BATCH_MAX)
 
     def _positions_loop(self) -> None:
         """Publish this node's durable position into each log it has applied data from,

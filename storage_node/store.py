@@ -96,6 +96,8 @@ class BatchView:
         self.values: dict[bytes, Stored | None] = {}
         self.digests: dict[int, int] = {}
         self.dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}
+        self.dedup_logs: dict[tuple[int, bytes], int] = {}  # the log each new entry came from
+        self.deletes: list[bytes] = []  # reclaimed entries and their index keys
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
 
     def get(self, key: bytes) -> Stored | None:
@@ -127,10 +129,34 @@ class BatchView:
         self.digests[shard] = applied.digest
         if applied.dedup and applied.result is not None:
             self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
+            self.dedup_logs[(shard, applied.result.request_id)] = log_id
+
+    def reclaim(self, log_id: int, before_ts_ms: int, limit: int) -> int:
+        """Delete, in this batch, up to `limit` dedup entries of `log_id` written before
+        log time `before_ts_ms` (storage_node/reclaim.py says why no outcome changes).
+        An entry rewritten since (a later record with the same id) stays. Returns how many
+        index entries were reclaimed."""
+        prefix = keys.dedup_time_prefix(log_id)
+        n = 0
+        for k in self.store.db.keys(from_key=prefix):
+            assert isinstance(k, bytes)
+            if not k.startswith(prefix) or n >= limit:
+                break
+            _, ts, shard, rid = keys.decode_dedup_time_key(k)
+            if ts >= before_ts_ms:
+                break
+            self.deletes.append(k)
+            cur = self.store._get(keys.dedup_key(shard, rid))
+            if (shard, rid) not in self.dedups and cur is not None and _Q.unpack_from(cur)[0] == ts:
+                self.deletes.append(keys.dedup_key(shard, rid))
+            n += 1
+        return n
 
     def commit(self, positions: dict[int, tuple[int, int]]) -> None:
         """Write the batch and each log's (next position, last timestamp), atomically."""
         wb = WriteBatch(raw_mode=True)
+        for k in self.deletes:  # first: nothing this batch writes is among them
+            wb.delete(k)
         for k, v in self.values.items():
             if v is None:
                 wb.delete(k)
@@ -140,6 +166,7 @@ class BatchView:
             wb.put(keys.digest_key(shard), _Q.pack(d))
         for (shard, rid), (ts, res) in self.dedups.items():
             wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
+            wb.put(keys.dedup_time_key(self.dedup_logs.get((shard, rid), 0), ts, shard, rid), b"")
         for (lg, node), pos in self.member_positions.items():
             wb.put(keys.member_position_key(lg, node), _Q.pack(pos))
         for log_id, (next_position, last_ts) in positions.items():

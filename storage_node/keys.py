@@ -6,6 +6,7 @@
   b"R" shard:4 request_id                                     -> ts:8 RecordResult (protobuf)
   b"Q" log_id:4 node_id:4                                     -> published position:8
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
+  b"X" log_id:4 expires_at:8 K-key                            -> b"" (values with a TTL by expiry)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -60,6 +61,14 @@ def dedup_time_key(log_id: int, ts_ms: int, shard: int, request_id: bytes) -> by
 def decode_dedup_time_key(k: bytes) -> tuple[int, int, int, bytes]:
     """(log_id, ts_ms, shard, request_id)"""
     return _I.unpack_from(k, 1)[0], _Q.unpack_from(k, 5)[0], _I.unpack_from(k, 13)[0], bytes(k[17:])
+
+
+def expiry_prefix(log_id: int) -> bytes:
+    return b"X" + _I.pack(log_id)
+
+
+def expiry_key(log_id: int, expires_at_ms: int, value_key: bytes) -> bytes:
+    return expiry_prefix(log_id) + _Q.pack(expires_at_ms) + value_key
 
 
 def dataset_shard_prefix(shard: int, dataset: str) -> bytes:

@@ -223,8 +223,8 @@ class StorageNode:
             self.callbacks.send_in_process(addr, mine)
 
     def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
-        """Now and then, delete in this batch the dedup entries no record can match any
-        more (storage_node/reclaim.py)."""
+        """Now and then, delete in this batch the dedup entries no record can match and the
+        values no read can see any more (storage_node/reclaim.py)."""
         now = time.monotonic()
         if now < self._next_reclaim:
             return
@@ -232,7 +232,10 @@ class StorageNode:
         for log_id in range(self.kv_logs):
             ts = new.get(log_id, self.positions[log_id])[1]
             if ts:
-                self.reclaimed += view.reclaim(log_id, reclaim.cutoff(ts), reclaim.RECLAIM_BATCH_MAX)
+                self.reclaimed += view.reclaim(log_id, reclaim.dedup_cutoff(ts),
+                                               reclaim.RECLAIM_BATCH_MAX)
+                self.reclaimed += view.reclaim_expired(log_id, reclaim.expiry_cutoff(ts),
+                                                       reclaim.RECLAIM_BATCH_MAX)
 
     def _positions_loop(self) -> None:
         """Publish this node's durable position into each log it has applied data from,

@@ -1,17 +1,26 @@
-"""Reclaiming the dedup table: which remembered outcomes can never matter again.
+"""Reclaiming space: which dedup entries and which expired values can never matter again.
 
-A record whose request id was seen on its shard within DEDUP_WINDOW_MS of log time
-returns the first outcome (storage_node/apply.py); an entry older than that is ignored.
-A shard's records all come through one log, whose timestamps never go backwards, so once
-a node has applied that log up to log time T, every record it will ever apply there has a
-time of at least T, and an entry written before T - DEDUP_WINDOW_MS is ignored by all of
-them. Deleting it changes no outcome, whenever each replica does it: replicas reclaim on
-their own, and their answers and digests (which do not cover the table) stay equal.
+A shard's records all come through one log, whose timestamps never go backwards, and a
+node answers reads at the log time it has applied up to. So once a node has applied a log
+up to log time T, every record it will still apply from that log, and every read of its
+shards, is judged at a time of at least T:
 
-Entries are found through an index by log and log time (`keys.dedup_time_key`), written in
-the same batch as the entry. The applier reclaims at most RECLAIM_BATCH_MAX entries per log
-every RECLAIM_INTERVAL_S, inside its own batches, so a record that rewrites an id in the
-same batch is never lost to a reclaim running beside it."""
+* a request id seen within DEDUP_WINDOW_MS of log time returns the first outcome
+  (storage_node/apply.py); an entry written before T - DEDUP_WINDOW_MS is ignored by all
+  of them;
+* a value that expired at or before T is invisible to all of them (reads, scans, CAS and
+  increments treat it as absent).
+
+Deleting either changes no outcome, whenever each replica does it, so replicas reclaim on
+their own; digests chain the writes of records, not the stored state, so they stay equal.
+One exception, harmless: a scan page skips at most 64 expired rows before it stops with a
+cursor, so a replica that has not reclaimed yet may end a page earlier, with the same items
+in the same order.
+
+Both are found through indexes by log and time (`keys.dedup_time_key`, `keys.expiry_key`),
+written in the same batch as what they index. The applier reclaims at most
+RECLAIM_BATCH_MAX of each per log every RECLAIM_INTERVAL_S, inside its own batches, so
+what a record writes again in the same batch is never lost to a reclaim beside it."""
 
 from __future__ import annotations
 
@@ -21,7 +30,13 @@ RECLAIM_INTERVAL_S = 1.0
 RECLAIM_BATCH_MAX = 5_000
 
 
-def cutoff(applied_log_time_ms: int) -> int:
-    """Entries of a log written before this log time are ignored by every record the node
-    will still apply from that log."""
+def dedup_cutoff(applied_log_time_ms: int) -> int:
+    """Dedup entries of a log written before this log time are ignored by every record
+    the node will still apply from that log."""
     return applied_log_time_ms - DEDUP_WINDOW_MS
+
+
+def expiry_cutoff(applied_log_time_ms: int) -> int:
+    """Values of a log's shards that expire before this log time (at or before the applied
+    one: `Stored.live_at`) are invisible to every later record and read."""
+    return applied_log_time_ms + 1

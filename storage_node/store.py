@@ -4,6 +4,7 @@ the database plus the writes of the records already applied in the current batch
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from rocksdict import WriteBatch
 
@@ -13,6 +14,7 @@ from storage_node import codec, keys
 from storage_node.apply import Applied
 from storage_node.model import RecordResult, Stored
 
+_I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 
 
@@ -97,6 +99,7 @@ class BatchView:
         self.digests: dict[int, int] = {}
         self.dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}
         self.dedup_logs: dict[tuple[int, bytes], int] = {}  # the log each new entry came from
+        self.expiring: dict[bytes, int] = {}  # key written with a TTL -> its log
         self.deletes: list[bytes] = []  # reclaimed entries and their index keys
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
 
@@ -126,6 +129,9 @@ class BatchView:
         for node, pos in applied.positions.items():
             self.member_positions[(log_id, node)] = pos
         self.values.update(applied.writes)
+        for k, v in applied.writes.items():
+            if v is not None and v.expires_at_ms:
+                self.expiring[k] = log_id
         self.digests[shard] = applied.digest
         if applied.dedup and applied.result is not None:
             self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
@@ -136,19 +142,42 @@ class BatchView:
         log time `before_ts_ms` (storage_node/reclaim.py says why no outcome changes).
         An entry rewritten since (a later record with the same id) stays. Returns how many
         index entries were reclaimed."""
-        prefix = keys.dedup_time_prefix(log_id)
+        def target(ts: int, rest: bytes) -> bytes | None:
+            shard, rid = _I.unpack_from(rest)[0], rest[4:]
+            cur = self.store._get(keys.dedup_key(shard, rid))
+            if (shard, rid) in self.dedups or cur is None or _Q.unpack_from(cur)[0] != ts:
+                return None  # rewritten since
+            return keys.dedup_key(shard, rid)
+
+        return self._walk_index(keys.dedup_time_prefix(log_id), before_ts_ms, limit, target)
+
+    def reclaim_expired(self, log_id: int, before_ts_ms: int, limit: int) -> int:
+        """Delete, in this batch, up to `limit` values of `log_id`'s shards that expired
+        before log time `before_ts_ms`; a value written again since stays."""
+        def target(expires_at: int, key: bytes) -> bytes | None:
+            if key in self.values:
+                return None  # written in this batch
+            cur = self.store.get(key)
+            return key if cur is not None and cur.expires_at_ms == expires_at else None
+
+        return self._walk_index(keys.expiry_prefix(log_id), before_ts_ms, limit, target)
+
+    def _walk_index(self, prefix: bytes, before: int, limit: int,
+                    target: Callable[[int, bytes], bytes | None]) -> int:
+        """Walk a time index (`prefix` time:8 rest) in time order up to `before`: delete
+        each index entry and the entry `target(time, rest)` names, if any."""
         n = 0
         for k in self.store.db.keys(from_key=prefix):
             assert isinstance(k, bytes)
             if not k.startswith(prefix) or n >= limit:
                 break
-            _, ts, shard, rid = keys.decode_dedup_time_key(k)
-            if ts >= before_ts_ms:
+            t = _Q.unpack_from(k, len(prefix))[0]
+            if t >= before:
                 break
             self.deletes.append(k)
-            cur = self.store._get(keys.dedup_key(shard, rid))
-            if (shard, rid) not in self.dedups and cur is not None and _Q.unpack_from(cur)[0] == ts:
-                self.deletes.append(keys.dedup_key(shard, rid))
+            gone = target(t, k[len(prefix) + 8:])
+            if gone is not None:
+                self.deletes.append(gone)
             n += 1
         return n
 
@@ -162,6 +191,8 @@ class BatchView:
                 wb.delete(k)
             else:
                 wb.put(k, keys.encode_stored(v))
+                if k in self.expiring and v.expires_at_ms:
+                    wb.put(keys.expiry_key(self.expiring[k], v.expires_at_ms, k), b"")
         for shard, d in self.digests.items():
             wb.put(keys.digest_key(shard), _Q.pack(d))
         for (shard, rid), (ts, res) in self.dedups.items():

@@ -1,6 +1,7 @@
-"""Reclaiming the dedup table (storage_node/reclaim.py) on a real store: whatever the
-records and wherever reclaims fall, every outcome equals that of a node that never
-reclaims (hypothesis), and what stays is exactly what a retry can still match."""
+"""Reclaiming dedup entries and expired values (storage_node/reclaim.py) on a real store:
+whatever the records and wherever reclaims fall, every outcome equals that of a node that
+never reclaims (hypothesis), and what stays is exactly what a retry can still match and a
+read can still see."""
 
 from __future__ import annotations
 
@@ -12,20 +13,25 @@ from hypothesis import strategies as st
 
 from storage_node import keys
 from storage_node.apply import DEDUP_WINDOW_MS, apply
-from storage_node.model import Incr, Put, Record
-from storage_node.reclaim import cutoff
+from storage_node.model import Cas, Delete, Get, Incr, Put, Record, Scan
+from storage_node.reclaim import dedup_cutoff, expiry_cutoff
 from storage_node.store import BatchView, NodeStore
 from tests.test_apply import MemState
 
 W = DEDUP_WINDOW_MS
-# (request id number or None, increment or put, log time step, reclaim after this batch)
-STEP = st.tuples(st.one_of(st.none(), st.integers(0, 2)), st.booleans(),
-                 st.sampled_from([0, 1, W // 2, W - 1, W, W + 1, 2 * W]), st.booleans())
-
-
-def _record(rid: int | None, incr: bool, pos: int) -> Record:
-    op = Incr(b"n", 1) if incr else Put(b"k", b"v%d" % pos)
-    return Record(b"" if rid is None else b"r%d" % rid, "", "ds#1", 3, b"pk", (op,))
+KEYS = [b"a", b"b", b"c"]
+OP = st.one_of(
+    st.builds(Put, st.sampled_from(KEYS), st.just(b"v"), st.sampled_from([0, 0, 1, 5, 1_000])),
+    st.builds(Incr, st.sampled_from(KEYS), st.just(1), st.sampled_from([0, 5, 1_000])),
+    st.builds(Delete, st.sampled_from(KEYS)),
+    st.builds(Get, st.sampled_from(KEYS)),
+    st.builds(Cas, st.sampled_from(KEYS), st.just(None), st.just(True), st.just(0), st.just(b"w"),
+              st.just(False), st.sampled_from([0, 5])),
+    st.builds(Scan, st.just(b""), st.just(b""), st.integers(1, 3)),
+)
+# (request id number or None, operation, log time step, reclaim after this batch)
+STEP = st.tuples(st.one_of(st.none(), st.integers(0, 2)), OP,
+                 st.sampled_from([0, 1, 5, 1_000, W // 2, W - 1, W, W + 1, 2 * W]), st.booleans())
 
 
 def _entries(store: NodeStore, prefix: bytes) -> list[bytes]:
@@ -44,27 +50,37 @@ def test_reclaiming_changes_no_outcome(batches: list[list], limit: int) -> None:
             for batch in batches:
                 view = BatchView(store)
                 reclaim_now = False
-                for rid, incr, step, again in batch:
+                for rid, op, step, again in batch:
                     ts += step
-                    rec = _record(rid, incr, pos)
+                    rec = Record(b"" if rid is None else b"r%d" % rid, "", "ds#1", 3, b"pk", (op,))
                     a = apply(view, rec, 0, pos, ts, node_id=1)
                     view.add(a, rec.shard, ts, 0)
                     assert a.result == model.run(rec, pos, ts), f"record at {pos} differs"
                     pos += 1
                     reclaim_now = reclaim_now or again
                 if reclaim_now:  # as the node does: after the batch's records, same write
-                    view.reclaim(0, cutoff(ts), limit)
+                    view.reclaim(0, dedup_cutoff(ts), limit)
+                    view.reclaim_expired(0, expiry_cutoff(ts), limit)
                 view.commit({0: (pos, ts)})
-            # A full reclaim leaves exactly the entries a retry could still match, each
-            # with its one index entry.
+            # A full reclaim leaves exactly the dedup entries a retry could still match and
+            # the values a read can still see, each with its one index entry.
             view = BatchView(store)
-            view.reclaim(0, cutoff(ts), 10**9)
+            view.reclaim(0, dedup_cutoff(ts), 10**9)
+            view.reclaim_expired(0, expiry_cutoff(ts), 10**9)
             view.commit({0: (pos, ts)})
-            live = {(s, r): t for (s, r), (t, _) in model.dedups.items() if t >= cutoff(ts)}
+            live = {(s, r): t for (s, r), (t, _) in model.dedups.items() if t >= dedup_cutoff(ts)}
             assert {(3, k[5:]) for k in _entries(store, b"R")} == set(live)
             index = [keys.decode_dedup_time_key(k) for k in _entries(store, b"T")]
             want = sorted((s, r, t) for (s, r), t in live.items())
             assert sorted((s, r, t) for _, t, s, r in index) == want
+            visible = {k: v for k, v in model.values.items() if v.live_at(ts)}
+            assert {k for k in _entries(store, b"K")} == set(visible)
+            # Every value with a TTL is indexed; what else the index holds (a value written
+            # again since, without that expiry) is not due yet.
+            expiring = {(v.expires_at_ms, k) for k, v in visible.items() if v.expires_at_ms}
+            index_x = {(int.from_bytes(k[5:13], "big"), k[13:]) for k in _entries(store, b"X")}
+            assert expiring <= index_x
+            assert all(t >= expiry_cutoff(ts) for t, _ in index_x - expiring)
         finally:
             store.close()
 
@@ -75,13 +91,13 @@ def test_entries_within_the_window_stay_and_older_ones_go() -> None:
         try:
             for i, t in enumerate([1_000, 2_000, 3_000]):
                 view = BatchView(store)
-                rec = _record(i, True, i)
+                rec = Record(b"r%d" % i, "", "ds#1", 3, b"pk", (Incr(b"n", 1),))
                 view.add(apply(view, rec, 0, i, t, node_id=1), rec.shard, t, 0)
                 view.commit({0: (i + 1, t)})
             view = BatchView(store)
             # At log time 2,000 + W the first entry is out of the window, the second is
             # exactly at its edge (a retry then still matches it), the third inside.
-            assert view.reclaim(0, cutoff(2_000 + W), 100) == 1
+            assert view.reclaim(0, dedup_cutoff(2_000 + W), 100) == 1
             view.commit({0: (3, 2_000 + W)})
             assert [k[5:] for k in _entries(store, b"R")] == [b"r1", b"r2"]
             assert store.dedup(3, b"r1") is not None
@@ -95,13 +111,16 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
     from storage_node.node import StorageNode
 
     calls: list[tuple[int, int, int]] = []
-    view = SimpleNamespace(reclaim=lambda log_id, before, limit: calls.append((log_id, before, limit)) or 2)
+    expired: list[tuple[int, int, int]] = []
+    view = SimpleNamespace(reclaim=lambda log_id, before, limit: calls.append((log_id, before, limit)) or 2,
+                           reclaim_expired=lambda *a: expired.append(a) or 1)
     node = SimpleNamespace(_next_reclaim=0.0, kv_logs=3, reclaimed=0,
                            positions={0: (5, 10 * W), 1: (7, 20 * W), 2: (0, 0)})
     StorageNode._reclaim(node, view, {1: (9, 30 * W)})  # type: ignore[arg-type]
     # Log 1 at the log time of this batch, log 0 at its last applied one; log 2 has
     # applied nothing yet.
-    assert [(lg, b) for lg, b, _ in calls] == [(0, cutoff(10 * W)), (1, cutoff(30 * W))]
-    assert node.reclaimed == 4
+    assert [(lg, b) for lg, b, _ in calls] == [(0, dedup_cutoff(10 * W)), (1, dedup_cutoff(30 * W))]
+    assert [(lg, b) for lg, b, _ in expired] == [(0, 10 * W + 1), (1, 30 * W + 1)]
+    assert node.reclaimed == 6
     StorageNode._reclaim(node, view, {1: (10, 31 * W)})  # type: ignore[arg-type]
     assert len(calls) == 2  # not again within RECLAIM_INTERVAL_S

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coordinator import datasets
 from log import zk as zkpaths
 from log.client import LogClient
+from midtown import Client, registry
 from midtown.ports import free_ports
 from tests.integration.conftest import wait_for
 
@@ -28,6 +30,8 @@ def _localize(cmd: list[str], ports: dict[str, int], data: Path, name: str) -> l
             arg = f"127.0.0.1:{ports[arg.split(':')[0]]}"
         elif i > 0 and cmd[i - 1] == "--port":
             arg = str(ports[name])
+        elif i > 0 and cmd[i - 1] == "--metrics-port":
+            arg = str(free_ports(1)[0])
         elif i > 0 and cmd[i - 1] == "--host":
             arg = "127.0.0.1"
         elif arg == "/data":
@@ -43,7 +47,9 @@ def _localize(cmd: list[str], ports: dict[str, int], data: Path, name: str) -> l
 def test_compose_commands_form_a_cluster(tmp_path: Path) -> None:
     compose = yaml.safe_load((ROOT / "docker" / "compose.yaml").read_text())
     services = compose["services"]
-    assert set(services) == {"zookeeper", "init", "log-0", "log-1", "log-2"}
+    servers = ["log-0", "log-1", "log-2", "storage-0", "storage-1", "storage-2",
+               "coordinator-0", "coordinator-1"]
+    assert set(services) == {"zookeeper", "init", *servers}
     assert (ROOT / "docker" / "Dockerfile").exists()
     ports = dict(zip(services, free_ports(len(services)), strict=True))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -58,7 +64,7 @@ def test_compose_commands_form_a_cluster(tmp_path: Path) -> None:
         wait_for(lambda: is_ok("127.0.0.1", ports["zookeeper"]), 30, "ZooKeeper")
         init = _localize(services["init"]["command"], ports, tmp_path, "init")
         subprocess.run(init, env=env, check=True, capture_output=True, timeout=60)
-        for name in ("log-0", "log-1", "log-2"):
+        for name in servers:
             cmd = _localize(services[name]["command"], ports, tmp_path, name)
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True))
@@ -69,6 +75,16 @@ def test_compose_commands_form_a_cluster(tmp_path: Path) -> None:
             assert [e.payload for e in c.read(9, 0)] == [b"from compose"]
             advertised = {s["addr"] for s in zkpaths.servers(c.zk).values()}
             assert advertised == {f"127.0.0.1:{ports[n]}" for n in ("log-0", "log-1", "log-2")}
+            wait_for(lambda: len(registry.members(c.zk, registry.STORAGE_NODES)) == 3, 60,
+                     "three storage nodes")
+            datasets.create(c.zk, "t")
+        # The key-value store through each coordinator, as a client outside Docker would
+        # reach it (by the published port).
+        for i, name in enumerate(("coordinator-0", "coordinator-1")):
+            with Client(f"127.0.0.1:{ports[name]}", timeout=30) as db:
+                db.put("t", "p", "k", b"v%d" % i)
+                got = db.get("t", "p", "k")
+                assert got is not None and got.value == b"v%d" % i
     finally:
         for p in reversed(procs):
             os.killpg(p.pid, signal.SIGTERM)

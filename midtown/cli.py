@@ -397,16 +397,26 @@ def cmd_node_status(a: argparse.Namespace) -> int:
 
 
 def cmd_node_remove(a: argparse.Namespace) -> int:
+    t = _change_members(a, registry.remove_storage_node)
+    emit({"removed": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
+    return 0
+
+
+def cmd_node_add(a: argparse.Namespace) -> int:
+    t = _change_members(a, registry.add_storage_node)
+    emit({"added": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
+    return 0
+
+
+def _change_members(a: argparse.Namespace, change: Any) -> Any:
     zk = _zk(a)
     try:
-        t = registry.remove_storage_node(zk, a.id)
+        return change(zk, a.id)
     except ValueError as e:
         raise CliError(str(e)) from None
     finally:
         zk.stop()
         zk.close()
-    emit({"removed": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
-    return 0
 
 
 def cmd_bench_kv(a: argparse.Namespace) -> int:
@@ -574,10 +584,16 @@ def parser() -> argparse.ArgumentParser:
     ns = nds.add_parser("status", help="storage nodes: up, entries behind, diverged shards")
     common(ns)
     ns.set_defaults(fn=cmd_node_status)
-    nr = nds.add_parser("remove", help="take a storage node out of the membership for good")
+    nr = nds.add_parser("remove", help="take a storage node out of the membership (it stops "
+                                       "holding the logs back)")
     nr.add_argument("id", type=_nonneg("ID"))
     common(nr)
     nr.set_defaults(fn=cmd_node_remove)
+    na = nds.add_parser("add", help="make a storage node a member; started, it bootstraps from a "
+                                    "peer if the logs no longer hold what it lacks")
+    na.add_argument("id", type=_nonneg("ID"))
+    common(na)
+    na.set_defaults(fn=cmd_node_add)
 
     bn = sub.add_parser("bench", help="benchmarks")
     bns = bn.add_subparsers(dest="cmd", required=True)

@@ -9,6 +9,7 @@ log/zk.py):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -64,15 +65,34 @@ def read_kv(zk: KazooClient) -> KvTopology | None:
 
 def remove_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
     """Take a storage node out of the membership (versioned write): logs are no longer held
-    back for it. It must not come back with its old data."""
-    while True:
-        data, stat = zk.get(KV)
-        d = json.loads(data)
-        if node_id not in d["storage_nodes"]:
+    back for it. Started again, it bootstraps from a peer (its data is behind)."""
+    def change(members: list[int]) -> list[int]:
+        if node_id not in members:
             raise ValueError(f"ID: storage node {node_id} is not a member")
-        if len(d["storage_nodes"]) <= 1:
+        if len(members) <= 1:
             raise ValueError("ID: the last storage node cannot be removed")
-        d["storage_nodes"] = [n for n in d["storage_nodes"] if n != node_id]
+        return [n for n in members if n != node_id]
+    return _change_members(zk, change)
+
+
+def add_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
+    """Make a storage node a member (versioned write): it answers for its shards, and the
+    logs are held back for it from now on, until it reports its positions."""
+    def change(members: list[int]) -> list[int]:
+        if node_id in members:
+            raise ValueError(f"ID: storage node {node_id} is a member already")
+        return sorted([*members, node_id])
+    return _change_members(zk, change)
+
+
+def _change_members(zk: KazooClient, change: Callable[[list[int]], list[int]]) -> KvTopology:
+    while True:
+        try:
+            data, stat = zk.get(KV)
+        except NoNodeError:
+            raise ValueError("no key-value topology in this cluster (midtown cluster init)") from None
+        d = json.loads(data)
+        d["storage_nodes"] = change(list(d["storage_nodes"]))
         try:
             zk.set(KV, json.dumps(d).encode(), version=stat.version)
         except BadVersionError:

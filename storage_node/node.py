@@ -23,7 +23,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
-from storage_node import codec, reclaim
+from storage_node import bootstrap, codec, reclaim
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.model import Position, Record, RecordResult
@@ -83,11 +83,48 @@ class StorageNode:
         raise SystemExit("no cluster topology in ZooKeeper")
 
     def start(self) -> None:
+        self._bootstrap_if_needed()
         threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
                              daemon=True).start()
         registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
+
+    def _bootstrap_if_needed(self) -> None:
+        """Copy a peer's state first when this node is new or behind a truncation
+        (storage_node/bootstrap.py); otherwise resume from the saved positions."""
+        first = self._wait(self._first_available)
+        marker = self.store._get(bootstrap.MARKER) is not None
+        saved = {lg: p for lg, (p, _) in self.positions.items()}
+        if not bootstrap.needed(saved, first, marker):
+            return
+        log.info("bootstrapping from a peer (saved positions %s, first available %s%s)",
+                 saved, first, ", an earlier bootstrap did not finish" if marker else "")
+        deadline = time.monotonic() + 300
+        while True:
+            peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+                     if nid != self.node_id]
+            try:
+                bootstrap.copy_from(self.store.db, peers, self.store.sync)
+                break
+            except bootstrap.BootstrapFailed as e:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"storage node {self.node_id}: cannot bootstrap: {e}") from None
+                time.sleep(1)
+        self.positions = {i: self.store.next_position(i) for i in range(self.log_count)}
+        self.member_positions = self.store.member_positions()
+        for lg in range(self.kv_logs):  # report the new positions at the next interval
+            self._last_data[lg] = self.positions[lg][0]
+        log.info("bootstrapped: positions %s", {lg: p for lg, (p, _) in self.positions.items()})
+
+    def _first_available(self) -> dict[int, int] | None:
+        """Each key-value log's first position still held (None: the logs do not answer)."""
+        try:
+            rows = self.logs.status()
+        except Exception:
+            return None
+        out = {r["log"]: r["first"] for r in rows if r["log"] < self.kv_logs}
+        return out if len(out) == self.kv_logs else None
 
     def stop(self) -> None:
         self._stop.set()
@@ -127,9 +164,7 @@ class StorageNode:
                     backoff = 0.1
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
-                    # Behind a truncation: this node needs a checkpoint from a peer.
-                    log.error("log %d: %s (bootstrap from a peer is needed)", log_id, e.details())
-                    time.sleep(5)
+                    self._behind_truncation(log_id, e.details())
                 else:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
@@ -146,10 +181,7 @@ class StorageNode:
                 return applied  # the writer moved: look it up again
             pos = self.positions[log_id][0]
             if pos < node.replica.first(log_id):
-                log.error("log %d: position %d is truncated (bootstrap from a peer is needed)",
-                          log_id, pos)
-                time.sleep(5)
-                return applied
+                self._behind_truncation(log_id, f"position {pos} is truncated")
             end = node.committed_end(log_id)
             if pos > end:
                 with cond:
@@ -166,6 +198,14 @@ class StorageNode:
             self._apply_entries(log_id, entries)
             applied = True
         return applied
+
+    def _behind_truncation(self, log_id: int, why: str) -> None:
+        """A member is never truncated past (it publishes its positions); only a node that
+        was taken out of the membership gets here. It stops: started again, it bootstraps."""
+        log.error("log %d: %s; this node is behind a truncation and stops: start it again "
+                  "to bootstrap from a peer", log_id, why)
+        logging.shutdown()
+        os._exit(75)
 
     def _apply_entries(self, log_id: int, entries: Entries) -> None:
         """Apply what a tail thread received; returns once it is written. Entries that

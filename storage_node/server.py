@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from log import limits as log_limits
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
+from storage_node import bootstrap
 from storage_node.node import Behind, StorageNode
 
 
@@ -44,13 +45,20 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
     def status(raw: bytes, ctx: grpc.ServicerContext) -> pb.NodeStatusResponse:
         return node.status()
 
+    def snapshot(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.SnapshotChunk]:
+        parse(pb.SnapshotRequest, raw, ctx)
+        yield from bootstrap.chunks(node.store.db.snapshot().items())  # type: ignore[arg-type]
+
     def unary(fn):  # type: ignore[no-untyped-def]
         return grpc.unary_unary_rpc_method_handler(
             fn, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
 
     return grpc.method_handlers_generic_handler(
         "midtown.kv.v1.Storage", {"Read": unary(read), "ReadMany": unary(read_many),
-                                  "Status": unary(status)})
+                                  "Status": unary(status),
+                                  "Snapshot": grpc.unary_stream_rpc_method_handler(
+                                      snapshot, request_deserializer=lambda b: b,
+                                      response_serializer=lambda m: m.SerializeToString())})
 
 
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, StorageNode]:

@@ -16,6 +16,7 @@ from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started, wait_for
+from tests.integration.test_kv import _converged
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +76,34 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         for i in range(60, 90):
             db.put("t", "k", str(i), b"v")
         wait_for(lambda: logs.status()[log_id]["first"] > p2, 30, "truncation past the removed node")
+        # Made a member again and started with its old data, it is behind the truncation:
+        # it bootstraps from a peer's copy, then applies the log from the copy's position.
+        out = subprocess.run([sys.executable, "-m", "midtown", "node", "add", "2", "--zk",
+                              tc.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
+                             check=True).stdout
+        assert json.loads(out)["storage_nodes"] == [0, 1, 2]
+        again = subprocess.run([sys.executable, "-m", "midtown", "node", "add", "0", "--zk",
+                                tc.zk_hosts], capture_output=True, text=True, timeout=60)
+        assert again.returncode != 0 and "ID: storage node 0 is a member already" in again.stderr
+        assert "Traceback" not in again.stderr
+        tc.restart("storage-2")
+        for i in range(90, 100):
+            db.put("t", "k", str(i), b"w")
+        wait_for(lambda: _converged(tc), 60, "the bootstrapped node level with its peers")
+        assert "bootstrapped from" in (tc.dir / "logs" / "storage-2.log").read_text()
+        assert _applied(tc, "storage-2", log_id) > p2
+        items = _scan_on(tc, "storage-2", d.id, shard_of(d.id, b"k", 64))
+        assert len(items) == 100 and items[b"99"] == b"w" and items[b"0"] == b"v"
+        # It reports its positions again, so truncation goes on.
+        first = logs.status()[log_id]["first"]
+        for i in range(100, 130):
+            db.put("t", "k", str(i), b"v")
+        wait_for(lambda: logs.status()[log_id]["first"] > first, 30, "truncation with the new member")
+
+
+def _scan_on(c: Cluster, name: str, dataset_id: str, shard: int) -> dict[bytes, bytes]:
+    """Every local key of partitioning key b"k" as one storage node holds it."""
+    stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(c.procs[name].addr))
+    r = stub.Read(pb.ReadRequest(dataset=dataset_id, shard=shard, partition_key=b"k",
+                                 op=pb.Op(scan=pb.ScanOp(limit=1000))), timeout=10)
+    return {it.local_key: it.value.value for it in r.result.items}

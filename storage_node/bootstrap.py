@@ -1,0 +1,106 @@
+"""Bootstrapping a storage node from a peer: for a node that is new, or whose saved
+positions lie below what the logs still hold (it was taken out of the membership and the
+logs were truncated past it).
+
+The peer streams a consistent copy of its whole state from a RocksDB snapshot: shards,
+digests, the dedup table, the replicated table of published positions and, in the same
+snapshot, the position of every log that state stands at. Effects and positions are
+written together (storage_node/store.py), so the copy is the state after exactly those
+log prefixes; the new node then applies each log from there. A peer's position is never
+below a log's truncation point (a log is truncated only below every member's published
+position, and a member publishes only what it has applied), so the rest is in the logs.
+
+The copy replaces the node's state in place: a marker key goes in first (synced), then
+everything else is deleted and the pairs written in batches; the marker goes last. A node
+that stops half-way finds the marker at its next start and bootstraps again."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import grpc
+from rocksdict import WriteBatch
+
+from log import limits as log_limits
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+
+log = logging.getLogger("midtown.storage.bootstrap")
+
+MARKER = b"\x00bootstrapping"  # sorts before every state key (they start with a letter)
+STATE_FIRST, STATE_END = b"\x01", b"\xff"
+CHUNK_BYTES = 1 << 20
+
+
+class BootstrapFailed(Exception):
+    pass
+
+
+def chunks(pairs: Iterable[tuple[bytes, bytes]],
+           chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.SnapshotChunk]:
+    """The peer's side: key-value pairs in chunks of about `chunk_bytes`, the last one
+    marked and counting every pair."""
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    size = count = 0
+    for k, v in pairs:
+        if k == MARKER:
+            continue
+        keys.append(k)
+        values.append(v)
+        size += len(k) + len(v)
+        count += 1
+        if size >= chunk_bytes:
+            yield pb.SnapshotChunk(keys=keys, values=values)
+            keys, values, size = [], [], 0
+    yield pb.SnapshotChunk(keys=keys, values=values, last=True, count=count)
+
+
+def needed(saved: dict[int, int], first_available: dict[int, int], marker: bool) -> bool:
+    """Whether a node must bootstrap: an earlier bootstrap did not finish, or some log
+    it applies was truncated past its saved position."""
+    return marker or any(saved.get(lg, 0) < first for lg, first in first_available.items())
+
+
+def copy_from(db: object, peers: list[str], sync: object) -> str:
+    """Replace the state in `db` (a rocksdict Rdict) by a peer's; returns the peer used.
+    `sync()` makes what was written durable. BootstrapFailed if no peer gave a whole copy."""
+    errors = []
+    for addr in peers:
+        try:
+            n = _copy_one(db, addr, sync)
+            log.info("bootstrapped from %s: %d keys", addr, n)
+            return addr
+        except (grpc.RpcError, BootstrapFailed) as e:
+            msg = e.details() if isinstance(e, grpc.RpcError) else str(e)
+            log.warning("bootstrap from %s failed: %s", addr, msg)
+            errors.append(f"{addr}: {msg}")
+    raise BootstrapFailed("no peer gave a whole copy" + (f" ({'; '.join(errors)})" if errors else
+                                                         " (no live peer)"))
+
+
+def _copy_one(db, addr: str, sync) -> int:  # type: ignore[no-untyped-def]
+    db.put(MARKER, b"1")
+    sync()
+    db.delete_range(STATE_FIRST, STATE_END)
+    stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS))
+    n = 0
+    for chunk in stub.Snapshot(pb.SnapshotRequest(), timeout=3600):
+        if len(chunk.keys) != len(chunk.values):
+            raise BootstrapFailed(f"a chunk with {len(chunk.keys)} keys and {len(chunk.values)} values")
+        wb = WriteBatch(raw_mode=True)
+        for k, v in zip(chunk.keys, chunk.values):
+            if not STATE_FIRST <= k < STATE_END:
+                raise BootstrapFailed(f"a key outside the state: {k[:20]!r}")
+            wb.put(k, v)
+        db.write(wb)
+        n += len(chunk.keys)
+        if chunk.last:
+            if chunk.count != n:
+                raise BootstrapFailed(f"{n} keys received, the peer sent {chunk.count}")
+            sync()
+            db.delete(MARKER)
+            sync()
+            return n
+    raise BootstrapFailed("the stream ended before its last chunk")

@@ -1,0 +1,80 @@
+"""Bootstrapping a storage node's state from a peer (storage_node/bootstrap.py), over real
+gRPC on loopback from small Snapshot servers: a whole copy replaces the state exactly, a
+copy cut short leaves the marker that makes the next start try again."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from rocksdict import Options, Rdict
+
+from midtown_pb import kv_pb2 as pb
+from storage_node import bootstrap
+
+PEER = {b"K\x00\x00\x00\x01a": b"v1", b"P\x00\x00\x00\x00": b"\x00" * 16, b"D\x00\x00\x00\x01": b"d" * 8}
+
+
+def _serve(stream: Any) -> tuple[grpc.Server, str]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
+        "Snapshot": grpc.unary_stream_rpc_method_handler(
+            lambda raw, ctx: stream(), request_deserializer=lambda b: b,
+            response_serializer=lambda m: m.SerializeToString())})])
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def _cut_short() -> Iterator[pb.SnapshotChunk]:
+    yield pb.SnapshotChunk(keys=[b"K\x00\x00\x00\x01b"], values=[b"partial"])
+    raise RuntimeError("the peer died")
+
+
+def _miscounted() -> Iterator[pb.SnapshotChunk]:
+    yield pb.SnapshotChunk(keys=[b"K\x00\x00\x00\x01a"], values=[b"v1"], last=True, count=5)
+
+
+def test_chunks_split_by_size_and_count_every_pair() -> None:
+    pairs = [(b"K%03d" % i, b"x" * 100) for i in range(50)] + [(bootstrap.MARKER, b"1")]
+    out = list(bootstrap.chunks(pairs, chunk_bytes=1000))
+    assert len(out) > 5 and out[-1].last and not any(c.last for c in out[:-1])
+    assert out[-1].count == 50 == sum(len(c.keys) for c in out)
+    assert bootstrap.MARKER not in [k for c in out for k in c.keys]
+
+
+def test_needed_when_truncated_past_or_unfinished() -> None:
+    assert not bootstrap.needed({0: 10, 1: 5}, {0: 10, 1: 0}, marker=False)
+    assert bootstrap.needed({0: 9, 1: 5}, {0: 10, 1: 0}, marker=False)
+    assert bootstrap.needed({}, {0: 1}, marker=False)  # new, and the log starts later
+    assert bootstrap.needed({0: 10}, {0: 0}, marker=True)
+
+
+def test_a_whole_copy_replaces_the_state_and_a_broken_one_leaves_the_marker() -> None:
+    servers = []
+    try:
+        for stream in (_cut_short, _miscounted, lambda: bootstrap.chunks(sorted(PEER.items()))):
+            s, addr = _serve(stream)
+            servers.append((s, addr))
+        with tempfile.TemporaryDirectory() as d:
+            db = Rdict(str(Path(d) / "db"), Options(raw_mode=True))
+            try:
+                db[b"K\x00\x00\x00\x09old"] = b"stale"  # the node's own, behind: must go
+                syncs: list[int] = []
+                broken = [a for _, a in servers[:2]]
+                with pytest.raises(bootstrap.BootstrapFailed, match="5"):
+                    bootstrap.copy_from(db, broken, lambda: syncs.append(1))
+                assert db.get(bootstrap.MARKER) is not None  # the next start tries again
+                used = bootstrap.copy_from(db, [a for _, a in servers], lambda: syncs.append(1))
+                assert used == servers[2][1]
+                assert {bytes(k): bytes(v) for k, v in db.items()} == PEER
+            finally:
+                db.close()
+    finally:
+        for s, _ in servers:
+            s.stop(None)

@@ -47,10 +47,8 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
             f"name: {name!r} must be 1-{limits.DATASET_NAME_MAX} characters of a-z, 0-9, _ and -, "
             "starting with a letter"
         )
-    if consistency != "strong":
-        raise DatasetError(
-            f"consistency: {consistency!r} is not supported yet; datasets are 'strong'"
-        )
+    if consistency not in ("strong", "eventual"):
+        raise DatasetError(f"consistency: {consistency!r}; choose 'strong' or 'eventual'")
     if replication != 3:
         raise DatasetError("replication: only 3 is supported (every storage node holds every shard)")
     if not 0 <= ttl_ms <= limits.TTL_MS_MAX:

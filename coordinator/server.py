@@ -24,7 +24,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from prometheus_client import Counter, start_http_server
 
-from coordinator import limits
+from coordinator import eventual, limits
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
@@ -62,6 +62,8 @@ DIVERGENCES = Counter(
     "Answers whose shard digest differs from another replica's at the same log position",
     ["shard"],
 )
+EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
+                           "Replicas of an eventual dataset sent a newer value by a read")
 STRONG_READS = Counter("midtown_strong_reads_total",
                        "Strong reads, by path: read index (no log append) or through the log",
                        ["path"])
@@ -100,6 +102,7 @@ class Coordinator:
         self._reads = ReadBatcher(self._read_round)
         self.limiter = RateLimiter()
         self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
+        self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
 
     def start(self) -> None:
         registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
@@ -357,6 +360,72 @@ class Coordinator:
         raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
 
 
+    # ------------------------------------------------------------ eventual datasets
+    def eventual_write(self, d: Dataset, pkey: bytes, lkey: bytes, value: bytes, ttl_ms: int,
+                       deleted: bool, deadline_s: float) -> int:
+        """Write to every replica, done once a majority has it (coordinator/eventual.py)."""
+        version = self.clock.next()
+        ttl = 0 if deleted else (ttl_ms or d.ttl_ms)
+        v = pb.LwwValue(value=value, version=version, deleted=deleted,
+                        expires_at_ms=eventual.HybridClock.millis(version) + ttl if ttl else 0)
+        req = pb.LwwWriteRequest(dataset=d.id, shard=shard_of(d.id, pkey, self.kv.shards),
+                                 partition_key=pkey, local_key=lkey, value=v)
+        n = len(self.kv.storage_nodes)
+        need = eventual.quorum(n)
+        ok = self._fan_out("LwwWrite", req, deadline_s, need)
+        if len(ok) >= need:
+            return version
+        if ok:
+            raise Abort(Code.UNAVAILABLE,
+                        f"partial: the write reached {len(ok)} of {n} replicas, fewer than a "
+                        f"majority ({need}); it may be read, and a retry makes it certain")
+        raise Abort(Code.UNAVAILABLE, "no storage replica took the write; retry")
+
+    def eventual_read(self, d: Dataset, pkey: bytes, req: pb.LwwReadRequest,
+                      deadline_s: float) -> list[pb.LwwReadResponse]:
+        """A majority of the replicas' answers; those among them that hold an older version
+        of a single key get the newest written back (read repair)."""
+        req.dataset, req.shard, req.partition_key = d.id, shard_of(d.id, pkey, self.kv.shards), pkey
+        n = len(self.kv.storage_nodes)
+        need = eventual.quorum(n)
+        ok = self._fan_out("LwwRead", req, deadline_s, need)
+        if len(ok) < need:
+            raise Abort(Code.UNAVAILABLE, f"read from {len(ok)} of {n} replicas, fewer than a "
+                                          f"majority ({need}); retry")
+        best = eventual.winner([r for _, r in ok]) if not req.scan else None
+        if best is not None:
+            fix = pb.LwwWriteRequest(dataset=req.dataset, shard=req.shard, partition_key=pkey,
+                                     local_key=req.local_key, value=best)
+            for addr, r in ok:
+                if eventual.needs_repair(r, best):
+                    EVENTUAL_REPAIRS.inc()
+                    _LWW_POOL.submit(self._lww_call, addr, "LwwWrite", fix, 5.0)
+        return [r for _, r in ok]
+
+    def _fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
+        """Send to every live replica at once; the first `need` answers (or all there are)."""
+        calls = {_LWW_POOL.submit(self._lww_call, a, method, req, deadline_s): a
+                 for a in self.storage_nodes()}
+        ok: list[tuple[str, Any]] = []
+        try:
+            for f in futures.as_completed(calls, timeout=deadline_s):
+                try:
+                    ok.append((calls[f], f.result()))
+                except Exception:
+                    continue
+                if len(ok) >= need:
+                    break
+        except futures.TimeoutError:
+            pass
+        return ok
+
+    def _lww_call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        local = inprocess.lookup(addr, StorageNode)
+        if local is not None:
+            return local.lww_write(req) if method == "LwwWrite" else local.lww_read(req)
+        return getattr(self._storage_stub(addr), method)(req, timeout=timeout_s)
+
+
 # -------------------------------------------------------------------- validation
 def check_partition(pkey: bytes, field: str) -> None:
     if not pkey:
@@ -417,6 +486,10 @@ def check_key(key: pb.Key) -> tuple[bytes, bytes]:
     return key.partition, key.local
 
 
+def _lww_value(v: pb.LwwValue) -> pb.Value:
+    return pb.Value(value=v.value, version=v.version, expires_at_ms=v.expires_at_ms)
+
+
 def single(r: RecordResult) -> Any:
     return r.results[0]
 
@@ -439,8 +512,29 @@ class KVService:
         t = ctx.time_remaining()
         return min(t, 120.0) if t is not None else limits.DEFAULT_DEADLINE_S
 
+    def _eventual(self, header: pb.RequestHeader, what: str = "") -> Dataset | None:
+        """The dataset if it is eventually consistent (None if strong); `what` names an
+        operation only strong datasets have."""
+        d = self.c.dataset(header)
+        if d.consistency != "eventual":
+            return None
+        if what:
+            raise Abort(Code.FAILED_PRECONDITION,
+                        f"header.dataset: {d.name!r} is eventually consistent; {what} needs a "
+                        "strong dataset (last-writer-wins replicas cannot compare and set)")
+        return d
+
     def get(self, req: pb.GetRequest, ctx: grpc.ServicerContext) -> pb.GetResponse:
         pkey, lkey = check_key(req.key)
+        ed = self._eventual(req.header)
+        if ed is not None:
+            answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
+                                           self._deadline(ctx))
+            v = eventual.winner(answers)
+            if not eventual.live(v, int(time.time() * 1000)):
+                return pb.GetResponse(found=False)
+            assert v is not None
+            return pb.GetResponse(found=True, value=_lww_value(v))
         if req.consistency == pb.EVENTUAL:
             d = self.c.dataset(req.header)
             rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
@@ -453,18 +547,26 @@ class KVService:
         pkey, lkey = check_key(req.key)
         check_value(req.value, "value")
         check_ttl(req.ttl_ms, "ttl_ms")
-
+        ed = self._eventual(req.header)
+        if ed is not None:
+            return pb.PutResponse(version=self.c.eventual_write(
+                ed, pkey, lkey, req.value, req.ttl_ms, False, self._deadline(ctx)))
         r = self.c.execute(req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], self._deadline(ctx))
         return pb.PutResponse(version=single(r).value.version)
 
     def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext) -> pb.DeleteResponse:
         pkey, lkey = check_key(req.key)
+        ed = self._eventual(req.header)
+        if ed is not None:
+            self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
+            return pb.DeleteResponse()
 
         r = self.c.execute(req.header, pkey, [Delete(lkey)], self._deadline(ctx))
         return pb.DeleteResponse(position=r.position)
 
     def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext) -> pb.CheckAndSetResponse:
         pkey, lkey = check_key(req.key)
+        self._eventual(req.header, "check-and-set")
         which = req.WhichOneof("expect")
         check_cas(which, req.expected_version, "expect")
         check_value(req.new_value, "new_value")
@@ -486,6 +588,7 @@ class KVService:
     def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext) -> pb.IncrementResponse:
         pkey, lkey = check_key(req.key)
         check_ttl(req.ttl_ms, "ttl_ms")
+        self._eventual(req.header, "increment")
 
         r = self.c.execute(req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], self._deadline(ctx))
         o = single(r)
@@ -501,6 +604,7 @@ class KVService:
             raise Abort(Code.INVALID_ARGUMENT,
                         f"ops: {len(req.ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
         ops = [check_op(o, i) for i, o in enumerate(req.ops)]
+        self._eventual(req.header, "an atomic batch")
         r = self.c.execute(req.header, req.partition_key, ops, self._deadline(ctx))
         return pb.BatchResponse(applied=r.applied, results=[codec.op_result_to_pb(x) for x in r.results],
                                 position=r.position)
@@ -512,6 +616,16 @@ class KVService:
         if req.limit > limits.SCAN_LIMIT_MAX:
             raise Abort(Code.INVALID_ARGUMENT, f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
         op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
+        ed = self._eventual(req.header)
+        if ed is not None:
+            asked = op.limit + 65  # room for tombstones and expired values
+            answers = self.c.eventual_read(
+                ed, req.partition_key,
+                pb.LwwReadRequest(scan=True, start=req.start, end=req.end, limit=asked),
+                self._deadline(ctx))
+            page, nxt = eventual.scan_page(answers, asked, op.limit, int(time.time() * 1000))
+            return pb.ScanResponse(items=[pb.Item(local_key=it.local_key, value=_lww_value(it.value))
+                                          for it in page], next=nxt)
         if req.consistency == pb.EVENTUAL:
             d = self.c.dataset(req.header)
             rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
@@ -597,6 +711,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 _TAIL_POOL = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="tail")
+_LWW_POOL = futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="lww")
 
 
 if __name__ == "__main__":

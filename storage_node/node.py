@@ -26,6 +26,7 @@ from midtown_pb import log_pb2
 from storage_node import bootstrap, codec, reclaim
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
+from storage_node.lww import LwwReplica
 from storage_node.model import Position, Record, RecordResult
 from storage_node.store import BatchView, NodeStore
 from storage_node.truncation import needs_publish, truncation_point
@@ -56,6 +57,7 @@ class StorageNode:
         self.kv_logs = min(self.kv.logs, self.log_count)
         os.makedirs(data_dir, exist_ok=True)
         self.store = NodeStore(os.path.join(data_dir, "state.db"))
+        self.lww = LwwReplica(self.store)  # eventually consistent datasets
         self.callbacks = Callbacks()
         self.positions: dict[int, tuple[int, int]] = {
             i: self.store.next_position(i) for i in range(self.log_count)
@@ -313,8 +315,7 @@ class StorageNode:
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
         """A read of this replica's current state, expiry judged by the log time it has
         applied up to. ValueError names a bad field; Behind: not applied far enough yet."""
-        if req.shard >= self.kv.shards:
-            raise ValueError(f"{field}shard: {req.shard}, this cluster has shards 0..{self.kv.shards - 1}")
+        self._check_shard(req.shard, field)
         if req.op.WhichOneof("op") not in ("get", "scan"):
             raise ValueError(f"{field}op: only get and scan read a replica")
         log_id = log_of(req.shard, self.kv_logs)
@@ -350,6 +351,21 @@ class StorageNode:
                 raise ValueError(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
         return pb.ReadManyResponse(
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])
+
+    # ---------------------------------------------------------------- eventual datasets
+    def lww_write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse:
+        self._check_shard(req.shard)
+        return pb.LwwWriteResponse(applied=self.lww.write(req))
+
+    def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
+        self._check_shard(req.shard)
+        if req.scan and not 1 <= req.limit <= 10_000:
+            raise ValueError(f"limit: {req.limit}, must be between 1 and 10000")
+        return self.lww.read(req)
+
+    def _check_shard(self, shard: int, field: str = "") -> None:
+        if shard >= self.kv.shards:
+            raise ValueError(f"{field}shard: {shard}, this cluster has shards 0..{self.kv.shards - 1}")
 
     def status(self) -> pb.NodeStatusResponse:
 

@@ -34,31 +34,28 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         except ValueError as e:
             ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
-    def read(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadResponse:
-        req = parse(pb.ReadRequest, raw, ctx)
-        return answer(lambda: node.read(req), ctx)
-
-    def read_many(raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadManyResponse:
-        req = parse(pb.ReadManyRequest, raw, ctx)
-        return answer(lambda: node.read_many(req), ctx)
-
-    def status(raw: bytes, ctx: grpc.ServicerContext) -> pb.NodeStatusResponse:
-        return node.status()
+    def call(cls: type, fn: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+        """A unary method: parse the request, call the node, map its refusals to statuses."""
+        def handle(raw: bytes, ctx: grpc.ServicerContext) -> Any:
+            req = parse(cls, raw, ctx)
+            return answer(lambda: fn(req), ctx)
+        return grpc.unary_unary_rpc_method_handler(
+            handle, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
 
     def snapshot(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.SnapshotChunk]:
         parse(pb.SnapshotRequest, raw, ctx)
         yield from bootstrap.chunks(node.store.db.snapshot().items())  # type: ignore[arg-type]
 
-    def unary(fn):  # type: ignore[no-untyped-def]
-        return grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
-
-    return grpc.method_handlers_generic_handler(
-        "midtown.kv.v1.Storage", {"Read": unary(read), "ReadMany": unary(read_many),
-                                  "Status": unary(status),
-                                  "Snapshot": grpc.unary_stream_rpc_method_handler(
-                                      snapshot, request_deserializer=lambda b: b,
-                                      response_serializer=lambda m: m.SerializeToString())})
+    return grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
+        "Read": call(pb.ReadRequest, node.read),
+        "ReadMany": call(pb.ReadManyRequest, node.read_many),
+        "Status": call(pb.NodeStatusRequest, lambda _: node.status()),
+        "LwwWrite": call(pb.LwwWriteRequest, node.lww_write),
+        "LwwRead": call(pb.LwwReadRequest, node.lww_read),
+        "Snapshot": grpc.unary_stream_rpc_method_handler(
+            snapshot, request_deserializer=lambda b: b,
+            response_serializer=lambda m: m.SerializeToString()),
+    })
 
 
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, StorageNode]:

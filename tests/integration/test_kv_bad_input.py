@@ -162,6 +162,14 @@ def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
          .SerializeToString(), "requests[0].shard"),
         ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[pb.ReadRequest(shard=0, op=pb.Op())])
          .SerializeToString(), "requests[0].op"),
+        # Eventually consistent datasets' replica calls.
+        ("LwwWrite", b"\xff\xfe", "request"),
+        ("LwwWrite", pb.LwwWriteRequest(shard=0, value=pb.LwwValue(value=b"v")).SerializeToString(),
+         "value.version"),
+        ("LwwWrite", pb.LwwWriteRequest(shard=10_000, value=pb.LwwValue(version=1)).SerializeToString(),
+         "shard"),
+        ("LwwRead", pb.LwwReadRequest(shard=10_000).SerializeToString(), "shard"),
+        ("LwwRead", pb.LwwReadRequest(shard=0, scan=True, limit=0).SerializeToString(), "limit"),
     ]
     for method, body, field in cases:
         code, msg = _raw(addr, method, body, service="Storage")
@@ -187,7 +195,7 @@ def test_admin_commands_name_the_bad_field(kvc: Cluster) -> None:
         (("node", "remove", "7"), "ID"),
         (("cluster", "init", "--log-servers", "a,b"), "--log-servers"),
         (("dataset", "create", "rl", "--rate-limit", "-1"), "rate_limit"),
-        (("dataset", "create", "ev", "--consistency", "eventual"), "consistency"),
+        (("dataset", "create", "ev", "--consistency", "causal"), "consistency"),
         (("dataset", "describe", "missing"), "NAME"),
     ]:
         p = mt(*args)

@@ -1,0 +1,98 @@
+"""Eventually consistent datasets on a storage node: last writer wins.
+
+Their values skip the logs: a coordinator writes each one straight to the replicas,
+stamped with a version from its hybrid clock (coordinator/eventual.py). A replica keeps,
+per key, the value with the highest version it has seen; a delete is a tombstone that
+keeps its version, so an older write arriving late cannot bring the value back. Writes
+that arrive together are compared and stored in one synced batch (group commit): a
+replica acknowledges only what is durable.
+
+They live under their own keys (b"E", beside the log-applied b"K" keys), so they touch
+neither the shards' digests nor the log positions."""
+
+from __future__ import annotations
+
+import struct
+
+from rocksdict import WriteBatch
+
+from log.group_commit import GroupCommit
+from midtown_pb import kv_pb2 as pb
+from storage_node import keys
+from storage_node.store import NodeStore
+
+_H = struct.Struct(">QQ?")  # version, expires_at_ms, deleted
+
+
+def key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
+    return prefix(shard, dataset, pkey) + lkey
+
+
+def prefix(shard: int, dataset: str, pkey: bytes) -> bytes:
+    return b"E" + keys.partition_prefix(shard, dataset, pkey)[1:]
+
+
+def encode(v: pb.LwwValue) -> bytes:
+    return _H.pack(v.version, v.expires_at_ms, v.deleted) + v.value
+
+
+def decode(b: bytes) -> pb.LwwValue:
+    version, expires, deleted = _H.unpack_from(b)
+    return pb.LwwValue(value=bytes(b[_H.size:]), version=version, expires_at_ms=expires,
+                       deleted=deleted)
+
+
+def wins(version: int, held: int | None) -> bool:
+    """Whether a write of `version` replaces what a replica holds (None: nothing)."""
+    return held is None or version > held
+
+
+class LwwReplica:
+    def __init__(self, store: NodeStore) -> None:
+        self.store = store
+        self._group: GroupCommit[tuple[bytes, pb.LwwValue], bool] = GroupCommit(self._write_batch)
+
+    def write(self, req: pb.LwwWriteRequest) -> bool:
+        """Store the value if it is newer than what this replica holds; True if it was.
+        Returns once it is durable."""
+        if not req.value.version:
+            raise ValueError("value.version: required (the coordinator's clock)")
+        return self._group.call((key(req.shard, req.dataset, req.partition_key, req.local_key),
+                                 req.value))
+
+    def _write_batch(self, items: list[tuple[bytes, pb.LwwValue]]) -> list[bool]:
+        held: dict[bytes, int] = {}
+        wb = WriteBatch(raw_mode=True)
+        out = []
+        for k, v in items:
+            if k not in held:
+                cur = self.store._get(k)
+                held[k] = _H.unpack_from(cur)[0] if cur is not None else -1
+            ok = wins(v.version, held[k] if held[k] >= 0 else None)
+            if ok:
+                wb.put(k, encode(v))
+                held[k] = v.version
+            out.append(ok)
+        self.store.synced.write(wb, sync=True)
+        return out
+
+    def read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
+        """What this replica holds, tombstones and expired values included (the coordinator
+        compares versions across replicas and judges expiry)."""
+        p = prefix(req.shard, req.dataset, req.partition_key)
+        if not req.scan:
+            b = self.store._get(p + req.local_key)
+            items = [] if b is None else [pb.LwwItem(local_key=req.local_key, value=decode(b))]
+            return pb.LwwReadResponse(items=items)
+        out = []
+        for k, v in self.store.db.items(from_key=p + req.start):
+            assert isinstance(k, bytes) and isinstance(v, bytes)
+            if not k.startswith(p):
+                break
+            lk = k[len(p):]
+            if req.end and lk >= req.end:
+                break
+            out.append(pb.LwwItem(local_key=lk, value=decode(v)))
+            if len(out) >= req.limit:
+                break
+        return pb.LwwReadResponse(items=out)

@@ -1,0 +1,128 @@
+"""Eventually consistent datasets on a real cluster: quorum writes and reads against the
+storage replicas, last writer wins, read repair, partial success reported as such, and
+the operations only strong datasets have refused."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from coordinator.routing import shard_of
+from midtown import Client, errors
+from midtown.cluster import Cluster
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from tests.integration.conftest import started, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ec(tmp_path: Path) -> Iterator[Cluster]:
+    with started(tmp_path / "ev", coordinators=2) as c:
+        c.create_dataset("ev", consistency="eventual")
+        yield c
+
+
+def _held(c: Cluster, name: str, pkey: bytes, lkey: bytes) -> pb.LwwValue | None:
+    """What one storage replica holds for a key of dataset "ev" (tombstones included)."""
+    from coordinator import datasets
+    from log import zk as zkpaths
+
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        d = datasets.get(zk, "ev")
+    finally:
+        zk.stop()
+    assert d is not None
+    stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(c.procs[name].addr))
+    r = stub.LwwRead(pb.LwwReadRequest(dataset=d.id, shard=shard_of(d.id, pkey, 64),
+                                       partition_key=pkey, local_key=lkey), timeout=10,
+                   wait_for_ready=True)
+    return r.items[0].value if r.items else None
+
+
+def test_operations_paging_ttl_and_refusals(ec: Cluster) -> None:
+    with Client(ec.coordinator_addrs, timeout=15) as db:
+        v1 = db.put("ev", "p", "a", b"1")
+        v2 = db.put("ev", "p", "a", b"2")
+        assert v2 > v1
+        got = db.get("ev", "p", "a")
+        assert got is not None and (got.value, got.version) == (b"2", v2)
+        for k in "bcdef":
+            db.put("ev", "p", k, k.encode())
+        db.delete("ev", "p", "c")
+        assert db.get("ev", "p", "c") is None
+        assert [(i.local_key, i.value.value) for i in db.scan_all("ev", "p", page=2)] == \
+            [(b"a", b"2"), (b"b", b"b"), (b"d", b"d"), (b"e", b"e"), (b"f", b"f")]
+        db.put("ev", "p", "t", b"x", ttl_ms=300)
+        assert db.get("ev", "p", "t") is not None
+        time.sleep(0.6)
+        assert db.get("ev", "p", "t") is None
+        for call, what in [(lambda: db.cas("ev", "p", "a", b"3", expected=b"2"), "check-and-set"),
+                           (lambda: db.incr("ev", "p", "n"), "increment")]:
+            with pytest.raises(errors.FailedPrecondition, match=f"eventually consistent; {what}"):
+                call()
+        # Every replica holds what a majority acknowledged, or gets it by repair; all
+        # three converge on the highest version.
+        wait_for(lambda: all((h := _held(ec, f"storage-{i}", b"p", b"a")) is not None and h.version == v2
+                             for i in range(3)), 10, "every replica at the last version")
+
+
+def test_quorums_partial_writes_and_read_repair(ec: Cluster) -> None:
+    with Client(ec.coordinator_addrs, timeout=10, retries=0) as db:
+        ec.kill("storage-2")
+        v = db.put("ev", "q", "k", b"while one is down")  # 2 of 3: a majority
+        assert db.get("ev", "q", "k").value == b"while one is down"  # type: ignore[union-attr]
+        ec.kill("storage-1")
+        with pytest.raises(errors.Unavailable, match="partial: the write reached 1 of 3"):
+            db.put("ev", "q", "k", b"on one replica only")
+        with pytest.raises(errors.Unavailable, match="fewer than a majority"):
+            db.get("ev", "q", "k")
+        ec.restart("storage-1")
+        ec.restart("storage-2")
+        wait_for(lambda: _held(ec, "storage-2", b"q", b"k") is None, 30, "storage-2 back, empty")
+        # The partial write is on storage-0 only; reads see it (highest version) and write
+        # it back to the replicas that answered with less.
+        def repaired() -> bool:
+            got = db.get("ev", "q", "k")
+            assert got is not None and got.value == b"on one replica only" and got.version > v
+            return all((h := _held(ec, f"storage-{i}", b"q", b"k")) is not None
+                       and h.value == b"on one replica only" for i in range(3))
+        wait_for(repaired, 30, "read repair of every replica", every_s=0.2)
+    metrics = urllib.request.urlopen(
+        f"http://127.0.0.1:{ec.procs['coordinator-0'].metrics_port}/metrics", timeout=10).read().decode()
+    repairs = sum(float(line.split()[-1]) for line in metrics.splitlines()
+                  if line.startswith("midtown_eventual_read_repairs_total"))
+    metrics1 = urllib.request.urlopen(
+        f"http://127.0.0.1:{ec.procs['coordinator-1'].metrics_port}/metrics", timeout=10).read().decode()
+    repairs += sum(float(line.split()[-1]) for line in metrics1.splitlines()
+                   if line.startswith("midtown_eventual_read_repairs_total"))
+    assert repairs >= 2
+
+
+def test_concurrent_writers_converge_on_one_value(ec: Cluster) -> None:
+    def writer(i: int) -> None:
+        with Client(ec.coordinator_addrs[i % 2], timeout=15) as db:
+            for n in range(30):
+                db.put("ev", "w", "k", b"writer %d #%d" % (i, n))
+
+    ts = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    with Client(ec.coordinator_addrs, timeout=15) as db:
+        got = db.get("ev", "w", "k")
+    assert got is not None
+    # Every replica ends at the same, highest version (writes reach all three; a majority
+    # acknowledged each).
+    wait_for(lambda: all((h := _held(ec, f"storage-{i}", b"w", b"k")) is not None
+                         and (h.value, h.version) == (got.value, got.version) for i in range(3)),
+             10, "every replica at the winning write")

@@ -12,9 +12,10 @@ import time
 from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from coordinator import limits
+from coordinator.acl import check_user
 
 ROOT = "/midtown/datasets"
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -32,6 +33,11 @@ class Dataset:
     ttl_ms: int = 0  # default TTL of new values; 0: none
     incarnation: int = 0
     rate_limit: float = 0  # requests per second over all clients; 0: none
+    acl: tuple[tuple[str, str], ...] = ()  # (user, "r" | "rw"); empty: open to every client
+
+    @property
+    def access(self) -> dict[str, str]:
+        return dict(self.acl)
 
     @property
     def id(self) -> str:
@@ -56,11 +62,11 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
 
 
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
-           ttl_ms: int = 0, rate_limit: float = 0) -> Dataset:
+           ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None) -> Dataset:
     validate(name, consistency, replication, ttl_ms, rate_limit)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
-            "rate_limit": rate_limit, "created_ms": int(time.time() * 1000)}
+            "rate_limit": rate_limit, "created_ms": int(time.time() * 1000), "acl": acl or {}}
     try:
         zk.create(f"{ROOT}/{name}", json.dumps(body).encode())
     except NodeExistsError:
@@ -77,7 +83,37 @@ def get(zk: KazooClient, name: str) -> Dataset | None:
         return None
     b = json.loads(data)
     return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid,
-                   b.get("rate_limit", 0))
+                   b.get("rate_limit", 0), tuple(sorted(b.get("acl", {}).items())))
+
+
+def grant(zk: KazooClient, name: str, user: str, perm: str) -> Dataset:
+    """Set one user's access to a dataset ("r", "rw", or "none" to take it away), by a
+    versioned write. Granting to nobody leaves the dataset open again."""
+    if perm not in ("r", "rw", "none"):
+        raise DatasetError(f"PERM: {perm!r}; choose r, rw or none")
+    try:
+        check_user(user)
+    except ValueError as e:
+        raise DatasetError(str(e)) from None
+    while True:
+        try:
+            data, stat = zk.get(f"{ROOT}/{name}")
+        except NoNodeError:
+            raise DatasetError(f"NAME: no dataset {name!r}") from None
+        b = json.loads(data)
+        access = dict(b.get("acl", {}))
+        if perm == "none":
+            access.pop(user, None)
+        else:
+            access[user] = perm
+        b["acl"] = access
+        try:
+            zk.set(f"{ROOT}/{name}", json.dumps(b).encode(), version=stat.version)
+        except BadVersionError:
+            continue
+        d = get(zk, name)
+        assert d is not None
+        return d
 
 
 def names(zk: KazooClient) -> list[str]:
@@ -97,6 +133,7 @@ def drop(zk: KazooClient, name: str) -> None:
 def describe(d: Dataset) -> dict:
     out = asdict(d)
     out["id"] = d.id
+    out["acl"] = ",".join(f"{u}={p}" for u, p in d.acl) or "open"
     return out
 
 

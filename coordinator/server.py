@@ -24,12 +24,13 @@ import grpc
 from google.protobuf.message import DecodeError
 from prometheus_client import Counter, start_http_server
 
-from coordinator import eventual, limits
+from coordinator import acl, eventual, limits
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
 from coordinator.routing import log_of, shard_of
+from coordinator.users import UserCache
 from log import limits as log_limits
 from log.client import LogClient, LogError
 from log.group_commit import GroupTimeout
@@ -103,6 +104,7 @@ class Coordinator:
         self.limiter = RateLimiter()
         self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
+        self.users = UserCache(self.zk)
 
     def start(self) -> None:
         registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
@@ -137,6 +139,17 @@ class Coordinator:
             raise Abort(Code.RESOURCE_EXHAUSTED,
                         f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
                         "requests/s; retry later")
+
+    def authorize(self, header: pb.RequestHeader, ctx: grpc.ServicerContext, write: bool) -> None:
+        """A dataset with an access list takes only its users' calls (coordinator/acl.py)."""
+        d = self.datasets.get(header.dataset) if header.dataset else None
+        if d is None or not d.acl:
+            return
+        token = acl.bearer(ctx.invocation_metadata())
+        user = self.users.user(token) if token else None
+        refused = acl.decide(d.access, d.name, user, token is not None, write)
+        if refused is not None:
+            raise Abort(*refused)
 
     def request_id(self, header: pb.RequestHeader) -> bytes:
         rid = header.request_id
@@ -647,6 +660,7 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
             try:
                 if fn is not deliver:
                     c.check_rate(req.header, ctx.peer())
+                    c.authorize(req.header, ctx, write=fn.__name__ not in ("get", "scan"))
                 out = fn(req, ctx)
             except Abort as e:
                 REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()

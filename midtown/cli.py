@@ -254,25 +254,55 @@ def _zk(a: argparse.Namespace) -> Any:
         raise CliError(f"cannot reach ZooKeeper at {hosts}: {e}") from None
 
 
+def cmd_user(a: argparse.Namespace) -> int:
+    from coordinator import users
+
+    zk = _zk(a)
+    try:
+        if a.cmd == "add":
+            token = users.add(zk, a.name)
+            emit({"user": a.name, "token": token}, a.json)
+            if not a.json:
+                print("keep the token: it is not stored and cannot be shown again", file=sys.stderr)
+        elif a.cmd == "list":
+            emit([{"user": n} for n in users.names(zk)], a.json, ["user"])
+        else:
+            users.remove(zk, a.name)
+            emit({"removed": a.name}, a.json)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    finally:
+        zk.stop()
+    return 0
+
+
 def cmd_dataset(a: argparse.Namespace) -> int:
-    from coordinator import datasets
+    from coordinator import acl, datasets
 
     zk = _zk(a)
     try:
         if a.cmd == "create":
             ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
-            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit)
+            try:
+                access = acl.parse(a.acl) if a.acl else None
+            except ValueError as e:
+                raise CliError(str(e)) from None
+            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access)
             emit(datasets.describe(d), a.json,
-                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "id"])
+                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "acl", "id"])
+        elif a.cmd == "grant":
+            d = datasets.grant(zk, a.name, a.user, a.perm)
+            emit(datasets.describe(d), a.json, ["name", "acl"])
         elif a.cmd == "list":
             found = [datasets.get(zk, n) for n in datasets.names(zk)]
             rows = [datasets.describe(x) for x in found if x is not None]
-            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit"])
+            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit", "acl"])
         elif a.cmd == "describe":
             got = datasets.get(zk, a.name)
             if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
-            emit(datasets.describe(got), a.json, ["name", "consistency", "replication", "ttl_ms", "id"])
+            emit(datasets.describe(got), a.json,
+                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "acl", "id"])
         elif a.cmd == "drop":
             datasets.drop(zk, a.name)
             emit({"dropped": a.name}, a.json)
@@ -288,9 +318,10 @@ def cmd_dataset(a: argparse.Namespace) -> int:
 def _kv(a: argparse.Namespace) -> Any:
     from midtown.client import Client
 
+    token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
     if a.coordinator:
-        return Client(a.coordinator, timeout=a.timeout)
-    return Client(zk=_zk_hosts(a), timeout=a.timeout)
+        return Client(a.coordinator, timeout=a.timeout, token=token)
+    return Client(zk=_zk_hosts(a), timeout=a.timeout, token=token)
 
 
 def _value_row(local: bytes, v: Any) -> dict:
@@ -533,15 +564,32 @@ def parser() -> argparse.ArgumentParser:
     dc.add_argument("--ttl", help="default TTL of new values (30s, 5m, 2h, 7d)")
     dc.add_argument("--rate-limit", type=float, default=0,
                     help="requests/s over all clients (default: none)")
+    dc.add_argument("--acl", help="who may use it: USER=r or USER=rw, comma-separated "
+                                  "(default: open to every client)")
     common(dc)
+    dg = dss.add_parser("grant", help="set a user's access to a dataset")
+    dg.add_argument("name")
+    dg.add_argument("user")
+    dg.add_argument("perm", help="r (get, scan), rw (everything) or none (take access away)")
+    common(dg)
     for name, helptext in (("list", "list datasets"), ("describe", "show a dataset"),
                            ("drop", "drop a dataset")):
         sp = dss.add_parser(name, help=helptext)
         if name != "list":
             sp.add_argument("name")
         common(sp)
-    for sp in (dc, *[dss.choices[n] for n in ("list", "describe", "drop")]):
+    for sp in (dc, dg, *[dss.choices[n] for n in ("list", "describe", "drop")]):
         sp.set_defaults(fn=cmd_dataset)
+    us = sub.add_parser("user", help="users and their tokens, for datasets with an access list")
+    uss = us.add_subparsers(dest="cmd", required=True)
+    for name, helptext in (("add", "create a user and print its token (shown once)"),
+                           ("list", "list users"), ("remove", "remove a user (its token stops "
+                                                              "working within 5 s)")):
+        sp = uss.add_parser(name, help=helptext)
+        if name != "list":
+            sp.add_argument("name")
+        common(sp)
+        sp.set_defaults(fn=cmd_user)
 
     def data(name: str, helptext: str, local: str = "required") -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=helptext)
@@ -552,6 +600,8 @@ def parser() -> argparse.ArgumentParser:
         elif local == "optional":
             sp.add_argument("local", nargs="?", default="", help="local key (default empty)")
         sp.add_argument("--coordinator", help="coordinator HOST:PORT (default: discover)")
+        sp.add_argument("--token", help="a user's token, for datasets with an access list "
+                                        "(default: $MIDTOWN_TOKEN)")
         sp.add_argument("--timeout", type=float, default=10.0, help="deadline, seconds")
         sp.add_argument("--encoding", choices=["utf8", "base64"], default="utf8",
                         help="how keys and values are written on the command line")

@@ -136,9 +136,11 @@ class BatchResult:
 
 class Client:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
-                 timeout: float = 10.0, retries: int = 8) -> None:
+                 timeout: float = 10.0, retries: int = 8, token: str | None = None) -> None:
+        """`token`: a user's token (`midtown user add`), for datasets with an access list."""
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._zk_hosts = zk
         self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
         self.timeout = timeout
@@ -205,7 +207,7 @@ class Client:
             try:
                 if attempt and req.HasField("header"):
                     req.header.first_attempt = False  # a retry: the first may have applied
-                return getattr(self._stub(addr), method)(req, timeout=left)
+                return getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
                 if e.code() not in RETRYABLE or attempt == self.retries:
                     raise errors.from_rpc(e) from None
@@ -307,8 +309,8 @@ class AsyncClient:
     blocking client (gRPC's channels are thread-safe), so an event loop never blocks."""
 
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
-                 timeout: float = 10.0, retries: int = 8) -> None:
-        self._c = Client(coordinators, zk=zk, timeout=timeout, retries=retries)
+                 timeout: float = 10.0, retries: int = 8, token: str | None = None) -> None:
+        self._c = Client(coordinators, zk=zk, timeout=timeout, retries=retries, token=token)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._c.close)

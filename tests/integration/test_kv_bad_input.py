@@ -201,3 +201,100 @@ def test_admin_commands_name_the_bad_field(kvc: Cluster) -> None:
         p = mt(*args)
         assert p.returncode == 2 and needle in p.stderr, (args, p.stderr)
         assert "Traceback" not in p.stderr
+
+
+def test_access_lists_refuse_unknown_and_unauthorized_callers(kvc: Cluster) -> None:
+    """A dataset with an access list: no token is UNAUTHENTICATED, a wrong one too, a
+    reader cannot write, a grant takes effect, a removed user's token stops working;
+    datasets without a list stay open."""
+    import time
+
+    from coordinator import users
+    from log import zk as zkpaths
+    from tests.integration.conftest import wait_for
+
+    zk = zkpaths.connect(kvc.zk_hosts)
+    try:
+        alice, bob = users.add(zk, "alice"), users.add(zk, "bob")
+        with pytest.raises(ValueError, match="USER: user 'bob' already exists"):
+            users.add(zk, "bob")
+    finally:
+        zk.stop()
+    kvc.create_dataset("secret", acl={"alice": "rw", "bob": "r"})
+    addrs = kvc.coordinator_addrs
+    with Client(addrs, timeout=10, retries=0) as anon, \
+            Client(addrs, timeout=10, retries=0, token=alice) as a, \
+            Client(addrs, timeout=10, retries=0, token=bob) as b, \
+            Client(addrs, timeout=10, retries=0, token="not-a-token") as forged:
+        with pytest.raises(errors.Unauthenticated, match="has an access list"):
+            anon.put("secret", "p", "k", b"v")
+        with pytest.raises(errors.Unauthenticated, match="has an access list"):
+            anon.get("secret", "p", "k")
+        with pytest.raises(errors.Unauthenticated, match="unknown token"):
+            forged.get("secret", "p", "k")
+        a.put("secret", "p", "k", b"v")
+        assert b.get("secret", "p", "k").value == b"v"  # type: ignore[union-attr]
+        assert [i.local_key for i in b.scan("secret", "p").items] == [b"k"]
+        for write in (lambda: b.put("secret", "p", "k", b"w"), lambda: b.delete("secret", "p", "k"),
+                      lambda: b.incr("secret", "p", "n"),
+                      lambda: b.cas("secret", "p", "k", b"w", expected=b"v")):
+            with pytest.raises(errors.PermissionDenied, match="user 'bob' may not write to dataset 'secret'"):
+                write()
+        # Datasets without an access list take anyone's calls, with or without a token.
+        kvc.create_dataset("public")
+        anon.put("public", "p", "k", b"v")
+        assert b.get("public", "p", "k") is not None
+        # A grant reaches the coordinators within their dataset cache's second.
+        zk = zkpaths.connect(kvc.zk_hosts)
+        try:
+            from coordinator import datasets
+
+            datasets.grant(zk, "secret", "bob", "rw")
+            wait_for(lambda: _ok(lambda: b.put("secret", "p", "k", b"from bob")), 10, "bob's grant")
+            users.remove(zk, "alice")
+        finally:
+            zk.stop()
+        time.sleep(0.2)
+        wait_for(lambda: not _ok(lambda: a.get("secret", "p", "k")), 10, "alice's token to stop working")
+
+
+def _ok(fn) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        fn()
+        return True
+    except errors.MidtownError:
+        return False
+
+
+def test_access_lists_from_the_command_line(kvc: Cluster) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def mt(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", kvc.zk_hosts],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, **(env or {})})
+
+    added = mt("user", "add", "carol", "--json")
+    assert added.returncode == 0, added.stderr
+    token = json.loads(added.stdout)["token"]
+    assert "carol" in mt("user", "list").stdout
+    assert mt("dataset", "create", "cli-secret", "--acl", "carol=r").returncode == 0
+    assert "carol=r" in mt("dataset", "describe", "cli-secret").stdout
+    denied = mt("put", "cli-secret", "p", "k", "v")
+    assert denied.returncode == 1 and "UNAUTHENTICATED" in denied.stderr
+    reader = mt("put", "cli-secret", "p", "k", "v", "--token", token)
+    assert reader.returncode == 1 and "PERMISSION_DENIED" in reader.stderr
+    granted = mt("dataset", "grant", "cli-secret", "carol", "rw", "--json")
+    assert json.loads(granted.stdout)["acl"] == "carol=rw"
+    from tests.integration.conftest import wait_for
+
+    wait_for(lambda: mt("put", "cli-secret", "p", "k", "v", env={"MIDTOWN_TOKEN": token})
+             .returncode == 0, 10, "the grant")
+    for args, needle in [(("dataset", "grant", "cli-secret", "carol", "admin"), "PERM"),
+                         (("dataset", "create", "x", "--acl", "carol"), "--acl"),
+                         (("user", "add", "carol"), "USER"), (("user", "remove", "nobody"), "USER")]:
+        p = mt(*args)
+        assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)

@@ -1,0 +1,69 @@
+"""Access control: who may read or write a dataset.
+
+A dataset may carry an ACL: user names with "r" (get, scan) or "rw" (every operation).
+A dataset without one is open to every client. Users are names with a secret token
+(`midtown user add NAME` prints it once; ZooKeeper keeps only its SHA-256). A client
+sends its token in the gRPC metadata (`authorization: Bearer TOKEN`; `Client(token=...)`,
+`midtown ... --token` or `MIDTOWN_TOKEN`); for a dataset with an ACL, a missing or unknown
+token is UNAUTHENTICATED and a user the ACL does not allow is PERMISSION_DENIED.
+
+Pure: the coordinator looks tokens up (coordinator/users.py) and asks `decide`."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import grpc
+
+PERMS = ("r", "rw")
+USER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+def check_user(name: str, field: str = "USER") -> str:
+    if not USER.match(name):
+        raise ValueError(f"{field}: {name!r} must be 1-64 characters of a-z, 0-9, _ and -, "
+                         "starting with a letter")
+    return name
+
+
+def parse(text: str, field: str = "--acl") -> dict[str, str]:
+    """`alice=rw,bob=r` -> {"alice": "rw", "bob": "r"}."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        user, sep, perm = part.partition("=")
+        if not sep or perm not in PERMS:
+            raise ValueError(f"{field}: {part!r}; write USER=r or USER=rw, comma-separated")
+        out[check_user(user, field)] = perm
+    return out
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bearer(metadata: object) -> str | None:
+    """The token of `authorization: Bearer TOKEN` in a call's metadata, if any."""
+    for k, v in metadata or ():  # type: ignore[attr-defined]
+        if k == "authorization" and isinstance(v, str) and v.startswith("Bearer "):
+            return v[len("Bearer "):].strip() or None
+    return None
+
+
+def decide(acl: dict[str, str], dataset: str, user: str | None, token_given: bool,
+           write: bool) -> tuple[grpc.StatusCode, str] | None:
+    """None if the call may go on, else the status and message to refuse it with."""
+    if not acl:
+        return None
+    if user is None:
+        if not token_given:
+            return (grpc.StatusCode.UNAUTHENTICATED,
+                    f"authorization: dataset {dataset!r} has an access list; send a user's "
+                    "token (Client(token=...), --token or MIDTOWN_TOKEN)")
+        return grpc.StatusCode.UNAUTHENTICATED, "authorization: unknown token"
+    perm = acl.get(user)
+    if perm is None or (write and perm != "rw"):
+        verb = "write to" if write else "read"
+        return (grpc.StatusCode.PERMISSION_DENIED,
+                f"header.dataset: user {user!r} may not {verb} dataset {dataset!r}")
+    return None

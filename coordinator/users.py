@@ -1,0 +1,73 @@
+"""Users in ZooKeeper (/midtown/users/NAME -> the SHA-256 of their token) and a
+coordinator's cache of them (coordinator/acl.py says how they are used)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from coordinator.acl import check_user, token_hash
+
+ROOT = "/midtown/users"
+
+
+def add(zk: KazooClient, name: str) -> str:
+    """Create a user; returns its token (only its hash is kept)."""
+    check_user(name)
+    token = secrets.token_urlsafe(24)
+    zk.ensure_path(ROOT)
+    try:
+        zk.create(f"{ROOT}/{name}", json.dumps({"token_sha256": token_hash(token)}).encode())
+    except NodeExistsError:
+        raise ValueError(f"USER: user {name!r} already exists") from None
+    return token
+
+
+def remove(zk: KazooClient, name: str) -> None:
+    try:
+        zk.delete(f"{ROOT}/{name}")
+    except NoNodeError:
+        raise ValueError(f"USER: no user {name!r}") from None
+
+
+def names(zk: KazooClient) -> list[str]:
+    try:
+        return sorted(zk.get_children(ROOT))
+    except NoNodeError:
+        return []
+
+
+class UserCache:
+    """Token -> user name, reloaded from ZooKeeper at most every `ttl_s` (and at once for
+    a token not seen yet, at most every `miss_s`)."""
+
+    def __init__(self, zk: KazooClient, ttl_s: float = 5.0, miss_s: float = 1.0) -> None:
+        self.zk = zk
+        self.ttl_s, self.miss_s = ttl_s, miss_s
+        self._by_hash: dict[str, str] = {}
+        self._loaded = -1e9
+        self._lock = threading.Lock()
+
+    def user(self, token: str) -> str | None:
+        h = token_hash(token)
+        now = time.monotonic()
+        age = now - self._loaded
+        if age > self.ttl_s or (h not in self._by_hash and age > self.miss_s):
+            self._reload(now)
+        return self._by_hash.get(h)
+
+    def _reload(self, now: float) -> None:
+        found: dict[str, str] = {}
+        for name in names(self.zk):
+            try:
+                data, _ = self.zk.get(f"{ROOT}/{name}")
+            except NoNodeError:
+                continue
+            found[json.loads(data)["token_sha256"]] = name
+        with self._lock:
+            self._by_hash, self._loaded = found, now

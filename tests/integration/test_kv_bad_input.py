@@ -25,6 +25,8 @@ def kvc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Three key-value logs, as `cluster init` makes them (a local cluster uses one).
     with started(Path(tmp_path_factory.mktemp("kvbad")) / "c", kv_logs=3) as c:
         c.create_dataset("d")
+        c.create_dataset("e", consistency="eventual")
+        c.create_dataset("locked", acl={"nobody": "rw"})
         yield c
 
 
@@ -89,7 +91,7 @@ def test_wrong_types_and_malformed_bytes(kvc: Cluster) -> None:
 
 def _gen_request() -> st.SearchStrategy[tuple[str, bytes]]:
     key = st.builds(pb.Key, partition=st.binary(max_size=20), local=st.binary(max_size=20))
-    hdr = st.builds(pb.RequestHeader, dataset=st.sampled_from(["d", "nope", "", "D!"]),
+    hdr = st.builds(pb.RequestHeader, dataset=st.sampled_from(["d", "e", "locked", "nope", "", "D!"]),
                     request_id=st.binary(max_size=80))
     return st.one_of(
         st.tuples(st.just("Get"), st.builds(lambda h, k, c: pb.GetRequest(header=h, key=k, consistency=c)
@@ -108,7 +110,8 @@ def _gen_request() -> st.SearchStrategy[tuple[str, bytes]]:
     )
 
 
-ALLOWED = {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+ALLOWED = {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "OUT_OF_RANGE",
+           "UNAUTHENTICATED"}
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -120,8 +123,37 @@ def test_generated_requests(kvc: Cluster, req: tuple[str, bytes]) -> None:
         assert msg
 
 
+def _gen_storage_request() -> st.SearchStrategy[tuple[str, bytes]]:
+    value = st.builds(pb.LwwValue, value=st.binary(max_size=20), version=st.integers(0, 2**64 - 1),
+                      expires_at_ms=st.integers(0, 2**64 - 1), deleted=st.booleans())
+    common = dict(dataset=st.text(max_size=10), shard=st.integers(0, 2**32 - 1),
+                  partition_key=st.binary(max_size=20))
+    return st.one_of(
+        st.tuples(st.just("LwwWrite"), st.builds(
+            lambda r: r.SerializeToString(),
+            st.builds(pb.LwwWriteRequest, local_key=st.binary(max_size=20), value=value, **common))),
+        st.tuples(st.just("LwwRead"), st.builds(
+            lambda r: r.SerializeToString(),
+            st.builds(pb.LwwReadRequest, scan=st.booleans(), local_key=st.binary(max_size=20),
+                      start=st.binary(max_size=5), end=st.binary(max_size=5),
+                      limit=st.integers(0, 2**32 - 1), **common))),
+        st.tuples(st.sampled_from(["LwwWrite", "LwwRead", "Read", "ReadMany", "Status"]),
+                  st.binary(max_size=100)),
+    )
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(req=_gen_storage_request())
+def test_generated_storage_requests(kvc: Cluster, req: tuple[str, bytes]) -> None:
+    code, msg = _raw(kvc.playing("storage-node")[0].addr, req[0], req[1], service="Storage")
+    assert code in ALLOWED, (code, msg)
+    if code != "OK":
+        assert msg
+
+
 def test_still_serving_and_nothing_lost(kvc: Cluster, cl: Client) -> None:
     assert all(p.alive() for p in kvc.procs.values())
+    assert cl.put("e", "keep", "k", b"safe") > 0 and cl.get("e", "keep", "k").value == b"safe"  # type: ignore[union-attr]
     v = cl.put("d", "keep", "k", b"safe")
     got = cl.get("d", "keep", "k")
     assert got is not None and got.value == b"safe" and got.version == v

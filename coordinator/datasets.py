@@ -18,6 +18,8 @@ from coordinator import limits
 from coordinator.acl import check_user
 
 ROOT = "/midtown/datasets"
+DROPPED = "/midtown/dropped"  # dataset id -> when it was dropped
+CACHE_TTL_S = 1.0  # how stale a coordinator's view of a dataset may be
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
@@ -64,6 +66,7 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
            ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None) -> Dataset:
     validate(name, consistency, replication, ttl_ms, rate_limit)
+    _wait_out_a_recent_drop(zk, name)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
             "rate_limit": rate_limit, "created_ms": int(time.time() * 1000), "acl": acl or {}}
@@ -74,6 +77,18 @@ def create(zk: KazooClient, name: str, consistency: str = "strong", replication:
     d = get(zk, name)
     assert d is not None
     return d
+
+
+def _wait_out_a_recent_drop(zk: KazooClient, name: str) -> None:
+    """A dataset dropped under this name less than two cache lifetimes ago may still be
+    in a coordinator's cache: a write sent to the new one could land in the old one and
+    be deleted with it. Wait until no coordinator can still hold it."""
+    now_ms = time.time() * 1000
+    for dataset_id, at in dropped(zk):
+        if dataset_id.rsplit("#", 1)[0] == name:
+            wait_s = (at + 2 * CACHE_TTL_S * 1000 - now_ms) / 1000
+            if wait_s > 0:
+                time.sleep(min(wait_s, 2 * CACHE_TTL_S))
 
 
 def get(zk: KazooClient, name: str) -> Dataset | None:
@@ -124,10 +139,33 @@ def names(zk: KazooClient) -> list[str]:
 
 
 def drop(zk: KazooClient, name: str) -> None:
+    """Unreachable at once; its space is reclaimed by the storage nodes after
+    DROP_DELAY_S (docs/storage.md)."""
+    d = get(zk, name)
+    if d is None:
+        raise DatasetError(f"name: no dataset {name!r}")
+    tx = zk.transaction()
+    tx.delete(f"{ROOT}/{name}")
+    tx.create(f"{DROPPED}/{d.id}", json.dumps({"dropped_ms": int(time.time() * 1000)}).encode())
+    zk.ensure_path(DROPPED)
+    if any(isinstance(r, Exception) for r in tx.commit()):
+        raise DatasetError(f"name: dataset {name!r} changed meanwhile; try again")
+
+
+def dropped(zk: KazooClient) -> list[tuple[str, int]]:
+    """Dropped datasets' ids, with when they were dropped (ms since the epoch)."""
     try:
-        zk.delete(f"{ROOT}/{name}")
+        ids = zk.get_children(DROPPED)
     except NoNodeError:
-        raise DatasetError(f"name: no dataset {name!r}") from None
+        return []
+    out = []
+    for i in sorted(ids):
+        try:
+            data, _ = zk.get(f"{DROPPED}/{i}")
+        except NoNodeError:
+            continue
+        out.append((i, int(json.loads(data)["dropped_ms"])))
+    return out
 
 
 def describe(d: Dataset) -> dict:
@@ -141,7 +179,7 @@ class DatasetCache:
     """A coordinator's view of the datasets, refreshed at most every `ttl_s`; an unknown
     name is looked up again at once (it may have just been created)."""
 
-    def __init__(self, zk: KazooClient, ttl_s: float = 1.0) -> None:
+    def __init__(self, zk: KazooClient, ttl_s: float = CACHE_TTL_S) -> None:
         self.zk = zk
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Dataset | None]] = {}

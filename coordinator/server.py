@@ -471,8 +471,8 @@ def check_op(op: pb.Op, i: int) -> Op:
         raise Abort(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
     if kind == "scan":
         raise Abort(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
-    if kind == "position":
-        raise Abort(Code.INVALID_ARGUMENT, f"{f}: position records are the storage nodes' own")
+    if kind in ("position", "drop"):
+        raise Abort(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the storage nodes' own")
     inner = getattr(op, kind)
     check_local(inner.local_key, f"{f}.{kind}.local_key")
     if kind == "put":

@@ -18,6 +18,7 @@ from storage_node import keys
 from storage_node.model import (
     Cas,
     Delete,
+    Drop,
     Get,
     Incr,
     OpResult,
@@ -55,6 +56,8 @@ class Applied:
     digest: int = 0
     dedup: bool = False  # the result must be remembered under the request id
     positions: dict[int, int] = field(default_factory=dict)  # node id -> published position
+    dropped: tuple[bytes, ...] = ()  # key prefixes of a dropped dataset: deleted
+    drop_marker: bytes = b""  # remembers that this log applied the drop
 
 
 def _ttl_expiry(ts_ms: int, ttl_ms: int, default_ttl_ms: int) -> int:
@@ -78,6 +81,15 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
         # A node's published position: replicated bookkeeping, no key-value effects.
         pos = {o.node_id: o.position for o in rec.ops if isinstance(o, Position)}
         return Applied(digest=state.digest(rec.shard), positions=pos,
+                       result=RecordResult(b"", log_id, position, rec.shard,
+                                           state.digest(rec.shard), node_id, True))
+    if rec.ops and all(isinstance(o, Drop) for o in rec.ops):
+        # A dropped dataset's keys in this log's shards: deleted by the batch (a range).
+        shards = sorted({s for o in rec.ops if isinstance(o, Drop) for s in o.shards})
+        prefixes = [keys.dataset_shard_prefix(s, rec.dataset) for s in shards]
+        return Applied(digest=state.digest(rec.shard),
+                       dropped=tuple(prefixes + [b"E" + p[1:] for p in prefixes]),
+                       drop_marker=keys.drop_key(log_id, rec.dataset),
                        result=RecordResult(b"", log_id, position, rec.shard,
                                            state.digest(rec.shard), node_id, True))
     if rec.request_id:

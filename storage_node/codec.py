@@ -7,6 +7,7 @@ from midtown_pb import kv_pb2 as pb
 from storage_node.model import (
     Cas,
     Delete,
+    Drop,
     Get,
     Incr,
     Op,
@@ -57,6 +58,8 @@ def op_from_pb(o: pb.Op) -> Op:
         return Scan(o.scan.start, o.scan.end, o.scan.limit)
     if kind == "position":
         return Position(o.position.node_id, o.position.position)
+    if kind == "drop":
+        return Drop(tuple(o.drop.shards))
     raise ValueError("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
 
 
@@ -79,6 +82,8 @@ def op_to_pb(op: Op) -> pb.Op:
         return pb.Op(get=pb.GetOp(local_key=op.local_key))
     if isinstance(op, Position):
         return pb.Op(position=pb.PositionOp(node_id=op.node_id, position=op.position))
+    if isinstance(op, Drop):
+        return pb.Op(drop=pb.DropOp(shards=list(op.shards)))
     return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))
 
 

@@ -7,6 +7,7 @@
   b"Q" log_id:4 node_id:4                                     -> published position:8
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
   b"X" log_id:4 expires_at:8 K-key                            -> b"" (values with a TTL by expiry)
+  b"G" log_id:4 dataset                                       -> b"" (a drop this log applied)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -69,6 +70,16 @@ def expiry_prefix(log_id: int) -> bytes:
 
 def expiry_key(log_id: int, expires_at_ms: int, value_key: bytes) -> bytes:
     return expiry_prefix(log_id) + _Q.pack(expires_at_ms) + value_key
+
+
+def drop_key(log_id: int, dataset: str) -> bytes:
+    return b"G" + _I.pack(log_id) + dataset.encode()
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with `prefix` (which must not end in 0xff)."""
+    assert prefix and prefix[-1] < 0xFF
+    return prefix[:-1] + bytes([prefix[-1] + 1])
 
 
 def dataset_shard_prefix(shard: int, dataset: str) -> bytes:

@@ -73,7 +73,12 @@ class Position:
     position: int  # everything below is applied and durable on that node
 
 
-Op = Put | Delete | Cas | Incr | Get | Scan | Position
+@dataclass(frozen=True, slots=True)
+class Drop:
+    shards: tuple[int, ...]  # the dropped dataset's keys in these shards go
+
+
+Op = Put | Delete | Cas | Incr | Get | Scan | Position | Drop
 MUTATIONS = (Put, Delete, Cas, Incr)
 
 

@@ -13,6 +13,7 @@ import time
 
 import grpc
 
+from coordinator import datasets
 from coordinator.routing import answers_for, log_of
 from log import limits as log_limits
 from log import zk as logzk
@@ -27,7 +28,7 @@ from storage_node import bootstrap, codec, reclaim
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.lww import LwwReplica
-from storage_node.model import Position, Record, RecordResult
+from storage_node.model import Drop, Position, Record, RecordResult
 from storage_node.store import BatchView, NodeStore
 from storage_node.truncation import needs_publish, truncation_point
 
@@ -42,6 +43,8 @@ class Behind(Exception):
 CALLBACK_REPLICAS = 2
 # How often a node publishes its positions and truncates the logs (MIDTOWN_POSITION_INTERVAL_S).
 POSITION_INTERVAL_S = 10.0
+# How long after a dataset is dropped its keys are deleted (MIDTOWN_DROP_DELAY_S).
+DROP_DELAY_S = 60.0
 # Entries applied and written together at most.
 APPLY_BATCH_ENTRIES_MAX = 5_000
 
@@ -67,6 +70,7 @@ class StorageNode:
         self.member_positions: dict[tuple[int, int], int] = self.store.member_positions()
         self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
                                                         POSITION_INTERVAL_S))
+        self.drop_delay_s = float(os.environ.get("MIDTOWN_DROP_DELAY_S", DROP_DELAY_S))
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         self._next_reclaim = 0.0
         self.reclaimed = 0  # dedup entries reclaimed since start
@@ -290,6 +294,7 @@ class StorageNode:
                 self.kv = registry.read_kv(self.zk) or self.kv
             except Exception as e:
                 log.debug("reading the topology: %s", e)
+            self._append_drops()
             durable = {i: p for i, (p, _) in self.positions.items()}
             self.store.sync()  # only positions made durable are published (DESIGN.md)
             for log_id in range(self.log_count):
@@ -307,6 +312,29 @@ class StorageNode:
                         truncated[log_id] = self.logs.truncate(log_id, low)
                     except LogError as e:
                         log.debug("truncating log %d: %s", log_id, e)
+
+    def _append_drops(self) -> None:
+        """Put a drop record for each dataset dropped more than DROP_DELAY_S ago into every
+        log that has not applied one: applying it deletes the dataset's keys in that log's
+        shards, at the same point of the log on every replica. The delay lets requests that
+        were already under way when it was dropped come first. Any node may append one;
+        a second one deletes nothing more."""
+        try:
+            due = [i for i, at in datasets.dropped(self.zk)
+                   if time.time() * 1000 - at >= self.drop_delay_s * 1000]
+        except Exception as e:
+            log.debug("reading dropped datasets: %s", e)
+            return
+        for dataset_id in due:
+            for log_id in range(self.kv_logs):
+                if self.store.drop_applied(log_id, dataset_id):
+                    continue
+                shards = tuple(s for s in range(self.kv.shards) if log_of(s, self.kv_logs) == log_id)
+                rec = Record(b"", "", dataset_id, shards[0] if shards else 0, b"", (Drop(shards),))
+                try:
+                    self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
+                except LogError as e:
+                    log.debug("dropping %s in log %d: %s", dataset_id, log_id, e)
 
     def answers_for(self, shard: int) -> bool:
         return answers_for(self.node_id, shard, self.kv.storage_nodes, CALLBACK_REPLICAS)

@@ -57,6 +57,9 @@ class NodeStore:
             return None
         return _Q.unpack_from(b)[0], codec.result_from_pb(pb.RecordResult.FromString(b[8:]))
 
+    def drop_applied(self, log_id: int, dataset: str) -> bool:
+        return self._get(keys.drop_key(log_id, dataset)) is not None
+
     def digest(self, shard: int) -> int:
         b = self._get(keys.digest_key(shard))
         return _Q.unpack(b)[0] if b else 0
@@ -101,15 +104,20 @@ class BatchView:
         self.dedup_logs: dict[tuple[int, bytes], int] = {}  # the log each new entry came from
         self.expiring: dict[bytes, int] = {}  # key written with a TTL -> its log
         self.deletes: list[bytes] = []  # reclaimed entries and their index keys
+        self.dropped: list[bytes] = []  # key prefixes of dropped datasets
+        self.drop_markers: list[bytes] = []
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
 
     def get(self, key: bytes) -> Stored | None:
         if key in self.values:
             return self.values[key]
+        if self.dropped and any(key.startswith(p) for p in self.dropped):
+            return None
         return self.store.get(key)
 
     def scan(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, Stored]]:
-        base = dict(self.store.scan(prefix, start, end, limit + len(self.values)))
+        gone = any(prefix.startswith(p) for p in self.dropped)
+        base = {} if gone else dict(self.store.scan(prefix, start, end, limit + len(self.values)))
         n = len(prefix)
         for k, v in self.values.items():
             if k.startswith(prefix) and k[n:] >= start and (not end or k[n:] < end):
@@ -128,6 +136,12 @@ class BatchView:
     def add(self, applied: Applied, shard: int, ts_ms: int, log_id: int = 0) -> None:
         for node, pos in applied.positions.items():
             self.member_positions[(log_id, node)] = pos
+        if applied.dropped:  # what this batch wrote there before the drop goes too
+            self.dropped.extend(applied.dropped)
+            self.drop_markers.append(applied.drop_marker)
+            for k in [k for k in self.values if any(k.startswith(p) for p in applied.dropped)]:
+                del self.values[k]
+                self.expiring.pop(k, None)
         self.values.update(applied.writes)
         for k, v in applied.writes.items():
             if v is not None and v.expires_at_ms:
@@ -186,6 +200,10 @@ class BatchView:
         wb = WriteBatch(raw_mode=True)
         for k in self.deletes:  # first: nothing this batch writes is among them
             wb.delete(k)
+        for p in self.dropped:  # before the values: what was written after a drop stays
+            wb.delete_range(p, keys.prefix_end(p))
+        for k in self.drop_markers:
+            wb.put(k, b"")
         for k, v in self.values.items():
             if v is None:
                 wb.delete(k)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from storage_node import keys
 from storage_node.apply import DEDUP_WINDOW_MS, apply
-from storage_node.model import Cas, Delete, Get, Incr, Put, Record, Scan
+from storage_node.model import Cas, Delete, Drop, Get, Incr, Put, Record, Scan
 from storage_node.reclaim import dedup_cutoff, expiry_cutoff
 from storage_node.store import BatchView, NodeStore
 from tests.test_apply import MemState
@@ -124,3 +124,37 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
     assert node.reclaimed == 6
     StorageNode._reclaim(node, view, {1: (10, 31 * W)})  # type: ignore[arg-type]
     assert len(calls) == 2  # not again within RECLAIM_INTERVAL_S
+
+
+def test_a_drop_record_deletes_its_dataset_in_the_shards_it_names_only() -> None:
+    def put(view: BatchView, dataset: str, shard: int, pkey: bytes, lkey: bytes, pos: int) -> None:
+        rec = Record(b"", "", dataset, shard, pkey, (Put(lkey, b"v"),))
+        view.add(apply(view, rec, 0, pos, 1_000, node_id=1), shard, 1_000, 0)
+
+    with tempfile.TemporaryDirectory() as d:
+        store = NodeStore(str(Path(d) / "db"))
+        try:
+            view = BatchView(store)
+            put(view, "a#1", 3, b"p", b"old", 0)
+            put(view, "a#1", 5, b"p", b"other-log", 1)
+            put(view, "a#12", 3, b"p", b"longer-name", 2)  # a prefix of its name must not match
+            put(view, "b#1", 3, b"p", b"kept", 3)
+            view.commit({0: (4, 1_000)})
+            eventual_key = b"E" + keys.partition_prefix(3, "a#1", b"p")[1:] + b"e"
+            store.db[eventual_key] = b"x"  # an eventual dataset's value, same shard
+            view = BatchView(store)
+            put(view, "a#1", 3, b"p", b"same-batch-before", 4)
+            drop = Record(b"", "", "a#1", 3, b"", (Drop((3,)),))
+            view.add(apply(view, drop, 0, 5, 1_000, node_id=1), 3, 1_000, 0)
+            assert view.get(keys.value_key(3, "a#1", b"p", b"old")) is None
+            assert view.scan(keys.partition_prefix(3, "a#1", b"p"), b"", b"", 10) == []
+            put(view, "a#1", 3, b"p", b"after", 6)
+            view.commit({0: (7, 1_000)})
+            left = {bytes(k) for k in store.db.keys() if bytes(k)[:1] in (b"K", b"E")}
+            assert left == {keys.value_key(3, "a#1", b"p", b"after"),
+                            keys.value_key(5, "a#1", b"p", b"other-log"),
+                            keys.value_key(3, "a#12", b"p", b"longer-name"),
+                            keys.value_key(3, "b#1", b"p", b"kept")}
+            assert store.drop_applied(0, "a#1") and not store.drop_applied(1, "a#1")
+        finally:
+            store.close()

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def tc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     monkeypatch.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
+    monkeypatch.setenv("MIDTOWN_DROP_DELAY_S", "1")
     with started(tmp_path / "c") as c:
         yield c
 
@@ -101,9 +102,53 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         wait_for(lambda: logs.status()[log_id]["first"] > first, 30, "truncation with the new member")
 
 
-def _scan_on(c: Cluster, name: str, dataset_id: str, shard: int) -> dict[bytes, bytes]:
-    """Every local key of partitioning key b"k" as one storage node holds it."""
+def _scan_on(c: Cluster, name: str, dataset_id: str, shard: int,
+             pkey: bytes = b"k") -> dict[bytes, bytes]:
+    """Every local key of a partitioning key as one storage node holds it."""
     stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(c.procs[name].addr))
-    r = stub.Read(pb.ReadRequest(dataset=dataset_id, shard=shard, partition_key=b"k",
+    r = stub.Read(pb.ReadRequest(dataset=dataset_id, shard=shard, partition_key=pkey,
                                  op=pb.Op(scan=pb.ScanOp(limit=1000))), timeout=10)
     return {it.local_key: it.value.value for it in r.result.items}
+
+
+def test_dropped_datasets_are_deleted_from_every_replica(tc: Cluster) -> None:
+    """After a drop, the storage nodes delete the dataset's keys (strong and eventual) at
+    one point of each log; other datasets, and a new dataset of the same name, stay."""
+    import subprocess
+    import sys
+
+    gone = tc.create_dataset("gone")
+    egone = tc.create_dataset("egone", consistency="eventual")
+    tc.create_dataset("kept")
+    pkeys = [f"p{i}" for i in range(6)]
+    with Client(tc.coordinator_addrs) as db:
+        for p in pkeys:
+            for ds in ("gone", "egone", "kept"):
+                db.put(ds, p, "k", b"v")
+        for name in ("gone", "egone"):
+            subprocess.run([sys.executable, "-m", "midtown", "dataset", "drop", name, "--zk",
+                            tc.zk_hosts], check=True, capture_output=True, timeout=60)
+        again = tc.create_dataset("gone")
+        assert again.id != gone.id
+        db.put("gone", "p0", "new", b"w")
+
+        def deleted() -> bool:
+            for name in ("storage-0", "storage-1", "storage-2"):
+                for p in pkeys:
+                    shard = shard_of(gone.id, p.encode(), 64)
+                    if _scan_on(tc, name, gone.id, shard, p.encode()):
+                        return False
+                    stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(tc.procs[name].addr))
+                    r = stub.LwwRead(pb.LwwReadRequest(
+                        dataset=egone.id, shard=shard_of(egone.id, p.encode(), 64),
+                        partition_key=p.encode(), local_key=b"k"), timeout=10)
+                    if r.items:
+                        return False
+            return True
+
+        wait_for(deleted, 30, "the dropped datasets' keys gone from every replica", every_s=0.5)
+        for p in pkeys:
+            assert db.get("kept", p, "k").value == b"v"  # type: ignore[union-attr]
+        assert db.get("gone", "p0", "new").value == b"w"  # type: ignore[union-attr]
+        assert db.get("gone", "p0", "k") is None
+    wait_for(lambda: _converged(tc), 30, "replicas level, digests equal")

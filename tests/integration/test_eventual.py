@@ -61,9 +61,9 @@ def test_operations_paging_ttl_and_refusals(ec: Cluster) -> None:
         assert db.get("ev", "p", "c") is None
         assert [(i.local_key, i.value.value) for i in db.scan_all("ev", "p", page=2)] == \
             [(b"a", b"2"), (b"b", b"b"), (b"d", b"d"), (b"e", b"e"), (b"f", b"f")]
-        db.put("ev", "p", "t", b"x", ttl_ms=300)
+        db.put("ev", "p", "t", b"x", ttl_ms=3_000)
         assert db.get("ev", "p", "t") is not None
-        time.sleep(0.6)
+        time.sleep(3.2)
         assert db.get("ev", "p", "t") is None
         for call, what in [(lambda: db.cas("ev", "p", "a", b"3", expected=b"2"), "check-and-set"),
                            (lambda: db.incr("ev", "p", "n"), "increment")]:

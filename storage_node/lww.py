@@ -8,11 +8,17 @@ that arrive together are compared and stored in one synced batch (group commit):
 replica acknowledges only what is durable.
 
 They live under their own keys (b"E", beside the log-applied b"K" keys), so they touch
-neither the shards' digests nor the log positions."""
+neither the shards' digests nor the log positions.
+
+Replicas also repair each other in the background (anti-entropy): now and then a node
+reads a peer's values shard by shard (`Storage.LwwRange`) and keeps those newer than its
+own, by the same rule, so a replica that missed writes while it was down catches up even
+on keys nobody reads."""
 
 from __future__ import annotations
 
 import struct
+import threading
 
 from rocksdict import WriteBatch
 
@@ -51,6 +57,32 @@ class LwwReplica:
     def __init__(self, store: NodeStore) -> None:
         self.store = store
         self._group: GroupCommit[tuple[bytes, pb.LwwValue], bool] = GroupCommit(self._write_batch)
+        self._lock = threading.Lock()  # one compare-and-store at a time: writes and merges
+
+    def range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
+        """A shard's values in key order after `req.after` (a key from an earlier page)."""
+        p = b"E" + struct.pack(">I", req.shard)
+        start = req.after + b"\x00" if req.after else p
+        if req.after and not req.after.startswith(p):
+            raise ValueError(f"after: not a key of shard {req.shard}")
+        out = pb.LwwRangeResponse()
+        for k, v in self.store.db.items(from_key=start):
+            assert isinstance(k, bytes) and isinstance(v, bytes)
+            if not k.startswith(p):
+                return out
+            if len(out.keys) >= req.limit:
+                out.more = True
+                return out
+            out.keys.append(k)
+            out.values.append(decode(v))
+        return out
+
+    def merge(self, resp: pb.LwwRangeResponse) -> int:
+        """Keep what a peer holds that is newer than this replica's; returns how many."""
+        if len(resp.keys) != len(resp.values):
+            raise ValueError("keys and values differ in number")
+        items = [(k, v) for k, v in zip(resp.keys, resp.values) if k.startswith(b"E") and v.version]
+        return sum(self._write_batch(items)) if items else 0
 
     def write(self, req: pb.LwwWriteRequest) -> bool:
         """Store the value if it is newer than what this replica holds; True if it was.
@@ -61,6 +93,10 @@ class LwwReplica:
                                  req.value))
 
     def _write_batch(self, items: list[tuple[bytes, pb.LwwValue]]) -> list[bool]:
+        with self._lock:
+            return self._compare_and_store(items)
+
+    def _compare_and_store(self, items: list[tuple[bytes, pb.LwwValue]]) -> list[bool]:
         held: dict[bytes, int] = {}
         wb = WriteBatch(raw_mode=True)
         out = []

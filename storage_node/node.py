@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import threading
 import time
 
@@ -23,7 +24,7 @@ from log.group_commit import GroupCommit
 from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import log_pb2
+from midtown_pb import kv_pb2_grpc, log_pb2
 from storage_node import bootstrap, codec, reclaim
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
@@ -43,6 +44,8 @@ class Behind(Exception):
 CALLBACK_REPLICAS = 2
 # How often a node publishes its positions and truncates the logs (MIDTOWN_POSITION_INTERVAL_S).
 POSITION_INTERVAL_S = 10.0
+# How often a node pulls newer eventual values from a peer (MIDTOWN_ANTI_ENTROPY_S).
+ANTI_ENTROPY_S = 60.0
 # How long after a dataset is dropped its keys are deleted (MIDTOWN_DROP_DELAY_S).
 DROP_DELAY_S = 60.0
 # Entries applied and written together at most.
@@ -71,6 +74,8 @@ class StorageNode:
         self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
                                                         POSITION_INTERVAL_S))
         self.drop_delay_s = float(os.environ.get("MIDTOWN_DROP_DELAY_S", DROP_DELAY_S))
+        self.anti_entropy_s = float(os.environ.get("MIDTOWN_ANTI_ENTROPY_S", ANTI_ENTROPY_S))
+        self.lww_repaired = 0  # eventual values taken from peers by anti-entropy
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         self._next_reclaim = 0.0
         self.reclaimed = 0  # dedup entries reclaimed since start
@@ -91,6 +96,7 @@ class StorageNode:
     def start(self) -> None:
         self._bootstrap_if_needed()
         threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
+        threading.Thread(target=self._anti_entropy_loop, name="anti-entropy", daemon=True).start()
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
                              daemon=True).start()
@@ -384,6 +390,37 @@ class StorageNode:
     def lww_write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse:
         self._check_shard(req.shard)
         return pb.LwwWriteResponse(applied=self.lww.write(req))
+
+    def lww_range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
+        self._check_shard(req.shard)
+        if not 1 <= req.limit <= 10_000:
+            raise ValueError(f"limit: {req.limit}, must be between 1 and 10000")
+        return self.lww.range(req)
+
+    def _anti_entropy_loop(self) -> None:
+        """Now and then, pull from a random peer every eventual value newer than ours,
+        shard by shard (storage_node/lww.py)."""
+        while not self._stop.wait(self.anti_entropy_s):
+            peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+                     if nid != self.node_id]
+            if not peers:
+                continue
+            channel = grpc.insecure_channel(random.choice(peers), options=log_limits.GRPC_OPTIONS)
+            stub = kv_pb2_grpc.StorageStub(channel)
+            try:
+                for shard in range(self.kv.shards):
+                    after = b""
+                    while not self._stop.is_set():
+                        page = stub.LwwRange(pb.LwwRangeRequest(shard=shard, after=after, limit=1000),
+                                             timeout=30)
+                        self.lww_repaired += self.lww.merge(page)
+                        if not page.more:
+                            break
+                        after = page.keys[-1]
+            except grpc.RpcError as e:
+                log.debug("anti-entropy: %s", e.code())
+            finally:
+                channel.close()
 
     def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
         self._check_shard(req.shard)

@@ -52,6 +52,7 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         "Status": call(pb.NodeStatusRequest, lambda _: node.status()),
         "LwwWrite": call(pb.LwwWriteRequest, node.lww_write),
         "LwwRead": call(pb.LwwReadRequest, node.lww_read),
+        "LwwRange": call(pb.LwwRangeRequest, node.lww_range),
         "Snapshot": grpc.unary_stream_rpc_method_handler(
             snapshot, request_deserializer=lambda b: b,
             response_serializer=lambda m: m.SerializeToString()),

@@ -81,3 +81,42 @@ def test_the_winner_and_who_needs_repair() -> None:
     assert not eventual.live(pb.LwwValue(version=3, deleted=True), 0)
     assert not eventual.live(pb.LwwValue(version=3, expires_at_ms=10), 10)
     assert eventual.live(pb.LwwValue(version=3, expires_at_ms=11), 10)
+
+
+def test_a_replica_pages_through_a_peer_and_keeps_only_newer_values() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from storage_node.store import NodeStore
+
+    def write(r: lww.LwwReplica, lkey: bytes, version: int, shard: int = 3) -> None:
+        r.write(pb.LwwWriteRequest(dataset="e#1", shard=shard, partition_key=b"p", local_key=lkey,
+                                   value=pb.LwwValue(value=b"v%d" % version, version=version)))
+
+    with tempfile.TemporaryDirectory() as d:
+        a, b = NodeStore(str(Path(d) / "a")), NodeStore(str(Path(d) / "b"))
+        try:
+            ra, rb = lww.LwwReplica(a), lww.LwwReplica(b)
+            for i, (va, vb) in enumerate([(5, 0), (5, 7), (5, 5), (2, 0), (9, 1)]):
+                write(ra, b"k%d" % i, va)
+                if vb:
+                    write(rb, b"k%d" % i, vb)
+            write(ra, b"other-shard", 4, shard=4)
+            taken, after = 0, b""
+            while True:  # pages of two
+                page = ra.range(pb.LwwRangeRequest(shard=3, after=after, limit=2))
+                assert len(page.keys) <= 2
+                taken += rb.merge(page)
+                if not page.more:
+                    break
+                after = page.keys[-1]
+            assert taken == 3  # k0, k3 (missing) and k4 (older); k1 is newer, k2 equal
+            got = rb.read(pb.LwwReadRequest(dataset="e#1", shard=3, partition_key=b"p", scan=True,
+                                            limit=100))
+            assert [(i.local_key, i.value.version) for i in got.items] == \
+                [(b"k0", 5), (b"k1", 7), (b"k2", 5), (b"k3", 2), (b"k4", 9)]
+            assert not rb.read(pb.LwwReadRequest(dataset="e#1", shard=4, partition_key=b"p",
+                                                 local_key=b"other-shard")).items
+        finally:
+            a.close()
+            b.close()

@@ -137,7 +137,11 @@ def _gen_storage_request() -> st.SearchStrategy[tuple[str, bytes]]:
             st.builds(pb.LwwReadRequest, scan=st.booleans(), local_key=st.binary(max_size=20),
                       start=st.binary(max_size=5), end=st.binary(max_size=5),
                       limit=st.integers(0, 2**32 - 1), **common))),
-        st.tuples(st.sampled_from(["LwwWrite", "LwwRead", "Read", "ReadMany", "Status"]),
+        st.tuples(st.just("LwwRange"), st.builds(
+            lambda r: r.SerializeToString(),
+            st.builds(pb.LwwRangeRequest, shard=st.integers(0, 2**32 - 1), after=st.binary(max_size=12),
+                      limit=st.integers(0, 2**32 - 1)))),
+        st.tuples(st.sampled_from(["LwwWrite", "LwwRead", "LwwRange", "Read", "ReadMany", "Status"]),
                   st.binary(max_size=100)),
     )
 
@@ -202,6 +206,9 @@ def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
          "shard"),
         ("LwwRead", pb.LwwReadRequest(shard=10_000).SerializeToString(), "shard"),
         ("LwwRead", pb.LwwReadRequest(shard=0, scan=True, limit=0).SerializeToString(), "limit"),
+        ("LwwRange", pb.LwwRangeRequest(shard=0, limit=0).SerializeToString(), "limit"),
+        ("LwwRange", pb.LwwRangeRequest(shard=10_000, limit=5).SerializeToString(), "shard"),
+        ("LwwRange", pb.LwwRangeRequest(shard=0, after=b"Kxyz", limit=5).SerializeToString(), "after"),
     ]
     for method, body, field in cases:
         code, msg = _raw(addr, method, body, service="Storage")

@@ -434,7 +434,8 @@ class StorageNode:
 
     def status(self) -> pb.NodeStatusResponse:
 
-        out = pb.NodeStatusResponse(node_id=self.node_id)
+        out = pb.NodeStatusResponse(node_id=self.node_id, reclaimed=self.reclaimed,
+                                    lww_repaired=self.lww_repaired)
         for i in range(self.kv_logs):
             out.log_positions.append(self.positions[i][0])
         for s in range(self.kv.shards):

@@ -158,3 +158,12 @@ def test_anti_entropy_fills_a_replica_that_missed_writes(ec_ae: Cluster) -> None
                 and all(h is not None and h.version == versions[k] for k, h in held.items()))
 
     wait_for(caught_up, 30, "storage-2 to pull what it missed", every_s=0.5)
+    # Operators see it in `midtown node status`.
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", ec_ae.zk_hosts,
+                          "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
+    rows = {r["node"]: r for r in json.loads(out)}
+    assert rows[2]["anti_entropy_taken"] >= 20 and rows[2]["reclaimed"] >= 0

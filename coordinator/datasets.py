@@ -152,6 +152,13 @@ def drop(zk: KazooClient, name: str) -> None:
         raise DatasetError(f"name: dataset {name!r} changed meanwhile; try again")
 
 
+def forget_drop(zk: KazooClient, dataset_id: str) -> None:
+    try:
+        zk.delete(f"{DROPPED}/{dataset_id}")
+    except NoNodeError:
+        pass
+
+
 def dropped(zk: KazooClient) -> list[tuple[str, int]]:
     """Dropped datasets' ids, with when they were dropped (ms since the epoch)."""
     try:

@@ -114,8 +114,9 @@ class StorageNode:
                  saved, first, ", an earlier bootstrap did not finish" if marker else "")
         deadline = time.monotonic() + 300
         while True:
+            # Members only: a node taken out of the membership may be behind the logs.
             peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
-                     if nid != self.node_id]
+                     if nid != self.node_id and nid in self.kv.storage_nodes]
             try:
                 bootstrap.copy_from(self.store.db, peers, self.store.sync)
                 break
@@ -332,6 +333,11 @@ class StorageNode:
             log.debug("reading dropped datasets: %s", e)
             return
         for dataset_id in due:
+            if all(self.store.drop_applied(lg, dataset_id) for lg in range(self.kv_logs)):
+                # In every log now: every member applies it from there (the logs are not
+                # truncated past a member), so the note has done its work.
+                datasets.forget_drop(self.zk, dataset_id)
+                continue
             for log_id in range(self.kv_logs):
                 if self.store.drop_applied(log_id, dataset_id):
                     continue

@@ -152,3 +152,12 @@ def test_dropped_datasets_are_deleted_from_every_replica(tc: Cluster) -> None:
         assert db.get("gone", "p0", "new").value == b"w"  # type: ignore[union-attr]
         assert db.get("gone", "p0", "k") is None
     wait_for(lambda: _converged(tc), 30, "replicas level, digests equal")
+    # Once a drop is in every log, its note in ZooKeeper is removed.
+    from coordinator import datasets
+    from log import zk as zkpaths
+
+    zk = zkpaths.connect(tc.zk_hosts)
+    try:
+        wait_for(lambda: datasets.dropped(zk) == [], 30, "the drop notes to be forgotten")
+    finally:
+        zk.stop()

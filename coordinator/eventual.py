@@ -55,6 +55,30 @@ class HybridClock:
         return version >> (COUNTER_BITS + ID_BITS)
 
 
+def stamp(value: bytes, version: int, ttl_ms: int, deleted: bool) -> pb.LwwValue:
+    """A write's value: a TTL counts from the version's milliseconds (tombstones never expire)."""
+    expires = HybridClock.millis(version) + ttl_ms if ttl_ms and not deleted else 0
+    return pb.LwwValue(value=value, version=version, expires_at_ms=expires, deleted=deleted)
+
+
+def write_shortfall(acks: int, n: int) -> str | None:
+    """None if `acks` of `n` replicas make a write done; else why not, for the client."""
+    need = quorum(n)
+    if acks >= need:
+        return None
+    if acks:
+        return (f"partial: the write reached {acks} of {n} replicas, fewer than a majority "
+                f"({need}); it may be read, and a retry makes it certain")
+    return "no storage replica took the write; retry"
+
+
+def read_shortfall(answers: int, n: int) -> str | None:
+    """None if `answers` of `n` replicas make a read; else why not."""
+    need = quorum(n)
+    return None if answers >= need else \
+        f"read from {answers} of {n} replicas, fewer than a majority ({need}); retry"
+
+
 def live(v: pb.LwwValue | None, now_ms: int) -> bool:
     return v is not None and not v.deleted and (v.expires_at_ms == 0 or v.expires_at_ms > now_ms)
 

@@ -21,6 +21,11 @@ def log_of(shard: int, logs: int) -> int:
     return shard % logs
 
 
+def shards_of_log(log_id: int, shards: int, logs: int) -> tuple[int, ...]:
+    """The shards that travel in `log_id`."""
+    return tuple(s for s in range(shards) if log_of(s, logs) == log_id)
+
+
 def answers_for(node_id: int, shard: int, members: Iterable[int], replicas: int) -> bool:
     """Whether `node_id` is one of the `replicas` storage nodes that answer coordinators
     for `shard` (the others apply it and stay quiet). With `replicas` or fewer members,

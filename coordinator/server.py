@@ -378,21 +378,15 @@ class Coordinator:
                        deleted: bool, deadline_s: float) -> int:
         """Write to every replica, done once a majority has it (coordinator/eventual.py)."""
         version = self.clock.next()
-        ttl = 0 if deleted else (ttl_ms or d.ttl_ms)
-        v = pb.LwwValue(value=value, version=version, deleted=deleted,
-                        expires_at_ms=eventual.HybridClock.millis(version) + ttl if ttl else 0)
+        v = eventual.stamp(value, version, ttl_ms or d.ttl_ms, deleted)
         req = pb.LwwWriteRequest(dataset=d.id, shard=shard_of(d.id, pkey, self.kv.shards),
                                  partition_key=pkey, local_key=lkey, value=v)
         n = len(self.kv.storage_nodes)
-        need = eventual.quorum(n)
-        ok = self._fan_out("LwwWrite", req, deadline_s, need)
-        if len(ok) >= need:
-            return version
-        if ok:
-            raise Abort(Code.UNAVAILABLE,
-                        f"partial: the write reached {len(ok)} of {n} replicas, fewer than a "
-                        f"majority ({need}); it may be read, and a retry makes it certain")
-        raise Abort(Code.UNAVAILABLE, "no storage replica took the write; retry")
+        ok = self._fan_out("LwwWrite", req, deadline_s, eventual.quorum(n))
+        short = eventual.write_shortfall(len(ok), n)
+        if short is not None:
+            raise Abort(Code.UNAVAILABLE, short)
+        return version
 
     def eventual_read(self, d: Dataset, pkey: bytes, req: pb.LwwReadRequest,
                       deadline_s: float) -> list[pb.LwwReadResponse]:
@@ -400,11 +394,10 @@ class Coordinator:
         of a single key get the newest written back (read repair)."""
         req.dataset, req.shard, req.partition_key = d.id, shard_of(d.id, pkey, self.kv.shards), pkey
         n = len(self.kv.storage_nodes)
-        need = eventual.quorum(n)
-        ok = self._fan_out("LwwRead", req, deadline_s, need)
-        if len(ok) < need:
-            raise Abort(Code.UNAVAILABLE, f"read from {len(ok)} of {n} replicas, fewer than a "
-                                          f"majority ({need}); retry")
+        ok = self._fan_out("LwwRead", req, deadline_s, eventual.quorum(n))
+        short = eventual.read_shortfall(len(ok), n)
+        if short is not None:
+            raise Abort(Code.UNAVAILABLE, short)
         best = eventual.winner([r for _, r in ok]) if not req.scan else None
         if best is not None:
             fix = pb.LwwWriteRequest(dataset=req.dataset, shard=req.shard, partition_key=pkey,

@@ -28,11 +28,6 @@ def register(addr: str, component: Any) -> None:
         _by_addr[addr] = component
 
 
-def unregister(addr: str) -> None:
-    with _lock:
-        _by_addr.pop(addr, None)
-
-
 def lookup(addr: str | None, kind: type | None = None) -> Any:
     """The component of this process at `addr` (of class `kind`, if given), or None."""
     if not addr:
@@ -41,15 +36,6 @@ def lookup(addr: str | None, kind: type | None = None) -> Any:
     if c is None or (kind is not None and not isinstance(c, kind)):
         return None
     return c
-
-
-def local_of(kind: type) -> Any:
-    """The one component of class `kind` in this process, or None."""
-    with _lock:
-        for c in _by_addr.values():
-            if isinstance(c, kind):
-                return c
-    return None
 
 
 def used(path: str) -> None:

@@ -88,7 +88,7 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
         shards = sorted({s for o in rec.ops if isinstance(o, Drop) for s in o.shards})
         prefixes = [keys.dataset_shard_prefix(s, rec.dataset) for s in shards]
         return Applied(digest=state.digest(rec.shard),
-                       dropped=tuple(prefixes + [b"E" + p[1:] for p in prefixes]),
+                       dropped=tuple(prefixes + [keys.eventual(p) for p in prefixes]),
                        drop_marker=keys.drop_key(log_id, rec.dataset),
                        result=RecordResult(b"", log_id, position, rec.shard,
                                            state.digest(rec.shard), node_id, True))

@@ -17,10 +17,10 @@ that stops half-way finds the marker at its next start and bootstraps again."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import grpc
-from rocksdict import WriteBatch
+from rocksdict import Rdict, WriteBatch
 
 from log import limits as log_limits
 from midtown_pb import kv_pb2 as pb
@@ -63,7 +63,7 @@ def needed(saved: dict[int, int], first_available: dict[int, int], marker: bool)
     return marker or any(saved.get(lg, 0) < first for lg, first in first_available.items())
 
 
-def copy_from(db: object, peers: list[str], sync: object) -> str:
+def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None]) -> str:
     """Replace the state in `db` (a rocksdict Rdict) by a peer's; returns the peer used.
     `sync()` makes what was written durable. BootstrapFailed if no peer gave a whole copy."""
     errors = []
@@ -80,11 +80,15 @@ def copy_from(db: object, peers: list[str], sync: object) -> str:
                                                          " (no live peer)"))
 
 
-def _copy_one(db, addr: str, sync) -> int:  # type: ignore[no-untyped-def]
+def _copy_one(db: Rdict, addr: str, sync: Callable[[], None]) -> int:
     db.put(MARKER, b"1")
     sync()
     db.delete_range(STATE_FIRST, STATE_END)
-    stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS))
+    with grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS) as channel:
+        return _receive(db, kv_pb2_grpc.StorageStub(channel), sync)
+
+
+def _receive(db: Rdict, stub: kv_pb2_grpc.StorageStub, sync: Callable[[], None]) -> int:
     n = 0
     for chunk in stub.Snapshot(pb.SnapshotRequest(), timeout=3600):
         if len(chunk.keys) != len(chunk.values):

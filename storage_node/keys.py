@@ -8,6 +8,8 @@
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
   b"X" log_id:4 expires_at:8 K-key                            -> b"" (values with a TTL by expiry)
   b"G" log_id:4 dataset                                       -> b"" (a drop this log applied)
+  b"E" shard:4 (as after b"K")                                -> version:8 expires_at:8 deleted:1 value
+                                                                 (eventual datasets: storage_node/lww.py)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -70,6 +72,16 @@ def expiry_prefix(log_id: int) -> bytes:
 
 def expiry_key(log_id: int, expires_at_ms: int, value_key: bytes) -> bytes:
     return expiry_prefix(log_id) + _Q.pack(expires_at_ms) + value_key
+
+
+def eventual(k_key: bytes) -> bytes:
+    """The eventual datasets' counterpart (b"E") of a b"K" key or prefix."""
+    assert k_key[:1] == b"K"
+    return b"E" + k_key[1:]
+
+
+def eventual_shard_prefix(shard: int) -> bytes:
+    return b"E" + _I.pack(shard)
 
 
 def drop_key(log_id: int, dataset: str) -> bytes:

@@ -35,7 +35,7 @@ def key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
 
 
 def prefix(shard: int, dataset: str, pkey: bytes) -> bytes:
-    return b"E" + keys.partition_prefix(shard, dataset, pkey)[1:]
+    return keys.eventual(keys.partition_prefix(shard, dataset, pkey))
 
 
 def encode(v: pb.LwwValue) -> bytes:
@@ -61,7 +61,7 @@ class LwwReplica:
 
     def range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
         """A shard's values in key order after `req.after` (a key from an earlier page)."""
-        p = b"E" + struct.pack(">I", req.shard)
+        p = keys.eventual_shard_prefix(req.shard)
         start = req.after + b"\x00" if req.after else p
         if req.after and not req.after.startswith(p):
             raise ValueError(f"after: not a key of shard {req.shard}")

@@ -15,7 +15,7 @@ import time
 import grpc
 
 from coordinator import datasets
-from coordinator.routing import answers_for, log_of
+from coordinator.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log import zk as logzk
 from log.client import LogClient, LogError
@@ -329,24 +329,19 @@ class StorageNode:
         try:
             due = [i for i, at in datasets.dropped(self.zk)
                    if time.time() * 1000 - at >= self.drop_delay_s * 1000]
-        except Exception as e:
-            log.debug("reading dropped datasets: %s", e)
-            return
-        for dataset_id in due:
-            if all(self.store.drop_applied(lg, dataset_id) for lg in range(self.kv_logs)):
-                # In every log now: every member applies it from there (the logs are not
-                # truncated past a member), so the note has done its work.
-                datasets.forget_drop(self.zk, dataset_id)
-                continue
-            for log_id in range(self.kv_logs):
-                if self.store.drop_applied(log_id, dataset_id):
-                    continue
-                shards = tuple(s for s in range(self.kv.shards) if log_of(s, self.kv_logs) == log_id)
-                rec = Record(b"", "", dataset_id, shards[0] if shards else 0, b"", (Drop(shards),))
-                try:
+            for dataset_id in due:
+                pending = [lg for lg in range(self.kv_logs)
+                           if not self.store.drop_applied(lg, dataset_id)]
+                if not pending:
+                    # In every log now: every member applies it from there (the logs are
+                    # not truncated past a member), so the note has done its work.
+                    datasets.forget_drop(self.zk, dataset_id)
+                for log_id in pending:
+                    shards = shards_of_log(log_id, self.kv.shards, self.kv_logs)
+                    rec = Record(b"", "", dataset_id, shards[0] if shards else 0, b"", (Drop(shards),))
                     self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
-                except LogError as e:
-                    log.debug("dropping %s in log %d: %s", dataset_id, log_id, e)
+        except Exception as e:  # ZooKeeper or a log unavailable: the next interval tries again
+            log.debug("dropping datasets: %s", e)
 
     def answers_for(self, shard: int) -> bool:
         return answers_for(self.node_id, shard, self.kv.storage_nodes, CALLBACK_REPLICAS)

@@ -120,3 +120,14 @@ def test_a_replica_pages_through_a_peer_and_keeps_only_newer_values() -> None:
         finally:
             a.close()
             b.close()
+
+
+def test_quorum_decisions_and_stamps() -> None:
+    assert eventual.write_shortfall(2, 3) is None and eventual.read_shortfall(2, 3) is None
+    assert eventual.write_shortfall(1, 3).startswith("partial: the write reached 1 of 3")  # type: ignore[union-attr]
+    assert eventual.write_shortfall(0, 3) == "no storage replica took the write; retry"
+    assert "read from 1 of 3 replicas, fewer than a majority (2)" in eventual.read_shortfall(1, 3)  # type: ignore[operator]
+    v = eventual.HybridClock(0, lambda: 5_000).next()
+    assert eventual.stamp(b"x", v, 100, False).expires_at_ms == 5_100
+    assert eventual.stamp(b"x", v, 0, False).expires_at_ms == 0
+    assert eventual.stamp(b"", v, 100, True).expires_at_ms == 0  # tombstones never expire

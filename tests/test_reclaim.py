@@ -140,7 +140,7 @@ def test_a_drop_record_deletes_its_dataset_in_the_shards_it_names_only() -> None
             put(view, "a#12", 3, b"p", b"longer-name", 2)  # a prefix of its name must not match
             put(view, "b#1", 3, b"p", b"kept", 3)
             view.commit({0: (4, 1_000)})
-            eventual_key = b"E" + keys.partition_prefix(3, "a#1", b"p")[1:] + b"e"
+            eventual_key = keys.eventual(keys.partition_prefix(3, "a#1", b"p")) + b"e"
             store.db[eventual_key] = b"x"  # an eventual dataset's value, same shard
             view = BatchView(store)
             put(view, "a#1", 3, b"p", b"same-batch-before", 4)

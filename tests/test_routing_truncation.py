@@ -37,3 +37,11 @@ def test_truncation_waits_for_every_member() -> None:
     assert truncation_point(pos, 3, [0, 1, 2]) is None, "member 2 has not reported"
     assert truncation_point(pos, 4, [0, 1]) is None
     assert truncation_point(pos, 3, []) is None
+
+
+def test_every_shard_travels_in_exactly_one_log() -> None:
+    from coordinator.routing import shards_of_log
+
+    per_log = [shards_of_log(lg, 64, 3) for lg in range(3)]
+    assert sorted(s for ss in per_log for s in ss) == list(range(64))
+    assert all(log_of(s, 3) == lg for lg, ss in enumerate(per_log) for s in ss)

@@ -334,6 +334,7 @@ def test_access_lists_from_the_command_line(kvc: Cluster) -> None:
              .returncode == 0, 10, "the grant")
     for args, needle in [(("dataset", "grant", "cli-secret", "carol", "admin"), "PERM"),
                          (("dataset", "create", "x", "--acl", "carol"), "--acl"),
-                         (("user", "add", "carol"), "USER"), (("user", "remove", "nobody"), "USER")]:
+                         (("user", "add", "carol"), "USER"), (("user", "remove", "nobody"), "USER"),
+                         (("dataset", "grant", "no-such-set", "carol", "r"), "NAME")]:
         p = mt(*args)
         assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)

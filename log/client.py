@@ -47,6 +47,7 @@ class LogClient:
         self._own_zk = zk is None
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
         self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method
         self._writers: dict[int, str] = {}
         self._lock = threading.Lock()
         self._topology: zkpaths.Topology | None = None
@@ -65,11 +66,14 @@ class LogClient:
         self.close()
 
     def stub(self, addr: str) -> log_pb2_grpc.LogStub:
-        with self._lock:
-            ch = self._channels.get(addr)
-            if ch is None:
-                ch = self._channels[addr] = grpc.insecure_channel(addr, options=limits.GRPC_OPTIONS)
-        return log_pb2_grpc.LogStub(ch)
+        stub = self._stubs.get(addr)
+        if stub is None:
+            with self._lock:
+                ch = self._channels.get(addr)
+                if ch is None:
+                    ch = self._channels[addr] = grpc.insecure_channel(addr, options=limits.GRPC_OPTIONS)
+                stub = self._stubs[addr] = log_pb2_grpc.LogStub(ch)
+        return stub
 
     def topology(self) -> zkpaths.Topology:
         if self._topology is None:

@@ -1,6 +1,7 @@
 """`midtown bench kv`: put, strong get and check-and-set at 1 and 64 concurrent clients,
 against a local Midtown cluster and, in the same run, against etcd (Debian's etcd-server,
-three members on loopback, started and stopped here), with the ratios.
+three members on loopback, started and stopped here), with the ratios, and beside them the
+floor: a Python gRPC server doing nothing (midtown/echo.py).
 
 Both systems are driven by the same Python harness: one thread per client, each working
 its own keys. Midtown is called through its SDK (gRPC); etcd through its v3 JSON gateway
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from midtown import echo
 from midtown.client import Client
 from midtown.cluster import Cluster
 from midtown.loadgen import run_workload
@@ -144,14 +146,39 @@ def midtown_ops(addrs: list[str]) -> dict[str, Callable[[int], Callable[[int], o
 
 
 def medians(runs: list[dict]) -> dict:
-    """Each figure's median over rounds (the middle round's, or the mean of the middle two)."""
+    """Each figure's median over rounds (the middle round's, or the mean of the middle two;
+    counts stay whole numbers)."""
     out: dict = {}
     for k in runs[0]:
         xs = sorted(r[k] for r in runs)
         mid = len(xs) // 2
         v = xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-        out[k] = round(v, 2) if isinstance(v, float) else v
+        out[k] = round(v) if all(isinstance(x, int) for x in xs) else round(v, 2)
     return out
+
+
+class EchoFloor:
+    """The floor (midtown/echo.py) in its own process: a Python gRPC server doing nothing."""
+
+    def __init__(self) -> None:
+        port = free_ports(1)[0]
+        self.addr = f"127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "midtown.echo", "--port", str(port)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if "listening" not in (self.proc.stdout.readline() if self.proc.stdout else ""):
+            self.stop()
+            raise SystemExit("the echo floor server did not start")
+
+    def ops(self) -> dict[str, Callable[[int], Callable[[int], object]]]:
+        make = lambda i: echo.caller(self.addr, VALUE)  # noqa: E731  (same call whatever the op)
+        return {"put": make, "get": make, "cas": make}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def run(a: argparse.Namespace) -> int:
@@ -160,14 +187,16 @@ def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     cluster = Cluster(root / "midtown", layout=a.layout)
-    etcd = None
+    etcd = floor = None
     try:
         log("starting a local Midtown cluster...")
         cluster.start()
         cluster.create_dataset("bench")
         log("starting etcd (3 members on loopback)...")
         etcd = Etcd(root / "etcd")
-        systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd)}
+        floor = EchoFloor()
+        systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd),
+                   "floor": floor.ops()}
         for op in ("put", "get", "cas"):
             for clients in (1, 64):
                 row: dict = {"op": op if op != "get" else "get (strong)", "clients": clients}
@@ -176,7 +205,8 @@ def run(a: argparse.Namespace) -> int:
                 runs: dict[str, list[dict]] = {name: [] for name in systems}
                 for i in range(a.rounds):  # alternating, so a slow spell of the machine hits both
                     for name, ops in systems.items():
-                        log(f"{name}: {op}, {clients} client(s), {a.seconds:.0f}s, "
+                        what = op if name != "floor" else "echo"
+                        log(f"{name}: {what}, {clients} client(s), {a.seconds:.0f}s, "
                             f"round {i + 1}/{a.rounds}...")
                         runs[name].append(run_workload(ops[op], clients, a.seconds))
                 for name in systems:
@@ -189,6 +219,8 @@ def run(a: argparse.Namespace) -> int:
     finally:
         if etcd is not None:
             etcd.stop()
+        if floor is not None:
+            floor.stop()
         cluster.stop()
         tmp.cleanup()
     if a.json:
@@ -196,8 +228,10 @@ def run(a: argparse.Namespace) -> int:
     else:
         emit(rows, False, ["op", "clients", "midtown_ops_per_s", "etcd_ops_per_s", "throughput_ratio",
                            "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
-                           "etcd_p99_ms", "p99_ratio"])
+                           "etcd_p99_ms", "p99_ratio", "floor_ops_per_s", "floor_p50_ms"])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
+        print("floor: a Python gRPC server that answers at once (midtown/echo.py), same harness and "
+              "run; every Midtown operation pays at least that call")
         if a.rounds > 1:
-            print(f"each figure is the median of {a.rounds} rounds, Midtown and etcd alternating")
+            print(f"each figure is the median of {a.rounds} rounds, Midtown, etcd and the floor alternating")
     return 0

@@ -656,10 +656,11 @@ def parser() -> argparse.ArgumentParser:
     bl.add_argument("--no-failover", action="store_true")
     bl.add_argument("--json", action="store_true")
     bl.set_defaults(fn=cmd_bench_log)
-    bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd")
+    bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd "
+                                   "and a Python gRPC server doing nothing (the floor)")
     bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")
     bk.add_argument("--rounds", type=_at_least_one("--rounds"), default=1,
-                    help="measure each workload this many times, Midtown and etcd alternating, "
+                    help="measure each workload this many times, Midtown, etcd and the floor alternating, "
                          "and print medians (this machine is noisy)")
     bk.add_argument("--layout", choices=LAYOUTS, default="split",
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")

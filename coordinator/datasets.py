@@ -9,6 +9,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient
@@ -36,6 +37,7 @@ class Dataset:
     incarnation: int = 0
     rate_limit: float = 0  # requests per second over all clients; 0: none
     acl: tuple[tuple[str, str], ...] = ()  # (user, "r" | "rw"); empty: open to every client
+    quota_bytes: int = 0  # stored bytes beyond which writes are refused; 0: none (coordinator/quotas.py)
 
     @property
     def access(self) -> dict[str, str]:
@@ -47,7 +49,9 @@ class Dataset:
 
 
 def validate(name: str, consistency: str, replication: int, ttl_ms: int,
-             rate_limit: float = 0) -> None:
+             rate_limit: float = 0, quota_bytes: int = 0) -> None:
+    if not 0 <= quota_bytes <= limits.QUOTA_BYTES_MAX:
+        raise DatasetError(f"quota: must be between 0 (none) and {limits.QUOTA_BYTES_MAX} bytes")
     if not 0 <= rate_limit <= limits.RATE_LIMIT_MAX:
         raise DatasetError(f"rate_limit: must be between 0 and {limits.RATE_LIMIT_MAX} requests/s")
     if not NAME.match(name):
@@ -64,12 +68,14 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
 
 
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
-           ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None) -> Dataset:
-    validate(name, consistency, replication, ttl_ms, rate_limit)
+           ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None,
+           quota_bytes: int = 0) -> Dataset:
+    validate(name, consistency, replication, ttl_ms, rate_limit, quota_bytes)
     _wait_out_a_recent_drop(zk, name)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
-            "rate_limit": rate_limit, "created_ms": int(time.time() * 1000), "acl": acl or {}}
+            "rate_limit": rate_limit, "created_ms": int(time.time() * 1000), "acl": acl or {},
+            "quota_bytes": quota_bytes}
     try:
         zk.create(f"{ROOT}/{name}", json.dumps(body).encode())
     except NodeExistsError:
@@ -98,7 +104,8 @@ def get(zk: KazooClient, name: str) -> Dataset | None:
         return None
     b = json.loads(data)
     return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid,
-                   b.get("rate_limit", 0), tuple(sorted(b.get("acl", {}).items())))
+                   b.get("rate_limit", 0), tuple(sorted(b.get("acl", {}).items())),
+                   b.get("quota_bytes", 0))
 
 
 def grant(zk: KazooClient, name: str, user: str, perm: str) -> Dataset:
@@ -110,18 +117,33 @@ def grant(zk: KazooClient, name: str, user: str, perm: str) -> Dataset:
         check_user(user)
     except ValueError as e:
         raise DatasetError(str(e)) from None
-    while True:
-        try:
-            data, stat = zk.get(f"{ROOT}/{name}")
-        except NoNodeError:
-            raise DatasetError(f"NAME: no dataset {name!r}") from None
-        b = json.loads(data)
+
+    def change(b: dict) -> None:
         access = dict(b.get("acl", {}))
         if perm == "none":
             access.pop(user, None)
         else:
             access[user] = perm
         b["acl"] = access
+    return _update(zk, name, change)
+
+
+def set_quota(zk: KazooClient, name: str, quota_bytes: int) -> Dataset:
+    """Set a dataset's storage quota (0: none), by a versioned write."""
+    if not 0 <= quota_bytes <= limits.QUOTA_BYTES_MAX:
+        raise DatasetError(f"SIZE: must be between 0 (none) and {limits.QUOTA_BYTES_MAX} bytes")
+    return _update(zk, name, lambda b: b.update(quota_bytes=quota_bytes))
+
+
+def _update(zk: KazooClient, name: str, change: Callable[[dict], object]) -> Dataset:
+    """Change a dataset's definition in place, retried if it changed meanwhile."""
+    while True:
+        try:
+            data, stat = zk.get(f"{ROOT}/{name}")
+        except NoNodeError:
+            raise DatasetError(f"NAME: no dataset {name!r}") from None
+        b = json.loads(data)
+        change(b)
         try:
             zk.set(f"{ROOT}/{name}", json.dumps(b).encode(), version=stat.version)
         except BadVersionError:

@@ -20,6 +20,7 @@ REQUEST_ID_BYTES_MAX = 64
 # Rate limits (requests per second): a dataset's is set when it is created; every client
 # connection gets the coordinator's --client-rate-limit.
 RATE_LIMIT_MAX = 1_000_000
+QUOTA_BYTES_MAX = 2**60  # a dataset's storage quota: 1 EiB at most
 CLIENT_RATE_LIMIT_DEFAULT = 5_000
 DATASET_NAME_MAX = 64
 # Requests a coordinator holds while waiting for the log or a storage node.

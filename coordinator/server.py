@@ -24,7 +24,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from prometheus_client import Counter, start_http_server
 
-from coordinator import acl, eventual, limits
+from coordinator import acl, eventual, limits, quotas
 from coordinator.appender import Appender
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
@@ -73,10 +73,12 @@ Code = grpc.StatusCode
 
 
 class Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, msg: str) -> None:
+    def __init__(self, code: grpc.StatusCode, msg: str,
+                 trailers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(msg)
         self.code = code
         self.msg = msg
+        self.trailers = trailers
 
 
 class Coordinator:
@@ -92,6 +94,7 @@ class Coordinator:
         self.kv = kv
         self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
         self.datasets = DatasetCache(self.zk)
+        self.usage = quotas.UsageCache(self.zk)
         self._appenders: dict[int, Appender] = {}
         self._waiters: dict[bytes, list[Future[RecordResult]]] = {}
         self._lock = threading.Lock()
@@ -139,6 +142,19 @@ class Coordinator:
             raise Abort(Code.RESOURCE_EXHAUSTED,
                         f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
                         "requests/s; retry later")
+
+    def check_quota(self, req: Any) -> None:
+        """A write that can add data to a dataset at or over its storage quota:
+        RESOURCE_EXHAUSTED, marked so that clients do not retry it (coordinator/quotas.py)."""
+        d = self.datasets.get(req.header.dataset) if req.header.dataset else None
+        if d is None or not d.quota_bytes or not quotas.adds_data(req):
+            return
+        used = quotas.used(self.usage.reports(), self.kv.storage_nodes, d.id)
+        if quotas.over(d.quota_bytes, used):
+            raise Abort(Code.RESOURCE_EXHAUSTED,
+                        f"header.dataset: {d.name!r} holds {quotas.format_size(used)}, at or over "
+                        f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
+                        "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)
 
     def authorize(self, header: pb.RequestHeader, ctx: grpc.ServicerContext, write: bool) -> None:
         """A dataset with an access list takes only its users' calls (coordinator/acl.py)."""
@@ -654,9 +670,12 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
                 if fn is not deliver:
                     c.check_rate(req.header, ctx.peer())
                     c.authorize(req.header, ctx, write=fn.__name__ not in ("get", "scan"))
+                    c.check_quota(req)
                 out = fn(req, ctx)
             except Abort as e:
                 REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
+                if e.trailers:
+                    ctx.set_trailing_metadata(e.trailers)
                 ctx.abort(e.code, e.msg)
             REQUESTS.labels(method=fn.__name__, code="OK").inc()
             return out

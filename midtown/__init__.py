@@ -22,6 +22,7 @@ from midtown.errors import (
     NotFound,
     OutOfRange,
     PermissionDenied,
+    QuotaExceeded,
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
@@ -30,6 +31,6 @@ from midtown.errors import (
 __all__ = [
     "AsyncClient", "BatchResult", "CasResult", "Client", "Item", "Op", "OpOutcome", "ScanPage",
     "Value", "DeadlineExceeded", "FailedPrecondition", "InvalidArgument", "MidtownError",
-    "NotFound", "OutOfRange", "PermissionDenied", "ResourceExhausted", "Unauthenticated",
+    "NotFound", "OutOfRange", "PermissionDenied", "QuotaExceeded", "ResourceExhausted", "Unauthenticated",
     "Unavailable",
 ]

@@ -277,7 +277,7 @@ def cmd_user(a: argparse.Namespace) -> int:
 
 
 def cmd_dataset(a: argparse.Namespace) -> int:
-    from coordinator import acl, datasets
+    from coordinator import acl, datasets, quotas
 
     zk = _zk(a)
     try:
@@ -287,22 +287,30 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                 access = acl.parse(a.acl) if a.acl else None
             except ValueError as e:
                 raise CliError(str(e)) from None
-            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access)
+            d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access,
+                                a.quota)
             emit(datasets.describe(d), a.json,
-                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "acl", "id"])
+                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "quota_bytes", "acl", "id"])
+        elif a.cmd == "quota":
+            d = datasets.set_quota(zk, a.name, a.size)
+            emit(datasets.describe(d), a.json, ["name", "quota_bytes"])
         elif a.cmd == "grant":
             d = datasets.grant(zk, a.name, a.user, a.perm)
             emit(datasets.describe(d), a.json, ["name", "acl"])
         elif a.cmd == "list":
             found = [datasets.get(zk, n) for n in datasets.names(zk)]
             rows = [datasets.describe(x) for x in found if x is not None]
-            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit", "acl"])
+            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit",
+                                "quota_bytes", "acl"])
         elif a.cmd == "describe":
             got = datasets.get(zk, a.name)
             if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
-            emit(datasets.describe(got), a.json,
-                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "acl", "id"])
+            kv = registry.read_kv(zk)
+            out = datasets.describe(got)
+            out["used_bytes"] = quotas.used(quotas.read_reports(zk), kv.storage_nodes if kv else [], got.id)
+            emit(out, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit",
+                               "quota_bytes", "used_bytes", "acl", "id"])
         elif a.cmd == "drop":
             datasets.drop(zk, a.name)
             emit({"dropped": a.name}, a.json)
@@ -477,6 +485,16 @@ def _at_least_one(name: str):  # type: ignore[no-untyped-def]
     return conv
 
 
+def _size(name: str):  # type: ignore[no-untyped-def]
+    def conv(s: str) -> int:
+        from coordinator.quotas import parse_size
+        try:
+            return parse_size(s)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{name}: {e}") from None
+    return conv
+
+
 def _nonneg(name: str):  # type: ignore[no-untyped-def]
     def conv(s: str) -> int:
         try:
@@ -569,7 +587,14 @@ def parser() -> argparse.ArgumentParser:
                     help="requests/s over all clients (default: none)")
     dc.add_argument("--acl", help="who may use it: USER=r or USER=rw, comma-separated "
                                   "(default: open to every client)")
+    dc.add_argument("--quota", type=_size("--quota"), default=0,
+                    help="bytes it may hold (10GiB, 500MB; default: none); writes that add data "
+                         "are refused beyond it")
     common(dc)
+    dq = dss.add_parser("quota", help="set a dataset's storage quota")
+    dq.add_argument("name")
+    dq.add_argument("size", type=_size("SIZE"), help="10GiB, 500MB, bytes, or none")
+    common(dq)
     dg = dss.add_parser("grant", help="set a user's access to a dataset")
     dg.add_argument("name")
     dg.add_argument("user")
@@ -581,7 +606,7 @@ def parser() -> argparse.ArgumentParser:
         if name != "list":
             sp.add_argument("name")
         common(sp)
-    for sp in (dc, dg, *[dss.choices[n] for n in ("list", "describe", "drop")]):
+    for sp in (dc, dg, dq, *[dss.choices[n] for n in ("list", "describe", "drop")]):
         sp.set_defaults(fn=cmd_dataset)
     us = sub.add_parser("user", help="users and their tokens, for datasets with an access list")
     uss = us.add_subparsers(dest="cmd", required=True)

@@ -29,6 +29,8 @@ from midtown_pb import kv_pb2_grpc
 Key = str | bytes
 T = TypeVar("T")
 DISCOVERY_TTL_S = 5.0
+_EARLIER_ATTEMPT = (" (this was a retry: an earlier attempt of the request may have been applied; "
+                    "read the key to know)")
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.RESOURCE_EXHAUSTED)
 
@@ -209,6 +211,8 @@ class Client:
                     req.header.first_attempt = False  # a retry: the first may have applied
                 return getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
+                if errors.refused_for_quota(e):  # retrying cannot help
+                    raise errors.from_rpc(e, _EARLIER_ATTEMPT if attempt else "") from None
                 if e.code() not in RETRYABLE or attempt == self.retries:
                     raise errors.from_rpc(e) from None
                 if e.code() == grpc.StatusCode.UNAVAILABLE:

@@ -33,6 +33,11 @@ class ResourceExhausted(MidtownError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class QuotaExceeded(ResourceExhausted):
+    """The dataset holds as much as its storage quota allows: the write was refused and is
+    not retried. Deletes are still taken."""
+
+
 class Unavailable(MidtownError):
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -54,8 +59,13 @@ _BY_CODE = {c.code: c for c in (InvalidArgument, NotFound, FailedPrecondition, O
                                  PermissionDenied, Unauthenticated)}
 
 
-def from_rpc(e: grpc.RpcError) -> MidtownError:
-    cls = _BY_CODE.get(e.code(), MidtownError)
-    err = cls(e.details() or e.code().name)
+def refused_for_quota(e: grpc.RpcError) -> bool:
+    trailers = getattr(e, "trailing_metadata", lambda: None)() or ()
+    return e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and ("midtown-refused", "quota") in tuple(trailers)
+
+
+def from_rpc(e: grpc.RpcError, note: str = "") -> MidtownError:
+    cls = QuotaExceeded if refused_for_quota(e) else _BY_CODE.get(e.code(), MidtownError)
+    err = cls((e.details() or e.code().name) + note)
     err.code = e.code()
     return err

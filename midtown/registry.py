@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -113,7 +114,13 @@ def register(zk: KazooClient, parent: str, member_id: int, addr: str) -> None:
 
 
 def members(zk: KazooClient, parent: str) -> dict[int, str]:
-    out: dict[int, str] = {}
+    return {i: b["addr"] for i, b in children_json(zk, parent).items()}
+
+
+def children_json(zk: KazooClient, parent: str) -> dict[int, Any]:
+    """The JSON of each child of `parent` named by a number (node and coordinator ids);
+    children gone meanwhile, or not numbers, or not JSON, are left out."""
+    out: dict[int, Any] = {}
     try:
         children = zk.get_children(parent)
     except NoNodeError:
@@ -121,7 +128,7 @@ def members(zk: KazooClient, parent: str) -> dict[int, str]:
     for c in children:
         try:
             data, _ = zk.get(f"{parent}/{c}")
-        except NoNodeError:
+            out[int(c)] = json.loads(data)
+        except (NoNodeError, ValueError):
             continue
-        out[int(c)] = json.loads(data)["addr"]
     return out

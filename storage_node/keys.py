@@ -84,6 +84,12 @@ def eventual_shard_prefix(shard: int) -> bytes:
     return b"E" + _I.pack(shard)
 
 
+def dataset_of(k: bytes) -> str:
+    """The dataset id in a b"K" or b"E" key."""
+    n = k[5]
+    return k[6:6 + n].decode()
+
+
 def drop_key(log_id: int, dataset: str) -> bytes:
     return b"G" + _I.pack(log_id) + dataset.encode()
 

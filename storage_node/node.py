@@ -14,7 +14,7 @@ import time
 
 import grpc
 
-from coordinator import datasets
+from coordinator import datasets, quotas
 from coordinator.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log import zk as logzk
@@ -25,7 +25,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from storage_node import bootstrap, codec, reclaim
+from storage_node import bootstrap, codec, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.lww import LwwReplica
@@ -75,6 +75,7 @@ class StorageNode:
                                                         POSITION_INTERVAL_S))
         self.drop_delay_s = float(os.environ.get("MIDTOWN_DROP_DELAY_S", DROP_DELAY_S))
         self.anti_entropy_s = float(os.environ.get("MIDTOWN_ANTI_ENTROPY_S", ANTI_ENTROPY_S))
+        self.usage_interval_s = float(os.environ.get("MIDTOWN_USAGE_INTERVAL_S", usage.USAGE_INTERVAL_S))
         self.lww_repaired = 0  # eventual values taken from peers by anti-entropy
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         self._next_reclaim = 0.0
@@ -97,6 +98,7 @@ class StorageNode:
         self._bootstrap_if_needed()
         threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
         threading.Thread(target=self._anti_entropy_loop, name="anti-entropy", daemon=True).start()
+        threading.Thread(target=self._usage_loop, name="usage", daemon=True).start()
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
                              daemon=True).start()
@@ -422,6 +424,17 @@ class StorageNode:
                 log.debug("anti-entropy: %s", e.code())
             finally:
                 channel.close()
+
+    def _usage_loop(self) -> None:
+        """Count what each dataset takes here and publish it for the quota checks
+        (coordinator/quotas.py), now and every usage interval."""
+        while True:
+            try:
+                quotas.publish(self.zk, self.node_id, usage.count(self.store))
+            except Exception as e:  # ZooKeeper unavailable: the next interval tries again
+                log.debug("publishing usage: %s", e)
+            if self._stop.wait(self.usage_interval_s):
+                return
 
     def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
         self._check_shard(req.shard)

@@ -4,14 +4,15 @@ Every storage node holds every shard, so each one can tell how many bytes each d
 takes: every USAGE_INTERVAL_S it counts the keys and values it stores per dataset
 (storage_node/usage.py) and publishes the counts under /midtown/usage/<node id>. A
 coordinator takes, per dataset, the highest count among the current members (the node that
-applied furthest) and refuses writes that add data to a dataset at or over its quota with
-RESOURCE_EXHAUSTED. Deletes are always taken, so a user can get back under.
+applied furthest), adds what it let in itself since that count (Recent), and refuses writes
+that add data to a dataset at or over its quota with RESOURCE_EXHAUSTED. Deletes are always
+taken, so a user can get back under.
 
-A quota is a soft limit, as in most stores that shard their data: a dataset can pass it by
-what it writes between two counts and the coordinators' next look (about USAGE_INTERVAL_S
-+ CACHE_TTL_S). Counted: each stored key and value with its version and expiry (values
-past their expiry until they are reclaimed), of strong and eventual datasets alike; not
-RocksDB's own overhead or compression."""
+With several coordinators it is a soft limit, as in most stores that shard their data: a
+dataset can pass it by what the other coordinators let in between two counts. Counted:
+each stored key and value with its version and expiry (values past their expiry until
+they are reclaimed), of strong and eventual datasets alike; not RocksDB's own overhead or
+compression (docs/api.md, "Storage quotas")."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +33,16 @@ from midtown_pb import kv_pb2 as pb
 
 USAGE = "/midtown/usage"  # /midtown/usage/<node id>: {"at_ms": ..., "bytes": {dataset id: n}}
 CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
+# Bytes a stored entry takes beyond its keys and value (storage_node/keys.py): the b"K"
+# key's prefix, shard, lengths; the value's version and expiry (and an eventual tombstone flag).
+KEY_OVERHEAD = 1 + 4 + 1 + 4
+VALUE_OVERHEAD = 17
+INT64_DIGITS = 20
+# Writes a coordinator let in are added to the nodes' counts if made no earlier than this
+# before the count (a write let in shortly before may not have been applied when counted),
+# and forgotten after RECENT_MAX_AGE_MS (a count comes every USAGE_INTERVAL_S).
+APPLY_SLACK_MS = 2_000
+RECENT_MAX_AGE_MS = 120_000
 # Sent with a quota refusal: the SDK does not retry it (a retry cannot succeed).
 REFUSED_TRAILER = (("midtown-refused", "quota"),)
 
@@ -63,10 +75,23 @@ def format_size(n: int) -> str:
     return f"{n} B"
 
 
-def used(reports: dict[int, dict[str, int]], members: Sequence[int], dataset_id: str) -> int:
-    """A dataset's bytes: the highest count among the member nodes' latest reports (each
-    holds every shard; the one that applied furthest has counted the most recent writes)."""
-    return max((reports.get(m, {}).get(dataset_id, 0) for m in members), default=0)
+@dataclass(frozen=True)
+class Report:
+    """One node's latest counts: when it counted (ms since the epoch) and dataset id -> bytes."""
+    at_ms: int
+    bytes: dict[str, int]
+
+
+def used(reports: dict[int, Report], members: Sequence[int], dataset_id: str) -> tuple[int, int]:
+    """A dataset's bytes and when they were counted: the highest count among the member
+    nodes' latest reports (each holds every shard; the one that applied furthest has
+    counted the most recent writes). (0, 0) when no member has counted yet."""
+    best = (0, 0)
+    for m in members:
+        r = reports.get(m)
+        if r is not None:
+            best = max(best, (r.bytes.get(dataset_id, 0), r.at_ms))
+    return best
 
 
 def over(quota_bytes: int, used_bytes: int) -> bool:
@@ -74,16 +99,77 @@ def over(quota_bytes: int, used_bytes: int) -> bool:
     return quota_bytes > 0 and used_bytes >= quota_bytes
 
 
-def adds_data(req: Any) -> bool:
-    """Can this request make its dataset hold more? Reads and deletes never do."""
-    if isinstance(req, (pb.PutRequest, pb.IncrementRequest)):
-        return True
+Written = tuple[tuple[bytes, bytes], int]  # ((partitioning key, local key), bytes)
+
+
+def writes(req: Any, dataset_id: str) -> list[Written]:
+    """The keys this request can add data under (none for reads and deletes), each with
+    at most how many bytes it will take, counted as the nodes count (a key as
+    storage_node/keys.py lays it out, a value with its version and expiry)."""
+    def one(pkey: bytes, lkey: bytes, value_len: int) -> Written:
+        key_len = KEY_OVERHEAD + len(dataset_id.encode()) + len(pkey) + len(lkey)
+        return (pkey, lkey), key_len + VALUE_OVERHEAD + value_len
+
+    if isinstance(req, pb.PutRequest):
+        return [one(req.key.partition, req.key.local, len(req.value))]
+    if isinstance(req, pb.IncrementRequest):
+        return [one(req.key.partition, req.key.local, INT64_DIGITS)]
     if isinstance(req, pb.CheckAndSetRequest):
-        return not req.delete
+        return [] if req.delete else [one(req.key.partition, req.key.local, len(req.new_value))]
     if isinstance(req, pb.BatchRequest):
-        return any(op.WhichOneof("op") in ("put", "incr") or
-                   (op.WhichOneof("op") == "cas" and not op.cas.delete) for op in req.ops)
-    return False
+        out = []
+        for op in req.ops:
+            kind = op.WhichOneof("op")
+            if kind == "put":
+                out.append(one(req.partition_key, op.put.local_key, len(op.put.value)))
+            elif kind == "incr":
+                out.append(one(req.partition_key, op.incr.local_key, INT64_DIGITS))
+            elif kind == "cas" and not op.cas.delete:
+                out.append(one(req.partition_key, op.cas.local_key, len(op.cas.new_value)))
+        return out
+    return []
+
+
+class Recent:
+    """What a coordinator let in, per dataset, since the nodes last counted: added to their
+    count, it keeps the overshoot of a quota to what other coordinators let in meanwhile.
+    A key written again counts once, at its latest size: overwriting one key many times
+    between two counts does not fill a quota. Pure: the caller gives the times and holds
+    a lock."""
+
+    def __init__(self, max_age_ms: int = RECENT_MAX_AGE_MS) -> None:
+        self.max_age_ms = max_age_ms
+        # dataset id -> key -> (when last let in, bytes), oldest first
+        self._keys: dict[str, dict[tuple[bytes, bytes], tuple[int, int]]] = {}
+        self._sums: dict[str, int] = {}
+
+    def add(self, dataset_id: str, t_ms: int, written: list[Written]) -> None:
+        """Keys let in at `t_ms` (times never go back)."""
+        keys = self._keys.setdefault(dataset_id, {})
+        total = self._sums.get(dataset_id, 0)
+        for key, n in written:
+            old = keys.pop(key, None)
+            if old is not None:
+                total -= old[1]
+            keys[key] = (t_ms, n)
+            total += n
+        self._sums[dataset_id] = total
+
+    def since(self, dataset_id: str, t_ms: int, now_ms: int) -> int:
+        """Bytes of the keys last let in at `t_ms` or later; older ones (or older than the
+        longest a count can take to come) are forgotten."""
+        keys = self._keys.get(dataset_id)
+        if not keys:
+            return 0
+        cutoff = max(t_ms, now_ms - self.max_age_ms)
+        while keys:
+            key = next(iter(keys))
+            when, n = keys[key]
+            if when >= cutoff:
+                break
+            del keys[key]
+            self._sums[dataset_id] -= n
+        return self._sums[dataset_id]
 
 
 def publish(zk: KazooClient, node_id: int, counts: dict[str, int]) -> None:
@@ -95,12 +181,12 @@ def publish(zk: KazooClient, node_id: int, counts: dict[str, int]) -> None:
         zk.set(path, data)
 
 
-def read_reports(zk: KazooClient) -> dict[int, dict[str, int]]:
-    """Every node's latest counts: node id -> dataset id -> bytes."""
-    out: dict[int, dict[str, int]] = {}
+def read_reports(zk: KazooClient) -> dict[int, Report]:
+    """Every node's latest counts."""
+    out: dict[int, Report] = {}
     for node, b in registry.children_json(zk, USAGE).items():
         try:
-            out[node] = {str(k): int(v) for k, v in b["bytes"].items()}
+            out[node] = Report(int(b["at_ms"]), {str(k): int(v) for k, v in b["bytes"].items()})
         except (KeyError, TypeError, ValueError, AttributeError):
             continue  # not ours
     return out
@@ -113,10 +199,10 @@ class UsageCache:
         self.zk = zk
         self.ttl_s = ttl_s
         self._at = -float("inf")
-        self._reports: dict[int, dict[str, int]] = {}
+        self._reports: dict[int, Report] = {}
         self._lock = threading.Lock()
 
-    def reports(self) -> dict[int, dict[str, int]]:
+    def reports(self) -> dict[int, Report]:
         now = time.monotonic()
         if now - self._at >= self.ttl_s:
             with self._lock:

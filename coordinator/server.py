@@ -95,6 +95,8 @@ class Coordinator:
         self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
         self.datasets = DatasetCache(self.zk)
         self.usage = quotas.UsageCache(self.zk)
+        self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
+        self._quota_lock = threading.Lock()
         self._appenders: dict[int, Appender] = {}
         self._waiters: dict[bytes, list[Future[RecordResult]]] = {}
         self._lock = threading.Lock()
@@ -145,16 +147,24 @@ class Coordinator:
 
     def check_quota(self, req: Any) -> None:
         """A write that can add data to a dataset at or over its storage quota:
-        RESOURCE_EXHAUSTED, marked so that clients do not retry it (coordinator/quotas.py)."""
+        RESOURCE_EXHAUSTED, marked so that clients do not retry it (coordinator/quotas.py).
+        What the nodes counted last, plus what this coordinator let in since, is what the
+        dataset holds."""
         d = self.datasets.get(req.header.dataset) if req.header.dataset else None
-        if d is None or not d.quota_bytes or not quotas.adds_data(req):
+        written = quotas.writes(req, d.id) if d is not None and d.quota_bytes else []
+        if d is None or not written:
             return
-        used = quotas.used(self.usage.reports(), self.kv.storage_nodes, d.id)
-        if quotas.over(d.quota_bytes, used):
-            raise Abort(Code.RESOURCE_EXHAUSTED,
-                        f"header.dataset: {d.name!r} holds {quotas.format_size(used)}, at or over "
-                        f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
-                        "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)
+        counted, at_ms = quotas.used(self.usage.reports(), self.kv.storage_nodes, d.id)
+        now_ms = int(time.time() * 1000)
+        with self._quota_lock:
+            holds = counted + self._recent.since(d.id, at_ms - quotas.APPLY_SLACK_MS, now_ms)
+            if not quotas.over(d.quota_bytes, holds):
+                self._recent.add(d.id, now_ms, written)
+                return
+        raise Abort(Code.RESOURCE_EXHAUSTED,
+                    f"header.dataset: {d.name!r} holds {quotas.format_size(holds)}, at or over "
+                    f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
+                    "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)
 
     def authorize(self, header: pb.RequestHeader, ctx: grpc.ServicerContext, write: bool) -> None:
         """A dataset with an access list takes only its users' calls (coordinator/acl.py)."""

@@ -42,13 +42,55 @@ def test_any_text_is_a_size_or_a_clear_error(text: str) -> None:
 
 
 def test_the_count_of_the_furthest_member_counts() -> None:
-    reports = {0: {"a#1": 500, "b#2": 7}, 1: {"a#1": 900}, 2: {"a#1": 10_000}}
-    assert quotas.used(reports, [0, 1], "a#1") == 900  # node 2 is no member
-    assert quotas.used(reports, [0, 1], "b#2") == 7
-    assert quotas.used(reports, [0, 1], "c#3") == 0
-    assert quotas.used({}, [0, 1, 2], "a#1") == 0
+    R = quotas.Report
+    reports = {0: R(100, {"a#1": 500, "b#2": 7}), 1: R(200, {"a#1": 900}), 2: R(300, {"a#1": 10_000})}
+    assert quotas.used(reports, [0, 1], "a#1") == (900, 200)  # node 2 is no member
+    assert quotas.used(reports, [0, 1], "b#2") == (7, 100)
+    assert quotas.used(reports, [0, 1], "c#3") == (0, 200)
+    assert quotas.used({}, [0, 1, 2], "a#1") == (0, 0)
     assert not quotas.over(0, 10**9)  # no quota
     assert not quotas.over(1000, 999) and quotas.over(1000, 1000)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["add", "since"]), st.sampled_from(["a", "b"]),
+                          st.sampled_from([b"k1", b"k2", b"k3"]), st.integers(0, 50),
+                          st.integers(0, 1000)), max_size=60))
+def test_recent_writes_count_each_key_once_from_a_time_on(
+        steps: list[tuple[str, str, bytes, int, int]]) -> None:
+    recent = quotas.Recent(max_age_ms=100)
+    latest: dict[tuple[str, bytes], tuple[int, int]] = {}  # the model: each key's last write
+    now = floor = 0
+    for kind, ds, key, dt, n in steps:
+        now += dt
+        if kind == "add":
+            recent.add(ds, now, [((b"p", key), n)])
+            latest[(ds, key)] = (now, n)
+        else:
+            # Counts come with times that do not go back; keys last written before the
+            # count (or longer ago than max_age) no longer count.
+            floor = max(floor, now - n)
+            cutoff = max(floor, now - 100)
+            want = sum(x for (d, _), (t, x) in latest.items() if d == ds and t >= cutoff)
+            assert recent.since(ds, floor, now) == want
+
+
+@given(st.binary(min_size=1, max_size=20), st.binary(max_size=20), st.binary(max_size=300),
+       st.sampled_from(["a#1", "bb-c#123456"]))
+def test_a_writes_size_is_what_the_nodes_will_count_or_a_byte_more(
+        pkey: bytes, lkey: bytes, value: bytes, dataset: str) -> None:
+    k = keys.value_key(7, dataset, pkey, lkey)
+    stored = usage.tally([(k, keys.encode_stored(Stored(value, 1, 0)))])[dataset]
+    key = pb.Key(partition=pkey, local=lkey)
+    [(where, put)] = quotas.writes(pb.PutRequest(key=key, value=value), dataset)
+    assert where == (pkey, lkey) and stored <= put <= stored + 1  # eventual values: a byte more
+    assert quotas.writes(pb.CheckAndSetRequest(key=key, new_value=value), dataset) == [(where, put)]
+    assert quotas.writes(pb.CheckAndSetRequest(key=key, delete=True), dataset) == []
+    [(_, incr)] = quotas.writes(pb.IncrementRequest(key=key, delta=1), dataset)
+    batch = pb.BatchRequest(partition_key=pkey, ops=[
+        pb.Op(put=pb.PutOp(local_key=lkey, value=value)), pb.Op(delete=pb.DeleteOp(local_key=lkey)),
+        pb.Op(incr=pb.IncrementOp(local_key=lkey + b"n", delta=1))])
+    assert quotas.writes(batch, dataset) == [(where, put), ((pkey, lkey + b"n"), incr + 1)]
+    assert quotas.writes(pb.DeleteRequest(key=key), dataset) == []
 
 
 def _op(kind: str) -> pb.Op:
@@ -61,15 +103,14 @@ def _op(kind: str) -> pb.Op:
 @given(st.lists(st.sampled_from(["put", "delete", "get", "incr", "cas", "cas-delete"]), max_size=6))
 def test_a_batch_adds_data_when_any_of_its_operations_can(kinds: list[str]) -> None:
     req = pb.BatchRequest(ops=[_op(k) for k in kinds])
-    assert quotas.adds_data(req) == any(k in ("put", "incr", "cas") for k in kinds)
+    assert bool(quotas.writes(req, "d#1")) == any(k in ("put", "incr", "cas") for k in kinds)
 
 
 def test_which_requests_add_data() -> None:
-    assert quotas.adds_data(pb.PutRequest()) and quotas.adds_data(pb.IncrementRequest())
-    assert quotas.adds_data(pb.CheckAndSetRequest())
-    assert not quotas.adds_data(pb.CheckAndSetRequest(delete=True))
-    for req in (pb.DeleteRequest(), pb.GetRequest(), pb.ScanRequest()):
-        assert not quotas.adds_data(req)
+    for req in (pb.PutRequest(), pb.IncrementRequest(), pb.CheckAndSetRequest()):
+        assert quotas.writes(req, "d#1")
+    for req in (pb.CheckAndSetRequest(delete=True), pb.DeleteRequest(), pb.GetRequest(), pb.ScanRequest()):
+        assert not quotas.writes(req, "d#1")
 
 
 @given(st.lists(st.tuples(st.sampled_from(["a#1", "bb#22", "c_d-e#3"]), st.integers(0, 63),

@@ -308,7 +308,8 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                 raise CliError(f"NAME: no dataset {a.name!r}")
             kv = registry.read_kv(zk)
             out = datasets.describe(got)
-            out["used_bytes"] = quotas.used(quotas.read_reports(zk), kv.storage_nodes if kv else [], got.id)
+            out["used_bytes"], _ = quotas.used(quotas.read_reports(zk), kv.storage_nodes if kv else [],
+                                               got.id)
             emit(out, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit",
                                "quota_bytes", "used_bytes", "acl", "id"])
         elif a.cmd == "drop":

@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from coordinator import limits
 from midtown import registry
@@ -193,20 +194,31 @@ def read_reports(zk: KazooClient) -> dict[int, Report]:
 
 
 class UsageCache:
-    """A coordinator's view of the usage reports, read again at most every `ttl_s`."""
+    """A coordinator's view of the usage reports and of the member nodes (which change with
+    `midtown node remove|add`), read again at most every `ttl_s`."""
 
     def __init__(self, zk: KazooClient, ttl_s: float = CACHE_TTL_S) -> None:
         self.zk = zk
         self.ttl_s = ttl_s
         self._at = -float("inf")
-        self._reports: dict[int, Report] = {}
+        self._view: tuple[dict[int, Report], tuple[int, ...]] = ({}, ())
         self._lock = threading.Lock()
 
-    def reports(self) -> dict[int, Report]:
+    def reports(self) -> tuple[dict[int, Report], tuple[int, ...]]:
+        """(node id -> its latest report, the member nodes)."""
         now = time.monotonic()
         if now - self._at >= self.ttl_s:
             with self._lock:
                 if now - self._at >= self.ttl_s:
-                    self._reports = read_reports(self.zk)
+                    kv = registry.read_kv(self.zk)
+                    self._view = (read_reports(self.zk), kv.storage_nodes if kv else ())
                     self._at = now
-        return self._reports
+        return self._view
+
+
+def forget(zk: KazooClient, node_id: int) -> None:
+    """A node taken out of the membership: its counts no longer count."""
+    try:
+        zk.delete(f"{USAGE}/{node_id}")
+    except NoNodeError:
+        pass

@@ -440,7 +440,13 @@ def cmd_node_status(a: argparse.Namespace) -> int:
 
 
 def cmd_node_remove(a: argparse.Namespace) -> int:
-    t = _change_members(a, registry.remove_storage_node)
+    from coordinator import quotas
+
+    def remove(zk: Any, node_id: int) -> registry.KvTopology:
+        t = registry.remove_storage_node(zk, node_id)
+        quotas.forget(zk, node_id)  # its counts no longer count toward the quotas
+        return t
+    t = _change_members(a, remove)
     emit({"removed": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
     return 0
 

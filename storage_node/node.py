@@ -430,7 +430,8 @@ class StorageNode:
         (coordinator/quotas.py), now and every usage interval."""
         while True:
             try:
-                quotas.publish(self.zk, self.node_id, usage.count(self.store))
+                if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
+                    quotas.publish(self.zk, self.node_id, usage.count(self.store))
             except Exception as e:  # ZooKeeper unavailable: the next interval tries again
                 log.debug("publishing usage: %s", e)
             if self._stop.wait(self.usage_interval_s):

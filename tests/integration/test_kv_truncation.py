@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from coordinator import quotas
 from coordinator.routing import log_of, shard_of
 from log.client import LogClient
 from midtown import Client
@@ -74,6 +75,8 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
                               tc.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
                              check=True).stdout
         assert json.loads(out)["storage_nodes"] == [0, 1]
+        assert logs.zk.exists(f"{quotas.USAGE}/2") is None  # its counts no longer count
+        assert logs.zk.exists(f"{quotas.USAGE}/0") is not None
         for i in range(60, 90):
             db.put("t", "k", str(i), b"v")
         wait_for(lambda: logs.status()[log_id]["first"] > p2, 30, "truncation past the removed node")

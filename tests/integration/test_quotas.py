@@ -60,8 +60,9 @@ def test_a_dataset_over_its_quota_refuses_writes_and_takes_deletes(qc: Cluster) 
         assert 4000 // (len(VALUE) + 60) <= taken <= 4000 // len(VALUE), taken
         assert "header.dataset" in refused.message and "quota" in refused.message
         assert "earlier attempt" not in refused.message  # a first attempt, not retried
-        described = json.loads(mt(qc, "dataset", "describe", "q", "--json").stdout)
-        assert described["quota_bytes"] == 4000 and described["used_bytes"] >= 4000
+        described = wait_for(lambda: (d := json.loads(mt(qc, "dataset", "describe", "q", "--json").stdout))
+                             ["used_bytes"] >= 4000 and d, 30, "the nodes' counts to see it full")
+        assert described["quota_bytes"] == 4000
         # Every write that adds data is refused; reads, deletes and other datasets are not.
         with pytest.raises(QuotaExceeded):
             db.incr("q", "p", "n")

@@ -8,6 +8,7 @@
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
   b"X" log_id:4 expires_at:8 K-key                            -> b"" (values with a TTL by expiry)
   b"G" log_id:4 dataset                                       -> b"" (a drop this log applied)
+  b"L"                                                        -> when this node was last up: ms:8
   b"E" shard:4 (as after b"K")                                -> version:8 expires_at:8 deleted:1 value
                                                                  (eventual datasets: storage_node/lww.py)
 
@@ -88,6 +89,9 @@ def dataset_of(k: bytes) -> str:
     """The dataset id in a b"K" or b"E" key."""
     n = k[5]
     return k[6:6 + n].decode()
+
+
+LAST_UP = b"L"
 
 
 def drop_key(log_id: int, dataset: str) -> bytes:

@@ -13,7 +13,14 @@ neither the shards' digests nor the log positions.
 Replicas also repair each other in the background (anti-entropy): now and then a node
 reads a peer's values shard by shard (`Storage.LwwRange`) and keeps those newer than its
 own, by the same rule, so a replica that missed writes while it was down catches up even
-on keys nobody reads."""
+on keys nobody reads.
+
+Tombstones and expired values are deleted (purged) once they are older than a grace period
+(TOMBSTONE_GRACE_S, a day): by then anti-entropy has carried them to every replica that
+was up. A replica that was down for longer than the grace could still hold a value whose
+tombstone its peers have purged, and would hand it back to them; so a node that finds,
+at start, that its peers have run more than the grace past the last time it was up
+(`outlived`) drops its eventual values and takes them again from its peers."""
 
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import threading
 
 from rocksdict import WriteBatch
 
+from coordinator.eventual import HybridClock
 from log.group_commit import GroupCommit
 from midtown_pb import kv_pb2 as pb
 from storage_node import keys
@@ -46,6 +54,26 @@ def decode(b: bytes) -> pb.LwwValue:
     version, expires, deleted = _H.unpack_from(b)
     return pb.LwwValue(value=bytes(b[_H.size:]), version=version, expires_at_ms=expires,
                        deleted=deleted)
+
+
+# How long a tombstone (or an expired value) is kept before it is purged (MIDTOWN_TOMBSTONE_GRACE_S).
+TOMBSTONE_GRACE_S = 24 * 3600.0
+
+
+def purgeable(stored: bytes, now_ms: int, grace_ms: int) -> bool:
+    """A tombstone, or a value past its expiry, older than the grace: nothing a read could
+    return, and every replica that was up has had the time to learn of it."""
+    version, expires, deleted = _H.unpack_from(stored)
+    if deleted:
+        return HybridClock.millis(version) < now_ms - grace_ms
+    return bool(expires) and expires < now_ms - grace_ms
+
+
+def outlived(last_up_ms: int, peers_up_ms: int, grace_ms: int) -> bool:
+    """Have this node's peers run for more than the grace since it was last up? (0: it
+    does not know when it was up, or no peer has said.) Then tombstones it never saw may
+    have been purged, and its own values cannot be trusted to be newest."""
+    return last_up_ms > 0 and peers_up_ms - last_up_ms > grace_ms
 
 
 def wins(version: int, held: int | None) -> bool:
@@ -111,6 +139,26 @@ class LwwReplica:
             out.append(ok)
         self.store.synced.write(wb, sync=True)
         return out
+
+    def purge(self, seen: list[tuple[bytes, bytes]]) -> int:
+        """Delete the keys still holding exactly what was seen (a newer write stays);
+        returns how many were deleted."""
+        wb = WriteBatch(raw_mode=True)
+        n = 0
+        with self._lock:
+            for k, v in seen:
+                if self.store._get(k) == v:
+                    wb.delete(k)
+                    n += 1
+            if n:
+                self.store.synced.write(wb, sync=True)
+        return n
+
+    def drop_all(self) -> None:
+        """Forget every eventual value (they are taken again from the peers)."""
+        with self._lock:
+            self.store.db.delete_range(b"E", b"F")
+            self.store.sync()
 
     def read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
         """What this replica holds, tombstones and expired values included (the coordinator

@@ -11,6 +11,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Iterator
 
 import grpc
 
@@ -25,7 +26,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from storage_node import bootstrap, codec, reclaim, usage
+from storage_node import bootstrap, codec, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.lww import LwwReplica
@@ -76,6 +77,9 @@ class StorageNode:
         self.drop_delay_s = float(os.environ.get("MIDTOWN_DROP_DELAY_S", DROP_DELAY_S))
         self.anti_entropy_s = float(os.environ.get("MIDTOWN_ANTI_ENTROPY_S", ANTI_ENTROPY_S))
         self.usage_interval_s = float(os.environ.get("MIDTOWN_USAGE_INTERVAL_S", usage.USAGE_INTERVAL_S))
+        self.grace_s = float(os.environ.get("MIDTOWN_TOMBSTONE_GRACE_S", lww.TOMBSTONE_GRACE_S))
+        self.lww_purged = 0  # eventual tombstones and expired values purged since start
+        self._refill = False  # eventual values dropped at start: take them from a peer at once
         self.lww_repaired = 0  # eventual values taken from peers by anti-entropy
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         self._next_reclaim = 0.0
@@ -96,6 +100,7 @@ class StorageNode:
 
     def start(self) -> None:
         self._bootstrap_if_needed()
+        self._drop_eventual_if_outlived()
         threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
         threading.Thread(target=self._anti_entropy_loop, name="anti-entropy", daemon=True).start()
         threading.Thread(target=self._usage_loop, name="usage", daemon=True).start()
@@ -402,38 +407,70 @@ class StorageNode:
 
     def _anti_entropy_loop(self) -> None:
         """Now and then, pull from a random peer every eventual value newer than ours,
-        shard by shard (storage_node/lww.py)."""
+        shard by shard (storage_node/lww.py); at once if this node dropped its own."""
+        if self._refill:
+            self._anti_entropy_pass()
         while not self._stop.wait(self.anti_entropy_s):
-            peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
-                     if nid != self.node_id]
-            if not peers:
-                continue
-            channel = grpc.insecure_channel(random.choice(peers), options=log_limits.GRPC_OPTIONS)
-            stub = kv_pb2_grpc.StorageStub(channel)
-            try:
-                for shard in range(self.kv.shards):
-                    after = b""
-                    while not self._stop.is_set():
-                        page = stub.LwwRange(pb.LwwRangeRequest(shard=shard, after=after, limit=1000),
-                                             timeout=30)
-                        self.lww_repaired += self.lww.merge(page)
-                        if not page.more:
-                            break
-                        after = page.keys[-1]
-            except grpc.RpcError as e:
-                log.debug("anti-entropy: %s", e.code())
-            finally:
-                channel.close()
+            self._anti_entropy_pass()
+
+    def _anti_entropy_pass(self) -> None:
+        peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+                 if nid != self.node_id]
+        if not peers:
+            return
+        channel = grpc.insecure_channel(random.choice(peers), options=log_limits.GRPC_OPTIONS)
+        stub = kv_pb2_grpc.StorageStub(channel)
+        try:
+            for shard in range(self.kv.shards):
+                after = b""
+                while not self._stop.is_set():
+                    page = stub.LwwRange(pb.LwwRangeRequest(shard=shard, after=after, limit=1000),
+                                         timeout=30)
+                    self.lww_repaired += self.lww.merge(page)
+                    if not page.more:
+                        break
+                    after = page.keys[-1]
+        except grpc.RpcError as e:
+            log.debug("anti-entropy: %s", e.code())
+        finally:
+            channel.close()
+
+    def _drop_eventual_if_outlived(self) -> None:
+        """If the peers have run for longer than the tombstone grace since this node was
+        last up, they may have purged tombstones of values it still holds: drop its
+        eventual values rather than hand those back (storage_node/lww.py)."""
+        last_up = self.store.last_up_ms()
+        peers_up = max((r.at_ms for n, r in quotas.read_reports(self.zk).items() if n != self.node_id),
+                       default=0)
+        if lww.outlived(last_up, peers_up, int(self.grace_s * 1000)):
+            log.warning("storage node %d was down for %.0f s of its peers' time, more than the "
+                        "tombstone grace (%.0f s): dropping its eventual values; anti-entropy takes "
+                        "them again from the peers", self.node_id, (peers_up - last_up) / 1000,
+                        self.grace_s)
+            self.lww.drop_all()
+            self._refill = True
 
     def _usage_loop(self) -> None:
-        """Count what each dataset takes here and publish it for the quota checks
-        (coordinator/quotas.py), now and every usage interval."""
+        """Now and every usage interval: note that this node is up, count what each dataset
+        takes here and publish it for the quota checks (coordinator/quotas.py), and purge
+        the eventual tombstones and expired values older than the grace, seen on the way."""
         while True:
             try:
+                now_ms = int(time.time() * 1000)
+                self.store.set_last_up(now_ms)
+                old: list[tuple[bytes, bytes]] = []
+
+                def watch(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+                    for k, v in items:
+                        if k[:1] == b"E" and lww.purgeable(v, now_ms, int(self.grace_s * 1000)):
+                            old.append((k, v))
+                        yield k, v
+                counts = usage.tally(watch(usage.data_items(self.store)))
                 if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
-                    quotas.publish(self.zk, self.node_id, usage.count(self.store))
+                    quotas.publish(self.zk, self.node_id, counts)
+                self.lww_purged += self.lww.purge(old)
             except Exception as e:  # ZooKeeper unavailable: the next interval tries again
-                log.debug("publishing usage: %s", e)
+                log.debug("usage and purge: %s", e)
             if self._stop.wait(self.usage_interval_s):
                 return
 
@@ -450,7 +487,7 @@ class StorageNode:
     def status(self) -> pb.NodeStatusResponse:
 
         out = pb.NodeStatusResponse(node_id=self.node_id, reclaimed=self.reclaimed,
-                                    lww_repaired=self.lww_repaired)
+                                    lww_repaired=self.lww_repaired, lww_purged=self.lww_purged)
         for i in range(self.kv_logs):
             out.log_positions.append(self.positions[i][0])
         for s in range(self.kv.shards):

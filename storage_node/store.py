@@ -72,6 +72,14 @@ class NodeStore:
         pos, ts = keys.decode_u64(b, 2)
         return pos, ts
 
+    def last_up_ms(self) -> int:
+        """When this node last said it was up (0: never)."""
+        b = self._get(keys.LAST_UP)
+        return _Q.unpack(b)[0] if b else 0
+
+    def set_last_up(self, ms: int) -> None:
+        self.db.put(keys.LAST_UP, _Q.pack(ms))
+
     def member_positions(self) -> dict[tuple[int, int], int]:
         out: dict[tuple[int, int], int] = {}
         for k, v in self.db.items(from_key=b"Q"):

@@ -32,6 +32,29 @@ def test_last_writer_wins_and_values_round_trip() -> None:
     assert eventual.quorum(3) == 2 and eventual.quorum(1) == 1 and eventual.quorum(4) == 3
 
 
+@given(st.integers(0, 10**7), st.integers(0, 10**7), st.integers(0, 10**6), st.booleans(),
+       st.integers(0, 10**7))
+def test_tombstones_and_expired_values_are_purged_only_past_the_grace(
+        at_ms: int, now_ms: int, grace_ms: int, deleted: bool, expires: int) -> None:
+    version = (at_ms << 22) | 5  # written at at_ms (coordinator 5)
+    held = lww.encode(pb.LwwValue(value=b"x", version=version, deleted=deleted,
+                                  expires_at_ms=0 if deleted else expires))
+    if deleted:
+        want = at_ms < now_ms - grace_ms
+    else:
+        want = expires != 0 and expires < now_ms - grace_ms
+    assert lww.purgeable(held, now_ms, grace_ms) == want
+    live = lww.encode(pb.LwwValue(value=b"x", version=version))
+    assert not lww.purgeable(live, now_ms, grace_ms)  # no expiry, no tombstone: kept for ever
+
+
+def test_a_node_down_for_longer_than_the_grace_is_outlived() -> None:
+    assert lww.outlived(last_up_ms=1_000, peers_up_ms=5_001, grace_ms=4_000)
+    assert not lww.outlived(1_000, 5_000, 4_000)
+    assert not lww.outlived(0, 10**9, 4_000)  # never said when it was up
+    assert not lww.outlived(1_000, 0, 4_000)  # no peer has said either
+
+
 def _answer(replica: dict[bytes, pb.LwwValue], start: bytes, limit: int) -> pb.LwwReadResponse:
     keys = sorted(k for k in replica if k >= start)[:limit]
     return pb.LwwReadResponse(items=[pb.LwwItem(local_key=k, value=replica[k]) for k in keys])

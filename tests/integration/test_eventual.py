@@ -167,3 +167,54 @@ def test_anti_entropy_fills_a_replica_that_missed_writes(ec_ae: Cluster) -> None
                           "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
     rows = {r["node"]: r for r in json.loads(out)}
     assert rows[2]["anti_entropy_taken"] >= 20 and rows[2]["reclaimed"] >= 0
+
+
+@pytest.fixture
+def ec_purge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    monkeypatch.setenv("MIDTOWN_ANTI_ENTROPY_S", "1")
+    monkeypatch.setenv("MIDTOWN_TOMBSTONE_GRACE_S", "3")
+    monkeypatch.setenv("MIDTOWN_USAGE_INTERVAL_S", "0.3")
+    with started(tmp_path / "pg") as c:
+        c.create_dataset("ev", consistency="eventual")
+        yield c
+
+
+def test_tombstones_are_purged_and_a_node_back_after_the_grace_brings_nothing_back(
+        ec_purge: Cluster) -> None:
+    """Tombstones and expired values go after the grace (3 s here) on every replica; a
+    replica that was down meanwhile, still holding a deleted value, drops its eventual
+    values when it comes back instead of handing that value to its peers."""
+    c = ec_purge
+    with Client(c.coordinator_addrs, timeout=15) as db:
+        for k in ("gone", "kept"):
+            db.put("ev", "p", k, b"old")
+        db.put("ev", "p", "brief", b"x", ttl_ms=200)
+        c.kill("storage-2")  # holds "gone" = old
+        db.delete("ev", "p", "gone")
+        held = _held(c, "storage-0", b"p", b"gone")
+        assert held is not None and held.deleted  # a tombstone, for now
+        for name in ("storage-0", "storage-1"):
+            wait_for(lambda n=name: _held(c, n, b"p", b"gone") is None
+                     and _held(c, n, b"p", b"brief") is None, 30, f"the purge on {name}")
+        assert _held(c, "storage-0", b"p", b"kept") is not None  # live values stay
+        time.sleep(1)  # the peers have now run more than the grace since storage-2 was up
+        c.restart("storage-2")
+        wait_for(lambda: (_held(c, "storage-2", b"p", b"kept") or pb.LwwValue()).value == b"old",
+                 30, "storage-2 to take its values again from its peers", every_s=0.3)
+        log = (c.dir / "logs" / "storage-2.log").read_text()
+        assert "more than the tombstone grace" in log
+        # Anti-entropy runs every second on every node: a few seconds of it, and reads.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            assert db.get("ev", "p", "gone") is None
+            for name in ("storage-0", "storage-1", "storage-2"):
+                assert _held(c, name, b"p", b"gone") is None, name
+            time.sleep(0.2)
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", c.zk_hosts,
+                          "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
+    rows = {r["node"]: r for r in json.loads(out)}
+    assert rows[0]["purged"] >= 2 and rows[1]["purged"] >= 2

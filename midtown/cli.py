@@ -427,16 +427,16 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         if st is None:
             rows.append({"node": nid, "addr": live.get(nid), "state": "down", "behind": None,
                          "max_lag": None, "diverged_shards": None, "reclaimed": None,
-                         "anti_entropy_taken": None, "purged": None})
+                         "anti_entropy_taken": None, "anti_entropy_shards": None, "purged": None})
             continue
         lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)]
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
         rows.append({"node": nid, "addr": live.get(nid), "state": "up", "behind": sum(lags),
                      "max_lag": max(lags, default=0), "diverged_shards": diverged,
                      "reclaimed": st.reclaimed, "anti_entropy_taken": st.lww_repaired,
-                     "purged": st.lww_purged})
+                     "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged})
     emit(rows, a.json, ["node", "addr", "state", "behind", "max_lag", "diverged_shards", "reclaimed",
-                        "anti_entropy_taken", "purged"])
+                        "anti_entropy_taken", "anti_entropy_shards", "purged"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
 
 

@@ -9,6 +9,8 @@
   b"X" log_id:4 expires_at:8 K-key                            -> b"" (values with a TTL by expiry)
   b"G" log_id:4 dataset                                       -> b"" (a drop this log applied)
   b"L"                                                        -> when this node was last up: ms:8
+  b"H" shard:4                                                -> XOR of a hash of each b"E" key
+                                                                 of the shard with its version
   b"E" shard:4 (as after b"K")                                -> version:8 expires_at:8 deleted:1 value
                                                                  (eventual datasets: storage_node/lww.py)
 
@@ -92,6 +94,15 @@ def dataset_of(k: bytes) -> str:
 
 
 LAST_UP = b"L"
+
+
+def lww_hash_key(shard: int) -> bytes:
+    return b"H" + _I.pack(shard)
+
+
+def shard_of_key(k: bytes) -> int:
+    """The shard of a b"K" or b"E" key (or prefix)."""
+    return int(_I.unpack_from(k, 1)[0])
 
 
 def drop_key(log_id: int, dataset: str) -> bytes:

@@ -20,12 +20,18 @@ Tombstones and expired values are deleted (purged) once they are older than a gr
 was up. A replica that was down for longer than the grace could still hold a value whose
 tombstone its peers have purged, and would hand it back to them; so a node that finds,
 at start, that its peers have run more than the grace past the last time it was up
-(`outlived`) drops its eventual values and takes them again from its peers."""
+(`outlived`) drops its eventual values and takes them again from its peers.
+
+Anti-entropy compares before it reads: each replica keeps, per shard, the XOR of a hash of
+every (key, version) it holds (`item_hash`), updated in the same write batch as the values,
+so replicas that agree on a shard exchange one number for it instead of its values."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import threading
+import time
 
 from rocksdict import WriteBatch
 
@@ -36,6 +42,7 @@ from storage_node import keys
 from storage_node.store import NodeStore
 
 _H = struct.Struct(">QQ?")  # version, expires_at_ms, deleted
+_Q = struct.Struct(">Q")
 
 
 def key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
@@ -76,16 +83,66 @@ def outlived(last_up_ms: int, peers_up_ms: int, grace_ms: int) -> bool:
     return last_up_ms > 0 and peers_up_ms - last_up_ms > grace_ms
 
 
+def item_hash(k: bytes, version: int) -> int:
+    """One (key, version)'s part of its shard's hash: a shard's hash is the XOR of its
+    items', so adding, replacing or removing one changes it by one XOR."""
+    return int.from_bytes(hashlib.blake2b(k + version.to_bytes(8, "big"), digest_size=8).digest(), "big")
+
+
 def wins(version: int, held: int | None) -> bool:
     """Whether a write of `version` replaces what a replica holds (None: nothing)."""
     return held is None or version > held
 
 
 class LwwReplica:
-    def __init__(self, store: NodeStore) -> None:
+    def __init__(self, store: NodeStore, grace_ms: int = int(TOMBSTONE_GRACE_S * 1000)) -> None:
         self.store = store
+        self.grace_ms = grace_ms
         self._group: GroupCommit[tuple[bytes, pb.LwwValue], bool] = GroupCommit(self._write_batch)
         self._lock = threading.Lock()  # one compare-and-store at a time: writes and merges
+        if not self._has_hashes():  # eventual values stored before there were shard hashes
+            self.rehash(None)
+
+    def _has_hashes(self) -> bool:
+        for k in self.store.db.keys(from_key=b"H"):
+            return isinstance(k, bytes) and k.startswith(b"H")
+        return False
+
+    def hashes(self, shards: int) -> list[int]:
+        """Each shard's hash (0 for a shard holding nothing)."""
+        out = []
+        for shard in range(shards):
+            b = self.store._get(keys.lww_hash_key(shard))
+            out.append(_Q.unpack(b)[0] if b else 0)
+        return out
+
+    def rehash(self, shards: set[int] | None) -> None:
+        """Compute the hashes of these shards (None: all) from what they hold."""
+        with self._lock:
+            sums: dict[int, int] = {}
+            prefixes = [b"E"] if shards is None else [keys.eventual_shard_prefix(s) for s in sorted(shards)]
+            for p in prefixes:
+                for k, v in self.store.db.items(from_key=p):
+                    assert isinstance(k, bytes) and isinstance(v, bytes)
+                    if not k.startswith(p):
+                        break
+                    shard = keys.shard_of_key(k)
+                    sums[shard] = sums.get(shard, 0) ^ item_hash(k, _H.unpack_from(v)[0])
+            wb = WriteBatch(raw_mode=True)
+            for shard in (shards if shards is not None else sums):
+                wb.put(keys.lww_hash_key(shard), _Q.pack(sums.get(shard, 0)))
+            if shards is None and not sums:
+                wb.put(keys.lww_hash_key(0), _Q.pack(0))  # marks the hashes as kept from now on
+            self.store.synced.write(wb, sync=True)
+
+    def _store_with_hashes(self, wb: WriteBatch, changes: dict[int, int]) -> None:
+        """Write `wb` with each shard's hash XORed with its change (under the lock)."""
+        for shard, x in changes.items():
+            if x:
+                k = keys.lww_hash_key(shard)
+                b = self.store._get(k)
+                wb.put(k, _Q.pack((_Q.unpack(b)[0] if b else 0) ^ x))
+        self.store.synced.write(wb, sync=True)
 
     def range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
         """A shard's values in key order after `req.after` (a key from an earlier page)."""
@@ -109,7 +166,10 @@ class LwwReplica:
         """Keep what a peer holds that is newer than this replica's; returns how many."""
         if len(resp.keys) != len(resp.values):
             raise ValueError("keys and values differ in number")
-        items = [(k, v) for k, v in zip(resp.keys, resp.values) if k.startswith(b"E") and v.version]
+        now_ms = int(time.time() * 1000)
+        # Nothing already past the grace: this replica may have purged it on purpose.
+        items = [(k, v) for k, v in zip(resp.keys, resp.values)
+                 if k.startswith(b"E") and v.version and not purgeable(encode(v), now_ms, self.grace_ms)]
         return sum(self._write_batch(items)) if items else 0
 
     def write(self, req: pb.LwwWriteRequest) -> bool:
@@ -126,6 +186,7 @@ class LwwReplica:
 
     def _compare_and_store(self, items: list[tuple[bytes, pb.LwwValue]]) -> list[bool]:
         held: dict[bytes, int] = {}
+        changes: dict[int, int] = {}  # shard -> XOR of its hash's change
         wb = WriteBatch(raw_mode=True)
         out = []
         for k, v in items:
@@ -135,29 +196,37 @@ class LwwReplica:
             ok = wins(v.version, held[k] if held[k] >= 0 else None)
             if ok:
                 wb.put(k, encode(v))
+                shard = keys.shard_of_key(k)
+                x = item_hash(k, v.version) ^ (item_hash(k, held[k]) if held[k] >= 0 else 0)
+                changes[shard] = changes.get(shard, 0) ^ x
                 held[k] = v.version
             out.append(ok)
-        self.store.synced.write(wb, sync=True)
+        self._store_with_hashes(wb, changes)
         return out
 
     def purge(self, seen: list[tuple[bytes, bytes]]) -> int:
         """Delete the keys still holding exactly what was seen (a newer write stays);
         returns how many were deleted."""
         wb = WriteBatch(raw_mode=True)
+        changes: dict[int, int] = {}
         n = 0
         with self._lock:
             for k, v in seen:
                 if self.store._get(k) == v:
                     wb.delete(k)
                     n += 1
+                    shard = keys.shard_of_key(k)
+                    changes[shard] = changes.get(shard, 0) ^ item_hash(k, _H.unpack_from(v)[0])
             if n:
-                self.store.synced.write(wb, sync=True)
+                self._store_with_hashes(wb, changes)
         return n
 
     def drop_all(self) -> None:
         """Forget every eventual value (they are taken again from the peers)."""
         with self._lock:
             self.store.db.delete_range(b"E", b"F")
+            self.store.db.delete_range(b"H", b"I")
+            self.store.db.put(keys.lww_hash_key(0), _Q.pack(0))  # all shards empty: hashes 0
             self.store.sync()
 
     def read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:

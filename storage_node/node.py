@@ -26,7 +26,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from storage_node import bootstrap, codec, lww, reclaim, usage
+from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.lww import LwwReplica
@@ -64,7 +64,8 @@ class StorageNode:
         self.kv_logs = min(self.kv.logs, self.log_count)
         os.makedirs(data_dir, exist_ok=True)
         self.store = NodeStore(os.path.join(data_dir, "state.db"))
-        self.lww = LwwReplica(self.store)  # eventually consistent datasets
+        self.grace_s = float(os.environ.get("MIDTOWN_TOMBSTONE_GRACE_S", lww.TOMBSTONE_GRACE_S))
+        self.lww = LwwReplica(self.store, int(self.grace_s * 1000))  # eventually consistent datasets
         self.callbacks = Callbacks()
         self.positions: dict[int, tuple[int, int]] = {
             i: self.store.next_position(i) for i in range(self.log_count)
@@ -77,8 +78,8 @@ class StorageNode:
         self.drop_delay_s = float(os.environ.get("MIDTOWN_DROP_DELAY_S", DROP_DELAY_S))
         self.anti_entropy_s = float(os.environ.get("MIDTOWN_ANTI_ENTROPY_S", ANTI_ENTROPY_S))
         self.usage_interval_s = float(os.environ.get("MIDTOWN_USAGE_INTERVAL_S", usage.USAGE_INTERVAL_S))
-        self.grace_s = float(os.environ.get("MIDTOWN_TOMBSTONE_GRACE_S", lww.TOMBSTONE_GRACE_S))
         self.lww_purged = 0  # eventual tombstones and expired values purged since start
+        self.lww_shards_pulled = 0  # shards anti-entropy read from a peer (hashes differed)
         self._refill = False  # eventual values dropped at start: take them from a peer at once
         self.lww_repaired = 0  # eventual values taken from peers by anti-entropy
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
@@ -273,6 +274,9 @@ class StorageNode:
             return
         self._reclaim(view, new)
         view.commit(new)  # effects and positions, atomically
+        dropped_eventual = {keys.shard_of_key(p) for p in view.dropped if p[:1] == b"E"}
+        if dropped_eventual:  # a dropped dataset's eventual values went by ranges
+            self.lww.rehash(dropped_eventual)
         self.positions.update(new)
         self.member_positions.update(view.member_positions)
         with self.cond:
@@ -421,7 +425,12 @@ class StorageNode:
         channel = grpc.insecure_channel(random.choice(peers), options=log_limits.GRPC_OPTIONS)
         stub = kv_pb2_grpc.StorageStub(channel)
         try:
+            theirs = list(stub.LwwHashes(pb.LwwHashesRequest(), timeout=30).hashes)
+            mine = self.lww.hashes(self.kv.shards)
             for shard in range(self.kv.shards):
+                if shard < len(theirs) and theirs[shard] == mine[shard]:
+                    continue  # the same (key, version) pairs: nothing to take
+                self.lww_shards_pulled += 1
                 after = b""
                 while not self._stop.is_set():
                     page = stub.LwwRange(pb.LwwRangeRequest(shard=shard, after=after, limit=1000),
@@ -474,6 +483,9 @@ class StorageNode:
             if self._stop.wait(self.usage_interval_s):
                 return
 
+    def lww_hashes(self) -> pb.LwwHashesResponse:
+        return pb.LwwHashesResponse(hashes=self.lww.hashes(self.kv.shards))
+
     def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
         self._check_shard(req.shard)
         if req.scan and not 1 <= req.limit <= 10_000:
@@ -487,7 +499,8 @@ class StorageNode:
     def status(self) -> pb.NodeStatusResponse:
 
         out = pb.NodeStatusResponse(node_id=self.node_id, reclaimed=self.reclaimed,
-                                    lww_repaired=self.lww_repaired, lww_purged=self.lww_purged)
+                                    lww_repaired=self.lww_repaired, lww_purged=self.lww_purged,
+                                    lww_shards_pulled=self.lww_shards_pulled)
         for i in range(self.kv_logs):
             out.log_positions.append(self.positions[i][0])
         for s in range(self.kv.shards):

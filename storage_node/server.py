@@ -53,6 +53,7 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         "LwwWrite": call(pb.LwwWriteRequest, node.lww_write),
         "LwwRead": call(pb.LwwReadRequest, node.lww_read),
         "LwwRange": call(pb.LwwRangeRequest, node.lww_range),
+        "LwwHashes": call(pb.LwwHashesRequest, lambda _: node.lww_hashes()),
         "Snapshot": grpc.unary_stream_rpc_method_handler(
             snapshot, request_deserializer=lambda b: b,
             response_serializer=lambda m: m.SerializeToString()),

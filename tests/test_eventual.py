@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from coordinator import eventual
 from midtown_pb import kv_pb2 as pb
-from storage_node import lww
+from storage_node import keys, lww
+from storage_node.store import NodeStore
 
 
 def test_the_clock_increases_when_the_wall_clock_steps_back_and_ids_never_collide() -> None:
@@ -154,3 +155,61 @@ def test_quorum_decisions_and_stamps() -> None:
     assert eventual.stamp(b"x", v, 100, False).expires_at_ms == 5_100
     assert eventual.stamp(b"x", v, 0, False).expires_at_ms == 0
     assert eventual.stamp(b"", v, 100, True).expires_at_ms == 0  # tombstones never expire
+
+
+def _expected_hashes(store: NodeStore, shards: int) -> list[int]:
+    out = [0] * shards
+    for key, v in store.db.items(from_key=b"E"):
+        if not key.startswith(b"E"):
+            break
+        out[keys.shard_of_key(key)] ^= lww.item_hash(key, lww.decode(v).version)
+    return out
+
+
+STEP = st.tuples(st.sampled_from(["write", "merge", "purge", "drop_all", "reopen"]),
+                 st.integers(0, 3), st.sampled_from([b"a", b"b", b"c"]), st.integers(1, 50),
+                 st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(STEP, max_size=25))
+def test_shard_hashes_follow_every_change(steps: list[tuple[str, int, bytes, int, bool]]) -> None:
+    """The hashes kept in the write batches always equal the hashes computed from what the
+    replica holds, through writes, merges, purges, drops and restarts."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        store = NodeStore(d + "/db")
+        replica = lww.LwwReplica(store, grace_ms=0)
+        for kind, shard, lkey, version, deleted in steps:
+            k = lww.key(shard, "ds#1", b"p", lkey)
+            v = pb.LwwValue(value=b"x" * version, version=version << 22, deleted=deleted)
+            if kind == "write":
+                replica.write(pb.LwwWriteRequest(dataset="ds#1", shard=shard, partition_key=b"p",
+                                                 local_key=lkey, value=v))
+            elif kind == "merge":
+                replica.merge(pb.LwwRangeResponse(keys=[k], values=[v]))
+            elif kind == "purge":
+                held = store._get(k)
+                if held is not None:
+                    replica.purge([(k, held)])
+            elif kind == "drop_all":
+                replica.drop_all()
+            else:
+                store.close()
+                store = NodeStore(d + "/db")
+                replica = lww.LwwReplica(store, grace_ms=0)
+            assert replica.hashes(4) == _expected_hashes(store, 4)
+        store.close()
+
+
+def test_hashes_are_computed_for_values_stored_before_there_were_hashes() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        store = NodeStore(d + "/db")
+        for shard in (1, 3):  # as an older version stored them: values, no hashes
+            v = pb.LwwValue(value=b"x", version=9 << 22)
+            store.db.put(lww.key(shard, "ds#1", b"p", b"k"), lww.encode(v))
+        assert lww.LwwReplica(store).hashes(4) == _expected_hashes(store, 4) != [0, 0, 0, 0]
+        store.close()

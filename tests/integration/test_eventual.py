@@ -163,10 +163,21 @@ def test_anti_entropy_fills_a_replica_that_missed_writes(ec_ae: Cluster) -> None
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", ec_ae.zk_hosts,
-                          "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
-    rows = {r["node"]: r for r in json.loads(out)}
+    def status() -> dict:
+        out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", ec_ae.zk_hosts,
+                              "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
+        return {r["node"]: r for r in json.loads(out)}
+
+    time.sleep(1.5)  # a pass that began before storage-2 caught up has ended
+    rows = status()
     assert rows[2]["anti_entropy_taken"] >= 20 and rows[2]["reclaimed"] >= 0
+    assert rows[2]["anti_entropy_shards"] >= 1
+    # Replicas that agree compare shard hashes and read nothing: over three more passes
+    # (one a second), no node pulls a shard.
+    time.sleep(3.5)
+    later = status()
+    assert {n: r["anti_entropy_shards"] for n, r in later.items()} == \
+        {n: r["anti_entropy_shards"] for n, r in rows.items()}
 
 
 @pytest.fixture

@@ -82,9 +82,11 @@ class Abort(Exception):
 
 
 class Coordinator:
-    def __init__(self, coord_id: int, addr: str, zk_hosts: str) -> None:
+    def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "") -> None:
         self.coord_id = coord_id
-        self.addr = addr
+        self.addr = addr  # where clients call it (registered in ZooKeeper)
+        self.callback_addr = callback_addr or addr  # where storage nodes answer it
+        self.tls_only = False  # client calls must come over TLS (--tls-cert)
         self.logs = LogClient(zk_hosts)
         self.zk = self.logs.zk
         self.log_count = self.logs.topology().logs
@@ -200,7 +202,7 @@ class Coordinator:
                  and isinstance(ops[0], (Put, Delete)))
         if early:
             return self._execute_on_log_ack(d, rid, shard, pkey, ops[0], deadline_s)
-        rec = Record(rid, self.addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
+        rec = Record(rid, self.callback_addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
         payload = codec.record_to_bytes(rec)
         if len(payload) > limits.BATCH_BYTES_MAX:
             raise Abort(Code.INVALID_ARGUMENT,
@@ -678,6 +680,9 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
                 ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
             try:
                 if fn is not deliver:
+                    if c.tls_only and not _over_tls(ctx):
+                        raise Abort(Code.UNAUTHENTICATED, f"transport: coordinator {c.coord_id} takes "
+                                    f"client calls over TLS only, at {c.addr}")
                     c.check_rate(req.header, ctx.peer())
                     c.authorize(req.header, ctx, write=fn.__name__ not in ("get", "scan"))
                     c.check_quota(req)
@@ -709,10 +714,15 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
     ]
 
 
+def _over_tls(ctx: grpc.ServicerContext) -> bool:
+    return ctx.auth_context().get("transport_security_type") == [b"ssl"]
+
+
 def build(coord_id: int, addr: str, zk_hosts: str,
-          client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT) -> tuple[grpc.Server, Coordinator]:
+          client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
+          callback_addr: str = "") -> tuple[grpc.Server, Coordinator]:
     """A coordinator's gRPC server (not listening yet) and the coordinator (not started)."""
-    c = Coordinator(coord_id, addr, zk_hosts)
+    c = Coordinator(coord_id, addr, zk_hosts, callback_addr)
     c.client_rate_limit = client_rate_limit
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
@@ -730,7 +740,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     ap.add_argument("--client-rate-limit", type=float, default=limits.CLIENT_RATE_LIMIT_DEFAULT,
                     help="requests/s per client connection (0: none)")
+    ap.add_argument("--tls-cert", help="PEM certificate chain: clients must call over TLS")
+    ap.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    ap.add_argument("--callback-port", type=int,
+                    help="with TLS: a plaintext port where storage nodes answer (internal network)")
     a = ap.parse_args(argv)
+    if bool(a.tls_cert) != bool(a.tls_key) or bool(a.tls_cert) != bool(a.callback_port):
+        ap.error("--tls-cert, --tls-key and --callback-port go together")
+    creds = None
+    if a.tls_cert:
+        try:
+            with open(a.tls_cert, "rb") as f, open(a.tls_key, "rb") as g:
+                creds = grpc.ssl_server_credentials([(g.read(), f.read())])
+        except OSError as e:
+            ap.error(f"--tls-cert/--tls-key: {e}")
     if a.metrics_port:
         start_http_server(a.metrics_port, addr=a.host)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -738,12 +761,20 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     tune_runtime()
     listen = f"{a.host}:{a.port}"
-    server, c = build(a.id, a.advertise or listen, a.zk, a.client_rate_limit)
-    serve_until_signal(server, listen, f"coordinator {a.id} ready on {listen}", c.start,
-                       lambda: None)
-
-
-
+    advertised = a.advertise or listen
+    if creds is None:
+        server, c = build(a.id, advertised, a.zk, a.client_rate_limit)
+        serve_until_signal(server, listen, f"coordinator {a.id} ready on {listen}", c.start,
+                           lambda: None)
+        return
+    callback = f"{advertised.rsplit(':', 1)[0]}:{a.callback_port}"
+    server, c = build(a.id, advertised, a.zk, a.client_rate_limit, callback)
+    c.tls_only = True
+    if server.add_secure_port(listen, creds) == 0:
+        raise SystemExit(f"cannot listen on {listen}")
+    serve_until_signal(server, f"{a.host}:{a.callback_port}",
+                       f"coordinator {a.id} ready on {listen} (TLS; answers on {callback})",
+                       c.start, lambda: None)
 
 
 _TAIL_POOL = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="tail")

@@ -328,9 +328,13 @@ def _kv(a: argparse.Namespace) -> Any:
     from midtown.client import Client
 
     token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
-    if a.coordinator:
-        return Client(a.coordinator, timeout=a.timeout, token=token)
-    return Client(zk=_zk_hosts(a), timeout=a.timeout, token=token)
+    ca = a.tls_ca or os.environ.get("MIDTOWN_TLS_CA") or None
+    try:
+        if a.coordinator:
+            return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
+        return Client(zk=_zk_hosts(a), timeout=a.timeout, token=token, tls_ca=ca)
+    except ValueError as e:
+        raise CliError(f"--{e}".replace("tls_ca", "tls-ca")) from None
 
 
 def _value_row(local: bytes, v: Any) -> dict:
@@ -638,6 +642,8 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--coordinator", help="coordinator HOST:PORT (default: discover)")
         sp.add_argument("--token", help="a user's token, for datasets with an access list "
                                         "(default: $MIDTOWN_TOKEN)")
+        sp.add_argument("--tls-ca", help="call over TLS, trusting this CA's PEM file "
+                                         "(default: $MIDTOWN_TLS_CA; none: plaintext)")
         sp.add_argument("--timeout", type=float, default=10.0, help="deadline, seconds")
         sp.add_argument("--encoding", choices=["utf8", "base64"], default="utf8",
                         help="how keys and values are written on the command line")

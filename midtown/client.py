@@ -138,10 +138,21 @@ class BatchResult:
 
 class Client:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
-                 timeout: float = 10.0, retries: int = 8, token: str | None = None) -> None:
-        """`token`: a user's token (`midtown user add`), for datasets with an access list."""
+                 timeout: float = 10.0, retries: int = 8, token: str | None = None,
+                 tls_ca: bytes | str | None = None) -> None:
+        """`token`: a user's token (`midtown user add`), for datasets with an access list.
+        `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file)."""
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
+        self._creds = None
+        if tls_ca is not None:
+            if isinstance(tls_ca, str):
+                try:
+                    with open(tls_ca, "rb") as f:
+                        tls_ca = f.read()
+                except OSError as e:
+                    raise ValueError(f"tls_ca: {e}") from None
+            self._creds = grpc.ssl_channel_credentials(root_certificates=tls_ca)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._zk_hosts = zk
         self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
@@ -191,7 +202,8 @@ class Client:
         with self._lock:
             s = self._stubs.get(addr)
             if s is None:
-                ch = grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS)
+                ch = (grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS) if self._creds is None
+                      else grpc.secure_channel(addr, self._creds, options=log_limits.GRPC_OPTIONS))
                 self._channels.append(ch)
                 s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
             return s
@@ -313,8 +325,10 @@ class AsyncClient:
     blocking client (gRPC's channels are thread-safe), so an event loop never blocks."""
 
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
-                 timeout: float = 10.0, retries: int = 8, token: str | None = None) -> None:
-        self._c = Client(coordinators, zk=zk, timeout=timeout, retries=retries, token=token)
+                 timeout: float = 10.0, retries: int = 8, token: str | None = None,
+                 tls_ca: bytes | str | None = None) -> None:
+        self._c = Client(coordinators, zk=zk, timeout=timeout, retries=retries, token=token,
+                         tls_ca=tls_ca)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._c.close)

@@ -65,6 +65,7 @@ def decode(b: bytes) -> pb.LwwValue:
 
 # How long a tombstone (or an expired value) is kept before it is purged (MIDTOWN_TOMBSTONE_GRACE_S).
 TOMBSTONE_GRACE_S = 24 * 3600.0
+PURGE_BATCH_MAX = 10_000  # purged in one pass (one synced batch) at most; the rest next time
 
 
 def purgeable(stored: bytes, now_ms: int, grace_ms: int) -> bool:

@@ -471,13 +471,14 @@ class StorageNode:
 
                 def watch(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
                     for k, v in items:
-                        if k[:1] == b"E" and lww.purgeable(v, now_ms, int(self.grace_s * 1000)):
+                        if (k[:1] == b"E" and len(old) < lww.PURGE_BATCH_MAX
+                                and lww.purgeable(v, now_ms, int(self.grace_s * 1000))):
                             old.append((k, v))
                         yield k, v
                 counts = usage.tally(watch(usage.data_items(self.store)))
+                self.lww_purged += self.lww.purge(old)
                 if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
                     quotas.publish(self.zk, self.node_id, counts)
-                self.lww_purged += self.lww.purge(old)
             except Exception as e:  # ZooKeeper unavailable: the next interval tries again
                 log.debug("usage and purge: %s", e)
             if self._stop.wait(self.usage_interval_s):

@@ -29,14 +29,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from coordinator import limits
-from midtown import registry
+from midtown import errors, registry
 from midtown_pb import kv_pb2 as pb
+from storage_node import keys
 
 USAGE = "/midtown/usage"  # /midtown/usage/<node id>: {"at_ms": ..., "bytes": {dataset id: n}}
 CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
-# Bytes a stored entry takes beyond its keys and value (storage_node/keys.py): the b"K"
-# key's prefix, shard, lengths; the value's version and expiry (and an eventual tombstone flag).
-KEY_OVERHEAD = 1 + 4 + 1 + 4
+# Bytes a stored value takes beyond its own: version and expiry (storage_node/keys.py), and
+# an eventual dataset's tombstone flag (storage_node/lww.py).
 VALUE_OVERHEAD = 17
 INT64_DIGITS = 20
 # Writes a coordinator let in are added to the nodes' counts if made no earlier than this
@@ -45,7 +45,7 @@ INT64_DIGITS = 20
 APPLY_SLACK_MS = 2_000
 RECENT_MAX_AGE_MS = 120_000
 # Sent with a quota refusal: the SDK does not retry it (a retry cannot succeed).
-REFUSED_TRAILER = (("midtown-refused", "quota"),)
+REFUSED_TRAILER = (errors.QUOTA_TRAILER,)
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
@@ -108,7 +108,7 @@ def writes(req: Any, dataset_id: str) -> list[Written]:
     at most how many bytes it will take, counted as the nodes count (a key as
     storage_node/keys.py lays it out, a value with its version and expiry)."""
     def one(pkey: bytes, lkey: bytes, value_len: int) -> Written:
-        key_len = KEY_OVERHEAD + len(dataset_id.encode()) + len(pkey) + len(lkey)
+        key_len = len(keys.value_key(0, dataset_id, pkey, lkey))
         return (pkey, lkey), key_len + VALUE_OVERHEAD + value_len
 
     if isinstance(req, pb.PutRequest):
@@ -193,6 +193,12 @@ def read_reports(zk: KazooClient) -> dict[int, Report]:
     return out
 
 
+def view(zk: KazooClient) -> tuple[dict[int, Report], tuple[int, ...]]:
+    """(node id -> its latest report, the member nodes): what `used` takes."""
+    kv = registry.read_kv(zk)
+    return read_reports(zk), kv.storage_nodes if kv else ()
+
+
 class UsageCache:
     """A coordinator's view of the usage reports and of the member nodes (which change with
     `midtown node remove|add`), read again at most every `ttl_s`."""
@@ -205,13 +211,12 @@ class UsageCache:
         self._lock = threading.Lock()
 
     def reports(self) -> tuple[dict[int, Report], tuple[int, ...]]:
-        """(node id -> its latest report, the member nodes)."""
+        """view(), at most `ttl_s` old."""
         now = time.monotonic()
         if now - self._at >= self.ttl_s:
             with self._lock:
                 if now - self._at >= self.ttl_s:
-                    kv = registry.read_kv(self.zk)
-                    self._view = (read_reports(self.zk), kv.storage_nodes if kv else ())
+                    self._view = view(self.zk)
                     self._at = now
         return self._view
 

@@ -357,16 +357,27 @@ class Coordinator:
         if idx is None:
             return None
         many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=500, requests=reqs)
+        r = self._first_answer("ReadMany", many, 2.0)
+        return None if r is None else list(r.responses)
+
+    def _first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
+        """The answer of the first storage node that gives one (None: none did)."""
         for addr in self._storage_order():
-            local = inprocess.lookup(addr, StorageNode)
             try:
-                if local is not None:
-                    inprocess.used("read")
-                    return list(local.read_many(many).responses)
-                return list(self._storage_stub(addr).ReadMany(many, timeout=2.0).responses)
+                return self._storage_call(addr, method, req, timeout_s)
             except (grpc.RpcError, Behind, ValueError):
                 continue
         return None
+
+    def _storage_call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        """A Storage call, made directly when the storage node runs in this process."""
+        local = inprocess.lookup(addr, StorageNode)
+        if local is None:
+            return getattr(self._storage_stub(addr), method)(req, timeout=timeout_s)
+        name, path = _STORAGE_IN_PROCESS[method]
+        if path:
+            inprocess.used(path)
+        return getattr(local, name)(req)
 
     def _storage_order(self) -> list[str]:
         """Live storage nodes to read from: the one in this process first, then the others
@@ -389,16 +400,10 @@ class Coordinator:
         shard = shard_of(d.id, pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
-        for addr in self._storage_order():
-            local = inprocess.lookup(addr, StorageNode)
-            try:
-                if local is not None:
-                    inprocess.used("read")
-                    return local.read(req)
-                return self._storage_stub(addr).Read(req, timeout=deadline_s)  # type: ignore[no-any-return]
-            except (grpc.RpcError, Behind, ValueError):
-                continue
-        raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
+        r = self._first_answer("Read", req, deadline_s)
+        if r is None:
+            raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
+        return r  # type: ignore[no-any-return]
 
 
     # ------------------------------------------------------------ eventual datasets
@@ -433,12 +438,12 @@ class Coordinator:
             for addr, r in ok:
                 if eventual.needs_repair(r, best):
                     EVENTUAL_REPAIRS.inc()
-                    _LWW_POOL.submit(self._lww_call, addr, "LwwWrite", fix, 5.0)
+                    _LWW_POOL.submit(self._storage_call, addr, "LwwWrite", fix, 5.0)
         return [r for _, r in ok]
 
     def _fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
         """Send to every live replica at once; the first `need` answers (or all there are)."""
-        calls = {_LWW_POOL.submit(self._lww_call, a, method, req, deadline_s): a
+        calls = {_LWW_POOL.submit(self._storage_call, a, method, req, deadline_s): a
                  for a in self.storage_nodes()}
         ok: list[tuple[str, Any]] = []
         try:
@@ -452,12 +457,6 @@ class Coordinator:
         except futures.TimeoutError:
             pass
         return ok
-
-    def _lww_call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        local = inprocess.lookup(addr, StorageNode)
-        if local is not None:
-            return local.lww_write(req) if method == "LwwWrite" else local.lww_read(req)
-        return getattr(self._storage_stub(addr), method)(req, timeout=timeout_s)
 
 
 # -------------------------------------------------------------------- validation
@@ -778,6 +777,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 _TAIL_POOL = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="tail")
+# Storage calls a storage node in this process answers directly: its method, and the path
+# counted in midtown_in_process_calls_total (none for eventual datasets' calls).
+_STORAGE_IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
+                       "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
 _LWW_POOL = futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="lww")
 
 

@@ -306,10 +306,8 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             got = datasets.get(zk, a.name)
             if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
-            kv = registry.read_kv(zk)
             out = datasets.describe(got)
-            out["used_bytes"], _ = quotas.used(quotas.read_reports(zk), kv.storage_nodes if kv else [],
-                                               got.id)
+            out["used_bytes"], _ = quotas.used(*quotas.view(zk), got.id)
             emit(out, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit",
                                "quota_bytes", "used_bytes", "acl", "id"])
         elif a.cmd == "drop":
@@ -328,13 +326,14 @@ def _kv(a: argparse.Namespace) -> Any:
     from midtown.client import Client
 
     token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
-    ca = a.tls_ca or os.environ.get("MIDTOWN_TLS_CA") or None
+    ca_file = a.tls_ca or os.environ.get("MIDTOWN_TLS_CA") or None
     try:
-        if a.coordinator:
-            return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
-        return Client(zk=_zk_hosts(a), timeout=a.timeout, token=token, tls_ca=ca)
-    except ValueError as e:
-        raise CliError(f"--{e}".replace("tls_ca", "tls-ca")) from None
+        ca = Path(ca_file).read_bytes() if ca_file else None
+    except OSError as e:
+        raise CliError(f"--tls-ca: cannot read {ca_file}: {e.strerror}") from None
+    if a.coordinator:
+        return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
+    return Client(zk=_zk_hosts(a), timeout=a.timeout, token=token, tls_ca=ca)
 
 
 def _value_row(local: bytes, v: Any) -> dict:

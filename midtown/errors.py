@@ -59,9 +59,13 @@ _BY_CODE = {c.code: c for c in (InvalidArgument, NotFound, FailedPrecondition, O
                                  PermissionDenied, Unauthenticated)}
 
 
+# Trailing metadata a coordinator sends with a quota refusal (coordinator/quotas.py).
+QUOTA_TRAILER = ("midtown-refused", "quota")
+
+
 def refused_for_quota(e: grpc.RpcError) -> bool:
     trailers = getattr(e, "trailing_metadata", lambda: None)() or ()
-    return e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and ("midtown-refused", "quota") in tuple(trailers)
+    return e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and QUOTA_TRAILER in tuple(trailers)
 
 
 def from_rpc(e: grpc.RpcError, note: str = "") -> MidtownError:

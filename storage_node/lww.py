@@ -69,12 +69,17 @@ PURGE_BATCH_MAX = 10_000  # purged in one pass (one synced batch) at most; the r
 
 
 def purgeable(stored: bytes, now_ms: int, grace_ms: int) -> bool:
+    """A stored tombstone, or value past its expiry, older than the grace (`stale`)."""
+    version, expires_at_ms, deleted = _H.unpack_from(stored)
+    return stale(version, expires_at_ms, deleted, now_ms, grace_ms)
+
+
+def stale(version: int, expires_at_ms: int, deleted: bool, now_ms: int, grace_ms: int) -> bool:
     """A tombstone, or a value past its expiry, older than the grace: nothing a read could
     return, and every replica that was up has had the time to learn of it."""
-    version, expires, deleted = _H.unpack_from(stored)
     if deleted:
         return HybridClock.millis(version) < now_ms - grace_ms
-    return bool(expires) and expires < now_ms - grace_ms
+    return bool(expires_at_ms) and expires_at_ms < now_ms - grace_ms
 
 
 def outlived(last_up_ms: int, peers_up_ms: int, grace_ms: int) -> bool:
@@ -105,9 +110,7 @@ class LwwReplica:
             self.rehash(None)
 
     def _has_hashes(self) -> bool:
-        for k in self.store.db.keys(from_key=b"H"):
-            return isinstance(k, bytes) and k.startswith(b"H")
-        return False
+        return next(self.store.under(b"H"), None) is not None
 
     def hashes(self, shards: int) -> list[int]:
         """Each shard's hash (0 for a shard holding nothing)."""
@@ -123,10 +126,7 @@ class LwwReplica:
             sums: dict[int, int] = {}
             prefixes = [b"E"] if shards is None else [keys.eventual_shard_prefix(s) for s in sorted(shards)]
             for p in prefixes:
-                for k, v in self.store.db.items(from_key=p):
-                    assert isinstance(k, bytes) and isinstance(v, bytes)
-                    if not k.startswith(p):
-                        break
+                for k, v in self.store.under(p):
                     shard = keys.shard_of_key(k)
                     sums[shard] = sums.get(shard, 0) ^ item_hash(k, _H.unpack_from(v)[0])
             wb = WriteBatch(raw_mode=True)
@@ -148,14 +148,10 @@ class LwwReplica:
     def range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
         """A shard's values in key order after `req.after` (a key from an earlier page)."""
         p = keys.eventual_shard_prefix(req.shard)
-        start = req.after + b"\x00" if req.after else p
         if req.after and not req.after.startswith(p):
             raise ValueError(f"after: not a key of shard {req.shard}")
         out = pb.LwwRangeResponse()
-        for k, v in self.store.db.items(from_key=start):
-            assert isinstance(k, bytes) and isinstance(v, bytes)
-            if not k.startswith(p):
-                return out
+        for k, v in self.store.under(p, req.after[len(p):] + b"\x00" if req.after else b""):
             if len(out.keys) >= req.limit:
                 out.more = True
                 return out
@@ -170,7 +166,8 @@ class LwwReplica:
         now_ms = int(time.time() * 1000)
         # Nothing already past the grace: this replica may have purged it on purpose.
         items = [(k, v) for k, v in zip(resp.keys, resp.values)
-                 if k.startswith(b"E") and v.version and not purgeable(encode(v), now_ms, self.grace_ms)]
+                 if k.startswith(b"E") and v.version
+                 and not stale(v.version, v.expires_at_ms, v.deleted, now_ms, self.grace_ms)]
         return sum(self._write_batch(items)) if items else 0
 
     def write(self, req: pb.LwwWriteRequest) -> bool:
@@ -238,15 +235,5 @@ class LwwReplica:
             b = self.store._get(p + req.local_key)
             items = [] if b is None else [pb.LwwItem(local_key=req.local_key, value=decode(b))]
             return pb.LwwReadResponse(items=items)
-        out = []
-        for k, v in self.store.db.items(from_key=p + req.start):
-            assert isinstance(k, bytes) and isinstance(v, bytes)
-            if not k.startswith(p):
-                break
-            lk = k[len(p):]
-            if req.end and lk >= req.end:
-                break
-            out.append(pb.LwwItem(local_key=lk, value=decode(v)))
-            if len(out) >= req.limit:
-                break
-        return pb.LwwReadResponse(items=out)
+        return pb.LwwReadResponse(items=[pb.LwwItem(local_key=lk, value=decode(v)) for lk, v in
+                                         self.store.local_range(p, req.start, req.end, req.limit)])

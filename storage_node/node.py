@@ -49,8 +49,15 @@ POSITION_INTERVAL_S = 10.0
 ANTI_ENTROPY_S = 60.0
 # How long after a dataset is dropped its keys are deleted (MIDTOWN_DROP_DELAY_S).
 DROP_DELAY_S = 60.0
+# Eventual values one LwwRead scan or LwwRange page returns at most.
+LWW_PAGE_MAX = 10_000
 # Entries applied and written together at most.
 APPLY_BATCH_ENTRIES_MAX = 5_000
+
+
+def _check_lww_limit(limit: int) -> None:
+    if not 1 <= limit <= LWW_PAGE_MAX:
+        raise ValueError(f"limit: {limit}, must be between 1 and {LWW_PAGE_MAX}")
 
 
 class StorageNode:
@@ -64,8 +71,8 @@ class StorageNode:
         self.kv_logs = min(self.kv.logs, self.log_count)
         os.makedirs(data_dir, exist_ok=True)
         self.store = NodeStore(os.path.join(data_dir, "state.db"))
-        self.grace_s = float(os.environ.get("MIDTOWN_TOMBSTONE_GRACE_S", lww.TOMBSTONE_GRACE_S))
-        self.lww = LwwReplica(self.store, int(self.grace_s * 1000))  # eventually consistent datasets
+        grace_s = float(os.environ.get("MIDTOWN_TOMBSTONE_GRACE_S", lww.TOMBSTONE_GRACE_S))
+        self.lww = LwwReplica(self.store, int(grace_s * 1000))  # eventually consistent datasets
         self.callbacks = Callbacks()
         self.positions: dict[int, tuple[int, int]] = {
             i: self.store.next_position(i) for i in range(self.log_count)
@@ -122,9 +129,7 @@ class StorageNode:
                  saved, first, ", an earlier bootstrap did not finish" if marker else "")
         deadline = time.monotonic() + 300
         while True:
-            # Members only: a node taken out of the membership may be behind the logs.
-            peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
-                     if nid != self.node_id and nid in self.kv.storage_nodes]
+            peers = self._peers(members_only=True)  # a removed node may be behind the logs
             try:
                 bootstrap.copy_from(self.store.db, peers, self.store.sync)
                 break
@@ -405,8 +410,7 @@ class StorageNode:
 
     def lww_range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
         self._check_shard(req.shard)
-        if not 1 <= req.limit <= 10_000:
-            raise ValueError(f"limit: {req.limit}, must be between 1 and 10000")
+        _check_lww_limit(req.limit)
         return self.lww.range(req)
 
     def _anti_entropy_loop(self) -> None:
@@ -417,9 +421,13 @@ class StorageNode:
         while not self._stop.wait(self.anti_entropy_s):
             self._anti_entropy_pass()
 
+    def _peers(self, members_only: bool = False) -> list[str]:
+        """The addresses of the other storage nodes that are up."""
+        return [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+                if nid != self.node_id and (not members_only or nid in self.kv.storage_nodes)]
+
     def _anti_entropy_pass(self) -> None:
-        peers = [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
-                 if nid != self.node_id]
+        peers = self._peers()
         if not peers:
             return
         channel = grpc.insecure_channel(random.choice(peers), options=log_limits.GRPC_OPTIONS)
@@ -451,11 +459,11 @@ class StorageNode:
         last_up = self.store.last_up_ms()
         peers_up = max((r.at_ms for n, r in quotas.read_reports(self.zk).items() if n != self.node_id),
                        default=0)
-        if lww.outlived(last_up, peers_up, int(self.grace_s * 1000)):
+        if lww.outlived(last_up, peers_up, self.lww.grace_ms):
             log.warning("storage node %d was down for %.0f s of its peers' time, more than the "
                         "tombstone grace (%.0f s): dropping its eventual values; anti-entropy takes "
                         "them again from the peers", self.node_id, (peers_up - last_up) / 1000,
-                        self.grace_s)
+                        self.lww.grace_ms / 1000)
             self.lww.drop_all()
             self._refill = True
 
@@ -472,7 +480,7 @@ class StorageNode:
                 def watch(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
                     for k, v in items:
                         if (k[:1] == b"E" and len(old) < lww.PURGE_BATCH_MAX
-                                and lww.purgeable(v, now_ms, int(self.grace_s * 1000))):
+                                and lww.purgeable(v, now_ms, self.lww.grace_ms)):
                             old.append((k, v))
                         yield k, v
                 counts = usage.tally(watch(usage.data_items(self.store)))
@@ -489,8 +497,8 @@ class StorageNode:
 
     def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
         self._check_shard(req.shard)
-        if req.scan and not 1 <= req.limit <= 10_000:
-            raise ValueError(f"limit: {req.limit}, must be between 1 and 10000")
+        if req.scan:
+            _check_lww_limit(req.limit)
         return self.lww.read(req)
 
     def _check_shard(self, shard: int, field: str = "") -> None:

@@ -4,7 +4,7 @@ the database plus the writes of the records already applied in the current batch
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rocksdict import WriteBatch
 
@@ -34,22 +34,31 @@ class NodeStore:
         b = self._get(key)
         return keys.decode_stored(b) if b is not None else None
 
-    def scan(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, Stored]]:
-        out: list[tuple[bytes, Stored]] = []
-        if limit <= 0:
-            return out
-        n = len(prefix)
+    def under(self, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) of each key that starts with `prefix`, in order, from prefix + start."""
         for k, v in self.db.items(from_key=prefix + start):
             assert isinstance(k, bytes) and isinstance(v, bytes)
             if not k.startswith(prefix):
-                break
-            lkey = k[n:]
+                return
+            yield k, v
+
+    def local_range(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` (local key, stored bytes) under `prefix`, local key in [start, end)
+        (end empty: to the last)."""
+        out: list[tuple[bytes, bytes]] = []
+        if limit <= 0:
+            return out
+        for k, v in self.under(prefix, start):
+            lkey = k[len(prefix):]
             if end and lkey >= end:
                 break
-            out.append((lkey, keys.decode_stored(v)))
+            out.append((lkey, v))
             if len(out) >= limit:
                 break
         return out
+
+    def scan(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, Stored]]:
+        return [(lk, keys.decode_stored(v)) for lk, v in self.local_range(prefix, start, end, limit)]
 
     def dedup(self, shard: int, request_id: bytes) -> tuple[int, RecordResult] | None:
         b = self._get(keys.dedup_key(shard, request_id))
@@ -81,13 +90,7 @@ class NodeStore:
         self.db.put(keys.LAST_UP, _Q.pack(ms))
 
     def member_positions(self) -> dict[tuple[int, int], int]:
-        out: dict[tuple[int, int], int] = {}
-        for k, v in self.db.items(from_key=b"Q"):
-            assert isinstance(k, bytes) and isinstance(v, bytes)
-            if not k.startswith(b"Q"):
-                break
-            out[keys.decode_member_position_key(k)] = _Q.unpack(v)[0]
-        return out
+        return {keys.decode_member_position_key(k): _Q.unpack(v)[0] for k, v in self.under(b"Q")}
 
     def write(self, wb: WriteBatch) -> None:
         """Atomic but not yet durable: apply results are a function of the committed log

@@ -26,11 +26,7 @@ def tally(items: Iterable[tuple[bytes, bytes]]) -> dict[str, int]:
 def data_items(store: NodeStore) -> Iterator[tuple[bytes, bytes]]:
     """Every stored value entry of every dataset, strong and eventual."""
     for prefix in DATA_PREFIXES:
-        for k, v in store.db.items(from_key=prefix):
-            assert isinstance(k, bytes) and isinstance(v, bytes)
-            if not k.startswith(prefix):
-                break
-            yield k, v
+        yield from store.under(prefix)
 
 
 def count(store: NodeStore) -> dict[str, int]:

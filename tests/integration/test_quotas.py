@@ -85,6 +85,8 @@ def test_a_dataset_over_its_quota_refuses_writes_and_takes_deletes(qc: Cluster) 
         wait_for(lambda: _puts(db, "q"), 30, "writes taken under the raised quota")
         bad = mt(qc, "dataset", "quota", "q", "lots")
         assert bad.returncode == 2 and "SIZE" in bad.stderr
+        bad = mt(qc, "dataset", "create", "q2", "--quota", "5 parsecs")
+        assert bad.returncode == 2 and "--quota" in bad.stderr and "Traceback" not in bad.stderr
         bad = mt(qc, "dataset", "quota", "nope", "1GB")
         assert bad.returncode == 2 and "NAME" in bad.stderr
 

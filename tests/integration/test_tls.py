@@ -66,6 +66,9 @@ def test_clients_call_over_tls_and_storage_nodes_answer_inside(tls: tuple[Cluste
     other = trustme.CA().cert_pem.bytes()
     with Client(addr, tls_ca=other, timeout=2, retries=1) as wrong, pytest.raises(refused):
         wrong.get("t", "p", "k")
+    # A CA file that cannot be read is named.
+    with pytest.raises(ValueError, match="tls_ca"):
+        Client(addr, tls_ca="/nonexistent.pem")
     # The plaintext port is for storage nodes' answers: a client call there is refused.
     stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(callback))
     with pytest.raises(grpc.RpcError) as e:

@@ -22,6 +22,8 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, start_http_server
 
 from coordinator import acl, eventual, limits, quotas
@@ -114,7 +116,7 @@ class Coordinator:
         self.users = UserCache(self.zk)
 
     def start(self) -> None:
-        registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
+        self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
 
     # ---------------------------------------------------------------- plumbing
     def appender(self, log_id: int) -> Appender:
@@ -686,6 +688,12 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
                     c.authorize(req.header, ctx, write=fn.__name__ not in ("get", "scan"))
                     c.check_quota(req)
                 out = fn(req, ctx)
+            except (KazooException, KazooTimeoutError) as e:
+                # ZooKeeper trouble (a lost session, a connection being re-established)
+                # while looking up a dataset, a user or the members: nothing was appended.
+                REQUESTS.labels(method=fn.__name__, code="UNAVAILABLE").inc()
+                ctx.abort(Code.UNAVAILABLE, f"coordinator {c.coord_id}: ZooKeeper is unavailable "
+                          f"({type(e).__name__}); the request was not applied; retry")
             except Abort as e:
                 REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
                 if e.trailers:

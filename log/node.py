@@ -30,6 +30,8 @@ from log.rocks_store import RocksStore
 from log.writer import Writer
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
+from runtime import loops
+from runtime.membership import Membership
 
 log = logging.getLogger("midtown.log.node")
 
@@ -98,22 +100,17 @@ class Node:
             self._watches.append(
                 self.zk.DataWatch(zkpaths.writer_path(log_id), self._writer_watch(log_id))
             )
-        self._register()
-        threading.Thread(target=self._election_loop, name="election", daemon=True).start()
-        threading.Thread(target=self._catchup_loop, name="catchup", daemon=True).start()
-
-    def _register(self) -> None:
-        path = f"{zkpaths.SERVERS}/{self.server_id}"
-        data = json.dumps({"addr": self.addr, "pid": os.getpid()}).encode()
-        try:
-            self.zk.create(path, data, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            # Our previous session's node, not yet expired: replace it.
-            self.zk.delete(path)
-            self.zk.create(path, data, ephemeral=True, makepath=True)
+        self.membership = Membership(
+            self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
+            lambda: json.dumps({"addr": self.addr, "pid": os.getpid()}).encode())
+        self.membership.start()
+        loops.forever("election", self._election_loop, self._stop)
+        loops.forever("catch-up", self._catchup_loop, self._stop)
 
     def stop(self) -> None:
         self._stop.set()
+        if hasattr(self, "membership"):
+            self.membership.stop()
         for d in list(self.writers.values()):
             d.stop("server stopping")
         for d in list(self.writers.values()):
@@ -131,22 +128,13 @@ class Node:
 
     def _on_zk_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
-            self._zk_ok.set()
-            if not self._stop.is_set():
-                threading.Thread(target=self._reregister, daemon=True).start()
+            self._zk_ok.set()  # registering again is the membership's job
             return
         # SUSPENDED or LOST: a lock holder must assume nothing (kazoo docs). Stop
         # acknowledging at once; the fencing epoch protects the log meanwhile.
         self._zk_ok.clear()
         for d in list(self.writers.values()):
             d.stop(f"ZooKeeper session {state.lower()}")
-
-    def _reregister(self) -> None:
-        try:
-            if not self.zk.exists(f"{zkpaths.SERVERS}/{self.server_id}"):
-                self._register()
-        except Exception:
-            log.exception("re-registering")
 
     def _meta_watch(self, log_id: int):  # type: ignore[no-untyped-def]
         def watch(data: bytes | None, stat: Any) -> None:

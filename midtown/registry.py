@@ -16,6 +16,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from runtime.membership import Membership
+
 KV = "/midtown/kv"
 STORAGE_NODES = "/midtown/storage_nodes"
 COORDINATORS = "/midtown/coordinators"
@@ -103,14 +105,13 @@ def _change_members(zk: KazooClient, change: Callable[[list[int]], list[int]]) -
         return t
 
 
-def register(zk: KazooClient, parent: str, member_id: int, addr: str) -> None:
-    path = f"{parent}/{member_id}"
+def register(zk: KazooClient, parent: str, member_id: int, addr: str) -> Membership:
+    """Register a member under `parent` for as long as the process lives: registered again
+    whenever a lost ZooKeeper session took the ephemeral node away (runtime/membership.py)."""
     data = json.dumps({"addr": addr}).encode()
-    try:
-        zk.create(path, data, ephemeral=True, makepath=True)
-    except NodeExistsError:
-        zk.delete(path)
-        zk.create(path, data, ephemeral=True, makepath=True)
+    m = Membership(zk, f"{parent}/{member_id}", lambda: data)
+    m.start()
+    return m
 
 
 def members(zk: KazooClient, parent: str) -> dict[int, str]:

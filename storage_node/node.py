@@ -26,6 +26,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
+from runtime import loops
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
@@ -109,13 +110,17 @@ class StorageNode:
     def start(self) -> None:
         self._bootstrap_if_needed()
         self._drop_eventual_if_outlived()
-        threading.Thread(target=self._positions_loop, name="positions", daemon=True).start()
-        threading.Thread(target=self._anti_entropy_loop, name="anti-entropy", daemon=True).start()
-        threading.Thread(target=self._usage_loop, name="usage", daemon=True).start()
+        # Each background loop retries with backoff after a failure (runtime/loops.py): a
+        # lost ZooKeeper session or an unreachable log never stops one for good.
+        self._published: dict[int, int] = {}
+        self._truncated: dict[int, int] = {}
+        loops.every("positions", self.position_interval_s, self._positions_round, self._stop)
+        loops.every("anti-entropy", self.anti_entropy_s, self._anti_entropy_pass, self._stop,
+                    first_at_once=self._refill)  # eventual values dropped at start: at once
+        loops.every("usage", self.usage_interval_s, self._usage_round, self._stop, first_at_once=True)
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
-            threading.Thread(target=self._tail, args=(log_id,), name=f"tail-{log_id}",
-                             daemon=True).start()
-        registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
+            loops.forever(f"tail-{log_id}", lambda log_id=log_id: self._tail(log_id), self._stop)
+        self.membership = registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
 
     def _bootstrap_if_needed(self) -> None:
         """Copy a peer's state first when this node is new or behind a truncation
@@ -154,6 +159,8 @@ class StorageNode:
 
     def stop(self) -> None:
         self._stop.set()
+        if hasattr(self, "membership"):
+            self.membership.stop()
         time.sleep(0.1)
         try:
             self.logs.close()
@@ -306,35 +313,31 @@ class StorageNode:
                 self.reclaimed += view.reclaim_expired(log_id, reclaim.expiry_cutoff(ts),
                                                        reclaim.RECLAIM_BATCH_MAX)
 
-    def _positions_loop(self) -> None:
+    def _positions_round(self) -> None:
         """Publish this node's durable position into each log it has applied data from,
         and truncate each log below the lowest position of every member, never while a
-        member's position is unknown (a node that is down holds truncation back)."""
-        published: dict[int, int] = {}
-        truncated: dict[int, int] = {}
-        while not self._stop.wait(self.position_interval_s):
-            try:  # membership changes (midtown node remove)
-                self.kv = registry.read_kv(self.zk) or self.kv
-            except Exception as e:
-                log.debug("reading the topology: %s", e)
-            self._append_drops()
-            durable = {i: p for i, (p, _) in self.positions.items()}
-            self.store.sync()  # only positions made durable are published (DESIGN.md)
-            for log_id in range(self.log_count):
-                pos = durable[log_id]
-                if needs_publish(self._last_data.get(log_id), published.get(log_id)):
-                    rec = Record(b"", "", "", 0, b"", (Position(self.node_id, pos),))
-                    try:
-                        self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
-                        published[log_id] = pos
-                    except LogError as e:
-                        log.debug("publishing position of log %d: %s", log_id, e)
-                low = truncation_point(self.member_positions, log_id, self.kv.storage_nodes)
-                if low is not None and low > truncated.get(log_id, 0):
-                    try:
-                        truncated[log_id] = self.logs.truncate(log_id, low)
-                    except LogError as e:
-                        log.debug("truncating log %d: %s", log_id, e)
+        member's position is unknown (a node that is down holds truncation back).
+        ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
+        published, truncated = self._published, self._truncated
+        self.kv = registry.read_kv(self.zk) or self.kv  # membership changes (node remove)
+        self._append_drops()
+        durable = {i: p for i, (p, _) in self.positions.items()}
+        self.store.sync()  # only positions made durable are published (DESIGN.md)
+        for log_id in range(self.log_count):
+            pos = durable[log_id]
+            if needs_publish(self._last_data.get(log_id), published.get(log_id)):
+                rec = Record(b"", "", "", 0, b"", (Position(self.node_id, pos),))
+                try:
+                    self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
+                    published[log_id] = pos
+                except LogError as e:
+                    log.debug("publishing position of log %d: %s", log_id, e)
+            low = truncation_point(self.member_positions, log_id, self.kv.storage_nodes)
+            if low is not None and low > truncated.get(log_id, 0):
+                try:
+                    truncated[log_id] = self.logs.truncate(log_id, low)
+                except LogError as e:
+                    log.debug("truncating log %d: %s", log_id, e)
 
     def _append_drops(self) -> None:
         """Put a drop record for each dataset dropped more than DROP_DELAY_S ago into every
@@ -413,20 +416,15 @@ class StorageNode:
         _check_lww_limit(req.limit)
         return self.lww.range(req)
 
-    def _anti_entropy_loop(self) -> None:
-        """Now and then, pull from a random peer every eventual value newer than ours,
-        shard by shard (storage_node/lww.py); at once if this node dropped its own."""
-        if self._refill:
-            self._anti_entropy_pass()
-        while not self._stop.wait(self.anti_entropy_s):
-            self._anti_entropy_pass()
-
     def _peers(self, members_only: bool = False) -> list[str]:
         """The addresses of the other storage nodes that are up."""
         return [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
                 if nid != self.node_id and (not members_only or nid in self.kv.storage_nodes)]
 
     def _anti_entropy_pass(self) -> None:
+        """Pull from a random peer every eventual value newer than ours, shard by shard
+        (storage_node/lww.py); run every anti-entropy interval, at once if this node
+        dropped its own at start."""
         peers = self._peers()
         if not peers:
             return
@@ -467,30 +465,25 @@ class StorageNode:
             self.lww.drop_all()
             self._refill = True
 
-    def _usage_loop(self) -> None:
+    def _usage_round(self) -> None:
         """Now and every usage interval: note that this node is up, count what each dataset
         takes here and publish it for the quota checks (coordinator/quotas.py), and purge
-        the eventual tombstones and expired values older than the grace, seen on the way."""
-        while True:
-            try:
-                now_ms = int(time.time() * 1000)
-                self.store.set_last_up(now_ms)
-                old: list[tuple[bytes, bytes]] = []
+        the eventual tombstones and expired values older than the grace, seen on the way.
+        Purging comes before publishing, so a ZooKeeper outage does not hold it back."""
+        now_ms = int(time.time() * 1000)
+        self.store.set_last_up(now_ms)
+        old: list[tuple[bytes, bytes]] = []
 
-                def watch(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-                    for k, v in items:
-                        if (k[:1] == b"E" and len(old) < lww.PURGE_BATCH_MAX
-                                and lww.purgeable(v, now_ms, self.lww.grace_ms)):
-                            old.append((k, v))
-                        yield k, v
-                counts = usage.tally(watch(usage.data_items(self.store)))
-                self.lww_purged += self.lww.purge(old)
-                if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
-                    quotas.publish(self.zk, self.node_id, counts)
-            except Exception as e:  # ZooKeeper unavailable: the next interval tries again
-                log.debug("usage and purge: %s", e)
-            if self._stop.wait(self.usage_interval_s):
-                return
+        def watch(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+            for k, v in items:
+                if (k[:1] == b"E" and len(old) < lww.PURGE_BATCH_MAX
+                        and lww.purgeable(v, now_ms, self.lww.grace_ms)):
+                    old.append((k, v))
+                yield k, v
+        counts = usage.tally(watch(usage.data_items(self.store)))
+        self.lww_purged += self.lww.purge(old)
+        if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
+            quotas.publish(self.zk, self.node_id, counts)
 
     def lww_hashes(self) -> pb.LwwHashesResponse:
         return pb.LwwHashesResponse(hashes=self.lww.hashes(self.kv.shards))

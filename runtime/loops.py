@@ -1,0 +1,84 @@
+"""Background threads that cannot die silently.
+
+Every background thread of a server either retries with backoff or ends the process with
+a clear log line (STYLE.md, "Habits"). `every` runs a periodic task; `forever` runs a task
+that loops on its own (a tail, an election loop) and starts it again if it raises. Both
+log the failure with its traceback, wait (doubling up to BACKOFF_MAX_S) and go on."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger("midtown.loops")
+
+BACKOFF_FIRST_S = 0.1
+# A failing loop retries at least this often: ZooKeeper or a peer that comes back is
+# noticed within this long.
+BACKOFF_MAX_S = 5.0
+
+
+class Backoff:
+    """Doubling waits between attempts, reset by a success."""
+
+    def __init__(self, first_s: float = BACKOFF_FIRST_S, max_s: float = BACKOFF_MAX_S) -> None:
+        assert 0 < first_s <= max_s
+        self.first_s = first_s
+        self.max_s = max_s
+        self.next_s = first_s
+
+    def failed(self) -> float:
+        """How long to wait after a failure."""
+        wait = self.next_s
+        self.next_s = min(self.next_s * 2, self.max_s)
+        return wait
+
+    def succeeded(self) -> None:
+        self.next_s = self.first_s
+
+
+def every(name: str, interval_s: float, body: Callable[[], None], stop: threading.Event,
+          first_at_once: bool = False) -> threading.Thread:
+    """Run `body` every `interval_s` until `stop` is set, in a daemon thread. A failure is
+    logged and retried with backoff (never later than the next interval)."""
+    assert interval_s > 0
+
+    def run() -> None:
+        backoff = Backoff(max_s=max(BACKOFF_FIRST_S, min(BACKOFF_MAX_S, interval_s)))
+        wait = 0.0 if first_at_once else interval_s
+        while not stop.wait(wait):
+            try:
+                body()
+            except Exception:
+                wait = backoff.failed()
+                log.warning("%s failed; retrying in %.1f s", name, wait, exc_info=True)
+                continue
+            backoff.succeeded()
+            wait = interval_s
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    return t
+
+
+def forever(name: str, body: Callable[[], None], stop: threading.Event) -> threading.Thread:
+    """Run `body` (which loops until `stop` on its own) in a daemon thread; if it returns
+    or raises before `stop` is set, log it and start it again after a backoff."""
+
+    def run() -> None:
+        backoff = Backoff()
+        while not stop.is_set():
+            try:
+                body()
+            except Exception:
+                wait = backoff.failed()
+                log.warning("%s failed; starting it again in %.1f s", name, wait, exc_info=True)
+                stop.wait(wait)
+                continue
+            backoff.succeeded()
+            stop.wait(BACKOFF_FIRST_S)  # returned by itself: go round again, gently
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    return t

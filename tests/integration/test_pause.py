@@ -1,0 +1,91 @@
+"""Processes paused past their ZooKeeper session (SIGSTOP longer than the session timeout,
+then SIGCONT) come back: registered again, serving, their background loops alive."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.routing import log_of, shard_of
+from log import zk as logzk
+from log.client import LogClient
+from midtown import Client, registry
+from midtown.cluster import Cluster
+from tests.integration.conftest import started, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def pc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    monkeypatch.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
+    with started(tmp_path / "c") as c:
+        yield c
+
+
+def _pause_past_session(c: Cluster, logs: LogClient, name: str, path: str) -> None:
+    """SIGSTOP `name` until ZooKeeper has expired its session (its ephemeral node at `path`
+    is gone: a fact, not a guess at timing), then SIGCONT it."""
+    assert logs.zk.exists(path) is not None, f"{name} is not registered at {path}"
+    c.signal(name, signal.SIGSTOP)
+    try:
+        wait_for(lambda: logs.zk.exists(path) is None, 60, f"the session of {name} to expire")
+    finally:
+        c.signal(name, signal.SIGCONT)
+
+
+def test_every_kind_of_process_paused_past_its_session_comes_back(pc: Cluster) -> None:
+    d = pc.create_dataset("p")
+    log_id = log_of(shard_of(d.id, b"k", pc.shards), pc.kv_logs)
+    paused = [("coordinator-0", f"{registry.COORDINATORS}/0"),
+              ("storage-1", f"{registry.STORAGE_NODES}/1"),
+              ("log-1", f"{logzk.SERVERS}/1")]
+    with LogClient(pc.zk_hosts) as logs:
+        with Client(zk=pc.zk_hosts, timeout=60) as db:
+            db.put("p", "k", "before", b"v")
+        for name, path in paused:
+            _pause_past_session(pc, logs, name, path)
+            wait_for(lambda: logs.zk.exists(path) is not None, 30, f"{name} to register again")
+            # Discovery finds it, and it serves (this cluster has one coordinator).
+            with Client(zk=pc.zk_hosts, timeout=60) as db:
+                db.put("p", "k", f"after-{name}", b"v")
+                got = db.get("p", "k", f"after-{name}")
+                assert got is not None and got.value == b"v"
+        # The paused storage node's positions loop survived its lost session: it publishes
+        # again, so the log is truncated past everything written before now.
+        with Client(zk=pc.zk_hosts, timeout=60) as db:
+            last = 0
+            for i in range(20):
+                last = db.put("p", "k", f"more{i}", b"v")
+        wait_for(lambda: logs.status()[log_id]["first"] >= last - 1, 60,
+                 f"log {log_id} to be truncated past position {last - 1}")
+
+
+def test_zookeeper_trouble_during_a_request_is_unavailable_and_retried(pc: Cluster) -> None:
+    import grpc
+
+    from midtown_pb import kv_pb2 as pb
+    from midtown_pb import kv_pb2_grpc
+
+    pc.create_dataset("z")
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(pc.coordinator_addrs[0]))
+    put = pb.PutRequest(header=pb.RequestHeader(dataset="not-cached-yet"),
+                        key=pb.Key(partition=b"k", local=b"l"), value=b"v")
+    pc.signal("zookeeper", signal.SIGSTOP)
+    try:
+        # An unknown dataset is looked up in ZooKeeper, which does not answer.
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.Put(put, timeout=60)
+    finally:
+        pc.signal("zookeeper", signal.SIGCONT)
+    assert ei.value.code() == grpc.StatusCode.UNAVAILABLE, ei.value.details()
+    assert "ZooKeeper is unavailable" in (ei.value.details() or "")
+    # The SDK retries UNAVAILABLE; with ZooKeeper back (and every session it may have
+    # expired meanwhile re-established), requests go through.
+    with Client(pc.coordinator_addrs, timeout=60) as db:
+        db.put("z", "k", "l", b"v")
+        got = db.get("z", "k", "l")
+        assert got is not None and got.value == b"v"

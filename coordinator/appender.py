@@ -4,6 +4,8 @@ threads run the appends themselves (log/group_commit.py): a lone request pays no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from log import limits as log_limits
 from log.client import Appended, LogClient
 from log.group_commit import GroupCommit
@@ -11,22 +13,32 @@ from log.group_commit import GroupCommit
 APPEND_TIMEOUT_S = 20.0
 
 
+@dataclass(frozen=True, slots=True)
+class Placed:
+    position: int
+    timestamp_ms: int
+    # The log client sent it more than once (an attempt's outcome was unknown): an earlier
+    # copy may be in the log too, at a lower position, and that copy is the one applied.
+    maybe_earlier_copy: bool
+
+
 class Appender:
     def __init__(self, logs: LogClient, log_id: int) -> None:
         self.logs = logs
         self.log_id = log_id
-        self._group: GroupCommit[bytes, tuple[int, int]] = GroupCommit(
+        self._group: GroupCommit[bytes, Placed] = GroupCommit(
             self._append, size=len, max_size=log_limits.BATCH_BYTES_MAX)
 
-    def append(self, payload: bytes, timeout_s: float) -> tuple[int, int]:
-        """(position, timestamp_ms) once the log has the payload durably. LogError from
-        the log; GroupTimeout if the append could not start within `timeout_s`."""
+    def append(self, payload: bytes, timeout_s: float) -> Placed:
+        """Where the log put the payload, once it has it durably. LogError from the log;
+        GroupTimeout if the append could not start within `timeout_s`."""
         return self._group.call(payload, timeout_s)
 
-    def _append(self, payloads: list[bytes]) -> list[tuple[int, int]]:
-        out: list[tuple[int, int]] = []
+    def _append(self, payloads: list[bytes]) -> list[Placed]:
+        out: list[Placed] = []
         for i in range(0, len(payloads), log_limits.BATCH_ENTRIES_MAX):
             chunk = payloads[i:i + log_limits.BATCH_ENTRIES_MAX]
             r: Appended = self.logs.append(self.log_id, chunk, timeout_s=APPEND_TIMEOUT_S)
-            out.extend((r.first_position + j, r.timestamp_ms) for j in range(len(chunk)))
+            out.extend(Placed(r.first_position + j, r.timestamp_ms, r.attempts > 1)
+                       for j in range(len(chunk)))
         return out

@@ -27,7 +27,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, start_http_server
 
 from coordinator import acl, eventual, limits, quotas
-from coordinator.appender import Appender
+from coordinator.appender import Appender, Placed
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
@@ -232,7 +232,7 @@ class Coordinator:
                     if not ws:
                         del self._waiters[rid]
 
-    def _append(self, log_id: int, payload: bytes, deadline_s: float) -> tuple[int, int]:
+    def _append(self, log_id: int, payload: bytes, deadline_s: float) -> Placed:
         try:
             return self.appender(log_id).append(payload, deadline_s)
         except LogError as e:
@@ -246,14 +246,15 @@ class Coordinator:
                             deadline_s: float) -> RecordResult:
         rec = Record(rid, "", d.id, shard, pkey, (op,), d.ttl_ms)  # nobody waits: no callback
         log_id = log_of(shard, self.kv_logs)
-        position, ts = self._append(log_id, codec.record_to_bytes(rec), deadline_s)
-        if isinstance(op, Put):  # what apply will store, computed the same way
-            ttl = op.ttl_ms or d.ttl_ms
-            value = Stored(op.value, position + 1, ts + ttl if ttl else 0)
-            res = OpResult(found=True, value=value)
-        else:
-            res = OpResult()
-        return RecordResult(rid, log_id, position, shard, 0, -1, True, False, (res,))
+        deadline = time.monotonic() + deadline_s
+        placed = self._append(log_id, codec.record_to_bytes(rec), deadline_s)
+        r = early_result(rec, log_id, placed, d.ttl_ms)
+        if r is not None:
+            return r
+        # Only the storage nodes know which copy was applied: ask them, with the same
+        # request id, which returns the first outcome.
+        return self.execute(pb.RequestHeader(dataset=d.name, request_id=rid), pkey, [op],
+                            max(0.0, deadline - time.monotonic()))
 
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
         """Storage nodes' answers: every one is digest-checked; only one that a request
@@ -523,6 +524,24 @@ def check_key(key: pb.Key) -> tuple[bytes, bytes]:
 
 def _lww_value(v: pb.LwwValue) -> pb.Value:
     return pb.Value(value=v.value, version=v.version, expires_at_ms=v.expires_at_ms)
+
+
+def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
+    """The outcome of a plain put or delete as apply will compute it (storage_node/apply.py):
+    a put's version is its position + 1. None when the log client retried the append after
+    an unknown outcome: an earlier copy may sit at a lower position, and that copy is the
+    one applied (the later one is a duplicate), so the position in hand proves nothing."""
+    if placed.maybe_earlier_copy:
+        return None
+    assert len(rec.ops) == 1
+    op = rec.ops[0]
+    if isinstance(op, Put):
+        ttl = op.ttl_ms or default_ttl_ms
+        value = Stored(op.value, placed.position + 1, placed.timestamp_ms + ttl if ttl else 0)
+        res = OpResult(found=True, value=value)
+    else:
+        res = OpResult()
+    return RecordResult(rec.request_id, log_id, placed.position, rec.shard, 0, -1, True, False, (res,))
 
 
 def single(r: RecordResult) -> Any:

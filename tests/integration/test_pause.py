@@ -89,3 +89,68 @@ def test_zookeeper_trouble_during_a_request_is_unavailable_and_retried(pc: Clust
         db.put("z", "k", "l", b"v")
         got = db.get("z", "k", "l")
         assert got is not None and got.value == b"v"
+
+
+def test_acknowledged_puts_report_the_stored_version_across_writer_failures(pc: Cluster) -> None:
+    """Puts answered as soon as the log has them, while the log writer is SIGKILLed and then
+    its successor paused past its session: every acknowledged version is the one stored,
+    and a check-and-set on it succeeds (nothing else writes these keys)."""
+    import threading
+
+    from midtown import errors
+
+    pc.create_dataset("v")
+    acked: dict[str, int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def put_loop(t: int) -> None:
+        with Client(zk=pc.zk_hosts, timeout=60) as db:
+            i = 0
+            while not stop.is_set():
+                key = f"t{t}-{i}"
+                i += 1
+                try:
+                    v = db.put("v", key, "x", key.encode())
+                except errors.MidtownError:
+                    continue  # not acknowledged: nothing to check
+                with lock:
+                    acked[key] = v
+
+    def count() -> int:
+        with lock:
+            return len(acked)
+
+    threads = [threading.Thread(target=put_loop, args=(t,), daemon=True) for t in range(8)]
+    for th in threads:
+        th.start()
+    with LogClient(pc.zk_hosts) as logs:
+        try:
+            wait_for(lambda: count() > 100, 60, "puts before the kill")
+            first = logzk.read_writer(logs.zk, 0)
+            assert first is not None
+            pc.kill(f"log-{first['server']}")
+            second = wait_for(lambda: (w := logzk.read_writer(logs.zk, 0)) and
+                              w["server"] != first["server"] and w.get("state") == "writing" and w,
+                              60, "a new writer")
+            pc.restart(f"log-{first['server']}")
+            n = count()
+            wait_for(lambda: count() > n + 100, 60, "puts through the new writer")
+            _pause_past_session(pc, logs, f"log-{second['server']}",
+                                f"{logzk.SERVERS}/{second['server']}")
+            n = count()
+            wait_for(lambda: count() > n + 100, 60, "puts after the pause")
+        finally:
+            stop.set()
+            for th in threads:
+                th.join(90)
+    with Client(zk=pc.zk_hosts, timeout=60) as db:
+        wrong = {}
+        for key, v in sorted(acked.items()):
+            got = db.get("v", key, "x")
+            assert got is not None and got.value == key.encode(), f"{key}: acknowledged, then {got}"
+            if got.version != v:
+                wrong[key] = (v, got.version)
+        assert not wrong, f"acknowledged versions that are not the stored ones: {wrong}"
+        for key, v in list(acked.items())[:: max(1, len(acked) // 50)]:
+            assert db.cas("v", key, "x", b"next", expected_version=v).succeeded, key

@@ -50,6 +50,10 @@ REPLICA_RPC_TIMEOUT_S = 2.0
 # A recovering writer gives up (and tries again from scratch) after this long.
 RECOVERY_TIMEOUT_S = 10.0
 
+# AddEntries messages one Replicate call carries at most (a writer's outlet sends one per
+# log with entries queued, so at most one per log; far fewer in practice).
+REPLICATE_MESSAGES_MAX = LOGS_MAX
+
 # Entries one Read stream message carries at most.
 READ_BATCH_ENTRIES_MAX = 1_000
 

@@ -57,6 +57,10 @@ class AddEntries:
 
     def __post_init__(self) -> None:
         _check_epochs(self.epoch, self.segment_epoch)
+        if not NONE <= self.lac <= limits.POSITION_MAX:
+            raise ValueError(f"lac: {self.lac} is out of range ({NONE}..{limits.POSITION_MAX})")
+        if len(self.entries) > limits.INFLIGHT_ENTRIES_MAX:
+            raise ValueError(f"entries: {len(self.entries)}, the limit is {limits.INFLIGHT_ENTRIES_MAX}")
         for e in self.entries:
             if e.epoch != self.segment_epoch:
                 raise ValueError("entries[].epoch must equal segment_epoch")

@@ -160,6 +160,25 @@ class Node:
             self.notify(log_id)
         return watch
 
+    def check_epoch_issued(self, log_id: int, epoch: int) -> None:
+        """A replica request from another server must carry an epoch that ZooKeeper issued
+        for the log (a writer takes its epoch there with a versioned write before it fences
+        or appends). Anything higher comes from a broken or hostile peer: taken, it would
+        fence the replica out of reach of every real writer. ValueError names it.
+
+        The epochs seen so far cost a dictionary look-up; only a higher one (a new writer's
+        first message) costs a ZooKeeper read, after a sync so that it sees the new epoch."""
+        if epoch == 0:
+            return  # a plain read: no fencing
+        known = self.meta.get(log_id)
+        if known is not None and epoch <= known.epoch:
+            return
+        self.zk.sync(zkpaths.log_path(log_id))
+        meta, _ = zkpaths.read_metadata(self.zk, log_id)
+        if epoch > meta.epoch:
+            raise ValueError(f"epoch: {epoch} was never issued for log {log_id} (its epoch in "
+                             f"ZooKeeper is {meta.epoch}); refused")
+
     def apply_truncation_now(self, log_id: int) -> None:
         """Read the truncation point from ZooKeeper (after a sync) instead of waiting for the
         watch: a reader that starts after `truncate` returned sees it on every replica."""
@@ -256,9 +275,16 @@ class Node:
             self.zk.create(zkpaths.writer_path(log_id), json.dumps(body).encode(), ephemeral=True)
         except NodeExistsError:
             return
-        meta, version = zkpaths.read_metadata(self.zk, log_id)
-        new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
-        v = zkpaths.cas_metadata(self.zk, new, version)
+        try:
+            meta, version = zkpaths.read_metadata(self.zk, log_id)
+            new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
+            v = zkpaths.cas_metadata(self.zk, new, version)
+        except Exception:
+            # Whatever went wrong, the writer node must not stay held by a server that does
+            # not write: the log would have no writer and no election.
+            log.exception("claiming log %d", log_id)
+            self._relinquish(log_id)
+            return
         if v is None:
             self._relinquish(log_id)
             return

@@ -178,22 +178,39 @@ class Services:
         return pb.TailResponse(last=last)
 
     # ---------------------------------------------------------------- Replica
+    def _issued(self, msg: Any, ctx: grpc.ServicerContext, prefix: str = "") -> Any:
+        """Refuse a replica request whose epoch ZooKeeper never issued (Node.check_epoch_issued)."""
+        if not self.node.replica.known(msg.log_id):
+            return msg  # the core answers UNKNOWN_LOG
+        try:
+            self.node.check_epoch_issued(msg.log_id, msg.epoch)
+        except ValueError as e:
+            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{prefix}{e}")
+        except Exception as e:  # ZooKeeper unreachable: cannot tell, so do not take it
+            ctx.abort(grpc.StatusCode.UNAVAILABLE, f"{prefix}epoch: cannot check it with "
+                      f"ZooKeeper now ({type(e).__name__}); retry")
+        return msg
+
     def fence(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.FenceResponse:
-        msg = _convert(codec.fence_from_pb, _parse(pb.FenceRequest, raw, ctx), ctx)
+        msg = self._issued(_convert(codec.fence_from_pb, _parse(pb.FenceRequest, raw, ctx), ctx), ctx)
         return codec.fence_reply_to_pb(self.node.local(msg))
 
     def add_entries(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.AddEntriesResponse:
-        msg = _convert(codec.add_from_pb, _parse(pb.AddEntriesRequest, raw, ctx), ctx)
+        msg = self._issued(_convert(codec.add_from_pb, _parse(pb.AddEntriesRequest, raw, ctx), ctx), ctx)
         return codec.add_reply_to_pb(self.node.local(msg))
 
     def replicate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReplicateResponse:
         req = _parse(pb.ReplicateRequest, raw, ctx)
-        msgs = [_convert(codec.add_from_pb, r, ctx, "requests[]: ") for r in req.requests]
+        if len(req.requests) > limits.REPLICATE_MESSAGES_MAX:
+            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"requests: {len(req.requests)} messages, "
+                      f"the limit is {limits.REPLICATE_MESSAGES_MAX}")
+        msgs = [self._issued(_convert(codec.add_from_pb, r, ctx, f"requests[{i}]: "), ctx,
+                             f"requests[{i}]: ") for i, r in enumerate(req.requests)]
         replies = self.node.local_batch(msgs)
         return pb.ReplicateResponse(responses=[codec.add_reply_to_pb(r) for r in replies])
 
     def read_range(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
-        msg = _convert(codec.read_from_pb, _parse(pb.ReadRangeRequest, raw, ctx), ctx)
+        msg = self._issued(_convert(codec.read_from_pb, _parse(pb.ReadRangeRequest, raw, ctx), ctx), ctx)
         return codec.read_reply_to_pb(self.node.local(msg))
 
 

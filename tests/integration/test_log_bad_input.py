@@ -107,9 +107,12 @@ def test_malformed_and_stale_replica_requests(shared_client: LogClient, shared_c
     from midtown_pb import log_pb2_grpc
 
     stub_ch = grpc.insecure_channel(addr)
-    meta, _ = zkpaths.read_metadata(shared_client.zk, 0)
     shared_client.append(0, [b"honest"])
-    # Someone fences log 0 far ahead; requests at the writer's epoch are now stale.
+    # A new writer takes an epoch far ahead in ZooKeeper (a versioned write) and fences log
+    # 0 there; requests at the old writer's epoch are now stale.
+    meta, version = zkpaths.read_metadata(shared_client.zk, 0)
+    assert zkpaths.cas_metadata(shared_client.zk, meta.bump(meta.writer, at_least=meta.epoch + 100),
+                                version) is not None
     stale = log_pb2_grpc.ReplicaStub(stub_ch).Fence(
         pb.FenceRequest(log_id=0, epoch=meta.epoch + 100, segment_epoch=meta.epoch), timeout=5)
     assert stale.result == pb.OK
@@ -124,6 +127,34 @@ def test_malformed_and_stale_replica_requests(shared_client: LogClient, shared_c
     # The writer of log 0 on that server is now fenced there; appends still complete
     # through the quorum of the two other replicas or a new writer after the failure.
     assert shared_client.append(0, [b"after fence"], timeout_s=60).count == 1
+
+
+def test_an_epoch_zookeeper_never_issued_is_refused(shared_client: LogClient,
+                                                    shared_cluster: Cluster) -> None:
+    """One Fence with epoch 2**62 (the highest a message may carry) sent to one replica used
+    to wedge the log: the next writer's epoch would not fit. A replica now takes only
+    epochs ZooKeeper issued for the log."""
+    from midtown_pb import log_pb2_grpc
+
+    log_id = 6
+    shared_client.append(log_id, [b"before"], timeout_s=30)
+    meta, _ = zkpaths.read_metadata(shared_client.zk, log_id)
+    for p in shared_cluster.log_servers():
+        stub = log_pb2_grpc.ReplicaStub(grpc.insecure_channel(p.addr))
+        for epoch in (2**62, meta.epoch + 1):
+            for call, req in (
+                ("Fence", pb.FenceRequest(log_id=log_id, epoch=epoch, segment_epoch=meta.epoch)),
+                ("AddEntries", pb.AddEntriesRequest(log_id=log_id, epoch=epoch, segment_epoch=meta.epoch)),
+                ("ReadRange", pb.ReadRangeRequest(log_id=log_id, epoch=epoch, segment_epoch=meta.epoch,
+                                                  first=0, last=0)),
+            ):
+                with pytest.raises(grpc.RpcError) as ei:
+                    getattr(stub, call)(req, timeout=10)
+                assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION, (call, ei.value.details())
+                assert "never issued" in (ei.value.details() or ""), ei.value.details()
+    # Nothing was fenced: the same writer goes on at the same epoch.
+    r = shared_client.append(log_id, [b"after"], timeout_s=30)
+    assert r.epoch == meta.epoch
 
 
 def test_epochs_and_positions_out_of_range_are_refused(shared_client: LogClient,

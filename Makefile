@@ -46,8 +46,8 @@ bench: proto
 	.venv/bin/midtown bench kv
 
 lint: proto
-	.venv/bin/ruff check midtown log coordinator storage_node spark_connector tests
-	.venv/bin/mypy midtown log coordinator storage_node
+	.venv/bin/ruff check midtown runtime log coordinator storage_node spark_connector tests
+	.venv/bin/mypy midtown runtime log coordinator storage_node
 
 clean:
 	rm -rf midtown_pb .venv run

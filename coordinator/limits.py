@@ -27,3 +27,7 @@ DATASET_NAME_MAX = 64
 PENDING_MAX = 20_000
 # How long a coordinator waits for a storage node's answer when the client set no deadline.
 DEFAULT_DEADLINE_S = 10.0
+
+# Records whose answers a coordinator still takes (request id -> log, shard): the answers
+# of every replica arrive within seconds; at 20,000 requests/s this covers 10 s.
+SENT_RECORDS_MAX = 200_000

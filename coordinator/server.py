@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -38,9 +39,11 @@ from log.client import LogClient, LogError
 from log.group_commit import GroupTimeout
 from log.node import Node
 from midtown import inprocess, registry
-from midtown.process import serve_until_signal, tune_runtime
+from midtown.process import Part, serve_all, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
+from runtime import transport
+from runtime.transport import GRPC_OPTIONS
 from storage_node import codec
 from storage_node.model import (
     Delete,
@@ -70,6 +73,10 @@ EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
 STRONG_READS = Counter("midtown_strong_reads_total",
                        "Strong reads, by path: read index (no log append) or through the log",
                        ["path"])
+REFUSED_ANSWERS = Counter(
+    "midtown_callback_answers_refused_total",
+    "Answers delivered to the callback service that match no record this coordinator sent "
+    "(or come from no member storage node): dropped")
 REQUESTS = Counter("midtown_kv_requests_total", "KV requests by method and status", ["method", "code"])
 Code = grpc.StatusCode
 
@@ -88,7 +95,6 @@ class Coordinator:
         self.coord_id = coord_id
         self.addr = addr  # where clients call it (registered in ZooKeeper)
         self.callback_addr = callback_addr or addr  # where storage nodes answer it
-        self.tls_only = False  # client calls must come over TLS (--tls-cert)
         self.logs = LogClient(zk_hosts)
         self.zk = self.logs.zk
         self.log_count = self.logs.topology().logs
@@ -105,9 +111,14 @@ class Coordinator:
         self._waiters: dict[bytes, list[Future[RecordResult]]] = {}
         self._lock = threading.Lock()
         self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
+        # Records this coordinator appended with its callback address, by request id: their
+        # log and shard. An answer for anything else did not come from a storage node
+        # applying our record, and is dropped before it can wake a waiter or be compared.
+        self._sent: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self.refused_answers = 0
         self.divergences = 0
         self._storage: dict[str, Any] = {}
-        self._storage_seen: tuple[float, list[str]] = (0.0, [])
+        self._storage_seen: tuple[float, dict[int, str]] = (0.0, {})
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
         self._reads = ReadBatcher(self._read_round)
         self.limiter = RateLimiter()
@@ -117,6 +128,9 @@ class Coordinator:
 
     def start(self) -> None:
         self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
+
+    def stop(self) -> None:
+        self.membership.stop()
 
     # ---------------------------------------------------------------- plumbing
     def appender(self, log_id: int) -> Appender:
@@ -210,13 +224,18 @@ class Coordinator:
             raise Abort(Code.INVALID_ARGUMENT,
                         f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
         waiter: Future[RecordResult] = Future()
+        log_id = log_of(shard, self.kv_logs)
         with self._lock:
             if len(self._waiters) >= limits.PENDING_MAX:
                 raise Abort(Code.RESOURCE_EXHAUSTED, "coordinator: too many requests in flight; retry later")
             self._waiters.setdefault(rid, []).append(waiter)
+            self._sent[rid] = (log_id, shard)  # answers are taken for these records only
+            self._sent.move_to_end(rid)
+            if len(self._sent) > limits.SENT_RECORDS_MAX:
+                self._sent.popitem(last=False)
         deadline = time.monotonic() + deadline_s
         try:
-            self._append(log_of(shard, self.kv_logs), payload, deadline_s)
+            self._append(log_id, payload, deadline_s)
             try:
                 return waiter.result(max(0.0, deadline - time.monotonic()))
             except futures.TimeoutError:
@@ -260,7 +279,17 @@ class Coordinator:
         """Storage nodes' answers: every one is digest-checked; only one that a request
         still waits for is decoded (the second replica's answer usually is not). A storage
         node in this process hands over its results undecoded (midtown.inprocess)."""
+        try:
+            members = self._storage_members()
+        except Exception:  # ZooKeeper unavailable: the last list seen
+            members = self._storage_seen[1]
         for m in results:
+            with self._lock:
+                sent = self._sent.get(m.request_id)
+            if not answer_expected(sent, members, m):
+                self.refused_answers += 1
+                REFUSED_ANSWERS.inc()
+                continue
             self._check_digest(m)
             with self._lock:
                 ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
@@ -294,10 +323,14 @@ class Coordinator:
 
     def storage_nodes(self) -> list[str]:
         """Live storage nodes, looked up in ZooKeeper at most once a second."""
+        return list(self._storage_members().values())
+
+    def _storage_members(self) -> dict[int, str]:
+        """Registered storage nodes by id, looked up in ZooKeeper at most once a second."""
         now = time.monotonic()
         if now - self._storage_seen[0] > 1.0:
-            self._storage_seen = (now, list(registry.members(self.zk, registry.STORAGE_NODES).values()))
-        return list(self._storage_seen[1])
+            self._storage_seen = (now, registry.members(self.zk, registry.STORAGE_NODES))
+        return self._storage_seen[1]
 
     def log_servers(self) -> list[str]:
         now = time.monotonic()
@@ -394,7 +427,7 @@ class Coordinator:
         stub = self._storage.get(addr)
         if stub is None:
             stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
-                grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS))
+                transport.channel(addr))
         return stub
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
@@ -524,6 +557,15 @@ def check_key(key: pb.Key) -> tuple[bytes, bytes]:
 
 def _lww_value(v: pb.LwwValue) -> pb.Value:
     return pb.Value(value=v.value, version=v.version, expires_at_ms=v.expires_at_ms)
+
+
+def answer_expected(sent: tuple[int, int] | None, members: Any,
+                    m: RecordResult | pb.RecordResult) -> bool:
+    """Whether an answer delivered to the callback service can come from a storage node
+    applying a record this coordinator sent: `sent` is that record's (log, shard), None if
+    it sent none with this request id; `members` the registered storage node ids. Anything
+    else (a forged or misdirected Deliver) must neither wake a waiter nor be compared."""
+    return sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
 
 
 def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
@@ -689,7 +731,8 @@ class KVService:
                                next=o.next)
 
 
-def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
+def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHandler]:
+    """The KV service's handlers and the Callback service's."""
     kv = KVService(c)
 
     def wrap(cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any]) -> grpc.RpcMethodHandler:
@@ -700,9 +743,6 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
                 ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
             try:
                 if fn is not deliver:
-                    if c.tls_only and not _over_tls(ctx):
-                        raise Abort(Code.UNAUTHENTICATED, f"transport: coordinator {c.coord_id} takes "
-                                    f"client calls over TLS only, at {c.addr}")
                     c.check_rate(req.header, ctx.peer())
                     c.authorize(req.header, ctx, write=fn.__name__ not in ("get", "scan"))
                     c.check_quota(req)
@@ -727,7 +767,7 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
         c.deliver(list(req.results))
         return pb.DeliverResponse()
 
-    return [
+    return (
         grpc.method_handlers_generic_handler("midtown.kv.v1.KV", {
             "Get": wrap(pb.GetRequest, kv.get), "Put": wrap(pb.PutRequest, kv.put),
             "Delete": wrap(pb.DeleteRequest, kv.delete),
@@ -737,23 +777,40 @@ def _handlers(c: Coordinator) -> list[grpc.GenericRpcHandler]:
         }),
         grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
             "Deliver": wrap(pb.DeliverRequest, deliver)}),
-    ]
+    )
 
 
-def _over_tls(ctx: grpc.ServicerContext) -> bool:
-    return ctx.auth_context().get("transport_security_type") == [b"ssl"]
+@dataclass
+class Built:
+    """A coordinator's two gRPC servers, both bound, not started: `client` (the KV service,
+    on the port clients use) and `internal` (the Callback service storage nodes answer on,
+    an internal port: runtime/transport.py), and the coordinator (not started)."""
+    client: grpc.Server
+    internal: grpc.Server
+    coordinator: Coordinator
+    callback_addr: str
 
 
-def build(coord_id: int, addr: str, zk_hosts: str,
+def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
           client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
-          callback_addr: str = "") -> tuple[grpc.Server, Coordinator]:
-    """A coordinator's gRPC server (not listening yet) and the coordinator (not started)."""
+          callback_listen: str = "") -> Built:
+    """Bind the callback port first (port 0 in `callback_listen`, or none: any free port)
+    so that records can name it, then the client port. The callback service is never on the
+    client port: answers are taken only from the internal network (and, with mutual TLS,
+    only from holders of a cluster certificate)."""
+    host = listen.rsplit(":", 1)[0]
+    internal = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=GRPC_OPTIONS)
+    cb_port = transport.listen(internal, callback_listen or f"{host}:0")
+    callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
     c = Coordinator(coord_id, addr, zk_hosts, callback_addr)
     c.client_rate_limit = client_rate_limit
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS,
+    kv, cb = _handlers(c)
+    internal.add_generic_rpc_handlers([cb])
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
-    server.add_generic_rpc_handlers(_handlers(c))
-    return server, c
+    server.add_generic_rpc_handlers([kv])
+    transport.listen(server, listen, internal=False)
+    return Built(server, internal, c, callback_addr)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -766,20 +823,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     ap.add_argument("--client-rate-limit", type=float, default=limits.CLIENT_RATE_LIMIT_DEFAULT,
                     help="requests/s per client connection (0: none)")
-    ap.add_argument("--tls-cert", help="PEM certificate chain: clients must call over TLS")
-    ap.add_argument("--tls-key", help="PEM private key of --tls-cert")
-    ap.add_argument("--callback-port", type=int,
-                    help="with TLS: a plaintext port where storage nodes answer (internal network)")
+    ap.add_argument("--callback-port", type=int, default=0,
+                    help="the internal port storage nodes answer on (default: any free port)")
+    transport.add_flags(ap)  # with --tls-cert/--tls-key: clients must call over TLS
     a = ap.parse_args(argv)
-    if bool(a.tls_cert) != bool(a.tls_key) or bool(a.tls_cert) != bool(a.callback_port):
-        ap.error("--tls-cert, --tls-key and --callback-port go together")
-    creds = None
-    if a.tls_cert:
-        try:
-            with open(a.tls_cert, "rb") as f, open(a.tls_key, "rb") as g:
-                creds = grpc.ssl_server_credentials([(g.read(), f.read())])
-        except OSError as e:
-            ap.error(f"--tls-cert/--tls-key: {e}")
+    creds = transport.use_flags(ap, a)
     if a.metrics_port:
         start_http_server(a.metrics_port, addr=a.host)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -787,20 +835,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     tune_runtime()
     listen = f"{a.host}:{a.port}"
-    advertised = a.advertise or listen
-    if creds is None:
-        server, c = build(a.id, advertised, a.zk, a.client_rate_limit)
-        serve_until_signal(server, listen, f"coordinator {a.id} ready on {listen}", c.start,
-                           lambda: None)
-        return
-    callback = f"{advertised.rsplit(':', 1)[0]}:{a.callback_port}"
-    server, c = build(a.id, advertised, a.zk, a.client_rate_limit, callback)
-    c.tls_only = True
-    if server.add_secure_port(listen, creds) == 0:
-        raise SystemExit(f"cannot listen on {listen}")
-    serve_until_signal(server, f"{a.host}:{a.callback_port}",
-                       f"coordinator {a.id} ready on {listen} (TLS; answers on {callback})",
-                       c.start, lambda: None)
+    b = build(a.id, a.advertise or listen, a.zk, listen, a.client_rate_limit,
+              f"{a.host}:{a.callback_port}")
+    how = "" if creds is None else " (TLS" + (", mutual TLS inside the cluster)" if creds.mutual else ")")
+    serve_all([Part(b.internal, "", lambda: None, lambda: None),
+               Part(b.client, "", b.coordinator.start, b.coordinator.stop)],
+              f"coordinator {a.id} ready on {listen}{how}; answers on {b.callback_addr}")
 
 
 _TAIL_POOL = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="tail")

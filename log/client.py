@@ -17,10 +17,10 @@ from typing import Self
 import grpc
 from kazoo.client import KazooClient
 
-from log import limits
 from log import zk as zkpaths
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
+from runtime import transport
 
 
 class LogError(Exception):
@@ -71,7 +71,7 @@ class LogClient:
             with self._lock:
                 ch = self._channels.get(addr)
                 if ch is None:
-                    ch = self._channels[addr] = grpc.insecure_channel(addr, options=limits.GRPC_OPTIONS)
+                    ch = self._channels[addr] = transport.channel(addr)
                 stub = self._stubs[addr] = log_pb2_grpc.LogStub(ch)
         return stub
 

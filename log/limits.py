@@ -11,13 +11,9 @@ PAYLOAD_BYTES_MAX = 1024 * 1024
 BATCH_ENTRIES_MAX = 10_000
 BATCH_BYTES_MAX = 8 * 1024 * 1024
 
-# gRPC messages between all Midtown processes (default would be 4 MiB, see PITFALLS.md).
-GRPC_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
-# Channel and server options every Midtown process and client uses.
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-]
+# gRPC messages between all Midtown processes, and the options every process and client
+# uses: defined with the transport (runtime/transport.py).
+from runtime.transport import GRPC_MESSAGE_BYTES_MAX, GRPC_OPTIONS  # noqa: E402,F401
 
 # Entries a writer has sent but not yet seen acknowledged by a quorum. Beyond this, appends
 # wait: it bounds memory and the tail that a recovering writer has to read back.

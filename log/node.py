@@ -30,7 +30,7 @@ from log.rocks_store import RocksStore
 from log.writer import Writer
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import loops
+from runtime import loops, transport
 from runtime.membership import Membership
 
 log = logging.getLogger("midtown.log.node")
@@ -331,7 +331,7 @@ class Node:
             except Exception:
                 return None
             addr = json.loads(data)["addr"]
-            ch = grpc.insecure_channel(addr, options=limits.GRPC_OPTIONS)
+            ch = transport.channel(addr)
             cached = (addr, log_pb2_grpc.ReplicaStub(ch))
             with self._peer_lock:
                 self._peers[server_id] = cached

@@ -23,6 +23,7 @@ from log.entry import validate_batch
 from log.node import Node, Unavailable
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import log_pb2 as pb
+from runtime import transport
 
 log = logging.getLogger("midtown.log.server")
 
@@ -278,7 +279,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
     ap.add_argument("--advertise", help="HOST:PORT peers and clients use (default: --host:--port)")
     ap.add_argument("--log-level", default="INFO")
+    transport.add_flags(ap)
     a = ap.parse_args(argv)
+    transport.use_flags(ap, a)
     logging.basicConfig(
         level=a.log_level, format=f"%(asctime)s log-server-{a.id} %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,

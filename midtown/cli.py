@@ -32,14 +32,26 @@ def _zk_hosts(a: argparse.Namespace) -> str:
         return str(a.zk)
     if getattr(a, "dir", None):
         try:
-            return Cluster.load(Path(a.dir)).zk_hosts
+            return _local(a, Cluster.load(Path(a.dir)))
         except ClusterError as e:
             raise CliError(str(e)) from None
     if os.environ.get("MIDTOWN_ZK"):
         return os.environ["MIDTOWN_ZK"]
     if (DEFAULT_DIR / "cluster.json").exists():
-        return Cluster.load(DEFAULT_DIR).zk_hosts
+        return _local(a, Cluster.load(DEFAULT_DIR))
     raise CliError("no cluster named: give --dir DIR, --zk HOST:PORT, or set MIDTOWN_ZK")
+
+
+def _local(a: argparse.Namespace, c: Any) -> str:
+    """Use a local cluster: with TLS, its admin certificate for internal calls and its CA
+    for the coordinators (unless --tls-ca says otherwise). Returns its ZooKeeper."""
+    if c.tls:
+        from runtime import transport
+
+        transport.use(c.credentials())
+        if hasattr(a, "tls_ca") and not a.tls_ca and not os.environ.get("MIDTOWN_TLS_CA"):
+            a.tls_ca = str(c.tls_ca)
+    return str(c.zk_hosts)
 
 
 def _log_client(a: argparse.Namespace) -> Any:
@@ -55,52 +67,91 @@ def _log_client(a: argparse.Namespace) -> Any:
 
 # ---------------------------------------------------------------- cluster
 def cmd_cluster_up(a: argparse.Namespace) -> int:
-    from midtown.cluster import Cluster, ClusterError
+    """Start a local cluster under a supervisor (midtown/supervisor.py) that restarts a
+    process that dies: in the foreground, or in a process of its own with --detach."""
+    from midtown.cluster import Cluster, ClusterError, pid_alive
 
     d = Path(a.dir)
     try:
         c = Cluster.load(d) if (d / "cluster.json").exists() else \
-            Cluster(d, logs=a.logs, kv_logs=a.kv_logs, layout=a.layout)
+            Cluster(d, logs=a.logs, kv_logs=a.kv_logs, layout=a.layout, tls=a.tls)
     except ClusterError as e:
         raise CliError(str(e)) from None
+    if c.supervisor_pid and pid_alive(c.supervisor_pid):
+        raise CliError(f"cluster in {d} is already running (supervisor pid {c.supervisor_pid}); "
+                       f"stop it with `midtown cluster down --dir {d}`")
     t0 = time.monotonic()
-    try:
-        c.start(progress=not a.json)
-    except ClusterError as e:
-        c.stop()
-        raise CliError(str(e)) from None
-    rows = c.status()
-    if a.json:
-        emit({"dir": str(d), "zk": c.zk_hosts, "coordinators": c.coordinator_addrs,
-              "processes": rows}, True)
+    if a.detach:
+        c = _start_detached(c, progress=not a.json)
     else:
-        print(f"cluster up in {time.monotonic() - t0:.1f}s, data in {d}")
-        emit(rows, False, ["name", "addr", "pid", "state"])
-        print(f"\nZooKeeper: {c.zk_hosts}   (other terminals: export MIDTOWN_ZK={c.zk_hosts})")
-        for addr in c.coordinator_addrs:
-            print(f"coordinator: {addr}   (midtown.Client(\"{addr}\"))")
+        try:
+            c.start(progress=not a.json)
+        except ClusterError as e:
+            c.stop()
+            raise CliError(str(e)) from None
+    _print_up(a, c, time.monotonic() - t0)
     if a.detach:
         return 0
-    print("running in the foreground; Ctrl-C stops everything", flush=True)
-    stop = {"now": False}
+    import threading
 
-    def handler(*_: Any) -> None:
-        stop["now"] = True
+    from midtown.supervisor import supervise
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    reported: set[str] = set()
-    while not stop["now"]:
-        time.sleep(0.5)
-        for p in c.procs.values():
-            if not p.alive() and p.name not in reported:
-                reported.add(p.name)
-                print(f"{p.name} (pid {p.pid}) exited; see {d / 'logs' / (p.name + '.log')}",
-                      flush=True)
+    print("running in the foreground, restarting a process that dies; Ctrl-C stops everything",
+          flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    supervise(c, stop, lambda msg: print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True))
     print("stopping...", flush=True)
     c.stop()
     print("stopped", flush=True)
     return 0
+
+
+def _start_detached(c: Any, progress: bool) -> Any:
+    """Run the supervisor in a process of its own, which starts the cluster; wait until it
+    says the cluster is ready (or exits)."""
+    import subprocess
+
+    from midtown.cluster import Cluster
+
+    c.plan()
+    log_path = c.dir / "logs" / "supervisor.log"
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "midtown.supervisor", "--dir", str(c.dir)],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+            raise CliError(f"the cluster did not start: {' / '.join(tail)} (see {log_path})")
+        loaded = Cluster.load(c.dir)
+        if loaded.supervisor_pid == proc.pid:
+            return loaded
+        time.sleep(0.2)
+    proc.terminate()
+    raise CliError(f"the cluster was not ready after 120 s (see {log_path})")
+
+
+def _print_up(a: argparse.Namespace, c: Any, took_s: float) -> None:
+    rows = c.status()
+    if a.json:
+        emit({"dir": str(c.dir), "zk": c.zk_hosts, "coordinators": c.coordinator_addrs,
+              "tls_ca": str(c.tls_ca) if c.tls_ca else None, "supervisor_pid": c.supervisor_pid or None,
+              "processes": rows}, True)
+        return
+    print(f"cluster up in {took_s:.1f}s, data in {c.dir}")
+    emit(rows, False, ["name", "addr", "pid", "state"])
+    print(f"\nZooKeeper: {c.zk_hosts}   (other terminals: export MIDTOWN_ZK={c.zk_hosts})")
+    for addr in c.coordinator_addrs:
+        tls = f", tls_ca=\"{c.tls_ca}\"" if c.tls_ca else ""
+        print(f"coordinator: {addr}   (midtown.Client(\"{addr}\"{tls}))")
+    if c.tls_ca:
+        print(f"TLS: clients trust {c.tls_ca}; the processes call each other with mutual TLS")
+    if c.supervisor_pid:
+        print(f"supervisor: pid {c.supervisor_pid} (restarts a process that dies; "
+              f"log in {c.dir / 'logs' / 'supervisor.log'})")
 
 
 def _load_cluster(d: str) -> Any:
@@ -146,15 +197,55 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(a: argparse.Namespace) -> int:
+    from midtown.cluster import pid_alive
+
     c = _load_cluster(a.dir)
-    c.stop()
+    if c.supervisor_pid and pid_alive(c.supervisor_pid):
+        os.kill(c.supervisor_pid, signal.SIGTERM)  # it stops the processes it supervises
+        deadline = time.monotonic() + 90
+        while pid_alive(c.supervisor_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        c = _load_cluster(a.dir)
+    c.stop()  # whatever is left (no supervisor, or one that did not finish)
+    c.supervisor_pid = 0
+    c.save()
     emit(c.status(), a.json, ["name", "addr", "state"])
     return 0
 
 
 def cmd_cluster_status(a: argparse.Namespace) -> int:
     c = _load_cluster(a.dir)
-    emit(c.status(), a.json, ["name", "kind", "addr", "pid", "state"])
+    emit(c.status(), a.json, ["name", "kind", "addr", "pid", "state", "restarts"])
+    return 0
+
+
+def cmd_cluster_restart(a: argparse.Namespace) -> int:
+    """Restart one process: through the supervisor when one runs (it counts it), else
+    directly. Returns once the process runs again."""
+    from midtown.cluster import pid_alive
+    from midtown.supervisor import request_restart
+
+    c = _load_cluster(a.dir)
+    if a.name not in c.procs:
+        raise CliError(f"NAME: no process {a.name!r} in {a.dir}; choose one of {', '.join(c.procs)}")
+    old = c.procs[a.name].pid
+    if c.supervisor_pid and pid_alive(c.supervisor_pid):
+        request_restart(c.dir, a.name)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            p = _load_cluster(a.dir).procs[a.name]
+            if p.pid and p.pid != old and p.alive():
+                break
+            time.sleep(0.2)
+        else:
+            raise CliError(f"{a.name} did not start again within 60 s (see {c.dir / 'logs'})")
+    else:
+        c.terminate(a.name)
+        c.start_process(a.name)
+        c.procs[a.name].restarts += 1
+        c.save()
+    c = _load_cluster(a.dir)
+    emit([r for r in c.status() if r["name"] == a.name], a.json, ["name", "pid", "state", "restarts"])
     return 0
 
 
@@ -326,6 +417,7 @@ def _kv(a: argparse.Namespace) -> Any:
     from midtown.client import Client
 
     token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
+    zk = None if a.coordinator else _zk_hosts(a)  # a local cluster may set the CA
     ca_file = a.tls_ca or os.environ.get("MIDTOWN_TLS_CA") or None
     try:
         ca = Path(ca_file).read_bytes() if ca_file else None
@@ -333,7 +425,7 @@ def _kv(a: argparse.Namespace) -> Any:
         raise CliError(f"--tls-ca: cannot read {ca_file}: {e.strerror}") from None
     if a.coordinator:
         return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
-    return Client(zk=_zk_hosts(a), timeout=a.timeout, token=token, tls_ca=ca)
+    return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca)
 
 
 def _value_row(local: bytes, v: Any) -> dict:
@@ -403,6 +495,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
 
     from midtown_pb import kv_pb2 as kvpb
     from midtown_pb import kv_pb2_grpc
+    from runtime import transport
 
     with _log_client(a) as logs:
         kv = registry.read_kv(logs.zk)
@@ -416,7 +509,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
             if addr is None:
                 continue
             try:
-                states[nid] = kv_pb2_grpc.StorageStub(grpc.insecure_channel(addr)).Status(
+                states[nid] = kv_pb2_grpc.StorageStub(transport.channel(addr)).Status(
                     kvpb.NodeStatusRequest(), timeout=5)
             except grpc.RpcError:
                 pass
@@ -532,6 +625,9 @@ def parser() -> argparse.ArgumentParser:
     up = cls.add_parser("up", help="start ZooKeeper and the log servers")
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.add_argument("--detach", action="store_true", help="return once ready")
+    up.add_argument("--tls", action="store_true",
+                    help="new cluster only: mutual TLS between its processes and TLS for clients, with "
+                         "certificates made in DIR/tls (clients trust DIR/tls/ca.pem)")
     up.add_argument("--json", action="store_true")
     up.add_argument("--logs", type=_nonneg("--logs"), default=16, help="logs (new cluster only)")
     up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
@@ -560,6 +656,11 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--dir", default=str(DEFAULT_DIR))
     st.add_argument("--json", action="store_true")
     st.set_defaults(fn=cmd_cluster_status)
+    rs = cls.add_parser("restart", help="restart one process of a local cluster (see cluster status)")
+    rs.add_argument("name", metavar="NAME", help="a process name, such as storage-1 or log-0")
+    rs.add_argument("--dir", default=str(DEFAULT_DIR))
+    rs.add_argument("--json", action="store_true")
+    rs.set_defaults(fn=cmd_cluster_restart)
 
     lg = sub.add_parser("log", help="operate the replicated logs")
     lgs = lg.add_subparsers(dest="cmd", required=True)

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from log import limits
 from log import zk as zkpaths
-from midtown import registry
+from midtown import certs, registry
 from midtown.ports import free_ports
 from midtown.zookeeper import ZooKeeper, is_ok
+from runtime.transport import Credentials
 
 if TYPE_CHECKING:
     from coordinator.datasets import Dataset
@@ -48,6 +49,9 @@ class Proc:
     metrics_port: int = 0  # coordinators: Prometheus metrics over HTTP
     log_port: int = 0  # hosts only (midtown.host)
     storage_port: int = 0  # hosts only
+    restarts: int = 0  # by the supervisor (midtown/supervisor.py)
+    last_exit: int | None = None  # the exit code it last ended with, when known
+    state: str = ""  # the supervisor's word: "restarting", "exited" (not restarted)
 
     def addr_of(self, role: str) -> str:
         """Where this process serves `role` (a host serves each on its own port)."""
@@ -93,6 +97,8 @@ class Cluster:
     storage_nodes: int = STORAGE_NODES
     kv_logs: int = registry.KV_LOGS_LOCAL_DEFAULT
     layout: str = "split"
+    tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/certs.py)
+    supervisor_pid: int = 0  # `cluster up --detach`: the supervisor that runs it
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -121,6 +127,8 @@ class Cluster:
             "shards": self.shards,
             "kv_logs": self.kv_logs,
             "layout": self.layout,
+            "tls": self.tls,
+            "supervisor_pid": self.supervisor_pid,
             "zk": self.zk_hosts,
             "processes": [p.__dict__ for p in self.procs.values()],
         }
@@ -138,12 +146,21 @@ class Cluster:
         d = json.loads(path.read_text())
         c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
                     kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT),
-                    layout=d.get("layout", "split"))
+                    layout=d.get("layout", "split"), tls=d.get("tls", False),
+                    supervisor_pid=d.get("supervisor_pid", 0))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c
 
     # ------------------------------------------------------------ lifecycle
+    def plan(self) -> None:
+        """Choose the processes and ports of a new cluster and write DIR/cluster.json (a
+        supervisor in its own process starts them from there)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self._plan()
+        self.save()
+
     def _plan(self) -> None:
         if self.procs:
             return
@@ -191,7 +208,34 @@ class Cluster:
             zk.stop()
             zk.close()
 
+    # ------------------------------------------------------------ TLS
+    @property
+    def tls_dir(self) -> Path:
+        return self.dir / "tls"
+
+    @property
+    def tls_ca(self) -> Path | None:
+        """The CA clients trust to call this cluster's coordinators (None: plaintext)."""
+        return self.tls_dir / "ca.pem" if self.tls else None
+
+    def credentials(self, name: str = "admin") -> Credentials | None:
+        """A cluster certificate (the `midtown` command's, by default) for calls on the
+        internal services of a cluster with mutual TLS; None without TLS."""
+        if not self.tls:
+            return None
+        cert, key = certs.ensure_cert(self.tls_dir, name)
+        return Credentials.load(str(self.tls_dir / "ca.pem"), str(cert), str(key))
+
+    def _tls_flags(self, name: str) -> list[str]:
+        if not self.tls:
+            return []
+        cert, key = certs.ensure_cert(self.tls_dir, name)
+        return ["--tls-ca", str(self.tls_dir / "ca.pem"), "--tls-cert", str(cert), "--tls-key", str(key)]
+
     def command(self, name: str) -> list[str]:
+        return self._command(name) + self._tls_flags(name)
+
+    def _command(self, name: str) -> list[str]:
         p = self.procs[name]
         if p.kind == "log-server":
             return [sys.executable, "-m", "log.server", "--id", str(p.server_id), "--port",
@@ -276,6 +320,20 @@ class Cluster:
             time.sleep(0.05)
         return False
 
+    def exit_code(self, name: str) -> int | None:
+        """The exit code of a process this object started and that has exited (None: not
+        known, or not exited)."""
+        proc = self._popen.get(name)
+        return proc.poll() if proc is not None else None
+
+    def terminate(self, name: str, grace_s: float = 10.0) -> None:
+        """SIGTERM (after SIGCONT, in case it is paused), SIGKILL if it has not exited
+        within `grace_s`."""
+        self.signal(name, signal.SIGCONT)
+        self.signal(name, signal.SIGTERM)
+        if not self.wait_exit(name, grace_s):
+            self.kill(name)
+
     def restart(self, name: str) -> None:
         self.wait_exit(name)
         self.start_process(name)
@@ -298,6 +356,7 @@ class Cluster:
                     self.wait_exit(name, 5)
         for p in self.procs.values():
             p.pid = 0
+            p.state = ""
         if (self.dir / STATE).exists():
             self.save()
 
@@ -321,6 +380,7 @@ class Cluster:
             addr = p.addr
             if p.kind == "host":
                 addr = f"{p.addr} (coordinator), :{p.log_port} (log), :{p.storage_port} (storage)"
+            state = "running" if up else (p.state if p.state in ("restarting", "exited") else "stopped")
             rows.append({"name": p.name, "kind": p.kind, "addr": addr, "pid": p.pid or None,
-                         "state": "running" if up else "stopped"})
+                         "state": state, "restarts": p.restarts, "last_exit": p.last_exit})
         return rows

@@ -24,6 +24,7 @@ from coordinator import server as coordinator_server
 from log import server as log_server
 from midtown import inprocess
 from midtown.process import Part, serve_all, tune_runtime
+from runtime import transport
 from storage_node import server as storage_server
 
 
@@ -41,7 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     ap.add_argument("--client-rate-limit", type=float, default=kv_limits.CLIENT_RATE_LIMIT_DEFAULT,
                     help="requests/s per client connection (0: none)")
+    transport.add_flags(ap)
     a = ap.parse_args(argv)
+    transport.use_flags(ap, a)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s host-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
@@ -55,11 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     inprocess.register(log_addr, node)
     ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"))
     inprocess.register(storage_addr, storage)
-    cs, coord = coordinator_server.build(a.id, coord_addr, a.zk, a.client_rate_limit)
-    inprocess.register(coord_addr, coord)
+    b = coordinator_server.build(a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}",
+                                 a.client_rate_limit)
+    inprocess.register(coord_addr, b.coordinator)
+    inprocess.register(b.callback_addr, b.coordinator)  # storage answers are handed over
     serve_all([Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0),
                Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
-               Part(cs, f"{a.host}:{a.coordinator_port}", coord.start, lambda: None)],
+               Part(b.internal, "", lambda: None, lambda: None),
+               Part(b.client, "", b.coordinator.start, b.coordinator.stop)],
               f"host {a.id} ready: log server on {log_addr}, storage node on {storage_addr}, "
               f"coordinator on {coord_addr}")
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from runtime import transport
+
 
 def serve_until_signal(server: grpc.Server, listen: str, ready: str,
                        on_start: Callable[[], None], on_stop: Callable[[], None],
@@ -19,7 +21,8 @@ def serve_until_signal(server: grpc.Server, listen: str, ready: str,
 
 @dataclass
 class Part:
-    """One component of a server process: its gRPC server, where it listens, and how it
+    """One component of a server process: its gRPC server, where it listens (an internal
+    port, runtime/transport.py; "" when the component bound its ports itself), and how it
     starts (after its server listens) and stops (after its server stopped)."""
     server: grpc.Server
     listen: str
@@ -32,8 +35,8 @@ def serve_all(parts: list[Part], ready: str) -> None:
     """Start the parts in order, say `ready`, run until SIGTERM or SIGINT, then stop them in
     the reverse order."""
     for p in parts:
-        if p.server.add_insecure_port(p.listen) == 0:
-            raise SystemExit(f"cannot listen on {p.listen}")
+        if p.listen:
+            transport.listen(p.server, p.listen)
         p.server.start()
         p.on_start()
     print(ready, flush=True)

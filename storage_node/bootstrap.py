@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Iterator
 import grpc
 from rocksdict import Rdict, WriteBatch
 
-from log import limits as log_limits
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
+from runtime import transport
 
 log = logging.getLogger("midtown.storage.bootstrap")
 
@@ -84,7 +84,7 @@ def _copy_one(db: Rdict, addr: str, sync: Callable[[], None]) -> int:
     db.put(MARKER, b"1")
     sync()
     db.delete_range(STATE_FIRST, STATE_END)
-    with grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS) as channel:
+    with transport.channel(addr) as channel:
         return _receive(db, kv_pb2_grpc.StorageStub(channel), sync)
 
 

@@ -10,10 +10,10 @@ from collections import deque
 
 import grpc
 
-from log import limits as log_limits
 from midtown import inprocess
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
+from runtime import transport
 from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.storage.callbacks")
@@ -45,8 +45,7 @@ class Callbacks:
 class _Outlet:
     def __init__(self, addr: str) -> None:
         self.addr = addr
-        self.stub = kv_pb2_grpc.CallbackStub(grpc.insecure_channel(
-            addr, options=log_limits.GRPC_OPTIONS))
+        self.stub = kv_pb2_grpc.CallbackStub(transport.channel(addr))
         self._q: deque[pb.RecordResult] = deque(maxlen=QUEUE_MAX)
         self._cv = threading.Condition()
         threading.Thread(target=self._run, name=f"callback-{addr}", daemon=True).start()

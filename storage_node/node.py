@@ -6,6 +6,7 @@ Results go back to the coordinator named in each record."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -26,7 +27,7 @@ from log.node import Node, Unavailable
 from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from runtime import loops
+from runtime import loops, transport
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
@@ -119,7 +120,7 @@ class StorageNode:
                     first_at_once=self._refill)  # eventual values dropped at start: at once
         loops.every("usage", self.usage_interval_s, self._usage_round, self._stop, first_at_once=True)
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
-            loops.forever(f"tail-{log_id}", lambda log_id=log_id: self._tail(log_id), self._stop)
+            loops.forever(f"tail-{log_id}", functools.partial(self._tail, log_id), self._stop)
         self.membership = registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
 
     def _bootstrap_if_needed(self) -> None:
@@ -428,7 +429,7 @@ class StorageNode:
         peers = self._peers()
         if not peers:
             return
-        channel = grpc.insecure_channel(random.choice(peers), options=log_limits.GRPC_OPTIONS)
+        channel = transport.channel(random.choice(peers))
         stub = kv_pb2_grpc.StorageStub(channel)
         try:
             theirs = list(stub.LwwHashes(pb.LwwHashesRequest(), timeout=30).hashes)

@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from log import limits as log_limits
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
+from runtime import transport
 from storage_node import bootstrap
 from storage_node.node import Behind, StorageNode
 
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--advertise")
+    transport.add_flags(ap)
     a = ap.parse_args(argv)
+    transport.use_flags(ap, a)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)

@@ -18,6 +18,9 @@ def _bare() -> Coordinator:
 
     c._lock = threading.Lock()
     c._digests = OrderedDict()
+    c._sent = OrderedDict({b"rid": (3, 6)})  # the record it appended
+    c._storage_seen = (float("inf"), {0: "a", 1: "b", 2: "c"})  # the registered nodes
+    c.refused_answers = 0
     c.divergences = 0
     return c
 
@@ -62,3 +65,26 @@ def test_deliver_wakes_the_waiter_once_and_checks_every_answer() -> None:
     c.deliver([second])  # nobody waits any more: checked, not decoded, no error
     assert c.divergences == 1
     assert waiter.result(0) is got
+
+
+def test_answers_for_records_it_never_sent_are_dropped() -> None:
+    """A forged Deliver (an unknown request id, a wrong shard or log, a node that is not a
+    registered storage node) neither wakes a waiter nor raises a divergence alarm."""
+    from concurrent.futures import Future
+
+    from storage_node import codec
+
+    c = _bare()
+    waiter: Future[RecordResult] = Future()
+    c._waiters = {b"rid": [waiter]}
+    honest = RecordResult(b"rid", 3, 11, 6, 0xAA, 0, True)
+    forged = [RecordResult(b"other", 3, 11, 6, 0xBB, 1, True),  # never sent
+              RecordResult(b"rid", 3, 11, 7, 0xBB, 1, True),    # another shard
+              RecordResult(b"rid", 4, 11, 6, 0xBB, 1, True),    # another log
+              RecordResult(b"rid", 3, 11, 6, 0xBB, 9, True)]    # no such storage node
+    c.deliver([codec.result_to_pb(r) for r in forged])
+    assert not waiter.done() and c.divergences == 0 and c.refused_answers == 4
+    c.deliver([codec.result_to_pb(honest)])
+    assert waiter.result(0).digest == 0xAA
+    c.deliver([codec.result_to_pb(forged[1]), codec.result_to_pb(forged[3])])
+    assert c.divergences == 0

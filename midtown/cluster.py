@@ -52,12 +52,14 @@ class Proc:
     restarts: int = 0  # by the supervisor (midtown/supervisor.py)
     last_exit: int | None = None  # the exit code it last ended with, when known
     state: str = ""  # the supervisor's word: "restarting", "exited" (not restarted)
+    host: str = "127.0.0.1"  # where it listens and is reached
+    netns: str = ""  # a network namespace it runs in (tests of partitions), or none
 
     def addr_of(self, role: str) -> str:
         """Where this process serves `role` (a host serves each on its own port)."""
         if self.kind == "host":
             port = {"log-server": self.log_port, "storage-node": self.storage_port}.get(role, self.port)
-            return f"127.0.0.1:{port}"
+            return f"{self.host}:{port}"
         return self.addr
 
     def plays(self, role: str) -> bool:
@@ -67,7 +69,7 @@ class Proc:
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def alive(self) -> bool:
         return self.pid > 0 and pid_alive(self.pid)
@@ -99,6 +101,9 @@ class Cluster:
     layout: str = "split"
     tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/certs.py)
     supervisor_pid: int = 0  # `cluster up --detach`: the supervisor that runs it
+    # Where some processes run, by name: (network namespace or "", address). Tests of
+    # network partitions put log servers in namespaces of their own.
+    places: dict[str, tuple[str, str]] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -164,6 +169,11 @@ class Cluster:
     def _plan(self) -> None:
         if self.procs:
             return
+        self._plan_ports()
+        for name, (netns, host) in self.places.items():
+            self.procs[name].netns, self.procs[name].host = netns, host
+
+    def _plan_ports(self) -> None:
         if self.layout not in LAYOUTS:
             raise ClusterError(f"layout: {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
         if self.layout == "host":
@@ -233,7 +243,9 @@ class Cluster:
         return ["--tls-ca", str(self.tls_dir / "ca.pem"), "--tls-cert", str(cert), "--tls-key", str(key)]
 
     def command(self, name: str) -> list[str]:
-        return self._command(name) + self._tls_flags(name)
+        p = self.procs[name]
+        netns = ["ip", "netns", "exec", p.netns] if p.netns else []
+        return netns + self._command(name) + ["--host", p.host] + self._tls_flags(name)
 
     def _command(self, name: str) -> list[str]:
         p = self.procs[name]
@@ -257,7 +269,7 @@ class Cluster:
         p = self.procs[name]
         out = open(self.dir / "logs" / f"{name}.log", "ab")
         if p.kind == "zookeeper":
-            z = ZooKeeper(self.dir / "zk", p.port, log_path=self.dir / "logs" / "zookeeper.log")
+            z = ZooKeeper(self.dir / "zk", p.port, log_path=self.dir / "logs" / "zookeeper.log", host=p.host)
             z.start()
             assert z.proc is not None
             p.pid = z.proc.pid
@@ -376,7 +388,7 @@ class Cluster:
         for p in self.procs.values():
             up = p.alive()
             if up and p.kind == "zookeeper":
-                up = is_ok("127.0.0.1", p.port)
+                up = is_ok(p.host, p.port)
             addr = p.addr
             if p.kind == "host":
                 addr = f"{p.addr} (coordinator), :{p.log_port} (log), :{p.storage_port} (storage)"

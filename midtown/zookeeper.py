@@ -58,22 +58,24 @@ def command(config: Path) -> list[str]:
 class ZooKeeper:
     """A ZooKeeper server process. `start()` returns once it answers `ruok`."""
 
-    def __init__(self, data_dir: Path, port: int, log_path: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int, log_path: Path | None = None,
+                 host: str = "127.0.0.1") -> None:
         self.data_dir = Path(data_dir)
         self.port = port
+        self.host = host
         self.log_path = log_path or self.data_dir / "zookeeper.out"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 30.0) -> ZooKeeper:
         if not Path("/usr/share/java/zookeeper.jar").exists():
             raise RuntimeError("ZooKeeper is not installed: run `make install` (apt-get install zookeeper)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text(config_text(self.data_dir, self.port))
+        cfg.write_text(config_text(self.data_dir, self.port, self.host))
         out = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             command(cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -83,7 +85,7 @@ class ZooKeeper:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.log_path}")
-            if is_ok("127.0.0.1", self.port):
+            if is_ok(self.host, self.port):
                 return self
             time.sleep(0.1)
         self.stop()

@@ -9,6 +9,9 @@ PYTHON="${PYTHON:-python3}"
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+# The network-partition test runs log servers in network namespaces cut off with iptables.
+command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 if [ "${MIDTOWN_WITH_ETCD:-0}" = 1 ] && ! command -v etcd >/dev/null 2>&1; then
     need_apt+=(etcd-server etcd-client)
 fi

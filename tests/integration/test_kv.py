@@ -194,9 +194,11 @@ def test_ttl_expires_at_the_same_log_time_everywhere(kv_cluster: Cluster, db: Cl
 
 
 def run_history(db: Client, keys: list[str], disturb: Callable[[], None],
-                clients: int = 6) -> dict[str, list[Operation]]:
-    """Concurrent put/get/cas/delete on a few hot keys while `disturb()` runs; every
-    operation's invocation, response (INF: unknown outcome) and result, per key."""
+                clients: int = 6, min_completed: int = 150) -> dict[str, list[Operation]]:
+    """Concurrent put/get/cas/delete on a few hot keys while `disturb()` runs, and after it
+    until at least `min_completed` operations completed (a slow machine runs longer rather
+    than check less); every operation's invocation, response (INF: unknown outcome) and
+    result, per key."""
     history: dict[str, list[Operation]] = {k: [] for k in keys}
     lock = threading.Lock()
     stop = threading.Event()
@@ -236,16 +238,23 @@ def run_history(db: Client, keys: list[str], disturb: Callable[[], None],
     ts = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in ts:
         t.start()
+    def completed() -> int:
+        with lock:
+            return sum(1 for h in history.values() for o in h if o.known)
+
     try:
         disturb()
+        deadline = time.monotonic() + 120
+        while completed() < min_completed and time.monotonic() < deadline:
+            time.sleep(0.1)
     finally:
         stop.set()
         for t in ts:
             t.join(60)
     total = sum(len(h) for h in history.values())
-    completed = sum(1 for h in history.values() for o in h if o.known)
-    assert completed > 100, f"only {completed} of {total} operations completed"
-    print(f"linearizability: {completed} completed, {total - completed} unknown")
+    done = completed()
+    assert done >= min_completed, f"only {done} of {total} operations completed"
+    print(f"linearizability: {done} completed, {total - done} unknown")
     return history
 
 

@@ -1,0 +1,115 @@
+"""A network partition isolating the log writer from its followers and from ZooKeeper,
+made for real: each log server runs in a network namespace of its own, joined to the
+others by veth pairs and a bridge, and the partition is iptables rules inside the
+writer's namespace (this kernel has no netem). Coordinators and storage nodes can still
+reach the isolated writer: the nastiest kind of partition, a writer that clients see but
+that can reach neither a quorum nor ZooKeeper.
+
+Needs root, `ip netns` and iptables (scripts/install.sh installs iptables)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from log import zk as logzk
+from log.client import LogClient
+from midtown import Client
+from midtown.cluster import Cluster
+from tests.integration.conftest import Appenders, started, verify_logs, wait_for
+from tests.integration.test_kv import run_history
+from tests.linearizability import check_per_key
+
+pytestmark = pytest.mark.integration
+
+SUBNET = "10.201.{}.{}"  # addresses of this test's own namespaces only
+
+
+def sh(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def hosts() -> Iterator[dict[str, tuple[str, str]]]:
+    """Three namespaces (one per log server) on a bridge whose root-side address is where
+    ZooKeeper listens. Removed afterwards, whatever happened."""
+    tag = f"{os.getpid() % 10000}"
+    net = int(tag) % 200 + 20
+    bridge = f"mtbr{tag}"
+    names = [f"mt{tag}n{i}" for i in range(3)]
+    places = {}
+    try:
+        sh("ip", "link", "add", bridge, "type", "bridge")
+        sh("ip", "addr", "add", SUBNET.format(net, 1) + "/24", "dev", bridge)
+        sh("ip", "link", "set", bridge, "up")
+        for i, ns in enumerate(names):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", f"mt{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "link", "set", f"mt{tag}v{i}", "master", bridge, "up")
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", SUBNET.format(net, 10 + i) + "/24", "dev", "eth0")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            places[f"log-{i}"] = (ns, SUBNET.format(net, 10 + i))
+        places["zookeeper"] = ("", SUBNET.format(net, 1))
+        yield places
+    finally:
+        for i, ns in enumerate(names):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
+
+
+def partition(places: dict[str, tuple[str, str]], victim: str, zk_port: int) -> None:
+    """Cut `victim` (a log server) off from the other log servers and from ZooKeeper."""
+    ns, _ = places[victim]
+    zk_ip = places["zookeeper"][1]
+    rules = [["OUTPUT", "-d", zk_ip, "-p", "tcp", "--dport", str(zk_port)],
+             ["INPUT", "-s", zk_ip, "-p", "tcp", "--sport", str(zk_port)]]
+    for name, (_, ip) in places.items():
+        if name.startswith("log-") and name != victim:
+            rules += [["OUTPUT", "-d", ip], ["INPUT", "-s", ip]]
+    for r in rules:
+        sh("ip", "netns", "exec", ns, "iptables", "-A", *r, "-j", "DROP")
+
+
+def heal(places: dict[str, tuple[str, str]], victim: str) -> None:
+    sh("ip", "netns", "exec", places[victim][0], "iptables", "-F")
+
+
+def test_writer_partitioned_from_followers_and_zookeeper(tmp_path: Path,
+                                                        hosts: dict[str, tuple[str, str]]) -> None:
+    with started(tmp_path / "c", places=hosts, coordinators=2) as c:
+        c.create_dataset("t")
+        zk_port = c.procs["zookeeper"].port
+        with LogClient(c.zk_hosts) as logs, Client(zk=c.zk_hosts, timeout=30) as db:
+            writer = wait_for(lambda: logzk.read_writer(logs.zk, 0), 30, "a writer for log 0")
+            victim = f"log-{writer['server']}"
+            appenders = Appenders(logs, logs=[0, 1, 2, 3], threads=4).start()
+
+            def disturb() -> None:
+                wait_for(lambda: appenders.count() > 100, 60, "appends before the partition")
+                partition(hosts, victim, zk_port)
+                try:
+                    # A writer of log 0 on the majority side takes over and is used.
+                    wait_for(lambda: (w := logzk.read_writer(logs.zk, 0)) is not None
+                             and w["server"] != writer["server"] and w.get("state") == "writing",
+                             60, "a new writer on the majority side")
+                    n = appenders.count()
+                    wait_for(lambda: appenders.count() > n + 100, 60, "appends during the partition")
+                    time.sleep(2)
+                finally:
+                    heal(hosts, victim)
+                n = appenders.count()
+                wait_for(lambda: appenders.count() > n + 100, 60, "appends after healing")
+
+            try:
+                history = run_history(db, ["h0", "h1", "h2"], disturb)
+            finally:
+                appenders.stop()
+            assert check_per_key(history) == [], "a linearizability violation"
+            # Every acknowledged append is on every replica, once, in order: none lost.
+            verify_logs(logs, appenders.acks, [p.addr for p in c.log_servers()])

@@ -20,7 +20,6 @@ import pytest
 from log import zk as logzk
 from log.client import LogClient
 from midtown import Client
-from midtown.cluster import Cluster
 from tests.integration.conftest import Appenders, started, verify_logs, wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import check_per_key

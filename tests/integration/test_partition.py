@@ -50,14 +50,15 @@ def hosts() -> Iterator[dict[str, tuple[str, str]]]:
             sh("ip", "netns", "add", ns)
             sh("ip", "link", "add", f"mt{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
             sh("ip", "link", "set", f"mt{tag}v{i}", "master", bridge, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", SUBNET.format(net, 10 + i) + "/24", "dev", "eth0")
+            ip = SUBNET.format(net, 10 + i)
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", "eth0")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            places[f"log-{i}"] = (ns, SUBNET.format(net, 10 + i))
+            places[f"log-{i}"] = (ns, ip)
         places["zookeeper"] = ("", SUBNET.format(net, 1))
         yield places
     finally:
-        for i, ns in enumerate(names):
+        for ns in names:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
 

@@ -12,6 +12,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 # The network-partition test runs log servers in network namespaces cut off with iptables.
 command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+# The power-loss test mounts a FUSE filesystem that drops unsynced writes (tests/faults).
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 if [ "${MIDTOWN_WITH_ETCD:-0}" = 1 ] && ! command -v etcd >/dev/null 2>&1; then
     need_apt+=(etcd-server etcd-client)
 fi

@@ -88,7 +88,7 @@ def test_writer_partitioned_from_followers_and_zookeeper(tmp_path: Path,
         with LogClient(c.zk_hosts) as logs, Client(zk=c.zk_hosts, timeout=30) as db:
             writer = wait_for(lambda: logzk.read_writer(logs.zk, 0), 30, "a writer for log 0")
             victim = f"log-{writer['server']}"
-            appenders = Appenders(logs, logs=[0, 1, 2, 3], threads=4).start()
+            appenders = Appenders(logs, logs=[1, 2, 3, 4], threads=4).start()  # not the KV log
 
             def disturb() -> None:
                 wait_for(lambda: appenders.count() > 100, 60, "appends before the partition")

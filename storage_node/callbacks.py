@@ -65,3 +65,5 @@ class _Outlet:
                 self.stub.Deliver(pb.DeliverRequest(results=batch), timeout=2.0)
             except grpc.RpcError as e:
                 log.debug("callback to %s failed: %s", self.addr, e.code())
+            except Exception:  # never let the thread die: the coordinator's client retries
+                log.exception("callback to %s failed", self.addr)

@@ -11,6 +11,7 @@ the same state and the same digest.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +21,7 @@ from storage_node.model import (
     Delete,
     Drop,
     Get,
+    GroupResult,
     Incr,
     OpResult,
     OpStatus,
@@ -34,6 +36,14 @@ from storage_node.model import (
 # How long (in log time) a request id is remembered. Client retries come within seconds;
 # ten minutes covers a coordinator or node restart and leaves the table bounded.
 DEDUP_WINDOW_MS = 10 * 60 * 1000
+# Event ids (exactly-once ingestion, docs/exactly-once.md): a dataset's window and size cap
+# when it sets none. Segment keeps four weeks of ids; a cap per shard keeps a burst of ids
+# from taking a node down (the oldest go first).
+EVENT_WINDOW_MS_DEFAULT = 28 * 24 * 3600 * 1000
+EVENT_IDS_PER_SHARD_DEFAULT = 1_000_000
+# Ids older than the window that one record ages out at most (beyond the size cap, which
+# is kept exactly): bounded work per record; an id past the window is ignored anyway.
+EVENT_AGE_OUT_PER_RECORD = 64
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -48,6 +58,25 @@ class State(Protocol):
 
     def digest(self, shard: int) -> int: ...
 
+    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
+        """An event id's entry in the table of ids seen, if held."""
+
+    def event_count(self, shard: int, dataset: str) -> int:
+        """Event ids of `dataset` held in `shard`."""
+
+    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes]]:
+        """Up to `n` (position, seq, event id) of `dataset` in `shard`, oldest first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event id seen: when (log time), where (position, and the group's index in its
+    record) and the first outcome, which a repeat gets back."""
+    ts_ms: int
+    position: int
+    seq: int
+    first: GroupResult
+
 
 @dataclass
 class Applied:
@@ -58,6 +87,11 @@ class Applied:
     positions: dict[int, int] = field(default_factory=dict)  # node id -> published position
     dropped: tuple[bytes, ...] = ()  # key prefixes of a dropped dataset: deleted
     drop_marker: bytes = b""  # remembers that this log applied the drop
+    # Event ids: recorded (with the effects, in the same batch) and aged out.
+    events: dict[bytes, Event] = field(default_factory=dict)
+    events_gone: list[tuple[bytes, int, int]] = field(default_factory=list)  # (id, position, seq)
+    event_count: int = -1  # the dataset's ids held in the shard after this record (-1: unchanged)
+    dataset: str = ""  # whose event ids those are
 
 
 def _ttl_expiry(ts_ms: int, ttl_ms: int, default_ttl_ms: int) -> int:
@@ -87,8 +121,11 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
         # A dropped dataset's keys in this log's shards: deleted by the batch (a range).
         shards = sorted({s for o in rec.ops if isinstance(o, Drop) for s in o.shards})
         prefixes = [keys.dataset_shard_prefix(s, rec.dataset) for s in shards]
+        ids = [p for s in shards for p in (keys.event_key(s, rec.dataset, b""),
+                                             keys.event_order_prefix(s, rec.dataset),
+                                             keys.event_count_key(s, rec.dataset))]
         return Applied(digest=state.digest(rec.shard),
-                       dropped=tuple(prefixes + [keys.eventual(p) for p in prefixes]),
+                       dropped=tuple(prefixes + [keys.eventual(p) for p in prefixes] + ids),
                        drop_marker=keys.drop_key(log_id, rec.dataset),
                        result=RecordResult(b"", log_id, position, rec.shard,
                                            state.digest(rec.shard), node_id, True))
@@ -97,8 +134,11 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
         if seen is not None and ts_ms - seen[0] <= DEDUP_WINDOW_MS:
             first = seen[1]
             dup = RecordResult(first.request_id, first.log_id, first.position, first.shard,
-                               first.digest, node_id, first.applied, True, first.results)
+                               first.digest, node_id, first.applied, True, first.results,
+                               first.groups)
             return Applied(result=dup, digest=state.digest(rec.shard))
+    if rec.groups:
+        return _apply_groups(state, rec, log_id, position, ts_ms, node_id)
     overlay: dict[bytes, Stored | None] = {}
     version = position + 1  # versions start at 1: 0 means "no version" in check-and-set
 
@@ -110,9 +150,22 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
     def write(lkey: bytes, v: Stored | None) -> None:
         overlay[keys.value_key(rec.shard, rec.dataset, rec.partition_key, lkey)] = v
 
+    ok, results = _run_ops(state, rec, rec.partition_key, rec.ops, read, write, version, ts_ms)
+    writes = overlay if ok else {}
+    digest = next_digest(state.digest(rec.shard), position, writes)
+    result = RecordResult(rec.request_id, log_id, position, rec.shard, digest, node_id, ok,
+                          False, tuple(results))
+    return Applied(writes=writes, result=result, digest=digest, dedup=bool(rec.request_id))
+
+
+def _run_ops(state: State, rec: Record, pkey: bytes, ops: tuple, read: Callable[[bytes], Stored | None],
+             write: Callable[[bytes, Stored | None], None], version: int,
+             ts_ms: int) -> tuple[bool, list[OpResult]]:
+    """Run one all-or-nothing list of operations on one partitioning key: whether all held
+    (if not, the caller drops what `write` received), and each one's result."""
     results: list[OpResult] = []
     ok = True
-    for op in rec.ops:
+    for op in ops:
         if isinstance(op, Put):
             v = Stored(op.value, version, _ttl_expiry(ts_ms, op.ttl_ms, rec.default_ttl_ms))
             write(op.local_key, v)
@@ -162,7 +215,7 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
             write(op.local_key, v)
             results.append(OpResult(found=True, value=v))
         elif isinstance(op, Scan):
-            prefix = keys.partition_prefix(rec.shard, rec.dataset, rec.partition_key)
+            prefix = keys.partition_prefix(rec.shard, rec.dataset, pkey)
             rows = state.scan(prefix, op.start, op.end, op.limit + 64)
             live = [(k, v) for k, v in rows if v.live_at(ts_ms)]
             page = live[: op.limit]
@@ -170,8 +223,90 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
             if not nxt and len(rows) >= op.limit + 64 and rows:
                 nxt = rows[-1][0] + b"\x00"  # many expired rows: continue after them
             results.append(OpResult(found=bool(page), items=tuple(page), next=nxt))
-    writes = overlay if ok else {}
-    digest = next_digest(state.digest(rec.shard), position, writes)
-    result = RecordResult(rec.request_id, log_id, position, rec.shard, digest, node_id, ok,
-                          False, tuple(results))
-    return Applied(writes=writes, result=result, digest=digest, dedup=bool(rec.request_id))
+    return ok, results
+
+
+def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: int,
+                  node_id: int) -> Applied:
+    """A record of independent groups: each all or nothing on its own, in order (a later
+    group sees an earlier one's writes), and each at most once per event id within the
+    dataset's window, judged on log time. The ids applied are recorded with the effects;
+    past the dataset's cap per shard the oldest go, by log position, so every replica holds
+    the same ids after the same records."""
+    window = rec.dedup_window_ms or EVENT_WINDOW_MS_DEFAULT
+    cap = rec.dedup_max_ids or EVENT_IDS_PER_SHARD_DEFAULT
+    version = position + 1
+    overlay: dict[bytes, Stored | None] = {}
+    new: dict[bytes, Event] = {}  # event ids recorded by this record
+    replaced: list[tuple[bytes, int, int]] = []  # entries past the window written over
+    groups: list[GroupResult] = []
+    for seq, g in enumerate(rec.groups):
+        if g.event_id:
+            seen = new.get(g.event_id) or state.event(rec.shard, rec.dataset, g.event_id)
+            if seen is not None and ts_ms - seen.ts_ms <= window:
+                f = seen.first
+                groups.append(GroupResult(f.applied, True, f.results, f.position))
+                continue
+        mine: dict[bytes, Stored | None] = {}
+
+        def read(lkey: bytes, pkey: bytes = g.partition_key,
+                 mine: dict[bytes, Stored | None] = mine) -> Stored | None:
+            k = keys.value_key(rec.shard, rec.dataset, pkey, lkey)
+            v = mine[k] if k in mine else overlay[k] if k in overlay else state.get(k)
+            return v if v is not None and v.live_at(ts_ms) else None
+
+        def write(lkey: bytes, v: Stored | None, pkey: bytes = g.partition_key,
+                  mine: dict[bytes, Stored | None] = mine) -> None:
+            mine[keys.value_key(rec.shard, rec.dataset, pkey, lkey)] = v
+
+        ok, results = _run_ops(state, rec, g.partition_key, g.ops, read, write, version, ts_ms)
+        if ok:
+            overlay.update(mine)
+        gr = GroupResult(ok, False, tuple(results), position)
+        groups.append(gr)
+        if ok and g.event_id:  # a group rolled back may be sent again: not recorded
+            if g.event_id not in new:
+                past = state.event(rec.shard, rec.dataset, g.event_id)
+                if past is not None:  # held, but older than the window: written over
+                    replaced.append((g.event_id, past.position, past.seq))
+            new[g.event_id] = Event(ts_ms, position, seq, gr)
+    gone, count = _age_out(state, rec, new, replaced, cap, ts_ms - window)
+    digest = next_digest(state.digest(rec.shard), position, overlay)
+    result = RecordResult(rec.request_id, log_id, position, rec.shard, digest, node_id, True,
+                          False, (), tuple(groups))
+    return Applied(writes=overlay, result=result, digest=digest, dedup=bool(rec.request_id),
+                   events=new, events_gone=replaced + gone,
+                   event_count=count if (new or gone) else -1, dataset=rec.dataset)
+
+
+def _age_out(state: State, rec: Record, new: dict[bytes, Event],
+             replaced: list[tuple[bytes, int, int]], cap: int,
+             before_ts_ms: int) -> tuple[list[tuple[bytes, int, int]], int]:
+    """Which held event ids go after this record: the oldest first (by log position),
+    until at most `cap` remain, then up to EVENT_AGE_OUT_PER_RECORD more that are older
+    than the window. Returns them (id, position, seq) and the count that remains."""
+    held = state.event_count(rec.shard, rec.dataset)
+    count = held + len(new) - len(replaced)
+    excess = max(0, count - cap)
+    skip = {(p, s) for _, p, s in replaced}
+    gone: list[tuple[bytes, int, int]] = []
+    if excess or new:
+        want = excess + EVENT_AGE_OUT_PER_RECORD + len(skip)
+        for pos, seq, eid in state.oldest_events(rec.shard, rec.dataset, want):
+            if (pos, seq) in skip or eid in new:
+                continue
+            if len(gone) < excess:
+                gone.append((eid, pos, seq))
+                continue
+            e = state.event(rec.shard, rec.dataset, eid)
+            if e is None or e.ts_ms >= before_ts_ms or len(gone) >= excess + EVENT_AGE_OUT_PER_RECORD:
+                break
+            gone.append((eid, pos, seq))
+    count -= len(gone)
+    # This record alone may bring more than the cap: its own oldest go too.
+    for eid in sorted(new, key=lambda k: new[k].seq):
+        if count <= cap:
+            break
+        del new[eid]
+        count -= 1
+    return gone, count

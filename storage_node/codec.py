@@ -9,6 +9,8 @@ from storage_node.model import (
     Delete,
     Drop,
     Get,
+    Group,
+    GroupResult,
     Incr,
     Op,
     OpResult,
@@ -92,13 +94,19 @@ def record_to_bytes(r: Record) -> bytes:
         request_id=r.request_id, callback=r.callback, dataset=r.dataset, shard=r.shard,
         partition_key=r.partition_key, ops=[op_to_pb(o) for o in r.ops],
         default_ttl_ms=r.default_ttl_ms,
+        groups=[pb.Group(partition_key=g.partition_key, ops=[op_to_pb(o) for o in g.ops],
+                         event_id=g.event_id) for g in r.groups],
+        dedup_window_ms=r.dedup_window_ms, dedup_max_ids=r.dedup_max_ids,
     ).SerializeToString()
 
 
 def record_from_bytes(b: bytes) -> Record:
     m = pb.Record.FromString(b)
     return Record(m.request_id, m.callback, m.dataset, m.shard, m.partition_key,
-                  tuple(op_from_pb(o) for o in m.ops), m.default_ttl_ms)
+                  tuple(op_from_pb(o) for o in m.ops), m.default_ttl_ms,
+                  tuple(Group(g.partition_key, tuple(op_from_pb(o) for o in g.ops), g.event_id)
+                        for g in m.groups),
+                  m.dedup_window_ms, m.dedup_max_ids)
 
 
 def op_result_to_pb(r: OpResult) -> pb.OpResult:
@@ -115,14 +123,26 @@ def op_result_from_pb(m: pb.OpResult) -> OpResult:
     )
 
 
+def group_result_to_pb(g: GroupResult) -> pb.GroupResult:
+    return pb.GroupResult(applied=g.applied, duplicate=g.duplicate, position=g.position,
+                          results=[op_result_to_pb(x) for x in g.results])
+
+
+def group_result_from_pb(m: pb.GroupResult) -> GroupResult:
+    return GroupResult(m.applied, m.duplicate, tuple(op_result_from_pb(x) for x in m.results),
+                       m.position)
+
+
 def result_to_pb(r: RecordResult) -> pb.RecordResult:
     return pb.RecordResult(
         request_id=r.request_id, log_id=r.log_id, position=r.position, shard=r.shard,
         digest=r.digest, node_id=r.node_id, applied=r.applied, duplicate=r.duplicate,
         results=[op_result_to_pb(x) for x in r.results],
+        groups=[group_result_to_pb(g) for g in r.groups],
     )
 
 
 def result_from_pb(m: pb.RecordResult) -> RecordResult:
     return RecordResult(m.request_id, m.log_id, m.position, m.shard, m.digest, m.node_id,
-                        m.applied, m.duplicate, tuple(op_result_from_pb(x) for x in m.results))
+                        m.applied, m.duplicate, tuple(op_result_from_pb(x) for x in m.results),
+                        tuple(group_result_from_pb(g) for g in m.groups))

@@ -3,7 +3,11 @@
   b"K" shard:4 len(dataset):1 dataset len(pkey):4 pkey lkey -> version:8 expires_at:8 value
   b"P" log_id:4                                               -> next position:8 last ts:8
   b"D" shard:4                                                -> digest:8
-  b"R" shard:4 request_id                                     -> ts:8 RecordResult (protobuf)
+  b"R" shard:4 0x00 request_id                                -> ts:8 RecordResult (protobuf)
+  b"R" shard:4 0x01 len(dataset):1 dataset event_id           -> ts:8 position:8 seq:4 GroupResult
+       (one table of ids seen: a request id's first outcome, an event id's first outcome)
+  b"O" shard:4 len(dataset):1 dataset position:8 seq:4        -> event_id (event ids, oldest first)
+  b"N" shard:4 len(dataset):1 dataset                         -> event ids held:8
   b"Q" log_id:4 node_id:4                                     -> published position:8
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
   b"X" log_id:4 expires_at:8 K-key                            -> b"" (values with a TTL by expiry)
@@ -53,7 +57,39 @@ def digest_key(shard: int) -> bytes:
 
 
 def dedup_key(shard: int, request_id: bytes) -> bytes:
-    return b"R" + _I.pack(shard) + request_id
+    return b"R" + _I.pack(shard) + b"\x00" + request_id
+
+
+def _shard_dataset(shard: int, dataset: str) -> bytes:
+    d = dataset.encode()
+    return _I.pack(shard) + bytes([len(d)]) + d
+
+
+def event_key(shard: int, dataset: str, event_id: bytes) -> bytes:
+    return b"R" + _I.pack(shard) + b"\x01" + _shard_dataset(shard, dataset)[4:] + event_id
+
+
+def event_order_prefix(shard: int, dataset: str) -> bytes:
+    return b"O" + _shard_dataset(shard, dataset)
+
+
+def event_order_key(shard: int, dataset: str, position: int, seq: int) -> bytes:
+    return event_order_prefix(shard, dataset) + _Q.pack(position) + _I.pack(seq)
+
+
+def decode_event_order_key(k: bytes, prefix_len: int) -> tuple[int, int]:
+    """(position, seq) of an event order key, after its prefix."""
+    return _Q.unpack_from(k, prefix_len)[0], _I.unpack_from(k, prefix_len + 8)[0]
+
+
+def event_count_key(shard: int, dataset: str) -> bytes:
+    return b"N" + _shard_dataset(shard, dataset)
+
+
+def decode_event_count_key(k: bytes) -> tuple[int, str]:
+    """(shard, dataset) of an event count key."""
+    n = k[5]
+    return _I.unpack_from(k, 1)[0], k[6:6 + n].decode()
 
 
 def dedup_time_prefix(log_id: int) -> bytes:

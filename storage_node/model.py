@@ -83,6 +83,15 @@ MUTATIONS = (Put, Delete, Cas, Incr)
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """Operations on one partitioning key, applied atomically, at most once per event id
+    (b"": no event id)."""
+    partition_key: bytes
+    ops: tuple[Op, ...]
+    event_id: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class Record:
     request_id: bytes
     callback: str
@@ -91,6 +100,10 @@ class Record:
     partition_key: bytes
     ops: tuple[Op, ...]
     default_ttl_ms: int = 0
+    # A record of independent groups (a bulk write's share of one shard) instead of ops.
+    groups: tuple[Group, ...] = ()
+    dedup_window_ms: int = 0  # the dataset's event-id window in log time (0: the default)
+    dedup_max_ids: int = 0  # event ids kept per shard at most (0: the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +113,14 @@ class OpResult:
     value: Stored | None = None
     items: tuple[tuple[bytes, Stored], ...] = ()
     next: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    applied: bool
+    duplicate: bool = False  # its event id was applied before: these are that first outcome
+    results: tuple[OpResult, ...] = ()
+    position: int = 0  # the log position that applied it
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +134,4 @@ class RecordResult:
     applied: bool
     duplicate: bool = False
     results: tuple[OpResult, ...] = field(default_factory=tuple)
+    groups: tuple[GroupResult, ...] = ()  # a record of groups: one per group, in order

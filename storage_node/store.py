@@ -11,7 +11,7 @@ from rocksdict import WriteBatch
 from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
-from storage_node.apply import Applied
+from storage_node.apply import Applied, Event
 from storage_node.model import RecordResult, Stored
 
 _I = struct.Struct(">I")
@@ -66,6 +66,34 @@ class NodeStore:
             return None
         return _Q.unpack_from(b)[0], codec.result_from_pb(pb.RecordResult.FromString(b[8:]))
 
+    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
+        b = self._get(keys.event_key(shard, dataset, event_id))
+        return decode_event(b) if b is not None else None
+
+    def event_count(self, shard: int, dataset: str) -> int:
+        b = self._get(keys.event_count_key(shard, dataset))
+        return _Q.unpack(b)[0] if b else 0
+
+    def oldest_events(self, shard: int, dataset: str, n: int,
+                      skip: set[tuple[int, int]] | None = None) -> Iterator[tuple[int, int, bytes]]:
+        """(position, seq, event id) of `dataset` in `shard`, oldest first, up to `n`."""
+        prefix = keys.event_order_prefix(shard, dataset)
+        got = 0
+        for k, v in self.under(prefix):
+            if got >= n:
+                return
+            pos, seq = keys.decode_event_order_key(k, len(prefix))
+            if skip and (pos, seq) in skip:
+                continue
+            got += 1
+            yield pos, seq, v
+
+    def event_counts(self) -> Iterator[tuple[int, str, int]]:
+        """(shard, dataset, event ids held) for every dataset and shard holding some."""
+        for k, v in self.under(b"N"):
+            shard, dataset = keys.decode_event_count_key(k)
+            yield shard, dataset, _Q.unpack(v)[0]
+
     def drop_applied(self, log_id: int, dataset: str) -> bool:
         return self._get(keys.drop_key(log_id, dataset)) is not None
 
@@ -118,6 +146,12 @@ class BatchView:
         self.dropped: list[bytes] = []  # key prefixes of dropped datasets
         self.drop_markers: list[bytes] = []
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
+        # Event ids recorded (an Event) or aged out (None) by this batch, their order-index
+        # entries added and removed, and the counts per (shard, dataset).
+        self.events: dict[tuple[int, str, bytes], Event | None] = {}
+        self.event_order: dict[tuple[int, str], list[tuple[int, int, bytes]]] = {}
+        self.event_order_gone: dict[tuple[int, str], set[tuple[int, int]]] = {}
+        self.event_counts: dict[tuple[int, str], int] = {}
 
     def get(self, key: bytes) -> Stored | None:
         if key in self.values:
@@ -144,6 +178,24 @@ class BatchView:
     def digest(self, shard: int) -> int:
         return self.digests[shard] if shard in self.digests else self.store.digest(shard)
 
+    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
+        k = (shard, dataset, event_id)
+        return self.events[k] if k in self.events else self.store.event(shard, dataset, event_id)
+
+    def event_count(self, shard: int, dataset: str) -> int:
+        k = (shard, dataset)
+        return self.event_counts[k] if k in self.event_counts else self.store.event_count(shard, dataset)
+
+    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes]]:
+        gone = self.event_order_gone.get((shard, dataset), set())
+        out = list(self.store.oldest_events(shard, dataset, n, gone))
+        for pos, seq, eid in self.event_order.get((shard, dataset), ()):
+            if len(out) >= n:
+                break
+            if (pos, seq) not in gone:
+                out.append((pos, seq, eid))
+        return out
+
     def add(self, applied: Applied, shard: int, ts_ms: int, log_id: int = 0) -> None:
         for node, pos in applied.positions.items():
             self.member_positions[(log_id, node)] = pos
@@ -161,6 +213,16 @@ class BatchView:
         if applied.dedup and applied.result is not None:
             self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
             self.dedup_logs[(shard, applied.result.request_id)] = log_id
+        if applied.events or applied.events_gone:
+            ds = applied.dataset
+            for eid, pos, seq in applied.events_gone:
+                self.events[(shard, ds, eid)] = None
+                self.event_order_gone.setdefault((shard, ds), set()).add((pos, seq))
+            for eid, e in applied.events.items():
+                self.events[(shard, ds, eid)] = e
+                self.event_order.setdefault((shard, ds), []).append((e.position, e.seq, eid))
+        if applied.event_count >= 0:
+            self.event_counts[(shard, applied.dataset)] = applied.event_count
 
     def reclaim(self, log_id: int, before_ts_ms: int, limit: int) -> int:
         """Delete, in this batch, up to `limit` dedup entries of `log_id` written before
@@ -227,8 +289,33 @@ class BatchView:
         for (shard, rid), (ts, res) in self.dedups.items():
             wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
             wb.put(keys.dedup_time_key(self.dedup_logs.get((shard, rid), 0), ts, shard, rid), b"")
+        for (shard, ds), gone in self.event_order_gone.items():
+            for pos, seq in gone:
+                wb.delete(keys.event_order_key(shard, ds, pos, seq))
+        for (shard, ds, eid), e in self.events.items():
+            if e is None:
+                wb.delete(keys.event_key(shard, ds, eid))
+            else:
+                wb.put(keys.event_key(shard, ds, eid), encode_event(e))
+        for (shard, ds), order in self.event_order.items():
+            gone = self.event_order_gone.get((shard, ds), set())
+            for pos, seq, eid in order:
+                if (pos, seq) not in gone:
+                    wb.put(keys.event_order_key(shard, ds, pos, seq), eid)
+        for (shard, ds), n in self.event_counts.items():
+            wb.put(keys.event_count_key(shard, ds), _Q.pack(n))
         for (lg, node), pos in self.member_positions.items():
             wb.put(keys.member_position_key(lg, node), _Q.pack(pos))
         for log_id, (next_position, last_ts) in positions.items():
             wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
         self.store.write(wb)
+
+
+def encode_event(e: Event) -> bytes:
+    return (_Q.pack(e.ts_ms) + _Q.pack(e.position) + _I.pack(e.seq)
+            + codec.group_result_to_pb(e.first).SerializeToString())
+
+
+def decode_event(b: bytes) -> Event:
+    return Event(_Q.unpack_from(b)[0], _Q.unpack_from(b, 8)[0], _I.unpack_from(b, 16)[0],
+                 codec.group_result_from_pb(pb.GroupResult.FromString(b[20:])))

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage_node import keys
-from storage_node.apply import DEDUP_WINDOW_MS, apply
+from storage_node.apply import DEDUP_WINDOW_MS, Event, apply
 from storage_node.model import (
     Cas,
     Delete,
@@ -27,6 +27,17 @@ class MemState:
         self.values: dict[bytes, Stored] = {}
         self.dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}
         self.digests: dict[int, int] = {}
+        self.events: dict[tuple[int, str, bytes], Event] = {}
+
+    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
+        return self.events.get((shard, dataset, event_id))
+
+    def event_count(self, shard: int, dataset: str) -> int:
+        return sum(1 for (s, d, _) in self.events if (s, d) == (shard, dataset))
+
+    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes]]:
+        mine = sorted((e.position, e.seq, k[2]) for k, e in self.events.items() if k[:2] == (shard, dataset))
+        return mine[:n]
 
     def get(self, key: bytes) -> Stored | None:
         return self.values.get(key)
@@ -49,6 +60,12 @@ class MemState:
             else:
                 self.values[k] = v
         self.digests[rec.shard] = a.digest
+        for eid, _, _ in a.events_gone:
+            del self.events[(rec.shard, rec.dataset, eid)]
+        for eid, e in a.events.items():
+            self.events[(rec.shard, rec.dataset, eid)] = e
+        if a.event_count >= 0:
+            assert a.event_count == self.event_count(rec.shard, rec.dataset)
         if a.dedup and a.result is not None:
             self.dedups[(rec.shard, rec.request_id)] = (ts, a.result)
         assert a.result is not None

@@ -69,7 +69,7 @@ def test_reclaiming_changes_no_outcome(batches: list[list], limit: int) -> None:
             view.reclaim_expired(0, expiry_cutoff(ts), 10**9)
             view.commit({0: (pos, ts)})
             live = {(s, r): t for (s, r), (t, _) in model.dedups.items() if t >= dedup_cutoff(ts)}
-            assert {(3, k[5:]) for k in _entries(store, b"R")} == set(live)
+            assert {(3, k[6:]) for k in _entries(store, b"R")} == set(live)  # R shard:4 0x00 id
             index = [keys.decode_dedup_time_key(k) for k in _entries(store, b"T")]
             want = sorted((s, r, t) for (s, r), t in live.items())
             assert sorted((s, r, t) for _, t, s, r in index) == want
@@ -99,7 +99,7 @@ def test_entries_within_the_window_stay_and_older_ones_go() -> None:
             # exactly at its edge (a retry then still matches it), the third inside.
             assert view.reclaim(0, dedup_cutoff(2_000 + W), 100) == 1
             view.commit({0: (3, 2_000 + W)})
-            assert [k[5:] for k in _entries(store, b"R")] == [b"r1", b"r2"]
+            assert [k[6:] for k in _entries(store, b"R")] == [b"r1", b"r2"]
             assert store.dedup(3, b"r1") is not None
         finally:
             store.close()

@@ -34,11 +34,16 @@ class Appender:
         GroupTimeout if the append could not start within `timeout_s`."""
         return self._group.call(payload, timeout_s)
 
-    def _append(self, payloads: list[bytes]) -> list[Placed]:
+    def append_many(self, payloads: list[bytes], timeout_s: float) -> list[Placed]:
+        """Payloads that already make a batch (a bulk write's records): one Append of their
+        own, beside the group commit."""
+        return self._append(payloads, timeout_s)
+
+    def _append(self, payloads: list[bytes], timeout_s: float = APPEND_TIMEOUT_S) -> list[Placed]:
         out: list[Placed] = []
         for i in range(0, len(payloads), log_limits.BATCH_ENTRIES_MAX):
             chunk = payloads[i:i + log_limits.BATCH_ENTRIES_MAX]
-            r: Appended = self.logs.append(self.log_id, chunk, timeout_s=APPEND_TIMEOUT_S)
+            r: Appended = self.logs.append(self.log_id, chunk, timeout_s=timeout_s)
             out.extend(Placed(r.first_position + j, r.timestamp_ms, r.attempts > 1)
                        for j in range(len(chunk)))
         return out

@@ -17,6 +17,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from coordinator import limits
 from coordinator.acl import check_user
+from storage_node.apply import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
 
 ROOT = "/midtown/datasets"
 DROPPED = "/midtown/dropped"  # dataset id -> when it was dropped
@@ -38,6 +39,12 @@ class Dataset:
     rate_limit: float = 0  # requests per second over all clients; 0: none
     acl: tuple[tuple[str, str], ...] = ()  # (user, "r" | "rw"); empty: open to every client
     quota_bytes: int = 0  # stored bytes beyond which writes are refused; 0: none (coordinator/quotas.py)
+    # Event ids (docs/exactly-once.md): how long in log time an id is remembered, how many
+    # ids per shard at most (the oldest go first), and the effective window below which
+    # operators are warned (0: no warning). 0 for the first two: the defaults.
+    dedup_window_ms: int = 0
+    dedup_max_ids: int = 0
+    dedup_warn_below_ms: int = 0
 
     @property
     def access(self) -> dict[str, str]:
@@ -46,6 +53,18 @@ class Dataset:
     @property
     def id(self) -> str:
         return f"{self.name}#{self.incarnation}"
+
+
+def validate_dedup(window_ms: int, max_ids: int, warn_below_ms: int) -> None:
+    if not 0 <= window_ms <= limits.DEDUP_WINDOW_MS_MAX:
+        raise DatasetError(f"dedup_window: must be between 0 (the default, "
+                           f"{EVENT_WINDOW_MS_DEFAULT // 86_400_000}d) and "
+                           f"{limits.DEDUP_WINDOW_MS_MAX // 86_400_000}d")
+    if not 0 <= max_ids <= limits.DEDUP_MAX_IDS_MAX:
+        raise DatasetError(f"dedup_max_ids: must be between 0 (the default, {EVENT_IDS_PER_SHARD_DEFAULT}) "
+                           f"and {limits.DEDUP_MAX_IDS_MAX} per shard")
+    if not 0 <= warn_below_ms <= limits.DEDUP_WINDOW_MS_MAX:
+        raise DatasetError("dedup_warn_below: must be between 0 (no warning) and the longest window")
 
 
 def validate(name: str, consistency: str, replication: int, ttl_ms: int,
@@ -69,13 +88,16 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
 
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
            ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None,
-           quota_bytes: int = 0) -> Dataset:
+           quota_bytes: int = 0, dedup_window_ms: int = 0, dedup_max_ids: int = 0,
+           dedup_warn_below_ms: int = 0) -> Dataset:
     validate(name, consistency, replication, ttl_ms, rate_limit, quota_bytes)
+    validate_dedup(dedup_window_ms, dedup_max_ids, dedup_warn_below_ms)
     _wait_out_a_recent_drop(zk, name)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
             "rate_limit": rate_limit, "created_ms": int(time.time() * 1000), "acl": acl or {},
-            "quota_bytes": quota_bytes}
+            "quota_bytes": quota_bytes, "dedup_window_ms": dedup_window_ms,
+            "dedup_max_ids": dedup_max_ids, "dedup_warn_below_ms": dedup_warn_below_ms}
     try:
         zk.create(f"{ROOT}/{name}", json.dumps(body).encode())
     except NodeExistsError:
@@ -105,7 +127,8 @@ def get(zk: KazooClient, name: str) -> Dataset | None:
     b = json.loads(data)
     return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid,
                    b.get("rate_limit", 0), tuple(sorted(b.get("acl", {}).items())),
-                   b.get("quota_bytes", 0))
+                   b.get("quota_bytes", 0), b.get("dedup_window_ms", 0), b.get("dedup_max_ids", 0),
+                   b.get("dedup_warn_below_ms", 0))
 
 
 def grant(zk: KazooClient, name: str, user: str, perm: str) -> Dataset:
@@ -133,6 +156,23 @@ def set_quota(zk: KazooClient, name: str, quota_bytes: int) -> Dataset:
     if not 0 <= quota_bytes <= limits.QUOTA_BYTES_MAX:
         raise DatasetError(f"SIZE: must be between 0 (none) and {limits.QUOTA_BYTES_MAX} bytes")
     return _update(zk, name, lambda b: b.update(quota_bytes=quota_bytes))
+
+
+def set_dedup(zk: KazooClient, name: str, window_ms: int | None = None, max_ids: int | None = None,
+              warn_below_ms: int | None = None) -> Dataset:
+    """Change a dataset's event-id settings (None: unchanged), by a versioned write. The
+    new ones travel with the next records (each record carries its dataset's settings),
+    so every replica switches at the same log position."""
+    def change(b: dict) -> None:
+        if window_ms is not None:
+            b["dedup_window_ms"] = window_ms
+        if max_ids is not None:
+            b["dedup_max_ids"] = max_ids
+        if warn_below_ms is not None:
+            b["dedup_warn_below_ms"] = warn_below_ms
+        validate_dedup(b.get("dedup_window_ms", 0), b.get("dedup_max_ids", 0),
+                       b.get("dedup_warn_below_ms", 0))
+    return _update(zk, name, change)
 
 
 def _update(zk: KazooClient, name: str, change: Callable[[dict], object]) -> Dataset:

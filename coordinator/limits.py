@@ -31,3 +31,16 @@ DEFAULT_DEADLINE_S = 10.0
 # Records whose answers a coordinator still takes (request id -> log, shard): the answers
 # of every replica arrive within seconds; at 20,000 requests/s this covers 10 s.
 SENT_RECORDS_MAX = 200_000
+
+# A bulk write (WriteMany): groups per call, and bytes per event id. A few thousand rows per
+# call is what the Spark connector sends; the bound keeps one call's records and answers
+# well under the gRPC message limit.
+WRITE_MANY_GROUPS_MAX = 20_000
+EVENT_ID_BYTES_MAX = 256
+# Rows per streamed message of a shard scan (ScanShard).
+SHARD_SCAN_PAGE_DEFAULT = 1_000
+SHARD_SCAN_PAGE_MAX = 10_000
+# A dataset's event-id settings: a year of log time, and ids per shard (each ~100 bytes
+# with its index: 100 million is about 10 GB a shard).
+DEDUP_WINDOW_MS_MAX = 366 * 24 * 3600 * 1000
+DEDUP_MAX_IDS_MAX = 100_000_000

@@ -117,17 +117,22 @@ def writes(req: Any, dataset_id: str) -> list[Written]:
         return [one(req.key.partition, req.key.local, INT64_DIGITS)]
     if isinstance(req, pb.CheckAndSetRequest):
         return [] if req.delete else [one(req.key.partition, req.key.local, len(req.new_value))]
-    if isinstance(req, pb.BatchRequest):
+    def ops(pkey: bytes, ops: Any) -> list[Written]:
         out = []
-        for op in req.ops:
+        for op in ops:
             kind = op.WhichOneof("op")
             if kind == "put":
-                out.append(one(req.partition_key, op.put.local_key, len(op.put.value)))
+                out.append(one(pkey, op.put.local_key, len(op.put.value)))
             elif kind == "incr":
-                out.append(one(req.partition_key, op.incr.local_key, INT64_DIGITS))
+                out.append(one(pkey, op.incr.local_key, INT64_DIGITS))
             elif kind == "cas" and not op.cas.delete:
-                out.append(one(req.partition_key, op.cas.local_key, len(op.cas.new_value)))
+                out.append(one(pkey, op.cas.local_key, len(op.cas.new_value)))
         return out
+
+    if isinstance(req, pb.BatchRequest):
+        return ops(req.partition_key, req.ops)
+    if isinstance(req, pb.WriteManyRequest):
+        return [w for g in req.groups for w in ops(g.partition_key, g.ops)]
     return []
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,7 +27,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, start_http_server
 
-from coordinator import acl, eventual, limits, quotas
+from coordinator import acl, bulk, eventual, limits, quotas
 from coordinator.appender import Appender, Placed
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
@@ -48,6 +48,7 @@ from storage_node import codec
 from storage_node.model import (
     Delete,
     Get,
+    Group,
     Incr,
     Op,
     OpResult,
@@ -209,47 +210,83 @@ class Coordinator:
         A plain put or delete on a client's first attempt (its request id is new) is
         answered as soon as the log acknowledges it (DESIGN.md allows it): its outcome
         cannot depend on the state, and its version is the entry's position + 1. A retry
-        waits for the storage node, which returns the first outcome."""
+        waits for the storage node, which returns the first outcome. An operation with an
+        event id travels as a record of one group (at most once per event id): its answer
+        says whether it was a duplicate, with the first outcome."""
         d = self.dataset(header)
         rid = self.request_id(header)
         check_partition(pkey, "key.partition")
+        check_event_id(header.event_id, "header.event_id")
         shard = shard_of(d.id, pkey, self.kv.shards)
         early = (header.first_attempt and bool(header.request_id) and len(ops) == 1
-                 and isinstance(ops[0], (Put, Delete)))
+                 and isinstance(ops[0], (Put, Delete)) and not header.event_id)
         if early:
             return self._execute_on_log_ack(d, rid, shard, pkey, ops[0], deadline_s)
+        if header.event_id:
+            rec = Record(rid, self.callback_addr, d.id, shard, b"", (), d.ttl_ms,
+                         (Group(pkey, tuple(ops), header.event_id),), d.dedup_window_ms, d.dedup_max_ids)
+            r = self.run_records([(log_of(shard, self.kv_logs), rec)], deadline_s)[0]
+            g = r.groups[0]
+            return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
+                                g.applied, g.duplicate, g.results)
         rec = Record(rid, self.callback_addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
-        payload = codec.record_to_bytes(rec)
-        if len(payload) > limits.BATCH_BYTES_MAX:
-            raise Abort(Code.INVALID_ARGUMENT,
-                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
-        waiter: Future[RecordResult] = Future()
-        log_id = log_of(shard, self.kv_logs)
+        return self.run_records([(log_of(shard, self.kv_logs), rec)], deadline_s)[0]
+
+    def run_records(self, records: list[tuple[int, Record]], deadline_s: float) -> list[RecordResult]:
+        """Append records (log, record) that name this coordinator's callback, and wait for
+        a storage node's answer to each. All records of one log go in one append."""
+        payloads = []
+        for _, rec in records:
+            payload = codec.record_to_bytes(rec)
+            if len(payload) > limits.BATCH_BYTES_MAX:
+                raise Abort(Code.INVALID_ARGUMENT,
+                            f"ops: the request is {len(payload)} bytes, the limit is "
+                            f"{limits.BATCH_BYTES_MAX}")
+            payloads.append(payload)
+        waiters: list[Future[RecordResult]] = [Future() for _ in records]
         with self._lock:
-            if len(self._waiters) >= limits.PENDING_MAX:
+            if len(self._waiters) + len(records) > limits.PENDING_MAX:
                 raise Abort(Code.RESOURCE_EXHAUSTED, "coordinator: too many requests in flight; retry later")
-            self._waiters.setdefault(rid, []).append(waiter)
-            self._sent[rid] = (log_id, shard)  # answers are taken for these records only
-            self._sent.move_to_end(rid)
-            if len(self._sent) > limits.SENT_RECORDS_MAX:
+            for (log_id, rec), w in zip(records, waiters):
+                self._waiters.setdefault(rec.request_id, []).append(w)
+                self._sent[rec.request_id] = (log_id, rec.shard)  # answers are taken for these only
+                self._sent.move_to_end(rec.request_id)
+            while len(self._sent) > limits.SENT_RECORDS_MAX:
                 self._sent.popitem(last=False)
         deadline = time.monotonic() + deadline_s
         try:
-            self._append(log_id, payload, deadline_s)
-            try:
-                return waiter.result(max(0.0, deadline - time.monotonic()))
-            except futures.TimeoutError:
-                raise Abort(Code.DEADLINE_EXCEEDED,
-                            "outcome unknown: no storage node answered in time; retry with the "
-                            "same header.request_id") from None
+            by_log: dict[int, list[bytes]] = {}
+            for (log_id, _), p in zip(records, payloads):
+                by_log.setdefault(log_id, []).append(p)
+            for log_id, ps in by_log.items():
+                if len(ps) == 1:
+                    self._append(log_id, ps[0], deadline_s)
+                else:
+                    self._append_many(log_id, ps, max(0.0, deadline - time.monotonic()))
+            out = []
+            for w in waiters:
+                try:
+                    out.append(w.result(max(0.0, deadline - time.monotonic())))
+                except futures.TimeoutError:
+                    raise Abort(Code.DEADLINE_EXCEEDED,
+                                "outcome unknown: no storage node answered in time; retry with the "
+                                "same header.request_id") from None
+            return out
         finally:
             with self._lock:
-                ws = self._waiters.get(rid)
-                if ws is not None:
-                    if waiter in ws:
-                        ws.remove(waiter)
-                    if not ws:
-                        del self._waiters[rid]
+                for (_, rec), w in zip(records, waiters):
+                    ws = self._waiters.get(rec.request_id)
+                    if ws is not None:
+                        if w in ws:
+                            ws.remove(w)
+                        if not ws:
+                            del self._waiters[rec.request_id]
+
+    def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> None:
+        try:
+            self.appender(log_id).append_many(payloads, deadline_s)
+        except LogError as e:
+            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
 
     def _append(self, log_id: int, payload: bytes, deadline_s: float) -> Placed:
         try:
@@ -383,7 +420,8 @@ class Coordinator:
             STRONG_READS.labels(path="read_index").inc()
             return codec.op_result_from_pb(rr.result), rr.position
         STRONG_READS.labels(path="log").inc()
-        r = self.execute(header, pkey, [op], deadline_s)
+        plain = pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)  # reads: no event id
+        r = self.execute(plain, pkey, [op], deadline_s)
         return r.results[0], r.position
 
     def _read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:
@@ -429,6 +467,22 @@ class Coordinator:
             stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
                 transport.channel(addr))
         return stub
+
+    def scan_shard(self, req: pb.StorageScanShardRequest,
+                   deadline_s: float) -> Iterator[pb.ScanShardResponse]:
+        """A shard scan from the first storage node that starts one (it has applied the
+        shard's log up to req.min_position); its first message is taken here, so a node that
+        cannot serve is passed over and the stream never starts half-way on another."""
+        for addr in self._storage_order():
+            local = inprocess.lookup(addr, StorageNode)
+            try:
+                it = iter(local.scan_shard(req) if local is not None else
+                          self._storage_stub(addr).ScanShard(req, timeout=deadline_s))
+                first = next(it, None)
+            except (grpc.RpcError, Behind, ValueError):
+                continue
+            return _stream(first, it)
+        raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
                      min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
@@ -520,9 +574,9 @@ def check_ttl(ttl: int, field: str) -> None:
         raise Abort(Code.INVALID_ARGUMENT, f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
 
 
-def check_op(op: pb.Op, i: int) -> Op:
+def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
     kind = op.WhichOneof("op")
-    f = f"ops[{i}]"
+    f = f"{prefix}ops[{i}]"
     if kind is None:
         raise Abort(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
     if kind == "scan":
@@ -541,6 +595,22 @@ def check_op(op: pb.Op, i: int) -> Op:
     if kind == "incr":
         check_ttl(op.incr.ttl_ms, f"{f}.incr.ttl_ms")
     return codec.op_from_pb(op)
+
+
+def _stream(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    if first is not None:
+        yield first
+    try:
+        yield from rest
+    except grpc.RpcError as e:  # the replica went away mid-stream: the caller starts again
+        raise Abort(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
+                    "scan the shard again") from None
+
+
+def check_event_id(event_id: bytes, field: str) -> None:
+    if len(event_id) > limits.EVENT_ID_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(event_id)} bytes, the limit is {limits.EVENT_ID_BYTES_MAX}")
 
 
 def check_cas(which: str | None, expected_version: int, field: str) -> None:
@@ -705,6 +775,73 @@ class KVService:
         return pb.BatchResponse(applied=r.applied, results=[codec.op_result_to_pb(x) for x in r.results],
                                 position=r.position)
 
+    def write_many(self, req: pb.WriteManyRequest, ctx: grpc.ServicerContext) -> pb.WriteManyResponse:
+        """Many independent groups in one call (coordinator/bulk.py): one record per shard,
+        each group's own outcome (applied, duplicate, failed with the reason)."""
+        if not req.groups:
+            raise Abort(Code.INVALID_ARGUMENT, "groups: a bulk write needs at least one group")
+        if len(req.groups) > limits.WRITE_MANY_GROUPS_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"groups: {len(req.groups)}, the limit is "
+                        f"{limits.WRITE_MANY_GROUPS_MAX} per call")
+        self._eventual(req.header, "a bulk write")
+        d = self.c.dataset(req.header)
+        groups = []
+        for i, g in enumerate(req.groups):
+            f = f"groups[{i}]"
+            check_partition(g.partition_key, f"{f}.partition_key")
+            check_event_id(g.event_id, f"{f}.event_id")
+            if not g.ops:
+                raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops: a group needs at least one operation")
+            if len(g.ops) > limits.BATCH_OPS_MAX:
+                raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops: {len(g.ops)} operations, the limit is "
+                            f"{limits.BATCH_OPS_MAX}")
+            ops = []
+            for j, o in enumerate(g.ops):
+                if o.WhichOneof("op") == "get":
+                    raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops[{j}]: get is not allowed in a bulk write")
+                ops.append(check_op(o, j, f"{f}."))
+            groups.append(Group(g.partition_key, tuple(ops), g.event_id))
+        planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, groups, self.c.kv.shards,
+                            self.c.kv_logs, self.c.request_id(req.header), self.c.callback_addr,
+                            limits.BATCH_BYTES_MAX // 2)
+        results = self.c.run_records([(p.log_id, p.record) for p in planned], self._deadline(ctx))
+        outcomes: list[pb.WriteOutcome | None] = [None] * len(groups)
+        for p, r in zip(planned, results):
+            for i, g in zip(p.indexes, r.groups):
+                status = pb.DUPLICATE if g.duplicate else pb.APPLIED if g.applied else pb.FAILED
+                outcomes[i] = pb.WriteOutcome(
+                    status=status, error="" if g.applied else bulk.failure(g), position=g.position,
+                    results=[codec.op_result_to_pb(x) for x in g.results])
+        assert all(o is not None for o in outcomes)
+        return pb.WriteManyResponse(outcomes=outcomes)  # type: ignore[arg-type]
+
+    def shards(self, req: pb.ShardsRequest, ctx: grpc.ServicerContext) -> pb.ShardsResponse:
+        self.c.dataset(req.header)
+        return pb.ShardsResponse(shards=self.c.kv.shards)
+
+    def scan_shard(self, req: pb.ScanShardRequest, ctx: grpc.ServicerContext) -> Any:
+        """Every key of a dataset in one shard, from one replica's state at one log position;
+        strong: a position at or after every write acknowledged before the call (ReadIndex)."""
+        d = self.c.dataset(req.header)
+        if d.consistency == "eventual":
+            raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
+                        "a shard scan reads strong datasets")
+        if req.shard >= self.c.kv.shards:
+            raise Abort(Code.INVALID_ARGUMENT, f"shard: {req.shard}, this cluster has shards "
+                        f"0..{self.c.kv.shards - 1}")
+        if req.page > limits.SHARD_SCAN_PAGE_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"page: {req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}")
+        log_id = log_of(req.shard, self.c.kv_logs)
+        min_position = 0
+        if req.consistency == pb.STRONG:
+            idx = self.c.read_index(log_id)
+            if idx is None:
+                raise Abort(Code.UNAVAILABLE, "the shard's log did not answer; retry")
+            min_position = idx + 1
+        sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, min_position=min_position,
+                                          wait_ms=2000, page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT)
+        return self.c.scan_shard(sreq, self._deadline(ctx))
+
     def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext) -> pb.ScanResponse:
         check_partition(req.partition_key, "partition_key")
         check_local(req.start, "start")
@@ -735,7 +872,8 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
     """The KV service's handlers and the Callback service's."""
     kv = KVService(c)
 
-    def wrap(cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any]) -> grpc.RpcMethodHandler:
+    def wrap(cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any],
+             stream: bool = False) -> grpc.RpcMethodHandler:
         def handler(raw: bytes, ctx: grpc.ServicerContext) -> Any:
             try:
                 req = cls.FromString(raw)
@@ -760,6 +898,17 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 ctx.abort(e.code, e.msg)
             REQUESTS.labels(method=fn.__name__, code="OK").inc()
             return out
+
+        if stream:  # the handler returns the stream's first part; errors before it are statuses
+            def streaming(raw: bytes, ctx: grpc.ServicerContext) -> Any:
+                parts = handler(raw, ctx)
+                try:
+                    yield from parts
+                except Abort as e:
+                    ctx.abort(e.code, e.msg)
+            return grpc.unary_stream_rpc_method_handler(
+                streaming, request_deserializer=lambda b: b,
+                response_serializer=lambda m: m.SerializeToString())
         return grpc.unary_unary_rpc_method_handler(
             handler, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
 
@@ -774,6 +923,9 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             "CheckAndSet": wrap(pb.CheckAndSetRequest, kv.check_and_set),
             "Increment": wrap(pb.IncrementRequest, kv.increment),
             "Batch": wrap(pb.BatchRequest, kv.batch), "Scan": wrap(pb.ScanRequest, kv.scan),
+            "WriteMany": wrap(pb.WriteManyRequest, kv.write_many),
+            "Shards": wrap(pb.ShardsRequest, kv.shards),
+            "ScanShard": wrap(pb.ScanShardRequest, kv.scan_shard, stream=True),
         }),
         grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
             "Deliver": wrap(pb.DeliverRequest, deliver)}),

@@ -12,7 +12,10 @@ from midtown.client import (
     Op,
     OpOutcome,
     ScanPage,
+    ShardItem,
     Value,
+    Write,
+    WriteOutcome,
 )
 from midtown.errors import (
     DeadlineExceeded,
@@ -30,7 +33,7 @@ from midtown.errors import (
 
 __all__ = [
     "AsyncClient", "BatchResult", "CasResult", "Client", "Item", "Op", "OpOutcome", "ScanPage",
-    "Value", "DeadlineExceeded", "FailedPrecondition", "InvalidArgument", "MidtownError",
-    "NotFound", "OutOfRange", "PermissionDenied", "QuotaExceeded", "ResourceExhausted", "Unauthenticated",
-    "Unavailable",
+    "ShardItem", "Value", "Write", "WriteOutcome", "DeadlineExceeded", "FailedPrecondition",
+    "InvalidArgument", "MidtownError", "NotFound", "OutOfRange", "PermissionDenied", "QuotaExceeded",
+    "ResourceExhausted", "Unauthenticated", "Unavailable",
 ]

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
@@ -131,6 +131,44 @@ class OpOutcome:
 
 
 @dataclass(frozen=True)
+class Write:
+    """One item of a bulk write (Client.write_many): operations on one partitioning key,
+    applied atomically, at most once per `event_id` within the dataset's dedup window."""
+
+    ops: list[Op]
+    event_id: bytes | str | None = None
+
+    @staticmethod
+    def put(partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
+            event_id: bytes | str | None = None) -> Write:
+        return Write([Op.put(partition, local, value, ttl_ms)], event_id)
+
+    @staticmethod
+    def incr(partition: Key, local: Key, delta: int = 1, *, event_id: bytes | str | None = None) -> Write:
+        return Write([Op.incr(partition, local, delta)], event_id)
+
+    @staticmethod
+    def insert(partition: Key, local: Key, value: bytes, *, event_id: bytes | str | None = None) -> Write:
+        """Insert if absent (fails, rolled back, if the key exists)."""
+        return Write([Op.cas(partition, local, value, expect_absent=True)], event_id)
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    status: str  # "applied" | "duplicate" (its event id was applied before) | "failed"
+    error: str = ""  # why it failed (a condition, a non-integer, ...)
+    results: list[OpOutcome] = field(default_factory=list)
+    position: int = 0  # the log position that applied it (the first time, for a duplicate)
+
+
+@dataclass(frozen=True)
+class ShardItem:
+    partition_key: bytes
+    local_key: bytes
+    value: Value
+
+
+@dataclass(frozen=True)
 class BatchResult:
     applied: bool  # all operations applied, or (false) none did
     results: list[OpOutcome]
@@ -235,10 +273,12 @@ class Client:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _header(dataset: str, request_id: bytes | None) -> pb.RequestHeader:
+    def _header(dataset: str, request_id: bytes | None,
+                event_id: bytes | str | None = None) -> pb.RequestHeader:
         # An id we make up now has never been seen: say so (puts and deletes answer sooner).
         return pb.RequestHeader(dataset=dataset, request_id=request_id or uuid.uuid4().bytes,
-                                first_attempt=request_id is None)
+                                first_attempt=request_id is None,
+                                event_id=_b(event_id) if event_id is not None else b"")
 
     # ------------------------------------------------------------ operations
     def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
@@ -249,11 +289,13 @@ class Client:
         return Value.of(r.value) if r.found else None
 
     def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
-            request_id: bytes | None = None, timeout: float | None = None) -> int:
-        """Returns the new version."""
+            request_id: bytes | None = None, event_id: bytes | str | None = None,
+            timeout: float | None = None) -> int:
+        """Returns the new version. With `event_id`, applied at most once per event id within
+        the dataset's dedup window; a repeat returns the first put's version."""
         r = self._call("Put", pb.PutRequest(
-            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local)),
-            value=value, ttl_ms=ttl_ms), timeout)
+            header=self._header(dataset, request_id, event_id),
+            key=pb.Key(partition=_b(partition), local=_b(local)), value=value, ttl_ms=ttl_ms), timeout)
         return int(r.version)
 
     def delete(self, dataset: str, partition: Key, local: Key = b"", *,
@@ -277,15 +319,17 @@ class Client:
         return CasResult(r.succeeded, Value.of(r.current) if r.HasField("current") else None, r.version)
 
     def incr(self, dataset: str, partition: Key, local: Key, delta: int = 1, *, ttl_ms: int = 0,
-             request_id: bytes | None = None, timeout: float | None = None) -> int:
-        """Returns the new value."""
+             request_id: bytes | None = None, event_id: bytes | str | None = None,
+             timeout: float | None = None) -> int:
+        """Returns the new value. With `event_id`, counted at most once per event id within
+        the dataset's dedup window; a repeat returns the value the first one produced."""
         r = self._call("Increment", pb.IncrementRequest(
-            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local)),
-            delta=delta, ttl_ms=ttl_ms), timeout)
+            header=self._header(dataset, request_id, event_id),
+            key=pb.Key(partition=_b(partition), local=_b(local)), delta=delta, ttl_ms=ttl_ms), timeout)
         return int(r.value)
 
     def batch(self, dataset: str, ops: list[Op], *, request_id: bytes | None = None,
-              timeout: float | None = None) -> BatchResult:
+              event_id: bytes | str | None = None, timeout: float | None = None) -> BatchResult:
         """Operations on one partitioning key, applied atomically: all or none."""
         if not ops:
             raise errors.InvalidArgument("ops: a batch needs at least one operation")
@@ -295,11 +339,70 @@ class Client:
                     f"ops[{i}].partition: a batch covers one partitioning key "
                     f"({ops[0].partition!r}), got {op.partition!r}")
         r = self._call("Batch", pb.BatchRequest(
-            header=self._header(dataset, request_id), partition_key=ops[0].partition,
+            header=self._header(dataset, request_id, event_id), partition_key=ops[0].partition,
             ops=[o.to_pb() for o in ops]), timeout)
         return BatchResult(r.applied, [
             OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
             for x in r.results])
+
+    def write_many(self, dataset: str, writes: list[Write], *, request_id: bytes | None = None,
+                   timeout: float | None = None) -> list[WriteOutcome]:
+        """Many independent writes in one call, each on its own partitioning key with its own
+        event id: one outcome each, in order. The coordinator appends one record per shard.
+        Retried as a whole with the same request id (nothing applies twice): a retry after
+        an unknown outcome returns the first outcomes. Up to 20,000 writes per call."""
+        if not writes:
+            raise errors.InvalidArgument("writes: a bulk write needs at least one write")
+        groups = []
+        for i, w in enumerate(writes):
+            if not w.ops:
+                raise errors.InvalidArgument(f"writes[{i}].ops: a write needs at least one operation")
+            pkey = w.ops[0].partition
+            for j, op in enumerate(w.ops):
+                if op.partition != pkey:
+                    raise errors.InvalidArgument(
+                        f"writes[{i}].ops[{j}].partition: one write covers one partitioning key "
+                        f"({pkey!r}), got {op.partition!r}")
+            groups.append(pb.WriteGroup(partition_key=pkey, ops=[o.to_pb() for o in w.ops],
+                                        event_id=_b(w.event_id) if w.event_id is not None else b""))
+        r = self._call("WriteMany", pb.WriteManyRequest(
+            header=self._header(dataset, request_id), groups=groups), timeout)
+        names = {pb.APPLIED: "applied", pb.DUPLICATE: "duplicate", pb.FAILED: "failed"}
+        return [WriteOutcome(names[o.status], o.error, [
+            OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
+            for x in o.results], o.position) for o in r.outcomes]
+
+    def shards(self, dataset: str, *, timeout: float | None = None) -> int:
+        """How many shards the cluster has (a dataset's keys are spread over all of them)."""
+        return int(self._call("Shards", pb.ShardsRequest(header=self._header(dataset, None)), timeout).shards)
+
+    def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
+                   timeout: float | None = None) -> tuple[int, list[ShardItem]]:
+        """Every live key of `dataset` in `shard`, from one replica's state at one log
+        position: (that position, the items in key order). Strong: the position is at or
+        after every write acknowledged before the call."""
+        if not 0 <= shard < 2**32:
+            raise errors.InvalidArgument(f"shard: {shard} is out of range")
+        req = pb.ScanShardRequest(header=self._header(dataset, None), shard=shard, page=page,
+                                  consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG)
+        deadline = time.monotonic() + (timeout or max(self.timeout, 60.0))
+        backoff = 0.05
+        for attempt in range(self.retries + 1):
+            addr = random.choice(self.coordinators(refresh=attempt > 0))
+            items: list[ShardItem] = []
+            position = 0
+            try:
+                for m in self._stub(addr).ScanShard(req, timeout=max(0.1, deadline - time.monotonic()),
+                                                    metadata=self._metadata):
+                    position = m.position
+                    items.extend(ShardItem(i.partition_key, i.local_key, Value.of(i.value)) for i in m.items)
+                return position, items
+            except grpc.RpcError as e:  # a read: start again from the beginning
+                if e.code() not in RETRYABLE or attempt == self.retries or time.monotonic() > deadline:
+                    raise errors.from_rpc(e) from None
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+        raise AssertionError("unreachable")
 
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
              limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:

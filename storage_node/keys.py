@@ -40,6 +40,13 @@ def value_key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
     return partition_prefix(shard, dataset, pkey) + lkey
 
 
+def split_value_key(k: bytes, dataset_shard_prefix_len: int) -> tuple[bytes, bytes]:
+    """(partitioning key, local key) of a value key, after its dataset-and-shard prefix."""
+    n = _I.unpack_from(k, dataset_shard_prefix_len)[0]
+    start = dataset_shard_prefix_len + 4
+    return k[start:start + n], k[start + n:]
+
+
 def position_key(log_id: int) -> bytes:
     return b"P" + _I.pack(log_id)
 

@@ -55,6 +55,10 @@ DROP_DELAY_S = 60.0
 LWW_PAGE_MAX = 10_000
 # Entries applied and written together at most.
 APPLY_BATCH_ENTRIES_MAX = 5_000
+# A shard scan copies one dataset's rows of one shard while no batch commits (rocksdict
+# 0.3.29's snapshot iterators do not isolate from later writes: tried), so that they come
+# from one log position; larger shards are refused rather than stall the applier long.
+SHARD_SCAN_ROWS_MAX = 500_000
 
 
 def _check_lww_limit(limit: int) -> None:
@@ -80,6 +84,7 @@ class StorageNode:
             i: self.store.next_position(i) for i in range(self.log_count)
         }
         self.cond = threading.Condition()
+        self.commit_lock = threading.Lock()
         self._stop = threading.Event()
         self.member_positions: dict[tuple[int, int], int] = self.store.member_positions()
         self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
@@ -286,11 +291,12 @@ class StorageNode:
         if not new:
             return
         self._reclaim(view, new)
-        view.commit(new)  # effects and positions, atomically
+        with self.commit_lock:  # a shard scan sees a batch whole, with its positions, or not at all
+            view.commit(new)  # effects and positions, atomically
+            self.positions.update(new)
         dropped_eventual = {keys.shard_of_key(p) for p in view.dropped if p[:1] == b"E"}
         if dropped_eventual:  # a dropped dataset's eventual values went by ranges
             self.lww.rehash(dropped_eventual)
-        self.positions.update(new)
         self.member_positions.update(view.member_positions)
         with self.cond:
             self.cond.notify_all()
@@ -382,6 +388,40 @@ class StorageNode:
         applied = apply(view, rec, log_id, pos, ts, self.node_id)
         assert applied.result is not None
         return pb.ReadResponse(result=codec.op_result_to_pb(applied.result.results[0]), position=pos)
+
+    def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
+        """One dataset's live keys in one shard, all from the state at one log position
+        (said in every message), `req.page` per message; at least one message."""
+        self._check_shard(req.shard)
+        if not 1 <= req.page <= 10_000:
+            raise ValueError(f"page: {req.page}, must be between 1 and 10000")
+        log_id = log_of(req.shard, self.kv_logs)
+        self.wait_applied(log_id, req.min_position, req.wait_ms)
+        prefix = keys.dataset_shard_prefix(req.shard, req.dataset)
+        rows: list[tuple[bytes, bytes]] = []
+        with self.commit_lock:
+            pos, ts = self.positions[log_id]
+            for kv in self.store.under(prefix):
+                rows.append(kv)
+                if len(rows) > SHARD_SCAN_ROWS_MAX:
+                    raise ValueError(f"shard: {req.shard} holds more than {SHARD_SCAN_ROWS_MAX} keys of "
+                                     f"this dataset; a scan of it is refused (use more shards)")
+        return self._shard_pages(rows, len(prefix), pos, ts, req.page)
+
+    @staticmethod
+    def _shard_pages(rows: list[tuple[bytes, bytes]], prefix_len: int, pos: int, ts: int,
+                     page: int) -> Iterator[pb.ScanShardResponse]:
+        items: list[pb.ShardItem] = []
+        for k, v in rows:
+            s = keys.decode_stored(v)
+            if not s.live_at(ts):
+                continue
+            pkey, lkey = keys.split_value_key(k, prefix_len)
+            items.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
+            if len(items) >= page:
+                yield pb.ScanShardResponse(items=items, position=pos)
+                items = []
+        yield pb.ScanShardResponse(items=items, position=pos)
 
     def wait_applied(self, log_id: int, min_position: int, wait_ms: int) -> None:
         """Until this replica has applied `log_id` up to `min_position` (exclusive)."""

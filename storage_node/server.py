@@ -47,7 +47,14 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         parse(pb.SnapshotRequest, raw, ctx)
         yield from bootstrap.chunks(node.store.db.snapshot().items())  # type: ignore[arg-type]
 
+    def scan_shard(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.ScanShardResponse]:
+        req = parse(pb.StorageScanShardRequest, raw, ctx)
+        yield from answer(lambda: node.scan_shard(req), ctx)
+
     return grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
+        "ScanShard": grpc.unary_stream_rpc_method_handler(
+            scan_shard, request_deserializer=lambda b: b,
+            response_serializer=lambda m: m.SerializeToString()),
         "Read": call(pb.ReadRequest, node.read),
         "ReadMany": call(pb.ReadManyRequest, node.read_many),
         "Status": call(pb.NodeStatusRequest, lambda _: node.status()),

@@ -1,0 +1,138 @@
+"""Exactly-once ingestion through the store (real cluster): bulk writes with event ids,
+retries and repeats applied once, counters exact, shard scans from one position."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from midtown import Client, Write, errors
+from midtown.cluster import Cluster
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from tests.integration.conftest import started
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with started(tmp_path_factory.mktemp("ingest") / "c") as c:
+        yield c
+
+
+def test_bulk_writes_apply_each_event_once(ic: Cluster) -> None:
+    ic.create_dataset("ev")
+    rng = random.Random(7)
+    events = [(f"user{rng.randrange(40)}", f"ev{i}") for i in range(3000)]
+    sent = events + rng.sample(events, 600)  # repeats across calls
+    rng.shuffle(sent)
+    with Client(ic.coordinator_addrs, timeout=60) as db:
+        outcomes = []
+        for i in range(0, len(sent), 500):
+            chunk = sent[i:i + 500]
+            outcomes += db.write_many("ev", [Write.incr(u, "n", 1, event_id=e) for u, e in chunk])
+        statuses = Counter(o.status for o in outcomes)
+        assert statuses == {"applied": 3000, "duplicate": 600}
+        # The same call retried with its request id: the first outcomes, nothing again.
+        again = [Write.incr(u, "n", 1, event_id=e) for u, e in sent[:100]]
+        first = db.write_many("ev", again, request_id=b"retry-me")
+        second = db.write_many("ev", again, request_id=b"retry-me")
+        assert [o.status for o in first] == [o.status for o in second] == ["duplicate"] * 100
+        per_user = Counter(u for u, _ in events)
+        for u, n in per_user.items():
+            got = db.get("ev", u, "n")
+            assert got is not None and int(got.value) == n, u
+
+
+def test_concurrent_writers_of_the_same_events_apply_each_once(ic: Cluster) -> None:
+    """Two attempts of one Spark task (or a client and its retry) writing the same rows at
+    the same time: every event counted once."""
+    ic.create_dataset("race")
+    events = [f"e{i}" for i in range(2000)]
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        order = events[:]
+        rng.shuffle(order)
+        with Client(ic.coordinator_addrs, timeout=60) as db:
+            for i in range(0, len(order), 250):
+                db.write_many("race", [Write.incr("total", "n", 1, event_id=e) for e in order[i:i + 250]])
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    with Client(ic.coordinator_addrs, timeout=60) as db:
+        assert db.get("race", "total", "n").value == b"2000"  # type: ignore[union-attr]
+
+
+def test_outcomes_name_failures_and_single_ops_take_event_ids(ic: Cluster) -> None:
+    ic.create_dataset("one")
+    with Client(ic.coordinator_addrs, timeout=60) as db:
+        out = db.write_many("one", [Write.insert("k", "l", b"a", event_id="x1"),
+                                    Write.insert("k", "l", b"b", event_id="x2"),
+                                    Write.put("k", "m", b"c")])
+        assert [o.status for o in out] == ["applied", "failed", "applied"]
+        assert "condition failed" in out[1].error
+        assert db.incr("one", "c", "n", 5, event_id="i1") == 5
+        assert db.incr("one", "c", "n", 5, event_id="i1") == 5  # a duplicate: the first value
+        assert db.incr("one", "c", "n", 5, event_id="i2") == 10
+        v1 = db.put("one", "p", "l", b"v", event_id="p1")
+        assert db.put("one", "p", "l", b"w", event_id="p1") == v1
+        assert db.get("one", "p", "l").value == b"v"  # type: ignore[union-attr]
+
+
+def test_shard_scans_see_every_key_once(ic: Cluster) -> None:
+    ic.create_dataset("scan")
+    with Client(ic.coordinator_addrs, timeout=60) as db:
+        want = {}
+        writes = []
+        for i in range(1500):
+            pk, lk = f"p{i % 97}", f"l{i}"
+            want[(pk.encode(), lk.encode())] = str(i).encode()
+            writes.append(Write.put(pk, lk, str(i).encode()))
+        db.write_many("scan", writes)
+        db.delete("scan", "p0", "l0")
+        del want[(b"p0", b"l0")]
+        got = {}
+        for shard in range(db.shards("scan")):
+            position, items = db.scan_shard("scan", shard, page=100)
+            for it in items:
+                assert (it.partition_key, it.local_key) not in got
+                got[(it.partition_key, it.local_key)] = it.value.value
+        assert got == want
+
+
+def test_bad_bulk_requests_name_the_field(ic: Cluster) -> None:
+    ic.create_dataset("bad")
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(ic.coordinator_addrs[0]))
+    h = pb.RequestHeader(dataset="bad")
+    cases = [
+        (pb.WriteManyRequest(header=h), "groups"),
+        (pb.WriteManyRequest(header=h, groups=[pb.WriteGroup(partition_key=b"p")]), "groups[0].ops"),
+        (pb.WriteManyRequest(header=h, groups=[pb.WriteGroup(ops=[pb.Op(put=pb.PutOp(local_key=b"l"))])]),
+         "groups[0].partition_key"),
+        (pb.WriteManyRequest(header=h, groups=[pb.WriteGroup(partition_key=b"p", event_id=b"x" * 300,
+                                                             ops=[pb.Op(put=pb.PutOp(local_key=b"l"))])]),
+         "groups[0].event_id"),
+        (pb.WriteManyRequest(header=h, groups=[pb.WriteGroup(partition_key=b"p",
+                                                             ops=[pb.Op(get=pb.GetOp(local_key=b"l"))])]),
+         "groups[0].ops[0]"),
+    ]
+    for req, field in cases:
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.WriteMany(req, timeout=10)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in (ei.value.details() or ""), \
+            (field, ei.value.details())
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.ScanShard(pb.ScanShardRequest(header=h, shard=10**6), timeout=10))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shard" in (ei.value.details() or "")
+    with Client(ic.coordinator_addrs, timeout=10) as db, pytest.raises(errors.InvalidArgument):
+        db.write_many("bad", [])

@@ -237,6 +237,21 @@ def dropped(zk: KazooClient) -> list[tuple[str, int]]:
     return out
 
 
+def effective_dedup_window(d: Dataset, shards: list[tuple[int, int, int]]) -> int:
+    """A dataset's effective event-id window, in log time: how far back a repeat is still
+    recognised in every shard. `shards`: (ids held, oldest id's log time, the shard's log
+    time now) for each shard holding some, on each replica. A shard holding fewer ids than
+    the cap has aged none out for size: its window is the dataset's; a full one, the age of
+    its oldest id."""
+    window = d.dedup_window_ms or EVENT_WINDOW_MS_DEFAULT
+    cap = d.dedup_max_ids or EVENT_IDS_PER_SHARD_DEFAULT
+    out = window
+    for ids, oldest_ms, now_ms in shards:
+        if ids >= cap:
+            out = min(out, max(0, now_ms - oldest_ms))
+    return out
+
+
 def describe(d: Dataset) -> dict:
     out = asdict(d)
     out["id"] = d.id

@@ -379,9 +379,15 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             except ValueError as e:
                 raise CliError(str(e)) from None
             d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access,
-                                a.quota)
+                                a.quota, _ms(a.dedup_window, "--dedup-window"), a.dedup_max_ids or 0,
+                                _ms(a.dedup_warn_below, "--dedup-warn-below"))
             emit(datasets.describe(d), a.json,
                  ["name", "consistency", "replication", "ttl_ms", "rate_limit", "quota_bytes", "acl", "id"])
+        elif a.cmd == "dedup":
+            d = datasets.set_dedup(zk, a.name, _ms(a.window, "--window") if a.window else None,
+                                   a.max_ids, _ms(a.warn_below, "--warn-below") if a.warn_below else None)
+            emit(datasets.describe(d), a.json,
+                 ["name", "dedup_window_ms", "dedup_max_ids", "dedup_warn_below_ms"])
         elif a.cmd == "quota":
             d = datasets.set_quota(zk, a.name, a.size)
             emit(datasets.describe(d), a.json, ["name", "quota_bytes"])
@@ -399,8 +405,15 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                 raise CliError(f"NAME: no dataset {a.name!r}")
             out = datasets.describe(got)
             out["used_bytes"], _ = quotas.used(*quotas.view(zk), got.id)
-            emit(out, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit",
-                               "quota_bytes", "used_bytes", "acl", "id"])
+            ids = [(e.ids, e.oldest_ms, e.log_time_ms) for st in _node_states(zk).values()
+                   for e in st.event_ids if e.dataset == got.id]
+            out["event_ids"] = max((n for n, _, _ in ids), default=0)
+            out["effective_dedup_window_ms"] = datasets.effective_dedup_window(got, ids)
+            low = got.dedup_warn_below_ms and out["effective_dedup_window_ms"] < got.dedup_warn_below_ms
+            out["warning"] = (f"effective dedup window {out['effective_dedup_window_ms'] // 1000}s is below "
+                              f"{got.dedup_warn_below_ms // 1000}s: raise --dedup-max-ids" if low else "")
+            emit(out, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit", "quota_bytes",
+                               "used_bytes", "effective_dedup_window_ms", "warning", "acl", "id"])
         elif a.cmd == "drop":
             datasets.drop(zk, a.name)
             emit({"dropped": a.name}, a.json)
@@ -410,6 +423,35 @@ def cmd_dataset(a: argparse.Namespace) -> int:
         zk.stop()
         zk.close()
     return 0
+
+
+def _ms(s: str | None, name: str) -> int:
+    return parse_duration_ms(s, name) if s else 0
+
+
+def _node_states(zk: Any) -> dict[int, Any]:
+    """Each member storage node's Status answer (nodes that do not answer are left out)."""
+    import grpc
+
+    from midtown_pb import kv_pb2 as kvpb
+    from midtown_pb import kv_pb2_grpc
+    from runtime import transport
+
+    kv = registry.read_kv(zk)
+    if kv is None:
+        raise CliError("no key-value topology in this cluster")
+    live = registry.members(zk, registry.STORAGE_NODES)
+    states: dict[int, Any] = {}
+    for nid in kv.storage_nodes:
+        addr = live.get(nid)  # members only
+        if addr is None:
+            continue
+        try:
+            states[nid] = kv_pb2_grpc.StorageStub(transport.channel(addr)).Status(
+                kvpb.NodeStatusRequest(), timeout=5)
+        except grpc.RpcError:
+            pass
+    return states
 
 
 # ---------------------------------------------------------------- data
@@ -491,49 +533,47 @@ def cmd_data(a: argparse.Namespace) -> int:
 def cmd_node_status(a: argparse.Namespace) -> int:
     """Storage nodes: up or not, how far behind each log's end, and whether replicas that
     stand at the same position of a shard hold the same digest."""
-    import grpc
-
-    from midtown_pb import kv_pb2 as kvpb
-    from midtown_pb import kv_pb2_grpc
-    from runtime import transport
-
     with _log_client(a) as logs:
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise CliError("no key-value topology in this cluster")
         live = registry.members(logs.zk, registry.STORAGE_NODES)
         ends = {r["log"]: r["last"] for r in logs.status()}
-        states: dict[int, Any] = {}
-        for nid in kv.storage_nodes:
-            addr = live.get(nid)  # members only
-            if addr is None:
-                continue
-            try:
-                states[nid] = kv_pb2_grpc.StorageStub(transport.channel(addr)).Status(
-                    kvpb.NodeStatusRequest(), timeout=5)
-            except grpc.RpcError:
-                pass
+        states = _node_states(logs.zk)
     digests: dict[tuple[int, int], set[int]] = {}
     for st in states.values():
         for s in st.shards:
             digests.setdefault((s.shard, s.position), set()).add(s.digest)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for nid in kv.storage_nodes:
         st = states.get(nid)
         if st is None:
             rows.append({"node": nid, "addr": live.get(nid), "state": "down", "behind": None,
                          "max_lag": None, "diverged_shards": None, "reclaimed": None,
-                         "anti_entropy_taken": None, "anti_entropy_shards": None, "purged": None})
+                         "anti_entropy_taken": None, "anti_entropy_shards": None, "purged": None,
+                         "event_ids": None, "event_ids_by_dataset": None})
             continue
         lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)]
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
         rows.append({"node": nid, "addr": live.get(nid), "state": "up", "behind": sum(lags),
                      "max_lag": max(lags, default=0), "diverged_shards": diverged,
                      "reclaimed": st.reclaimed, "anti_entropy_taken": st.lww_repaired,
-                     "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged})
+                     "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
+                     "event_ids": sum(e.ids for e in st.event_ids),
+                     "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
     emit(rows, a.json, ["node", "addr", "state", "behind", "max_lag", "diverged_shards", "reclaimed",
-                        "anti_entropy_taken", "anti_entropy_shards", "purged"])
+                        "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
+
+
+def _ids_by_dataset(event_ids: Any) -> dict[str, dict]:
+    """Per dataset: ids held and the age of the oldest (in log time) over its shards."""
+    out: dict[str, dict] = {}
+    for e in event_ids:
+        d = out.setdefault(e.dataset.rsplit("#", 1)[0], {"ids": 0, "oldest_age_ms": 0})
+        d["ids"] += e.ids
+        d["oldest_age_ms"] = max(d["oldest_age_ms"], max(0, e.log_time_ms - e.oldest_ms))
+    return out
 
 
 def cmd_node_remove(a: argparse.Namespace) -> int:
@@ -702,7 +742,18 @@ def parser() -> argparse.ArgumentParser:
     dc.add_argument("--quota", type=_size("--quota"), default=0,
                     help="bytes it may hold (10GiB, 500MB; default: none); writes that add data "
                          "are refused beyond it")
+    dc.add_argument("--dedup-window", help="how long (log time) an event id is remembered: 28d, 12h "
+                                           "(default 28d; docs/exactly-once.md)")
+    dc.add_argument("--dedup-max-ids", type=_nonneg("--dedup-max-ids"),
+                    help="event ids kept per shard at most; the oldest go first (default 1000000)")
+    dc.add_argument("--dedup-warn-below", help="warn when the effective window falls below this (7d)")
     common(dc)
+    dd = dss.add_parser("dedup", help="change a dataset's event-id window, cap or warning threshold")
+    dd.add_argument("name")
+    dd.add_argument("--window", help="28d, 12h, 30m ...")
+    dd.add_argument("--max-ids", type=_nonneg("--max-ids"), help="event ids per shard")
+    dd.add_argument("--warn-below", help="warn when the effective window is shorter")
+    common(dd)
     dq = dss.add_parser("quota", help="set a dataset's storage quota")
     dq.add_argument("name")
     dq.add_argument("size", type=_size("SIZE"), help="10GiB, 500MB, bytes, or none")
@@ -718,7 +769,7 @@ def parser() -> argparse.ArgumentParser:
         if name != "list":
             sp.add_argument("name")
         common(sp)
-    for sp in (dc, dg, dq, *[dss.choices[n] for n in ("list", "describe", "drop")]):
+    for sp in (dc, dd, dg, dq, *[dss.choices[n] for n in ("list", "describe", "drop")]):
         sp.set_defaults(fn=cmd_dataset)
     us = sub.add_parser("user", help="users and their tokens, for datasets with an access list")
     uss = us.add_subparsers(dest="cmd", required=True)

@@ -546,6 +546,14 @@ class StorageNode:
                                     lww_shards_pulled=self.lww_shards_pulled)
         for i in range(self.kv_logs):
             out.log_positions.append(self.positions[i][0])
+        for shard, dataset, n in self.store.event_counts():
+            if not n:
+                continue
+            oldest = next(iter(self.store.oldest_events(shard, dataset, 1)), None)
+            e = self.store.event(shard, dataset, oldest[2]) if oldest is not None else None
+            out.event_ids.append(pb.EventIds(dataset=dataset, shard=shard, ids=n,
+                                             oldest_ms=e.ts_ms if e is not None else 0,
+                                             log_time_ms=self.positions[log_of(shard, self.kv_logs)][1]))
         for s in range(self.kv.shards):
             lg = log_of(s, self.kv_logs)
             out.shards.append(pb.ShardState(shard=s, log_id=lg, position=self.positions[lg][0],

@@ -136,3 +136,48 @@ def test_bad_bulk_requests_name_the_field(ic: Cluster) -> None:
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shard" in (ei.value.details() or "")
     with Client(ic.coordinator_addrs, timeout=10) as db, pytest.raises(errors.InvalidArgument):
         db.write_many("bad", [])
+
+
+def _node_event_ids(c: Cluster, dataset_id: str) -> dict[int, int]:
+    """Event ids each storage node holds for the dataset (summed over shards)."""
+    out = {}
+    for p in c.playing("storage-node"):
+        st = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr_of("storage-node"))).Status(
+            pb.NodeStatusRequest(), timeout=10)
+        out[p.server_id] = sum(e.ids for e in st.event_ids if e.dataset == dataset_id)
+    return out
+
+
+def test_window_and_cap_age_ids_out_on_every_replica(ic: Cluster) -> None:
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from tests.integration.conftest import wait_for
+
+    d = ic.create_dataset("win", dedup_window_ms=1500, dedup_max_ids=40)
+    with Client(ic.coordinator_addrs, timeout=60) as db:
+        # The window, on log time: a repeat within it is a duplicate, after it applies again.
+        assert db.incr("win", "w", "n", 1, event_id="old") == 1
+        assert db.incr("win", "w", "n", 1, event_id="old") == 1
+        time.sleep(2)  # log time moves with the next entries: 2 s later
+        assert db.write_many("win", [Write.incr("w", "tick", 1)])[0].status == "applied"
+        assert db.incr("win", "w", "n", 1, event_id="old") == 2, "a repeat after the window applies again"
+        # The cap, per shard: one partitioning key, one shard; the oldest ids go first.
+        ids = [f"c{i}" for i in range(100)]
+        for i in range(0, 100, 10):
+            db.write_many("win", [Write.incr("capped", "n", 1, event_id=e) for e in ids[i:i + 10]])
+        late = db.write_many("win", [Write.incr("capped", "n", 1, event_id=e) for e in ids[-10:]])
+        early = db.write_many("win", [Write.incr("capped", "n", 1, event_id=e) for e in ids[:10]])
+        assert [o.status for o in late] == ["duplicate"] * 10  # still held
+        assert [o.status for o in early] == ["applied"] * 10  # aged out by the cap
+        assert db.get("win", "capped", "n").value == b"110"  # type: ignore[union-attr]
+    # Every replica holds the same ids, no more than the cap in that shard.
+    held = wait_for(lambda: (h := _node_event_ids(ic, d.id)) and len(set(h.values())) == 1 and h, 30,
+                    "the replicas to apply the same records")
+    assert 0 < next(iter(held.values())) <= 40 + 2  # the capped shard, plus the window's shard
+    out = subprocess.run([sys.executable, "-m", "midtown", "dataset", "describe", "win", "--zk", ic.zk_hosts,
+                          "--json"], capture_output=True, text=True, timeout=60, check=True).stdout
+    desc = json.loads(out)
+    assert desc["dedup_max_ids"] == 40 and desc["effective_dedup_window_ms"] < 1500

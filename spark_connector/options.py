@@ -1,0 +1,110 @@
+"""The data source's options, checked once on the driver when Spark plans the read or the
+write: a bad option fails the job before any task runs, with a message naming it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+OPERATIONS = ("put", "increment", "insert_if_absent")
+CONSISTENCIES = ("strong", "eventual")
+ROWS_PER_CALL_DEFAULT = 2_000
+ROWS_PER_CALL_MAX = 20_000  # the coordinator's limit of writes per bulk call
+
+
+class OptionError(ValueError):
+    """A bad option: the message starts with the option's name."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How tasks reach the cluster; opened inside each task, never pickled open."""
+    zk: str = ""
+    coordinators: tuple[str, ...] = ()
+    token: str = ""
+    tls_ca: str = ""
+    timeout_s: float = 60.0
+
+    def client(self):  # type: ignore[no-untyped-def]
+        from midtown import Client
+
+        return Client(list(self.coordinators) or None, zk=self.zk or None, timeout=self.timeout_s,
+                      token=self.token or None, tls_ca=self.tls_ca or None)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    conn: Connection
+    dataset: str
+    consistency: str = "strong"
+    partition_key: bytes | None = None  # read this partitioning key only
+    decode: bool = False  # keys and values as UTF-8 strings
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    conn: Connection
+    dataset: str
+    operation: str = "put"
+    partition_key_column: str = "partition_key"
+    local_key_column: str = "local_key"
+    value_column: str = "value"
+    id_column: str = ""  # exactly once per value of this column
+    ttl_ms: int = 0
+    ttl_column: str = ""
+    rows_per_call: int = ROWS_PER_CALL_DEFAULT
+    query_id: str = ""  # streaming: the query's identity in Midtown (default: Spark's query id)
+
+
+def _get(o: Mapping[str, str], name: str, default: str = "") -> str:
+    return str(o.get(name, default) or default)
+
+
+def _int(o: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = _get(o, name, str(default))
+    try:
+        v = int(raw)
+    except ValueError:
+        raise OptionError(f"{name}: {raw!r} is not a whole number") from None
+    if not lo <= v <= hi:
+        raise OptionError(f"{name}: {v} must be between {lo} and {hi}")
+    return v
+
+
+def connection(o: Mapping[str, str]) -> Connection:
+    zk = _get(o, "zk")
+    coords = tuple(c.strip() for c in _get(o, "coordinators").split(",") if c.strip())
+    if not zk and not coords:
+        raise OptionError("zk: set option zk (ZooKeeper HOST:PORT) or coordinators (HOST:PORT,...)")
+    timeout = _int(o, "timeout_s", 60, 1, 3600)
+    return Connection(zk, coords, _get(o, "token"), _get(o, "tls_ca"), float(timeout))
+
+
+def dataset(o: Mapping[str, str]) -> str:
+    d = _get(o, "dataset")
+    if not d:
+        raise OptionError("dataset: required (the Midtown dataset to read or write)")
+    return d
+
+
+def read_options(o: Mapping[str, str]) -> ReadOptions:
+    consistency = _get(o, "consistency", "strong")
+    if consistency not in CONSISTENCIES:
+        raise OptionError(f"consistency: {consistency!r}; choose strong or eventual")
+    pk = _get(o, "partition_key")
+    decode = _get(o, "decode", "binary")
+    if decode not in ("binary", "utf8"):
+        raise OptionError(f"decode: {decode!r}; choose binary (the default) or utf8")
+    return ReadOptions(connection(o), dataset(o), consistency, pk.encode() if pk else None, decode == "utf8")
+
+
+def write_options(o: Mapping[str, str]) -> WriteOptions:
+    op = _get(o, "operation", "put")
+    if op not in OPERATIONS:
+        raise OptionError(f"operation: {op!r}; choose one of {', '.join(OPERATIONS)}")
+    return WriteOptions(
+        connection(o), dataset(o), op,
+        _get(o, "partition_key_column", "partition_key"), _get(o, "local_key_column", "local_key"),
+        _get(o, "value_column", "value"), _get(o, "id_column"),
+        _int(o, "ttl_ms", 0, 0, 10 * 365 * 24 * 3600 * 1000), _get(o, "ttl_column"),
+        _int(o, "rows_per_call", ROWS_PER_CALL_DEFAULT, 1, ROWS_PER_CALL_MAX), _get(o, "query_id"))

@@ -1,0 +1,265 @@
+"""The `midtown` data source for PySpark 4 (pyspark.sql.datasource): reads one input
+partition per shard, writes through bulk calls with optional event ids (exactly once per
+id), and a streaming sink whose batch commits are recorded in Midtown with check-and-set.
+docs/spark.md says what each guarantees. Clients are opened inside tasks (Spark workers
+fork: PITFALLS.md), never pickled from the driver."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    EqualTo,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from spark_connector import options as opt
+from spark_connector.options import OptionError, ReadOptions, WriteOptions
+from spark_connector.writing import Counts, check_schema, rows_of, write_rows
+
+log = logging.getLogger("midtown.spark")
+
+# Where a streaming query's last committed batch is recorded, in the dataset it writes:
+# this partitioning key, local key = the query id. Reads through the connector skip it.
+STREAM_STATE_PARTITION = b"\x00midtown-streams"
+
+
+def register(spark: Any) -> None:
+    """Make `spark.read.format("midtown")` and `df.write.format("midtown")` available."""
+    spark.dataSource.register(MidtownDataSource)
+
+
+def _fields(schema: StructType) -> dict[str, str]:
+    return {f.name: type(f.dataType).__name__ for f in schema.fields}
+
+
+def _check_dataset(conn: opt.Connection, dataset: str) -> int:
+    """The cluster's shard count, checking on the driver that the dataset exists."""
+    from midtown import errors
+
+    try:
+        with conn.client() as db:
+            return db.shards(dataset)
+    except errors.NotFound:
+        raise OptionError(f"dataset: no dataset {dataset!r} in this cluster") from None
+    except errors.MidtownError as e:
+        raise OptionError(f"zk: cannot reach the Midtown cluster ({e.message})") from None
+
+
+class MidtownDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "midtown"
+
+    def schema(self) -> str:
+        t = "string" if self.options.get("decode", "binary") == "utf8" else "binary"
+        return (f"partition_key {t}, local_key {t}, value {t}, version long, expires_at long")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        o = opt.read_options(self.options)
+        return MidtownReader(o, _check_dataset(o.conn, o.dataset))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise OptionError("mode: 'overwrite' is refused: the midtown data source does not replace "
+                              "a dataset's contents; use mode('append') (docs/spark.md)")
+        o = opt.write_options(self.options)
+        check_schema(o, _fields(schema))
+        _check_dataset(o.conn, o.dataset)
+        return MidtownWriter(o)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        o = opt.write_options(self.options)
+        check_schema(o, _fields(schema))
+        _check_dataset(o.conn, o.dataset)
+        return MidtownStreamWriter(o)
+
+
+# ---------------------------------------------------------------------------- reads
+@dataclass(frozen=True)
+class ShardPartition(InputPartition):  # type: ignore[misc]
+    shard: int
+
+
+@dataclass(frozen=True)
+class KeyPartition(InputPartition):  # type: ignore[misc]
+    partition_key: bytes
+
+
+class MidtownReader(DataSourceReader):
+    def __init__(self, o: ReadOptions, shards: int) -> None:
+        self.o = o
+        self.shards = shards
+
+    def pushFilters(self, filters: list[Any]) -> Any:
+        """`partition_key = X` reads that partitioning key only (Spark 4.1+, with
+        spark.sql.python.filterPushdown.enabled); every other filter stays with Spark."""
+        rest = []
+        for f in filters:
+            if isinstance(f, EqualTo) and f.attribute == ("partition_key",) and self.o.partition_key is None:
+                v = f.value
+                self.o = replace(self.o, partition_key=v.encode() if isinstance(v, str) else bytes(v))
+                continue
+            rest.append(f)
+        return rest
+
+    def partitions(self) -> list[InputPartition]:
+        if self.o.partition_key is not None:
+            return [KeyPartition(self.o.partition_key)]
+        return [ShardPartition(i) for i in range(self.shards)]
+
+    def read(self, partition: InputPartition) -> Any:
+        o = self.o
+
+        def out(pk: bytes, lk: bytes, v: Any) -> tuple:
+            if o.decode:
+                return (pk.decode(errors="replace"), lk.decode(errors="replace"),
+                        v.value.decode(errors="replace"), v.version, v.expires_at_ms or None)
+            return (pk, lk, v.value, v.version, v.expires_at_ms or None)
+
+        with o.conn.client() as db:
+            if isinstance(partition, KeyPartition):
+                for it in db.scan_all(o.dataset, partition.partition_key, page=1000,
+                                      consistency=o.consistency):
+                    yield out(partition.partition_key, it.local_key, it.value)
+                return
+            assert isinstance(partition, ShardPartition)
+            _, items = db.scan_shard(o.dataset, partition.shard, consistency=o.consistency)
+            for it in items:
+                if not it.partition_key.startswith(b"\x00midtown-"):
+                    yield out(it.partition_key, it.local_key, it.value)
+
+
+# ---------------------------------------------------------------------------- writes
+@dataclass
+class MidtownCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+    counts: Counts
+    query_id: str = ""
+    batch_id: int = -1
+    skipped: bool = False  # a streaming batch already committed: nothing written
+
+
+def _total(messages: list[Any]) -> Counts:
+    c = Counts()
+    for m in messages:
+        if isinstance(m, MidtownCommitMessage):
+            c.add(m.counts)
+    return c
+
+
+class MidtownWriter(DataSourceWriter):
+    """Each task writes its rows in bulk calls; with `id_column`, each row at most once per
+    id, so a task run again (or twice at once) applies nothing twice. Rows are visible as
+    soon as their call returns, before the job commits."""
+
+    def __init__(self, o: WriteOptions) -> None:
+        self.o = o
+
+    def write(self, iterator: Any) -> MidtownCommitMessage:
+        with self.o.conn.client() as db:
+            counts = write_rows(self.o, rows_of(iterator), lambda ws: db.write_many(self.o.dataset, ws))
+        return MidtownCommitMessage(counts)
+
+    def commit(self, messages: list[Any]) -> None:
+        total = _total(messages)
+        log.warning("midtown: wrote %s into %s", total.summary(), self.o.dataset)
+        if total.failed:
+            raise RuntimeError(f"midtown: {total.failed} of {total.rows} rows failed: "
+                               + "; ".join(total.reasons))
+
+    def abort(self, messages: list[Any]) -> None:
+        # Nothing is undone: a row whose call returned is applied, one whose call failed has
+        # an unknown outcome; with event ids, running the job again completes it exactly.
+        log.warning("midtown: job aborted after %s into %s; nothing undone (run it again: with "
+                    "id_column each event is applied once)", _total(messages).summary(), self.o.dataset)
+
+
+class StreamConflict(RuntimeError):
+    """Another running copy of the streaming query writes under the same query id."""
+
+
+class MidtownStreamWriter(DataSourceStreamWriter):
+    """Micro-batches through the same exactly-once path; each batch's commit records
+    (query id, batch id) in Midtown with check-and-set. A batch replayed after a restart is
+    recognised and skipped whole; a second copy of the query (another checkpoint, the same
+    query id) fails instead of writing."""
+
+    def __init__(self, o: WriteOptions) -> None:
+        self.o = o
+
+    def write(self, iterator: Any) -> MidtownCommitMessage:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        assert tc is not None, "a streaming write runs in a Spark task"
+        spark_qid = tc.getLocalProperty("sql.streaming.queryId") or ""
+        batch_id = int(tc.getLocalProperty("streaming.sql.batchId") or -1)
+        qid = self.o.query_id or spark_qid
+        with self.o.conn.client() as db:
+            state = _stream_state(db, self.o.dataset, qid)
+            if state is not None and state["owner"] != spark_qid:
+                raise StreamConflict(_conflict(qid, state))
+            if state is not None and state["batch"] >= batch_id:
+                n = sum(1 for _ in iterator)
+                return MidtownCommitMessage(Counts(rows=n), spark_qid, batch_id, skipped=True)
+            counts = write_rows(self.o, rows_of(iterator), lambda ws: db.write_many(self.o.dataset, ws))
+        return MidtownCommitMessage(counts, spark_qid, batch_id)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        mine = [m for m in messages if isinstance(m, MidtownCommitMessage)]
+        if not mine:
+            return
+        spark_qid = mine[0].query_id
+        qid = self.o.query_id or spark_qid
+        total = _total(mine)
+        if total.failed:
+            raise RuntimeError(f"midtown: batch {batchId}: {total.failed} of {total.rows} rows failed: "
+                               + "; ".join(total.reasons))
+        with self.o.conn.client() as db:
+            _record_batch(db, self.o.dataset, qid, spark_qid, batchId)
+        what = "skipped (committed before)" if all(m.skipped for m in mine) else total.summary()
+        log.warning("midtown: query %s batch %d into %s: %s", qid, batchId, self.o.dataset, what)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:
+        log.warning("midtown: batch %d aborted after %s; nothing undone (the replay writes each event "
+                    "once)", batchId, _total(messages).summary())
+
+
+def _stream_state(db: Any, dataset: str, qid: str) -> dict | None:
+    v = db.get(dataset, STREAM_STATE_PARTITION, qid)
+    return json.loads(v.value) if v is not None else None
+
+
+def _conflict(qid: str, state: dict) -> str:
+    return (f"midtown: streaming query {qid!r} is written by another running copy (Spark query "
+            f"{state['owner']}, at batch {state['batch']}); stop one of them, or give each its own "
+            "query_id option")
+
+
+def _record_batch(db: Any, dataset: str, qid: str, spark_qid: str, batch_id: int) -> None:
+    """Record that `batch_id` of query `qid` committed, with check-and-set against what was
+    read: exactly one copy of a query can move it on."""
+    for _ in range(10):
+        cur = db.get(dataset, STREAM_STATE_PARTITION, qid)
+        state = json.loads(cur.value) if cur is not None else None
+        if state is not None and state["owner"] != spark_qid:
+            raise StreamConflict(_conflict(qid, state))
+        if state is not None and state["batch"] >= batch_id:
+            return  # a replay of a committed batch
+        new = json.dumps({"owner": spark_qid, "batch": batch_id}).encode()
+        r = (db.cas(dataset, STREAM_STATE_PARTITION, qid, new, expect_absent=True) if cur is None else
+             db.cas(dataset, STREAM_STATE_PARTITION, qid, new, expected=cur.value,
+                    expected_version=cur.version))
+        if r.succeeded:
+            return
+    raise StreamConflict(f"midtown: streaming query {qid!r}: its commit record kept changing; "
+                         "is another copy running?")

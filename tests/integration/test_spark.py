@@ -1,0 +1,173 @@
+"""The Spark data source on real PySpark (local mode, task retries on) and a real cluster:
+each test asserts exact counts (docs/spark.md)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from midtown import Client
+from midtown.cluster import Cluster
+from tests.integration.conftest import started
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with started(tmp_path_factory.mktemp("spark") / "c") as c:
+        yield c
+
+
+def events(n: int, users: int, repeat_rate: float, seed: int) -> list[tuple[str, str]]:
+    """(user, event id) rows; `repeat_rate` of them repeat an earlier event (Segment
+    measured 0.6%), anywhere in the input."""
+    rng = random.Random(seed)
+    rows = [(f"u{rng.randrange(users)}", f"ev-{seed}-{i}") for i in range(n)]
+    for _ in range(int(n * repeat_rate)):
+        rows.insert(rng.randrange(len(rows)), rows[rng.randrange(n)])
+    return rows
+
+
+def counters(c: Cluster, dataset: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with Client(c.coordinator_addrs, timeout=60) as db:
+        for shard in range(db.shards(dataset)):
+            for it in db.scan_shard(dataset, shard)[1]:
+                if it.local_key == b"n":
+                    out[it.partition_key.decode()] = int(it.value.value)
+    return out
+
+
+def write_increments(spark: Any, c: Cluster, dataset: str, df: Any, **extra: str) -> None:
+    w = (df.write.format("midtown").option("zk", c.zk_hosts).option("dataset", dataset)
+         .option("partition_key_column", "user").option("local_key_column", "metric")
+         .option("operation", "increment").option("value_column", "one")
+         .option("id_column", "event_id").option("rows_per_call", "200"))
+    for k, v in extra.items():
+        w = w.option(k, v)
+    w.mode("append").save()
+
+
+def frame(spark: Any, rows: list[tuple[str, str]], partitions: int = 4) -> Any:
+    from pyspark.sql import functions as F
+
+    return (spark.createDataFrame(rows, "user string, event_id string").repartition(partitions)
+            .withColumn("metric", F.lit("n")).withColumn("one", F.lit(1).cast("long")))
+
+
+def test_repeats_and_a_job_run_twice_count_each_event_once(spark: Any, sc: Cluster) -> None:
+    sc.create_dataset("counts")
+    rows = events(6000, 50, 0.006, seed=1)
+    assert len(rows) > len(set(rows))
+    df = frame(spark, rows)
+    write_increments(spark, sc, "counts", df)
+    write_increments(spark, sc, "counts", df)  # the same job again
+    want = Counter(u for u, _ in set(rows))
+    assert counters(sc, "counts") == dict(want)
+
+
+def test_a_task_failing_half_way_then_succeeding(spark: Any, sc: Cluster) -> None:
+    """The first attempt of each task writes about half its rows, then fails; Spark runs it
+    again: every event exactly once."""
+    from pyspark import TaskContext
+
+    sc.create_dataset("retried")
+    rows = events(4000, 20, 0.0, seed=2)
+
+    def flaky(it: Iterator[Any]) -> Iterator[Any]:
+        tc = TaskContext.get()
+        for i, r in enumerate(it):
+            if tc is not None and tc.attemptNumber() == 0 and i == 500:
+                raise RuntimeError("injected: the first attempt dies half-way")
+            yield r
+
+    base = frame(spark, rows)
+    df = spark.createDataFrame(base.rdd.mapPartitions(flaky), base.schema)
+    write_increments(spark, sc, "retried", df)
+    assert counters(sc, "retried") == dict(Counter(u for u, _ in rows))
+
+
+def test_two_attempts_of_the_same_rows_at_once(spark: Any, sc: Cluster) -> None:
+    """Speculation cannot be triggered in local mode: two jobs write the same rows at the
+    same time, as two attempts of one task would."""
+    sc.create_dataset("twice")
+    rows = events(4000, 20, 0.0, seed=3)
+    df = frame(spark, rows).cache()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        # A JVM thread has no active session of its own, and data sources registered from
+        # Python are found through it.
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        try:
+            write_increments(spark, sc, "twice", df)
+        except BaseException as e:  # noqa: B036 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=run) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    assert not errors, [str(e)[:3000] for e in errors]
+    assert counters(sc, "twice") == dict(Counter(u for u, _ in rows))
+
+
+def test_read_back_equals_the_sdk_and_one_partition_key(spark: Any, sc: Cluster) -> None:
+    sc.create_dataset("kv")
+    with Client(sc.coordinator_addrs, timeout=60) as db:
+        from midtown import Write
+
+        db.write_many("kv", [Write.put(f"p{i % 13}", f"l{i}", f"v{i}".encode()) for i in range(700)])
+        want = set()
+        for shard in range(db.shards("kv")):
+            want |= {(i.partition_key, i.local_key, i.value.value, i.value.version)
+                     for i in db.scan_shard("kv", shard)[1]}
+    df = spark.read.format("midtown").option("zk", sc.zk_hosts).option("dataset", "kv").load()
+    got = {(r.partition_key, r.local_key, r.value, r.version) for r in df.collect()}
+    assert got == want and len(got) == 700
+    strings = (spark.read.format("midtown").option("zk", sc.zk_hosts).option("dataset", "kv")
+               .option("decode", "utf8").load())
+    one = strings.where("partition_key = 'p3'").collect()
+    assert {r.local_key for r in one} == {f"l{i}" for i in range(700) if i % 13 == 3}
+    assert all(r.value == "v" + r.local_key[1:] for r in one)
+
+
+def test_bad_options_fail_at_planning_naming_the_option(spark: Any, sc: Cluster) -> None:
+    sc.create_dataset("opts")
+    df = spark.createDataFrame([("a", "x", "v")], "partition_key string, local_key string, value string")
+
+    def write(**o: str) -> None:
+        w = df.write.format("midtown")
+        for k, v in o.items():
+            w = w.option(k, v)
+        w.mode("append").save()
+
+    zk = sc.zk_hosts
+    cases = [
+        ({"zk": zk}, "dataset"),
+        ({"zk": zk, "dataset": "nope"}, "dataset"),
+        ({"dataset": "opts"}, "zk"),
+        ({"zk": zk, "dataset": "opts", "partition_key_column": "missing"}, "partition_key_column"),
+        ({"zk": zk, "dataset": "opts", "operation": "increment"}, "value_column"),
+        ({"zk": zk, "dataset": "opts", "operation": "merge"}, "operation"),
+        ({"zk": zk, "dataset": "opts", "rows_per_call": "0"}, "rows_per_call"),
+    ]
+    for opts, needle in cases:
+        with pytest.raises(Exception) as ei:
+            write(**opts)
+        assert needle in str(ei.value), (opts, str(ei.value)[:500])
+    with pytest.raises(Exception) as ei:
+        df.write.format("midtown").option("zk", zk).option("dataset", "opts").mode("overwrite").save()
+    assert "overwrite" in str(ei.value) and "append" in str(ei.value)
+    with pytest.raises(Exception) as ei:
+        spark.read.format("midtown").option("zk", zk).option("dataset", "opts").option(
+            "consistency", "maybe").load().collect()
+    assert "consistency" in str(ei.value)

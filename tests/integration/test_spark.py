@@ -170,3 +170,108 @@ def test_bad_options_fail_at_planning_naming_the_option(spark: Any, sc: Cluster)
         spark.read.format("midtown").option("zk", zk).option("dataset", "opts").option(
             "consistency", "maybe").load().collect()
     assert "consistency" in str(ei.value)
+
+
+def _stream(spark: Any, c: Cluster, src: Path, cp: Path, dataset: str, **extra: str) -> Any:
+    """A streaming query over the JSON files in `src`, one file per micro-batch, run until
+    it has taken every file there (availableNow)."""
+    from pyspark.sql import functions as F
+
+    df = (spark.readStream.schema("user string, event_id string").option("maxFilesPerTrigger", 1)
+          .json(str(src)).withColumn("metric", F.lit("n")).withColumn("one", F.lit(1).cast("long")))
+    w = (df.writeStream.format("midtown").option("zk", c.zk_hosts).option("dataset", dataset)
+         .option("partition_key_column", "user").option("local_key_column", "metric")
+         .option("operation", "increment").option("value_column", "one")
+         .option("checkpointLocation", str(cp)))
+    for k, v in extra.items():
+        w = w.option(k, v)
+    return w.trigger(availableNow=True).start()
+
+
+def _files(src: Path, batches: list[list[tuple[str, str]]]) -> None:
+    import json
+
+    src.mkdir(parents=True, exist_ok=True)
+    for i, rows in enumerate(batches):
+        (src / f"part-{i:03d}.json").write_text("".join(json.dumps({"user": u, "event_id": e}) + "\n"
+                                                         for u, e in rows))
+
+
+def test_a_stream_restarted_between_write_and_commit_replays_nothing(spark: Any, sc: Cluster,
+                                                                    tmp_path: Path) -> None:
+    """The sink committed the last batch in Midtown, but Spark stopped before recording it
+    in its checkpoint (its commit file is gone): on restart Spark replays that batch, and
+    the sink skips it whole. Written without event ids, so a batch written twice would
+    count twice."""
+    sc.create_dataset("stream")
+    batches = [events(300, 7, 0.0, seed=10 + i) for i in range(3)]
+    _files(tmp_path / "src", batches)
+    q = _stream(spark, sc, tmp_path / "src", tmp_path / "cp", "stream")
+    q.awaitTermination(180)
+    assert q.exception() is None
+    commits = sorted((tmp_path / "cp" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert [p.name for p in commits] == ["0", "1", "2"]
+    commits[-1].unlink()  # the crash: the batch is in Midtown, not in Spark's checkpoint
+    (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    q = _stream(spark, sc, tmp_path / "src", tmp_path / "cp", "stream")
+    q.awaitTermination(180)
+    assert q.exception() is None
+    assert (tmp_path / "cp" / "commits" / "2").exists(), "the batch was replayed"
+    want = Counter(u for rows in batches for u, _ in rows)
+    assert counters(sc, "stream") == dict(want)
+
+
+def test_a_second_copy_of_a_query_fails_with_a_conflict(spark: Any, sc: Cluster, tmp_path: Path) -> None:
+    sc.create_dataset("copies")
+    _files(tmp_path / "src", [events(100, 5, 0.0, seed=20 + i) for i in range(2)])
+    a = _stream(spark, sc, tmp_path / "src", tmp_path / "cp-a", "copies", query_id="ingest")
+    a.awaitTermination(180)
+    assert a.exception() is None
+    before = counters(sc, "copies")
+    b = _stream(spark, sc, tmp_path / "src", tmp_path / "cp-b", "copies", query_id="ingest")
+    with pytest.raises(Exception):  # noqa: B017 - the query's failure, checked below
+        b.awaitTermination(180)
+    assert "another running copy" in str(b.exception())
+    assert counters(sc, "copies") == before, "the second copy wrote nothing"
+
+
+def test_kills_during_an_ingestion_lose_and_duplicate_nothing(spark: Any, sc: Cluster) -> None:
+    """A storage node and the log writer are SIGKILLed (and restarted) while Spark writes;
+    tasks whose calls fail are retried by Spark: every event exactly once."""
+    from log import zk as logzk
+
+    sc.create_dataset("killed")
+    rows = events(30000, 40, 0.006, seed=4)
+    df = frame(spark, rows, partitions=8)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def ingest() -> None:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        try:
+            write_increments(spark, sc, "killed", df)
+        except BaseException as e:  # noqa: B036 - reported below
+            errors.append(e)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=ingest)
+    t.start()
+    import time
+
+    zk = logzk.connect(sc.zk_hosts)
+    try:
+        time.sleep(3)
+        sc.kill("storage-1")
+        writer = logzk.read_writer(zk, 0)
+        if writer is not None and not done.is_set():
+            sc.kill(f"log-{writer['server']}")
+            time.sleep(2)
+            sc.restart(f"log-{writer['server']}")
+        sc.restart("storage-1")
+    finally:
+        zk.stop()
+        zk.close()
+    t.join(600)
+    assert not errors, [str(e)[:2000] for e in errors]
+    assert counters(sc, "killed") == dict(Counter(u for u, _ in set(rows)))

@@ -6,7 +6,7 @@ DIR ?= run/local
 SEED ?= 1
 RUNS ?= 200
 
-.PHONY: install proto run test test-fast sim soak bench lint clean
+.PHONY: install proto run test test-fast sim soak bench lint clean demo
 
 install:
 	@scripts/install.sh
@@ -45,9 +45,14 @@ bench: proto
 	.venv/bin/midtown bench log
 	.venv/bin/midtown bench kv
 
+# Exactly-once ingestion through Spark, checked by eye (on the cluster in $(DIR), started if
+# it does not run).
+demo: proto
+	$(PY) -m spark_connector.demo --dir $(DIR)
+
 lint: proto
 	.venv/bin/ruff check midtown runtime log coordinator storage_node spark_connector tests
-	.venv/bin/mypy midtown runtime log coordinator storage_node
+	.venv/bin/mypy midtown runtime log coordinator storage_node spark_connector
 
 clean:
 	rm -rf midtown_pb .venv run

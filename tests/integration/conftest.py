@@ -156,22 +156,8 @@ def wait_for(cond, timeout_s: float, what: str, every_s: float = 0.05):  # type:
 def spark():  # type: ignore[no-untyped-def]
     """One local Spark session for the whole test run (PITFALLS.md: it takes ~10 s and up
     to 2 GB): two cores, and up to 4 attempts per task so that task retries happen."""
-    import os
-    import sys
+    from spark_connector.session import local_session
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from spark_connector import register
-
-    s = (SparkSession.builder.master("local[2, 4]").appName("midtown-tests")
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "4")
-         .config("spark.driver.memory", "1g")
-         .config("spark.sql.python.filterPushdown.enabled", "true")
-         .getOrCreate())
-    s.sparkContext.setLogLevel("ERROR")
-    register(s)
+    s = local_session("midtown-tests")
     yield s
     s.stop()

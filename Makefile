@@ -44,6 +44,7 @@ bench: proto
 	MIDTOWN_WITH_ETCD=1 scripts/install.sh
 	.venv/bin/midtown bench log
 	.venv/bin/midtown bench kv
+	.venv/bin/midtown bench ingest
 
 # Exactly-once ingestion through Spark, checked by eye (on the cluster in $(DIR), started if
 # it does not run).

@@ -611,6 +611,12 @@ def cmd_bench_kv(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_ingest(a: argparse.Namespace) -> int:
+    from midtown.bench_ingest import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_log(a: argparse.Namespace) -> int:
     from midtown.bench_log import run as bench
 
@@ -856,6 +862,18 @@ def parser() -> argparse.ArgumentParser:
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
+    bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
+                                       "against etcd, and through Spark plain vs exactly once")
+    bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")
+    bi.add_argument("--rounds", type=_at_least_one("--rounds"), default=1,
+                    help="rounds, the systems alternating; medians are printed")
+    bi.add_argument("--clients", type=_at_least_one("--clients"), default=64, help="concurrent writers")
+    bi.add_argument("--batch", type=_at_least_one("--batch"), default=500, help="events per bulk call")
+    bi.add_argument("--spark", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure Spark end to end (default: yes)")
+    bi.add_argument("--spark-rows", type=_at_least_one("--spark-rows"), default=200_000)
+    bi.add_argument("--json", action="store_true")
+    bi.set_defaults(fn=cmd_bench_ingest)
     return p
 
 

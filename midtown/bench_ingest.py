@@ -1,0 +1,156 @@
+"""`midtown bench ingest`: exactly-once ingestion of an event stream, events per second.
+
+* Midtown: 64 concurrent writers, each sending its events through bulk calls
+  (`Client.write_many`, `--batch` events a call), every event with its event id; 0.6% of the
+  events repeat an earlier one (Segment's measured rate), and are skipped by the store.
+* etcd, in the same run (Debian's etcd-server, three members on loopback): the same events
+  the way a user would make them exactly-once there, one transaction per event that puts it
+  only if its key was never created (`compare create_revision == 0`), 64 concurrent writers.
+* Spark end to end (`--spark`): the same events as a DataFrame written through the `midtown`
+  data source, plainly (put, no event ids) and exactly once (`id_column`), rows/s each.
+
+Every figure is a median over `--rounds`, the systems alternating (this machine is noisy)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from midtown.bench_kv import Etcd, _b64, medians
+from midtown.client import Client, Write
+from midtown.cluster import Cluster
+from midtown.loadgen import run_workload
+from midtown.output import emit
+
+PAYLOAD = b"e" * 100
+REPEAT_RATE = 0.006
+TENANTS = 50
+
+
+def event_stream(writer: int, seed: int = 0) -> Callable[[int], str]:
+    """The n-th event id of a writer; REPEAT_RATE of them repeat an earlier one."""
+    rng = random.Random(writer * 7919 + seed)
+
+    def nth(n: int) -> str:
+        if n > 10 and rng.random() < REPEAT_RATE:
+            n = rng.randrange(n)
+        return f"w{writer}-e{n}"
+    return nth
+
+
+def midtown_ingest(addrs: list[str], dataset: str, batch: int) -> Callable[[int], Callable[[int], object]]:
+    def make(i: int) -> Callable[[int], object]:
+        c = Client(addrs, timeout=60)
+        ev = event_stream(i)
+
+        def call(n: int) -> None:
+            ids = [ev(n * batch + j) for j in range(batch)]
+            c.write_many(dataset, [Write.put(f"t{hash(e) % TENANTS}", e, PAYLOAD, event_id=e) for e in ids])
+        return call
+    return make
+
+
+def etcd_ingest(e: Etcd) -> Callable[[int], Callable[[int], object]]:
+    def make(i: int) -> Callable[[int], object]:
+        call = e.conn(i)
+        ev = event_stream(i)
+
+        def op(n: int) -> None:
+            key = _b64(f"events/{ev(n)}".encode())
+            call("/v3/kv/txn", {
+                "compare": [{"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}],
+                "success": [{"requestPut": {"key": key, "value": _b64(PAYLOAD)}}]})
+        return op
+    return make
+
+
+def spark_rows_per_s(c: Cluster, rows: int, exactly_once: bool, dataset: str) -> float:
+    from pyspark.sql import functions as F
+
+    from spark_connector.session import local_session
+
+    spark = local_session("midtown-bench")
+    df = (spark.range(rows).withColumn("tenant", (F.col("id") % TENANTS).cast("string"))
+          .withColumn("event_id", F.concat(F.lit("s"), F.col("id").cast("string")))
+          .withColumn("value", F.lit(PAYLOAD)).repartition(4).cache())
+    df.count()
+    w = (df.write.format("midtown").option("zk", c.zk_hosts).option("dataset", dataset)
+         .option("partition_key_column", "tenant").option("local_key_column", "event_id")
+         .option("value_column", "value"))
+    if exactly_once:
+        w = w.option("id_column", "event_id")
+    t0 = time.monotonic()
+    w.mode("append").save()
+    took = time.monotonic() - t0
+    df.unpersist()
+    return rows / took
+
+
+def run(a: argparse.Namespace) -> int:
+    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-ingest-")
+    root = Path(tmp.name)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    cluster = Cluster(root / "midtown")
+    etcd = None
+    rows: list[dict] = []
+    try:
+        log("starting a local Midtown cluster...")
+        cluster.start()
+        cluster.create_dataset("ingest")
+        log("starting etcd (3 members on loopback)...")
+        etcd = Etcd(root / "etcd")
+        systems = {"midtown": midtown_ingest(cluster.coordinator_addrs, "ingest", a.batch),
+                   "etcd": etcd_ingest(etcd)}
+        per_call = {"midtown": a.batch, "etcd": 1}
+        runs: dict[str, list[dict]] = {n: [] for n in systems}
+        for make in systems.values():
+            run_workload(make, a.clients, min(1.0, a.seconds / 4))  # warm-up
+        for r in range(a.rounds):
+            for n, make in systems.items():
+                log(f"{n}: {a.clients} writers, {a.seconds:.0f}s, round {r + 1}/{a.rounds}...")
+                w = run_workload(make, a.clients, a.seconds)
+                w["events_per_s"] = w.pop("ops_per_s") * per_call[n]
+                runs[n].append(w)
+        row: dict = {"clients": a.clients, "events_per_call": a.batch}
+        for n in systems:
+            for k, v in medians(runs[n]).items():
+                row[f"{n}_{k}"] = v
+        row["ratio"] = round(row["midtown_events_per_s"] / max(1, row["etcd_events_per_s"]), 2)
+        rows.append(row)
+        if a.spark:
+            for r in range(a.rounds):
+                log(f"spark: {a.spark_rows} rows, plain and exactly once, round {r + 1}/{a.rounds}...")
+                cluster.create_dataset(f"plain{r}")
+                cluster.create_dataset(f"once{r}")
+                plain = spark_rows_per_s(cluster, a.spark_rows, False, f"plain{r}")
+                once = spark_rows_per_s(cluster, a.spark_rows, True, f"once{r}")
+                runs.setdefault("spark", []).append({"plain_rows_per_s": round(plain),
+                                                     "exactly_once_rows_per_s": round(once)})
+            s = medians(runs["spark"])
+            s["exactly_once_vs_plain"] = round(s["exactly_once_rows_per_s"] / max(1, s["plain_rows_per_s"]),
+                                               2)
+            rows.append({"spark_rows": a.spark_rows, **{f"spark_{k}": v for k, v in s.items()}})
+    finally:
+        if etcd is not None:
+            etcd.stop()
+        cluster.stop()
+        tmp.cleanup()
+    if a.json:
+        emit(rows, True)
+        return 0
+    emit(rows[:1], False, ["clients", "events_per_call", "midtown_events_per_s", "etcd_events_per_s",
+                           "ratio", "midtown_p50_ms", "etcd_p50_ms", "midtown_errors", "etcd_errors"])
+    if len(rows) > 1:
+        print()
+        emit(rows[1:], False, ["spark_rows", "spark_plain_rows_per_s", "spark_exactly_once_rows_per_s",
+                               "spark_exactly_once_vs_plain"])
+    print(f"\nexactly-once ingestion, {REPEAT_RATE:.1%} of the events repeated; ratio = Midtown / etcd "
+          "(etcd: a transaction per event, put if the key was never created); p50 is per call")
+    if a.rounds > 1:
+        print(f"each figure is the median of {a.rounds} rounds, the systems alternating")
+    return 0

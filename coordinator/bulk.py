@@ -1,7 +1,12 @@
 """A bulk write (KV.WriteMany): many independent groups, each on its own partitioning key
 with its own event id, grouped by shard into one record per shard (Manhattan's
 coordinators do the same), and each group's outcome read back from its record's result.
-Pure functions: the server appends the records and waits for the answers."""
+
+The groups stay protobuf from the request to the record and from the storage node's answer
+to the response: a bulk call carries thousands of them, and building model objects for
+each, to encode them again, cost more than the rest of the coordinator's work (measured:
+docs/performance.md, "Bulk ingestion"). Pure functions: the server appends the records and
+waits for the answers."""
 
 from __future__ import annotations
 
@@ -9,16 +14,20 @@ import struct
 from dataclasses import dataclass
 
 from coordinator.routing import log_of, shard_of
-from storage_node import codec
-from storage_node.model import Group, GroupResult, OpStatus, Record
+from midtown_pb import kv_pb2 as pb
 
 _SHARD = struct.Struct(">I")
+_STATUS_ERRORS = {pb.CONDITION_FAILED: "condition failed",
+                  pb.NOT_AN_INTEGER: "the stored value is not a decimal integer",
+                  pb.OVERFLOW: "the result does not fit in 64 bits"}
 
 
 @dataclass(frozen=True)
 class Planned:
     log_id: int
-    record: Record
+    shard: int
+    request_id: bytes
+    payload: bytes  # the encoded pb.Record
     indexes: tuple[int, ...]  # which of the request's groups, in the record's order
 
 
@@ -29,9 +38,10 @@ def record_request_id(request_id: bytes, shard: int, part: int) -> bytes:
     return request_id + b"/" + _SHARD.pack(shard) + _SHARD.pack(part)
 
 
-def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int, groups: list[Group],
-         shards: int, kv_logs: int, request_id: bytes, callback: str, bytes_max: int) -> list[Planned]:
-    """One record per shard (more if a shard's share is larger than `bytes_max` encoded),
+def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
+         groups: list[pb.WriteGroup], shards: int, kv_logs: int, request_id: bytes, callback: str,
+         bytes_max: int) -> list[Planned]:
+    """One record per shard (more if a shard's share is larger than `bytes_max`), the
     groups in the order they came within each."""
     by_shard: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
@@ -40,20 +50,21 @@ def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int, gro
     for shard in sorted(by_shard):
         part: list[int] = []
         size = 0
-        n = 0
 
         def flush() -> None:
-            nonlocal part, size, n
+            nonlocal part, size
             if not part:
                 return
-            rec = Record(record_request_id(request_id, shard, n), callback, dataset_id, shard, b"", (),
-                         default_ttl_ms, tuple(groups[i] for i in part), window_ms, max_ids)
-            out.append(Planned(log_of(shard, kv_logs), rec, tuple(part)))
-            part, size, n = [], 0, n + 1
+            rid = record_request_id(request_id, shard, len(out))
+            rec = pb.Record(request_id=rid, callback=callback, dataset=dataset_id, shard=shard,
+                            default_ttl_ms=default_ttl_ms, dedup_window_ms=window_ms, dedup_max_ids=max_ids,
+                            groups=[pb.Group(partition_key=groups[i].partition_key, ops=groups[i].ops,
+                                             event_id=groups[i].event_id) for i in part])
+            out.append(Planned(log_of(shard, kv_logs), shard, rid, rec.SerializeToString(), tuple(part)))
+            part, size = [], 0
 
         for i in by_shard[shard]:
-            g = groups[i]
-            est = len(g.partition_key) + len(g.event_id) + sum(_op_size(o) for o in g.ops) + 16
+            est = groups[i].ByteSize() + 8
             if part and size + est > bytes_max:
                 flush()
             part.append(i)
@@ -62,17 +73,18 @@ def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int, gro
     return out
 
 
-def _op_size(op: object) -> int:
-    return len(codec.op_to_pb(op).SerializeToString())  # type: ignore[arg-type]
+def outcome(g: pb.GroupResult) -> pb.WriteOutcome:
+    """A group's result as the client sees it."""
+    if g.duplicate:
+        return pb.WriteOutcome(status=pb.DUPLICATE, position=g.position, results=g.results)
+    if g.applied:
+        return pb.WriteOutcome(status=pb.APPLIED, position=g.position, results=g.results)
+    return pb.WriteOutcome(status=pb.FAILED, position=g.position, results=g.results, error=failure(g))
 
 
-def failure(g: GroupResult) -> str:
+def failure(g: pb.GroupResult) -> str:
     """Why a group was rolled back, naming the operation."""
     for i, r in enumerate(g.results):
-        if r.status is OpStatus.CONDITION_FAILED:
-            return f"ops[{i}]: condition failed"
-        if r.status is OpStatus.NOT_AN_INTEGER:
-            return f"ops[{i}]: the stored value is not a decimal integer"
-        if r.status is OpStatus.OVERFLOW:
-            return f"ops[{i}]: the result does not fit in 64 bits"
+        if r.status in _STATUS_ERRORS:
+            return f"ops[{i}]: {_STATUS_ERRORS[r.status]}"
     return "rolled back"

@@ -109,7 +109,7 @@ class Coordinator:
         self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
         self._quota_lock = threading.Lock()
         self._appenders: dict[int, Appender] = {}
-        self._waiters: dict[bytes, list[Future[RecordResult]]] = {}
+        self._waiters: dict[bytes, list[Future[RecordResult | pb.RecordResult]]] = {}
         self._lock = threading.Lock()
         self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
         # Records this coordinator appended with its callback address, by request id: their
@@ -225,38 +225,47 @@ class Coordinator:
         if header.event_id:
             rec = Record(rid, self.callback_addr, d.id, shard, b"", (), d.ttl_ms,
                          (Group(pkey, tuple(ops), header.event_id),), d.dedup_window_ms, d.dedup_max_ids)
-            r = self.run_records([(log_of(shard, self.kv_logs), rec)], deadline_s)[0]
+            r = self._run_record(rec, deadline_s)
             g = r.groups[0]
+            # A group's results leave out what the writer knows (storage_node/apply.py): a
+            # put's value is its own, its version the group's position + 1.
+            results = tuple(OpResult(found=True, value=Stored(op.value, g.position + 1))
+                            if isinstance(op, Put) and res.value is None else res
+                            for op, res in zip(ops, g.results))
             return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
-                                g.applied, g.duplicate, g.results)
+                                g.applied, g.duplicate, results)
         rec = Record(rid, self.callback_addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
-        return self.run_records([(log_of(shard, self.kv_logs), rec)], deadline_s)[0]
+        return self._run_record(rec, deadline_s)
 
-    def run_records(self, records: list[tuple[int, Record]], deadline_s: float) -> list[RecordResult]:
-        """Append records (log, record) that name this coordinator's callback, and wait for
-        a storage node's answer to each. All records of one log go in one append."""
-        payloads = []
-        for _, rec in records:
-            payload = codec.record_to_bytes(rec)
-            if len(payload) > limits.BATCH_BYTES_MAX:
-                raise Abort(Code.INVALID_ARGUMENT,
-                            f"ops: the request is {len(payload)} bytes, the limit is "
-                            f"{limits.BATCH_BYTES_MAX}")
-            payloads.append(payload)
-        waiters: list[Future[RecordResult]] = [Future() for _ in records]
+    def _run_record(self, rec: Record, deadline_s: float) -> RecordResult:
+        payload = codec.record_to_bytes(rec)
+        if len(payload) > limits.BATCH_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
+        r = self.run_records([(log_of(rec.shard, self.kv_logs), rec.shard, rec.request_id, payload)],
+                             deadline_s)[0]
+        return r if isinstance(r, RecordResult) else codec.result_from_pb(r)
+
+    def run_records(self, records: list[tuple[int, int, bytes, bytes]],
+                    deadline_s: float) -> list[RecordResult | pb.RecordResult]:
+        """Append records (log, shard, request id, encoded record) that name this
+        coordinator's callback, and wait for a storage node's answer to each: as it came (a
+        storage node in this process answers with model objects, others with protobuf).
+        All records of one log go in one append."""
+        waiters: list[Future[RecordResult | pb.RecordResult]] = [Future() for _ in records]
         with self._lock:
             if len(self._waiters) + len(records) > limits.PENDING_MAX:
                 raise Abort(Code.RESOURCE_EXHAUSTED, "coordinator: too many requests in flight; retry later")
-            for (log_id, rec), w in zip(records, waiters):
-                self._waiters.setdefault(rec.request_id, []).append(w)
-                self._sent[rec.request_id] = (log_id, rec.shard)  # answers are taken for these only
-                self._sent.move_to_end(rec.request_id)
+            for (log_id, shard, rid, _), w in zip(records, waiters):
+                self._waiters.setdefault(rid, []).append(w)
+                self._sent[rid] = (log_id, shard)  # answers are taken for these only
+                self._sent.move_to_end(rid)
             while len(self._sent) > limits.SENT_RECORDS_MAX:
                 self._sent.popitem(last=False)
         deadline = time.monotonic() + deadline_s
         try:
             by_log: dict[int, list[bytes]] = {}
-            for (log_id, _), p in zip(records, payloads):
+            for log_id, _, _, p in records:
                 by_log.setdefault(log_id, []).append(p)
             for log_id, ps in by_log.items():
                 if len(ps) == 1:
@@ -274,13 +283,13 @@ class Coordinator:
             return out
         finally:
             with self._lock:
-                for (_, rec), w in zip(records, waiters):
-                    ws = self._waiters.get(rec.request_id)
+                for (_, _, rid, _), w in zip(records, waiters):
+                    ws = self._waiters.get(rid)
                     if ws is not None:
                         if w in ws:
                             ws.remove(w)
                         if not ws:
-                            del self._waiters[rec.request_id]
+                            del self._waiters[rid]
 
     def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> None:
         try:
@@ -332,10 +341,9 @@ class Coordinator:
                 ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
             if not ws:
                 continue
-            r = m if isinstance(m, RecordResult) else codec.result_from_pb(m)
             for w in ws:
                 try:
-                    w.set_result(r)
+                    w.set_result(m)  # decoded by the waiter, as much as it needs
                 except futures.InvalidStateError:
                     pass
 
@@ -575,6 +583,13 @@ def check_ttl(ttl: int, field: str) -> None:
 
 
 def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
+    """A client's operation, checked (errors name the field) and as the model's."""
+    validate_op(op, i, prefix)
+    return codec.op_from_pb(op)
+
+
+def validate_op(op: pb.Op, i: int, prefix: str = "") -> None:
+    """Check a client's operation; Abort names the field."""
     kind = op.WhichOneof("op")
     f = f"{prefix}ops[{i}]"
     if kind is None:
@@ -594,7 +609,6 @@ def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
         check_ttl(op.cas.ttl_ms, f"{f}.cas.ttl_ms")
     if kind == "incr":
         check_ttl(op.incr.ttl_ms, f"{f}.incr.ttl_ms")
-    return codec.op_from_pb(op)
 
 
 def _stream(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -785,7 +799,6 @@ class KVService:
                         f"{limits.WRITE_MANY_GROUPS_MAX} per call")
         self._eventual(req.header, "a bulk write")
         d = self.c.dataset(req.header)
-        groups = []
         for i, g in enumerate(req.groups):
             f = f"groups[{i}]"
             check_partition(g.partition_key, f"{f}.partition_key")
@@ -795,23 +808,21 @@ class KVService:
             if len(g.ops) > limits.BATCH_OPS_MAX:
                 raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops: {len(g.ops)} operations, the limit is "
                             f"{limits.BATCH_OPS_MAX}")
-            ops = []
             for j, o in enumerate(g.ops):
                 if o.WhichOneof("op") == "get":
                     raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops[{j}]: get is not allowed in a bulk write")
-                ops.append(check_op(o, j, f"{f}."))
-            groups.append(Group(g.partition_key, tuple(ops), g.event_id))
-        planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, groups, self.c.kv.shards,
-                            self.c.kv_logs, self.c.request_id(req.header), self.c.callback_addr,
-                            limits.BATCH_BYTES_MAX // 2)
-        results = self.c.run_records([(p.log_id, p.record) for p in planned], self._deadline(ctx))
-        outcomes: list[pb.WriteOutcome | None] = [None] * len(groups)
+                validate_op(o, j, f"{f}.")
+        planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
+                            self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
+                            self.c.callback_addr, limits.BATCH_BYTES_MAX // 2)
+        results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],
+                                     self._deadline(ctx))
+        outcomes: list[pb.WriteOutcome | None] = [None] * len(req.groups)
         for p, r in zip(planned, results):
-            for i, g in zip(p.indexes, r.groups):
-                status = pb.DUPLICATE if g.duplicate else pb.APPLIED if g.applied else pb.FAILED
-                outcomes[i] = pb.WriteOutcome(
-                    status=status, error="" if g.applied else bulk.failure(g), position=g.position,
-                    results=[codec.op_result_to_pb(x) for x in g.results])
+            groups = (r.groups if isinstance(r, pb.RecordResult) else
+                      [codec.group_result_to_pb(g) for g in r.groups])
+            for i, g in zip(p.indexes, groups):
+                outcomes[i] = bulk.outcome(g)
         assert all(o is not None for o in outcomes)
         return pb.WriteManyResponse(outcomes=outcomes)  # type: ignore[arg-type]
 
@@ -896,6 +907,14 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 if e.trailers:
                     ctx.set_trailing_metadata(e.trailers)
                 ctx.abort(e.code, e.msg)
+            except Exception:
+                if ctx.code() is not None:  # ctx.abort's own exception: the status is set
+                    raise
+                log.exception("%s failed", fn.__name__)
+                REQUESTS.labels(method=fn.__name__, code="INTERNAL").inc()
+                ctx.abort(Code.INTERNAL, f"coordinator {c.coord_id}: internal error in {fn.__name__} "
+                          "(its log has the details); the outcome is unknown: retry with the same "
+                          "header.request_id")
             REQUESTS.labels(method=fn.__name__, code="OK").inc()
             return out
 

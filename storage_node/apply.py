@@ -23,6 +23,7 @@ from storage_node.model import (
     Get,
     GroupResult,
     Incr,
+    Op,
     OpResult,
     OpStatus,
     Position,
@@ -64,8 +65,8 @@ class State(Protocol):
     def event_count(self, shard: int, dataset: str) -> int:
         """Event ids of `dataset` held in `shard`."""
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes]]:
-        """Up to `n` (position, seq, event id) of `dataset` in `shard`, oldest first."""
+    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes, int]]:
+        """Up to `n` (position, seq, event id, log time) of `dataset` in `shard`, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +263,7 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
         ok, results = _run_ops(state, rec, g.partition_key, g.ops, read, write, version, ts_ms)
         if ok:
             overlay.update(mine)
-        gr = GroupResult(ok, False, tuple(results), position)
+        gr = GroupResult(ok, False, _compact(g.ops, results), position)
         groups.append(gr)
         if ok and g.event_id:  # a group rolled back may be sent again: not recorded
             if g.event_id not in new:
@@ -279,6 +280,15 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
                    event_count=count if (new or gone) else -1, dataset=rec.dataset)
 
 
+def _compact(ops: tuple[Op, ...], results: list[OpResult]) -> tuple[OpResult, ...]:
+    """A group's results as answered and remembered with its event id: what the writer
+    cannot know already. A put, a delete or a check-and-set that held says only whether the
+    key was found (a put's version is the group's position + 1); an increment gives its new
+    value, a failed condition the value found."""
+    return tuple(r if isinstance(op, Incr) or r.status is not OpStatus.DONE else OpResult(found=r.found)
+                 for op, r in zip(ops, results))
+
+
 def _age_out(state: State, rec: Record, new: dict[bytes, Event],
              replaced: list[tuple[bytes, int, int]], cap: int,
              before_ts_ms: int) -> tuple[list[tuple[bytes, int, int]], int]:
@@ -292,14 +302,13 @@ def _age_out(state: State, rec: Record, new: dict[bytes, Event],
     gone: list[tuple[bytes, int, int]] = []
     if excess or new:
         want = excess + EVENT_AGE_OUT_PER_RECORD + len(skip)
-        for pos, seq, eid in state.oldest_events(rec.shard, rec.dataset, want):
+        for pos, seq, eid, ts in state.oldest_events(rec.shard, rec.dataset, want):
             if (pos, seq) in skip or eid in new:
                 continue
             if len(gone) < excess:
                 gone.append((eid, pos, seq))
                 continue
-            e = state.event(rec.shard, rec.dataset, eid)
-            if e is None or e.ts_ms >= before_ts_ms or len(gone) >= excess + EVENT_AGE_OUT_PER_RECORD:
+            if ts >= before_ts_ms or len(gone) >= excess + EVENT_AGE_OUT_PER_RECORD:
                 break
             gone.append((eid, pos, seq))
     count -= len(gone)

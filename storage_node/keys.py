@@ -6,7 +6,7 @@
   b"R" shard:4 0x00 request_id                                -> ts:8 RecordResult (protobuf)
   b"R" shard:4 0x01 len(dataset):1 dataset event_id           -> ts:8 position:8 seq:4 GroupResult
        (one table of ids seen: a request id's first outcome, an event id's first outcome)
-  b"O" shard:4 len(dataset):1 dataset position:8 seq:4        -> event_id (event ids, oldest first)
+  b"O" shard:4 len(dataset):1 dataset position:8 seq:4        -> ts:8 event_id (event ids, oldest first)
   b"N" shard:4 len(dataset):1 dataset                         -> event ids held:8
   b"Q" log_id:4 node_id:4                                     -> published position:8
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)

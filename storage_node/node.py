@@ -550,9 +550,8 @@ class StorageNode:
             if not n:
                 continue
             oldest = next(iter(self.store.oldest_events(shard, dataset, 1)), None)
-            e = self.store.event(shard, dataset, oldest[2]) if oldest is not None else None
             out.event_ids.append(pb.EventIds(dataset=dataset, shard=shard, ids=n,
-                                             oldest_ms=e.ts_ms if e is not None else 0,
+                                             oldest_ms=oldest[3] if oldest is not None else 0,
                                              log_time_ms=self.positions[log_of(shard, self.kv_logs)][1]))
         for s in range(self.kv.shards):
             lg = log_of(s, self.kv_logs)

@@ -75,8 +75,8 @@ class NodeStore:
         return _Q.unpack(b)[0] if b else 0
 
     def oldest_events(self, shard: int, dataset: str, n: int,
-                      skip: set[tuple[int, int]] | None = None) -> Iterator[tuple[int, int, bytes]]:
-        """(position, seq, event id) of `dataset` in `shard`, oldest first, up to `n`."""
+                      skip: set[tuple[int, int]] | None = None) -> Iterator[tuple[int, int, bytes, int]]:
+        """(position, seq, event id, log time) of `dataset` in `shard`, oldest first, up to `n`."""
         prefix = keys.event_order_prefix(shard, dataset)
         got = 0
         for k, v in self.under(prefix):
@@ -86,7 +86,7 @@ class NodeStore:
             if skip and (pos, seq) in skip:
                 continue
             got += 1
-            yield pos, seq, v
+            yield pos, seq, v[8:], _Q.unpack_from(v)[0]
 
     def event_counts(self) -> Iterator[tuple[int, str, int]]:
         """(shard, dataset, event ids held) for every dataset and shard holding some."""
@@ -149,7 +149,7 @@ class BatchView:
         # Event ids recorded (an Event) or aged out (None) by this batch, their order-index
         # entries added and removed, and the counts per (shard, dataset).
         self.events: dict[tuple[int, str, bytes], Event | None] = {}
-        self.event_order: dict[tuple[int, str], list[tuple[int, int, bytes]]] = {}
+        self.event_order: dict[tuple[int, str], list[tuple[int, int, bytes, int]]] = {}
         self.event_order_gone: dict[tuple[int, str], set[tuple[int, int]]] = {}
         self.event_counts: dict[tuple[int, str], int] = {}
 
@@ -186,14 +186,14 @@ class BatchView:
         k = (shard, dataset)
         return self.event_counts[k] if k in self.event_counts else self.store.event_count(shard, dataset)
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes]]:
+    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes, int]]:
         gone = self.event_order_gone.get((shard, dataset), set())
         out = list(self.store.oldest_events(shard, dataset, n, gone))
-        for pos, seq, eid in self.event_order.get((shard, dataset), ()):
+        for pos, seq, eid, ts in self.event_order.get((shard, dataset), ()):
             if len(out) >= n:
                 break
             if (pos, seq) not in gone:
-                out.append((pos, seq, eid))
+                out.append((pos, seq, eid, ts))
         return out
 
     def add(self, applied: Applied, shard: int, ts_ms: int, log_id: int = 0) -> None:
@@ -220,7 +220,7 @@ class BatchView:
                 self.event_order_gone.setdefault((shard, ds), set()).add((pos, seq))
             for eid, e in applied.events.items():
                 self.events[(shard, ds, eid)] = e
-                self.event_order.setdefault((shard, ds), []).append((e.position, e.seq, eid))
+                self.event_order.setdefault((shard, ds), []).append((e.position, e.seq, eid, e.ts_ms))
         if applied.event_count >= 0:
             self.event_counts[(shard, applied.dataset)] = applied.event_count
 
@@ -299,9 +299,9 @@ class BatchView:
                 wb.put(keys.event_key(shard, ds, eid), encode_event(e))
         for (shard, ds), order in self.event_order.items():
             gone = self.event_order_gone.get((shard, ds), set())
-            for pos, seq, eid in order:
+            for pos, seq, eid, ts in order:
                 if (pos, seq) not in gone:
-                    wb.put(keys.event_order_key(shard, ds, pos, seq), eid)
+                    wb.put(keys.event_order_key(shard, ds, pos, seq), _Q.pack(ts) + eid)
         for (shard, ds), n in self.event_counts.items():
             wb.put(keys.event_count_key(shard, ds), _Q.pack(n))
         for (lg, node), pos in self.member_positions.items():

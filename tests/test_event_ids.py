@@ -99,7 +99,7 @@ def test_event_ids_match_the_specification_everywhere(records: list, cap: int, w
                 view.commit({0: (recs[min(i + n, len(recs)) - 1][1] + 1, 0)})
                 i += n
             # Every replica holds the same ids, whatever its batches.
-            held = {eid for _, _, eid in store.oldest_events(SHARD, DS, 10_000)}
+            held = {eid for _, _, eid, _ in store.oldest_events(SHARD, DS, 10_000)}
             assert held == {k[2] for k in mem.events}
             assert store.event_count(SHARD, DS) == len(held)
             for eid in held:

@@ -229,9 +229,10 @@ class Coordinator:
             g = r.groups[0]
             # A group's results leave out what the writer knows (storage_node/apply.py): a
             # put's value is its own, its version the group's position + 1.
+            full = g.results or tuple(OpResult(found=True) for _ in ops)  # held, no increment
             results = tuple(OpResult(found=True, value=Stored(op.value, g.position + 1))
                             if isinstance(op, Put) and res.value is None else res
-                            for op, res in zip(ops, g.results))
+                            for op, res in zip(ops, full))
             return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
                                 g.applied, g.duplicate, results)
         rec = Record(rid, self.callback_addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)

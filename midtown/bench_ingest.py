@@ -18,6 +18,7 @@ import random
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,14 +33,17 @@ REPEAT_RATE = 0.006
 TENANTS = 50
 
 
-def event_stream(writer: int, seed: int = 0) -> Callable[[int], str]:
-    """The n-th event id of a writer; REPEAT_RATE of them repeat an earlier one."""
-    rng = random.Random(writer * 7919 + seed)
+def event_stream(writer: int) -> Callable[[int], str]:
+    """The n-th event id of a writer, new in every run (a round never finds the ids of the
+    one before: they would all be duplicates, which cost less); REPEAT_RATE of them repeat
+    an earlier one of the same run."""
+    rng = random.Random(writer)
+    run = uuid.uuid4().hex[:8]
 
     def nth(n: int) -> str:
         if n > 10 and rng.random() < REPEAT_RATE:
             n = rng.randrange(n)
-        return f"w{writer}-e{n}"
+        return f"{run}-w{writer}-e{n}"
     return nth
 
 

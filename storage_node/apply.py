@@ -282,9 +282,12 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
 
 def _compact(ops: tuple[Op, ...], results: list[OpResult]) -> tuple[OpResult, ...]:
     """A group's results as answered and remembered with its event id: what the writer
-    cannot know already. A put, a delete or a check-and-set that held says only whether the
-    key was found (a put's version is the group's position + 1); an increment gives its new
-    value, a failed condition the value found."""
+    cannot know already. A group that held with no increment has none (a put's version is
+    the group's position + 1); otherwise each operation's, an increment with its new value,
+    a failed condition with the value found, the others saying only whether the key was
+    found."""
+    if all(r.status is OpStatus.DONE for r in results) and not any(isinstance(op, Incr) for op in ops):
+        return ()
     return tuple(r if isinstance(op, Incr) or r.status is not OpStatus.DONE else OpResult(found=r.found)
                  for op, r in zip(ops, results))
 

@@ -11,7 +11,7 @@ the same state and the same digest.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -65,7 +65,7 @@ class State(Protocol):
     def event_count(self, shard: int, dataset: str) -> int:
         """Event ids of `dataset` held in `shard`."""
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes, int]]:
+    def oldest_events(self, shard: int, dataset: str, n: int) -> Iterable[tuple[int, int, bytes, int]]:
         """Up to `n` (position, seq, event id, log time) of `dataset` in `shard`, oldest first."""
 
 

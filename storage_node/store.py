@@ -12,7 +12,7 @@ from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
 from storage_node.apply import Applied, Event
-from storage_node.model import RecordResult, Stored
+from storage_node.model import GroupResult, RecordResult, Stored
 
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
@@ -186,15 +186,19 @@ class BatchView:
         k = (shard, dataset)
         return self.event_counts[k] if k in self.event_counts else self.store.event_count(shard, dataset)
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes, int]]:
+    def oldest_events(self, shard: int, dataset: str, n: int) -> Iterator[tuple[int, int, bytes, int]]:
+        """Lazily: the caller usually stops at the first (it is within the window)."""
         gone = self.event_order_gone.get((shard, dataset), set())
-        out = list(self.store.oldest_events(shard, dataset, n, gone))
+        got = 0
+        for e in self.store.oldest_events(shard, dataset, n, gone):
+            got += 1
+            yield e
         for pos, seq, eid, ts in self.event_order.get((shard, dataset), ()):
-            if len(out) >= n:
-                break
+            if got >= n:
+                return
             if (pos, seq) not in gone:
-                out.append((pos, seq, eid, ts))
-        return out
+                got += 1
+                yield pos, seq, eid, ts
 
     def add(self, applied: Applied, shard: int, ts_ms: int, log_id: int = 0) -> None:
         for node, pos in applied.positions.items():
@@ -311,11 +315,21 @@ class BatchView:
         self.store.write(wb)
 
 
+_EVENT = struct.Struct(">QQI")
+
+
 def encode_event(e: Event) -> bytes:
-    return (_Q.pack(e.ts_ms) + _Q.pack(e.position) + _I.pack(e.seq)
-            + codec.group_result_to_pb(e.first).SerializeToString())
+    """ts:8 position:8 seq:4, then the first outcome: nothing for the common one (applied at
+    that position, no results), else its GroupResult."""
+    head = _EVENT.pack(e.ts_ms, e.position, e.seq)
+    f = e.first
+    if f.applied and not f.duplicate and not f.results and f.position == e.position:
+        return head
+    return head + codec.group_result_to_pb(f).SerializeToString()
 
 
 def decode_event(b: bytes) -> Event:
-    return Event(_Q.unpack_from(b)[0], _Q.unpack_from(b, 8)[0], _I.unpack_from(b, 16)[0],
-                 codec.group_result_from_pb(pb.GroupResult.FromString(b[20:])))
+    ts, pos, seq = _EVENT.unpack_from(b)
+    if len(b) == _EVENT.size:
+        return Event(ts, pos, seq, GroupResult(True, False, (), pos))
+    return Event(ts, pos, seq, codec.group_result_from_pb(pb.GroupResult.FromString(b[_EVENT.size:])))

@@ -820,7 +820,7 @@ class KVService:
                                      self._deadline(ctx))
         outcomes: list[pb.WriteOutcome | None] = [None] * len(req.groups)
         for p, r in zip(planned, results):
-            groups = (r.groups if isinstance(r, pb.RecordResult) else
+            groups = (codec.groups_of(r) if isinstance(r, pb.RecordResult) else
                       [codec.group_result_to_pb(g) for g in r.groups])
             for i, g in zip(p.indexes, groups):
                 outcomes[i] = bulk.outcome(g)

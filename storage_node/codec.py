@@ -134,15 +134,27 @@ def group_result_from_pb(m: pb.GroupResult) -> GroupResult:
 
 
 def result_to_pb(r: RecordResult) -> pb.RecordResult:
-    return pb.RecordResult(
+    m = pb.RecordResult(
         request_id=r.request_id, log_id=r.log_id, position=r.position, shard=r.shard,
         digest=r.digest, node_id=r.node_id, applied=r.applied, duplicate=r.duplicate,
         results=[op_result_to_pb(x) for x in r.results],
-        groups=[group_result_to_pb(g) for g in r.groups],
     )
+    if all(g.applied and not g.duplicate and not g.results and g.position == r.position for g in r.groups):
+        m.groups_all_applied = len(r.groups)  # the common answer, without a message per group
+    else:
+        m.groups.extend(group_result_to_pb(g) for g in r.groups)
+    return m
+
+
+def groups_of(m: pb.RecordResult) -> list[pb.GroupResult]:
+    """A record result's groups, spelt out."""
+    if m.groups_all_applied:
+        return [pb.GroupResult(applied=True, position=m.position)] * m.groups_all_applied
+    return list(m.groups)
 
 
 def result_from_pb(m: pb.RecordResult) -> RecordResult:
+    groups = (tuple(GroupResult(True, False, (), m.position) for _ in range(m.groups_all_applied))
+              if m.groups_all_applied else tuple(group_result_from_pb(g) for g in m.groups))
     return RecordResult(m.request_id, m.log_id, m.position, m.shard, m.digest, m.node_id,
-                        m.applied, m.duplicate, tuple(op_result_from_pb(x) for x in m.results),
-                        tuple(group_result_from_pb(g) for g in m.groups))
+                        m.applied, m.duplicate, tuple(op_result_from_pb(x) for x in m.results), groups)

@@ -62,6 +62,9 @@ class State(Protocol):
     def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
         """An event id's entry in the table of ids seen, if held."""
 
+    def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
+        """The entries held of these event ids (one look-up for all of them)."""
+
     def event_count(self, shard: int, dataset: str) -> int:
         """Event ids of `dataset` held in `shard`."""
 
@@ -241,13 +244,27 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
     new: dict[bytes, Event] = {}  # event ids recorded by this record
     replaced: list[tuple[bytes, int, int]] = []  # entries past the window written over
     groups: list[GroupResult] = []
+    held = state.held_events(rec.shard, rec.dataset, [g.event_id for g in rec.groups if g.event_id])
     for seq, g in enumerate(rec.groups):
+        past = None
         if g.event_id:
-            seen = new.get(g.event_id) or state.event(rec.shard, rec.dataset, g.event_id)
+            past = held.get(g.event_id)
+            seen = new.get(g.event_id) or past
             if seen is not None and ts_ms - seen.ts_ms <= window:
                 f = seen.first
                 groups.append(GroupResult(f.applied, True, f.results, f.position))
                 continue
+        if len(g.ops) == 1 and isinstance(g.ops[0], Put):  # the common case: nothing to read
+            op = g.ops[0]
+            overlay[keys.value_key(rec.shard, rec.dataset, g.partition_key, op.local_key)] = Stored(
+                op.value, version, _ttl_expiry(ts_ms, op.ttl_ms, rec.default_ttl_ms))
+            gr = GroupResult(True, False, (), position)
+            groups.append(gr)
+            if g.event_id:
+                if past is not None and g.event_id not in new:
+                    replaced.append((g.event_id, past.position, past.seq))
+                new[g.event_id] = Event(ts_ms, position, seq, gr)
+            continue
         mine: dict[bytes, Stored | None] = {}
 
         def read(lkey: bytes, pkey: bytes = g.partition_key,
@@ -266,10 +283,8 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
         gr = GroupResult(ok, False, _compact(g.ops, results), position)
         groups.append(gr)
         if ok and g.event_id:  # a group rolled back may be sent again: not recorded
-            if g.event_id not in new:
-                past = state.event(rec.shard, rec.dataset, g.event_id)
-                if past is not None:  # held, but older than the window: written over
-                    replaced.append((g.event_id, past.position, past.seq))
+            if past is not None and g.event_id not in new:  # held, older than the window: written over
+                replaced.append((g.event_id, past.position, past.seq))
             new[g.event_id] = Event(ts_ms, position, seq, gr)
     gone, count = _age_out(state, rec, new, replaced, cap, ts_ms - window)
     digest = next_digest(state.digest(rec.shard), position, overlay)

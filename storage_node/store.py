@@ -70,6 +70,13 @@ class NodeStore:
         b = self._get(keys.event_key(shard, dataset, event_id))
         return decode_event(b) if b is not None else None
 
+    def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
+        if not event_ids:
+            return {}
+        got = self.db.get([keys.event_key(shard, dataset, e) for e in event_ids])  # one multi-get
+        assert got is not None
+        return {e: decode_event(bytes(b)) for e, b in zip(event_ids, got) if b is not None}
+
     def event_count(self, shard: int, dataset: str) -> int:
         b = self._get(keys.event_count_key(shard, dataset))
         return _Q.unpack(b)[0] if b else 0
@@ -181,6 +188,12 @@ class BatchView:
     def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
         k = (shard, dataset, event_id)
         return self.events[k] if k in self.events else self.store.event(shard, dataset, event_id)
+
+    def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
+        mine = {e: self.events[(shard, dataset, e)] for e in event_ids if (shard, dataset, e) in self.events}
+        out = self.store.held_events(shard, dataset, [e for e in event_ids if e not in mine])
+        out.update({e: ev for e, ev in mine.items() if ev is not None})
+        return out
 
     def event_count(self, shard: int, dataset: str) -> int:
         k = (shard, dataset)

@@ -32,6 +32,9 @@ class MemState:
     def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
         return self.events.get((shard, dataset, event_id))
 
+    def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
+        return {e: self.events[(shard, dataset, e)] for e in event_ids if (shard, dataset, e) in self.events}
+
     def event_count(self, shard: int, dataset: str) -> int:
         return sum(1 for (s, d, _) in self.events if (s, d) == (shard, dataset))
 

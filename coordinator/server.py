@@ -218,8 +218,9 @@ class Coordinator:
         check_partition(pkey, "key.partition")
         check_event_id(header.event_id, "header.event_id")
         shard = shard_of(d.id, pkey, self.kv.shards)
+        # A delete waits for its outcome: it says whether there was a key to delete.
         early = (header.first_attempt and bool(header.request_id) and len(ops) == 1
-                 and isinstance(ops[0], (Put, Delete)) and not header.event_id)
+                 and isinstance(ops[0], Put) and not header.event_id)
         if early:
             return self._execute_on_log_ack(d, rid, shard, pkey, ops[0], deadline_s)
         if header.event_id:
@@ -739,11 +740,15 @@ class KVService:
         pkey, lkey = check_key(req.key)
         ed = self._eventual(req.header)
         if ed is not None:
+            # Last writer wins: what a majority held just before, the best an eventual
+            # dataset can say about what was there.
+            before = eventual.winner(self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
+                                                          self._deadline(ctx)))
             self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
-            return pb.DeleteResponse()
+            return pb.DeleteResponse(deleted=int(eventual.live(before, int(time.time() * 1000))))
 
         r = self.c.execute(req.header, pkey, [Delete(lkey)], self._deadline(ctx))
-        return pb.DeleteResponse(position=r.position)
+        return pb.DeleteResponse(position=r.position, deleted=int(bool(r.results and r.results[0].found)))
 
     def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext) -> pb.CheckAndSetResponse:
         pkey, lkey = check_key(req.key)

@@ -42,9 +42,10 @@ class Appended:
 
 
 class LogClient:
-    def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None) -> None:
+    def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None,
+                 own_zk: bool = False) -> None:
         assert zk_hosts or zk
-        self._own_zk = zk is None
+        self._own_zk = zk is None or own_zk  # closed with this client
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method

@@ -49,9 +49,21 @@ class Topology:
         return (i - log_id) % n
 
 
-def connect(hosts: str, timeout_s: float = limits.ZK_SESSION_TIMEOUT_S) -> KazooClient:
+# How long a process waits for ZooKeeper when it connects (a server at start-up).
+CONNECT_TIMEOUT_S = 15.0
+
+
+def connect(hosts: str, timeout_s: float = limits.ZK_SESSION_TIMEOUT_S,
+            connect_timeout_s: float = CONNECT_TIMEOUT_S) -> KazooClient:
+    """A started client; kazoo's timeout error if ZooKeeper does not answer within
+    `connect_timeout_s` (the client is stopped then: no thread keeps retrying)."""
     zk = KazooClient(hosts=hosts, timeout=timeout_s)
-    zk.start(timeout=15)
+    try:
+        zk.start(timeout=connect_timeout_s)
+    except Exception:
+        zk.stop()
+        zk.close()
+        raise
     return zk
 
 

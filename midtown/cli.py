@@ -57,12 +57,7 @@ def _local(a: argparse.Namespace, c: Any) -> str:
 def _log_client(a: argparse.Namespace) -> Any:
     from log.client import LogClient
 
-    try:
-        return LogClient(_zk_hosts(a))
-    except CliError:
-        raise
-    except Exception as e:  # kazoo's timeout when nothing listens
-        raise CliError(f"cannot reach ZooKeeper at {_zk_hosts(a)}: {e}") from None
+    return LogClient(zk=_zk(a), own_zk=True)
 
 
 # ---------------------------------------------------------------- cluster
@@ -171,10 +166,7 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
         ids = [int(x) for x in a.log_servers.split(",")]
     except ValueError:
         raise CliError(f"--log-servers: expected ids like 0,1,2, got {a.log_servers!r}") from None
-    try:
-        zk = zkpaths.connect(_zk_hosts(a))
-    except Exception as e:
-        raise CliError(f"cannot reach ZooKeeper: {e}") from None
+    zk = _zk(a)
     try:
         topo = zkpaths.create_cluster(zk, a.logs, ids)
     except ValueError as e:
@@ -183,7 +175,7 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
         zk.stop()
         zk.close()
 
-    zk2 = zkpaths.connect(_zk_hosts(a))
+    zk2 = _zk(a)
     try:
         kv = registry.create_kv(zk2, a.shards, [int(x) for x in a.storage_nodes.split(",")],
                                 a.kv_logs)
@@ -259,6 +251,20 @@ def _payload(s: str, encoding: str) -> bytes:
     return s.encode()
 
 
+def _value(s: str, encoding: str, name: str) -> bytes:
+    """A value on the command line: `@FILE` reads a file, `-` standard input (for values
+    beyond what a command line holds, ~128 KiB); anything else as `_payload` says."""
+    if s == "-":
+        return sys.stdin.buffer.read()
+    if s.startswith("@"):
+        try:
+            with open(s[1:], "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise CliError(f"{name}: cannot read {s[1:]}: {e.strerror}") from None
+    return _payload(s, encoding)
+
+
 def _show_payload(b: bytes) -> str:
     try:
         s = b.decode()
@@ -284,22 +290,81 @@ def cmd_log_append(a: argparse.Namespace) -> int:
     return 0
 
 
+def describe_entry(payload: bytes) -> dict[str, str]:
+    """What a log entry holds, for people: the operation, the dataset and the keys of a
+    key-value record, or the payload itself (text, or base64) when it is not one."""
+    from storage_node import codec
+    from storage_node.model import Drop, Position
+
+    raw = {"operation": "(raw)", "dataset": "", "keys": _show_payload(payload)}
+    try:
+        rec = codec.record_from_bytes(payload)
+    except Exception:
+        return raw
+    if not rec.ops and not rec.groups:
+        return raw
+    name = rec.dataset.rsplit("#", 1)[0]
+    if rec.groups:
+        keys = [_show_payload(g.partition_key) for g in rec.groups[:3]]
+        more = f" (+{len(rec.groups) - 3})" if len(rec.groups) > 3 else ""
+        return {"operation": f"bulk write, {len(rec.groups)} groups", "dataset": name,
+                "keys": ", ".join(keys) + more}
+    if all(isinstance(o, Position) for o in rec.ops):
+        o = rec.ops[0]
+        assert isinstance(o, Position)
+        return {"operation": "position", "dataset": "", "keys": f"node {o.node_id} at {o.position}"}
+    if all(isinstance(o, Drop) for o in rec.ops):
+        return {"operation": "drop", "dataset": name, "keys": ""}
+    kinds = [type(o).__name__.lower() for o in rec.ops]
+    pk = _show_payload(rec.partition_key)
+    locals_ = [_show_payload(o.local_key) for o in rec.ops if hasattr(o, "local_key")]
+    return {"operation": " + ".join(kinds), "dataset": name,
+            "keys": pk + ("/" + ",".join(locals_) if locals_ else "")}
+
+
 def cmd_log_read(a: argparse.Namespace) -> int:
+    """Committed entries of a log, as records people can read (--json: the raw fields).
+    From before the first position still held (the log was truncated), from the first one."""
+    from log.client import LogError
+
     with _log_client(a) as c:
+        c.check_log(a.log)
+        start = a.from_
+        first = next(r["first"] for r in c.status() if r["log"] == a.log)
+        if start < first:
+            print(f"log {a.log} was truncated below position {first}: reading from {first}",
+                  file=sys.stderr, flush=True)
+            start = first
         rows = []
-        for e in c.read(a.log, a.from_, follow=a.follow, max_entries=a.max, server=a.server):
-            row = {"position": e.position, "timestamp_ms": e.timestamp_ms, "epoch": e.epoch,
-                   "payload": _show_payload(e.payload)}
-            if a.follow:  # stream as they come
+        if a.follow and not a.json:
+            print("\t".join(k.upper() for k in LOG_COLUMNS), flush=True)
+        try:
+            for e in c.read(a.log, start, follow=a.follow, max_entries=a.max, server=a.server):
                 if a.json:
-                    emit(row, True)
+                    row: dict[str, Any] = {"position": e.position, "timestamp_ms": e.timestamp_ms,
+                                           "epoch": e.epoch, "payload": _show_payload(e.payload)}
                 else:
-                    print(f"{e.position}\t{e.timestamp_ms}\t{e.epoch}\t{row['payload']}", flush=True)
-            else:
-                rows.append(row)
+                    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.timestamp_ms / 1000))
+                    row = {"position": e.position, "time": f"{when}.{e.timestamp_ms % 1000:03d}",
+                           "epoch": e.epoch, **describe_entry(e.payload)}
+                if a.follow:  # stream as they come
+                    if a.json:
+                        emit(row, True)
+                    else:
+                        print("\t".join(str(row[k]) for k in LOG_COLUMNS), flush=True)
+                else:
+                    rows.append(row)
+        except LogError as e:
+            if e.code.name != "OUT_OF_RANGE":
+                raise
+            raise CliError(f"log {a.log} was truncated while it was read ({e.message}); "
+                           "read it again") from None
         if not a.follow:
-            emit(rows, a.json, ["position", "timestamp_ms", "epoch", "payload"])
+            emit(rows, a.json, LOG_COLUMNS)
     return 0
+
+
+LOG_COLUMNS = ["position", "time", "epoch", "operation", "dataset", "keys"]
 
 
 def cmd_log_status(a: argparse.Namespace) -> int:
@@ -336,13 +401,16 @@ def parse_duration_ms(s: str, name: str) -> int:
 
 
 def _zk(a: argparse.Namespace) -> Any:
+    """A ZooKeeper client, or a one-line error naming the address within --timeout."""
     from log import zk as zkpaths
 
     hosts = _zk_hosts(a)
+    wait = float(getattr(a, "timeout", 10.0) or 10.0)
     try:
-        return zkpaths.connect(hosts)
-    except Exception as e:
-        raise CliError(f"cannot reach ZooKeeper at {hosts}: {e}") from None
+        return zkpaths.connect(hosts, connect_timeout_s=wait)
+    except Exception:
+        raise CliError(f"cannot reach ZooKeeper at {hosts} within {wait:g}s (--zk, --dir or "
+                       "$MIDTOWN_ZK name it)") from None
 
 
 def cmd_user(a: argparse.Namespace) -> int:
@@ -494,16 +562,18 @@ def cmd_data(a: argparse.Namespace) -> int:
                      ["local_key", "value", "version", "expires_at_ms"])
             elif a.group == "put":
                 ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
-                ver = c.put(a.dataset, p, lk, _payload(a.value, enc), ttl_ms=ttl)
+                ver = c.put(a.dataset, p, lk, _value(a.value, enc, "VALUE"), ttl_ms=ttl)
                 emit({"version": ver}, a.json)
             elif a.group == "delete":
-                c.delete(a.dataset, p, lk)
-                emit({"deleted": True}, a.json)
+                n = c.delete(a.dataset, p, lk)
+                emit({"deleted": n}, a.json)
+                if not n and not a.json:
+                    print("(nothing deleted: no such key)")
             elif a.group == "cas":
                 if a.expect is None and not a.expect_absent and not a.expect_version:
                     raise CliError("cas: give --expect VALUE, --expect-absent or --expect-version N")
-                r = c.cas(a.dataset, p, lk, _payload(a.new or "", enc),
-                          expected=_payload(a.expect, enc) if a.expect is not None else None,
+                r = c.cas(a.dataset, p, lk, _value(a.new or "", enc, "--new"),
+                          expected=_value(a.expect, enc, "--expect") if a.expect is not None else None,
                           expect_absent=a.expect_absent, expected_version=a.expect_version,
                           delete=a.delete)
                 cur = r.current
@@ -645,6 +715,18 @@ def _size(name: str):  # type: ignore[no-untyped-def]
     return conv
 
 
+def _positive(name: str):  # type: ignore[no-untyped-def]
+    def conv(s: str) -> float:
+        try:
+            v = float(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {s!r} is not a number of seconds") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{name}: must be above 0")
+        return v
+    return conv
+
+
 def _nonneg(name: str):  # type: ignore[no-untyped-def]
     def conv(s: str) -> int:
         try:
@@ -659,12 +741,15 @@ def _nonneg(name: str):  # type: ignore[no-untyped-def]
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="midtown", description="Midtown key-value store")
+    p.add_argument("--version", action="version", version=f"midtown {version()}")
     sub = p.add_subparsers(dest="group", required=True)
 
-    def common(sp: argparse.ArgumentParser, dir_required: bool = False) -> None:
+    def common(sp: argparse.ArgumentParser, dir_required: bool = False, timeout_s: float = 10.0) -> None:
         sp.add_argument("--dir", required=dir_required, help="a local cluster's directory")
         sp.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
         sp.add_argument("--json", action="store_true", help="print JSON")
+        sp.add_argument("--timeout", type=_positive("--timeout"), default=timeout_s,
+                        help="seconds to wait for the cluster (default %(default)s)")
 
     cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster")
     cls = cl.add_subparsers(dest="cmd", required=True)
@@ -714,8 +799,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("log", type=_nonneg("LOG"))
     ap.add_argument("data", nargs="+", metavar="DATA")
     ap.add_argument("--encoding", choices=["utf8", "base64"], default="utf8")
-    ap.add_argument("--timeout", type=float, default=30.0)
-    common(ap)
+    common(ap, timeout_s=30.0)
     ap.set_defaults(fn=cmd_log_append)
     rd = lgs.add_parser("read", help="read committed entries")
     rd.add_argument("log", type=_nonneg("LOG"))
@@ -801,7 +885,6 @@ def parser() -> argparse.ArgumentParser:
                                         "(default: $MIDTOWN_TOKEN)")
         sp.add_argument("--tls-ca", help="call over TLS, trusting this CA's PEM file "
                                          "(default: $MIDTOWN_TLS_CA; none: plaintext)")
-        sp.add_argument("--timeout", type=float, default=10.0, help="deadline, seconds")
         sp.add_argument("--encoding", choices=["utf8", "base64"], default="utf8",
                         help="how keys and values are written on the command line")
         common(sp)
@@ -811,7 +894,7 @@ def parser() -> argparse.ArgumentParser:
     g = data("get", "read a value", "optional")
     g.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
     pt = data("put", "write a value")
-    pt.add_argument("value")
+    pt.add_argument("value", help="the value; @FILE reads a file, - standard input (up to ~960 KiB)")
     pt.add_argument("--ttl", help="expire after (30s, 5m, 2h, 7d)")
     data("delete", "delete a value", "optional")
     cs = data("cas", "check-and-set")
@@ -877,25 +960,47 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as package_version
+
+    try:
+        return package_version("midtown")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    p = parser()
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        p.print_help()
+        return 0
+    a = p.parse_args(args)
     import logging
 
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # reconnect chatter on exit
     from log.client import LogError
+    from midtown.errors import MidtownError
 
     try:
         return int(a.fn(a))
     except CliError as e:
         print(f"midtown: {e}", file=sys.stderr)
         return 2
-    except LogError as e:
-        print(f"midtown: {e}", file=sys.stderr)
+    except (LogError, MidtownError) as e:
+        print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:  # never a traceback: one line, and where to look
+        print(f"midtown: unexpected error: {type(e).__name__}: {e} (run with MIDTOWN_DEBUG=1 for "
+              "the traceback)", file=sys.stderr)
+        if os.environ.get("MIDTOWN_DEBUG"):
+            raise
+        return 1
 
 
 if __name__ == "__main__":

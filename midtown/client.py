@@ -35,8 +35,42 @@ RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
-def _b(k: Key) -> bytes:
-    return k.encode() if isinstance(k, str) else bytes(k)
+def _b(k: Key, field: str = "key") -> bytes:
+    """A key (or an id) as bytes; a wrong type is InvalidArgument naming the field."""
+    if isinstance(k, str):
+        return k.encode()
+    if isinstance(k, bytes | bytearray | memoryview):
+        return bytes(k)
+    raise errors.InvalidArgument(f"{field}: expected str or bytes, got {type(k).__name__}")
+
+
+def _value(v: object, field: str) -> bytes:
+    if isinstance(v, bytes | bytearray | memoryview):
+        return bytes(v)
+    raise errors.InvalidArgument(f"{field}: expected bytes, got {type(v).__name__}"
+                                 + (" (encode it: .encode())" if isinstance(v, str) else ""))
+
+
+U64_MAX = 2**64 - 1
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+def _int(n: object, field: str, lo: int, hi: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise errors.InvalidArgument(f"{field}: expected a whole number, got {n!r}")
+    if not lo <= n <= hi:
+        raise errors.InvalidArgument(f"{field}: {n} is out of range ({lo}..{hi})")
+    return n
+
+
+def _key(partition: Key, local: Key) -> pb.Key:
+    return pb.Key(partition=_b(partition, "partition"), local=_b(local, "local"))
+
+
+def _consistency(c: str) -> Any:
+    if c not in ("strong", "eventual"):
+        raise errors.InvalidArgument(f"consistency: {c!r}; choose 'strong' or 'eventual'")
+    return pb.EVENTUAL if c == "eventual" else pb.STRONG
 
 
 @dataclass(frozen=True)
@@ -85,25 +119,29 @@ class Op:
 
     @staticmethod
     def put(partition: Key, local: Key, value: bytes, ttl_ms: int = 0) -> Op:
-        return Op("put", _b(partition), _b(local), value=value, ttl_ms=ttl_ms)
+        return Op("put", _b(partition, "partition"), _b(local, "local"), value=_value(value, "value"),
+                  ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX))
 
     @staticmethod
     def delete(partition: Key, local: Key) -> Op:
-        return Op("delete", _b(partition), _b(local))
+        return Op("delete", _b(partition, "partition"), _b(local, "local"))
 
     @staticmethod
     def cas(partition: Key, local: Key, new_value: bytes, expected: bytes | None = None,
             expect_absent: bool = False, expected_version: int = 0) -> Op:
-        return Op("cas", _b(partition), _b(local), value=new_value, expected=expected,
-                  expect_absent=expect_absent, expected_version=expected_version)
+        return Op("cas", _b(partition, "partition"), _b(local, "local"), value=_value(new_value, "new_value"),
+                  expected=None if expected is None else _value(expected, "expected"),
+                  expect_absent=expect_absent,
+                  expected_version=_int(expected_version, "expected_version", 0, U64_MAX))
 
     @staticmethod
     def incr(partition: Key, local: Key, delta: int = 1) -> Op:
-        return Op("incr", _b(partition), _b(local), delta=delta)
+        return Op("incr", _b(partition, "partition"), _b(local, "local"),
+                  delta=_int(delta, "delta", I64_MIN, I64_MAX))
 
     @staticmethod
     def get(partition: Key, local: Key) -> Op:
-        return Op("get", _b(partition), _b(local))
+        return Op("get", _b(partition, "partition"), _b(local, "local"))
 
     def to_pb(self) -> pb.Op:
         if self.kind == "put":
@@ -226,10 +264,19 @@ class Client:
 
         with self._lock:
             if self._zk is None:
-                self._zk = zkpaths.connect(self._zk_hosts)  # type: ignore[arg-type]
+                wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)
+                try:
+                    self._zk = zkpaths.connect(self._zk_hosts, connect_timeout_s=wait)  # type: ignore[arg-type]
+                except Exception:
+                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self._zk_hosts} within "
+                                             f"{wait:g}s") from None
             at, found = self._found
         if refresh or not found or time.monotonic() - at > DISCOVERY_TTL_S:
-            found = list(registry.members(self._zk, registry.COORDINATORS).values())
+            try:
+                found = list(registry.members(self._zk, registry.COORDINATORS).values())
+            except Exception as e:  # the session is being re-established: a retryable error
+                raise errors.Unavailable(f"ZooKeeper at {self._zk_hosts} did not answer "
+                                         f"({type(e).__name__}); retry") from None
             with self._lock:
                 self._found = (time.monotonic(), found)
         if not found:
@@ -248,6 +295,8 @@ class Client:
 
     def _call(self, method: str, req: Any, timeout: float | None) -> Any:
         """Call with retries under one deadline; the request id stays the same."""
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise errors.InvalidArgument(f"timeout: {timeout!r}, must be a number of seconds above 0")
         deadline = time.monotonic() + (timeout or self.timeout)
         addrs = self.coordinators()
         addr = random.choice(addrs)
@@ -275,17 +324,21 @@ class Client:
     @staticmethod
     def _header(dataset: str, request_id: bytes | None,
                 event_id: bytes | str | None = None) -> pb.RequestHeader:
+        if not isinstance(dataset, str):
+            raise errors.InvalidArgument(f"dataset: expected a name (str), got {type(dataset).__name__}")
+        if request_id is not None:
+            request_id = _value(request_id, "request_id")
         # An id we make up now has never been seen: say so (puts and deletes answer sooner).
         return pb.RequestHeader(dataset=dataset, request_id=request_id or uuid.uuid4().bytes,
                                 first_attempt=request_id is None,
-                                event_id=_b(event_id) if event_id is not None else b"")
+                                event_id=_b(event_id, "event_id") if event_id is not None else b"")
 
     # ------------------------------------------------------------ operations
     def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
             timeout: float | None = None) -> Value | None:
         r = self._call("Get", pb.GetRequest(
-            header=self._header(dataset, None), key=pb.Key(partition=_b(partition), local=_b(local)),
-            consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG), timeout)
+            header=self._header(dataset, None), key=_key(partition, local),
+            consistency=_consistency(consistency)), timeout)
         return Value.of(r.value) if r.found else None
 
     def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
@@ -295,26 +348,31 @@ class Client:
         the dataset's dedup window; a repeat returns the first put's version."""
         r = self._call("Put", pb.PutRequest(
             header=self._header(dataset, request_id, event_id),
-            key=pb.Key(partition=_b(partition), local=_b(local)), value=value, ttl_ms=ttl_ms), timeout)
+            key=_key(partition, local), value=_value(value, "value"),
+            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout)
         return int(r.version)
 
     def delete(self, dataset: str, partition: Key, local: Key = b"", *,
-               request_id: bytes | None = None, timeout: float | None = None) -> None:
-        self._call("Delete", pb.DeleteRequest(
-            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local))),
+               request_id: bytes | None = None, timeout: float | None = None) -> int:
+        """Returns how many keys were deleted: 1, or 0 when there was none."""
+        r = self._call("Delete", pb.DeleteRequest(
+            header=self._header(dataset, request_id), key=_key(partition, local)),
             timeout)
+        return int(r.deleted)
 
     def cas(self, dataset: str, partition: Key, local: Key, new_value: bytes = b"", *,
             expected: bytes | None = None, expect_absent: bool = False, expected_version: int = 0,
             delete: bool = False, ttl_ms: int = 0, request_id: bytes | None = None,
             timeout: float | None = None) -> CasResult:
         req = pb.CheckAndSetRequest(
-            header=self._header(dataset, request_id), key=pb.Key(partition=_b(partition), local=_b(local)),
-            expected_version=expected_version, new_value=new_value, delete=delete, ttl_ms=ttl_ms)
+            header=self._header(dataset, request_id), key=_key(partition, local),
+            expected_version=_int(expected_version, "expected_version", 0, U64_MAX),
+            new_value=_value(new_value, "new_value"), delete=bool(delete),
+            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX))
         if expect_absent:
             req.expect_absent = True
         elif expected is not None:
-            req.expected_value = expected
+            req.expected_value = _value(expected, "expected")
         r = self._call("CheckAndSet", req, timeout)
         return CasResult(r.succeeded, Value.of(r.current) if r.HasField("current") else None, r.version)
 
@@ -325,7 +383,8 @@ class Client:
         the dataset's dedup window; a repeat returns the value the first one produced."""
         r = self._call("Increment", pb.IncrementRequest(
             header=self._header(dataset, request_id, event_id),
-            key=pb.Key(partition=_b(partition), local=_b(local)), delta=delta, ttl_ms=ttl_ms), timeout)
+            key=_key(partition, local), delta=_int(delta, "delta", I64_MIN, I64_MAX),
+            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout)
         return int(r.value)
 
     def batch(self, dataset: str, ops: list[Op], *, request_id: bytes | None = None,
@@ -407,9 +466,9 @@ class Client:
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
              limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:
         r = self._call("Scan", pb.ScanRequest(
-            header=self._header(dataset, None), partition_key=_b(partition), start=_b(start),
-            end=_b(end), limit=limit,
-            consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG), timeout)
+            header=self._header(dataset, None), partition_key=_b(partition, "partition"),
+            start=_b(start, "start"), end=_b(end, "end"), limit=_int(limit, "limit", 1, 2**32 - 1),
+            consistency=_consistency(consistency)), timeout)
         return ScanPage([Item(i.local_key, Value.of(i.value)) for i in r.items], r.next)
 
     def scan_all(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 def mt(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """`midtown ARGS` as a user runs it (no arguments: the bare command)."""
     p = subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True, text=True,
                        timeout=120, env={**os.environ, **(env or {})})
     if check and p.returncode != 0:
@@ -45,7 +46,8 @@ def test_cluster_and_log_commands(tmp_path: Path) -> None:
         assert [(x["position"], x["payload"]) for x in rows] == [(0, "hello"), (1, "world"), (2, "again")]
         assert all(x["epoch"] >= 1 and x["timestamp_ms"] > 0 for x in rows)
         table = mt("log", "read", "3", "--dir", d).stdout
-        assert table.splitlines()[0].split() == ["POSITION", "TIMESTAMP_MS", "EPOCH", "PAYLOAD"]
+        assert table.splitlines()[0].split() == ["POSITION", "TIME", "EPOCH", "OPERATION", "DATASET", "KEYS"]
+        assert "(raw)" in table and "hello" in table
 
         st = json.loads(mt("log", "status", "--dir", d, "--json").stdout)
         assert len(st) == 16
@@ -54,8 +56,10 @@ def test_cluster_and_log_commands(tmp_path: Path) -> None:
 
         t = json.loads(mt("log", "truncate", "3", "--before", "2", "--dir", d, "--json").stdout)
         assert t["first_position"] == 2
-        bad = mt("log", "read", "3", "--from", "0", "--dir", d, check=False)
-        assert bad.returncode == 1 and "first available position is 2" in bad.stderr
+        # From before the first position held: from the first one, saying so.
+        after = mt("log", "read", "3", "--from", "0", "--dir", d, "--json")
+        assert [x["position"] for x in json.loads(after.stdout)] == [2]
+        assert "truncated below position 2: reading from 2" in after.stderr
 
         # Bad input: a message naming the field, never a traceback.
         for args, needle in [
@@ -159,3 +163,48 @@ def test_a_supervised_cluster_restarts_what_dies(tmp_path: Path) -> None:
     assert not pid_alive(supervisor)
     assert not any(pid_alive(p["pid"]) for p in json.loads(mt("cluster", "status", "--dir", d,
                                                              "--json").stdout) if p["pid"])
+
+
+def test_no_command_ends_in_a_traceback_and_zookeeper_errors_come_within_the_timeout(tmp_path: Path) -> None:
+    assert "usage: midtown" in mt().stdout  # no arguments: the help
+    assert mt("--version").stdout.startswith("midtown ")
+    for args in (["log", "status"], ["log", "read", "0"], ["node", "status"], ["dataset", "list"],
+                 ["get", "ds", "k", "l"], ["put", "ds", "k", "l", "v"], ["user", "list"],
+                 ["dataset", "describe", "x"]):
+        t0 = time.monotonic()
+        p = mt(*args, "--zk", "127.0.0.1:1", "--timeout", "2", check=False)
+        took = time.monotonic() - t0
+        assert p.returncode != 0 and "Traceback" not in p.stderr, (args, p.stderr)
+        assert "127.0.0.1:1" in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+        assert took < 10, (args, took)
+
+
+def test_values_from_files_and_stdin_deletes_counted_and_the_log_readable(tmp_path: Path) -> None:
+    d = str(tmp_path / "v")
+    mt("cluster", "up", "--dir", d, "--detach")
+    try:
+        mt("dataset", "create", "files", "--dir", d)
+        big = os.urandom(300 * 1024)  # beyond what one command-line argument can hold
+        (tmp_path / "big.bin").write_bytes(big)
+        mt("put", "files", "p", "big", f"@{tmp_path / 'big.bin'}", "--dir", d)
+        p = subprocess.run([sys.executable, "-m", "midtown", "put", "files", "p", "in", "-", "--dir", d],
+                           input=b"from stdin", capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        from midtown import Client
+        from midtown.cluster import Cluster
+
+        c = Cluster.load(Path(d))
+        with Client(c.coordinator_addrs) as db:
+            assert db.get("files", "p", "big").value == big  # type: ignore[union-attr]
+            assert db.get("files", "p", "in").value == b"from stdin"  # type: ignore[union-attr]
+            assert db.delete("files", "p", "in") == 1
+            assert db.delete("files", "p", "in") == 0
+        gone = mt("delete", "files", "p", "nothing", "--dir", d)
+        assert "nothing deleted" in gone.stdout
+        assert json.loads(mt("delete", "files", "p", "big", "--dir", d, "--json").stdout) == {"deleted": 1}
+        missing = mt("put", "files", "p", "x", "@/nonexistent", "--dir", d, check=False)
+        assert missing.returncode == 2 and "VALUE" in missing.stderr
+        log = mt("log", "read", "0", "--dir", d).stdout
+        assert "put" in log and "files" in log and "p/big" in log
+    finally:
+        mt("cluster", "down", "--dir", d)

@@ -1,0 +1,61 @@
+"""Bad arguments to the SDK are InvalidArgument naming the field, before any call is made
+(no cluster here: the address refuses connections)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from midtown import Client, InvalidArgument, MidtownError, Op, Write
+
+CASES: list[tuple[str, Any, str]] = [
+    ("put ttl", lambda c: c.put("d", "p", "l", b"v", ttl_ms=-5), "ttl_ms"),
+    ("put value", lambda c: c.put("d", "p", "l", "text"), "value"),
+    ("put key", lambda c: c.put("d", 42, "l", b"v"), "partition"),
+    ("local key", lambda c: c.get("d", "p", 3.5), "local"),
+    ("incr delta", lambda c: c.incr("d", "p", "l", 2**64), "delta"),
+    ("incr ttl", lambda c: c.incr("d", "p", "l", 1, ttl_ms=-1), "ttl_ms"),
+    ("cas version", lambda c: c.cas("d", "p", "l", b"v", expected_version=-1), "expected_version"),
+    ("cas expected", lambda c: c.cas("d", "p", "l", b"v", expected="x"), "expected"),
+    ("scan limit", lambda c: c.scan("d", "p", limit=0), "limit"),
+    ("consistency", lambda c: c.get("d", "p", "l", consistency="weak"), "consistency"),
+    ("timeout", lambda c: c.get("d", "p", "l", timeout=-1), "timeout"),
+    ("dataset", lambda c: c.get(7, "p", "l"), "dataset"),
+    ("request id", lambda c: c.put("d", "p", "l", b"v", request_id="x"), "request_id"),
+    ("event id", lambda c: c.put("d", "p", "l", b"v", event_id=5), "event_id"),
+    ("batch op", lambda c: c.batch("d", [Op.put("p", "l", b"v", ttl_ms=-2)]), "ttl_ms"),
+    ("bulk write", lambda c: c.write_many("d", [Write.incr("p", "l", "one")]), "delta"),
+    ("bulk empty", lambda c: c.write_many("d", []), "writes"),
+    ("shard", lambda c: c.scan_shard("d", -1), "shard"),
+]
+
+
+@pytest.mark.parametrize("name,call,field", CASES, ids=[c[0] for c in CASES])
+def test_bad_arguments_name_their_field(name: str, call: Any, field: str) -> None:
+    with Client("127.0.0.1:1", timeout=1, retries=0) as c, pytest.raises(InvalidArgument) as ei:
+        call(c)
+    assert ei.value.message.startswith(field), ei.value.message
+
+
+ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=5),
+                st.binary(max_size=5), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(partition=ANY, local=ANY, value=ANY, ttl=ANY, delta=ANY)
+def test_any_argument_is_a_clear_error_or_a_call(partition: Any, local: Any, value: Any, ttl: Any,
+                                                 delta: Any) -> None:
+    """Whatever is passed, the SDK raises one of its own errors (a bad argument names its
+    field), never a TypeError or a protobuf ValueError from deep inside."""
+    with Client("127.0.0.1:1", timeout=0.5, retries=0) as c:
+        for call in (lambda: c.put("d", partition, local, value, ttl_ms=ttl),
+                     lambda: c.incr("d", partition, local, delta, ttl_ms=ttl)):
+            try:
+                call()
+            except InvalidArgument as e:
+                assert e.message.split(":")[0] in ("partition", "local", "value", "ttl_ms", "delta")
+            except MidtownError:
+                pass  # a well-formed call to an address where nothing listens

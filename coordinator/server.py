@@ -25,7 +25,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
-from prometheus_client import Counter, start_http_server
+from prometheus_client import Counter, Histogram
 
 from coordinator import acl, bulk, eventual, limits, quotas
 from coordinator.appender import Appender, Placed
@@ -42,7 +42,8 @@ from midtown import inprocess, registry
 from midtown.process import Part, serve_all, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from runtime import transport
+from runtime import metrics, transport
+from runtime.health import serve_health
 from runtime.transport import GRPC_OPTIONS
 from storage_node import codec
 from storage_node.model import (
@@ -79,6 +80,8 @@ REFUSED_ANSWERS = Counter(
     "Answers delivered to the callback service that match no record this coordinator sent "
     "(or come from no member storage node): dropped")
 REQUESTS = Counter("midtown_kv_requests_total", "KV requests by method and status", ["method", "code"])
+LATENCY = Histogram("midtown_kv_request_seconds", "KV request latency, by method", ["method"],
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 Code = grpc.StatusCode
 
 
@@ -126,12 +129,21 @@ class Coordinator:
         self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.users = UserCache(self.zk)
+        self.stopped = threading.Event()
 
     def start(self) -> None:
         self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
 
     def stop(self) -> None:
+        self.stopped.set()
         self.membership.stop()
+
+    def ready(self) -> bool:
+        """Serving: a live ZooKeeper session (datasets, users and members are looked up
+        there), registered under it."""
+        if self.zk.state != "CONNECTED" or not hasattr(self, "membership"):
+            return False
+        return self.zk.exists(self.membership.path) is not None
 
     # ---------------------------------------------------------------- plumbing
     def appender(self, log_id: int) -> Appender:
@@ -892,6 +904,10 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
     def wrap(cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any],
              stream: bool = False) -> grpc.RpcMethodHandler:
         def handler(raw: bytes, ctx: grpc.ServicerContext) -> Any:
+            with LATENCY.labels(method=fn.__name__).time():
+                return handle(raw, ctx)
+
+        def handle(raw: bytes, ctx: grpc.ServicerContext) -> Any:
             try:
                 req = cls.FromString(raw)
             except DecodeError:
@@ -983,9 +999,11 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     c.client_rate_limit = client_rate_limit
     kv, cb = _handlers(c)
     internal.add_generic_rpc_handlers([cb])
+    serve_health(internal, ["midtown.kv.v1.Callback"], c.ready, c.stopped)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
     server.add_generic_rpc_handlers([kv])
+    serve_health(server, ["midtown.kv.v1.KV"], c.ready, c.stopped)
     transport.listen(server, listen, internal=False)
     return Built(server, internal, c, callback_addr)
 
@@ -1006,7 +1024,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     creds = transport.use_flags(ap, a)
     if a.metrics_port:
-        start_http_server(a.metrics_port, addr=a.host)
+        metrics.serve(a.metrics_port, a.host)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s coordinator-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)

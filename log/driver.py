@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from log import limits
+from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, EPOCH
 from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ class WriterDriver:
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
         core = self.core
+        EPOCH.labels(log=str(self.log_id)).set(core.epoch)
         core.start(self._now_ms())
         self._flush()
         next_tick = time.monotonic() + TICK_S
@@ -126,6 +128,7 @@ class WriterDriver:
                 if self._waiting or core.inflight():
                     lac_due = float("inf")  # the next AddEntries carries the LAC
                 self._flush()
+                COMMIT_LAG.labels(log=str(self.log_id)).set(core.inflight())
                 if core.lac != lac0:
                     self.node.notify(self.log_id)
                     if lac_due == float("inf"):
@@ -141,6 +144,8 @@ class WriterDriver:
                 self._done(fut)
                 fut.set_exception(WriterFailed(core.failure))
             self._drain_inbox_failing()
+            EPOCH.labels(log=str(self.log_id)).set(0)
+            COMMIT_LAG.labels(log=str(self.log_id)).set(0)
             log.info("writer for log %d epoch %d stopped: %s", self.log_id, core.epoch, core.failure)
 
     def _drain_inbox_failing(self) -> None:
@@ -172,6 +177,7 @@ class WriterDriver:
             batch.append((fut, payloads))
             n += len(payloads)
         if batch:
+            APPEND_BATCH.observe(n)
             self.core.append_many(batch, self._now_ms())  # type: ignore[arg-type]
 
     def _flush(self) -> None:
@@ -194,6 +200,7 @@ class WriterDriver:
                         o.token.set_exception(WriterFailed("ZooKeeper session suspended"))
                         self.core.fail("ZooKeeper session suspended")
                     else:
+                        APPENDS.labels(log=str(self.log_id)).inc(o.count)
                         o.token.set_result(
                             AppendResult(o.first_position, o.count, o.timestamp_ms, o.epoch)
                         )

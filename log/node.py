@@ -126,6 +126,13 @@ class Node:
     def zk_ok(self) -> bool:
         return self._zk_ok.is_set()
 
+    def ready(self) -> bool:
+        """Serving: started, with a live ZooKeeper session, registered under it."""
+        if not self.zk_ok() or not hasattr(self, "membership"):
+            return False
+        stat = self.zk.exists(self.membership.path)
+        return stat is not None and stat.ephemeralOwner == self.zk.client_id[0]
+
     def _on_zk_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
             self._zk_ok.set()  # registering again is the membership's job

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from log.entry import Entry
+from log.metrics import FSYNC
 from log.store import Batch, ReplicaLogMeta, SegmentMeta
 
 _E = struct.Struct(">cIQQ")
@@ -47,7 +48,8 @@ class SyncedDb:
         """Atomic; durable on return when `sync` (otherwise once `sync()` has run)."""
         self.db.write(wb, self._nosync)
         if sync:
-            self.db.flush_wal(True)
+            with FSYNC.time():
+                self.db.flush_wal(True)
 
     def sync(self) -> None:
         """Every write made before this call is durable when it returns."""

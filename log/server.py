@@ -23,7 +23,8 @@ from log.entry import validate_batch
 from log.node import Node, Unavailable
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import log_pb2 as pb
-from runtime import transport
+from runtime import metrics, transport
+from runtime.health import serve_health
 
 log = logging.getLogger("midtown.log.server")
 
@@ -266,8 +267,17 @@ def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "
     listen = f"{host}:{port}"
     addr = advertise or listen
     server, node = build(server_id, addr, zk_hosts, data_dir)
+    add_health(server, node)
     serve_until_signal(server, listen, f"log server {server_id} ready on {addr}", node.start,
                        node.stop, grace_s=2.0)
+
+
+SERVICES = ["midtown.log.v1.Log", "midtown.log.v1.Replica"]
+
+
+def add_health(server: grpc.Server, node: Node) -> None:
+    """Health (SERVING once registered with a live ZooKeeper session) and reflection."""
+    serve_health(server, SERVICES, node.ready, node._stop)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -279,9 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on")
     ap.add_argument("--advertise", help="HOST:PORT peers and clients use (default: --host:--port)")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     transport.add_flags(ap)
     a = ap.parse_args(argv)
     transport.use_flags(ap, a)
+    metrics.serve(a.metrics_port, a.host)
     logging.basicConfig(
         level=a.log_level, format=f"%(asctime)s log-server-{a.id} %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,

@@ -207,7 +207,7 @@ def cmd_cluster_down(a: argparse.Namespace) -> int:
 
 def cmd_cluster_status(a: argparse.Namespace) -> int:
     c = _load_cluster(a.dir)
-    emit(c.status(), a.json, ["name", "kind", "addr", "pid", "state", "restarts"])
+    emit(c.status(), a.json, ["name", "kind", "addr", "pid", "state", "restarts", "metrics"])
     return 0
 
 

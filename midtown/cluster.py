@@ -184,12 +184,14 @@ class Cluster:
                                                log_port=next(ports), storage_port=next(ports),
                                                metrics_port=next(ports))
             return
-        ports = iter(free_ports(1 + LOG_SERVERS + self.storage_nodes + 2 * self.coordinators))
+        ports = iter(free_ports(1 + 2 * (LOG_SERVERS + self.storage_nodes + self.coordinators)))
         self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
         for i in range(LOG_SERVERS):
-            self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i)
+            self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i,
+                                          metrics_port=next(ports))
         for i in range(self.storage_nodes):
-            self.procs[f"storage-{i}"] = Proc(f"storage-{i}", "storage-node", next(ports), server_id=i)
+            self.procs[f"storage-{i}"] = Proc(f"storage-{i}", "storage-node", next(ports), server_id=i,
+                                              metrics_port=next(ports))
         for i in range(self.coordinators):
             self.procs[f"coordinator-{i}"] = Proc(f"coordinator-{i}", "coordinator", next(ports),
                                                   server_id=i, metrics_port=next(ports))
@@ -251,10 +253,12 @@ class Cluster:
         p = self.procs[name]
         if p.kind == "log-server":
             return [sys.executable, "-m", "log.server", "--id", str(p.server_id), "--port",
-                    str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name)]
+                    str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name),
+                    "--metrics-port", str(p.metrics_port)]
         if p.kind == "storage-node":
             return [sys.executable, "-m", "storage_node.server", "--id", str(p.server_id), "--port",
-                    str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name)]
+                    str(p.port), "--zk", self.zk_hosts, "--data", str(self.dir / p.name),
+                    "--metrics-port", str(p.metrics_port)]
         if p.kind == "coordinator":
             return [sys.executable, "-m", "coordinator.server", "--id", str(p.server_id), "--port",
                     str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port)]
@@ -394,5 +398,7 @@ class Cluster:
                 addr = f"{p.addr} (coordinator), :{p.log_port} (log), :{p.storage_port} (storage)"
             state = "running" if up else (p.state if p.state in ("restarting", "exited") else "stopped")
             rows.append({"name": p.name, "kind": p.kind, "addr": addr, "pid": p.pid or None,
-                         "state": state, "restarts": p.restarts, "last_exit": p.last_exit})
+                         "state": state, "restarts": p.restarts, "last_exit": p.last_exit,
+                         "metrics": f"http://{p.host}:{p.metrics_port}/metrics" if p.metrics_port
+                         else None})
         return rows

@@ -17,14 +17,12 @@ import logging
 import os
 import sys
 
-from prometheus_client import start_http_server
-
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from log import server as log_server
 from midtown import inprocess
 from midtown.process import Part, serve_all, tune_runtime
-from runtime import transport
+from runtime import metrics, transport
 from storage_node import server as storage_server
 
 
@@ -49,14 +47,16 @@ def main(argv: list[str] | None = None) -> None:
                         format=f"%(asctime)s host-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     if a.metrics_port:
-        start_http_server(a.metrics_port, addr=a.host)
+        metrics.serve(a.metrics_port, a.host)
     tune_runtime()
     name = a.advertise or a.host
     log_addr, storage_addr, coord_addr = (f"{name}:{port}" for port in
                                           (a.log_port, a.storage_port, a.coordinator_port))
     ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
+    log_server.add_health(ls, node)
     inprocess.register(log_addr, node)
     ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"))
+    storage_server.add_health(ss, storage)
     inprocess.register(storage_addr, storage)
     b = coordinator_server.build(a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}",
                                  a.client_rate_limit)

@@ -32,6 +32,7 @@ from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
 from storage_node.lww import LwwReplica
+from storage_node.metrics import APPLIED, DIVERGED, EVENT_IDS, LAG, POSITION
 from storage_node.model import Drop, Position, Record, RecordResult
 from storage_node.store import BatchView, NodeStore
 from storage_node.truncation import needs_publish, truncation_point
@@ -53,6 +54,10 @@ ANTI_ENTROPY_S = 60.0
 DROP_DELAY_S = 60.0
 # Eventual values one LwwRead scan or LwwRange page returns at most.
 LWW_PAGE_MAX = 10_000
+# Health: a node more than this many entries behind a log's writer is still catching up
+# (NOT_SERVING); its lag is measured every LAG_INTERVAL_S.
+HEALTH_LAG_MAX = 1_000
+LAG_INTERVAL_S = 2.0
 # Entries applied and written together at most.
 APPLY_BATCH_ENTRIES_MAX = 5_000
 # A shard scan copies one dataset's rows of one shard while no batch commits (rocksdict
@@ -85,6 +90,7 @@ class StorageNode:
         }
         self.cond = threading.Condition()
         self.commit_lock = threading.Lock()
+        self.lag: dict[int, int] = {}  # log -> entries behind its writer, last measured
         self._stop = threading.Event()
         self.member_positions: dict[tuple[int, int], int] = self.store.member_positions()
         self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
@@ -124,6 +130,7 @@ class StorageNode:
         loops.every("anti-entropy", self.anti_entropy_s, self._anti_entropy_pass, self._stop,
                     first_at_once=self._refill)  # eventual values dropped at start: at once
         loops.every("usage", self.usage_interval_s, self._usage_round, self._stop, first_at_once=True)
+        loops.every("lag", LAG_INTERVAL_S, self._measure, self._stop, first_at_once=True)
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             loops.forever(f"tail-{log_id}", functools.partial(self._tail, log_id), self._stop)
         self.membership = registry.register(self.zk, registry.STORAGE_NODES, self.node_id, self.addr)
@@ -288,6 +295,8 @@ class StorageNode:
                     elif self.answers_for(rec.shard):
                         out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
+            APPLIED.labels(log=str(log_id)).inc(len(entries))
+            POSITION.labels(log=str(log_id)).set(entries[-1].position + 1)
         if not new:
             return
         self._reclaim(view, new)
@@ -368,6 +377,40 @@ class StorageNode:
                     self.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
         except Exception as e:  # ZooKeeper or a log unavailable: the next interval tries again
             log.debug("dropping datasets: %s", e)
+
+    def _measure(self) -> None:
+        """How far behind each log's writer this node is (health and metrics), whether its
+        shards' digests agree with a peer's at the same positions, and its event ids."""
+        lag = {}
+        for log_id in range(self.kv_logs):
+            addr = self.logs.writer_addr(log_id, refresh=True)
+            if addr is None:
+                continue
+            last = self.logs.stub(addr).Tail(log_pb2.TailRequest(log_id=log_id), timeout=2).last
+            lag[log_id] = max(0, int(last) + 1 - self.positions[log_id][0])
+            LAG.labels(log=str(log_id)).set(lag[log_id])
+        self.lag = lag
+        peers = self._peers(members_only=True)
+        if peers:
+            theirs = kv_pb2_grpc.StorageStub(transport.channel(random.choice(peers))).Status(
+                pb.NodeStatusRequest(), timeout=5)
+            mine = {s.shard: (s.position, s.digest) for s in self.status().shards}
+            DIVERGED.set(sum(1 for s in theirs.shards if mine.get(s.shard, (None, 0))[0] == s.position
+                             and mine[s.shard][1] != s.digest))
+        held: dict[str, int] = {}
+        for _, dataset, n in self.store.event_counts():
+            held[dataset] = held.get(dataset, 0) + n
+        for dataset, n in held.items():
+            EVENT_IDS.labels(dataset=dataset.rsplit("#", 1)[0]).set(n)
+
+    def ready(self) -> bool:
+        """Serving: registered with a live ZooKeeper session, and caught up with every log
+        (within HEALTH_LAG_MAX entries of its writer, measured within the last seconds)."""
+        if self.zk.state != "CONNECTED" or not hasattr(self, "membership"):
+            return False
+        if len(self.lag) < self.kv_logs or max(self.lag.values(), default=0) > HEALTH_LAG_MAX:
+            return False
+        return self.zk.exists(self.membership.path) is not None
 
     def answers_for(self, shard: int) -> bool:
         return answers_for(self.node_id, shard, self.kv.storage_nodes, CALLBACK_REPLICAS)

@@ -15,7 +15,8 @@ from google.protobuf.message import DecodeError
 from log import limits as log_limits
 from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
-from runtime import transport
+from runtime import metrics, transport
+from runtime.health import serve_health
 from storage_node import bootstrap
 from storage_node.node import Behind, StorageNode
 
@@ -76,6 +77,11 @@ def build(node_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.S
     return server, node
 
 
+def add_health(server: grpc.Server, node: StorageNode) -> None:
+    """Health (SERVING once registered and caught up with its logs) and reflection."""
+    serve_health(server, ["midtown.kv.v1.Storage"], node.ready, node._stop)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m storage_node.server")
     ap.add_argument("--id", type=int, required=True)
@@ -84,15 +90,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--advertise")
+    ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     transport.add_flags(ap)
     a = ap.parse_args(argv)
     transport.use_flags(ap, a)
+    metrics.serve(a.metrics_port, a.host)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     tune_runtime()
     listen = f"{a.host}:{a.port}"
     server, node = build(a.id, a.advertise or listen, a.zk, a.data)
+    add_health(server, node)
     serve_until_signal(server, listen, f"storage node {a.id} ready on {listen}", node.start,
                        node.stop)
 

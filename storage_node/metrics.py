@@ -1,0 +1,13 @@
+"""The storage node's Prometheus metrics (served by runtime/metrics.py; docs/operations.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+APPLIED = Counter("midtown_storage_applied_records_total", "Log records applied, by log", ["log"])
+POSITION = Gauge("midtown_storage_position", "The next position to apply, by log", ["log"])
+LAG = Gauge("midtown_storage_lag_entries", "Entries the log's writer holds beyond what this node applied",
+            ["log"])
+DIVERGED = Gauge("midtown_storage_diverged_shards",
+                 "Shards whose digest differs from a peer's at the same position (last comparison)")
+EVENT_IDS = Gauge("midtown_storage_event_ids", "Event ids held (the dedup table), by dataset", ["dataset"])

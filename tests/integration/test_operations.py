@@ -44,7 +44,8 @@ def oc(tmp_path: Path) -> Iterator[Cluster]:
 def _health(addr: str) -> int:
     with grpc.insecure_channel(addr) as ch:
         try:
-            return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=2).status)
+            stub = health_pb2_grpc.HealthStub(ch)
+            return int(stub.Check(health_pb2.HealthCheckRequest(), timeout=2).status)
         except grpc.RpcError:
             return -1
 

@@ -681,6 +681,12 @@ def cmd_bench_kv(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_placements(a: argparse.Namespace) -> int:
+    from midtown.bench_placements import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_ingest(a: argparse.Namespace) -> int:
     from midtown.bench_ingest import run as bench
 
@@ -927,6 +933,9 @@ def parser() -> argparse.ArgumentParser:
     common(na)
     na.set_defaults(fn=cmd_node_add)
 
+    from midtown import placement_cli
+
+    placement_cli.add_parser(sub, common)
     bn = sub.add_parser("bench", help="benchmarks")
     bns = bn.add_subparsers(dest="cmd", required=True)
     bl = bns.add_parser("log", help="append throughput, latency and failover time")
@@ -945,6 +954,11 @@ def parser() -> argparse.ArgumentParser:
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
+    bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "
+                                           "under contention (16 threads) per second")
+    bp.add_argument("--seconds", type=float, default=5.0)
+    bp.add_argument("--json", action="store_true")
+    bp.set_defaults(fn=cmd_bench_placements)
     bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
                                        "against etcd, and through Spark plain vs exactly once")
     bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")

@@ -6,6 +6,7 @@ event streams (docs/spark.md).
     spark.read.format("midtown").option("zk", ZK).option("dataset", "events").load()
 """
 
+from spark_connector.routing import routed
 from spark_connector.source import MidtownDataSource, register
 
-__all__ = ["MidtownDataSource", "register"]
+__all__ = ["MidtownDataSource", "register", "routed"]

@@ -276,3 +276,44 @@ def test_kills_during_an_ingestion_lose_and_duplicate_nothing(spark: Any, sc: Cl
     t.join(600)
     assert not errors, [str(e)[:2000] for e in errors]
     assert counters(sc, "killed") == dict(Counter(u for u, _ in set(rows)))
+
+
+def test_routing_by_placements_keeps_tasks_to_few_tenants_and_counts_exact(spark: Any, sc: Cluster) -> None:
+    """A many-tenant batch routed by placements (one shard per tenant here): each task sees
+    only the tenants whose placements hold its shard, and every event is counted once."""
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+
+    from midtown.placements import Placements
+    from spark_connector import routed
+
+    sc.create_dataset("placements")
+    sc.create_dataset("tenants")
+    with Client(sc.coordinator_addrs, timeout=60) as db:
+        Placements(db).update_settings(lambda s: type(s)(16, s.placement_ms, 1, (), {}, {}))
+    rng = random.Random(9)
+    tenants = [f"t{i}" for i in range(24)]
+    hour = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000
+    rows = [(rng.choice(tenants), f"ev{i}", hour + rng.randrange(3_600_000)) for i in range(3000)]
+    rows += rows[:30]  # repeats
+    df = spark.createDataFrame(rows, "tenant string, event_id string, ts_ms long")
+    r = routed(df, zk=sc.zk_hosts, tenant_column="tenant", time_column="ts_ms", id_column="event_id")
+
+    def tenants_per_task(it: Any) -> Any:
+        seen = {(row["tenant"], row["placement_shard"]) for row in it}
+        yield (TaskContext.get().partitionId(), sorted(seen))  # type: ignore[union-attr]
+
+    with Client(sc.coordinator_addrs, timeout=60) as db:
+        home = {t: set(Placements(db).get_placement(t, hour).shards) for t in tenants}
+    for _, pairs in r.rdd.mapPartitions(tenants_per_task).collect():
+        task_shards = {s for _, s in pairs}
+        seen = {t for t, _ in pairs}
+        # A task holds only the tenants placed on its shards, and few of them.
+        assert seen <= {t for t in tenants if home[t] & task_shards}, pairs
+        assert len(seen) <= len(tenants) // 2, pairs
+    (r.withColumn("metric", F.lit("n")).withColumn("one", F.lit(1).cast("long"))
+     .write.format("midtown").option("zk", sc.zk_hosts).option("dataset", "tenants")
+     .option("partition_key_column", "tenant").option("local_key_column", "metric")
+     .option("operation", "increment").option("value_column", "one").option("id_column", "event_id")
+     .mode("append").save())
+    assert counters(sc, "tenants") == dict(Counter(t for t, _, _ in set(rows)))

@@ -46,7 +46,8 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
 
     def snapshot(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.SnapshotChunk]:
         parse(pb.SnapshotRequest, raw, ctx)
-        yield from bootstrap.chunks(node.store.db.snapshot().items())  # type: ignore[arg-type]
+        with node.checkpoint() as pairs:
+            yield from bootstrap.chunks(pairs)
 
     def scan_shard(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.ScanShardResponse]:
         req = parse(pb.StorageScanShardRequest, raw, ctx)

@@ -78,3 +78,30 @@ def test_a_whole_copy_replaces_the_state_and_a_broken_one_leaves_the_marker() ->
     finally:
         for s, _ in servers:
             s.stop(None)
+
+
+def test_a_checkpoint_copy_does_not_see_later_writes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """What a bootstrapping peer copies is the state at one moment: writes committed while
+    the copy streams are not in it (rocksdict's snapshot iterators do see them: tried)."""
+    import threading
+    from types import SimpleNamespace
+
+    from rocksdict import WriteBatch
+
+    from storage_node.node import StorageNode
+    from storage_node.store import NodeStore
+
+    store = NodeStore(str(tmp_path / "state.db"))
+    try:
+        store.db.put(b"a", b"1")
+        node = SimpleNamespace(data_dir=str(tmp_path), commit_lock=threading.Lock(), store=store)
+        with StorageNode.checkpoint(node) as pairs:  # type: ignore[arg-type]
+            wb = WriteBatch(raw_mode=True)
+            wb.put(b"b", b"2")
+            wb.put(b"a", b"changed")
+            store.write(wb)
+            copied = dict(pairs)
+        assert copied == {b"a": b"1"}
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint-")], "left behind"
+    finally:
+        store.close()

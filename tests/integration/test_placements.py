@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +65,8 @@ def test_the_placement_command(pc: Cluster, tmp_path: Path) -> None:
     import sys
 
     def mt(*args: str) -> dict:
-        p = subprocess.run([sys.executable, "-m", "midtown", "placement", *args, "--zk", pc.zk_hosts, "--json"],
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run([sys.executable, "-m", "midtown", "placement", *args, "--zk", pc.zk_hosts,
+                            "--json"], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
         return json.loads(p.stdout)  # type: ignore[no-any-return]
 

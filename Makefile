@@ -52,8 +52,8 @@ demo: proto
 	$(PY) -m spark_connector.demo --dir $(DIR)
 
 lint: proto
-	.venv/bin/ruff check midtown runtime log coordinator storage_node spark_connector tests
-	.venv/bin/mypy midtown runtime log coordinator storage_node spark_connector
+	.venv/bin/ruff check midtown runtime catalog log coordinator storage_node spark_connector tests
+	.venv/bin/mypy midtown runtime catalog log coordinator storage_node spark_connector
 
 clean:
 	rm -rf midtown_pb .venv run

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from coordinator.routing import log_of, shard_of
+from catalog.routing import log_of, shard_of
 from midtown_pb import kv_pb2 as pb
 
 _SHARD = struct.Struct(">I")

@@ -22,9 +22,7 @@ import threading
 import time
 
 from midtown_pb import kv_pb2 as pb
-
-COUNTER_BITS = 14
-ID_BITS = 8
+from storage_node.lww import COUNTER_BITS, ID_BITS, version_millis
 
 
 def quorum(n: int) -> int:
@@ -50,9 +48,7 @@ class HybridClock:
             self._last = t
         return (t << ID_BITS) | self.coord_id
 
-    @staticmethod
-    def millis(version: int) -> int:
-        return version >> (COUNTER_BITS + ID_BITS)
+    millis = staticmethod(version_millis)
 
 
 def stamp(value: bytes, version: int, ttl_ms: int, deleted: bool) -> pb.LwwValue:

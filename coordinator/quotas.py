@@ -28,8 +28,9 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from catalog import registry
 from coordinator import limits
-from midtown import errors, registry
+from midtown import errors
 from midtown_pb import kv_pb2 as pb
 from storage_node import keys
 

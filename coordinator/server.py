@@ -27,23 +27,23 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
 
+from catalog import registry
+from catalog.routing import log_of, shard_of
 from coordinator import acl, bulk, eventual, limits, quotas
 from coordinator.appender import Appender, Placed
 from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
-from coordinator.routing import log_of, shard_of
 from coordinator.users import UserCache
 from log import limits as log_limits
 from log.client import LogClient, LogError
 from log.group_commit import GroupTimeout
 from log.node import Node
-from midtown import inprocess, registry
-from midtown.process import Part, serve_all, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from runtime import metrics, transport
+from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
+from runtime.process import Part, serve_all, tune_runtime
 from runtime.transport import GRPC_OPTIONS
 from storage_node import codec
 from storage_node.model import (
@@ -338,7 +338,7 @@ class Coordinator:
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
         """Storage nodes' answers: every one is digest-checked; only one that a request
         still waits for is decoded (the second replica's answer usually is not). A storage
-        node in this process hands over its results undecoded (midtown.inprocess)."""
+        node in this process hands over its results undecoded (runtime/inprocess.py)."""
         try:
             members = self._storage_members()
         except Exception:  # ZooKeeper unavailable: the last list seen

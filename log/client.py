@@ -236,7 +236,7 @@ def _append_in_process(addr: str, log_id: int, payloads: list[bytes],
     from log.driver import Busy, WriterFailed
     from log.entry import validate_batch
     from log.node import Node
-    from midtown import inprocess
+    from runtime import inprocess
 
     node = inprocess.lookup(addr, Node)
     d = node.writers.get(log_id) if node is not None else None

@@ -60,11 +60,6 @@ def fence_quorum(ensemble: int, ack_quorum: int) -> int:
     assert 0 < ack_quorum <= ensemble
     return ensemble - ack_quorum + 1
 
-# The GIL hand-over interval of Midtown's server processes (Python's default is 5 ms).
-# A thread that waits for I/O gets the GIL back when it wakes; the interval only forces
-# hand-overs between busy threads, and each costs CPU: 0.5 ms was slower under load, 20 ms
-# ran 64 clients' puts 5-9% faster than 5 ms with CAS unchanged (docs/performance.md).
-SWITCH_INTERVAL_S = float(__import__("os").environ.get("MIDTOWN_SWITCH_INTERVAL_S", "0.02"))
 
 # Epochs and positions a replica accepts: far beyond what a cluster reaches (an epoch per
 # election, a position per entry), and low enough that epoch + 1, position + 1 and a range's

@@ -21,10 +21,10 @@ from log import zk as zkpaths
 from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node, Unavailable
-from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import log_pb2 as pb
 from runtime import metrics, transport
 from runtime.health import serve_health
+from runtime.process import serve_until_signal, tune_runtime
 
 log = logging.getLogger("midtown.log.server")
 

@@ -158,6 +158,6 @@ def raise_truncation(zk: KazooClient, log_id: int, before: int) -> int:
 
 def servers(zk: KazooClient) -> dict[int, dict]:
     """Live log servers: id -> {"addr": "host:port"}."""
-    from midtown import registry
+    from catalog import registry
 
     return {i: {"addr": addr} for i, addr in registry.members(zk, SERVERS).items()}

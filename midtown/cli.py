@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from midtown import registry
+from catalog import registry
 from midtown.cluster import LAYOUTS
 from midtown.output import emit
 

@@ -259,8 +259,8 @@ class Client:
         (looked up at most every DISCOVERY_TTL_S, or at once after a failure)."""
         if self._fixed:
             return self._fixed
+        from catalog import registry
         from log import zk as zkpaths
-        from midtown import registry
 
         with self._lock:
             if self._zk is None:

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from catalog import registry
 from log import limits
 from log import zk as zkpaths
-from midtown import certs, registry
+from midtown import certs
 from midtown.ports import free_ports
 from midtown.zookeeper import ZooKeeper, is_ok
 from runtime.transport import Credentials

@@ -16,7 +16,7 @@ from concurrent import futures
 import grpc
 
 from log import limits as log_limits
-from midtown.process import Part, serve_all, tune_runtime
+from runtime.process import Part, serve_all, tune_runtime
 
 METHOD = "/midtown.bench.v1.Echo/Echo"
 

@@ -3,7 +3,7 @@
 
 Each component is the same as in its own process: it listens on its own port and
 registers in ZooKeeper under its own address. Calls between the three go straight from
-one to the other (midtown.inprocess) instead of through gRPC: on the machine that writes a
+one to the other (runtime/inprocess.py) instead of through gRPC: on the machine that writes a
 log, a strong write crosses the network once each way to its client and once to the
 other log replicas, and nothing else.
 
@@ -20,9 +20,8 @@ import sys
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from log import server as log_server
-from midtown import inprocess
-from midtown.process import Part, serve_all, tune_runtime
-from runtime import metrics, transport
+from runtime import inprocess, metrics, transport
+from runtime.process import Part, serve_all, tune_runtime
 from storage_node import server as storage_server
 
 

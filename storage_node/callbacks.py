@@ -10,10 +10,9 @@ from collections import deque
 
 import grpc
 
-from midtown import inprocess
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from runtime import transport
+from runtime import inprocess, transport
 from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.storage.callbacks")

@@ -35,11 +35,20 @@ import time
 
 from rocksdict import WriteBatch
 
-from coordinator.eventual import HybridClock
 from log.group_commit import GroupCommit
 from midtown_pb import kv_pb2 as pb
 from storage_node import keys
 from storage_node.store import NodeStore
+
+# The version of an eventual value (the coordinators' hybrid clock, coordinator/eventual.py):
+# ms << (COUNTER_BITS + ID_BITS) | counter << ID_BITS | coordinator id.
+COUNTER_BITS = 14
+ID_BITS = 8
+
+
+def version_millis(version: int) -> int:
+    """The milliseconds a version was stamped at."""
+    return version >> (COUNTER_BITS + ID_BITS)
 
 _H = struct.Struct(">QQ?")  # version, expires_at_ms, deleted
 _Q = struct.Struct(">Q")
@@ -78,7 +87,7 @@ def stale(version: int, expires_at_ms: int, deleted: bool, now_ms: int, grace_ms
     """A tombstone, or a value past its expiry, older than the grace: nothing a read could
     return, and every replica that was up has had the time to learn of it."""
     if deleted:
-        return HybridClock.millis(version) < now_ms - grace_ms
+        return version_millis(version) < now_ms - grace_ms
     return bool(expires_at_ms) and expires_at_ms < now_ms - grace_ms
 
 

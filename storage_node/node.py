@@ -20,18 +20,18 @@ from collections.abc import Iterator
 import grpc
 from rocksdict import Checkpoint, Options, Rdict
 
+from catalog import registry
+from catalog.routing import answers_for, log_of, shards_of_log
 from coordinator import datasets, quotas
-from coordinator.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log import zk as logzk
 from log.client import LogClient, LogError
 from log.entry import Entry
 from log.group_commit import GroupCommit
 from log.node import Node, Unavailable
-from midtown import inprocess, registry
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
-from runtime import loops, transport
+from runtime import inprocess, loops, transport
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks

@@ -13,10 +13,10 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
-from midtown.process import serve_until_signal, tune_runtime
 from midtown_pb import kv_pb2 as pb
 from runtime import metrics, transport
 from runtime.health import serve_health
+from runtime.process import serve_until_signal, tune_runtime
 from storage_node import bootstrap
 from storage_node.node import Behind, StorageNode
 

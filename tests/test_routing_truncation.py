@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.routing import answers_for, log_of, shard_of
+from catalog.routing import answers_for, log_of, shard_of
 from storage_node.truncation import needs_publish, truncation_point
 
 
@@ -40,7 +40,7 @@ def test_truncation_waits_for_every_member() -> None:
 
 
 def test_every_shard_travels_in_exactly_one_log() -> None:
-    from coordinator.routing import shards_of_log
+    from catalog.routing import shards_of_log
 
     per_log = [shards_of_log(lg, 64, 3) for lg in range(3)]
     assert sorted(s for ss in per_log for s in ss) == list(range(64))

@@ -1,4 +1,4 @@
-"""Server processes collect garbage less often (midtown/process.py: tune_runtime); the
+"""Server processes collect garbage less often (runtime/process.py: tune_runtime); the
 benchmark showed ~13% more puts/s with it. MIDTOWN_GC_TUNE=0 turns it off."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-CODE = "import gc; from midtown.process import tune_runtime; tune_runtime(); print(gc.get_threshold()[0])"
+CODE = "import gc; from runtime.process import tune_runtime; tune_runtime(); print(gc.get_threshold()[0])"
 
 
 def _threshold(**env: str) -> int:

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from catalog import registry
 from coordinator import datasets
 from log import zk as zkpaths
 from log.client import LogClient
-from midtown import Client, registry
+from midtown import Client
 from midtown.ports import free_ports
 from tests.integration.conftest import wait_for
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from coordinator.routing import shard_of
+from catalog.routing import shard_of
 from midtown import Client, errors
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb

@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from catalog.routing import log_of, shard_of
 from coordinator import quotas
-from coordinator.routing import log_of, shard_of
 from log.client import LogClient
 from midtown import Client
 from midtown.cluster import Cluster

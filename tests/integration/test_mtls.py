@@ -14,8 +14,9 @@ import grpc
 import pytest
 import trustme
 
+from catalog import registry
 from log import zk as logzk
-from midtown import Client, registry
+from midtown import Client
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as kvpb
 from midtown_pb import kv_pb2_grpc, log_pb2, log_pb2_grpc

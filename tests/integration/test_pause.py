@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.routing import log_of, shard_of
+from catalog import registry
+from catalog.routing import log_of, shard_of
 from log import zk as logzk
 from log.client import LogClient
-from midtown import Client, registry
+from midtown import Client
 from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 

@@ -11,6 +11,7 @@ waits for the answers."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from catalog.routing import log_of, shard_of
@@ -38,39 +39,84 @@ def record_request_id(request_id: bytes, shard: int, part: int) -> bytes:
     return request_id + b"/" + _SHARD.pack(shard) + _SHARD.pack(part)
 
 
-def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-         groups: list[pb.WriteGroup], shards: int, kv_logs: int, request_id: bytes, callback: str,
-         bytes_max: int) -> list[Planned]:
-    """One record per shard (more if a shard's share is larger than `bytes_max`), the
-    groups in the order they came within each."""
+def _by_shard(dataset_id: str, pkeys: list[bytes], shards: int) -> dict[int, list[int]]:
+    """Indexes of `pkeys` by shard, in order; each distinct key hashed once (a call's
+    writes usually share a few keys: tenants, users)."""
+    shard_of_key: dict[bytes, int] = {}
     by_shard: dict[int, list[int]] = {}
-    for i, g in enumerate(groups):
-        by_shard.setdefault(shard_of(dataset_id, g.partition_key, shards), []).append(i)
-    out: list[Planned] = []
-    for shard in sorted(by_shard):
-        part: list[int] = []
-        size = 0
+    for i, p in enumerate(pkeys):
+        s = shard_of_key.get(p)
+        if s is None:
+            s = shard_of_key[p] = shard_of(dataset_id, p, shards)
+        by_shard.setdefault(s, []).append(i)
+    return by_shard
 
-        def flush() -> None:
-            nonlocal part, size
-            if not part:
-                return
+
+def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
+         groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int, kv_logs: int,
+         request_id: bytes, callback: str, bytes_max: int) -> list[Planned]:
+    """One record per shard (more if a shard's share is larger than `bytes_max`), the
+    groups in the order they came within each; then, the same way, one record of puts per
+    shard. A Planned's indexes count the groups first, then the put rows."""
+    out: list[Planned] = []
+    _plan_groups(dataset_id, default_ttl_ms, window_ms, max_ids, groups, shards, kv_logs,
+                 request_id, callback, bytes_max, out)
+    if puts.partition_keys:
+        _plan_puts(dataset_id, default_ttl_ms, window_ms, max_ids, puts, len(groups), shards, kv_logs,
+                   request_id, callback, bytes_max, out)
+    return out
+
+
+def _chunks(idx: list[int], size_of: Callable[[int], int], bytes_max: int) -> Iterator[list[int]]:
+    """`idx` cut in order into runs of at most `bytes_max` (a run holds one item at least)."""
+    part: list[int] = []
+    size = 0
+    for i in idx:
+        est = size_of(i)
+        if part and size + est > bytes_max:
+            yield part
+            part, size = [], 0
+        part.append(i)
+        size += est
+    if part:
+        yield part
+
+
+def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
+               puts: pb.PutColumns, first: int, shards: int, kv_logs: int, request_id: bytes,
+               callback: str, bytes_max: int, out: list[Planned]) -> None:
+    pkeys, lkeys, values = list(puts.partition_keys), list(puts.local_keys), list(puts.values)
+    eids, ttls = list(puts.event_ids), list(puts.ttl_ms)
+
+    def size_of(i: int) -> int:
+        return len(pkeys[i]) + len(lkeys[i]) + len(values[i]) + (len(eids[i]) if eids else 0) + 24
+
+    for shard, idx in sorted(_by_shard(dataset_id, pkeys, shards).items()):
+        for part in _chunks(idx, size_of, bytes_max):
+            rid = record_request_id(request_id, shard, len(out))
+            cols = pb.PutColumns(partition_keys=[pkeys[i] for i in part], local_keys=[lkeys[i] for i in part],
+                                 values=[values[i] for i in part],
+                                 event_ids=[eids[i] for i in part] if eids else [],
+                                 ttl_ms=[ttls[i] for i in part] if ttls else [])
+            rec = pb.Record(request_id=rid, callback=callback, dataset=dataset_id, shard=shard,
+                            default_ttl_ms=default_ttl_ms, dedup_window_ms=window_ms,
+                            dedup_max_ids=max_ids, puts=cols)
+            out.append(Planned(log_of(shard, kv_logs), shard, rid, rec.SerializeToString(),
+                               tuple(first + i for i in part)))
+
+
+def _plan_groups(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
+                 groups: list[pb.WriteGroup], shards: int, kv_logs: int, request_id: bytes,
+                 callback: str, bytes_max: int, out: list[Planned]) -> None:
+    by_shard = _by_shard(dataset_id, [g.partition_key for g in groups], shards)
+    for shard, idx in sorted(by_shard.items()):
+        for part in _chunks(idx, lambda i: groups[i].ByteSize() + 8, bytes_max):
             rid = record_request_id(request_id, shard, len(out))
             rec = pb.Record(request_id=rid, callback=callback, dataset=dataset_id, shard=shard,
                             default_ttl_ms=default_ttl_ms, dedup_window_ms=window_ms, dedup_max_ids=max_ids,
                             groups=[pb.Group(partition_key=groups[i].partition_key, ops=groups[i].ops,
                                              event_id=groups[i].event_id) for i in part])
             out.append(Planned(log_of(shard, kv_logs), shard, rid, rec.SerializeToString(), tuple(part)))
-            part, size = [], 0
-
-        for i in by_shard[shard]:
-            est = groups[i].ByteSize() + 8
-            if part and size + est > bytes_max:
-                flush()
-            part.append(i)
-            size += est
-        flush()
-    return out
 
 
 def outcome(g: pb.GroupResult) -> pb.WriteOutcome:

@@ -635,6 +635,48 @@ def _stream(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
                     "scan the shard again") from None
 
 
+def check_put_columns(c: pb.PutColumns) -> int:
+    """How many rows well-formed columns hold; Abort names the first bad column or row."""
+    n = len(c.partition_keys)
+    for name, col in (("local_keys", c.local_keys), ("values", c.values)):
+        if len(col) != n:
+            raise Abort(Code.INVALID_ARGUMENT, f"puts.{name}: {len(col)} rows, puts.partition_keys has {n}")
+    for name, col in (("event_ids", c.event_ids), ("ttl_ms", c.ttl_ms)):
+        if col and len(col) != n:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"puts.{name}: {len(col)} rows, puts.partition_keys has {n} (or leave it empty)")
+    if not n:
+        return 0
+    # One pass per column over the lengths; a bad row is looked for only when there is one.
+    checks: list[tuple[str, Any, Callable[[Any, str], None], Callable[[Any], bool]]] = [
+        ("partition_keys", c.partition_keys, check_partition,
+         lambda col: 0 < min(map(len, col)) and max(map(len, col)) <= limits.PARTITION_KEY_BYTES_MAX),
+        ("local_keys", c.local_keys, check_local,
+         lambda col: max(map(len, col)) <= limits.LOCAL_KEY_BYTES_MAX),
+        ("values", c.values, check_value, lambda col: max(map(len, col)) <= limits.VALUE_BYTES_MAX),
+        ("event_ids", c.event_ids, check_event_id,
+         lambda col: not col or max(map(len, col)) <= limits.EVENT_ID_BYTES_MAX),
+        ("ttl_ms", c.ttl_ms, check_ttl, lambda col: not col or max(col) <= limits.TTL_MS_MAX),
+    ]
+    for name, col, check, fine in checks:
+        if not fine(col):
+            for i, x in enumerate(col):
+                check(x, f"puts.{name}[{i}]")
+    return n
+
+
+def _put_outcomes(r: RecordResult | pb.RecordResult, rows: list[int], status: list[Any],
+                  position: list[int]) -> None:
+    """A record of puts' answer, into the response's columns at `rows`."""
+    if isinstance(r, pb.RecordResult) and r.groups_all_applied:
+        for i in rows:
+            position[i] = r.position
+        return
+    for i, g in zip(rows, r.groups):
+        status[i] = pb.DUPLICATE if g.duplicate else pb.APPLIED
+        position[i] = g.position
+
+
 def check_event_id(event_id: bytes, field: str) -> None:
     if len(event_id) > limits.EVENT_ID_BYTES_MAX:
         raise Abort(Code.INVALID_ARGUMENT,
@@ -809,11 +851,14 @@ class KVService:
 
     def write_many(self, req: pb.WriteManyRequest, ctx: grpc.ServicerContext) -> pb.WriteManyResponse:
         """Many independent groups in one call (coordinator/bulk.py): one record per shard,
-        each group's own outcome (applied, duplicate, failed with the reason)."""
-        if not req.groups:
-            raise Abort(Code.INVALID_ARGUMENT, "groups: a bulk write needs at least one group")
-        if len(req.groups) > limits.WRITE_MANY_GROUPS_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"groups: {len(req.groups)}, the limit is "
+        each group's own outcome (applied, duplicate, failed with the reason); single puts
+        may come as columns (`puts`), answered as columns."""
+        rows = check_put_columns(req.puts)
+        n = len(req.groups) + rows
+        if not n:
+            raise Abort(Code.INVALID_ARGUMENT, "groups: a bulk write needs at least one group or put")
+        if n > limits.WRITE_MANY_GROUPS_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"groups: {n} groups and puts, the limit is "
                         f"{limits.WRITE_MANY_GROUPS_MAX} per call")
         self._eventual(req.header, "a bulk write")
         d = self.c.dataset(req.header)
@@ -831,18 +876,24 @@ class KVService:
                     raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops[{j}]: get is not allowed in a bulk write")
                 validate_op(o, j, f"{f}.")
         planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
-                            self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
+                            req.puts, self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
                             self.c.callback_addr, limits.BATCH_BYTES_MAX // 2)
         results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],
                                      self._deadline(ctx))
-        outcomes: list[pb.WriteOutcome | None] = [None] * len(req.groups)
+        first = len(req.groups)
+        outcomes: list[pb.WriteOutcome | None] = [None] * first
+        status, position = [pb.APPLIED] * rows, [0] * rows
         for p, r in zip(planned, results):
+            if p.indexes[0] >= first:  # a record of puts
+                _put_outcomes(r, [i - first for i in p.indexes], status, position)
+                continue
             groups = (codec.groups_of(r) if isinstance(r, pb.RecordResult) else
                       [codec.group_result_to_pb(g) for g in r.groups])
             for i, g in zip(p.indexes, groups):
                 outcomes[i] = bulk.outcome(g)
-        assert all(o is not None for o in outcomes)
-        return pb.WriteManyResponse(outcomes=outcomes)  # type: ignore[arg-type]
+        assert all(o is not None for o in outcomes) and (not rows or all(position))
+        return pb.WriteManyResponse(outcomes=outcomes,  # type: ignore[arg-type]
+                                    puts=pb.PutOutcomes(status=status, position=position) if rows else None)
 
     def shards(self, req: pb.ShardsRequest, ctx: grpc.ServicerContext) -> pb.ShardsResponse:
         self.c.dataset(req.header)

@@ -412,24 +412,48 @@ class Client:
         an unknown outcome returns the first outcomes. Up to 20,000 writes per call."""
         if not writes:
             raise errors.InvalidArgument("writes: a bulk write needs at least one write")
-        groups = []
+        groups: list[pb.WriteGroup] = []
+        where: list[tuple[str, int]] = []  # each write's place: a group (g) or a put row (p)
+        pkeys: list[bytes] = []
+        lkeys: list[bytes] = []
+        values: list[bytes] = []
+        eids: list[bytes] = []
+        ttls: list[int] = []
         for i, w in enumerate(writes):
             if not w.ops:
                 raise errors.InvalidArgument(f"writes[{i}].ops: a write needs at least one operation")
-            pkey = w.ops[0].partition
-            for j, op in enumerate(w.ops):
-                if op.partition != pkey:
+            eid = _b(w.event_id, f"writes[{i}].event_id") if w.event_id is not None else b""
+            op = w.ops[0]
+            if len(w.ops) == 1 and op.kind == "put":  # the common one travels as columns
+                where.append(("p", len(pkeys)))
+                pkeys.append(op.partition)
+                lkeys.append(op.local)
+                values.append(op.value)
+                eids.append(eid)
+                ttls.append(op.ttl_ms)
+                continue
+            for j, o in enumerate(w.ops):
+                if o.partition != op.partition:
                     raise errors.InvalidArgument(
                         f"writes[{i}].ops[{j}].partition: one write covers one partitioning key "
-                        f"({pkey!r}), got {op.partition!r}")
-            groups.append(pb.WriteGroup(partition_key=pkey, ops=[o.to_pb() for o in w.ops],
-                                        event_id=_b(w.event_id) if w.event_id is not None else b""))
+                        f"({op.partition!r}), got {o.partition!r}")
+            where.append(("g", len(groups)))
+            groups.append(pb.WriteGroup(partition_key=op.partition, ops=[o.to_pb() for o in w.ops],
+                                        event_id=eid))
+        puts = pb.PutColumns(partition_keys=pkeys, local_keys=lkeys, values=values,
+                             event_ids=eids if any(eids) else [], ttl_ms=ttls if any(ttls) else [])
         r = self._call("WriteMany", pb.WriteManyRequest(
-            header=self._header(dataset, request_id), groups=groups), timeout)
+            header=self._header(dataset, request_id), groups=groups, puts=puts), timeout)
         names = {pb.APPLIED: "applied", pb.DUPLICATE: "duplicate", pb.FAILED: "failed"}
-        return [WriteOutcome(names[o.status], o.error, [
+        done = [WriteOutcome(names[o.status], o.error, [
             OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
             for x in o.results], o.position) for o in r.outcomes]
+        status, position = list(r.puts.status), list(r.puts.position)
+        if len(done) != len(groups) or len(status) != len(pkeys) or len(position) != len(pkeys):
+            raise errors.MidtownError(f"the coordinator answered {len(done)} groups and {len(status)} "
+                                      f"puts for {len(groups)} and {len(pkeys)}")
+        return [done[k] if kind == "g" else WriteOutcome(names[status[k]], position=position[k])
+                for kind, k in where]
 
     def shards(self, dataset: str, *, timeout: float | None = None) -> int:
         """How many shards the cluster has (a dataset's keys are spread over all of them)."""

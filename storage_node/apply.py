@@ -21,6 +21,7 @@ from storage_node.model import (
     Delete,
     Drop,
     Get,
+    Group,
     GroupResult,
     Incr,
     Op,
@@ -28,6 +29,7 @@ from storage_node.model import (
     OpStatus,
     Position,
     Put,
+    PutRow,
     Record,
     RecordResult,
     Scan,
@@ -141,7 +143,7 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
                                first.digest, node_id, first.applied, True, first.results,
                                first.groups)
             return Applied(result=dup, digest=state.digest(rec.shard))
-    if rec.groups:
+    if rec.groups or rec.puts:
         return _apply_groups(state, rec, log_id, position, ts_ms, node_id)
     overlay: dict[bytes, Stored | None] = {}
     version = position + 1  # versions start at 1: 0 means "no version" in check-and-set
@@ -244,27 +246,40 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
     new: dict[bytes, Event] = {}  # event ids recorded by this record
     replaced: list[tuple[bytes, int, int]] = []  # entries past the window written over
     groups: list[GroupResult] = []
-    held = state.held_events(rec.shard, rec.dataset, [g.event_id for g in rec.groups if g.event_id])
-    for seq, g in enumerate(rec.groups):
+    rows: tuple[Group | PutRow, ...] = rec.puts or rec.groups
+    held = state.held_events(rec.shard, rec.dataset,
+                             [r[4] for r in rec.puts if r[4]] if rec.puts else
+                             [g.event_id for g in rec.groups if g.event_id])
+    applied_here = GroupResult(True, False, (), position)  # shared: the common outcome
+    value_prefix = keys.dataset_shard_prefix(rec.shard, rec.dataset)
+    for seq, g in enumerate(rows):
+        row: PutRow | None
+        if isinstance(g, Group):
+            event_id = g.event_id
+            put = g.ops[0] if len(g.ops) == 1 and isinstance(g.ops[0], Put) else None
+            row = (g.partition_key, put.local_key, put.value, put.ttl_ms, event_id) if put else None
+        else:  # a put row: the group of one put it stands for (model.put_group)
+            row = g
+            event_id = g[4]
         past = None
-        if g.event_id:
-            past = held.get(g.event_id)
-            seen = new.get(g.event_id) or past
+        if event_id:
+            past = held.get(event_id)
+            seen = new.get(event_id) or past
             if seen is not None and ts_ms - seen.ts_ms <= window:
                 f = seen.first
                 groups.append(GroupResult(f.applied, True, f.results, f.position))
                 continue
-        if len(g.ops) == 1 and isinstance(g.ops[0], Put):  # the common case: nothing to read
-            op = g.ops[0]
-            overlay[keys.value_key(rec.shard, rec.dataset, g.partition_key, op.local_key)] = Stored(
-                op.value, version, _ttl_expiry(ts_ms, op.ttl_ms, rec.default_ttl_ms))
-            gr = GroupResult(True, False, (), position)
-            groups.append(gr)
-            if g.event_id:
-                if past is not None and g.event_id not in new:
-                    replaced.append((g.event_id, past.position, past.seq))
-                new[g.event_id] = Event(ts_ms, position, seq, gr)
+        if row is not None:  # a single put, the common case: nothing to read
+            pkey, lkey, value, ttl_ms, _ = row
+            overlay[keys.value_key_under(value_prefix, pkey, lkey)] = Stored(
+                value, version, _ttl_expiry(ts_ms, ttl_ms, rec.default_ttl_ms))
+            groups.append(applied_here)
+            if event_id:
+                if past is not None and event_id not in new:
+                    replaced.append((event_id, past.position, past.seq))
+                new[event_id] = Event(ts_ms, position, seq, applied_here)
             continue
+        assert isinstance(g, Group)
         mine: dict[bytes, Stored | None] = {}
 
         def read(lkey: bytes, pkey: bytes = g.partition_key,
@@ -282,10 +297,10 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
             overlay.update(mine)
         gr = GroupResult(ok, False, _compact(g.ops, results), position)
         groups.append(gr)
-        if ok and g.event_id:  # a group rolled back may be sent again: not recorded
-            if past is not None and g.event_id not in new:  # held, older than the window: written over
-                replaced.append((g.event_id, past.position, past.seq))
-            new[g.event_id] = Event(ts_ms, position, seq, gr)
+        if ok and event_id:  # a group rolled back may be sent again: not recorded
+            if past is not None and event_id not in new:  # held, older than the window: written over
+                replaced.append((event_id, past.position, past.seq))
+            new[event_id] = Event(ts_ms, position, seq, gr)
     gone, count = _age_out(state, rec, new, replaced, cap, ts_ms - window)
     digest = next_digest(state.digest(rec.shard), position, overlay)
     result = RecordResult(rec.request_id, log_id, position, rec.shard, digest, node_id, True,

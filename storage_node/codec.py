@@ -17,6 +17,7 @@ from storage_node.model import (
     OpStatus,
     Position,
     Put,
+    PutRow,
     Record,
     RecordResult,
     Scan,
@@ -36,8 +37,9 @@ def stored_from_pb(v: pb.Value) -> Stored:
 
 def op_from_pb(o: pb.Op) -> Op:
     kind = o.WhichOneof("op")
-    if kind == "put":
-        return Put(o.put.local_key, o.put.value, o.put.ttl_ms)
+    if kind == "put":  # the common one: each field read once (upb field access costs)
+        p = o.put
+        return Put(p.local_key, p.value, p.ttl_ms)
     if kind == "delete":
         return Delete(o.delete.local_key)
     if kind == "cas":
@@ -89,6 +91,24 @@ def op_to_pb(op: Op) -> pb.Op:
     return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))
 
 
+def put_columns(rows: list[PutRow] | tuple[PutRow, ...]) -> pb.PutColumns:
+    """Rows as columns; the event id and TTL columns stay empty when no row has one."""
+    pkeys, lkeys, values, ttls, eids = (list(c) for c in zip(*rows)) if rows else ([], [], [], [], [])
+    return pb.PutColumns(partition_keys=pkeys, local_keys=lkeys, values=values,
+                         event_ids=eids if any(eids) else [], ttl_ms=ttls if any(ttls) else [])
+
+
+def put_rows(c: pb.PutColumns) -> tuple[PutRow, ...]:
+    """The rows of well-formed columns (checked by the coordinator; a record whose columns
+    disagree in length does not decode, and is a no-op on every replica)."""
+    n = len(c.partition_keys)
+    eids = c.event_ids or [b""] * n
+    ttls = c.ttl_ms or [0] * n
+    if not len(c.local_keys) == len(c.values) == len(eids) == len(ttls) == n:
+        raise ValueError("puts: columns of different lengths")
+    return tuple(zip(c.partition_keys, c.local_keys, c.values, ttls, eids))
+
+
 def record_to_bytes(r: Record) -> bytes:
     return pb.Record(
         request_id=r.request_id, callback=r.callback, dataset=r.dataset, shard=r.shard,
@@ -97,16 +117,18 @@ def record_to_bytes(r: Record) -> bytes:
         groups=[pb.Group(partition_key=g.partition_key, ops=[op_to_pb(o) for o in g.ops],
                          event_id=g.event_id) for g in r.groups],
         dedup_window_ms=r.dedup_window_ms, dedup_max_ids=r.dedup_max_ids,
+        puts=put_columns(r.puts) if r.puts else None,
     ).SerializeToString()
 
 
 def record_from_bytes(b: bytes) -> Record:
     m = pb.Record.FromString(b)
     return Record(m.request_id, m.callback, m.dataset, m.shard, m.partition_key,
-                  tuple(op_from_pb(o) for o in m.ops), m.default_ttl_ms,
-                  tuple(Group(g.partition_key, tuple(op_from_pb(o) for o in g.ops), g.event_id)
-                        for g in m.groups),
-                  m.dedup_window_ms, m.dedup_max_ids)
+                  tuple(map(op_from_pb, m.ops)), m.default_ttl_ms,
+                  tuple([Group(g.partition_key, tuple(map(op_from_pb, g.ops)), g.event_id)
+                         for g in m.groups]),
+                  m.dedup_window_ms, m.dedup_max_ids,
+                  put_rows(m.puts) if m.HasField("puts") else ())
 
 
 def op_result_to_pb(r: OpResult) -> pb.OpResult:

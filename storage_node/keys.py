@@ -23,6 +23,7 @@ All local keys of one partitioning key share a prefix, so a scan is one range.""
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 
 from storage_node.model import Stored
 
@@ -32,12 +33,16 @@ _VH = struct.Struct(">QQ")
 
 
 def partition_prefix(shard: int, dataset: str, pkey: bytes) -> bytes:
-    d = dataset.encode()
-    return b"K" + _I.pack(shard) + bytes([len(d)]) + d + _I.pack(len(pkey)) + pkey
+    return b"K" + _shard_dataset(shard, dataset) + _I.pack(len(pkey)) + pkey
 
 
 def value_key(shard: int, dataset: str, pkey: bytes, lkey: bytes) -> bytes:
     return partition_prefix(shard, dataset, pkey) + lkey
+
+
+def value_key_under(shard_prefix: bytes, pkey: bytes, lkey: bytes) -> bytes:
+    """value_key, given dataset_shard_prefix(shard, dataset) (built once per record)."""
+    return shard_prefix + _I.pack(len(pkey)) + pkey + lkey
 
 
 def split_value_key(k: bytes, dataset_shard_prefix_len: int) -> tuple[bytes, bytes]:
@@ -67,13 +72,19 @@ def dedup_key(shard: int, request_id: bytes) -> bytes:
     return b"R" + _I.pack(shard) + b"\x00" + request_id
 
 
+@lru_cache(maxsize=1 << 16)  # every key of a record starts with it: built once
 def _shard_dataset(shard: int, dataset: str) -> bytes:
     d = dataset.encode()
     return _I.pack(shard) + bytes([len(d)]) + d
 
 
+@lru_cache(maxsize=1 << 16)
+def _event_prefix(shard: int, dataset: str) -> bytes:
+    return b"R" + _I.pack(shard) + b"\x01" + _shard_dataset(shard, dataset)[4:]
+
+
 def event_key(shard: int, dataset: str, event_id: bytes) -> bytes:
-    return b"R" + _I.pack(shard) + b"\x01" + _shard_dataset(shard, dataset)[4:] + event_id
+    return _event_prefix(shard, dataset) + event_id
 
 
 def event_order_prefix(shard: int, dataset: str) -> bytes:
@@ -159,8 +170,7 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 def dataset_shard_prefix(shard: int, dataset: str) -> bytes:
-    d = dataset.encode()
-    return b"K" + _I.pack(shard) + bytes([len(d)]) + d
+    return b"K" + _shard_dataset(shard, dataset)
 
 
 def encode_stored(s: Stored) -> bytes:

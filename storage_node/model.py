@@ -91,6 +91,17 @@ class Group:
     event_id: bytes = b""
 
 
+# A single put as a record of puts carries it (PutColumns): (partition key, local key, value,
+# ttl_ms, event id). Plain tuples, zipped from the columns: no object per row to build.
+PutRow = tuple[bytes, bytes, bytes, int, bytes]
+
+
+def put_group(row: PutRow) -> Group:
+    """The group a put row stands for: applied exactly as that group would be."""
+    pkey, lkey, value, ttl_ms, event_id = row
+    return Group(pkey, (Put(lkey, value, ttl_ms),), event_id)
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     request_id: bytes
@@ -104,6 +115,8 @@ class Record:
     groups: tuple[Group, ...] = ()
     dedup_window_ms: int = 0  # the dataset's event-id window in log time (0: the default)
     dedup_max_ids: int = 0  # event ids kept per shard at most (0: the default)
+    # A record of single puts (a bulk write's puts in one shard) instead of groups.
+    puts: tuple[PutRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,15 @@ def test_outcomes_name_failures_and_single_ops_take_event_ids(ic: Cluster) -> No
         assert db.incr("one", "c", "n", 5, event_id="i1") == 5
         assert db.incr("one", "c", "n", 5, event_id="i1") == 5  # a duplicate: the first value
         assert db.incr("one", "c", "n", 5, event_id="i2") == 10
+        # Groups and single puts (sent as columns) mixed: outcomes in the order written.
+        out = db.write_many("one", [Write.put("m", "a", b"1", event_id="y1"),
+                                    Write.insert("m", "b", b"2", event_id="y2"),
+                                    Write.put("m", "c", b"3", event_id="y1"),
+                                    Write.incr("m", "n", 2, event_id="y3"),
+                                    Write.put("q", "d", b"4", ttl_ms=60_000)])
+        assert [o.status for o in out] == ["applied", "applied", "duplicate", "applied", "applied"]
+        assert out[2].position == out[0].position and out[3].results[0].value.value == b"2"
+        assert db.get("one", "m", "c") is None and db.get("one", "q", "d").expires_at_ms > 0  # type: ignore[union-attr]
         v1 = db.put("one", "p", "l", b"v", event_id="p1")
         assert db.put("one", "p", "l", b"w", event_id="p1") == v1
         assert db.get("one", "p", "l").value == b"v"  # type: ignore[union-attr]
@@ -126,6 +135,14 @@ def test_bad_bulk_requests_name_the_field(ic: Cluster) -> None:
                                                              ops=[pb.Op(get=pb.GetOp(local_key=b"l"))])]),
          "groups[0].ops[0]"),
     ]
+    cols = dict(partition_keys=[b"p", b"q"], local_keys=[b"a", b"b"], values=[b"x", b"y"])
+    for bad, field in [(dict(local_keys=[b"a"]), "puts.local_keys"), (dict(values=[b"x"] * 3), "puts.values"),
+                       (dict(event_ids=[b"e"]), "puts.event_ids"), (dict(ttl_ms=[1, 2, 3]), "puts.ttl_ms"),
+                       (dict(partition_keys=[b"p", b""]), "puts.partition_keys[1]"),
+                       (dict(event_ids=[b"e", b"x" * 300]), "puts.event_ids[1]"),
+                       (dict(values=[b"x", b"v" * (5 << 20)]), "puts.values[1]"),
+                       (dict(ttl_ms=[0, 2**63]), "puts.ttl_ms[1]")]:
+        cases.append((pb.WriteManyRequest(header=h, puts=pb.PutColumns(**{**cols, **bad})), field))
     for req, field in cases:
         with pytest.raises(grpc.RpcError) as ei:
             stub.WriteMany(req, timeout=10)

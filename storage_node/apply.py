@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from storage_node import keys
 from storage_node.model import (
@@ -74,10 +74,10 @@ class State(Protocol):
         """Up to `n` (position, seq, event id, log time) of `dataset` in `shard`, oldest first."""
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """An event id seen: when (log time), where (position, and the group's index in its
-    record) and the first outcome, which a repeat gets back."""
+    record) and the first outcome, which a repeat gets back. (A NamedTuple: one is built
+    per event at every replica.)"""
     ts_ms: int
     position: int
     seq: int
@@ -252,15 +252,17 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
                              [g.event_id for g in rec.groups if g.event_id])
     applied_here = GroupResult(True, False, (), position)  # shared: the common outcome
     value_prefix = keys.dataset_shard_prefix(rec.shard, rec.dataset)
+    of_rows = bool(rec.puts)
     for seq, g in enumerate(rows):
         row: PutRow | None
-        if isinstance(g, Group):
+        if of_rows:  # a put row: the group of one put it stands for (model.put_group)
+            row = g  # type: ignore[assignment]
+            event_id = g[4]  # type: ignore[index]
+        else:
+            assert isinstance(g, Group)
             event_id = g.event_id
             put = g.ops[0] if len(g.ops) == 1 and isinstance(g.ops[0], Put) else None
             row = (g.partition_key, put.local_key, put.value, put.ttl_ms, event_id) if put else None
-        else:  # a put row: the group of one put it stands for (model.put_group)
-            row = g
-            event_id = g[4]
         past = None
         if event_id:
             past = held.get(event_id)
@@ -271,8 +273,9 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
                 continue
         if row is not None:  # a single put, the common case: nothing to read
             pkey, lkey, value, ttl_ms, _ = row
+            ttl_ms = ttl_ms or rec.default_ttl_ms
             overlay[keys.value_key_under(value_prefix, pkey, lkey)] = Stored(
-                value, version, _ttl_expiry(ts_ms, ttl_ms, rec.default_ttl_ms))
+                value, version, ts_ms + ttl_ms if ttl_ms else 0)  # as _ttl_expiry
             groups.append(applied_here)
             if event_id:
                 if past is not None and event_id not in new:

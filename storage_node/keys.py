@@ -6,7 +6,8 @@
   b"R" shard:4 0x00 request_id                                -> ts:8 RecordResult (protobuf)
   b"R" shard:4 0x01 len(dataset):1 dataset event_id           -> ts:8 position:8 seq:4 GroupResult
        (one table of ids seen: a request id's first outcome, an event id's first outcome)
-  b"O" shard:4 len(dataset):1 dataset position:8 seq:4        -> ts:8 event_id (event ids, oldest first)
+  b"O" shard:4 len(dataset):1 dataset position:8              -> ts:8 (seq:4 len:2 event_id)*
+       (the ids a record recorded, one entry per record: the event ids by age, oldest first)
   b"N" shard:4 len(dataset):1 dataset                         -> event ids held:8
   b"Q" log_id:4 node_id:4                                     -> published position:8
   b"T" log_id:4 ts:8 shard:4 request_id                       -> b"" (the R entries by log time)
@@ -30,6 +31,7 @@ from storage_node.model import Stored
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _VH = struct.Struct(">QQ")
+_SEQ = struct.Struct(">IH")
 
 
 def partition_prefix(shard: int, dataset: str, pkey: bytes) -> bytes:
@@ -91,13 +93,26 @@ def event_order_prefix(shard: int, dataset: str) -> bytes:
     return b"O" + _shard_dataset(shard, dataset)
 
 
-def event_order_key(shard: int, dataset: str, position: int, seq: int) -> bytes:
-    return event_order_prefix(shard, dataset) + _Q.pack(position) + _I.pack(seq)
+def event_chunk_key(shard: int, dataset: str, position: int) -> bytes:
+    """The entry of the event ids recorded at `position`: one per record, not one per id."""
+    return event_order_prefix(shard, dataset) + _Q.pack(position)
 
 
-def decode_event_order_key(k: bytes, prefix_len: int) -> tuple[int, int]:
-    """(position, seq) of an event order key, after its prefix."""
-    return _Q.unpack_from(k, prefix_len)[0], _I.unpack_from(k, prefix_len + 8)[0]
+def encode_event_chunk(ts_ms: int, ids: list[tuple[int, bytes]]) -> bytes:
+    """A record's log time, then each (seq, event id) it recorded, in seq order."""
+    return _Q.pack(ts_ms) + b"".join(_SEQ.pack(seq, len(e)) + e for seq, e in ids)
+
+
+def decode_event_chunk(b: bytes) -> tuple[int, list[tuple[int, bytes]]]:
+    ts = _Q.unpack_from(b)[0]
+    out: list[tuple[int, bytes]] = []
+    i = 8
+    while i < len(b):
+        seq, n = _SEQ.unpack_from(b, i)
+        i += _SEQ.size
+        out.append((seq, bytes(b[i:i + n])))
+        i += n
+    return ts, out
 
 
 def event_count_key(shard: int, dataset: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 
 class OpStatus(Enum):
@@ -14,8 +15,9 @@ class OpStatus(Enum):
     OVERFLOW = 3
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
+class Stored(NamedTuple):
+    """A stored value. A NamedTuple: immutable like the other model values, and built in a
+    third of a frozen dataclass's time (one per write, at every replica)."""
     value: bytes
     version: int
     expires_at_ms: int = 0  # 0: never

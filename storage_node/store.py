@@ -87,13 +87,21 @@ class NodeStore:
         prefix = keys.event_order_prefix(shard, dataset)
         got = 0
         for k, v in self.under(prefix):
-            if got >= n:
-                return
-            pos, seq = keys.decode_event_order_key(k, len(prefix))
-            if skip and (pos, seq) in skip:
-                continue
-            got += 1
-            yield pos, seq, v[8:], _Q.unpack_from(v)[0]
+            pos = _Q.unpack_from(k, len(prefix))[0]
+            ts, ids = keys.decode_event_chunk(v)
+            for seq, eid in ids:
+                if got >= n:
+                    return
+                if skip and (pos, seq) in skip:
+                    continue
+                got += 1
+                yield pos, seq, eid, ts
+
+    def event_chunk(self, shard: int, dataset: str,
+                    position: int) -> tuple[int, list[tuple[int, bytes]]] | None:
+        """(log time, [(seq, event id)]) recorded at `position`, if any are still held."""
+        b = self._get(keys.event_chunk_key(shard, dataset, position))
+        return keys.decode_event_chunk(b) if b is not None else None
 
     def event_counts(self) -> Iterator[tuple[int, str, int]]:
         """(shard, dataset, event ids held) for every dataset and shard holding some."""
@@ -159,6 +167,10 @@ class BatchView:
         self.event_order: dict[tuple[int, str], list[tuple[int, int, bytes, int]]] = {}
         self.event_order_gone: dict[tuple[int, str], set[tuple[int, int]]] = {}
         self.event_counts: dict[tuple[int, str], int] = {}
+        # The store's ids by age, read once per batch as far as asked (a RocksDB iterator
+        # per record cost more than the rest of aging): (entries read, the rest).
+        self._store_oldest: dict[tuple[int, str], tuple[list[tuple[int, int, bytes, int]],
+                                                        Iterator[tuple[int, int, bytes, int]]]] = {}
 
     def get(self, key: bytes) -> Stored | None:
         if key in self.values:
@@ -203,15 +215,36 @@ class BatchView:
         """Lazily: the caller usually stops at the first (it is within the window)."""
         gone = self.event_order_gone.get((shard, dataset), set())
         got = 0
-        for e in self.store.oldest_events(shard, dataset, n, gone):
-            got += 1
-            yield e
+        for e in self._held_oldest(shard, dataset):
+            if got >= n:
+                return
+            if (e[0], e[1]) not in gone:
+                got += 1
+                yield e
         for pos, seq, eid, ts in self.event_order.get((shard, dataset), ()):
             if got >= n:
                 return
             if (pos, seq) not in gone:
                 got += 1
                 yield pos, seq, eid, ts
+
+    def _held_oldest(self, shard: int, dataset: str) -> Iterator[tuple[int, int, bytes, int]]:
+        """The store's ids oldest first (as before this batch: it writes nothing until
+        commit), read from RocksDB only as far as any record of the batch has asked."""
+        memo = self._store_oldest.get((shard, dataset))
+        if memo is None:
+            rest = iter(self.store.oldest_events(shard, dataset, 1 << 62))
+            memo = self._store_oldest[(shard, dataset)] = ([], rest)
+        seen, rest = memo
+        i = 0
+        while True:
+            if i == len(seen):
+                e = next(rest, None)
+                if e is None:
+                    return
+                seen.append(e)
+            yield seen[i]
+            i += 1
 
     def add(self, applied: Applied, shard: int, ts_ms: int, log_id: int = 0) -> None:
         for node, pos in applied.positions.items():
@@ -306,19 +339,12 @@ class BatchView:
         for (shard, rid), (ts, res) in self.dedups.items():
             wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
             wb.put(keys.dedup_time_key(self.dedup_logs.get((shard, rid), 0), ts, shard, rid), b"")
-        for (shard, ds), gone in self.event_order_gone.items():
-            for pos, seq in gone:
-                wb.delete(keys.event_order_key(shard, ds, pos, seq))
+        self._commit_event_order(wb)
         for (shard, ds, eid), e in self.events.items():
             if e is None:
                 wb.delete(keys.event_key(shard, ds, eid))
             else:
                 wb.put(keys.event_key(shard, ds, eid), encode_event(e))
-        for (shard, ds), order in self.event_order.items():
-            gone = self.event_order_gone.get((shard, ds), set())
-            for pos, seq, eid, ts in order:
-                if (pos, seq) not in gone:
-                    wb.put(keys.event_order_key(shard, ds, pos, seq), _Q.pack(ts) + eid)
         for (shard, ds), n in self.event_counts.items():
             wb.put(keys.event_count_key(shard, ds), _Q.pack(n))
         for (lg, node), pos in self.member_positions.items():
@@ -326,6 +352,34 @@ class BatchView:
         for log_id, (next_position, last_ts) in positions.items():
             wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
         self.store.write(wb)
+
+    def _commit_event_order(self, wb: WriteBatch) -> None:
+        """One entry per record that recorded ids: this batch's records' ids still held,
+        and the older entries that lost ids (aged out, or recorded again) rewritten."""
+        for (shard, ds), gone in self.event_order_gone.items():
+            mine = {pos for pos, _, _, _ in self.event_order.get((shard, ds), ())}
+            older: dict[int, set[int]] = {}
+            for pos, seq in gone:
+                if pos not in mine:
+                    older.setdefault(pos, set()).add(seq)
+            for pos, seqs in older.items():
+                chunk = self.store.event_chunk(shard, ds, pos)
+                if chunk is None:
+                    continue
+                rest = [(seq, eid) for seq, eid in chunk[1] if seq not in seqs]
+                key = keys.event_chunk_key(shard, ds, pos)
+                if rest:
+                    wb.put(key, keys.encode_event_chunk(chunk[0], rest))
+                else:
+                    wb.delete(key)
+        for (shard, ds), order in self.event_order.items():
+            gone = self.event_order_gone.get((shard, ds), set())
+            by_pos: dict[int, tuple[int, list[tuple[int, bytes]]]] = {}
+            for pos, seq, eid, ts in order:
+                if (pos, seq) not in gone:
+                    by_pos.setdefault(pos, (ts, []))[1].append((seq, eid))
+            for pos, (ts, ids) in by_pos.items():
+                wb.put(keys.event_chunk_key(shard, ds, pos), keys.encode_event_chunk(ts, sorted(ids)))
 
 
 _EVENT = struct.Struct(">QQI")

@@ -73,7 +73,8 @@ class NodeStore:
     def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
         if not event_ids:
             return {}
-        got = self.db.get([keys.event_key(shard, dataset, e) for e in event_ids])  # one multi-get
+        prefix = keys.event_key(shard, dataset, b"")
+        got = self.db.get([prefix + e for e in event_ids])  # one multi-get
         assert got is not None
         return {e: decode_event(bytes(b)) for e, b in zip(event_ids, got) if b is not None}
 
@@ -163,7 +164,7 @@ class BatchView:
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
         # Event ids recorded (an Event) or aged out (None) by this batch, their order-index
         # entries added and removed, and the counts per (shard, dataset).
-        self.events: dict[tuple[int, str, bytes], Event | None] = {}
+        self.events: dict[tuple[int, str], dict[bytes, Event | None]] = {}  # by (shard, dataset)
         self.event_order: dict[tuple[int, str], list[tuple[int, int, bytes, int]]] = {}
         self.event_order_gone: dict[tuple[int, str], set[tuple[int, int]]] = {}
         self.event_counts: dict[tuple[int, str], int] = {}
@@ -198,13 +199,15 @@ class BatchView:
         return self.digests[shard] if shard in self.digests else self.store.digest(shard)
 
     def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
-        k = (shard, dataset, event_id)
-        return self.events[k] if k in self.events else self.store.event(shard, dataset, event_id)
+        mine = self.events.get((shard, dataset), {})
+        return mine[event_id] if event_id in mine else self.store.event(shard, dataset, event_id)
 
     def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
-        mine = {e: self.events[(shard, dataset, e)] for e in event_ids if (shard, dataset, e) in self.events}
-        out = self.store.held_events(shard, dataset, [e for e in event_ids if e not in mine])
-        out.update({e: ev for e, ev in mine.items() if ev is not None})
+        batch = self.events.get((shard, dataset))
+        if not batch:
+            return self.store.held_events(shard, dataset, event_ids)
+        out = self.store.held_events(shard, dataset, [e for e in event_ids if e not in batch])
+        out.update({e: ev for e in event_ids if e in batch and (ev := batch[e]) is not None})
         return out
 
     def event_count(self, shard: int, dataset: str) -> int:
@@ -265,12 +268,13 @@ class BatchView:
             self.dedup_logs[(shard, applied.result.request_id)] = log_id
         if applied.events or applied.events_gone:
             ds = applied.dataset
+            batch = self.events.setdefault((shard, ds), {})
             for eid, pos, seq in applied.events_gone:
-                self.events[(shard, ds, eid)] = None
+                batch[eid] = None
                 self.event_order_gone.setdefault((shard, ds), set()).add((pos, seq))
-            for eid, e in applied.events.items():
-                self.events[(shard, ds, eid)] = e
-                self.event_order.setdefault((shard, ds), []).append((e.position, e.seq, eid, e.ts_ms))
+            batch.update(applied.events)
+            self.event_order.setdefault((shard, ds), []).extend(
+                (e.position, e.seq, eid, e.ts_ms) for eid, e in applied.events.items())
         if applied.event_count >= 0:
             self.event_counts[(shard, applied.dataset)] = applied.event_count
 
@@ -340,11 +344,13 @@ class BatchView:
             wb.put(keys.dedup_key(shard, rid), _Q.pack(ts) + codec.result_to_pb(res).SerializeToString())
             wb.put(keys.dedup_time_key(self.dedup_logs.get((shard, rid), 0), ts, shard, rid), b"")
         self._commit_event_order(wb)
-        for (shard, ds, eid), e in self.events.items():
-            if e is None:
-                wb.delete(keys.event_key(shard, ds, eid))
-            else:
-                wb.put(keys.event_key(shard, ds, eid), encode_event(e))
+        for (shard, ds), batch in self.events.items():
+            prefix = keys.event_key(shard, ds, b"")
+            for eid, e in batch.items():
+                if e is None:
+                    wb.delete(prefix + eid)
+                else:
+                    wb.put(prefix + eid, encode_event(e))
         for (shard, ds), n in self.event_counts.items():
             wb.put(keys.event_count_key(shard, ds), _Q.pack(n))
         for (lg, node), pos in self.member_positions.items():

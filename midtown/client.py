@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
@@ -103,9 +103,9 @@ class ScanPage:
     next: bytes  # pass as `start` for the next page; b"" when done
 
 
-@dataclass(frozen=True)
-class Op:
-    """One operation of an atomic batch (see Client.batch)."""
+class Op(NamedTuple):
+    """One operation of an atomic batch (see Client.batch). Immutable; a NamedTuple, built
+    in a third of a frozen dataclass's time (a bulk write builds one per row)."""
 
     kind: str  # put | delete | cas | incr | get
     partition: bytes
@@ -168,8 +168,7 @@ class OpOutcome:
     value: Value | None
 
 
-@dataclass(frozen=True)
-class Write:
+class Write(NamedTuple):
     """One item of a bulk write (Client.write_many): operations on one partitioning key,
     applied atomically, at most once per `event_id` within the dataset's dedup window."""
 

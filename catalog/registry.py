@@ -4,7 +4,7 @@ log/zk.py):
   /midtown/kv                      {"shards": S, "storage_nodes": [ids], "logs": L}
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
   /midtown/coordinators/<id>       {"addr": "host:port"}                   ephemeral
-  /midtown/datasets/<name>         dataset definition (coordinator/datasets.py)"""
+  /midtown/datasets/<name>         dataset definition (catalog/datasets.py)"""
 
 from __future__ import annotations
 

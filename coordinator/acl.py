@@ -7,24 +7,15 @@ sends its token in the gRPC metadata (`authorization: Bearer TOKEN`; `Client(tok
 `midtown ... --token` or `MIDTOWN_TOKEN`); for a dataset with an ACL, a missing or unknown
 token is UNAUTHENTICATED and a user the ACL does not allow is PERMISSION_DENIED.
 
-Pure: the coordinator looks tokens up (coordinator/users.py) and asks `decide`."""
+Pure: the coordinator looks tokens up (catalog/users.py) and asks `decide`."""
 
 from __future__ import annotations
 
-import hashlib
-import re
-
 import grpc
 
+from catalog.users import check_user
+
 PERMS = ("r", "rw")
-USER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-
-
-def check_user(name: str, field: str = "USER") -> str:
-    if not USER.match(name):
-        raise ValueError(f"{field}: {name!r} must be 1-64 characters of a-z, 0-9, _ and -, "
-                         "starting with a letter")
-    return name
 
 
 def parse(text: str, field: str = "--acl") -> dict[str, str]:
@@ -36,10 +27,6 @@ def parse(text: str, field: str = "--acl") -> dict[str, str]:
             raise ValueError(f"{field}: {part!r}; write USER=r or USER=rw, comma-separated")
         out[check_user(user, field)] = perm
     return out
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def bearer(metadata: object) -> str | None:

@@ -1,5 +1,13 @@
 """Bounds a coordinator enforces on requests, and why."""
 
+from catalog.limits import (  # noqa: F401 (a dataset's settings: the catalog's bounds)
+    DATASET_NAME_MAX,
+    DEDUP_MAX_IDS_MAX,
+    DEDUP_WINDOW_MS_MAX,
+    QUOTA_BYTES_MAX,
+    RATE_LIMIT_MAX,
+    TTL_MS_MAX,
+)
 from log import limits as log_limits
 
 # Keys: partitioning keys name a tenant's entity (a user id, a device); local keys a field
@@ -14,15 +22,9 @@ BATCH_BYTES_MAX = log_limits.PAYLOAD_BYTES_MAX - 64 * 1024
 # Scan pages.
 SCAN_LIMIT_DEFAULT = 100
 SCAN_LIMIT_MAX = 1000
-# TTL: up to ten years, in milliseconds.
-TTL_MS_MAX = 10 * 365 * 24 * 3600 * 1000
 REQUEST_ID_BYTES_MAX = 64
-# Rate limits (requests per second): a dataset's is set when it is created; every client
-# connection gets the coordinator's --client-rate-limit.
-RATE_LIMIT_MAX = 1_000_000
-QUOTA_BYTES_MAX = 2**60  # a dataset's storage quota: 1 EiB at most
+# Every client connection gets the coordinator's --client-rate-limit (requests per second).
 CLIENT_RATE_LIMIT_DEFAULT = 5_000
-DATASET_NAME_MAX = 64
 # Requests a coordinator holds while waiting for the log or a storage node.
 PENDING_MAX = 20_000
 # How long a coordinator waits for a storage node's answer when the client set no deadline.
@@ -40,7 +42,3 @@ EVENT_ID_BYTES_MAX = 256
 # Rows per streamed message of a shard scan (ScanShard).
 SHARD_SCAN_PAGE_DEFAULT = 1_000
 SHARD_SCAN_PAGE_MAX = 10_000
-# A dataset's event-id settings: a year of log time, and ids per shard (each ~100 bytes
-# with its index: 100 million is about 10 GB a shard).
-DEDUP_WINDOW_MS_MAX = 366 * 24 * 3600 * 1000
-DEDUP_MAX_IDS_MAX = 100_000_000

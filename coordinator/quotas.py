@@ -16,26 +16,17 @@ compression (docs/api.md, "Storage quotas")."""
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-
-from catalog import registry
+from catalog.usage import Report
 from coordinator import limits
-from midtown import errors
 from midtown_pb import kv_pb2 as pb
+from runtime import refusals
 from storage_node import keys
 
-USAGE = "/midtown/usage"  # /midtown/usage/<node id>: {"at_ms": ..., "bytes": {dataset id: n}}
-CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
 # Bytes a stored value takes beyond its own: version and expiry (storage_node/keys.py), and
 # an eventual dataset's tombstone flag (storage_node/lww.py).
 VALUE_OVERHEAD = 17
@@ -46,7 +37,7 @@ INT64_DIGITS = 20
 APPLY_SLACK_MS = 2_000
 RECENT_MAX_AGE_MS = 120_000
 # Sent with a quota refusal: the SDK does not retry it (a retry cannot succeed).
-REFUSED_TRAILER = (errors.QUOTA_TRAILER,)
+REFUSED_TRAILER = (refusals.QUOTA_TRAILER,)
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
           "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
@@ -75,13 +66,6 @@ def format_size(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
-
-
-@dataclass(frozen=True)
-class Report:
-    """One node's latest counts: when it counted (ms since the epoch) and dataset id -> bytes."""
-    at_ms: int
-    bytes: dict[str, int]
 
 
 def used(reports: dict[int, Report], members: Sequence[int], dataset_id: str) -> tuple[int, int]:
@@ -179,57 +163,3 @@ class Recent:
         return self._sums[dataset_id]
 
 
-def publish(zk: KazooClient, node_id: int, counts: dict[str, int]) -> None:
-    data = json.dumps({"at_ms": int(time.time() * 1000), "bytes": counts}).encode()
-    path = f"{USAGE}/{node_id}"
-    if zk.exists(path) is None:
-        zk.create(path, data, makepath=True)
-    else:
-        zk.set(path, data)
-
-
-def read_reports(zk: KazooClient) -> dict[int, Report]:
-    """Every node's latest counts."""
-    out: dict[int, Report] = {}
-    for node, b in registry.children_json(zk, USAGE).items():
-        try:
-            out[node] = Report(int(b["at_ms"]), {str(k): int(v) for k, v in b["bytes"].items()})
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue  # not ours
-    return out
-
-
-def view(zk: KazooClient) -> tuple[dict[int, Report], tuple[int, ...]]:
-    """(node id -> its latest report, the member nodes): what `used` takes."""
-    kv = registry.read_kv(zk)
-    return read_reports(zk), kv.storage_nodes if kv else ()
-
-
-class UsageCache:
-    """A coordinator's view of the usage reports and of the member nodes (which change with
-    `midtown node remove|add`), read again at most every `ttl_s`."""
-
-    def __init__(self, zk: KazooClient, ttl_s: float = CACHE_TTL_S) -> None:
-        self.zk = zk
-        self.ttl_s = ttl_s
-        self._at = -float("inf")
-        self._view: tuple[dict[int, Report], tuple[int, ...]] = ({}, ())
-        self._lock = threading.Lock()
-
-    def reports(self) -> tuple[dict[int, Report], tuple[int, ...]]:
-        """view(), at most `ttl_s` old."""
-        now = time.monotonic()
-        if now - self._at >= self.ttl_s:
-            with self._lock:
-                if now - self._at >= self.ttl_s:
-                    self._view = view(self.zk)
-                    self._at = now
-        return self._view
-
-
-def forget(zk: KazooClient, node_id: int) -> None:
-    """A node taken out of the membership: its counts no longer count."""
-    try:
-        zk.delete(f"{USAGE}/{node_id}")
-    except NoNodeError:
-        pass

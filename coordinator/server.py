@@ -27,14 +27,14 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
 
-from catalog import registry
+from catalog import registry, usage
+from catalog.datasets import Dataset, DatasetCache
 from catalog.routing import log_of, shard_of
+from catalog.users import UserCache
 from coordinator import acl, bulk, eventual, limits, quotas
 from coordinator.appender import Appender, Placed
-from coordinator.datasets import Dataset, DatasetCache
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
-from coordinator.users import UserCache
 from log import limits as log_limits
 from log.client import LogClient, LogError
 from log.group_commit import GroupTimeout
@@ -108,7 +108,7 @@ class Coordinator:
         self.kv = kv
         self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
         self.datasets = DatasetCache(self.zk)
-        self.usage = quotas.UsageCache(self.zk)
+        self.usage = usage.UsageCache(self.zk)
         self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
         self._quota_lock = threading.Lock()
         self._appenders: dict[int, Appender] = {}

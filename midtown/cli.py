@@ -414,7 +414,7 @@ def _zk(a: argparse.Namespace) -> Any:
 
 
 def cmd_user(a: argparse.Namespace) -> int:
-    from coordinator import users
+    from catalog import users
 
     zk = _zk(a)
     try:
@@ -436,7 +436,8 @@ def cmd_user(a: argparse.Namespace) -> int:
 
 
 def cmd_dataset(a: argparse.Namespace) -> int:
-    from coordinator import acl, datasets, quotas
+    from catalog import datasets, usage
+    from coordinator import acl, quotas
 
     zk = _zk(a)
     try:
@@ -472,7 +473,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
             out = datasets.describe(got)
-            out["used_bytes"], _ = quotas.used(*quotas.view(zk), got.id)
+            out["used_bytes"], _ = quotas.used(*usage.view(zk), got.id)
             ids = [(e.ids, e.oldest_ms, e.log_time_ms) for st in _node_states(zk).values()
                    for e in st.event_ids if e.dataset == got.id]
             out["event_ids"] = max((n for n, _, _ in ids), default=0)
@@ -647,11 +648,11 @@ def _ids_by_dataset(event_ids: Any) -> dict[str, dict]:
 
 
 def cmd_node_remove(a: argparse.Namespace) -> int:
-    from coordinator import quotas
+    from catalog import usage
 
     def remove(zk: Any, node_id: int) -> registry.KvTopology:
         t = registry.remove_storage_node(zk, node_id)
-        quotas.forget(zk, node_id)  # its counts no longer count toward the quotas
+        usage.forget(zk, node_id)  # its counts no longer count toward the quotas
         return t
     t = _change_members(a, remove)
     emit({"removed": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)

@@ -25,7 +25,7 @@ from midtown.zookeeper import ZooKeeper, is_ok
 from runtime.transport import Credentials
 
 if TYPE_CHECKING:
-    from coordinator.datasets import Dataset
+    from catalog.datasets import Dataset
 
 LOG_SERVERS = 3
 STORAGE_NODES = 3
@@ -379,7 +379,7 @@ class Cluster:
 
     def create_dataset(self, name: str, **options: Any) -> Dataset:
         """Create a dataset in this cluster's ZooKeeper, as `midtown dataset create` does."""
-        from coordinator import datasets
+        from catalog import datasets
 
         zk = zkpaths.connect(self.zk_hosts)
         try:

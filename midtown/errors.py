@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from runtime import refusals
+
 
 class MidtownError(Exception):
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
@@ -60,7 +62,7 @@ _BY_CODE = {c.code: c for c in (InvalidArgument, NotFound, FailedPrecondition, O
 
 
 # Trailing metadata a coordinator sends with a quota refusal (coordinator/quotas.py).
-QUOTA_TRAILER = ("midtown-refused", "quota")
+QUOTA_TRAILER = refusals.QUOTA_TRAILER
 
 
 def refused_for_quota(e: grpc.RpcError) -> bool:

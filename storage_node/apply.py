@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
 from storage_node import keys
 from storage_node.model import (
     Cas,
@@ -39,11 +40,6 @@ from storage_node.model import (
 # How long (in log time) a request id is remembered. Client retries come within seconds;
 # ten minutes covers a coordinator or node restart and leaves the table bounded.
 DEDUP_WINDOW_MS = 10 * 60 * 1000
-# Event ids (exactly-once ingestion, docs/exactly-once.md): a dataset's window and size cap
-# when it sets none. Segment keeps four weeks of ids; a cap per shard keeps a burst of ids
-# from taking a node down (the oldest go first).
-EVENT_WINDOW_MS_DEFAULT = 28 * 24 * 3600 * 1000
-EVENT_IDS_PER_SHARD_DEFAULT = 1_000_000
 # Ids older than the window that one record ages out at most (beyond the size cap, which
 # is kept exactly): bounded work per record; an id past the window is ignored anyway.
 EVENT_AGE_OUT_PER_RECORD = 64

@@ -20,9 +20,9 @@ from collections.abc import Iterator
 import grpc
 from rocksdict import Checkpoint, Options, Rdict
 
-from catalog import registry
+from catalog import datasets, registry
+from catalog import usage as usage_reports
 from catalog.routing import answers_for, log_of, shards_of_log
-from coordinator import datasets, quotas
 from log import limits as log_limits
 from log import zk as logzk
 from log.client import LogClient, LogError
@@ -563,7 +563,7 @@ class StorageNode:
         last up, they may have purged tombstones of values it still holds: drop its
         eventual values rather than hand those back (storage_node/lww.py)."""
         last_up = self.store.last_up_ms()
-        peers_up = max((r.at_ms for n, r in quotas.read_reports(self.zk).items() if n != self.node_id),
+        peers_up = max((r.at_ms for n, r in usage_reports.read_reports(self.zk).items() if n != self.node_id),
                        default=0)
         if lww.outlived(last_up, peers_up, self.lww.grace_ms):
             log.warning("storage node %d was down for %.0f s of its peers' time, more than the "
@@ -591,7 +591,7 @@ class StorageNode:
         counts = usage.tally(watch(usage.data_items(self.store)))
         self.lww_purged += self.lww.purge(old)
         if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
-            quotas.publish(self.zk, self.node_id, counts)
+            usage_reports.publish(self.zk, self.node_id, counts)
 
     def lww_hashes(self) -> pb.LwwHashesResponse:
         return pb.LwwHashesResponse(hashes=self.lww.hashes(self.kv.shards))

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from catalog import usage as catalog_usage
 from coordinator import limits, quotas
 from midtown_pb import kv_pb2 as pb
 from storage_node import keys, usage
@@ -42,7 +43,7 @@ def test_any_text_is_a_size_or_a_clear_error(text: str) -> None:
 
 
 def test_the_count_of_the_furthest_member_counts() -> None:
-    R = quotas.Report
+    R = catalog_usage.Report
     reports = {0: R(100, {"a#1": 500, "b#2": 7}), 1: R(200, {"a#1": 900}), 2: R(300, {"a#1": 10_000})}
     assert quotas.used(reports, [0, 1], "a#1") == (900, 200)  # node 2 is no member
     assert quotas.used(reports, [0, 1], "b#2") == (7, 100)

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from catalog import registry
-from coordinator import datasets
+from catalog import datasets, registry
 from log import zk as zkpaths
 from log.client import LogClient
 from midtown import Client

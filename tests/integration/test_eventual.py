@@ -32,7 +32,7 @@ def ec(tmp_path: Path) -> Iterator[Cluster]:
 
 def _held(c: Cluster, name: str, pkey: bytes, lkey: bytes) -> pb.LwwValue | None:
     """What one storage replica holds for a key of dataset "ev" (tombstones included)."""
-    from coordinator import datasets
+    from catalog import datasets
     from log import zk as zkpaths
 
     zk = zkpaths.connect(c.zk_hosts)

@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from catalog import datasets
 from catalog.routing import log_of, shard_of
-from coordinator import datasets
 from log import zk as zkpaths
 from midtown import Client, Op, errors
 from midtown.cluster import Cluster

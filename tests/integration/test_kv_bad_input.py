@@ -250,7 +250,7 @@ def test_access_lists_refuse_unknown_and_unauthorized_callers(kvc: Cluster) -> N
     datasets without a list stay open."""
     import time
 
-    from coordinator import users
+    from catalog import users
     from log import zk as zkpaths
     from tests.integration.conftest import wait_for
 
@@ -288,7 +288,7 @@ def test_access_lists_refuse_unknown_and_unauthorized_callers(kvc: Cluster) -> N
         # A grant reaches the coordinators within their dataset cache's second.
         zk = zkpaths.connect(kvc.zk_hosts)
         try:
-            from coordinator import datasets
+            from catalog import datasets
 
             datasets.grant(zk, "secret", "bob", "rw")
             wait_for(lambda: _ok(lambda: b.put("secret", "p", "k", b"from bob")), 10, "bob's grant")

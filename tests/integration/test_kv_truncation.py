@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from catalog import usage
 from catalog.routing import log_of, shard_of
-from coordinator import quotas
 from log.client import LogClient
 from midtown import Client
 from midtown.cluster import Cluster
@@ -75,8 +75,8 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
                               tc.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
                              check=True).stdout
         assert json.loads(out)["storage_nodes"] == [0, 1]
-        assert logs.zk.exists(f"{quotas.USAGE}/2") is None  # its counts no longer count
-        assert logs.zk.exists(f"{quotas.USAGE}/0") is not None
+        assert logs.zk.exists(f"{usage.USAGE}/2") is None  # its counts no longer count
+        assert logs.zk.exists(f"{usage.USAGE}/0") is not None
         for i in range(60, 90):
             db.put("t", "k", str(i), b"v")
         wait_for(lambda: logs.status()[log_id]["first"] > p2, 30, "truncation past the removed node")
@@ -161,7 +161,7 @@ def test_dropped_datasets_are_deleted_from_every_replica(tc: Cluster) -> None:
         assert db.get("gone", "p0", "k") is None
     wait_for(lambda: _converged(tc), 30, "replicas level, digests equal")
     # Once a drop is in every log, its note in ZooKeeper is removed.
-    from coordinator import datasets
+    from catalog import datasets
     from log import zk as zkpaths
 
     zk = zkpaths.connect(tc.zk_hosts)

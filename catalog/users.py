@@ -3,7 +3,9 @@ coordinator's cache of them (coordinator/acl.py says how they are used)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import secrets
 import threading
 import time
@@ -11,7 +13,20 @@ import time
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from coordinator.acl import check_user, token_hash
+USER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+def check_user(name: str, field: str = "USER") -> str:
+    if not USER.match(name):
+        raise ValueError(f"{field}: {name!r} must be 1-64 characters of a-z, 0-9, _ and -, "
+                         "starting with a letter")
+    return name
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
 
 ROOT = "/midtown/users"
 

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from coordinator import limits
-from coordinator.acl import check_user
-from storage_node.apply import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
+from catalog import limits
+from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
+from catalog.users import check_user
 
 ROOT = "/midtown/datasets"
 DROPPED = "/midtown/dropped"  # dataset id -> when it was dropped

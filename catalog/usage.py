@@ -1,0 +1,81 @@
+"""What each storage node stores per dataset, as it publishes it in ZooKeeper for the
+coordinators' quota checks (coordinator/quotas.py says how they are used):
+/midtown/usage/<node id> -> {"at_ms": ..., "bytes": {dataset id: n}}."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from catalog import registry
+
+USAGE = "/midtown/usage"
+CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
+
+
+@dataclass(frozen=True)
+class Report:
+    """One node's latest counts: when it counted (ms since the epoch) and dataset id -> bytes."""
+    at_ms: int
+    bytes: dict[str, int]
+
+
+def publish(zk: KazooClient, node_id: int, counts: dict[str, int]) -> None:
+    data = json.dumps({"at_ms": int(time.time() * 1000), "bytes": counts}).encode()
+    path = f"{USAGE}/{node_id}"
+    if zk.exists(path) is None:
+        zk.create(path, data, makepath=True)
+    else:
+        zk.set(path, data)
+
+
+def read_reports(zk: KazooClient) -> dict[int, Report]:
+    """Every node's latest counts."""
+    out: dict[int, Report] = {}
+    for node, b in registry.children_json(zk, USAGE).items():
+        try:
+            out[node] = Report(int(b["at_ms"]), {str(k): int(v) for k, v in b["bytes"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # not ours
+    return out
+
+
+def view(zk: KazooClient) -> tuple[dict[int, Report], tuple[int, ...]]:
+    """(node id -> its latest report, the member nodes): what `used` takes."""
+    kv = registry.read_kv(zk)
+    return read_reports(zk), kv.storage_nodes if kv else ()
+
+
+class UsageCache:
+    """A coordinator's view of the usage reports and of the member nodes (which change with
+    `midtown node remove|add`), read again at most every `ttl_s`."""
+
+    def __init__(self, zk: KazooClient, ttl_s: float = CACHE_TTL_S) -> None:
+        self.zk = zk
+        self.ttl_s = ttl_s
+        self._at = -float("inf")
+        self._view: tuple[dict[int, Report], tuple[int, ...]] = ({}, ())
+        self._lock = threading.Lock()
+
+    def reports(self) -> tuple[dict[int, Report], tuple[int, ...]]:
+        """view(), at most `ttl_s` old."""
+        now = time.monotonic()
+        if now - self._at >= self.ttl_s:
+            with self._lock:
+                if now - self._at >= self.ttl_s:
+                    self._view = view(self.zk)
+                    self._at = now
+        return self._view
+
+
+def forget(zk: KazooClient, node_id: int) -> None:
+    """A node taken out of the membership: its counts no longer count."""
+    try:
+        zk.delete(f"{USAGE}/{node_id}")
+    except NoNodeError:
+        pass

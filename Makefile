@@ -49,7 +49,7 @@ bench: proto
 # Exactly-once ingestion through Spark, checked by eye (on the cluster in $(DIR), started if
 # it does not run).
 demo: proto
-	$(PY) -m spark_connector.demo --dir $(DIR)
+	$(PY) -m midtown.cli.demo --dir $(DIR)
 
 lint: proto
 	.venv/bin/ruff check midtown runtime catalog log coordinator storage_node spark_connector tests

@@ -229,7 +229,7 @@ class _InProcessError(grpc.RpcError):
 
 def _append_in_process(addr: str, log_id: int, payloads: list[bytes],
                        timeout_s: float) -> tuple[int, int, int, int] | None:
-    """Append straight to the writer when it runs in this process (midtown.host), with
+    """Append straight to the writer when it runs in this process (midtown.cluster.host), with
     the checks and outcomes of the Append call; None when it does not (call it)."""
     from concurrent.futures import TimeoutError as FutureTimeout
 

@@ -1,7 +1,7 @@
 """Components sharing one process find each other here, by the address each advertises,
 and call each other directly instead of through gRPC.
 
-`midtown.host` runs a log server, a storage node and a coordinator in one process (one
+`midtown.cluster.host` runs a log server, a storage node and a coordinator in one process (one
 per machine). Every component still registers its gRPC address in ZooKeeper and serves
 it, so the others in the cluster see no difference; only calls between two components
 of the same process skip the network: a coordinator's append to a log this process

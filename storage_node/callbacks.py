@@ -34,7 +34,7 @@ class Callbacks:
 
 
     def send_in_process(self, addr: str, results: list[RecordResult]) -> None:
-        """Results for a coordinator in this process (midtown.host): handed over directly."""
+        """Results for a coordinator in this process (midtown.cluster.host): handed over directly."""
         coordinator = inprocess.lookup(addr)
         if coordinator is not None:
             inprocess.used("answer")

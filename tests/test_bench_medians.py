@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from midtown.bench_kv import medians
+from midtown.bench.kv import medians
 
 
 def test_medians_of_odd_and_even_rounds() -> None:

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from midtown import echo
-from midtown.bench_kv import EchoFloor
-from midtown.loadgen import run_workload
+from midtown.bench import echo
+from midtown.bench.kv import EchoFloor
+from midtown.bench.loadgen import run_workload
 
 
 def test_the_floor_answers_every_client_and_stops_cleanly() -> None:
@@ -27,6 +27,6 @@ def test_the_floor_answers_every_client_and_stops_cleanly() -> None:
 
 @pytest.mark.parametrize("bad", ["", "x", "-1", "0", "65536"])
 def test_the_floor_names_a_bad_port(bad: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "midtown.echo", "--port", bad],
+    p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", bad],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--port" in p.stderr

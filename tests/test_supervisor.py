@@ -1,8 +1,8 @@
-"""When the local cluster's supervisor starts a process again (midtown/supervisor.py)."""
+"""When the local cluster's supervisor starts a process again (midtown/cluster/supervisor.py)."""
 
 from __future__ import annotations
 
-from midtown.supervisor import EXIT_BEHIND_TRUNCATION, RestartPolicy
+from midtown.cluster.supervisor import EXIT_BEHIND_TRUNCATION, RestartPolicy
 
 
 def test_restarts_back_off_and_reset_after_a_healthy_run() -> None:

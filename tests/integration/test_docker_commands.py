@@ -16,7 +16,7 @@ from catalog import datasets, registry
 from log import zk as zkpaths
 from log.client import LogClient
 from midtown import Client
-from midtown.ports import free_ports
+from midtown.cluster.ports import free_ports
 from tests.integration.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def test_compose_commands_form_a_cluster(tmp_path: Path) -> None:
         procs.append(subprocess.Popen(zk_cmd, env=env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True))
         zk_hosts = f"127.0.0.1:{ports['zookeeper']}"
-        from midtown.zookeeper import is_ok
+        from midtown.cluster.zookeeper import is_ok
 
         wait_for(lambda: is_ok("127.0.0.1", ports["zookeeper"]), 30, "ZooKeeper")
         init = _localize(services["init"]["command"], ports, tmp_path, "init")

@@ -17,7 +17,7 @@ import trustme
 
 from midtown import Client, errors
 from midtown.cluster import Cluster
-from midtown.ports import free_ports
+from midtown.cluster.ports import free_ports
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started

@@ -5,7 +5,7 @@ coordinator (one channel per client thread).
 
 Every Midtown operation pays at least this one call, and then its way through a log and
 the storage nodes, so no Midtown figure can beat this one on the same machine in the same
-run. `python -m midtown.echo --port N` serves until killed."""
+run. `python -m midtown.bench.echo --port N` serves until killed."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def _port(s: str) -> int:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m midtown.echo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m midtown.bench.echo", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=_port, required=True)
     a = p.parse_args()
     tune_runtime()

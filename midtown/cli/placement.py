@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from midtown.output import emit
+from midtown.cli.output import emit
 
 
 def run(a: argparse.Namespace, client: Any) -> int:
@@ -39,7 +39,7 @@ def run(a: argparse.Namespace, client: Any) -> int:
         try:
             s = pl.update_settings(change)
         except ValueError as e:
-            from midtown.cli import CliError
+            from midtown.cli.main import CliError
 
             raise CliError(str(e)) from None
         emit({"total_shards": s.total_shards, "default_count": s.default_count,
@@ -48,7 +48,7 @@ def run(a: argparse.Namespace, client: Any) -> int:
         try:
             load = {str(k): float(v) for k, v in json.loads(Path(a.load).read_text()).items()}
         except (OSError, ValueError) as e:
-            from midtown.cli import CliError
+            from midtown.cli.main import CliError
 
             raise CliError(f"--load: {e} (a JSON object: tenant -> load)") from None
         s = pl.settings()
@@ -95,7 +95,7 @@ def add_parser(sub: Any, common: Any) -> None:
 
 
 def _cmd(a: argparse.Namespace) -> int:
-    from midtown.cli import _kv
+    from midtown.cli.main import _kv
 
     with _kv(a) as c:
         return run(a, c)

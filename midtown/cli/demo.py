@@ -5,7 +5,7 @@ re-sent slice), ingests them into Midtown through the `midtown` data source whil
 attempt of one task dies half-way, then prints what went in, what was skipped as duplicates,
 what is stored, and each tenant's count beside the count it should have.
 
-Run: python -m spark_connector.demo [--dir run/local] [--events 20000]
+Run: python -m midtown.cli.demo [--dir run/local] [--events 20000]
 (uses the local cluster in --dir if it runs, else starts one there and stops it after)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def make_events(n: int, seed: int = 42) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spark_connector.demo")
+    ap = argparse.ArgumentParser(prog="python -m midtown.cli.demo")
     ap.add_argument("--dir", default="run/local")
     ap.add_argument("--events", type=int, default=20_000)
     a = ap.parse_args(argv)
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             c.stop()
 
 
-def _run(c: Any, n: int, Client: Any) -> int:
+def _run(c: Any, n: int, Client: Any, spark: Any = None) -> int:
+    """The demo on cluster `c`, in `spark` if given (left running), else in a session of
+    its own. Returns 0 when every tenant's count equals its distinct events."""
     from pyspark import TaskContext
     from pyspark.sql import functions as F
 
@@ -69,7 +71,9 @@ def _run(c: Any, n: int, Client: Any) -> int:
     rows = make_events(n)
     print(f"\n{len(rows)} events generated for {len(TENANTS)} tenants "
           f"({len(rows) - len(set(rows))} of them repeats); dataset {name!r}", flush=True)
-    spark = local_session("midtown-demo", "OFF")  # the injected task failure would print a Java stack
+    own = spark is None
+    if own:
+        spark = local_session("midtown-demo", "OFF")  # the injected task failure would print a Java stack
 
     def first_attempt_dies(it: Any) -> Any:
         tc = TaskContext.get()
@@ -87,7 +91,8 @@ def _run(c: Any, n: int, Client: Any) -> int:
      .option("operation", "increment").option("value_column", "one").option("id_column", "event_id")
      .mode("append").save())
     took = time.monotonic() - t0
-    spark.stop()
+    if own:
+        spark.stop()
     want = Counter(t for t, _ in set(rows))
     with Client(c.coordinator_addrs, timeout=60) as db:
         got = {t: int(db.get(name, t, "events").value) for t in TENANTS}

@@ -4,7 +4,7 @@ logged, counted in `cluster status`), restarts one on request (`midtown cluster 
 NAME`), and stops them all on SIGTERM or SIGINT.
 
 `midtown cluster up` runs it in the foreground; `cluster up --detach` runs it in a process
-of its own (`python -m midtown.supervisor --dir DIR`), which `cluster down` stops.
+of its own (`python -m midtown.cluster.supervisor --dir DIR`), which `cluster down` stops.
 
 What is not restarted: a storage node that exits with EXIT_BEHIND_TRUNCATION (the logs were
 truncated past it: it was removed from the membership, and `node add` then a restart, or
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     """Start (or resume) the cluster in --dir and supervise it until SIGTERM."""
     from midtown.cluster import Cluster, ClusterError
 
-    ap = argparse.ArgumentParser(prog="python -m midtown.supervisor")
+    ap = argparse.ArgumentParser(prog="python -m midtown.cluster.supervisor")
     ap.add_argument("--dir", required=True)
     a = ap.parse_args(argv)
     stop = threading.Event()

@@ -107,10 +107,10 @@ class ZooKeeper:
 
 def main(argv: list[str] | None = None) -> None:
     """Run ZooKeeper in the foreground (what the Docker image does):
-    python -m midtown.zookeeper --port 2181 --data /data [--host 0.0.0.0]"""
+    python -m midtown.cluster.zookeeper --port 2181 --data /data [--host 0.0.0.0]"""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m midtown.zookeeper", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m midtown.cluster.zookeeper", description=main.__doc__)
     ap.add_argument("--port", type=int, default=2181)
     ap.add_argument("--data", required=True)
     ap.add_argument("--host", default="127.0.0.1")

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from catalog import registry
+from midtown.cli.output import emit
 from midtown.cluster import LAYOUTS
-from midtown.output import emit
 
 DEFAULT_DIR = Path("run/local")
 
@@ -62,7 +62,7 @@ def _log_client(a: argparse.Namespace) -> Any:
 
 # ---------------------------------------------------------------- cluster
 def cmd_cluster_up(a: argparse.Namespace) -> int:
-    """Start a local cluster under a supervisor (midtown/supervisor.py) that restarts a
+    """Start a local cluster under a supervisor (midtown/cluster/supervisor.py) that restarts a
     process that dies: in the foreground, or in a process of its own with --detach."""
     from midtown.cluster import Cluster, ClusterError, pid_alive
 
@@ -89,7 +89,7 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
         return 0
     import threading
 
-    from midtown.supervisor import supervise
+    from midtown.cluster.supervisor import supervise
 
     print("running in the foreground, restarting a process that dies; Ctrl-C stops everything",
           flush=True)
@@ -113,7 +113,7 @@ def _start_detached(c: Any, progress: bool) -> Any:
     c.plan()
     log_path = c.dir / "logs" / "supervisor.log"
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "midtown.supervisor", "--dir", str(c.dir)],
+        proc = subprocess.Popen([sys.executable, "-m", "midtown.cluster.supervisor", "--dir", str(c.dir)],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     deadline = time.monotonic() + 120
@@ -215,7 +215,7 @@ def cmd_cluster_restart(a: argparse.Namespace) -> int:
     """Restart one process: through the supervisor when one runs (it counts it), else
     directly. Returns once the process runs again."""
     from midtown.cluster import pid_alive
-    from midtown.supervisor import request_restart
+    from midtown.cluster.supervisor import request_restart
 
     c = _load_cluster(a.dir)
     if a.name not in c.procs:
@@ -677,25 +677,25 @@ def _change_members(a: argparse.Namespace, change: Any) -> Any:
 
 
 def cmd_bench_kv(a: argparse.Namespace) -> int:
-    from midtown.bench_kv import run as bench
+    from midtown.bench.kv import run as bench
 
     return bench(a)
 
 
 def cmd_bench_placements(a: argparse.Namespace) -> int:
-    from midtown.bench_placements import run as bench
+    from midtown.bench.placements import run as bench
 
     return bench(a)
 
 
 def cmd_bench_ingest(a: argparse.Namespace) -> int:
-    from midtown.bench_ingest import run as bench
+    from midtown.bench.ingest import run as bench
 
     return bench(a)
 
 
 def cmd_bench_log(a: argparse.Namespace) -> int:
-    from midtown.bench_log import run as bench
+    from midtown.bench.appends import run as bench
 
     return bench(a)
 
@@ -934,7 +934,7 @@ def parser() -> argparse.ArgumentParser:
     common(na)
     na.set_defaults(fn=cmd_node_add)
 
-    from midtown import placement_cli
+    from midtown.cli import placement as placement_cli
 
     placement_cli.add_parser(sub, common)
     bn = sub.add_parser("bench", help="benchmarks")

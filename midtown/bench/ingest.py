@@ -22,11 +22,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from midtown.bench_kv import Etcd, _b64, medians
+from midtown.bench.kv import Etcd, _b64, medians
+from midtown.bench.loadgen import run_workload
+from midtown.cli.output import emit
 from midtown.client import Client, Write
 from midtown.cluster import Cluster
-from midtown.loadgen import run_workload
-from midtown.output import emit
 
 PAYLOAD = b"e" * 100
 REPEAT_RATE = 0.006

@@ -7,7 +7,7 @@ one to the other (runtime/inprocess.py) instead of through gRPC: on the machine 
 log, a strong write crosses the network once each way to its client and once to the
 other log replicas, and nothing else.
 
-Run: python -m midtown.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
+Run: python -m midtown.cluster.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
      --coordinator-port P3"""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from storage_node import server as storage_server
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m midtown.host",
+    ap = argparse.ArgumentParser(prog="python -m midtown.cluster.host",
                                  description="a log server, a storage node and a coordinator in one process")
     ap.add_argument("--id", type=int, required=True, help="the id of all three components")
     ap.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")

@@ -1,7 +1,7 @@
 """`midtown bench kv`: put, strong get and check-and-set at 1 and 64 concurrent clients,
 against a local Midtown cluster and, in the same run, against etcd (Debian's etcd-server,
 three members on loopback, started and stopped here), with the ratios, and beside them the
-floor: a Python gRPC server doing nothing (midtown/echo.py).
+floor: a Python gRPC server doing nothing (midtown/bench/echo.py).
 
 Both systems are driven by the same Python harness: one thread per client, each working
 its own keys. Midtown is called through its SDK (gRPC); etcd through its v3 JSON gateway
@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from midtown import echo
+from midtown.bench import echo
+from midtown.bench.loadgen import run_workload
+from midtown.cli.output import emit
 from midtown.client import Client
 from midtown.cluster import Cluster
-from midtown.loadgen import run_workload
-from midtown.output import emit
-from midtown.ports import free_ports
+from midtown.cluster.ports import free_ports
 
 VALUE = b"v" * 64
 
@@ -158,12 +158,12 @@ def medians(runs: list[dict]) -> dict:
 
 
 class EchoFloor:
-    """The floor (midtown/echo.py) in its own process: a Python gRPC server doing nothing."""
+    """The floor (midtown/bench/echo.py) in its own process: a Python gRPC server doing nothing."""
 
     def __init__(self) -> None:
         port = free_ports(1)[0]
         self.addr = f"127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "midtown.echo", "--port", str(port)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "midtown.bench.echo", "--port", str(port)],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if "listening" not in (self.proc.stdout.readline() if self.proc.stdout else ""):
             self.stop()
@@ -230,7 +230,7 @@ def run(a: argparse.Namespace) -> int:
                            "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
                            "etcd_p99_ms", "p99_ratio", "floor_ops_per_s", "floor_p50_ms"])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
-        print("floor: a Python gRPC server that answers at once (midtown/echo.py), same harness and "
+        print("floor: a Python gRPC server that answers at once (midtown/bench/echo.py), same harness and "
               "run; every Midtown operation pays at least that call")
         if a.rounds > 1:
             print(f"each figure is the median of {a.rounds} rounds, Midtown, etcd and the floor alternating")

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from catalog import registry
 from log import limits
 from log import zk as zkpaths
-from midtown import certs
-from midtown.ports import free_ports
-from midtown.zookeeper import ZooKeeper, is_ok
+from midtown.cluster import certs
+from midtown.cluster.ports import free_ports
+from midtown.cluster.zookeeper import ZooKeeper, is_ok
 from runtime.transport import Credentials
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ STORAGE_NODES = 3
 COORDINATORS = 1
 STATE = "cluster.json"
 # "split": one process per component; "host": ZooKeeper and one process per machine with a
-# log server, a storage node and a coordinator (midtown.host; docs/performance.md).
+# log server, a storage node and a coordinator (midtown.cluster.host; docs/performance.md).
 LAYOUTS = ("split", "host")
 
 
@@ -48,9 +48,9 @@ class Proc:
     pid: int = 0
     server_id: int = -1
     metrics_port: int = 0  # coordinators: Prometheus metrics over HTTP
-    log_port: int = 0  # hosts only (midtown.host)
+    log_port: int = 0  # hosts only (midtown.cluster.host)
     storage_port: int = 0  # hosts only
-    restarts: int = 0  # by the supervisor (midtown/supervisor.py)
+    restarts: int = 0  # by the supervisor (midtown/cluster/supervisor.py)
     last_exit: int | None = None  # the exit code it last ended with, when known
     state: str = ""  # the supervisor's word: "restarting", "exited" (not restarted)
     host: str = "127.0.0.1"  # where it listens and is reached
@@ -100,7 +100,7 @@ class Cluster:
     storage_nodes: int = STORAGE_NODES
     kv_logs: int = registry.KV_LOGS_LOCAL_DEFAULT
     layout: str = "split"
-    tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/certs.py)
+    tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/cluster/certs.py)
     supervisor_pid: int = 0  # `cluster up --detach`: the supervisor that runs it
     # Where some processes run, by name: (network namespace or "", address). Tests of
     # network partitions put log servers in namespaces of their own.
@@ -264,7 +264,7 @@ class Cluster:
             return [sys.executable, "-m", "coordinator.server", "--id", str(p.server_id), "--port",
                     str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port)]
         if p.kind == "host":
-            return [sys.executable, "-m", "midtown.host", "--id", str(p.server_id), "--zk",
+            return [sys.executable, "-m", "midtown.cluster.host", "--id", str(p.server_id), "--zk",
                     self.zk_hosts, "--data", str(self.dir / p.name), "--log-port", str(p.log_port),
                     "--storage-port", str(p.storage_port), "--coordinator-port", str(p.port),
                     "--metrics-port", str(p.metrics_port)]

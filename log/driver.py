@@ -11,14 +11,24 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from log import limits
+from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, EPOCH
 from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
 
-if TYPE_CHECKING:
-    from log.node import Node
+
+class WriterHost(Protocol):
+    """What a writer's driver needs from the server it runs in (log/node.py's Node): the
+    server is wired above the driver, never imported by it."""
+
+    def zk_ok(self) -> bool: ...
+    def write_metadata(self, meta: LogMetadata, version: int) -> tuple[bool, int]: ...
+    def announce_writer(self, log_id: int, epoch: int) -> None: ...
+    def notify(self, log_id: int) -> None: ...
+    def send(self, driver: WriterDriver, to: int, msg: Any) -> None: ...
+    def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None: ...
 
 log = logging.getLogger("midtown.log.driver")
 
@@ -48,7 +58,7 @@ class AppendResult:
 
 
 class WriterDriver:
-    def __init__(self, node: Node, core: Writer) -> None:
+    def __init__(self, node: WriterHost, core: Writer) -> None:
         self.node = node
         self.core = core
         self.log_id = core.log_id

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from catalog.connect import CONNECT_TIMEOUT_S, connect  # noqa: F401 (the log's servers connect so)
 from log import limits
 from log.metadata import LogMetadata
 
@@ -47,24 +48,6 @@ class Topology:
         n = len(self.log_servers)
         i = self.log_servers.index(server_id)
         return (i - log_id) % n
-
-
-# How long a process waits for ZooKeeper when it connects (a server at start-up).
-CONNECT_TIMEOUT_S = 15.0
-
-
-def connect(hosts: str, timeout_s: float = limits.ZK_SESSION_TIMEOUT_S,
-            connect_timeout_s: float = CONNECT_TIMEOUT_S) -> KazooClient:
-    """A started client; kazoo's timeout error if ZooKeeper does not answer within
-    `connect_timeout_s` (the client is stopped then: no thread keeps retrying)."""
-    zk = KazooClient(hosts=hosts, timeout=timeout_s)
-    try:
-        zk.start(timeout=connect_timeout_s)
-    except Exception:
-        zk.stop()
-        zk.close()
-        raise
-    return zk
 
 
 def create_cluster(zk: KazooClient, logs: int, log_servers: list[int]) -> Topology:

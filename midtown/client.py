@@ -21,10 +21,10 @@ from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
-from log import limits as log_limits
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
+from runtime.transport import GRPC_OPTIONS
 
 Key = str | bytes
 T = TypeVar("T")
@@ -258,8 +258,8 @@ class Client:
         (looked up at most every DISCOVERY_TTL_S, or at once after a failure)."""
         if self._fixed:
             return self._fixed
+        from catalog import connect as zkpaths
         from catalog import registry
-        from log import zk as zkpaths
 
         with self._lock:
             if self._zk is None:
@@ -286,8 +286,8 @@ class Client:
         with self._lock:
             s = self._stubs.get(addr)
             if s is None:
-                ch = (grpc.insecure_channel(addr, options=log_limits.GRPC_OPTIONS) if self._creds is None
-                      else grpc.secure_channel(addr, self._creds, options=log_limits.GRPC_OPTIONS))
+                ch = (grpc.insecure_channel(addr, options=GRPC_OPTIONS) if self._creds is None
+                      else grpc.secure_channel(addr, self._creds, options=GRPC_OPTIONS))
                 self._channels.append(ch)
                 s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
             return s

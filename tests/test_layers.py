@@ -1,0 +1,92 @@
+"""The layers point one way (docs/architecture.md): a module imports only from its own
+layer and the layers below it, and nothing imports the command line, the local cluster
+runner or the benchmarks but themselves. Read from the source (every import statement,
+those inside functions too; `if TYPE_CHECKING:` blocks count as well), so the picture in
+docs/architecture.md stays true."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Lowest first. A module belongs to the longest prefix listed; `midtown` alone is the SDK.
+LAYERS: list[tuple[str, ...]] = [
+    ("runtime", "midtown_pb"),  # process start-up, transport, loops, membership, refusals
+    ("catalog",),  # what ZooKeeper holds: topology, datasets, users, usage; key routing
+    ("log",),  # the replicated log
+    ("storage_node",),  # replicas applying the logs
+    ("coordinator",),  # the KV service: requests to records, answers to responses
+    ("midtown",),  # the SDK a user imports
+    ("spark_connector",),  # the Spark data source, on the SDK
+    ("midtown.cli", "midtown.cluster", "midtown.bench", "midtown.__main__"),  # commands: drive all
+]
+PACKAGES = ("runtime", "catalog", "log", "storage_node", "coordinator", "midtown", "spark_connector")
+
+
+def layer_of(module: str) -> int:
+    best, where = "", -1
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > len(best):
+                best, where = n, i
+    return where
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of one of our packages in a file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from midtown import cli` imports midtown.cli: count the submodule
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for n in names:
+            if n.split(".")[0] in PACKAGES + ("midtown_pb",):
+                out.append((node.lineno, n))
+    return out
+
+
+def upward_imports() -> list[str]:
+    bad = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            mine = layer_of(module)
+            for line, target in imports(path):
+                theirs = layer_of(target)
+                if theirs > mine:
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} "
+                               f"(layer {theirs}, above its own {mine})")
+    return bad
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    assert upward_imports() == []
+
+
+def test_every_module_has_a_layer() -> None:
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            assert layer_of(module) >= 0, module
+
+
+@pytest.mark.parametrize("source,target", [
+    ("storage_node/node.py", "coordinator.datasets"),
+    ("log/zk.py", "midtown.client"),
+    ("midtown/client.py", "midtown.cli.main"),
+    ("spark_connector/source.py", "midtown.cluster"),
+])
+def test_the_check_sees_an_upward_import(tmp_path: Path, source: str, target: str) -> None:
+    """The check itself: an import that points up is reported."""
+    f = tmp_path / "m.py"
+    f.write_text(f"def f():\n    import {target}\n")
+    [(line, got)] = imports(f)
+    module = source[:-3].replace("/", ".")
+    assert got == target and layer_of(got) > layer_of(module)

@@ -1,7 +1,7 @@
 """Storage quotas: how many bytes a dataset may hold.
 
 Every storage node holds every shard, so each one can tell how many bytes each dataset
-takes: every USAGE_INTERVAL_S it counts the keys and values it stores per dataset
+takes: every usage interval (storage_node/settings.py) it counts the keys and values it stores per dataset
 (storage_node/usage.py) and publishes the counts under /midtown/usage/<node id>. A
 coordinator takes, per dataset, the highest count among the current members (the node that
 applied furthest), adds what it let in itself since that count (Recent), and refuses writes
@@ -33,7 +33,7 @@ VALUE_OVERHEAD = 17
 INT64_DIGITS = 20
 # Writes a coordinator let in are added to the nodes' counts if made no earlier than this
 # before the count (a write let in shortly before may not have been applied when counted),
-# and forgotten after RECENT_MAX_AGE_MS (a count comes every USAGE_INTERVAL_S).
+# and forgotten after RECENT_MAX_AGE_MS (a count comes every usage interval).
 APPLY_SLACK_MS = 2_000
 RECENT_MAX_AGE_MS = 120_000
 # Sent with a quota refusal: the SDK does not retry it (a retry cannot succeed).

@@ -3,6 +3,7 @@ run until SIGTERM or SIGINT, then stop cleanly."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -18,6 +19,22 @@ def serve_until_signal(server: grpc.Server, listen: str, ready: str,
                        on_start: Callable[[], None], on_stop: Callable[[], None],
                        grace_s: float = 1.0) -> None:
     serve_all([Part(server, listen, on_start, on_stop, grace_s)], ready)
+
+
+# Exit codes a server process ends with when it must not go on; the supervisor
+# (midtown/cluster/supervisor.py) reads them.
+EXIT_APPLY_FAILED = 70  # a storage node could not apply a record: restart from its positions
+EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: restart to bootstrap
+
+Fatal = Callable[[int, str], None]
+
+
+def exit_now(code: int, why: str) -> None:
+    """End this process at once with `code` (no graceful stop: a component that calls this
+    must not write anything more), saying why."""
+    logging.getLogger("midtown.process").error("%s (exit %d)", why, code)
+    logging.shutdown()
+    os._exit(code)
 
 
 @dataclass

@@ -13,11 +13,10 @@ import grpc
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import inprocess, transport
+from storage_node.limits import CALLBACK_BATCH_MAX, CALLBACK_QUEUE_MAX
 from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.storage.callbacks")
-BATCH_MAX = 5000
-QUEUE_MAX = 100_000  # results waiting for one coordinator; older ones are dropped
 
 
 class Callbacks:
@@ -45,7 +44,7 @@ class _Outlet:
     def __init__(self, addr: str) -> None:
         self.addr = addr
         self.stub = kv_pb2_grpc.CallbackStub(transport.channel(addr))
-        self._q: deque[pb.RecordResult] = deque(maxlen=QUEUE_MAX)
+        self._q: deque[pb.RecordResult] = deque(maxlen=CALLBACK_QUEUE_MAX)
         self._cv = threading.Condition()
         threading.Thread(target=self._run, name=f"callback-{addr}", daemon=True).start()
 
@@ -59,7 +58,7 @@ class _Outlet:
             with self._cv:
                 while not self._q:
                     self._cv.wait()
-                batch = [self._q.popleft() for _ in range(min(len(self._q), BATCH_MAX))]
+                batch = [self._q.popleft() for _ in range(min(len(self._q), CALLBACK_BATCH_MAX))]
             try:
                 self.stub.Deliver(pb.DeliverRequest(results=batch), timeout=2.0)
             except grpc.RpcError as e:

@@ -16,7 +16,7 @@ own, by the same rule, so a replica that missed writes while it was down catches
 on keys nobody reads.
 
 Tombstones and expired values are deleted (purged) once they are older than a grace period
-(TOMBSTONE_GRACE_S, a day): by then anti-entropy has carried them to every replica that
+(Settings.tombstone_grace_s, a day): by then anti-entropy has carried them to every replica that
 was up. A replica that was down for longer than the grace could still hold a value whose
 tombstone its peers have purged, and would hand it back to them; so a node that finds,
 at start, that its peers have run more than the grace past the last time it was up
@@ -72,8 +72,6 @@ def decode(b: bytes) -> pb.LwwValue:
                        deleted=deleted)
 
 
-# How long a tombstone (or an expired value) is kept before it is purged (MIDTOWN_TOMBSTONE_GRACE_S).
-TOMBSTONE_GRACE_S = 24 * 3600.0
 PURGE_BATCH_MAX = 10_000  # purged in one pass (one synced batch) at most; the rest next time
 
 
@@ -110,7 +108,7 @@ def wins(version: int, held: int | None) -> bool:
 
 
 class LwwReplica:
-    def __init__(self, store: NodeStore, grace_ms: int = int(TOMBSTONE_GRACE_S * 1000)) -> None:
+    def __init__(self, store: NodeStore, grace_ms: int) -> None:
         self.store = store
         self.grace_ms = grace_ms
         self._group: GroupCommit[tuple[bytes, pb.LwwValue], bool] = GroupCommit(self._write_batch)

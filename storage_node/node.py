@@ -32,12 +32,22 @@ from log.node import Node, Unavailable
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from runtime import inprocess, loops, transport
+from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal, exit_now
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import Callbacks
+from storage_node.limits import (
+    APPLY_BATCH_ENTRIES_MAX,
+    CALLBACK_REPLICAS,
+    HEALTH_LAG_MAX,
+    LAG_INTERVAL_S,
+    LWW_PAGE_MAX,
+    SHARD_SCAN_ROWS_MAX,
+)
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, DIVERGED, EVENT_IDS, LAG, POSITION
 from storage_node.model import Drop, Position, Record, RecordResult
+from storage_node.settings import Settings
 from storage_node.store import BatchView, NodeStore
 from storage_node.truncation import needs_publish, truncation_point
 
@@ -49,35 +59,19 @@ Entries = list[log_pb2.Entry] | list[Entry]
 class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
 
-CALLBACK_REPLICAS = 2
-# How often a node publishes its positions and truncates the logs (MIDTOWN_POSITION_INTERVAL_S).
-POSITION_INTERVAL_S = 10.0
-# How often a node pulls newer eventual values from a peer (MIDTOWN_ANTI_ENTROPY_S).
-ANTI_ENTROPY_S = 60.0
-# How long after a dataset is dropped its keys are deleted (MIDTOWN_DROP_DELAY_S).
-DROP_DELAY_S = 60.0
-# Eventual values one LwwRead scan or LwwRange page returns at most.
-LWW_PAGE_MAX = 10_000
-# Health: a node more than this many entries behind a log's writer is still catching up
-# (NOT_SERVING); its lag is measured every LAG_INTERVAL_S.
-HEALTH_LAG_MAX = 1_000
-LAG_INTERVAL_S = 2.0
-# Entries applied and written together at most.
-APPLY_BATCH_ENTRIES_MAX = 5_000
-# A shard scan copies one dataset's rows of one shard while no batch commits (rocksdict
-# 0.3.29's snapshot iterators do not isolate from later writes: tried), so that they come
-# from one log position; larger shards are refused rather than stall the applier long.
-SHARD_SCAN_ROWS_MAX = 500_000
-
-
 def _check_lww_limit(limit: int) -> None:
     if not 1 <= limit <= LWW_PAGE_MAX:
         raise ValueError(f"limit: {limit}, must be between 1 and {LWW_PAGE_MAX}")
 
 
 class StorageNode:
-    def __init__(self, node_id: int, addr: str, zk_hosts: str, data_dir: str) -> None:
+    def __init__(self, node_id: int, addr: str, zk_hosts: str, data_dir: str,
+                 settings: Settings | None = None, on_fatal: Fatal = exit_now) -> None:
+        """`on_fatal(code, why)`: what the process does when this node must not go on (it
+        exits, chosen where the process is wired; a test can record it instead)."""
         self.node_id = node_id
+        self.settings = settings = settings or Settings()
+        self._fatal = on_fatal
         self.addr = addr
         self.logs = LogClient(zk_hosts)
         self.zk = self.logs.zk
@@ -90,8 +84,7 @@ class StorageNode:
             if old.startswith("checkpoint-"):
                 shutil.rmtree(os.path.join(data_dir, old), ignore_errors=True)
         self.store = NodeStore(os.path.join(data_dir, "state.db"))
-        grace_s = float(os.environ.get("MIDTOWN_TOMBSTONE_GRACE_S", lww.TOMBSTONE_GRACE_S))
-        self.lww = LwwReplica(self.store, int(grace_s * 1000))  # eventually consistent datasets
+        self.lww = LwwReplica(self.store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.callbacks = Callbacks()
         self.positions: dict[int, tuple[int, int]] = {
             i: self.store.next_position(i) for i in range(self.log_count)
@@ -101,11 +94,6 @@ class StorageNode:
         self.lag: dict[int, int] = {}  # log -> entries behind its writer, last measured
         self._stop = threading.Event()
         self.member_positions: dict[tuple[int, int], int] = self.store.member_positions()
-        self.position_interval_s = float(os.environ.get("MIDTOWN_POSITION_INTERVAL_S",
-                                                        POSITION_INTERVAL_S))
-        self.drop_delay_s = float(os.environ.get("MIDTOWN_DROP_DELAY_S", DROP_DELAY_S))
-        self.anti_entropy_s = float(os.environ.get("MIDTOWN_ANTI_ENTROPY_S", ANTI_ENTROPY_S))
-        self.usage_interval_s = float(os.environ.get("MIDTOWN_USAGE_INTERVAL_S", usage.USAGE_INTERVAL_S))
         self.lww_purged = 0  # eventual tombstones and expired values purged since start
         self.lww_shards_pulled = 0  # shards anti-entropy read from a peer (hashes differed)
         self._refill = False  # eventual values dropped at start: take them from a peer at once
@@ -134,10 +122,11 @@ class StorageNode:
         # lost ZooKeeper session or an unreachable log never stops one for good.
         self._published: dict[int, int] = {}
         self._truncated: dict[int, int] = {}
-        loops.every("positions", self.position_interval_s, self._positions_round, self._stop)
-        loops.every("anti-entropy", self.anti_entropy_s, self._anti_entropy_pass, self._stop,
+        loops.every("positions", self.settings.position_interval_s, self._positions_round, self._stop)
+        loops.every("anti-entropy", self.settings.anti_entropy_s, self._anti_entropy_pass, self._stop,
                     first_at_once=self._refill)  # eventual values dropped at start: at once
-        loops.every("usage", self.usage_interval_s, self._usage_round, self._stop, first_at_once=True)
+        loops.every("usage", self.settings.usage_interval_s, self._usage_round, self._stop,
+                    first_at_once=True)
         loops.every("lag", LAG_INTERVAL_S, self._measure, self._stop, first_at_once=True)
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             loops.forever(f"tail-{log_id}", functools.partial(self._tail, log_id), self._stop)
@@ -256,10 +245,8 @@ class StorageNode:
     def _behind_truncation(self, log_id: int, why: str) -> None:
         """A member is never truncated past (it publishes its positions); only a node that
         was taken out of the membership gets here. It stops: started again, it bootstraps."""
-        log.error("log %d: %s; this node is behind a truncation and stops: start it again "
-                  "to bootstrap from a peer", log_id, why)
-        logging.shutdown()
-        os._exit(75)
+        self._fatal(EXIT_BEHIND_TRUNCATION, f"log {log_id}: {why}; this node is behind a truncation "
+                    "and stops: start it again to bootstrap from a peer")
 
     def _apply_entries(self, log_id: int, entries: Entries) -> None:
         """Apply what a tail thread received; returns once it is written. Entries that
@@ -267,8 +254,9 @@ class StorageNode:
         try:
             self._applier.call((log_id, entries))
         except Exception:
-            log.exception("apply failed; stopping this node")
-            os._exit(70)  # restart from the saved positions rather than diverge
+            log.exception("apply failed")
+            # Restart from the saved positions rather than diverge.
+            self._fatal(EXIT_APPLY_FAILED, "apply failed; stopping this node")
 
     def _apply_group(self, items: list[tuple[int, Entries]]) -> list[None]:
         """One batch for every log: each log's entries in order, written with one atomic
@@ -371,7 +359,7 @@ class StorageNode:
         a second one deletes nothing more."""
         try:
             due = [i for i, at in datasets.dropped(self.zk)
-                   if time.time() * 1000 - at >= self.drop_delay_s * 1000]
+                   if time.time() * 1000 - at >= self.settings.drop_delay_s * 1000]
             for dataset_id in due:
                 pending = [lg for lg in range(self.kv_logs)
                            if not self.store.drop_applied(lg, dataset_id)]

@@ -19,6 +19,7 @@ from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from storage_node import bootstrap
 from storage_node.node import Behind, StorageNode
+from storage_node.settings import Settings
 
 
 def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
@@ -72,7 +73,7 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
 
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
-    node = StorageNode(node_id, addr, zk_hosts, data_dir)
+    node = StorageNode(node_id, addr, zk_hosts, data_dir, Settings.from_env())
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node

@@ -1,5 +1,5 @@
 """What each dataset takes on this node: the bytes of its stored keys and values, counted
-every USAGE_INTERVAL_S and published for the coordinators' quota checks
+every Settings.usage_interval_s (storage_node/settings.py) and published for the coordinators' quota checks
 (coordinator/quotas.py says how they are used)."""
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from collections.abc import Iterable, Iterator
 from storage_node import keys
 from storage_node.store import NodeStore
 
-# How often a node counts and publishes its usage (MIDTOWN_USAGE_INTERVAL_S).
-USAGE_INTERVAL_S = 10.0
 DATA_PREFIXES = (b"E", b"K")  # eventual and strong datasets' values (storage_node/keys.py)
 
 

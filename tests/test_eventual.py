@@ -10,7 +10,10 @@ from hypothesis import strategies as st
 from coordinator import eventual
 from midtown_pb import kv_pb2 as pb
 from storage_node import keys, lww
+from storage_node.settings import Settings
 from storage_node.store import NodeStore
+
+DAY_MS = int(Settings().tombstone_grace_s * 1000)  # the default grace
 
 
 def test_the_clock_increases_when_the_wall_clock_steps_back_and_ids_never_collide() -> None:
@@ -120,7 +123,7 @@ def test_a_replica_pages_through_a_peer_and_keeps_only_newer_values() -> None:
     with tempfile.TemporaryDirectory() as d:
         a, b = NodeStore(str(Path(d) / "a")), NodeStore(str(Path(d) / "b"))
         try:
-            ra, rb = lww.LwwReplica(a), lww.LwwReplica(b)
+            ra, rb = lww.LwwReplica(a, DAY_MS), lww.LwwReplica(b, DAY_MS)
             for i, (va, vb) in enumerate([(5, 0), (5, 7), (5, 5), (2, 0), (9, 1)]):
                 write(ra, b"k%d" % i, va)
                 if vb:
@@ -211,5 +214,15 @@ def test_hashes_are_computed_for_values_stored_before_there_were_hashes() -> Non
         for shard in (1, 3):  # as an older version stored them: values, no hashes
             v = pb.LwwValue(value=b"x", version=9 << 22)
             store.db.put(lww.key(shard, "ds#1", b"p", b"k"), lww.encode(v))
-        assert lww.LwwReplica(store).hashes(4) == _expected_hashes(store, 4) != [0, 0, 0, 0]
+        assert lww.LwwReplica(store, DAY_MS).hashes(4) == _expected_hashes(store, 4) != [0, 0, 0, 0]
         store.close()
+
+
+def test_settings_come_from_the_environment_and_refuse_bad_values() -> None:
+    import pytest
+
+    s = Settings.from_env({"MIDTOWN_POSITION_INTERVAL_S": "0.5", "MIDTOWN_TOMBSTONE_GRACE_S": "3"})
+    assert s.position_interval_s == 0.5 and s.tombstone_grace_s == 3 and s.anti_entropy_s == 60
+    for bad in ("0", "-1", "soon", "nan"):
+        with pytest.raises(ValueError, match="MIDTOWN_DROP_DELAY_S"):
+            Settings.from_env({"MIDTOWN_DROP_DELAY_S": bad})

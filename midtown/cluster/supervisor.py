@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Exit code of a storage node that finds the logs truncated past it (storage_node/node.py).
-EXIT_BEHIND_TRUNCATION = 75
+from runtime.process import EXIT_BEHIND_TRUNCATION  # noqa: E402 (storage_node/node.py exits so)
+
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
 # A process that ran this long before it died starts again from the first backoff.

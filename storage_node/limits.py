@@ -1,0 +1,21 @@
+"""Bounds a storage node keeps, and why. (Its tunable intervals are Settings,
+storage_node/settings.py; a dataset's bounds are the catalog's, catalog/limits.py.)"""
+
+# Answers to a coordinator: the replicas of a shard that answer each record (routing
+# chooses them, catalog/routing.py): two, so that one slow or paused replica delays nobody.
+CALLBACK_REPLICAS = 2
+# Eventual values one LwwRead scan or LwwRange page returns at most.
+LWW_PAGE_MAX = 10_000
+# Health: a node more than this many entries behind a log's writer is still catching up
+# (NOT_SERVING); its lag is measured every LAG_INTERVAL_S.
+HEALTH_LAG_MAX = 1_000
+LAG_INTERVAL_S = 2.0
+# Entries applied and written together at most.
+APPLY_BATCH_ENTRIES_MAX = 5_000
+# A shard scan copies one dataset's rows of one shard while no batch commits (rocksdict
+# 0.3.29's snapshot iterators do not isolate from later writes: tried), so that they come
+# from one log position; larger shards are refused rather than stall the applier long.
+SHARD_SCAN_ROWS_MAX = 500_000
+# Results queued for one coordinator, and sent in one call at most (storage_node/callbacks.py).
+CALLBACK_BATCH_MAX = 5000
+CALLBACK_QUEUE_MAX = 100_000  # beyond it the oldest are dropped: their callers time out and retry

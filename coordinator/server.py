@@ -36,7 +36,7 @@ from coordinator.appender import Appender, Placed
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
 from log import limits as log_limits
-from log.client import LogClient, LogError
+from log.client import LocalAppends, LogClient, LogError
 from log.group_commit import GroupTimeout
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
@@ -95,11 +95,13 @@ class Abort(Exception):
 
 
 class Coordinator:
-    def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "") -> None:
+    def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
+                 local_appends: LocalAppends | None = None) -> None:
+        """`local_appends`: appends to a log writer in this process skip gRPC (host layout)."""
         self.coord_id = coord_id
         self.addr = addr  # where clients call it (registered in ZooKeeper)
         self.callback_addr = callback_addr or addr  # where storage nodes answer it
-        self.logs = LogClient(zk_hosts)
+        self.logs = LogClient(zk_hosts, local=local_appends)
         self.zk = self.logs.zk
         self.log_count = self.logs.topology().logs
         kv = registry.read_kv(self.zk)
@@ -1037,7 +1039,7 @@ class Built:
 
 def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
           client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
-          callback_listen: str = "") -> Built:
+          callback_listen: str = "", local_appends: LocalAppends | None = None) -> Built:
     """Bind the callback port first (port 0 in `callback_listen`, or none: any free port)
     so that records can name it, then the client port. The callback service is never on the
     client port: answers are taken only from the internal network (and, with mutual TLS,
@@ -1046,7 +1048,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     internal = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=GRPC_OPTIONS)
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
-    c = Coordinator(coord_id, addr, zk_hosts, callback_addr)
+    c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends)
     c.client_rate_limit = client_rate_limit
     kv, cb = _handlers(c)
     internal.add_generic_rpc_handlers([cb])

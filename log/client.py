@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Self
+from typing import Protocol, Self
 
 import grpc
 from kazoo.client import KazooClient
@@ -41,10 +41,34 @@ class Appended:
     attempts: int
 
 
+@dataclass(frozen=True)
+class AppendRefused:
+    """An append that did not succeed, as its server (or the network) said: the status
+    code and message, the writer to ask instead (a redirect), and whether the request
+    surely never reached a server."""
+    code: grpc.StatusCode
+    message: str
+    redirect: str = ""
+    not_sent: bool = False
+
+
+Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
+
+
+class LocalAppends(Protocol):
+    """A shortcut to the log writers in this process (log/local.py), injected where the
+    process is wired (midtown/cluster/host.py): None when `addr` is not one of them."""
+
+    def append(self, addr: str, log_id: int, payloads: list[bytes],
+               timeout_s: float) -> Placement | AppendRefused | None: ...
+
+
 class LogClient:
     def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None,
-                 own_zk: bool = False) -> None:
+                 own_zk: bool = False, local: LocalAppends | None = None) -> None:
+        """`local`: appends to a writer in this process skip gRPC (the host layout)."""
         assert zk_hosts or zk
+        self.local = local
         self._own_zk = zk is None or own_zk  # closed with this client
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
         self._channels: dict[str, grpc.Channel] = {}
@@ -122,31 +146,38 @@ class LogClient:
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue
-            try:
-                local = _append_in_process(addr, log_id, payloads, min(left, 10.0))
-                if local is not None:
-                    return Appended(*local, attempts)
-                r = self.stub(addr).Append(
-                    pb.AppendRequest(log_id=log_id, payloads=payloads), timeout=min(left, 10.0)
-                )
-                return Appended(r.first_position, r.count, r.timestamp_ms, r.epoch, attempts)
-            except grpc.RpcError as e:
-                code, msg = e.code(), e.details() or ""
-                if code == grpc.StatusCode.FAILED_PRECONDITION and "not its writer" in msg:
-                    redirect = dict(e.trailing_metadata() or ()).get("midtown-writer")
-                    if redirect:
-                        self._writers[log_id] = redirect
-                        refresh = False
-                    else:
-                        refresh = True
-                    continue
-                unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-                if unknown and (retry_unknown or "no writer" in msg or _not_sent(e)):
-                    time.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
-                    backoff = min(backoff * 2, 0.5)
+            got = self._append_once(addr, log_id, payloads, min(left, 10.0))
+            if not isinstance(got, AppendRefused):
+                return Appended(*got, attempts)
+            code, msg = got.code, got.message
+            if code == grpc.StatusCode.FAILED_PRECONDITION and "not its writer" in msg:
+                if got.redirect:
+                    self._writers[log_id] = got.redirect
+                    refresh = False
+                else:
                     refresh = True
-                    continue
-                raise LogError(code, msg) from None
+                continue
+            unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            if unknown and (retry_unknown or "no writer" in msg or got.not_sent):
+                time.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
+                backoff = min(backoff * 2, 0.5)
+                refresh = True
+                continue
+            raise LogError(code, msg)
+
+    def _append_once(self, addr: str, log_id: int, payloads: list[bytes],
+                     timeout_s: float) -> Placement | AppendRefused:
+        """One attempt at the server at `addr`: in this process if it is here, else by gRPC."""
+        if self.local is not None:
+            got = self.local.append(addr, log_id, payloads, timeout_s)
+            if got is not None:
+                return got
+        try:
+            r = self.stub(addr).Append(pb.AppendRequest(log_id=log_id, payloads=payloads), timeout=timeout_s)
+        except grpc.RpcError as e:
+            return AppendRefused(e.code(), e.details() or "",
+                                 dict(e.trailing_metadata() or ()).get("midtown-writer", ""), _not_sent(e))
+        return r.first_position, r.count, r.timestamp_ms, r.epoch
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
              max_entries: int = 0, server: str | None = None,
@@ -207,57 +238,6 @@ class LogClient:
                 for rp in ls.replicas:
                     row["replicas"][rp.server_id] = rp.position
         return [rows[k] for k in sorted(rows)]
-
-
-class _InProcessError(grpc.RpcError):
-    """A failed append to the writer in this process, shaped like the gRPC error the
-    Append call would have raised, so both take the same retry path."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def trailing_metadata(self) -> tuple:
-        return ()
-
-
-def _append_in_process(addr: str, log_id: int, payloads: list[bytes],
-                       timeout_s: float) -> tuple[int, int, int, int] | None:
-    """Append straight to the writer when it runs in this process (midtown.cluster.host), with
-    the checks and outcomes of the Append call; None when it does not (call it)."""
-    from concurrent.futures import TimeoutError as FutureTimeout
-
-    from log.driver import Busy, WriterFailed
-    from log.entry import validate_batch
-    from log.node import Node
-    from runtime import inprocess
-
-    node = inprocess.lookup(addr, Node)
-    d = node.writers.get(log_id) if node is not None else None
-    if d is None or d.failed.is_set():
-        return None  # not here, or not writing: the server answers with a redirect
-    try:
-        validate_batch(payloads)
-    except ValueError as e:
-        raise _InProcessError(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from None
-    inprocess.used("append")
-    try:
-        r = d.submit(payloads).result(timeout=timeout_s)
-    except Busy as e:
-        raise _InProcessError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later") from None
-    except WriterFailed as e:
-        raise _InProcessError(grpc.StatusCode.UNAVAILABLE,
-                              f"log {log_id}: outcome unknown, the writer stopped ({e})") from None
-    except FutureTimeout:
-        raise _InProcessError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                              f"log {log_id}: outcome unknown") from None
-    return r.first_position, r.count, r.timestamp_ms, r.epoch
 
 
 def _not_sent(e: grpc.RpcError) -> bool:

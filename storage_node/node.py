@@ -25,7 +25,7 @@ from catalog import usage as usage_reports
 from catalog.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log import zk as logzk
-from log.client import LogClient, LogError
+from log.client import LocalAppends, LogClient, LogError
 from log.entry import Entry
 from log.group_commit import GroupCommit
 from log.node import Node, Unavailable
@@ -66,14 +66,15 @@ def _check_lww_limit(limit: int) -> None:
 
 class StorageNode:
     def __init__(self, node_id: int, addr: str, zk_hosts: str, data_dir: str,
-                 settings: Settings | None = None, on_fatal: Fatal = exit_now) -> None:
+                 settings: Settings | None = None, on_fatal: Fatal = exit_now,
+                 local_appends: LocalAppends | None = None) -> None:
         """`on_fatal(code, why)`: what the process does when this node must not go on (it
         exits, chosen where the process is wired; a test can record it instead)."""
         self.node_id = node_id
         self.settings = settings = settings or Settings()
         self._fatal = on_fatal
         self.addr = addr
-        self.logs = LogClient(zk_hosts)
+        self.logs = LogClient(zk_hosts, local=local_appends)
         self.zk = self.logs.zk
         self.log_count = self._wait(lambda: logzk.read_topology(self.zk)).logs
         self.kv = self._wait(lambda: registry.read_kv(self.zk))

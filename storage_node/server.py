@@ -13,6 +13,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
+from log.client import LocalAppends
 from midtown_pb import kv_pb2 as pb
 from runtime import metrics, transport
 from runtime.health import serve_health
@@ -71,9 +72,10 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
     })
 
 
-def build(node_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, StorageNode]:
+def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
+          local_appends: LocalAppends | None = None) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
-    node = StorageNode(node_id, addr, zk_hosts, data_dir, Settings.from_env())
+    node = StorageNode(node_id, addr, zk_hosts, data_dir, Settings.from_env(), local_appends=local_appends)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node

@@ -20,6 +20,7 @@ import sys
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from log import server as log_server
+from log.local import NodeAppends
 from runtime import inprocess, metrics, transport
 from runtime.process import Part, serve_all, tune_runtime
 from storage_node import server as storage_server
@@ -54,11 +55,12 @@ def main(argv: list[str] | None = None) -> None:
     ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
     log_server.add_health(ls, node)
     inprocess.register(log_addr, node)
-    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"))
+    appends = NodeAppends(node)  # the coordinator's and the storage node's appends to this writer
+    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), appends)
     storage_server.add_health(ss, storage)
     inprocess.register(storage_addr, storage)
     b = coordinator_server.build(a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}",
-                                 a.client_rate_limit)
+                                 a.client_rate_limit, local_appends=appends)
     inprocess.register(coord_addr, b.coordinator)
     inprocess.register(b.callback_addr, b.coordinator)  # storage answers are handed over
     serve_all([Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0),

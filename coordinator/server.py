@@ -96,12 +96,16 @@ class Abort(Exception):
 
 class Coordinator:
     def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
-                 local_appends: LocalAppends | None = None) -> None:
+                 local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
+                 local_storage: inprocess.Local[StorageNode] | None = None) -> None:
         """`local_appends`: appends to a log writer in this process skip gRPC (host layout)."""
         self.coord_id = coord_id
         self.addr = addr  # where clients call it (registered in ZooKeeper)
         self.callback_addr = callback_addr or addr  # where storage nodes answer it
         self.logs = LogClient(zk_hosts, local=local_appends)
+        # The log server and the storage node of this process, if any (the host layout).
+        self.local_log: inprocess.Local[Node] = local_log or inprocess.Local()
+        self.local_storage: inprocess.Local[StorageNode] = local_storage or inprocess.Local()
         self.zk = self.logs.zk
         self.log_count = self.logs.topology().logs
         kv = registry.read_kv(self.zk)
@@ -340,7 +344,7 @@ class Coordinator:
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
         """Storage nodes' answers: every one is digest-checked; only one that a request
         still waits for is decoded (the second replica's answer usually is not). A storage
-        node in this process hands over its results undecoded (runtime/inprocess.py)."""
+        node in this process hands over its results undecoded (its local_answers port)."""
         try:
             members = self._storage_members()
         except Exception:  # ZooKeeper unavailable: the last list seen
@@ -408,7 +412,7 @@ class Coordinator:
         servers = self.log_servers()
         lasts: list[int] = []
         for a in servers:
-            node = inprocess.lookup(a, Node)
+            node = self.local_log.at(a)
             if node is not None:  # the log server in this process: asked directly
                 inprocess.used("read_index")
                 with node.rlock:
@@ -469,7 +473,7 @@ class Coordinator:
 
     def _storage_call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         """A Storage call, made directly when the storage node runs in this process."""
-        local = inprocess.lookup(addr, StorageNode)
+        local = self.local_storage.at(addr)
         if local is None:
             return getattr(self._storage_stub(addr), method)(req, timeout=timeout_s)
         name, path = _STORAGE_IN_PROCESS[method]
@@ -482,7 +486,7 @@ class Coordinator:
         in random order."""
         nodes = self.storage_nodes()
         random.shuffle(nodes)
-        nodes.sort(key=lambda a: inprocess.lookup(a) is None)
+        nodes.sort(key=lambda a: self.local_storage.at(a) is None)
         return nodes
 
     def _storage_stub(self, addr: str) -> Any:
@@ -498,7 +502,7 @@ class Coordinator:
         shard's log up to req.min_position); its first message is taken here, so a node that
         cannot serve is passed over and the stream never starts half-way on another."""
         for addr in self._storage_order():
-            local = inprocess.lookup(addr, StorageNode)
+            local = self.local_storage.at(addr)
             try:
                 it = iter(local.scan_shard(req) if local is not None else
                           self._storage_stub(addr).ScanShard(req, timeout=deadline_s))
@@ -1039,7 +1043,9 @@ class Built:
 
 def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
           client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
-          callback_listen: str = "", local_appends: LocalAppends | None = None) -> Built:
+          callback_listen: str = "", local_appends: LocalAppends | None = None,
+          local_log: inprocess.Local[Node] | None = None,
+          local_storage: inprocess.Local[StorageNode] | None = None) -> Built:
     """Bind the callback port first (port 0 in `callback_listen`, or none: any free port)
     so that records can name it, then the client port. The callback service is never on the
     client port: answers are taken only from the internal network (and, with mutual TLS,
@@ -1048,7 +1054,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     internal = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=GRPC_OPTIONS)
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
-    c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends)
+    c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
     c.client_rate_limit = client_rate_limit
     kv, cb = _handlers(c)
     internal.add_generic_rpc_handlers([cb])

@@ -1,41 +1,50 @@
-"""Components sharing one process find each other here, by the address each advertises,
-and call each other directly instead of through gRPC.
+"""Ports to the components that share this process, injected where the process is wired.
 
 `midtown.cluster.host` runs a log server, a storage node and a coordinator in one process (one
 per machine). Every component still registers its gRPC address in ZooKeeper and serves
 it, so the others in the cluster see no difference; only calls between two components
 of the same process skip the network: a coordinator's append to a log this process
-writes, a storage node tailing that log, its answers to this coordinator, and the
-ReadIndex question to this log server and this storage node. In the one-component-per-
-process layout the directory is empty and every call goes through gRPC."""
+writes (log/local.py), a storage node tailing that log, its answers to this coordinator,
+and the ReadIndex question and reads to this log server and this storage node.
+
+Each such call goes through a `Local` port given to the caller's constructor: bound to
+the component of this process and the addresses it answers on, it returns that component
+for one of those addresses, and None otherwise (then the call goes through gRPC). In the
+one-component-per-process layout every port is left unbound."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from prometheus_client import Counter
 
 CALLS = Counter("midtown_in_process_calls_total",
                 "Calls between components of one process that skipped gRPC, by path",
                 ["path"])
-_lock = threading.Lock()
-_by_addr: dict[str, Any] = {}
+
+T = TypeVar("T")
 
 
-def register(addr: str, component: Any) -> None:
-    with _lock:
-        _by_addr[addr] = component
+class Local(Generic[T]):
+    """One component of this process, reached by its addresses without gRPC. Bound once
+    the component is built (a component built earlier may hold the port already)."""
 
+    def __init__(self) -> None:
+        self._addrs: frozenset[str] = frozenset()
+        self._component: T | None = None
+        self._lock = threading.Lock()
 
-def lookup(addr: str | None, kind: type | None = None) -> Any:
-    """The component of this process at `addr` (of class `kind`, if given), or None."""
-    if not addr:
-        return None
-    c = _by_addr.get(addr)
-    if c is None or (kind is not None and not isinstance(c, kind)):
-        return None
-    return c
+    def bind(self, addrs: Iterable[str], component: T) -> Local[T]:
+        with self._lock:
+            self._addrs, self._component = frozenset(addrs), component
+        return self
+
+    def at(self, addr: str | None) -> T | None:
+        """The component if `addr` is one of its addresses, else None (call it by gRPC)."""
+        c = self._component
+        return c if c is not None and addr in self._addrs else None
 
 
 def used(path: str) -> None:

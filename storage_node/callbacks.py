@@ -7,16 +7,23 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from typing import Protocol
 
 import grpc
 
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from runtime import inprocess, transport
+from runtime import transport
 from storage_node.limits import CALLBACK_BATCH_MAX, CALLBACK_QUEUE_MAX
 from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.storage.callbacks")
+
+
+class AnswerTaker(Protocol):
+    """A coordinator in this process (the host layout): it takes results undecoded."""
+
+    def deliver(self, results: list[RecordResult]) -> None: ...
 
 
 class Callbacks:
@@ -30,14 +37,6 @@ class Callbacks:
             if o is None:
                 o = self._outlets[addr] = _Outlet(addr)
         o.put(results)
-
-
-    def send_in_process(self, addr: str, results: list[RecordResult]) -> None:
-        """Results for a coordinator in this process (midtown.cluster.host): handed over directly."""
-        coordinator = inprocess.lookup(addr)
-        if coordinator is not None:
-            inprocess.used("answer")
-            coordinator.deliver(results)
 
 
 class _Outlet:

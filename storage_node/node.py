@@ -35,7 +35,7 @@ from runtime import inprocess, loops, transport
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal, exit_now
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
-from storage_node.callbacks import Callbacks
+from storage_node.callbacks import AnswerTaker, Callbacks
 from storage_node.limits import (
     APPLY_BATCH_ENTRIES_MAX,
     CALLBACK_REPLICAS,
@@ -67,7 +67,8 @@ def _check_lww_limit(limit: int) -> None:
 class StorageNode:
     def __init__(self, node_id: int, addr: str, zk_hosts: str, data_dir: str,
                  settings: Settings | None = None, on_fatal: Fatal = exit_now,
-                 local_appends: LocalAppends | None = None) -> None:
+                 local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
+                 local_answers: inprocess.Local[AnswerTaker] | None = None) -> None:
         """`on_fatal(code, why)`: what the process does when this node must not go on (it
         exits, chosen where the process is wired; a test can record it instead)."""
         self.node_id = node_id
@@ -75,6 +76,9 @@ class StorageNode:
         self._fatal = on_fatal
         self.addr = addr
         self.logs = LogClient(zk_hosts, local=local_appends)
+        # The log server and the coordinator of this process, if any (the host layout).
+        self.local_log: inprocess.Local[Node] = local_log or inprocess.Local()
+        self.local_answers: inprocess.Local[AnswerTaker] = local_answers or inprocess.Local()
         self.zk = self.logs.zk
         self.log_count = self._wait(lambda: logzk.read_topology(self.zk)).logs
         self.kv = self._wait(lambda: registry.read_kv(self.zk))
@@ -187,7 +191,7 @@ class StorageNode:
             if addr is None:
                 time.sleep(backoff)
                 continue
-            local = inprocess.lookup(addr, Node)
+            local = self.local_log.at(addr)
             if local is not None:
                 if self._tail_in_process(local, log_id):
                     backoff = 0.1
@@ -287,7 +291,7 @@ class StorageNode:
                 if not applied.positions:
                     self._last_data[log_id] = e.position
                 if rec.callback and applied.result is not None:
-                    if inprocess.lookup(rec.callback) is not None:  # always: it costs no call
+                    if self.local_answers.at(rec.callback) is not None:  # always: it costs no call
                         near.setdefault(rec.callback, []).append(applied.result)
                     elif self.answers_for(rec.shard):
                         out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
@@ -309,7 +313,10 @@ class StorageNode:
         for addr, results in out.items():
             self.callbacks.send(addr, results)
         for addr, mine in near.items():
-            self.callbacks.send_in_process(addr, mine)
+            taker = self.local_answers.at(addr)
+            if taker is not None:
+                inprocess.used("answer")
+                taker.deliver(mine)
 
     def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
         """Now and then, delete in this batch the dedup entries no record can match and the

@@ -14,11 +14,13 @@ from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
 from log.client import LocalAppends
+from log.node import Node
 from midtown_pb import kv_pb2 as pb
-from runtime import metrics, transport
+from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from storage_node import bootstrap
+from storage_node.callbacks import AnswerTaker
 from storage_node.node import Behind, StorageNode
 from storage_node.settings import Settings
 
@@ -73,9 +75,11 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
 
 
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
-          local_appends: LocalAppends | None = None) -> tuple[grpc.Server, StorageNode]:
+          local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
+          local_answers: inprocess.Local[AnswerTaker] | None = None) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
-    node = StorageNode(node_id, addr, zk_hosts, data_dir, Settings.from_env(), local_appends=local_appends)
+    node = StorageNode(node_id, addr, zk_hosts, data_dir, Settings.from_env(), local_appends=local_appends,
+                       local_log=local_log, local_answers=local_answers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node

@@ -3,7 +3,7 @@
 
 Each component is the same as in its own process: it listens on its own port and
 registers in ZooKeeper under its own address. Calls between the three go straight from
-one to the other (runtime/inprocess.py) instead of through gRPC: on the machine that writes a
+one to the other (ports bound here: runtime/inprocess.py, log/local.py) instead of through gRPC: on the machine that writes a
 log, a strong write crosses the network once each way to its client and once to the
 other log replicas, and nothing else.
 
@@ -21,9 +21,12 @@ from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from log import server as log_server
 from log.local import NodeAppends
+from log.node import Node
 from runtime import inprocess, metrics, transport
 from runtime.process import Part, serve_all, tune_runtime
 from storage_node import server as storage_server
+from storage_node.callbacks import AnswerTaker
+from storage_node.node import StorageNode
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,15 +57,16 @@ def main(argv: list[str] | None = None) -> None:
                                           (a.log_port, a.storage_port, a.coordinator_port))
     ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
     log_server.add_health(ls, node)
-    inprocess.register(log_addr, node)
+    local_log = inprocess.Local[Node]().bind([log_addr], node)
+    local_answers = inprocess.Local[AnswerTaker]()  # bound once the coordinator is built
     appends = NodeAppends(node)  # the coordinator's and the storage node's appends to this writer
-    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), appends)
+    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), appends,
+                                          local_log, local_answers)
     storage_server.add_health(ss, storage)
-    inprocess.register(storage_addr, storage)
     b = coordinator_server.build(a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}",
-                                 a.client_rate_limit, local_appends=appends)
-    inprocess.register(coord_addr, b.coordinator)
-    inprocess.register(b.callback_addr, b.coordinator)  # storage answers are handed over
+                                 a.client_rate_limit, local_appends=appends, local_log=local_log,
+                                 local_storage=inprocess.Local[StorageNode]().bind([storage_addr], storage))
+    local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
     serve_all([Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0),
                Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
                Part(b.internal, "", lambda: None, lambda: None),

@@ -3,9 +3,9 @@
 
 Each component is the same as in its own process: it listens on its own port and
 registers in ZooKeeper under its own address. Calls between the three go straight from
-one to the other (ports bound here: runtime/inprocess.py, log/local.py) instead of through gRPC: on the machine that writes a
-log, a strong write crosses the network once each way to its client and once to the
-other log replicas, and nothing else.
+one to the other (through the ports bound here: runtime/inprocess.py, log/local.py)
+instead of through gRPC: on the machine that writes a log, a strong write crosses the
+network once each way to its client and once to the other log replicas, and nothing else.
 
 Run: python -m midtown.cluster.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
      --coordinator-port P3"""

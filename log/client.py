@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from log import zk as zkpaths
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import transport
+from runtime import refusals, transport
 
 
 class LogError(Exception):
@@ -50,6 +50,7 @@ class AppendRefused:
     message: str
     redirect: str = ""
     not_sent: bool = False
+    reason: str = ""  # runtime/refusals.py: not-writer, no-writer
 
 
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
@@ -150,7 +151,7 @@ class LogClient:
             if not isinstance(got, AppendRefused):
                 return Appended(*got, attempts)
             code, msg = got.code, got.message
-            if code == grpc.StatusCode.FAILED_PRECONDITION and "not its writer" in msg:
+            if got.reason == refusals.NOT_WRITER:
                 if got.redirect:
                     self._writers[log_id] = got.redirect
                     refresh = False
@@ -158,7 +159,7 @@ class LogClient:
                     refresh = True
                 continue
             unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            if unknown and (retry_unknown or "no writer" in msg or got.not_sent):
+            if unknown and (retry_unknown or got.reason == refusals.NO_WRITER or got.not_sent):
                 time.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
@@ -175,8 +176,9 @@ class LogClient:
         try:
             r = self.stub(addr).Append(pb.AppendRequest(log_id=log_id, payloads=payloads), timeout=timeout_s)
         except grpc.RpcError as e:
-            return AppendRefused(e.code(), e.details() or "",
-                                 dict(e.trailing_metadata() or ()).get("midtown-writer", ""), _not_sent(e))
+            trailers = dict(e.trailing_metadata() or ())
+            return AppendRefused(e.code(), e.details() or "", trailers.get(refusals.WRITER_TRAILER_KEY, ""),
+                                 _not_sent(e), refusals.reason(e.trailing_metadata()))
         return r.first_position, r.count, r.timestamp_ms, r.epoch
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
@@ -241,7 +243,8 @@ class LogClient:
 
 
 def _not_sent(e: grpc.RpcError) -> bool:
-    """Connection refused: the request never reached a server."""
+    """Connection refused: the request never reached a server. (gRPC says so only in its
+    own message: the one text we read, and it is gRPC's, not ours.)"""
     d = (e.details() or "").lower()
     return "connection refused" in d or "failed to connect" in d
 

@@ -22,13 +22,12 @@ from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node, Unavailable
 from midtown_pb import log_pb2 as pb
-from runtime import metrics, transport
+from runtime import metrics, refusals, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 
 log = logging.getLogger("midtown.log.server")
 
-WRITER_METADATA_KEY = "midtown-writer"
 
 
 def _parse(cls: Any, raw: bytes, ctx: grpc.ServicerContext) -> Any:
@@ -90,12 +89,14 @@ class Services:
         except Exception:
             w = None
         if w is None or w["server"] == self.node.server_id:
+            ctx.set_trailing_metadata(((refusals.REFUSED, refusals.NO_WRITER),))
             ctx.abort(
                 grpc.StatusCode.UNAVAILABLE,
                 f"log {log_id} has no writer right now (election or recovery under way); retry",
             )
         assert w is not None
-        ctx.set_trailing_metadata(((WRITER_METADATA_KEY, w["addr"]),))
+        ctx.set_trailing_metadata(((refusals.REFUSED, refusals.NOT_WRITER),
+                                   (refusals.WRITER_TRAILER_KEY, w["addr"])))
         ctx.abort(
             grpc.StatusCode.FAILED_PRECONDITION,
             f"log {log_id}: server {self.node.server_id} is not its writer; "

@@ -91,7 +91,8 @@ def test_append_to_a_follower_redirects(shared_client: LogClient, shared_cluster
     with pytest.raises(grpc.RpcError) as ei:
         shared_client.stub(other).Append(pb.AppendRequest(log_id=3, payloads=[b"x"]), timeout=5)
     assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert dict(ei.value.trailing_metadata())["midtown-writer"] == w["addr"]
+    trailers = dict(ei.value.trailing_metadata())
+    assert trailers["midtown-writer"] == w["addr"] and trailers["midtown-refused"] == "not-writer"
     # The client follows the redirect by itself.
     assert shared_client.append(3, [b"x"]).count == 1
 

@@ -29,12 +29,15 @@ def token_hash(token: str) -> str:
 
 
 ROOT = "/midtown/users"
+TOKEN_PREFIX = "mt_"
 
 
 def add(zk: KazooClient, name: str) -> str:
     """Create a user; returns its token (only its hash is kept)."""
     check_user(name)
-    token = secrets.token_urlsafe(24)
+    # A prefix: a token never starts with "-" (a command line would read it as an option)
+    # and secret scanners can recognise it.
+    token = TOKEN_PREFIX + secrets.token_urlsafe(24)
     zk.ensure_path(ROOT)
     try:
         zk.create(f"{ROOT}/{name}", json.dumps({"token_sha256": token_hash(token)}).encode())

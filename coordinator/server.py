@@ -888,7 +888,7 @@ class KVService:
                                      self._deadline(ctx))
         first = len(req.groups)
         outcomes: list[pb.WriteOutcome | None] = [None] * first
-        status, position = [pb.APPLIED] * rows, [0] * rows
+        status, position = [pb.APPLIED] * rows, [-1] * rows  # -1: no answer yet
         for p, r in zip(planned, results):
             if p.indexes[0] >= first:  # a record of puts
                 _put_outcomes(r, [i - first for i in p.indexes], status, position)
@@ -897,7 +897,7 @@ class KVService:
                       [codec.group_result_to_pb(g) for g in r.groups])
             for i, g in zip(p.indexes, groups):
                 outcomes[i] = bulk.outcome(g)
-        assert all(o is not None for o in outcomes) and (not rows or all(position))
+        assert all(o is not None for o in outcomes) and all(p >= 0 for p in position)
         return pb.WriteManyResponse(outcomes=outcomes,  # type: ignore[arg-type]
                                     puts=pb.PutOutcomes(status=status, position=position) if rows else None)
 

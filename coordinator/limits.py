@@ -30,6 +30,32 @@ PENDING_MAX = 20_000
 # How long a coordinator waits for a storage node's answer when the client set no deadline.
 DEFAULT_DEADLINE_S = 10.0
 
+# Digests remembered per (log, shard, position) to compare the replicas' answers: a few
+# seconds of records at full speed; the oldest are forgotten first.
+DIGESTS_KEPT = 200_000
+# How stale the coordinator's view of the registered storage nodes and log servers may be
+# (ZooKeeper is read at most this often; a node that left is skipped on its first failure).
+MEMBERS_CACHE_S = 1.0
+# ReadIndex: each log replica's Tail call, and the wait for a fence quorum of them. A
+# replica slower than this is passed over (another one answers).
+TAIL_CALL_TIMEOUT_S = 1.0
+TAIL_QUORUM_WAIT_S = 1.5
+# A strong read waits at a replica for it to apply up to the read index at most this long
+# (it is usually there already: positions advance continuously), within the whole call's.
+READ_APPLY_WAIT_MS = 500
+READ_CALL_TIMEOUT_S = 2.0
+# Read repair of an eventual value at a stale replica: in the background, given up after.
+REPAIR_TIMEOUT_S = 5.0
+# An eventual scan asks each replica for this many rows beyond the page, to leave room for
+# tombstones and expired values that merging drops.
+EVENTUAL_SCAN_SLACK = 65
+# Threads: the client port's handlers, the callback port's (answers from storage nodes,
+# each carrying many), ReadIndex's Tail calls and read repairs.
+CLIENT_THREADS = 128
+CALLBACK_THREADS = 16
+TAIL_THREADS = 16
+REPAIR_THREADS = 32
+
 # Records whose answers a coordinator still takes (request id -> log, shard): the answers
 # of every replica arrive within seconds; at 20,000 requests/s this covers 10 s.
 SENT_RECORDS_MAX = 200_000

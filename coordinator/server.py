@@ -376,7 +376,7 @@ class Coordinator:
             seen = self._digests.get(k)
             if seen is None:
                 self._digests[k] = (r.digest, r.node_id)
-                if len(self._digests) > 200_000:
+                if len(self._digests) > limits.DIGESTS_KEPT:
                     self._digests.popitem(last=False)
                 return
         if seen[0] != r.digest:
@@ -393,13 +393,13 @@ class Coordinator:
     def _storage_members(self) -> dict[int, str]:
         """Registered storage nodes by id, looked up in ZooKeeper at most once a second."""
         now = time.monotonic()
-        if now - self._storage_seen[0] > 1.0:
+        if now - self._storage_seen[0] > limits.MEMBERS_CACHE_S:
             self._storage_seen = (now, registry.members(self.zk, registry.STORAGE_NODES))
         return self._storage_seen[1]
 
     def log_servers(self) -> list[str]:
         now = time.monotonic()
-        if now - self._log_servers_seen[0] > 1.0:
+        if now - self._log_servers_seen[0] > limits.MEMBERS_CACHE_S:
             self._log_servers_seen = (now, list(self.logs.servers().values()))
         return list(self._log_servers_seen[1])
 
@@ -422,9 +422,10 @@ class Coordinator:
         if len(lasts) >= need:
             return max(lasts)
         # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
-        calls = [_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=1.0) for a in servers]
+        calls = [_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S)
+                 for a in servers]
         try:
-            for f in futures.as_completed(calls, timeout=1.5):
+            for f in futures.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
                 try:
                     lasts.append(int(f.result().last))
                 except Exception:
@@ -458,8 +459,9 @@ class Coordinator:
         idx = self.read_index(log_id)
         if idx is None:
             return None
-        many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=500, requests=reqs)
-        r = self._first_answer("ReadMany", many, 2.0)
+        many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=limits.READ_APPLY_WAIT_MS,
+                                  requests=reqs)
+        r = self._first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S)
         return None if r is None else list(r.responses)
 
     def _first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
@@ -556,7 +558,7 @@ class Coordinator:
             for addr, r in ok:
                 if eventual.needs_repair(r, best):
                     EVENTUAL_REPAIRS.inc()
-                    _LWW_POOL.submit(self._storage_call, addr, "LwwWrite", fix, 5.0)
+                    _LWW_POOL.submit(self._storage_call, addr, "LwwWrite", fix, limits.REPAIR_TIMEOUT_S)
         return [r for _, r in ok]
 
     def _fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
@@ -937,7 +939,7 @@ class KVService:
         op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
         ed = self._eventual(req.header)
         if ed is not None:
-            asked = op.limit + 65  # room for tombstones and expired values
+            asked = op.limit + limits.EVENTUAL_SCAN_SLACK  # room for tombstones and expired values
             answers = self.c.eventual_read(
                 ed, req.partition_key,
                 pb.LwwReadRequest(scan=True, start=req.start, end=req.end, limit=asked),
@@ -1051,7 +1053,8 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     client port: answers are taken only from the internal network (and, with mutual TLS,
     only from holders of a cluster certificate)."""
     host = listen.rsplit(":", 1)[0]
-    internal = grpc.server(futures.ThreadPoolExecutor(max_workers=16), options=GRPC_OPTIONS)
+    internal = grpc.server(futures.ThreadPoolExecutor(max_workers=limits.CALLBACK_THREADS),
+                           options=GRPC_OPTIONS)
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
     c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
@@ -1059,7 +1062,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     kv, cb = _handlers(c)
     internal.add_generic_rpc_handlers([cb])
     serve_health(internal, ["midtown.kv.v1.Callback"], c.ready, c.stopped)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=GRPC_OPTIONS,
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=limits.CLIENT_THREADS), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
     server.add_generic_rpc_handlers([kv])
     serve_health(server, ["midtown.kv.v1.KV"], c.ready, c.stopped)
@@ -1097,12 +1100,12 @@ def main(argv: list[str] | None = None) -> None:
               f"coordinator {a.id} ready on {listen}{how}; answers on {b.callback_addr}")
 
 
-_TAIL_POOL = futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="tail")
+_TAIL_POOL = futures.ThreadPoolExecutor(max_workers=limits.TAIL_THREADS, thread_name_prefix="tail")
 # Storage calls a storage node in this process answers directly: its method, and the path
 # counted in midtown_in_process_calls_total (none for eventual datasets' calls).
 _STORAGE_IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
                        "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
-_LWW_POOL = futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="lww")
+_LWW_POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import grpc
 
 from catalog.users import check_user
+from runtime.refusals import Refusal
 
 PERMS = ("r", "rw")
 
@@ -38,19 +39,19 @@ def bearer(metadata: object) -> str | None:
 
 
 def decide(acl: dict[str, str], dataset: str, user: str | None, token_given: bool,
-           write: bool) -> tuple[grpc.StatusCode, str] | None:
-    """None if the call may go on, else the status and message to refuse it with."""
+           write: bool) -> Refusal | None:
+    """None if the call may go on, else the refusal."""
     if not acl:
         return None
     if user is None:
         if not token_given:
-            return (grpc.StatusCode.UNAUTHENTICATED,
-                    f"authorization: dataset {dataset!r} has an access list; send a user's "
-                    "token (Client(token=...), --token or MIDTOWN_TOKEN)")
-        return grpc.StatusCode.UNAUTHENTICATED, "authorization: unknown token"
+            return Refusal(grpc.StatusCode.UNAUTHENTICATED,
+                           f"dataset {dataset!r} has an access list; send a user's token "
+                           "(Client(token=...), --token or MIDTOWN_TOKEN)", field="authorization")
+        return Refusal(grpc.StatusCode.UNAUTHENTICATED, "unknown token", field="authorization")
     perm = acl.get(user)
     if perm is None or (write and perm != "rw"):
         verb = "write to" if write else "read"
-        return (grpc.StatusCode.PERMISSION_DENIED,
-                f"header.dataset: user {user!r} may not {verb} dataset {dataset!r}")
+        return Refusal(grpc.StatusCode.PERMISSION_DENIED, f"user {user!r} may not {verb} dataset {dataset!r}",
+                       field="header.dataset")
     return None

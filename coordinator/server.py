@@ -44,6 +44,7 @@ from midtown_pb import kv_pb2_grpc, log_pb2
 from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import Part, serve_all, tune_runtime
+from runtime.refusals import Refusal
 from runtime.transport import GRPC_OPTIONS
 from storage_node import codec
 from storage_node.model import (
@@ -85,13 +86,7 @@ LATENCY = Histogram("midtown_kv_request_seconds", "KV request latency, by method
 Code = grpc.StatusCode
 
 
-class Abort(Exception):
-    def __init__(self, code: grpc.StatusCode, msg: str,
-                 trailers: tuple[tuple[str, str], ...] = ()) -> None:
-        super().__init__(msg)
-        self.code = code
-        self.msg = msg
-        self.trailers = trailers
+Abort = Refusal  # the coordinator's refusals are the servers' one type (runtime/refusals.py)
 
 
 class Coordinator:
@@ -212,7 +207,7 @@ class Coordinator:
         user = self.users.user(token) if token else None
         refused = acl.decide(d.access, d.name, user, token is not None, write)
         if refused is not None:
-            raise Abort(*refused)
+            raise refused
 
     def request_id(self, header: pb.RequestHeader) -> bytes:
         rid = header.request_id
@@ -983,11 +978,9 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 REQUESTS.labels(method=fn.__name__, code="UNAVAILABLE").inc()
                 ctx.abort(Code.UNAVAILABLE, f"coordinator {c.coord_id}: ZooKeeper is unavailable "
                           f"({type(e).__name__}); the request was not applied; retry")
-            except Abort as e:
+            except Refusal as e:
                 REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
-                if e.trailers:
-                    ctx.set_trailing_metadata(e.trailers)
-                ctx.abort(e.code, e.msg)
+                e.abort(ctx)
             except Exception:
                 if ctx.code() is not None:  # ctx.abort's own exception: the status is set
                     raise
@@ -1004,8 +997,8 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 parts = handler(raw, ctx)
                 try:
                     yield from parts
-                except Abort as e:
-                    ctx.abort(e.code, e.msg)
+                except Refusal as e:
+                    e.abort(ctx)
             return grpc.unary_stream_rpc_method_handler(
                 streaming, request_deserializer=lambda b: b,
                 response_serializer=lambda m: m.SerializeToString())

@@ -25,6 +25,7 @@ from midtown_pb import log_pb2 as pb
 from runtime import metrics, refusals, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
+from runtime.refusals import refuse
 
 log = logging.getLogger("midtown.log.server")
 
@@ -34,7 +35,7 @@ def _parse(cls: Any, raw: bytes, ctx: grpc.ServicerContext) -> Any:
     try:
         return cls.FromString(raw)
     except DecodeError:
-        ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
+        refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
 
 
 class Services:
@@ -44,7 +45,8 @@ class Services:
     def _check_log(self, log_id: int, ctx: grpc.ServicerContext) -> None:
         n = self.node.topo.logs
         if not 0 <= log_id < n:
-            ctx.abort(
+            refuse(
+                ctx,
                 grpc.StatusCode.NOT_FOUND,
                 f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}",
             )
@@ -57,7 +59,7 @@ class Services:
         try:
             validate_batch(payloads)
         except ValueError as e:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         d = self.node.writers.get(req.log_id)
         if d is None or d.failed.is_set():
             self._redirect(req.log_id, ctx)
@@ -65,20 +67,21 @@ class Services:
         try:
             fut = d.submit(payloads)
         except Busy as e:
-            ctx.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later")
+            refuse(ctx, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later")
         except WriterFailed as e:
-            ctx.abort(grpc.StatusCode.UNAVAILABLE, f"log {req.log_id}: writer stopped ({e}); retry")
+            refuse(ctx, grpc.StatusCode.UNAVAILABLE, f"log {req.log_id}: writer stopped ({e}); retry")
         remaining = ctx.time_remaining()
         try:
             r = fut.result(timeout=remaining if remaining is not None else 60)
         except WriterFailed as e:
-            ctx.abort(
+            refuse(
+                ctx,
                 grpc.StatusCode.UNAVAILABLE,
                 f"log {req.log_id}: outcome unknown, the writer stopped ({e}); "
                 "retry through the new writer",
             )
         except futures.TimeoutError:
-            ctx.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown")
+            refuse(ctx, grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown")
         return pb.AppendResponse(
             first_position=r.first_position, count=r.count, timestamp_ms=r.timestamp_ms, epoch=r.epoch
         )
@@ -89,19 +92,14 @@ class Services:
         except Exception:
             w = None
         if w is None or w["server"] == self.node.server_id:
-            ctx.set_trailing_metadata(((refusals.REFUSED, refusals.NO_WRITER),))
-            ctx.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                f"log {log_id} has no writer right now (election or recovery under way); retry",
-            )
+            refuse(ctx, grpc.StatusCode.UNAVAILABLE,
+                   f"log {log_id} has no writer right now (election or recovery under way); retry",
+                   trailers=((refusals.REFUSED, refusals.NO_WRITER),))
         assert w is not None
-        ctx.set_trailing_metadata(((refusals.REFUSED, refusals.NOT_WRITER),
-                                   (refusals.WRITER_TRAILER_KEY, w["addr"])))
-        ctx.abort(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            f"log {log_id}: server {self.node.server_id} is not its writer; "
-            f"the writer is server {w['server']} at {w['addr']}",
-        )
+        refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION,
+               f"log {log_id}: server {self.node.server_id} is not its writer; "
+               f"the writer is server {w['server']} at {w['addr']}",
+               trailers=((refusals.REFUSED, refusals.NOT_WRITER), (refusals.WRITER_TRAILER_KEY, w["addr"])))
 
     def read(self, raw: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
         req = _parse(pb.ReadRequest, raw, ctx)
@@ -115,7 +113,7 @@ class Services:
             try:
                 reading.check_position(pos, first)
             except reading.Truncated as e:
-                ctx.abort(grpc.StatusCode.OUT_OF_RANGE, f"from_position: {e}")
+                refuse(ctx, grpc.StatusCode.OUT_OF_RANGE, f"from_position: {e}")
             end = node.committed_end(log_id)
             if req.max_entries and sent >= req.max_entries:
                 return
@@ -127,7 +125,7 @@ class Services:
                     chunks = node.read_cache.chunks(
                         log_id, pos, hi, lambda a, b: node.read_committed(log_id, a, b))
                 except Unavailable as e:
-                    ctx.abort(grpc.StatusCode.UNAVAILABLE, f"{e}; retry")
+                    refuse(ctx, grpc.StatusCode.UNAVAILABLE, f"{e}; retry")
                 yield b"".join(chunks)  # a ReadResponse, its entries encoded once for all streams
                 sent += len(chunks)
                 pos = hi + 1
@@ -143,7 +141,8 @@ class Services:
         self._check_log(req.log_id, ctx)
         end = self.node.committed_end(req.log_id)
         if req.before_position > end + 1:
-            ctx.abort(
+            refuse(
+                ctx,
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"before_position: {req.before_position} is beyond the last committed "
                 f"position {end} of log {req.log_id}; only committed entries can be truncated",
@@ -188,9 +187,9 @@ class Services:
         try:
             self.node.check_epoch_issued(msg.log_id, msg.epoch)
         except ValueError as e:
-            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{prefix}{e}")
+            refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION, f"{prefix}{e}")
         except Exception as e:  # ZooKeeper unreachable: cannot tell, so do not take it
-            ctx.abort(grpc.StatusCode.UNAVAILABLE, f"{prefix}epoch: cannot check it with "
+            refuse(ctx, grpc.StatusCode.UNAVAILABLE, f"{prefix}epoch: cannot check it with "
                       f"ZooKeeper now ({type(e).__name__}); retry")
         return msg
 
@@ -205,7 +204,7 @@ class Services:
     def replicate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReplicateResponse:
         req = _parse(pb.ReplicateRequest, raw, ctx)
         if len(req.requests) > limits.REPLICATE_MESSAGES_MAX:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"requests: {len(req.requests)} messages, "
+            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"requests: {len(req.requests)} messages, "
                       f"the limit is {limits.REPLICATE_MESSAGES_MAX}")
         msgs = [self._issued(_convert(codec.add_from_pb, r, ctx, f"requests[{i}]: "), ctx,
                              f"requests[{i}]: ") for i, r in enumerate(req.requests)]
@@ -222,7 +221,7 @@ def _convert(fn: Callable[[Any], Any], req: Any, ctx: grpc.ServicerContext, pref
     try:
         return fn(req)
     except ValueError as e:
-        ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{prefix}{e}")
+        refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"{prefix}{e}")
 
 
 def _raw(b: bytes) -> bytes:

@@ -1,5 +1,41 @@
-"""What a server tells a client beyond the status code, in trailing metadata: the
-vocabulary the servers and the SDK share (never matched on message text)."""
+"""How a server refuses a request, the same way in the log servers, the storage nodes, the
+coordinators and the access lists: a `Refusal` (a gRPC status code, the field at fault, a
+message for people) and, where a client must act on the reason, a trailer (the
+vocabulary the servers and the SDK share; never matched on message text)."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+
+class Refusal(Exception):
+    """A request refused. `field` names what was wrong ("" when nothing in the request
+    was); the text a client sees is "field: message"."""
+
+    def __init__(self, code: Any, message: str, trailers: tuple[tuple[str, str], ...] = (),
+                 field: str = "") -> None:
+        self.code = code  # a grpc.StatusCode
+        self.field = field
+        self.message = message
+        self.trailers = trailers
+        super().__init__(self.text)
+
+    @property
+    def text(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+    def abort(self, ctx: Any) -> NoReturn:
+        """End the call with this refusal (ctx: a grpc.ServicerContext)."""
+        if self.trailers:
+            ctx.set_trailing_metadata(self.trailers)
+        ctx.abort(self.code, self.text)
+        raise AssertionError("ctx.abort returned")  # it raises
+
+def refuse(ctx: Any, code: Any, message: str, field: str = "",
+           trailers: tuple[tuple[str, str], ...] = ()) -> NoReturn:
+    """End the call `ctx` with a Refusal built from the rest."""
+    Refusal(code, message, trailers, field).abort(ctx)
+
 
 # The trailer key, and why a call was refused:
 REFUSED = "midtown-refused"

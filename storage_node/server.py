@@ -19,6 +19,7 @@ from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
+from runtime.refusals import refuse
 from storage_node import bootstrap
 from storage_node.callbacks import AnswerTaker
 from storage_node.node import Behind, StorageNode
@@ -30,15 +31,15 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         try:
             return cls.FromString(raw)  # type: ignore[attr-defined]
         except DecodeError:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
+            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
 
     def answer(fn: Callable[[], Any], ctx: grpc.ServicerContext) -> Any:
         try:
             return fn()
         except Behind as e:
-            ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION, str(e))
         except ValueError as e:
-            ctx.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, str(e))
 
     def call(cls: type, fn: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
         """A unary method: parse the request, call the node, map its refusals to statuses."""

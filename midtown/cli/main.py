@@ -747,17 +747,31 @@ def _nonneg(name: str):  # type: ignore[no-untyped-def]
 
 
 def parser() -> argparse.ArgumentParser:
+    """The `midtown` command's parser: one function per group of commands below."""
     p = argparse.ArgumentParser(prog="midtown", description="Midtown key-value store")
     p.add_argument("--version", action="version", version=f"midtown {version()}")
     sub = p.add_subparsers(dest="group", required=True)
+    for group in (_cluster_commands, _log_commands, _dataset_commands, _user_commands, _data_commands,
+                  _node_commands):
+        group(sub)
+    from midtown.cli import placement as placement_cli
 
-    def common(sp: argparse.ArgumentParser, dir_required: bool = False, timeout_s: float = 10.0) -> None:
-        sp.add_argument("--dir", required=dir_required, help="a local cluster's directory")
-        sp.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
-        sp.add_argument("--json", action="store_true", help="print JSON")
-        sp.add_argument("--timeout", type=_positive("--timeout"), default=timeout_s,
-                        help="seconds to wait for the cluster (default %(default)s)")
+    placement_cli.add_parser(sub, _common)
+    _bench_commands(sub)
+    return p
 
+
+def _common(sp: argparse.ArgumentParser, dir_required: bool = False, timeout_s: float = 10.0) -> None:
+    """The options every command that talks to a cluster takes."""
+    sp.add_argument("--dir", required=dir_required, help="a local cluster's directory")
+    sp.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
+    sp.add_argument("--json", action="store_true", help="print JSON")
+    sp.add_argument("--timeout", type=_positive("--timeout"), default=timeout_s,
+                    help="seconds to wait for the cluster (default %(default)s)")
+
+
+def _cluster_commands(sub: Any) -> None:
+    """cluster up|init|down|status|restart: a local cluster."""
     cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster")
     cls = cl.add_subparsers(dest="cmd", required=True)
     up = cls.add_parser("up", help="start ZooKeeper and the log servers")
@@ -800,13 +814,16 @@ def parser() -> argparse.ArgumentParser:
     rs.add_argument("--json", action="store_true")
     rs.set_defaults(fn=cmd_cluster_restart)
 
+
+def _log_commands(sub: Any) -> None:
+    """log append|read|status|truncate: the replicated logs."""
     lg = sub.add_parser("log", help="operate the replicated logs")
     lgs = lg.add_subparsers(dest="cmd", required=True)
     ap = lgs.add_parser("append", help="append entries to a log")
     ap.add_argument("log", type=_nonneg("LOG"))
     ap.add_argument("data", nargs="+", metavar="DATA")
     ap.add_argument("--encoding", choices=["utf8", "base64"], default="utf8")
-    common(ap, timeout_s=30.0)
+    _common(ap, timeout_s=30.0)
     ap.set_defaults(fn=cmd_log_append)
     rd = lgs.add_parser("read", help="read committed entries")
     rd.add_argument("log", type=_nonneg("LOG"))
@@ -814,17 +831,20 @@ def parser() -> argparse.ArgumentParser:
     rd.add_argument("--follow", action="store_true", help="keep reading new entries")
     rd.add_argument("--max", type=_nonneg("--max"), default=0, help="stop after N entries")
     rd.add_argument("--server", help="read from this log server (HOST:PORT)")
-    common(rd)
+    _common(rd)
     rd.set_defaults(fn=cmd_log_read)
     ls = lgs.add_parser("status", help="writer, epoch, positions and replicas of every log")
-    common(ls)
+    _common(ls)
     ls.set_defaults(fn=cmd_log_status)
     tr = lgs.add_parser("truncate", help="remove a log's prefix")
     tr.add_argument("log", type=_nonneg("LOG"))
     tr.add_argument("--before", type=_nonneg("--before"), required=True)
-    common(tr)
+    _common(tr)
     tr.set_defaults(fn=cmd_log_truncate)
 
+
+def _dataset_commands(sub: Any) -> None:
+    """dataset create|dedup|quota|grant|list|describe|drop."""
     ds = sub.add_parser("dataset", help="create, list, describe and drop datasets")
     dss = ds.add_subparsers(dest="cmd", required=True)
     dc = dss.add_parser("create", help="create a dataset")
@@ -844,30 +864,34 @@ def parser() -> argparse.ArgumentParser:
     dc.add_argument("--dedup-max-ids", type=_nonneg("--dedup-max-ids"),
                     help="event ids kept per shard at most; the oldest go first (default 1000000)")
     dc.add_argument("--dedup-warn-below", help="warn when the effective window falls below this (7d)")
-    common(dc)
+    _common(dc)
     dd = dss.add_parser("dedup", help="change a dataset's event-id window, cap or warning threshold")
     dd.add_argument("name")
     dd.add_argument("--window", help="28d, 12h, 30m ...")
     dd.add_argument("--max-ids", type=_nonneg("--max-ids"), help="event ids per shard")
     dd.add_argument("--warn-below", help="warn when the effective window is shorter")
-    common(dd)
+    _common(dd)
     dq = dss.add_parser("quota", help="set a dataset's storage quota")
     dq.add_argument("name")
     dq.add_argument("size", type=_size("SIZE"), help="10GiB, 500MB, bytes, or none")
-    common(dq)
+    _common(dq)
     dg = dss.add_parser("grant", help="set a user's access to a dataset")
     dg.add_argument("name")
     dg.add_argument("user")
     dg.add_argument("perm", help="r (get, scan), rw (everything) or none (take access away)")
-    common(dg)
+    _common(dg)
     for name, helptext in (("list", "list datasets"), ("describe", "show a dataset"),
                            ("drop", "drop a dataset")):
         sp = dss.add_parser(name, help=helptext)
         if name != "list":
             sp.add_argument("name")
-        common(sp)
+        _common(sp)
     for sp in (dc, dd, dg, dq, *[dss.choices[n] for n in ("list", "describe", "drop")]):
         sp.set_defaults(fn=cmd_dataset)
+
+
+def _user_commands(sub: Any) -> None:
+    """user add|list|remove: users and their tokens."""
     us = sub.add_parser("user", help="users and their tokens, for datasets with an access list")
     uss = us.add_subparsers(dest="cmd", required=True)
     for name, helptext in (("add", "create a user and print its token (shown once)"),
@@ -876,9 +900,12 @@ def parser() -> argparse.ArgumentParser:
         sp = uss.add_parser(name, help=helptext)
         if name != "list":
             sp.add_argument("name")
-        common(sp)
+        _common(sp)
         sp.set_defaults(fn=cmd_user)
 
+
+def _data_commands(sub: Any) -> None:
+    """get, put, delete, cas, incr, scan: the data."""
     def data(name: str, helptext: str, local: str = "required") -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("dataset")
@@ -894,7 +921,7 @@ def parser() -> argparse.ArgumentParser:
                                          "(default: $MIDTOWN_TLS_CA; none: plaintext)")
         sp.add_argument("--encoding", choices=["utf8", "base64"], default="utf8",
                         help="how keys and values are written on the command line")
-        common(sp)
+        _common(sp)
         sp.set_defaults(fn=cmd_data)
         return sp
 
@@ -918,25 +945,28 @@ def parser() -> argparse.ArgumentParser:
     sc.add_argument("--limit", type=_nonneg("--limit"), default=100)
     sc.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
 
+
+def _node_commands(sub: Any) -> None:
+    """node status|remove|add: storage node administration."""
     nd = sub.add_parser("node", help="storage node administration")
     nds = nd.add_subparsers(dest="cmd", required=True)
     ns = nds.add_parser("status", help="storage nodes: up, entries behind, diverged shards")
-    common(ns)
+    _common(ns)
     ns.set_defaults(fn=cmd_node_status)
     nr = nds.add_parser("remove", help="take a storage node out of the membership (it stops "
                                        "holding the logs back)")
     nr.add_argument("id", type=_nonneg("ID"))
-    common(nr)
+    _common(nr)
     nr.set_defaults(fn=cmd_node_remove)
     na = nds.add_parser("add", help="make a storage node a member; started, it bootstraps from a "
                                     "peer if the logs no longer hold what it lacks")
     na.add_argument("id", type=_nonneg("ID"))
-    common(na)
+    _common(na)
     na.set_defaults(fn=cmd_node_add)
 
-    from midtown.cli import placement as placement_cli
 
-    placement_cli.add_parser(sub, common)
+def _bench_commands(sub: Any) -> None:
+    """bench log|kv|placements|ingest: the benchmarks."""
     bn = sub.add_parser("bench", help="benchmarks")
     bns = bn.add_subparsers(dest="cmd", required=True)
     bl = bns.add_parser("log", help="append throughput, latency and failover time")
@@ -972,7 +1002,6 @@ def parser() -> argparse.ArgumentParser:
     bi.add_argument("--spark-rows", type=_at_least_one("--spark-rows"), default=200_000)
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(fn=cmd_bench_ingest)
-    return p
 
 
 def version() -> str:

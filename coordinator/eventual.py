@@ -14,7 +14,7 @@ read repair, and partial success reported as such.
 * A delete is a tombstone with its version; expiry is judged by the reading coordinator's
   clock against the expiry the writing coordinator stamped (there is no log time here).
 
-Pure logic here; the calls to the replicas are made by coordinator/server.py."""
+Pure logic here; the calls to the replicas are made by coordinator/node.py."""
 
 from __future__ import annotations
 

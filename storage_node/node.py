@@ -36,12 +36,12 @@ from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal, ex
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import AnswerTaker, Callbacks
+from storage_node.eventual_service import EventualService, check_shard
 from storage_node.limits import (
     APPLY_BATCH_ENTRIES_MAX,
     CALLBACK_REPLICAS,
     HEALTH_LAG_MAX,
     LAG_INTERVAL_S,
-    LWW_PAGE_MAX,
     SHARD_SCAN_ROWS_MAX,
 )
 from storage_node.lww import LwwReplica
@@ -58,11 +58,6 @@ Entries = list[log_pb2.Entry] | list[Entry]
 
 class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
-
-def _check_lww_limit(limit: int) -> None:
-    if not 1 <= limit <= LWW_PAGE_MAX:
-        raise ValueError(f"limit: {limit}, must be between 1 and {LWW_PAGE_MAX}")
-
 
 class StorageNode:
     def __init__(self, node_id: int, addr: str, zk_hosts: str, data_dir: str,
@@ -99,10 +94,8 @@ class StorageNode:
         self.lag: dict[int, int] = {}  # log -> entries behind its writer, last measured
         self._stop = threading.Event()
         self.member_positions: dict[tuple[int, int], int] = self.store.member_positions()
-        self.lww_purged = 0  # eventual tombstones and expired values purged since start
-        self.lww_shards_pulled = 0  # shards anti-entropy read from a peer (hashes differed)
-        self._refill = False  # eventual values dropped at start: take them from a peer at once
-        self.lww_repaired = 0  # eventual values taken from peers by anti-entropy
+        self.eventual = EventualService(self.node_id, self.zk, self.store, self.lww,
+                                        lambda: self.kv, self._peers, self._stop)
         self._last_data: dict[int, int] = {}  # log -> position of the last key-value record
         self._next_reclaim = 0.0
         self.reclaimed = 0  # dedup entries reclaimed since start
@@ -122,14 +115,14 @@ class StorageNode:
 
     def start(self) -> None:
         self._bootstrap_if_needed()
-        self._drop_eventual_if_outlived()
+        self.eventual.drop_if_outlived()
         # Each background loop retries with backoff after a failure (runtime/loops.py): a
         # lost ZooKeeper session or an unreachable log never stops one for good.
         self._published: dict[int, int] = {}
         self._truncated: dict[int, int] = {}
         loops.every("positions", self.settings.position_interval_s, self._positions_round, self._stop)
-        loops.every("anti-entropy", self.settings.anti_entropy_s, self._anti_entropy_pass, self._stop,
-                    first_at_once=self._refill)  # eventual values dropped at start: at once
+        loops.every("anti-entropy", self.settings.anti_entropy_s, self.eventual.anti_entropy_pass,
+                    self._stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
         loops.every("usage", self.settings.usage_interval_s, self._usage_round, self._stop,
                     first_at_once=True)
         loops.every("lag", LAG_INTERVAL_S, self._measure, self._stop, first_at_once=True)
@@ -511,63 +504,23 @@ class StorageNode:
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])
 
     # ---------------------------------------------------------------- eventual datasets
+    # (storage_node/eventual_service.py; the calls go to self.eventual)
     def lww_write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse:
-        self._check_shard(req.shard)
-        return pb.LwwWriteResponse(applied=self.lww.write(req))
+        return self.eventual.write(req)
 
     def lww_range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
-        self._check_shard(req.shard)
-        _check_lww_limit(req.limit)
-        return self.lww.range(req)
+        return self.eventual.range(req)
+
+    def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
+        return self.eventual.read(req)
+
+    def lww_hashes(self) -> pb.LwwHashesResponse:
+        return self.eventual.hashes()
 
     def _peers(self, members_only: bool = False) -> list[str]:
         """The addresses of the other storage nodes that are up."""
         return [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
                 if nid != self.node_id and (not members_only or nid in self.kv.storage_nodes)]
-
-    def _anti_entropy_pass(self) -> None:
-        """Pull from a random peer every eventual value newer than ours, shard by shard
-        (storage_node/lww.py); run every anti-entropy interval, at once if this node
-        dropped its own at start."""
-        peers = self._peers()
-        if not peers:
-            return
-        channel = transport.channel(random.choice(peers))
-        stub = kv_pb2_grpc.StorageStub(channel)
-        try:
-            theirs = list(stub.LwwHashes(pb.LwwHashesRequest(), timeout=30).hashes)
-            mine = self.lww.hashes(self.kv.shards)
-            for shard in range(self.kv.shards):
-                if shard < len(theirs) and theirs[shard] == mine[shard]:
-                    continue  # the same (key, version) pairs: nothing to take
-                self.lww_shards_pulled += 1
-                after = b""
-                while not self._stop.is_set():
-                    page = stub.LwwRange(pb.LwwRangeRequest(shard=shard, after=after, limit=1000),
-                                         timeout=30)
-                    self.lww_repaired += self.lww.merge(page)
-                    if not page.more:
-                        break
-                    after = page.keys[-1]
-        except grpc.RpcError as e:
-            log.debug("anti-entropy: %s", e.code())
-        finally:
-            channel.close()
-
-    def _drop_eventual_if_outlived(self) -> None:
-        """If the peers have run for longer than the tombstone grace since this node was
-        last up, they may have purged tombstones of values it still holds: drop its
-        eventual values rather than hand those back (storage_node/lww.py)."""
-        last_up = self.store.last_up_ms()
-        peers_up = max((r.at_ms for n, r in usage_reports.read_reports(self.zk).items() if n != self.node_id),
-                       default=0)
-        if lww.outlived(last_up, peers_up, self.lww.grace_ms):
-            log.warning("storage node %d was down for %.0f s of its peers' time, more than the "
-                        "tombstone grace (%.0f s): dropping its eventual values; anti-entropy takes "
-                        "them again from the peers", self.node_id, (peers_up - last_up) / 1000,
-                        self.lww.grace_ms / 1000)
-            self.lww.drop_all()
-            self._refill = True
 
     def _usage_round(self) -> None:
         """Now and every usage interval: note that this node is up, count what each dataset
@@ -585,28 +538,18 @@ class StorageNode:
                     old.append((k, v))
                 yield k, v
         counts = usage.tally(watch(usage.data_items(self.store)))
-        self.lww_purged += self.lww.purge(old)
+        self.eventual.purged += self.lww.purge(old)
         if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
             usage_reports.publish(self.zk, self.node_id, counts)
 
-    def lww_hashes(self) -> pb.LwwHashesResponse:
-        return pb.LwwHashesResponse(hashes=self.lww.hashes(self.kv.shards))
-
-    def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
-        self._check_shard(req.shard)
-        if req.scan:
-            _check_lww_limit(req.limit)
-        return self.lww.read(req)
-
     def _check_shard(self, shard: int, field: str = "") -> None:
-        if shard >= self.kv.shards:
-            raise ValueError(f"{field}shard: {shard}, this cluster has shards 0..{self.kv.shards - 1}")
+        check_shard(shard, self.kv.shards, field)
 
     def status(self) -> pb.NodeStatusResponse:
 
         out = pb.NodeStatusResponse(node_id=self.node_id, reclaimed=self.reclaimed,
-                                    lww_repaired=self.lww_repaired, lww_purged=self.lww_purged,
-                                    lww_shards_pulled=self.lww_shards_pulled)
+                                    lww_repaired=self.eventual.repaired, lww_purged=self.eventual.purged,
+                                    lww_shards_pulled=self.eventual.shards_pulled)
         for i in range(self.kv_logs):
             out.log_positions.append(self.positions[i][0])
         for shard, dataset, n in self.store.event_counts():

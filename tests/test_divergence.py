@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from coordinator.server import DIVERGENCES, Coordinator
+from coordinator.node import DIVERGENCES, Coordinator
 from storage_node.model import RecordResult
 
 

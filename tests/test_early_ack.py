@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator.appender import Placed
-from coordinator.server import early_result
+from coordinator.node import early_result
 from storage_node import keys
 from storage_node.model import Delete, Put, Record
 from tests.test_apply import MemState

@@ -1,0 +1,118 @@
+"""Checks of a client's request, each naming the field at fault: pure functions that
+raise a Refusal (runtime/refusals.py) with INVALID_ARGUMENT and "field: what is wrong"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from coordinator import limits
+from midtown_pb import kv_pb2 as pb
+from runtime.refusals import Refusal as Abort
+from storage_node import codec
+from storage_node.model import Op
+
+Code = grpc.StatusCode
+
+
+def check_partition(pkey: bytes, field: str) -> None:
+    if not pkey:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: the partitioning key must not be empty")
+    if len(pkey) > limits.PARTITION_KEY_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(pkey)} bytes, the limit is {limits.PARTITION_KEY_BYTES_MAX}")
+
+
+def check_local(lkey: bytes, field: str) -> None:
+    if len(lkey) > limits.LOCAL_KEY_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(lkey)} bytes, the limit is {limits.LOCAL_KEY_BYTES_MAX}")
+
+
+def check_value(v: bytes, field: str) -> None:
+    if len(v) > limits.VALUE_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: {len(v)} bytes, the limit is {limits.VALUE_BYTES_MAX}")
+
+
+def check_ttl(ttl: int, field: str) -> None:
+    if ttl > limits.TTL_MS_MAX:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
+
+
+def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
+    """A client's operation, checked (errors name the field) and as the model's."""
+    validate_op(op, i, prefix)
+    return codec.op_from_pb(op)
+
+
+def validate_op(op: pb.Op, i: int, prefix: str = "") -> None:
+    """Check a client's operation; Abort names the field."""
+    kind = op.WhichOneof("op")
+    f = f"{prefix}ops[{i}]"
+    if kind is None:
+        raise Abort(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
+    if kind == "scan":
+        raise Abort(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
+    if kind in ("position", "drop"):
+        raise Abort(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the storage nodes' own")
+    inner = getattr(op, kind)
+    check_local(inner.local_key, f"{f}.{kind}.local_key")
+    if kind == "put":
+        check_value(op.put.value, f"{f}.put.value")
+        check_ttl(op.put.ttl_ms, f"{f}.put.ttl_ms")
+    if kind == "cas":
+        check_cas(op.cas.WhichOneof("expect"), op.cas.expected_version, f"{f}.cas")
+        check_value(op.cas.new_value, f"{f}.cas.new_value")
+        check_ttl(op.cas.ttl_ms, f"{f}.cas.ttl_ms")
+    if kind == "incr":
+        check_ttl(op.incr.ttl_ms, f"{f}.incr.ttl_ms")
+
+
+def check_put_columns(c: pb.PutColumns) -> int:
+    """How many rows well-formed columns hold; Abort names the first bad column or row."""
+    n = len(c.partition_keys)
+    for name, col in (("local_keys", c.local_keys), ("values", c.values)):
+        if len(col) != n:
+            raise Abort(Code.INVALID_ARGUMENT, f"puts.{name}: {len(col)} rows, puts.partition_keys has {n}")
+    for name, col in (("event_ids", c.event_ids), ("ttl_ms", c.ttl_ms)):
+        if col and len(col) != n:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"puts.{name}: {len(col)} rows, puts.partition_keys has {n} (or leave it empty)")
+    if not n:
+        return 0
+    # One pass per column over the lengths; a bad row is looked for only when there is one.
+    checks: list[tuple[str, Any, Callable[[Any, str], None], Callable[[Any], bool]]] = [
+        ("partition_keys", c.partition_keys, check_partition,
+         lambda col: 0 < min(map(len, col)) and max(map(len, col)) <= limits.PARTITION_KEY_BYTES_MAX),
+        ("local_keys", c.local_keys, check_local,
+         lambda col: max(map(len, col)) <= limits.LOCAL_KEY_BYTES_MAX),
+        ("values", c.values, check_value, lambda col: max(map(len, col)) <= limits.VALUE_BYTES_MAX),
+        ("event_ids", c.event_ids, check_event_id,
+         lambda col: not col or max(map(len, col)) <= limits.EVENT_ID_BYTES_MAX),
+        ("ttl_ms", c.ttl_ms, check_ttl, lambda col: not col or max(col) <= limits.TTL_MS_MAX),
+    ]
+    for name, col, check, fine in checks:
+        if not fine(col):
+            for i, x in enumerate(col):
+                check(x, f"puts.{name}[{i}]")
+    return n
+
+
+def check_event_id(event_id: bytes, field: str) -> None:
+    if len(event_id) > limits.EVENT_ID_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(event_id)} bytes, the limit is {limits.EVENT_ID_BYTES_MAX}")
+
+
+def check_cas(which: str | None, expected_version: int, field: str) -> None:
+    if which is None and not expected_version:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: set expected_value, expect_absent or expected_version")
+
+
+def check_key(key: pb.Key) -> tuple[bytes, bytes]:
+    check_partition(key.partition, "key.partition")
+    check_local(key.local, "key.local")
+    return key.partition, key.local

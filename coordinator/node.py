@@ -1,0 +1,604 @@
+"""A coordinator's state and work, behind its gRPC shell (coordinator/server.py): a
+request becomes a record appended to the log of its shard; the storage nodes' answers come
+back through the callback service and wake the request that waits; strong reads go by
+ReadIndex; eventual datasets are read and written at their replicas directly."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent import futures
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+from prometheus_client import Counter
+
+from catalog import registry, usage
+from catalog.datasets import Dataset, DatasetCache
+from catalog.routing import log_of, shard_of
+from catalog.users import UserCache
+from coordinator import acl, eventual, limits, quotas
+from coordinator.appender import Appender, Placed
+from coordinator.checks import (
+    check_event_id,
+    check_partition,
+)
+from coordinator.ratelimit import RateLimiter
+from coordinator.readindex import ReadBatcher
+from log import limits as log_limits
+from log.client import LocalAppends, LogClient, LogError
+from log.group_commit import GroupTimeout
+from log.node import Node
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc, log_pb2
+from runtime import inprocess, transport
+from runtime.refusals import Refusal
+from storage_node import codec
+from storage_node.model import (
+    Group,
+    Op,
+    OpResult,
+    Put,
+    Record,
+    RecordResult,
+    Stored,
+)
+from storage_node.node import Behind, StorageNode
+
+log = logging.getLogger("midtown.coordinator")
+
+# Metrics (prometheus_client: the standard exposition format, served with --metrics-port).
+DIVERGENCES = Counter(
+    "midtown_replica_divergence_total",
+    "Answers whose shard digest differs from another replica's at the same log position",
+    ["shard"],
+)
+EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
+                           "Replicas of an eventual dataset sent a newer value by a read")
+STRONG_READS = Counter("midtown_strong_reads_total",
+                       "Strong reads, by path: read index (no log append) or through the log",
+                       ["path"])
+REFUSED_ANSWERS = Counter(
+    "midtown_callback_answers_refused_total",
+    "Answers delivered to the callback service that match no record this coordinator sent "
+    "(or come from no member storage node): dropped")
+Code = grpc.StatusCode
+
+
+Abort = Refusal  # the coordinator's refusals are the servers' one type (runtime/refusals.py)
+
+class Coordinator:
+    def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
+                 local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
+                 local_storage: inprocess.Local[StorageNode] | None = None) -> None:
+        """`local_appends`: appends to a log writer in this process skip gRPC (host layout)."""
+        self.coord_id = coord_id
+        self.addr = addr  # where clients call it (registered in ZooKeeper)
+        self.callback_addr = callback_addr or addr  # where storage nodes answer it
+        self.logs = LogClient(zk_hosts, local=local_appends)
+        # The log server and the storage node of this process, if any (the host layout).
+        self.local_log: inprocess.Local[Node] = local_log or inprocess.Local()
+        self.local_storage: inprocess.Local[StorageNode] = local_storage or inprocess.Local()
+        self.zk = self.logs.zk
+        self.log_count = self.logs.topology().logs
+        kv = registry.read_kv(self.zk)
+        if kv is None:
+            raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
+        self.kv = kv
+        self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
+        self.datasets = DatasetCache(self.zk)
+        self.usage = usage.UsageCache(self.zk)
+        self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
+        self._quota_lock = threading.Lock()
+        self._appenders: dict[int, Appender] = {}
+        self._waiters: dict[bytes, list[Future[RecordResult | pb.RecordResult]]] = {}
+        self._lock = threading.Lock()
+        self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
+        # Records this coordinator appended with its callback address, by request id: their
+        # log and shard. An answer for anything else did not come from a storage node
+        # applying our record, and is dropped before it can wake a waiter or be compared.
+        self._sent: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self.refused_answers = 0
+        self.divergences = 0
+        self._storage: dict[str, Any] = {}
+        self._storage_seen: tuple[float, dict[int, str]] = (0.0, {})
+        self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
+        self._reads = ReadBatcher(self._read_round)
+        self.limiter = RateLimiter()
+        self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
+        self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
+        self.users = UserCache(self.zk)
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.membership.stop()
+
+    def ready(self) -> bool:
+        """Serving: a live ZooKeeper session (datasets, users and members are looked up
+        there), registered under it."""
+        if self.zk.state != "CONNECTED" or not hasattr(self, "membership"):
+            return False
+        return self.zk.exists(self.membership.path) is not None
+
+    # ---------------------------------------------------------------- plumbing
+    def appender(self, log_id: int) -> Appender:
+        a = self._appenders.get(log_id)
+        if a is None:
+            with self._lock:
+                a = self._appenders.get(log_id)
+                if a is None:
+                    a = self._appenders[log_id] = Appender(self.logs, log_id)
+        return a
+
+    def dataset(self, header: pb.RequestHeader) -> Dataset:
+        if not header.dataset:
+            raise Abort(Code.INVALID_ARGUMENT, "header.dataset: required")
+        d = self.datasets.get(header.dataset)
+        if d is None:
+            raise Abort(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
+        return d
+
+    def check_rate(self, header: pb.RequestHeader, peer: str) -> None:
+        """Over a limit: RESOURCE_EXHAUSTED, naming which."""
+        now = time.monotonic()
+        if not self.limiter.allow(("client", peer), self.client_rate_limit, now):
+            raise Abort(Code.RESOURCE_EXHAUSTED,
+                        f"client: over the limit of {self.client_rate_limit:g} requests/s per "
+                        "client; retry later")
+        d = self.datasets.get(header.dataset) if header.dataset else None
+        if d is not None and not self.limiter.allow(("dataset", d.id), d.rate_limit, now):
+            raise Abort(Code.RESOURCE_EXHAUSTED,
+                        f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
+                        "requests/s; retry later")
+
+    def check_quota(self, req: Any) -> None:
+        """A write that can add data to a dataset at or over its storage quota:
+        RESOURCE_EXHAUSTED, marked so that clients do not retry it (coordinator/quotas.py).
+        What the nodes counted last, plus what this coordinator let in since, is what the
+        dataset holds."""
+        d = self.datasets.get(req.header.dataset) if req.header.dataset else None
+        written = quotas.writes(req, d.id) if d is not None and d.quota_bytes else []
+        if d is None or not written:
+            return
+        counted, at_ms = quotas.used(*self.usage.reports(), d.id)
+        now_ms = int(time.time() * 1000)
+        with self._quota_lock:
+            holds = counted + self._recent.since(d.id, at_ms - quotas.APPLY_SLACK_MS, now_ms)
+            if not quotas.over(d.quota_bytes, holds):
+                self._recent.add(d.id, now_ms, written)
+                return
+        raise Abort(Code.RESOURCE_EXHAUSTED,
+                    f"header.dataset: {d.name!r} holds {quotas.format_size(holds)}, at or over "
+                    f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
+                    "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)
+
+    def authorize(self, header: pb.RequestHeader, ctx: grpc.ServicerContext, write: bool) -> None:
+        """A dataset with an access list takes only its users' calls (coordinator/acl.py)."""
+        d = self.datasets.get(header.dataset) if header.dataset else None
+        if d is None or not d.acl:
+            return
+        token = acl.bearer(ctx.invocation_metadata())
+        user = self.users.user(token) if token else None
+        refused = acl.decide(d.access, d.name, user, token is not None, write)
+        if refused is not None:
+            raise refused
+
+    def request_id(self, header: pb.RequestHeader) -> bytes:
+        rid = header.request_id
+        if len(rid) > limits.REQUEST_ID_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"header.request_id: {len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}")
+        return rid or uuid.uuid4().bytes
+
+    def execute(self, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
+                deadline_s: float) -> RecordResult:
+        """Append one record for the shard of `pkey` and wait for a storage node's answer.
+
+        A plain put or delete on a client's first attempt (its request id is new) is
+        answered as soon as the log acknowledges it (DESIGN.md allows it): its outcome
+        cannot depend on the state, and its version is the entry's position + 1. A retry
+        waits for the storage node, which returns the first outcome. An operation with an
+        event id travels as a record of one group (at most once per event id): its answer
+        says whether it was a duplicate, with the first outcome."""
+        d = self.dataset(header)
+        rid = self.request_id(header)
+        check_partition(pkey, "key.partition")
+        check_event_id(header.event_id, "header.event_id")
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        # A delete waits for its outcome: it says whether there was a key to delete.
+        early = (header.first_attempt and bool(header.request_id) and len(ops) == 1
+                 and isinstance(ops[0], Put) and not header.event_id)
+        if early:
+            return self._execute_on_log_ack(d, rid, shard, pkey, ops[0], deadline_s)
+        if header.event_id:
+            rec = Record(rid, self.callback_addr, d.id, shard, b"", (), d.ttl_ms,
+                         (Group(pkey, tuple(ops), header.event_id),), d.dedup_window_ms, d.dedup_max_ids)
+            r = self._run_record(rec, deadline_s)
+            g = r.groups[0]
+            # A group's results leave out what the writer knows (storage_node/apply.py): a
+            # put's value is its own, its version the group's position + 1.
+            full = g.results or tuple(OpResult(found=True) for _ in ops)  # held, no increment
+            results = tuple(OpResult(found=True, value=Stored(op.value, g.position + 1))
+                            if isinstance(op, Put) and res.value is None else res
+                            for op, res in zip(ops, full))
+            return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
+                                g.applied, g.duplicate, results)
+        rec = Record(rid, self.callback_addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
+        return self._run_record(rec, deadline_s)
+
+    def _run_record(self, rec: Record, deadline_s: float) -> RecordResult:
+        payload = codec.record_to_bytes(rec)
+        if len(payload) > limits.BATCH_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
+        r = self.run_records([(log_of(rec.shard, self.kv_logs), rec.shard, rec.request_id, payload)],
+                             deadline_s)[0]
+        return r if isinstance(r, RecordResult) else codec.result_from_pb(r)
+
+    def run_records(self, records: list[tuple[int, int, bytes, bytes]],
+                    deadline_s: float) -> list[RecordResult | pb.RecordResult]:
+        """Append records (log, shard, request id, encoded record) that name this
+        coordinator's callback, and wait for a storage node's answer to each: as it came (a
+        storage node in this process answers with model objects, others with protobuf).
+        All records of one log go in one append."""
+        waiters: list[Future[RecordResult | pb.RecordResult]] = [Future() for _ in records]
+        with self._lock:
+            if len(self._waiters) + len(records) > limits.PENDING_MAX:
+                raise Abort(Code.RESOURCE_EXHAUSTED, "coordinator: too many requests in flight; retry later")
+            for (log_id, shard, rid, _), w in zip(records, waiters):
+                self._waiters.setdefault(rid, []).append(w)
+                self._sent[rid] = (log_id, shard)  # answers are taken for these only
+                self._sent.move_to_end(rid)
+            while len(self._sent) > limits.SENT_RECORDS_MAX:
+                self._sent.popitem(last=False)
+        deadline = time.monotonic() + deadline_s
+        try:
+            by_log: dict[int, list[bytes]] = {}
+            for log_id, _, _, p in records:
+                by_log.setdefault(log_id, []).append(p)
+            for log_id, ps in by_log.items():
+                if len(ps) == 1:
+                    self._append(log_id, ps[0], deadline_s)
+                else:
+                    self._append_many(log_id, ps, max(0.0, deadline - time.monotonic()))
+            out = []
+            for w in waiters:
+                try:
+                    out.append(w.result(max(0.0, deadline - time.monotonic())))
+                except futures.TimeoutError:
+                    raise Abort(Code.DEADLINE_EXCEEDED,
+                                "outcome unknown: no storage node answered in time; retry with the "
+                                "same header.request_id") from None
+            return out
+        finally:
+            with self._lock:
+                for (_, _, rid, _), w in zip(records, waiters):
+                    ws = self._waiters.get(rid)
+                    if ws is not None:
+                        if w in ws:
+                            ws.remove(w)
+                        if not ws:
+                            del self._waiters[rid]
+
+    def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> None:
+        try:
+            self.appender(log_id).append_many(payloads, deadline_s)
+        except LogError as e:
+            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+
+    def _append(self, log_id: int, payload: bytes, deadline_s: float) -> Placed:
+        try:
+            return self.appender(log_id).append(payload, deadline_s)
+        except LogError as e:
+            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+        except GroupTimeout:
+            raise Abort(Code.DEADLINE_EXCEEDED,
+                        "the log did not take the request in time (it was not applied); retry "
+                        "with the same header.request_id") from None
+
+    def _execute_on_log_ack(self, d: Dataset, rid: bytes, shard: int, pkey: bytes, op: Op,
+                            deadline_s: float) -> RecordResult:
+        rec = Record(rid, "", d.id, shard, pkey, (op,), d.ttl_ms)  # nobody waits: no callback
+        log_id = log_of(shard, self.kv_logs)
+        deadline = time.monotonic() + deadline_s
+        placed = self._append(log_id, codec.record_to_bytes(rec), deadline_s)
+        r = early_result(rec, log_id, placed, d.ttl_ms)
+        if r is not None:
+            return r
+        # Only the storage nodes know which copy was applied: ask them, with the same
+        # request id, which returns the first outcome.
+        return self.execute(pb.RequestHeader(dataset=d.name, request_id=rid), pkey, [op],
+                            max(0.0, deadline - time.monotonic()))
+
+    def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
+        """Storage nodes' answers: every one is digest-checked; only one that a request
+        still waits for is decoded (the second replica's answer usually is not). A storage
+        node in this process hands over its results undecoded (its local_answers port)."""
+        try:
+            members = self._storage_members()
+        except Exception:  # ZooKeeper unavailable: the last list seen
+            members = self._storage_seen[1]
+        for m in results:
+            with self._lock:
+                sent = self._sent.get(m.request_id)
+            if not answer_expected(sent, members, m):
+                self.refused_answers += 1
+                REFUSED_ANSWERS.inc()
+                continue
+            self._check_digest(m)
+            with self._lock:
+                ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
+            if not ws:
+                continue
+            for w in ws:
+                try:
+                    w.set_result(m)  # decoded by the waiter, as much as it needs
+                except futures.InvalidStateError:
+                    pass
+
+    def _check_digest(self, r: RecordResult | pb.RecordResult) -> None:
+        """Replicas that applied the same position must hold the same shard digest."""
+        if r.duplicate:
+            return
+        k = (r.log_id, r.position, r.shard)
+        with self._lock:
+            seen = self._digests.get(k)
+            if seen is None:
+                self._digests[k] = (r.digest, r.node_id)
+                if len(self._digests) > limits.DIGESTS_KEPT:
+                    self._digests.popitem(last=False)
+                return
+        if seen[0] != r.digest:
+            self.divergences += 1
+            DIVERGENCES.labels(shard=str(r.shard)).inc()
+            log.error("replicas diverge: shard %d at log %d position %d: node %d digest %x, "
+                      "node %d digest %x", r.shard, r.log_id, r.position, seen[1], seen[0],
+                      r.node_id, r.digest)
+
+    def storage_nodes(self) -> list[str]:
+        """Live storage nodes, looked up in ZooKeeper at most once a second."""
+        return list(self._storage_members().values())
+
+    def _storage_members(self) -> dict[int, str]:
+        """Registered storage nodes by id, looked up in ZooKeeper at most once a second."""
+        now = time.monotonic()
+        if now - self._storage_seen[0] > limits.MEMBERS_CACHE_S:
+            self._storage_seen = (now, registry.members(self.zk, registry.STORAGE_NODES))
+        return self._storage_seen[1]
+
+    def log_servers(self) -> list[str]:
+        now = time.monotonic()
+        if now - self._log_servers_seen[0] > limits.MEMBERS_CACHE_S:
+            self._log_servers_seen = (now, list(self.logs.servers().values()))
+        return list(self._log_servers_seen[1])
+
+    def read_index(self, log_id: int) -> int | None:
+        """The ReadIndex rule (DESIGN.md): the highest position stored by any of a fence
+        quorum of the log's replicas, asked now. Every write acknowledged before this call is
+        at or below it. None when not enough replicas answered."""
+        need = log_limits.fence_quorum(log_limits.ENSEMBLE_SIZE, log_limits.ACK_QUORUM)
+        req = log_pb2.TailRequest(log_id=log_id)
+        servers = self.log_servers()
+        lasts: list[int] = []
+        for a in servers:
+            node = self.local_log.at(a)
+            if node is not None:  # the log server in this process: asked directly
+                inprocess.used("read_index")
+                with node.rlock:
+                    lasts.append(node.replica.tail(log_id))
+                servers.remove(a)
+                break
+        if len(lasts) >= need:
+            return max(lasts)
+        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
+        calls = [_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S)
+                 for a in servers]
+        try:
+            for f in futures.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
+                try:
+                    lasts.append(int(f.result().last))
+                except Exception:
+                    continue
+                if len(lasts) >= need:
+                    return max(lasts)
+        except futures.TimeoutError:
+            pass
+        return None
+
+    def strong_read(self, header: pb.RequestHeader, pkey: bytes, op: Op,
+                    deadline_s: float) -> tuple[OpResult, int]:
+        """A linearizable read without a log append: wait until a replica has applied up
+        to the read index, then read it there. Falls back to a read through the log."""
+        d = self.dataset(header)
+        check_partition(pkey, "key.partition")
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
+        rr = self._reads.get(log_of(shard, self.kv_logs), req)
+        if rr is not None:
+            STRONG_READS.labels(path="read_index").inc()
+            return codec.op_result_from_pb(rr.result), rr.position
+        STRONG_READS.labels(path="log").inc()
+        plain = pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)  # reads: no event id
+        r = self.execute(plain, pkey, [op], deadline_s)
+        return r.results[0], r.position
+
+    def _read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:
+        """One ReadIndex round for the reads of one log: the index, then one ReadMany at a
+        replica that has applied that far (another if one fails)."""
+        idx = self.read_index(log_id)
+        if idx is None:
+            return None
+        many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=limits.READ_APPLY_WAIT_MS,
+                                  requests=reqs)
+        r = self._first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S)
+        return None if r is None else list(r.responses)
+
+    def _first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
+        """The answer of the first storage node that gives one (None: none did)."""
+        for addr in self._storage_order():
+            try:
+                return self._storage_call(addr, method, req, timeout_s)
+            except (grpc.RpcError, Behind, ValueError):
+                continue
+        return None
+
+    def _storage_call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        """A Storage call, made directly when the storage node runs in this process."""
+        local = self.local_storage.at(addr)
+        if local is None:
+            return getattr(self._storage_stub(addr), method)(req, timeout=timeout_s)
+        name, path = _STORAGE_IN_PROCESS[method]
+        if path:
+            inprocess.used(path)
+        return getattr(local, name)(req)
+
+    def _storage_order(self) -> list[str]:
+        """Live storage nodes to read from: the one in this process first, then the others
+        in random order."""
+        nodes = self.storage_nodes()
+        random.shuffle(nodes)
+        nodes.sort(key=lambda a: self.local_storage.at(a) is None)
+        return nodes
+
+    def _storage_stub(self, addr: str) -> Any:
+        stub = self._storage.get(addr)
+        if stub is None:
+            stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
+                transport.channel(addr))
+        return stub
+
+    def scan_shard(self, req: pb.StorageScanShardRequest,
+                   deadline_s: float) -> Iterator[pb.ScanShardResponse]:
+        """A shard scan from the first storage node that starts one (it has applied the
+        shard's log up to req.min_position); its first message is taken here, so a node that
+        cannot serve is passed over and the stream never starts half-way on another."""
+        for addr in self._storage_order():
+            local = self.local_storage.at(addr)
+            try:
+                it = iter(local.scan_shard(req) if local is not None else
+                          self._storage_stub(addr).ScanShard(req, timeout=deadline_s))
+                first = next(it, None)
+            except (grpc.RpcError, Behind, ValueError):
+                continue
+            return stream_from(first, it)
+        raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
+
+    def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
+                     min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
+        """A read from one storage replica (another if it fails)."""
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
+                             min_position=min_position, wait_ms=wait_ms)
+        r = self._first_answer("Read", req, deadline_s)
+        if r is None:
+            raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
+        return r  # type: ignore[no-any-return]
+
+
+    # ------------------------------------------------------------ eventual datasets
+    def eventual_write(self, d: Dataset, pkey: bytes, lkey: bytes, value: bytes, ttl_ms: int,
+                       deleted: bool, deadline_s: float) -> int:
+        """Write to every replica, done once a majority has it (coordinator/eventual.py)."""
+        version = self.clock.next()
+        v = eventual.stamp(value, version, ttl_ms or d.ttl_ms, deleted)
+        req = pb.LwwWriteRequest(dataset=d.id, shard=shard_of(d.id, pkey, self.kv.shards),
+                                 partition_key=pkey, local_key=lkey, value=v)
+        n = len(self.kv.storage_nodes)
+        ok = self._fan_out("LwwWrite", req, deadline_s, eventual.quorum(n))
+        short = eventual.write_shortfall(len(ok), n)
+        if short is not None:
+            raise Abort(Code.UNAVAILABLE, short)
+        return version
+
+    def eventual_read(self, d: Dataset, pkey: bytes, req: pb.LwwReadRequest,
+                      deadline_s: float) -> list[pb.LwwReadResponse]:
+        """A majority of the replicas' answers; those among them that hold an older version
+        of a single key get the newest written back (read repair)."""
+        req.dataset, req.shard, req.partition_key = d.id, shard_of(d.id, pkey, self.kv.shards), pkey
+        n = len(self.kv.storage_nodes)
+        ok = self._fan_out("LwwRead", req, deadline_s, eventual.quorum(n))
+        short = eventual.read_shortfall(len(ok), n)
+        if short is not None:
+            raise Abort(Code.UNAVAILABLE, short)
+        best = eventual.winner([r for _, r in ok]) if not req.scan else None
+        if best is not None:
+            fix = pb.LwwWriteRequest(dataset=req.dataset, shard=req.shard, partition_key=pkey,
+                                     local_key=req.local_key, value=best)
+            for addr, r in ok:
+                if eventual.needs_repair(r, best):
+                    EVENTUAL_REPAIRS.inc()
+                    _LWW_POOL.submit(self._storage_call, addr, "LwwWrite", fix, limits.REPAIR_TIMEOUT_S)
+        return [r for _, r in ok]
+
+    def _fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
+        """Send to every live replica at once; the first `need` answers (or all there are)."""
+        calls = {_LWW_POOL.submit(self._storage_call, a, method, req, deadline_s): a
+                 for a in self.storage_nodes()}
+        ok: list[tuple[str, Any]] = []
+        try:
+            for f in futures.as_completed(calls, timeout=deadline_s):
+                try:
+                    ok.append((calls[f], f.result()))
+                except Exception:
+                    continue
+                if len(ok) >= need:
+                    break
+        except futures.TimeoutError:
+            pass
+        return ok
+
+
+# -------------------------------------------------------------------- validation
+def answer_expected(sent: tuple[int, int] | None, members: Any,
+                    m: RecordResult | pb.RecordResult) -> bool:
+    """Whether an answer delivered to the callback service can come from a storage node
+    applying a record this coordinator sent: `sent` is that record's (log, shard), None if
+    it sent none with this request id; `members` the registered storage node ids. Anything
+    else (a forged or misdirected Deliver) must neither wake a waiter nor be compared."""
+    return sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
+
+
+def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
+    """The outcome of a plain put or delete as apply will compute it (storage_node/apply.py):
+    a put's version is its position + 1. None when the log client retried the append after
+    an unknown outcome: an earlier copy may sit at a lower position, and that copy is the
+    one applied (the later one is a duplicate), so the position in hand proves nothing."""
+    if placed.maybe_earlier_copy:
+        return None
+    assert len(rec.ops) == 1
+    op = rec.ops[0]
+    if isinstance(op, Put):
+        ttl = op.ttl_ms or default_ttl_ms
+        value = Stored(op.value, placed.position + 1, placed.timestamp_ms + ttl if ttl else 0)
+        res = OpResult(found=True, value=value)
+    else:
+        res = OpResult()
+    return RecordResult(rec.request_id, log_id, placed.position, rec.shard, 0, -1, True, False, (res,))
+
+
+_TAIL_POOL = futures.ThreadPoolExecutor(max_workers=limits.TAIL_THREADS, thread_name_prefix="tail")
+# Storage calls a storage node in this process answers directly: its method, and the path
+# counted in midtown_in_process_calls_total (none for eventual datasets' calls).
+_STORAGE_IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
+                       "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
+_LWW_POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
+
+
+def stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    if first is not None:
+        yield first
+    try:
+        yield from rest
+    except grpc.RpcError as e:  # the replica went away mid-stream: the caller starts again
+        raise Abort(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
+                    "scan the shard again") from None

@@ -1,0 +1,125 @@
+"""A storage node's eventual side: the Lww* calls of eventually consistent datasets,
+anti-entropy with a peer, and the decision to drop this node's eventual values when it
+was down longer than the tombstone grace. storage_node/lww.py is the replica it drives;
+storage_node/node.py builds one and hands it the node's ZooKeeper session, store and
+membership."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+
+import grpc
+from kazoo.client import KazooClient
+
+from catalog import registry
+from catalog import usage as usage_reports
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from runtime import transport
+from storage_node import lww
+from storage_node.limits import LWW_PAGE_MAX
+from storage_node.lww import LwwReplica
+from storage_node.store import NodeStore
+
+log = logging.getLogger("midtown.storage.eventual")
+# Rows a page of anti-entropy asks a peer for.
+ANTI_ENTROPY_PAGE = 1000
+PEER_CALL_TIMEOUT_S = 30
+
+
+def check_shard(shard: int, shards: int, field: str = "") -> None:
+    if shard >= shards:
+        raise ValueError(f"{field}shard: {shard}, this cluster has shards 0..{shards - 1}")
+
+
+def _check_lww_limit(limit: int) -> None:
+    if not 1 <= limit <= LWW_PAGE_MAX:
+        raise ValueError(f"limit: {limit}, must be between 1 and {LWW_PAGE_MAX}")
+
+
+class EventualService:
+    def __init__(self, node_id: int, zk: KazooClient, store: NodeStore, replica: LwwReplica,
+                 kv: Callable[[], registry.KvTopology], peers: Callable[[], list[str]],
+                 stop: threading.Event) -> None:
+        """`kv`: the cluster's key-value topology as the node last read it (members change);
+        `peers`: the addresses of the other storage nodes that are up."""
+        self.node_id = node_id
+        self.zk = zk
+        self.store = store
+        self.lww = replica
+        self.kv = kv
+        self._peers = peers
+        self._stop = stop
+        self.purged = 0  # tombstones and expired values purged since start
+        self.shards_pulled = 0  # shards anti-entropy read from a peer (hashes differed)
+        self.repaired = 0  # values taken from peers by anti-entropy
+        self.refill = False  # values dropped at start: take them from a peer at once
+
+    # ---------------------------------------------------------------- calls
+    def write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse:
+        check_shard(req.shard, self.kv().shards)
+        return pb.LwwWriteResponse(applied=self.lww.write(req))
+
+    def range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
+        check_shard(req.shard, self.kv().shards)
+        _check_lww_limit(req.limit)
+        return self.lww.range(req)
+
+    def read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
+        check_shard(req.shard, self.kv().shards)
+        if req.scan:
+            _check_lww_limit(req.limit)
+        return self.lww.read(req)
+
+    def hashes(self) -> pb.LwwHashesResponse:
+        return pb.LwwHashesResponse(hashes=self.lww.hashes(self.kv().shards))
+
+    # ---------------------------------------------------------------- background
+    def anti_entropy_pass(self) -> None:
+        """Pull from a random peer every eventual value newer than ours, shard by shard
+        (storage_node/lww.py); run every anti-entropy interval, at once if this node
+        dropped its own at start."""
+        peers = self._peers()
+        if not peers:
+            return
+        shards = self.kv().shards
+        channel = transport.channel(random.choice(peers))
+        stub = kv_pb2_grpc.StorageStub(channel)
+        try:
+            theirs = list(stub.LwwHashes(pb.LwwHashesRequest(), timeout=PEER_CALL_TIMEOUT_S).hashes)
+            mine = self.lww.hashes(shards)
+            for shard in range(shards):
+                if shard < len(theirs) and theirs[shard] == mine[shard]:
+                    continue  # the same (key, version) pairs: nothing to take
+                self.shards_pulled += 1
+                after = b""
+                while not self._stop.is_set():
+                    page = stub.LwwRange(
+                        pb.LwwRangeRequest(shard=shard, after=after, limit=ANTI_ENTROPY_PAGE),
+                        timeout=PEER_CALL_TIMEOUT_S)
+                    self.repaired += self.lww.merge(page)
+                    if not page.more:
+                        break
+                    after = page.keys[-1]
+        except grpc.RpcError as e:
+            log.debug("anti-entropy: %s", e.code())
+        finally:
+            channel.close()
+
+    def drop_if_outlived(self) -> None:
+        """If the peers have run for longer than the tombstone grace since this node was
+        last up, they may have purged tombstones of values it still holds: drop its
+        eventual values rather than hand those back (storage_node/lww.py)."""
+        last_up = self.store.last_up_ms()
+        peers_up = max((r.at_ms for n, r in usage_reports.read_reports(self.zk).items() if n != self.node_id),
+                       default=0)
+        if lww.outlived(last_up, peers_up, self.lww.grace_ms):
+            log.warning("storage node %d was down for %.0f s of its peers' time, more than the "
+                        "tombstone grace (%.0f s): dropping its eventual values; anti-entropy takes "
+                        "them again from the peers", self.node_id, (peers_up - last_up) / 1000,
+                        self.lww.grace_ms / 1000)
+            self.lww.drop_all()
+            self.refill = True

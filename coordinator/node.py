@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent import futures
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -26,11 +27,11 @@ from catalog.users import UserCache
 from coordinator import acl, eventual, limits, quotas
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
-    check_event_id,
     check_partition,
 )
 from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
+from coordinator.records import record_for
 from log import limits as log_limits
 from log.client import LocalAppends, LogClient, LogError
 from log.group_commit import GroupTimeout
@@ -41,7 +42,6 @@ from runtime import inprocess, transport
 from runtime.refusals import Refusal
 from storage_node import codec
 from storage_node.model import (
-    Group,
     Op,
     OpResult,
     Put,
@@ -212,29 +212,24 @@ class Coordinator:
         says whether it was a duplicate, with the first outcome."""
         d = self.dataset(header)
         rid = self.request_id(header)
-        check_partition(pkey, "key.partition")
-        check_event_id(header.event_id, "header.event_id")
-        shard = shard_of(d.id, pkey, self.kv.shards)
+        rec = record_for(d, rid, self.callback_addr, pkey, tuple(ops), header.event_id, self.kv.shards)
         # A delete waits for its outcome: it says whether there was a key to delete.
         early = (header.first_attempt and bool(header.request_id) and len(ops) == 1
                  and isinstance(ops[0], Put) and not header.event_id)
         if early:
-            return self._execute_on_log_ack(d, rid, shard, pkey, ops[0], deadline_s)
-        if header.event_id:
-            rec = Record(rid, self.callback_addr, d.id, shard, b"", (), d.ttl_ms,
-                         (Group(pkey, tuple(ops), header.event_id),), d.dedup_window_ms, d.dedup_max_ids)
-            r = self._run_record(rec, deadline_s)
-            g = r.groups[0]
-            # A group's results leave out what the writer knows (storage_node/apply.py): a
-            # put's value is its own, its version the group's position + 1.
-            full = g.results or tuple(OpResult(found=True) for _ in ops)  # held, no increment
-            results = tuple(OpResult(found=True, value=Stored(op.value, g.position + 1))
-                            if isinstance(op, Put) and res.value is None else res
-                            for op, res in zip(ops, full))
-            return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
-                                g.applied, g.duplicate, results)
-        rec = Record(rid, self.callback_addr, d.id, shard, pkey, tuple(ops), d.ttl_ms)
-        return self._run_record(rec, deadline_s)
+            return self._execute_on_log_ack(d, rec, deadline_s)
+        if not rec.groups:
+            return self._run_record(rec, deadline_s)
+        r = self._run_record(rec, deadline_s)
+        g = r.groups[0]
+        # A group's results leave out what the writer knows (storage_node/apply.py): a
+        # put's value is its own, its version the group's position + 1.
+        full = g.results or tuple(OpResult(found=True) for _ in ops)  # held, no increment
+        results = tuple(OpResult(found=True, value=Stored(op.value, g.position + 1))
+                        if isinstance(op, Put) and res.value is None else res
+                        for op, res in zip(ops, full))
+        return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
+                            g.applied, g.duplicate, results)
 
     def _run_record(self, rec: Record, deadline_s: float) -> RecordResult:
         payload = codec.record_to_bytes(rec)
@@ -306,10 +301,9 @@ class Coordinator:
                         "the log did not take the request in time (it was not applied); retry "
                         "with the same header.request_id") from None
 
-    def _execute_on_log_ack(self, d: Dataset, rid: bytes, shard: int, pkey: bytes, op: Op,
-                            deadline_s: float) -> RecordResult:
-        rec = Record(rid, "", d.id, shard, pkey, (op,), d.ttl_ms)  # nobody waits: no callback
-        log_id = log_of(shard, self.kv_logs)
+    def _execute_on_log_ack(self, d: Dataset, rec: Record, deadline_s: float) -> RecordResult:
+        rec = replace(rec, callback="")  # nobody waits: no callback
+        log_id = log_of(rec.shard, self.kv_logs)
         deadline = time.monotonic() + deadline_s
         placed = self._append(log_id, codec.record_to_bytes(rec), deadline_s)
         r = early_result(rec, log_id, placed, d.ttl_ms)
@@ -317,8 +311,8 @@ class Coordinator:
             return r
         # Only the storage nodes know which copy was applied: ask them, with the same
         # request id, which returns the first outcome.
-        return self.execute(pb.RequestHeader(dataset=d.name, request_id=rid), pkey, [op],
-                            max(0.0, deadline - time.monotonic()))
+        return self.execute(pb.RequestHeader(dataset=d.name, request_id=rec.request_id), rec.partition_key,
+                            list(rec.ops), max(0.0, deadline - time.monotonic()))
 
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
         """Storage nodes' answers: every one is digest-checked; only one that a request

@@ -9,9 +9,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -24,22 +21,19 @@ from log.driver import WriterDriver
 from log.entry import Entry
 from log.messages import AddEntries, Fence, ReadRange, Result
 from log.metadata import LogMetadata
+from log.peers import Peers
 from log.read_cache import ReadCache
 from log.replica import ReplicaCore
 from log.rocks_store import RocksStore
 from log.writer import Writer
-from midtown_pb import log_pb2 as pb
-from midtown_pb import log_pb2_grpc
-from runtime import loops, transport
+from runtime import loops
 from runtime.membership import Membership
 
 log = logging.getLogger("midtown.log.node")
 
 ELECTION_POLL_S = 0.25
 WRITER_REFRESH_S = 5.0
-OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
 CATCHUP_POLL_S = 1.0
-
 
 
 class Unavailable(Exception):
@@ -67,11 +61,9 @@ class Node:
         self.writers: dict[int, WriterDriver] = {}
         self.filled: dict[int, int] = {}
         self.epoch_floor: dict[int, int] = {}  # highest fenced epoch seen per log
-        self._peers: dict[int, tuple[str, Any]] = {}
-        self._peer_lock = threading.Lock()
         self._stop = threading.Event()
         self._watches: list[Any] = []
-        self._outlets: dict[int, Outlet] = {}
+        self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop)
         # Each log's writer node as last seen by a watch (no entry: not seen yet).
         self.writer_cache: dict[int, dict | None] = {}
         self._wake = threading.Event()
@@ -328,77 +320,11 @@ class Node:
         with c:
             c.notify_all()
 
-    # ------------------------------------------------------------ peers
-    def peer(self, server_id: int) -> Any:
-        with self._peer_lock:
-            cached = self._peers.get(server_id)
-        if cached is None:
-            try:
-                data, _ = self.zk.get(f"{zkpaths.SERVERS}/{server_id}")
-            except Exception:
-                return None
-            addr = json.loads(data)["addr"]
-            ch = transport.channel(addr)
-            cached = (addr, log_pb2_grpc.ReplicaStub(ch))
-            with self._peer_lock:
-                self._peers[server_id] = cached
-        return cached[1]
-
-    def forget_peer(self, server_id: int) -> None:
-        with self._peer_lock:
-            self._peers.pop(server_id, None)
-
+    # ------------------------------------------------------------ peers (log/peers.py)
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:
         """Deliver a writer's message to a replica (ourselves included); the reply goes
-        back into the writer's inbox. A lost message is resent by the writer's tick.
-        AddEntries travel through the destination's outlet, batched with other logs'."""
-        if isinstance(msg, AddEntries):
-            outlet = self._outlets.get(to)
-            if outlet is None:
-                with self._peer_lock:
-                    outlet = self._outlets.get(to)
-                    if outlet is None:
-                        outlet = self._outlets[to] = Outlet(self, to)
-            outlet.put(driver, msg)
-            return
-        if to == self.server_id:
-            _POOL.submit(lambda: driver.reply(to, msg, self.local(msg)))
-            return
-        stub = self.peer(to)
-        if stub is None:
-            return
-        conv: Callable[[Any], Any]
-        if isinstance(msg, Fence):
-            call, req, conv = stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
-        else:
-            call, req, conv = stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
-        fut = call.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S)
-
-        def done(f: Any) -> None:
-            try:
-                rep = conv(f.result())
-            except grpc.RpcError as e:
-                if e.code() == grpc.StatusCode.UNAVAILABLE:
-                    self.forget_peer(to)  # it may have restarted on a new address
-                return
-            driver.reply(to, msg, rep)
-
-        fut.add_done_callback(done)
-
-    def replicate_remote(self, to: int, msgs: list[AddEntries]) -> list[Any] | None:
-        stub = self.peer(to)
-        if stub is None:
-            return None
-        try:
-            rep = stub.Replicate(
-                pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]),
-                timeout=limits.REPLICA_RPC_TIMEOUT_S,
-            )
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                self.forget_peer(to)
-            return None
-        return [codec.add_reply_from_pb(r) for r in rep.responses]
+        back into the writer's inbox."""
+        self.peers.send(driver, to, msg)
 
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None:
         if isinstance(req, Fence):
@@ -453,7 +379,7 @@ class Node:
         for r in replicas:
             if r == self.server_id or len(found) == len(missing):
                 continue
-            stub = self.peer(r)
+            stub = self.peers.stub(r)
             if stub is None:
                 continue
             want = [q for q in missing if q not in found]
@@ -489,54 +415,3 @@ class Node:
                     log.debug("catch-up of log %d: %s", log_id, e)
 
 
-class Outlet:
-    """Messages to one replica: whatever queues while a call is in flight goes in the next
-    call, so one RPC and one synced write carry many appends of many logs."""
-
-    def __init__(self, node: Node, to: int) -> None:
-        self.node = node
-        self.to = to
-        self._q: deque[tuple[WriterDriver, AddEntries]] = deque()
-        self._cv = threading.Condition()
-        # Calls in flight per replica (the writer copes with replies in any order).
-        for i in range(OUTLET_CALLS_IN_FLIGHT):
-            threading.Thread(target=self._run, name=f"outlet-{to}-{i}", daemon=True).start()
-
-    def put(self, driver: WriterDriver, msg: AddEntries) -> None:
-        with self._cv:
-            self._q.append((driver, msg))
-            self._cv.notify()
-
-    def _take(self) -> list[tuple[WriterDriver, AddEntries]]:
-        with self._cv:
-            while not self._q:
-                self._cv.wait(1.0)
-                if self.node._stop.is_set():
-                    return []
-            items: list[tuple[WriterDriver, AddEntries]] = []
-            n = 0
-            while self._q and (not items or n + len(self._q[0][1].entries) <= limits.MESSAGE_ENTRIES_MAX * 4):
-                item = self._q.popleft()
-                n += len(item[1].entries)
-                items.append(item)
-            return items
-
-    def _run(self) -> None:
-        while not self.node._stop.is_set():
-            items = self._take()
-            if not items:
-                continue
-            msgs = [m for _, m in items]
-            try:
-                if self.to == self.node.server_id:
-                    replies: list[Any] | None = self.node.local_batch(msgs)
-                else:
-                    replies = self.node.replicate_remote(self.to, msgs)
-            except Exception:
-                log.exception("replicating to %d", self.to)
-                replies = None
-            if replies is None:
-                continue  # lost: the writers resend on their tick
-            for (driver, msg), rep in zip(items, replies):
-                driver.reply(self.to, msg, rep)
-_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="local-replica")

@@ -10,10 +10,8 @@ import random
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent import futures
-from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +23,7 @@ from catalog.datasets import Dataset, DatasetCache
 from catalog.routing import log_of, shard_of
 from catalog.users import UserCache
 from coordinator import acl, eventual, limits, quotas
+from coordinator.answers import Answers
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
     check_partition,
@@ -54,24 +53,14 @@ from storage_node.node import Behind, StorageNode
 log = logging.getLogger("midtown.coordinator")
 
 # Metrics (prometheus_client: the standard exposition format, served with --metrics-port).
-DIVERGENCES = Counter(
-    "midtown_replica_divergence_total",
-    "Answers whose shard digest differs from another replica's at the same log position",
-    ["shard"],
-)
 EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
                            "Replicas of an eventual dataset sent a newer value by a read")
 STRONG_READS = Counter("midtown_strong_reads_total",
                        "Strong reads, by path: read index (no log append) or through the log",
                        ["path"])
-REFUSED_ANSWERS = Counter(
-    "midtown_callback_answers_refused_total",
-    "Answers delivered to the callback service that match no record this coordinator sent "
-    "(or come from no member storage node): dropped")
 Code = grpc.StatusCode
-
-
 Abort = Refusal  # the coordinator's refusals are the servers' one type (runtime/refusals.py)
+
 
 class Coordinator:
     def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
@@ -97,15 +86,11 @@ class Coordinator:
         self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
         self._quota_lock = threading.Lock()
         self._appenders: dict[int, Appender] = {}
-        self._waiters: dict[bytes, list[Future[RecordResult | pb.RecordResult]]] = {}
         self._lock = threading.Lock()
-        self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
         # Records this coordinator appended with its callback address, by request id: their
         # log and shard. An answer for anything else did not come from a storage node
         # applying our record, and is dropped before it can wake a waiter or be compared.
-        self._sent: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
-        self.refused_answers = 0
-        self.divergences = 0
+        self.answers = Answers(lambda: self._members_or_last())
         self._storage: dict[str, Any] = {}
         self._storage_seen: tuple[float, dict[int, str]] = (0.0, {})
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
@@ -246,16 +231,7 @@ class Coordinator:
         coordinator's callback, and wait for a storage node's answer to each: as it came (a
         storage node in this process answers with model objects, others with protobuf).
         All records of one log go in one append."""
-        waiters: list[Future[RecordResult | pb.RecordResult]] = [Future() for _ in records]
-        with self._lock:
-            if len(self._waiters) + len(records) > limits.PENDING_MAX:
-                raise Abort(Code.RESOURCE_EXHAUSTED, "coordinator: too many requests in flight; retry later")
-            for (log_id, shard, rid, _), w in zip(records, waiters):
-                self._waiters.setdefault(rid, []).append(w)
-                self._sent[rid] = (log_id, shard)  # answers are taken for these only
-                self._sent.move_to_end(rid)
-            while len(self._sent) > limits.SENT_RECORDS_MAX:
-                self._sent.popitem(last=False)
+        waiters = self.answers.expect([(log_id, shard, rid) for log_id, shard, rid, _ in records])
         deadline = time.monotonic() + deadline_s
         try:
             by_log: dict[int, list[bytes]] = {}
@@ -276,14 +252,7 @@ class Coordinator:
                                 "same header.request_id") from None
             return out
         finally:
-            with self._lock:
-                for (_, _, rid, _), w in zip(records, waiters):
-                    ws = self._waiters.get(rid)
-                    if ws is not None:
-                        if w in ws:
-                            ws.remove(w)
-                        if not ws:
-                            del self._waiters[rid]
+            self.answers.forget([rid for _, _, rid, _ in records], waiters)
 
     def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> None:
         try:
@@ -315,49 +284,14 @@ class Coordinator:
                             list(rec.ops), max(0.0, deadline - time.monotonic()))
 
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
-        """Storage nodes' answers: every one is digest-checked; only one that a request
-        still waits for is decoded (the second replica's answer usually is not). A storage
-        node in this process hands over its results undecoded (its local_answers port)."""
-        try:
-            members = self._storage_members()
-        except Exception:  # ZooKeeper unavailable: the last list seen
-            members = self._storage_seen[1]
-        for m in results:
-            with self._lock:
-                sent = self._sent.get(m.request_id)
-            if not answer_expected(sent, members, m):
-                self.refused_answers += 1
-                REFUSED_ANSWERS.inc()
-                continue
-            self._check_digest(m)
-            with self._lock:
-                ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
-            if not ws:
-                continue
-            for w in ws:
-                try:
-                    w.set_result(m)  # decoded by the waiter, as much as it needs
-                except futures.InvalidStateError:
-                    pass
+        """Storage nodes' answers (coordinator/answers.py)."""
+        self.answers.deliver(results)
 
-    def _check_digest(self, r: RecordResult | pb.RecordResult) -> None:
-        """Replicas that applied the same position must hold the same shard digest."""
-        if r.duplicate:
-            return
-        k = (r.log_id, r.position, r.shard)
-        with self._lock:
-            seen = self._digests.get(k)
-            if seen is None:
-                self._digests[k] = (r.digest, r.node_id)
-                if len(self._digests) > limits.DIGESTS_KEPT:
-                    self._digests.popitem(last=False)
-                return
-        if seen[0] != r.digest:
-            self.divergences += 1
-            DIVERGENCES.labels(shard=str(r.shard)).inc()
-            log.error("replicas diverge: shard %d at log %d position %d: node %d digest %x, "
-                      "node %d digest %x", r.shard, r.log_id, r.position, seen[1], seen[0],
-                      r.node_id, r.digest)
+    def _members_or_last(self) -> dict[int, str]:
+        try:
+            return self._storage_members()
+        except Exception:  # ZooKeeper unavailable: the last list seen
+            return self._storage_seen[1]
 
     def storage_nodes(self) -> list[str]:
         """Live storage nodes, looked up in ZooKeeper at most once a second."""
@@ -553,15 +487,6 @@ class Coordinator:
 
 
 # -------------------------------------------------------------------- validation
-def answer_expected(sent: tuple[int, int] | None, members: Any,
-                    m: RecordResult | pb.RecordResult) -> bool:
-    """Whether an answer delivered to the callback service can come from a storage node
-    applying a record this coordinator sent: `sent` is that record's (log, shard), None if
-    it sent none with this request id; `members` the registered storage node ids. Anything
-    else (a forged or misdirected Deliver) must neither wake a waiter nor be compared."""
-    return sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
-
-
 def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
     """The outcome of a plain put or delete as apply will compute it (storage_node/apply.py):
     a put's version is its position + 1. None when the log client retried the append after

@@ -7,22 +7,13 @@ import logging
 
 import pytest
 
-from coordinator.node import DIVERGENCES, Coordinator
+from coordinator.answers import DIVERGENCES, Answers
 from storage_node.model import RecordResult
 
 
-def _bare() -> Coordinator:
-    c = Coordinator.__new__(Coordinator)  # no ZooKeeper needed for the digest check
-    import threading
-    from collections import OrderedDict
-
-    c._lock = threading.Lock()
-    c._digests = OrderedDict()
-    c._sent = OrderedDict({b"rid": (3, 6)})  # the record it appended
-    c._storage_seen = (float("inf"), {0: "a", 1: "b", 2: "c"})  # the registered nodes
-    c.refused_answers = 0
-    c.divergences = 0
-    return c
+def _bare() -> Answers:
+    """A coordinator's answers, with three registered storage nodes (0, 1, 2)."""
+    return Answers(lambda: {0, 1, 2})
 
 
 def _r(node: int, digest: int, position: int = 10, shard: int = 5) -> RecordResult:
@@ -32,29 +23,26 @@ def _r(node: int, digest: int, position: int = 10, shard: int = 5) -> RecordResu
 def test_same_digests_are_quiet_and_different_ones_are_reported(caplog: pytest.LogCaptureFixture) -> None:
     c = _bare()
     before = DIVERGENCES.labels(shard="5")._value.get()
-    c._check_digest(_r(0, 0xAA))
-    c._check_digest(_r(1, 0xAA))
+    c.check_digest(_r(0, 0xAA))
+    c.check_digest(_r(1, 0xAA))
     assert c.divergences == 0
     with caplog.at_level(logging.ERROR, logger="midtown.coordinator"):
-        c._check_digest(_r(2, 0xBB))
+        c.check_digest(_r(2, 0xBB))
     assert c.divergences == 1
     assert DIVERGENCES.labels(shard="5")._value.get() == before + 1
     assert "shard 5 at log 3 position 10" in caplog.text
     # Duplicates (first outcomes replayed) are not compared.
-    c._check_digest(RecordResult(b"rid", 3, 10, 5, 0xCC, 2, True, duplicate=True))
+    c.check_digest(RecordResult(b"rid", 3, 10, 5, 0xCC, 2, True, duplicate=True))
     assert c.divergences == 1
 
 
 def test_deliver_wakes_the_waiter_once_and_checks_every_answer() -> None:
-    from concurrent.futures import Future
 
     from midtown_pb import kv_pb2 as pb
     from storage_node import codec
 
     c = _bare()
-    c._waiters = {}
-    waiter: Future[RecordResult] = Future()
-    c._waiters[b"rid"] = [waiter]
+    [waiter] = c.expect([(3, 6, b"rid")])  # the record it appended
     first = codec.result_to_pb(RecordResult(b"rid", 3, 11, 6, 0xAA, 0, True))
     second = pb.RecordResult()
     second.CopyFrom(first)
@@ -70,21 +58,33 @@ def test_deliver_wakes_the_waiter_once_and_checks_every_answer() -> None:
 def test_answers_for_records_it_never_sent_are_dropped() -> None:
     """A forged Deliver (an unknown request id, a wrong shard or log, a node that is not a
     registered storage node) neither wakes a waiter nor raises a divergence alarm."""
-    from concurrent.futures import Future
 
     from storage_node import codec
 
     c = _bare()
-    waiter: Future[RecordResult] = Future()
-    c._waiters = {b"rid": [waiter]}
+    [waiter] = c.expect([(3, 6, b"rid")])
     honest = RecordResult(b"rid", 3, 11, 6, 0xAA, 0, True)
     forged = [RecordResult(b"other", 3, 11, 6, 0xBB, 1, True),  # never sent
               RecordResult(b"rid", 3, 11, 7, 0xBB, 1, True),    # another shard
               RecordResult(b"rid", 4, 11, 6, 0xBB, 1, True),    # another log
               RecordResult(b"rid", 3, 11, 6, 0xBB, 9, True)]    # no such storage node
     c.deliver([codec.result_to_pb(r) for r in forged])
-    assert not waiter.done() and c.divergences == 0 and c.refused_answers == 4
+    assert not waiter.done() and c.divergences == 0 and c.refused == 4
     c.deliver([codec.result_to_pb(honest)])
     assert waiter.result(0).digest == 0xAA
     c.deliver([codec.result_to_pb(forged[1]), codec.result_to_pb(forged[3])])
     assert c.divergences == 0
+
+
+def test_too_many_waiting_requests_are_refused_and_forgetting_frees_room() -> None:
+    from coordinator import limits
+    from runtime.refusals import Refusal
+
+    c = _bare()
+    many = [(0, 0, b"r%d" % i) for i in range(limits.PENDING_MAX)]
+    waiters = c.expect(many)
+    with pytest.raises(Refusal) as ei:
+        c.expect([(0, 0, b"one-more")])
+    assert ei.value.code.name == "RESOURCE_EXHAUSTED"
+    c.forget([rid for _, _, rid in many], waiters)
+    assert len(c.expect([(0, 0, b"one-more")])) == 1

@@ -1,0 +1,124 @@
+"""The storage nodes' answers to the records a coordinator appended: which requests wait
+for which record, where each record was sent (answers are taken for those records only,
+and only from member storage nodes), and the replicas' digests compared at each position
+(a difference is a divergence: a metric and a log line naming the shard and position).
+coordinator/node.py registers each record here before appending it and waits on the
+future it gets back; the callback service delivers here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection
+from concurrent import futures
+from concurrent.futures import Future
+from typing import Any
+
+import grpc
+from prometheus_client import Counter
+
+from coordinator import limits
+from midtown_pb import kv_pb2 as pb
+from runtime.refusals import Refusal
+from storage_node.model import RecordResult
+
+log = logging.getLogger("midtown.coordinator")
+DIVERGENCES = Counter(
+    "midtown_replica_divergence_total",
+    "Answers whose shard digest differs from another replica's at the same log position",
+    ["shard"],
+)
+REFUSED_ANSWERS = Counter(
+    "midtown_callback_answers_refused_total",
+    "Answers delivered to the callback service that match no record this coordinator sent "
+    "(or come from no member storage node): dropped")
+
+Answer = RecordResult | pb.RecordResult  # a storage node in this process answers with model objects
+
+
+def answer_expected(sent: tuple[int, int] | None, members: Any, m: Answer) -> bool:
+    """Whether an answer delivered to the callback service can come from a storage node
+    applying a record this coordinator sent: `sent` is that record's (log, shard), None if
+    it sent none with this request id; `members` the registered storage node ids. Anything
+    else (a forged or misdirected Deliver) must neither wake a waiter nor be compared."""
+    return sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
+
+
+class Answers:
+    def __init__(self, members: Callable[[], Collection[int]]) -> None:
+        """`members`: the registered storage node ids (as last seen)."""
+        self.members = members
+        self._lock = threading.Lock()
+        self._waiters: dict[bytes, list[Future[Answer]]] = {}
+        self._sent: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
+        self.refused = 0  # answers dropped: for no record sent, or from no member
+        self.divergences = 0
+
+    def expect(self, records: list[tuple[int, int, bytes]]) -> list[Future[Answer]]:
+        """A future for the answer to each record (log, shard, request id) about to be
+        appended; RESOURCE_EXHAUSTED when too many requests wait already."""
+        waiters: list[Future[Answer]] = [Future() for _ in records]
+        with self._lock:
+            if len(self._waiters) + len(records) > limits.PENDING_MAX:
+                raise Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              "coordinator: too many requests in flight; retry later")
+            for (log_id, shard, rid), w in zip(records, waiters):
+                self._waiters.setdefault(rid, []).append(w)
+                self._sent[rid] = (log_id, shard)  # answers are taken for these only
+                self._sent.move_to_end(rid)
+            while len(self._sent) > limits.SENT_RECORDS_MAX:
+                self._sent.popitem(last=False)
+        return waiters
+
+    def forget(self, rids: list[bytes], waiters: list[Future[Answer]]) -> None:
+        """The request is over (answered, timed out or failed): stop waiting."""
+        with self._lock:
+            for rid, w in zip(rids, waiters):
+                ws = self._waiters.get(rid)
+                if ws is not None:
+                    if w in ws:
+                        ws.remove(w)
+                    if not ws:
+                        del self._waiters[rid]
+
+    def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
+        """Storage nodes' answers: every one is digest-checked; only one that a request
+        still waits for is decoded (the second replica's answer usually is not). A storage
+        node in this process hands over its results undecoded (its local_answers port)."""
+        members = self.members()
+        for m in results:
+            with self._lock:
+                sent = self._sent.get(m.request_id)
+            if not answer_expected(sent, members, m):
+                self.refused += 1
+                REFUSED_ANSWERS.inc()
+                continue
+            self.check_digest(m)
+            with self._lock:
+                ws = [w for w in self._waiters.get(m.request_id, ()) if not w.done()]
+            for w in ws:
+                try:
+                    w.set_result(m)  # decoded by the waiter, as much as it needs
+                except futures.InvalidStateError:
+                    pass
+
+    def check_digest(self, r: Answer) -> None:
+        """Replicas that applied the same position must hold the same shard digest."""
+        if r.duplicate:
+            return
+        k = (r.log_id, r.position, r.shard)
+        with self._lock:
+            seen = self._digests.get(k)
+            if seen is None:
+                self._digests[k] = (r.digest, r.node_id)
+                if len(self._digests) > limits.DIGESTS_KEPT:
+                    self._digests.popitem(last=False)
+                return
+        if seen[0] != r.digest:
+            self.divergences += 1
+            DIVERGENCES.labels(shard=str(r.shard)).inc()
+            log.error("replicas diverge: shard %d at log %d position %d: node %d digest %x, "
+                      "node %d digest %x", r.shard, r.log_id, r.position, seen[1], seen[0],
+                      r.node_id, r.digest)

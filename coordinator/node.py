@@ -48,7 +48,8 @@ from storage_node.model import (
     RecordResult,
     Stored,
 )
-from storage_node.node import Behind, StorageNode
+from storage_node.node import StorageNode
+from storage_node.reads import Behind
 
 log = logging.getLogger("midtown.coordinator")
 

@@ -16,6 +16,10 @@ APPLY_BATCH_ENTRIES_MAX = 5_000
 # 0.3.29's snapshot iterators do not isolate from later writes: tried), so that they come
 # from one log position; larger shards are refused rather than stall the applier long.
 SHARD_SCAN_ROWS_MAX = 500_000
+# Rows per message of a shard scan at most (the coordinator's default is 1,000).
+SHARD_SCAN_PAGE_MAX = 10_000
+# How long a read waits at most for this replica to apply up to the position it needs.
+READ_WAIT_MS_MAX = 5_000
 # Results queued for one coordinator, and sent in one call at most (storage_node/callbacks.py).
 CALLBACK_BATCH_MAX = 5000
 CALLBACK_QUEUE_MAX = 100_000  # beyond it the oldest are dropped: their callers time out and retry

@@ -22,7 +22,8 @@ from runtime.process import serve_until_signal, tune_runtime
 from runtime.refusals import refuse
 from storage_node import bootstrap
 from storage_node.callbacks import AnswerTaker
-from storage_node.node import Behind, StorageNode
+from storage_node.node import StorageNode
+from storage_node.reads import Behind
 from storage_node.settings import Settings
 
 

@@ -84,18 +84,20 @@ def test_a_checkpoint_copy_does_not_see_later_writes(tmp_path) -> None:  # type:
     """What a bootstrapping peer copies is the state at one moment: writes committed while
     the copy streams are not in it (rocksdict's snapshot iterators do see them: tried)."""
     import threading
-    from types import SimpleNamespace
 
     from rocksdict import WriteBatch
 
-    from storage_node.node import StorageNode
+    from catalog.registry import KvTopology
+    from storage_node.reads import Reads
     from storage_node.store import NodeStore
 
     store = NodeStore(str(tmp_path / "state.db"))
     try:
         store.db.put(b"a", b"1")
-        node = SimpleNamespace(data_dir=str(tmp_path), commit_lock=threading.Lock(), store=store)
-        with StorageNode.checkpoint(node) as pairs:  # type: ignore[arg-type]
+        kv = KvTopology(shards=4, storage_nodes=(0,), logs=1)
+        reads = Reads(0, store, str(tmp_path), threading.Lock(), threading.Condition(), {0: (0, 0)},
+                      lambda: kv, 1)
+        with reads.checkpoint() as pairs:
             wb = WriteBatch(raw_mode=True)
             wb.put(b"b", b"2")
             wb.put(b"a", b"changed")

@@ -1,0 +1,136 @@
+"""A storage node's reads, of its own state: a get or a scan as of the position it has
+applied (waiting, briefly, to reach the position a strong read needs), batches of them, a
+shard of one dataset from one log position, and a whole-state checkpoint for a peer that
+bootstraps. storage_node/node.py builds one over its store and positions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+from rocksdict import Checkpoint, Options, Rdict
+
+from catalog import registry
+from catalog.routing import log_of
+from midtown_pb import kv_pb2 as pb
+from storage_node import codec, keys
+from storage_node.apply import apply
+from storage_node.eventual_service import check_shard
+from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_PAGE_MAX, SHARD_SCAN_ROWS_MAX
+from storage_node.model import Record
+from storage_node.store import BatchView, NodeStore
+
+
+class Behind(Exception):
+    """This replica has not applied far enough for the read yet."""
+
+
+class Reads:
+    def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
+                 cond: threading.Condition, positions: dict[int, tuple[int, int]],
+                 kv: Callable[[], registry.KvTopology], kv_logs: int) -> None:
+        """`positions`: the node's (next position, log time) per log, updated by its applier
+        under `commit_lock`, which notifies `cond`."""
+        self.node_id = node_id
+        self.store = store
+        self.data_dir = data_dir
+        self.commit_lock = commit_lock
+        self.cond = cond
+        self.positions = positions
+        self.kv = kv
+        self.kv_logs = kv_logs
+
+    def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
+        """A read of this replica's current state, expiry judged by the log time it has
+        applied up to. ValueError names a bad field; Behind: not applied far enough yet."""
+        check_shard(req.shard, self.kv().shards, field)
+        if req.op.WhichOneof("op") not in ("get", "scan"):
+            raise ValueError(f"{field}op: only get and scan read a replica")
+        log_id = log_of(req.shard, self.kv_logs)
+        self.wait_applied(log_id, req.min_position, req.wait_ms)
+        pos, ts = self.positions[log_id]
+        op = codec.op_from_pb(req.op)
+        rec = Record(b"", "", req.dataset, req.shard, req.partition_key, (op,))
+        view = BatchView(self.store)
+        applied = apply(view, rec, log_id, pos, ts, self.node_id)
+        assert applied.result is not None
+        return pb.ReadResponse(result=codec.op_result_to_pb(applied.result.results[0]), position=pos)
+
+    @contextlib.contextmanager
+    def checkpoint(self) -> Iterator[Iterator[tuple[bytes, bytes]]]:
+        """Every key of this node's state as it stood at one moment (a batch whole, with its
+        positions, or not at all), for a peer that bootstraps from it. A RocksDB checkpoint
+        (hard links, taken while no batch commits), read and then deleted: rocksdict
+        0.3.29's snapshot iterators do not isolate from later writes (tried)."""
+        path = os.path.join(self.data_dir, f"checkpoint-{uuid.uuid4().hex}")
+        with self.commit_lock:
+            Checkpoint(self.store.db).create_checkpoint(path)
+        db = Rdict(path, Options(raw_mode=True))
+        try:
+            yield (kv for kv in db.items())  # type: ignore[misc]
+        finally:
+            db.close()
+            shutil.rmtree(path, ignore_errors=True)
+
+    def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
+        """One dataset's live keys in one shard, all from the state at one log position
+        (said in every message), `req.page` per message; at least one message."""
+        check_shard(req.shard, self.kv().shards)
+        if not 1 <= req.page <= SHARD_SCAN_PAGE_MAX:
+            raise ValueError(f"page: {req.page}, must be between 1 and {SHARD_SCAN_PAGE_MAX}")
+        log_id = log_of(req.shard, self.kv_logs)
+        self.wait_applied(log_id, req.min_position, req.wait_ms)
+        prefix = keys.dataset_shard_prefix(req.shard, req.dataset)
+        rows: list[tuple[bytes, bytes]] = []
+        with self.commit_lock:
+            pos, ts = self.positions[log_id]
+            for kv in self.store.under(prefix):
+                rows.append(kv)
+                if len(rows) > SHARD_SCAN_ROWS_MAX:
+                    raise ValueError(f"shard: {req.shard} holds more than {SHARD_SCAN_ROWS_MAX} keys of "
+                                     f"this dataset; a scan of it is refused (use more shards)")
+        return self._shard_pages(rows, len(prefix), pos, ts, req.page)
+
+    @staticmethod
+    def _shard_pages(rows: list[tuple[bytes, bytes]], prefix_len: int, pos: int, ts: int,
+                     page: int) -> Iterator[pb.ScanShardResponse]:
+        items: list[pb.ShardItem] = []
+        for k, v in rows:
+            s = keys.decode_stored(v)
+            if not s.live_at(ts):
+                continue
+            pkey, lkey = keys.split_value_key(k, prefix_len)
+            items.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
+            if len(items) >= page:
+                yield pb.ScanShardResponse(items=items, position=pos)
+                items = []
+        yield pb.ScanShardResponse(items=items, position=pos)
+
+    def wait_applied(self, log_id: int, min_position: int, wait_ms: int) -> None:
+        """Until this replica has applied `log_id` up to `min_position` (exclusive)."""
+        if not min_position:
+            return
+        deadline = time.monotonic() + min(wait_ms, READ_WAIT_MS_MAX) / 1000
+        with self.cond:
+            while self.positions[log_id][0] < min_position:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Behind(f"replica {self.node_id} has applied log {log_id} up to "
+                                 f"{self.positions[log_id][0]}, not {min_position}")
+                self.cond.wait(left)
+
+    def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
+        if not 0 <= req.log_id < self.kv_logs:
+            raise ValueError(f"log_id: log {req.log_id} carries no key-value data "
+                             f"(logs 0..{self.kv_logs - 1} do)")
+        self.wait_applied(req.log_id, req.min_position, req.wait_ms)
+        for i, r in enumerate(req.requests):
+            if r.shard < self.kv().shards and log_of(r.shard, self.kv_logs) != req.log_id:
+                raise ValueError(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
+        return pb.ReadManyResponse(
+            responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])

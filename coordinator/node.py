@@ -126,33 +126,37 @@ class Coordinator:
                     a = self._appenders[log_id] = Appender(self.logs, log_id)
         return a
 
-    def dataset(self, header: pb.RequestHeader) -> Dataset:
+    def lookup(self, header: pb.RequestHeader) -> Dataset | None:
+        """The request's dataset (from the cache of the catalog), or None: looked up once
+        per request by the service, which hands it to every check and call."""
+        return self.datasets.get(header.dataset) if header.dataset else None
+
+    @staticmethod
+    def need(d: Dataset | None, header: pb.RequestHeader) -> Dataset:
+        """The dataset a request names; a Refusal naming header.dataset if it has none."""
         if not header.dataset:
             raise Abort(Code.INVALID_ARGUMENT, "header.dataset: required")
-        d = self.datasets.get(header.dataset)
         if d is None:
             raise Abort(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
         return d
 
-    def check_rate(self, header: pb.RequestHeader, peer: str) -> None:
+    def check_rate(self, d: Dataset | None, peer: str) -> None:
         """Over a limit: RESOURCE_EXHAUSTED, naming which."""
         now = time.monotonic()
         if not self.limiter.allow(("client", peer), self.client_rate_limit, now):
             raise Abort(Code.RESOURCE_EXHAUSTED,
                         f"client: over the limit of {self.client_rate_limit:g} requests/s per "
                         "client; retry later")
-        d = self.datasets.get(header.dataset) if header.dataset else None
         if d is not None and not self.limiter.allow(("dataset", d.id), d.rate_limit, now):
             raise Abort(Code.RESOURCE_EXHAUSTED,
                         f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
                         "requests/s; retry later")
 
-    def check_quota(self, req: Any) -> None:
+    def check_quota(self, d: Dataset | None, req: Any) -> None:
         """A write that can add data to a dataset at or over its storage quota:
         RESOURCE_EXHAUSTED, marked so that clients do not retry it (coordinator/quotas.py).
         What the nodes counted last, plus what this coordinator let in since, is what the
         dataset holds."""
-        d = self.datasets.get(req.header.dataset) if req.header.dataset else None
         written = quotas.writes(req, d.id) if d is not None and d.quota_bytes else []
         if d is None or not written:
             return
@@ -168,9 +172,8 @@ class Coordinator:
                     f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
                     "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)
 
-    def authorize(self, header: pb.RequestHeader, ctx: grpc.ServicerContext, write: bool) -> None:
+    def authorize(self, d: Dataset | None, ctx: grpc.ServicerContext, write: bool) -> None:
         """A dataset with an access list takes only its users' calls (coordinator/acl.py)."""
-        d = self.datasets.get(header.dataset) if header.dataset else None
         if d is None or not d.acl:
             return
         token = acl.bearer(ctx.invocation_metadata())
@@ -186,7 +189,7 @@ class Coordinator:
                         f"header.request_id: {len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}")
         return rid or uuid.uuid4().bytes
 
-    def execute(self, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
+    def execute(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
                 deadline_s: float) -> RecordResult:
         """Append one record for the shard of `pkey` and wait for a storage node's answer.
 
@@ -196,7 +199,6 @@ class Coordinator:
         waits for the storage node, which returns the first outcome. An operation with an
         event id travels as a record of one group (at most once per event id): its answer
         says whether it was a duplicate, with the first outcome."""
-        d = self.dataset(header)
         rid = self.request_id(header)
         rec = record_for(d, rid, self.callback_addr, pkey, tuple(ops), header.event_id, self.kv.shards)
         # A delete waits for its outcome: it says whether there was a key to delete.
@@ -281,7 +283,7 @@ class Coordinator:
             return r
         # Only the storage nodes know which copy was applied: ask them, with the same
         # request id, which returns the first outcome.
-        return self.execute(pb.RequestHeader(dataset=d.name, request_id=rec.request_id), rec.partition_key,
+        return self.execute(d, pb.RequestHeader(dataset=d.name, request_id=rec.request_id), rec.partition_key,
                             list(rec.ops), max(0.0, deadline - time.monotonic()))
 
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
@@ -344,11 +346,10 @@ class Coordinator:
             pass
         return None
 
-    def strong_read(self, header: pb.RequestHeader, pkey: bytes, op: Op,
+    def strong_read(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, op: Op,
                     deadline_s: float) -> tuple[OpResult, int]:
         """A linearizable read without a log append: wait until a replica has applied up
         to the read index, then read it there. Falls back to a read through the log."""
-        d = self.dataset(header)
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
@@ -358,7 +359,7 @@ class Coordinator:
             return codec.op_result_from_pb(rr.result), rr.position
         STRONG_READS.labels(path="log").inc()
         plain = pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)  # reads: no event id
-        r = self.execute(plain, pkey, [op], deadline_s)
+        r = self.execute(d, plain, pkey, [op], deadline_s)
         return r.results[0], r.position
 
     def _read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:

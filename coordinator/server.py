@@ -51,6 +51,8 @@ from storage_node.model import (
     Delete,
     Get,
     Incr,
+    Op,
+    OpResult,
     OpStatus,
     Put,
     RecordResult,
@@ -105,10 +107,18 @@ class KVService:
         t = ctx.time_remaining()
         return min(t, 120.0) if t is not None else limits.DEFAULT_DEADLINE_S
 
-    def _eventual(self, header: pb.RequestHeader, what: str = "") -> Dataset | None:
+    def _execute(self, d: Dataset | None, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
+                 ctx: grpc.ServicerContext) -> RecordResult:
+        return self.c.execute(self.c.need(d, header), header, pkey, ops, self._deadline(ctx))
+
+    def _strong_read(self, d: Dataset | None, header: pb.RequestHeader, pkey: bytes, op: Op,
+                     ctx: grpc.ServicerContext) -> tuple[OpResult, int]:
+        return self.c.strong_read(self.c.need(d, header), header, pkey, op, self._deadline(ctx))
+
+    def _eventual(self, d: Dataset | None, header: pb.RequestHeader, what: str = "") -> Dataset | None:
         """The dataset if it is eventually consistent (None if strong); `what` names an
         operation only strong datasets have."""
-        d = self.c.dataset(header)
+        d = self.c.need(d, header)
         if d.consistency != "eventual":
             return None
         if what:
@@ -117,9 +127,9 @@ class KVService:
                         "strong dataset (last-writer-wins replicas cannot compare and set)")
         return d
 
-    def get(self, req: pb.GetRequest, ctx: grpc.ServicerContext) -> pb.GetResponse:
+    def get(self, req: pb.GetRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.GetResponse:
         pkey, lkey = check_key(req.key)
-        ed = self._eventual(req.header)
+        ed = self._eventual(d, req.header)
         if ed is not None:
             answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
                                            self._deadline(ctx))
@@ -129,27 +139,28 @@ class KVService:
             assert v is not None
             return pb.GetResponse(found=True, value=_lww_value(v))
         if req.consistency == pb.EVENTUAL:
-            d = self.c.dataset(req.header)
+            d = self.c.need(d, req.header)
             rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
             return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
                                   position=rr.position)
-        o, position = self.c.strong_read(req.header, pkey, Get(lkey), self._deadline(ctx))
+        o, position = self._strong_read(d, req.header, pkey, Get(lkey), ctx)
         return pb.GetResponse(found=o.found, value=codec.stored_to_pb(o.value), position=position)
 
-    def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext) -> pb.PutResponse:
+    def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.PutResponse:
         pkey, lkey = check_key(req.key)
         check_value(req.value, "value")
         check_ttl(req.ttl_ms, "ttl_ms")
-        ed = self._eventual(req.header)
+        ed = self._eventual(d, req.header)
         if ed is not None:
             return pb.PutResponse(version=self.c.eventual_write(
                 ed, pkey, lkey, req.value, req.ttl_ms, False, self._deadline(ctx)))
-        r = self.c.execute(req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], self._deadline(ctx))
+        r = self._execute(d, req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], ctx)
         return pb.PutResponse(version=single(r).value.version)
 
-    def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext) -> pb.DeleteResponse:
+    def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext,
+               d: Dataset | None) -> pb.DeleteResponse:
         pkey, lkey = check_key(req.key)
-        ed = self._eventual(req.header)
+        ed = self._eventual(d, req.header)
         if ed is not None:
             # Last writer wins: what a majority held just before, the best an eventual
             # dataset can say about what was there.
@@ -158,12 +169,13 @@ class KVService:
             self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
             return pb.DeleteResponse(deleted=int(eventual.live(before, int(time.time() * 1000))))
 
-        r = self.c.execute(req.header, pkey, [Delete(lkey)], self._deadline(ctx))
+        r = self._execute(d, req.header, pkey, [Delete(lkey)], ctx)
         return pb.DeleteResponse(position=r.position, deleted=int(bool(r.results and r.results[0].found)))
 
-    def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext) -> pb.CheckAndSetResponse:
+    def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext,
+                      d: Dataset | None) -> pb.CheckAndSetResponse:
         pkey, lkey = check_key(req.key)
-        self._eventual(req.header, "check-and-set")
+        self._eventual(d, req.header, "check-and-set")
         which = req.WhichOneof("expect")
         check_cas(which, req.expected_version, "expect")
         check_value(req.new_value, "new_value")
@@ -174,7 +186,7 @@ class KVService:
             op.cas.expected_value = req.expected_value
         elif which == "expect_absent":
             op.cas.expect_absent = req.expect_absent
-        r = self.c.execute(req.header, pkey, [codec.op_from_pb(op)], self._deadline(ctx))
+        r = self._execute(d, req.header, pkey, [codec.op_from_pb(op)], ctx)
         o = single(r)
         ok = o.status is OpStatus.DONE
         return pb.CheckAndSetResponse(
@@ -182,18 +194,19 @@ class KVService:
             version=o.value.version if ok and o.value is not None else 0,
         )
 
-    def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext) -> pb.IncrementResponse:
+    def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext,
+                  d: Dataset | None) -> pb.IncrementResponse:
         pkey, lkey = check_key(req.key)
         check_ttl(req.ttl_ms, "ttl_ms")
-        self._eventual(req.header, "increment")
+        self._eventual(d, req.header, "increment")
 
-        r = self.c.execute(req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], self._deadline(ctx))
+        r = self._execute(d, req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], ctx)
         o = single(r)
         if o.status is not OpStatus.DONE:
             raise op_error(o.status, "key")
         return pb.IncrementResponse(value=int(o.value.value), version=o.value.version)
 
-    def batch(self, req: pb.BatchRequest, ctx: grpc.ServicerContext) -> pb.BatchResponse:
+    def batch(self, req: pb.BatchRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.BatchResponse:
         check_partition(req.partition_key, "partition_key")
         if not req.ops:
             raise Abort(Code.INVALID_ARGUMENT, "ops: a batch needs at least one operation")
@@ -201,12 +214,13 @@ class KVService:
             raise Abort(Code.INVALID_ARGUMENT,
                         f"ops: {len(req.ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
         ops = [check_op(o, i) for i, o in enumerate(req.ops)]
-        self._eventual(req.header, "an atomic batch")
-        r = self.c.execute(req.header, req.partition_key, ops, self._deadline(ctx))
+        self._eventual(d, req.header, "an atomic batch")
+        r = self._execute(d, req.header, req.partition_key, ops, ctx)
         return pb.BatchResponse(applied=r.applied, results=[codec.op_result_to_pb(x) for x in r.results],
                                 position=r.position)
 
-    def write_many(self, req: pb.WriteManyRequest, ctx: grpc.ServicerContext) -> pb.WriteManyResponse:
+    def write_many(self, req: pb.WriteManyRequest, ctx: grpc.ServicerContext,
+                   d: Dataset | None) -> pb.WriteManyResponse:
         """Many independent groups in one call (coordinator/bulk.py): one record per shard,
         each group's own outcome (applied, duplicate, failed with the reason); single puts
         may come as columns (`puts`), answered as columns."""
@@ -217,8 +231,8 @@ class KVService:
         if n > limits.WRITE_MANY_GROUPS_MAX:
             raise Abort(Code.INVALID_ARGUMENT, f"groups: {n} groups and puts, the limit is "
                         f"{limits.WRITE_MANY_GROUPS_MAX} per call")
-        self._eventual(req.header, "a bulk write")
-        d = self.c.dataset(req.header)
+        self._eventual(d, req.header, "a bulk write")
+        d = self.c.need(d, req.header)
         for i, g in enumerate(req.groups):
             f = f"groups[{i}]"
             check_partition(g.partition_key, f"{f}.partition_key")
@@ -252,14 +266,15 @@ class KVService:
         return pb.WriteManyResponse(outcomes=outcomes,  # type: ignore[arg-type]
                                     puts=pb.PutOutcomes(status=status, position=position) if rows else None)
 
-    def shards(self, req: pb.ShardsRequest, ctx: grpc.ServicerContext) -> pb.ShardsResponse:
-        self.c.dataset(req.header)
+    def shards(self, req: pb.ShardsRequest, ctx: grpc.ServicerContext,
+               d: Dataset | None) -> pb.ShardsResponse:
+        self.c.need(d, req.header)
         return pb.ShardsResponse(shards=self.c.kv.shards)
 
-    def scan_shard(self, req: pb.ScanShardRequest, ctx: grpc.ServicerContext) -> Any:
+    def scan_shard(self, req: pb.ScanShardRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
         """Every key of a dataset in one shard, from one replica's state at one log position;
         strong: a position at or after every write acknowledged before the call (ReadIndex)."""
-        d = self.c.dataset(req.header)
+        d = self.c.need(d, req.header)
         if d.consistency == "eventual":
             raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
                         "a shard scan reads strong datasets")
@@ -279,14 +294,14 @@ class KVService:
                                           wait_ms=2000, page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT)
         return self.c.scan_shard(sreq, self._deadline(ctx))
 
-    def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext) -> pb.ScanResponse:
+    def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.ScanResponse:
         check_partition(req.partition_key, "partition_key")
         check_local(req.start, "start")
         check_local(req.end, "end")
         if req.limit > limits.SCAN_LIMIT_MAX:
             raise Abort(Code.INVALID_ARGUMENT, f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
         op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
-        ed = self._eventual(req.header)
+        ed = self._eventual(d, req.header)
         if ed is not None:
             asked = op.limit + limits.EVENTUAL_SCAN_SLACK  # room for tombstones and expired values
             answers = self.c.eventual_read(
@@ -297,10 +312,10 @@ class KVService:
             return pb.ScanResponse(items=[pb.Item(local_key=it.local_key, value=_lww_value(it.value))
                                           for it in page], next=nxt)
         if req.consistency == pb.EVENTUAL:
-            d = self.c.dataset(req.header)
+            d = self.c.need(d, req.header)
             rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
             return pb.ScanResponse(items=rr.result.items, next=rr.result.next)
-        o, _ = self.c.strong_read(req.header, req.partition_key, op, self._deadline(ctx))
+        o, _ = self._strong_read(d, req.header, req.partition_key, op, ctx)
         return pb.ScanResponse(items=[pb.Item(local_key=k, value=codec.stored_to_pb(v)) for k, v in o.items],
                                next=o.next)
 
@@ -309,7 +324,7 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
     """The KV service's handlers and the Callback service's."""
     kv = KVService(c)
 
-    def wrap(cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any],
+    def wrap(cls: Any, fn: Callable[..., Any],  # (request, context[, dataset]) -> response
              stream: bool = False) -> grpc.RpcMethodHandler:
         def handler(raw: bytes, ctx: grpc.ServicerContext) -> Any:
             with LATENCY.labels(method=fn.__name__).time():
@@ -321,11 +336,14 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             except DecodeError:
                 ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
             try:
-                if fn is not deliver:
-                    c.check_rate(req.header, ctx.peer())
-                    c.authorize(req.header, ctx, write=fn.__name__ not in ("get", "scan"))
-                    c.check_quota(req)
-                out = fn(req, ctx)
+                if fn is deliver:
+                    out = fn(req, ctx)
+                else:
+                    d = c.lookup(req.header)  # once per request: every check and the call take it
+                    c.check_rate(d, ctx.peer())
+                    c.authorize(d, ctx, write=fn.__name__ not in ("get", "scan"))
+                    c.check_quota(d, req)
+                    out = fn(req, ctx, d)
             except (KazooException, KazooTimeoutError) as e:
                 # ZooKeeper trouble (a lost session, a connection being re-established)
                 # while looking up a dataset, a user or the members: nothing was appended.

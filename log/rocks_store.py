@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
 from log.entry import Entry
 from log.metrics import FSYNC
@@ -38,9 +38,18 @@ class SyncedDb:
     it syncs, so a batch is written unsynced and the write-ahead log synced after it: the
     same durability (SyncWAL covers every write made before it), without the stall."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, bloom_bits_per_key: int = 0) -> None:
+        """`bloom_bits_per_key`: a Bloom filter per table file (and for the memtable), so
+        that looking up a key that is absent (most event ids are new) reads no block of a
+        file that cannot hold it; 0: none."""
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
+        if bloom_bits_per_key:
+            table = BlockBasedOptions()
+            table.set_bloom_filter(bloom_bits_per_key, False)
+            opts.set_block_based_table_factory(table)
+            opts.set_memtable_whole_key_filtering(True)
+            opts.set_memtable_prefix_bloom_ratio(0.02)
         self.db = Rdict(path, opts)
         self._nosync = WriteOptions()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 log = logging.getLogger("midtown.loops")
@@ -38,16 +39,28 @@ class Backoff:
         self.next_s = self.first_s
 
 
+def paced_wait(interval_s: float, took_s: float, duty: float, max_interval_s: float) -> float:
+    """How long to wait after a run that took `took_s`: `interval_s`, or longer when the
+    run is long, so that running takes at most `duty` of the time (0: no such bound), but
+    never more than `max_interval_s`."""
+    if duty <= 0:
+        return interval_s
+    return max(interval_s, min(max_interval_s, took_s / duty - took_s))
+
+
 def every(name: str, interval_s: float, body: Callable[[], None], stop: threading.Event,
-          first_at_once: bool = False) -> threading.Thread:
-    """Run `body` every `interval_s` until `stop` is set, in a daemon thread. A failure is
-    logged and retried with backoff (never later than the next interval)."""
+          first_at_once: bool = False, duty: float = 0.0,
+          max_interval_s: float = float("inf")) -> threading.Thread:
+    """Run `body` every `interval_s` until `stop` is set, in a daemon thread; with `duty`,
+    less often when a run is long (paced_wait). A failure is logged and retried with
+    backoff (never later than the next interval)."""
     assert interval_s > 0
 
     def run() -> None:
         backoff = Backoff(max_s=max(BACKOFF_FIRST_S, min(BACKOFF_MAX_S, interval_s)))
         wait = 0.0 if first_at_once else interval_s
         while not stop.wait(wait):
+            started = time.monotonic()
             try:
                 body()
             except Exception:
@@ -55,7 +68,7 @@ def every(name: str, interval_s: float, body: Callable[[], None], stop: threadin
                 log.warning("%s failed; retrying in %.1f s", name, wait, exc_info=True)
                 continue
             backoff.succeeded()
-            wait = interval_s
+            wait = paced_wait(interval_s, time.monotonic() - started, duty, max_interval_s)
 
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()

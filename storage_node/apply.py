@@ -66,8 +66,11 @@ class State(Protocol):
     def event_count(self, shard: int, dataset: str) -> int:
         """Event ids of `dataset` held in `shard`."""
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> Iterable[tuple[int, int, bytes, int]]:
-        """Up to `n` (position, seq, event id, log time) of `dataset` in `shard`, oldest first."""
+    def oldest_events(self, shard: int, dataset: str, n: int,
+                      older_than: int | None = None) -> Iterable[tuple[int, int, bytes, int]]:
+        """Up to `n` (position, seq, event id, log time) of `dataset` in `shard`, oldest first.
+        `older_than`: the caller stops at the first entry not older than this log time, so
+        a state that knows none is older may return nothing."""
 
 
 class Event(NamedTuple):
@@ -334,7 +337,9 @@ def _age_out(state: State, rec: Record, new: dict[bytes, Event],
     gone: list[tuple[bytes, int, int]] = []
     if excess or new:
         want = excess + EVENT_AGE_OUT_PER_RECORD + len(skip)
-        for pos, seq, eid, ts in state.oldest_events(rec.shard, rec.dataset, want):
+        # Without ids beyond the cap, only ids past the window are wanted (see the loop).
+        for pos, seq, eid, ts in state.oldest_events(rec.shard, rec.dataset, want,
+                                                     None if excess else before_ts_ms):
             if (pos, seq) in skip or eid in new:
                 continue
             if len(gone) < excess:

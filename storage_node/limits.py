@@ -20,6 +20,13 @@ SHARD_SCAN_ROWS_MAX = 500_000
 SHARD_SCAN_PAGE_MAX = 10_000
 # How long a read waits at most for this replica to apply up to the position it needs.
 READ_WAIT_MS_MAX = 5_000
+# Counting what each dataset stores reads every key of the node (storage_node/usage.py):
+# a node holding much counts less often than Settings.usage_interval_s, so that counting
+# takes at most this share of the time (measured: a count every 10 s over a few million
+# keys took a tenth of a bulk ingestion's throughput), and at least this often, well
+# within the coordinators' memory of the writes they let in (coordinator/quotas.py).
+USAGE_DUTY = 0.05
+USAGE_INTERVAL_MAX_S = 60.0
 # Results queued for one coordinator, and sent in one call at most (storage_node/callbacks.py).
 CALLBACK_BATCH_MAX = 5000
 CALLBACK_QUEUE_MAX = 100_000  # beyond it the oldest are dropped: their callers time out and retry

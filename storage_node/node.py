@@ -40,6 +40,8 @@ from storage_node.limits import (
     CALLBACK_REPLICAS,
     HEALTH_LAG_MAX,
     LAG_INTERVAL_S,
+    USAGE_DUTY,
+    USAGE_INTERVAL_MAX_S,
 )
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, DIVERGED, EVENT_IDS, LAG, POSITION
@@ -120,8 +122,10 @@ class StorageNode:
         loops.every("positions", self.settings.position_interval_s, self._positions_round, self._stop)
         loops.every("anti-entropy", self.settings.anti_entropy_s, self.eventual.anti_entropy_pass,
                     self._stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
+        # Counting reads every key: on a node holding much, it runs less often, at most
+        # USAGE_DUTY of the time, and at least every USAGE_INTERVAL_MAX_S.
         loops.every("usage", self.settings.usage_interval_s, self._usage_round, self._stop,
-                    first_at_once=True)
+                    first_at_once=True, duty=USAGE_DUTY, max_interval_s=USAGE_INTERVAL_MAX_S)
         loops.every("lag", LAG_INTERVAL_S, self._measure, self._stop, first_at_once=True)
         for log_id in range(self.kv_logs):  # the logs that carry shards; the others, never
             loops.forever(f"tail-{log_id}", functools.partial(self._tail, log_id), self._stop)

@@ -14,14 +14,23 @@ from storage_node import codec, keys
 from storage_node.apply import Applied, Event
 from storage_node.model import GroupResult, RecordResult, Stored
 
+# Bloom filters on the node's state: ~1% false positives at 10 bits a key. Most lookups of
+# an ingestion are of event ids never seen, which without filters read an index block of
+# every table file, more of them as the table of ids grows (docs/performance.md).
+STORE_BLOOM_BITS_PER_KEY = 10
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 
 
 class NodeStore:
     def __init__(self, path: str) -> None:
-        self.synced = SyncedDb(path)
+        self.synced = SyncedDb(path, bloom_bits_per_key=STORE_BLOOM_BITS_PER_KEY)
         self.db = self.synced.db
+        # (shard, dataset) -> a log time no held event id is older than: the oldest one's,
+        # when last read. Ids only get younger (new ones carry the log's time, which only
+        # grows; aging removes the oldest), so an old reading stays true; it spares a
+        # RocksDB iterator per batch and shard to learn that none is past the window.
+        self.oldest_floor: dict[tuple[int, str], int] = {}
 
     def close(self) -> None:
         self.db.close()
@@ -214,8 +223,13 @@ class BatchView:
         k = (shard, dataset)
         return self.event_counts[k] if k in self.event_counts else self.store.event_count(shard, dataset)
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> Iterator[tuple[int, int, bytes, int]]:
-        """Lazily: the caller usually stops at the first (it is within the window)."""
+    def oldest_events(self, shard: int, dataset: str, n: int,
+                      older_than: int | None = None) -> Iterator[tuple[int, int, bytes, int]]:
+        """Lazily: the caller usually stops at the first (it is within the window). Nothing
+        when the store's ids are known to be no older than `older_than`: this batch's are
+        newer still (a shard's ids come from one log, whose time only grows)."""
+        if older_than is not None and self.store.oldest_floor.get((shard, dataset), -1) >= older_than:
+            return
         gone = self.event_order_gone.get((shard, dataset), set())
         got = 0
         for e in self._held_oldest(shard, dataset):
@@ -245,6 +259,9 @@ class BatchView:
                 e = next(rest, None)
                 if e is None:
                     return
+                if not seen:  # the oldest held: ids only get younger (see NodeStore.oldest_floor)
+                    floor = self.store.oldest_floor
+                    floor[(shard, dataset)] = max(floor.get((shard, dataset), -1), e[3])
                 seen.append(e)
             yield seen[i]
             i += 1

@@ -38,7 +38,8 @@ class MemState:
     def event_count(self, shard: int, dataset: str) -> int:
         return sum(1 for (s, d, _) in self.events if (s, d) == (shard, dataset))
 
-    def oldest_events(self, shard: int, dataset: str, n: int) -> list[tuple[int, int, bytes, int]]:
+    def oldest_events(self, shard: int, dataset: str, n: int,
+                      older_than: int | None = None) -> list[tuple[int, int, bytes, int]]:
         mine = sorted((e.position, e.seq, k[2], e.ts_ms) for k, e in self.events.items()
                       if k[:2] == (shard, dataset))
         return mine[:n]

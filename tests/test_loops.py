@@ -50,3 +50,12 @@ def test_forever_starts_a_body_again_after_it_raises() -> None:
     stop.set()
     t.join(5)
     assert not t.is_alive() and len(runs) == 3
+
+
+def test_a_long_run_is_paced_to_its_duty_and_never_past_the_longest_interval() -> None:
+    from runtime.loops import paced_wait
+
+    assert paced_wait(10.0, 0.1, 0.0, 60.0) == 10.0  # no duty: the interval
+    assert paced_wait(10.0, 0.1, 0.05, 60.0) == 10.0  # short runs: the interval
+    assert paced_wait(10.0, 1.0, 0.05, 60.0) == 19.0  # 1 s of every 20
+    assert paced_wait(10.0, 5.0, 0.05, 60.0) == 60.0  # never longer than the cap

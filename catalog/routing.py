@@ -37,3 +37,9 @@ def answers_for(node_id: int, shard: int, members: Iterable[int], replicas: int)
         return True
     first = shard % len(nodes)
     return (nodes.index(node_id) - first) % len(nodes) < replicas
+
+
+def check_shard(shard: int, shards: int, field: str = "") -> None:
+    """A shard a request names must exist: ValueError naming `field` + "shard" if not."""
+    if shard >= shards:
+        raise ValueError(f"{field}shard: {shard}, this cluster has shards 0..{shards - 1}")

@@ -26,6 +26,8 @@ from coordinator import acl, eventual, limits, quotas
 from coordinator.answers import Answers
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
+    Abort,
+    Code,
     check_partition,
 )
 from coordinator.ratelimit import RateLimiter
@@ -38,7 +40,6 @@ from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from runtime import inprocess, transport
-from runtime.refusals import Refusal
 from storage_node import codec
 from storage_node.model import (
     Op,
@@ -59,8 +60,6 @@ EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
 STRONG_READS = Counter("midtown_strong_reads_total",
                        "Strong reads, by path: read index (no log append) or through the log",
                        ["path"])
-Code = grpc.StatusCode
-Abort = Refusal  # the coordinator's refusals are the servers' one type (runtime/refusals.py)
 
 
 class Coordinator:

@@ -26,6 +26,8 @@ from catalog.datasets import Dataset
 from catalog.routing import log_of
 from coordinator import bulk, eventual, limits
 from coordinator.checks import (
+    Abort,
+    Code,
     check_cas,
     check_event_id,
     check_key,
@@ -65,8 +67,6 @@ log = logging.getLogger("midtown.coordinator")
 REQUESTS = Counter("midtown_kv_requests_total", "KV requests by method and status", ["method", "code"])
 LATENCY = Histogram("midtown_kv_request_seconds", "KV request latency, by method", ["method"],
                     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-Code = grpc.StatusCode
-Abort = Refusal
 
 
 def _put_outcomes(r: RecordResult | pb.RecordResult, rows: list[int], status: list[Any],

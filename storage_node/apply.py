@@ -57,9 +57,6 @@ class State(Protocol):
 
     def digest(self, shard: int) -> int: ...
 
-    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
-        """An event id's entry in the table of ids seen, if held."""
-
     def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
         """The entries held of these event ids (one look-up for all of them)."""
 

@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 
 from catalog import registry
 from catalog import usage as usage_reports
+from catalog.routing import check_shard
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import transport
@@ -28,11 +29,6 @@ log = logging.getLogger("midtown.storage.eventual")
 # Rows a page of anti-entropy asks a peer for.
 ANTI_ENTROPY_PAGE = 1000
 PEER_CALL_TIMEOUT_S = 30
-
-
-def check_shard(shard: int, shards: int, field: str = "") -> None:
-    if shard >= shards:
-        raise ValueError(f"{field}shard: {shard}, this cluster has shards 0..{shards - 1}")
 
 
 def _check_lww_limit(limit: int) -> None:

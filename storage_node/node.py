@@ -34,7 +34,7 @@ from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal, ex
 from storage_node import bootstrap, codec, keys, lww, reclaim, usage
 from storage_node.apply import apply
 from storage_node.callbacks import AnswerTaker, Callbacks
-from storage_node.eventual_service import EventualService, check_shard
+from storage_node.eventual_service import EventualService
 from storage_node.limits import (
     APPLY_BATCH_ENTRIES_MAX,
     CALLBACK_REPLICAS,
@@ -464,9 +464,6 @@ class StorageNode:
         self.eventual.purged += self.lww.purge(old)
         if self.node_id in self.kv.storage_nodes:  # a removed node's data is behind
             usage_reports.publish(self.zk, self.node_id, counts)
-
-    def _check_shard(self, shard: int, field: str = "") -> None:
-        check_shard(shard, self.kv.shards, field)
 
     def status(self) -> pb.NodeStatusResponse:
 

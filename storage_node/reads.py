@@ -16,11 +16,10 @@ from collections.abc import Callable, Iterator
 from rocksdict import Checkpoint, Options, Rdict
 
 from catalog import registry
-from catalog.routing import log_of
+from catalog.routing import check_shard, log_of
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
 from storage_node.apply import apply
-from storage_node.eventual_service import check_shard
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_PAGE_MAX, SHARD_SCAN_ROWS_MAX
 from storage_node.model import Record
 from storage_node.store import BatchView, NodeStore

@@ -207,10 +207,6 @@ class BatchView:
     def digest(self, shard: int) -> int:
         return self.digests[shard] if shard in self.digests else self.store.digest(shard)
 
-    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
-        mine = self.events.get((shard, dataset), {})
-        return mine[event_id] if event_id in mine else self.store.event(shard, dataset, event_id)
-
     def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
         batch = self.events.get((shard, dataset))
         if not batch:

@@ -29,9 +29,6 @@ class MemState:
         self.digests: dict[int, int] = {}
         self.events: dict[tuple[int, str, bytes], Event] = {}
 
-    def event(self, shard: int, dataset: str, event_id: bytes) -> Event | None:
-        return self.events.get((shard, dataset, event_id))
-
     def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
         return {e: self.events[(shard, dataset, e)] for e in event_ids if (shard, dataset, e) in self.events}
 

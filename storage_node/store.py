@@ -174,7 +174,9 @@ class BatchView:
         # Event ids recorded (an Event) or aged out (None) by this batch, their order-index
         # entries added and removed, and the counts per (shard, dataset).
         self.events: dict[tuple[int, str], dict[bytes, Event | None]] = {}  # by (shard, dataset)
-        self.event_order: dict[tuple[int, str], list[tuple[int, int, bytes, int]]] = {}
+        # Per record that recorded ids, in log order: (position, log time, its ids -> Event),
+        # the ids in seq order (apply records them so); one O chunk each at commit.
+        self.event_order: dict[tuple[int, str], list[tuple[int, int, dict[bytes, Event]]]] = {}
         self.event_order_gone: dict[tuple[int, str], set[tuple[int, int]]] = {}
         self.event_counts: dict[tuple[int, str], int] = {}
         # The store's ids by age, read once per batch as far as asked (a RocksDB iterator
@@ -234,12 +236,13 @@ class BatchView:
             if (e[0], e[1]) not in gone:
                 got += 1
                 yield e
-        for pos, seq, eid, ts in self.event_order.get((shard, dataset), ()):
-            if got >= n:
-                return
-            if (pos, seq) not in gone:
-                got += 1
-                yield pos, seq, eid, ts
+        for pos, ts, evs in self.event_order.get((shard, dataset), ()):
+            for eid, ev in evs.items():
+                if got >= n:
+                    return
+                if (pos, ev.seq) not in gone:
+                    got += 1
+                    yield pos, ev.seq, eid, ts
 
     def _held_oldest(self, shard: int, dataset: str) -> Iterator[tuple[int, int, bytes, int]]:
         """The store's ids oldest first (as before this batch: it writes nothing until
@@ -286,8 +289,10 @@ class BatchView:
                 batch[eid] = None
                 self.event_order_gone.setdefault((shard, ds), set()).add((pos, seq))
             batch.update(applied.events)
-            self.event_order.setdefault((shard, ds), []).extend(
-                (e.position, e.seq, eid, e.ts_ms) for eid, e in applied.events.items())
+            if applied.events:  # all of one record: one position, one log time
+                first = next(iter(applied.events.values()))
+                self.event_order.setdefault((shard, ds), []).append((first.position, first.ts_ms,
+                                                                     applied.events))
         if applied.event_count >= 0:
             self.event_counts[(shard, applied.dataset)] = applied.event_count
 
@@ -376,7 +381,7 @@ class BatchView:
         """One entry per record that recorded ids: this batch's records' ids still held,
         and the older entries that lost ids (aged out, or recorded again) rewritten."""
         for (shard, ds), gone in self.event_order_gone.items():
-            mine = {pos for pos, _, _, _ in self.event_order.get((shard, ds), ())}
+            mine = {pos for pos, _, _ in self.event_order.get((shard, ds), ())}
             older: dict[int, set[int]] = {}
             for pos, seq in gone:
                 if pos not in mine:
@@ -392,13 +397,11 @@ class BatchView:
                 else:
                     wb.delete(key)
         for (shard, ds), order in self.event_order.items():
-            gone = self.event_order_gone.get((shard, ds), set())
-            by_pos: dict[int, tuple[int, list[tuple[int, bytes]]]] = {}
-            for pos, seq, eid, ts in order:
-                if (pos, seq) not in gone:
-                    by_pos.setdefault(pos, (ts, []))[1].append((seq, eid))
-            for pos, (ts, ids) in by_pos.items():
-                wb.put(keys.event_chunk_key(shard, ds, pos), keys.encode_event_chunk(ts, sorted(ids)))
+            lost = self.event_order_gone.get((shard, ds))
+            for pos, ts, evs in order:
+                ids = [(e.seq, eid) for eid, e in evs.items() if not lost or (pos, e.seq) not in lost]
+                if ids:
+                    wb.put(keys.event_chunk_key(shard, ds, pos), keys.encode_event_chunk(ts, ids))
 
 
 _EVENT = struct.Struct(">QQI")

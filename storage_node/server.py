@@ -89,7 +89,7 @@ def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
 
 def add_health(server: grpc.Server, node: StorageNode) -> None:
     """Health (SERVING once registered and caught up with its logs) and reflection."""
-    serve_health(server, ["midtown.kv.v1.Storage"], node.ready, node._stop)
+    serve_health(server, ["midtown.kv.v1.Storage"], node.ready, node.state.stop)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -108,21 +108,26 @@ def test_entries_within_the_window_stay_and_older_ones_go() -> None:
 def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> None:
     from types import SimpleNamespace
 
-    from storage_node.node import StorageNode
+    from catalog.registry import KvTopology
+    from runtime.inprocess import Local
+    from storage_node.apply_loop import ApplyLoop
+    from storage_node.settings import Settings
+    from storage_node.state import NodeState
 
     calls: list[tuple[int, int, int]] = []
     expired: list[tuple[int, int, int]] = []
     view = SimpleNamespace(reclaim=lambda log_id, before, limit: calls.append((log_id, before, limit)) or 2,
                            reclaim_expired=lambda *a: expired.append(a) or 1)
-    node = SimpleNamespace(_next_reclaim=0.0, kv_logs=3, reclaimed=0,
-                           positions={0: (5, 10 * W), 1: (7, 20 * W), 2: (0, 0)})
-    StorageNode._reclaim(node, view, {1: (9, 30 * W)})  # type: ignore[arg-type]
+    state = NodeState(0, Settings(), None, None, KvTopology(64, (0, 1, 2), 3), 3, 3,  # type: ignore[arg-type]
+                      positions={0: (5, 10 * W), 1: (7, 20 * W), 2: (0, 0)})
+    loop = ApplyLoop(state, None, lambda code, why: None, Local(), Local())  # type: ignore[arg-type]
+    loop._reclaim(view, {1: (9, 30 * W)})  # type: ignore[arg-type]
     # Log 1 at the log time of this batch, log 0 at its last applied one; log 2 has
     # applied nothing yet.
     assert [(lg, b) for lg, b, _ in calls] == [(0, dedup_cutoff(10 * W)), (1, dedup_cutoff(30 * W))]
     assert [(lg, b) for lg, b, _ in expired] == [(0, 10 * W + 1), (1, 30 * W + 1)]
-    assert node.reclaimed == 6
-    StorageNode._reclaim(node, view, {1: (10, 31 * W)})  # type: ignore[arg-type]
+    assert state.reclaimed == 6
+    loop._reclaim(view, {1: (10, 31 * W)})  # type: ignore[arg-type]
     assert len(calls) == 2  # not again within RECLAIM_INTERVAL_S
 
 

@@ -98,6 +98,14 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         assert _applied(tc, "storage-2", log_id) > p2
         items = _scan_on(tc, "storage-2", d.id, shard_of(d.id, b"k", 64))
         assert len(items) == 100 and items[b"99"] == b"w" and items[b"0"] == b"v"
+        # Its reads know the positions it applied since the copy (a read that must wait for
+        # one would otherwise wait for good): asked at the position it reports, it answers.
+        applied = _applied(tc, "storage-2", log_id)
+        r = kv_pb2_grpc.StorageStub(grpc.insecure_channel(tc.procs["storage-2"].addr)).Read(
+            pb.ReadRequest(dataset=d.id, shard=shard_of(d.id, b"k", 64), partition_key=b"k",
+                           op=pb.Op(get=pb.GetOp(local_key=b"99")), min_position=applied, wait_ms=5000),
+            timeout=10)
+        assert r.position >= applied and r.result.value.value == b"w"
         # It reports its positions again, so truncation goes on.
         first = logs.status()[log_id]["first"]
         for i in range(100, 130):

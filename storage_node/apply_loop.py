@@ -1,0 +1,217 @@
+"""A storage node's apply loop: a thread per log tails it (a Read stream from its writer,
+or straight from the writer's store when that runs in this process), and one applier, run
+by the tail threads themselves (group commit), applies every log's new entries strictly in
+order and persists each batch's effects with each log's new position in one atomic write
+batch, synced before the positions are published (storage_node/bookkeeping.py publishes
+them). After a crash the node resumes from the saved positions: nothing applied twice,
+nothing skipped. Results go back to the coordinator named in each record.
+
+The pure step, a record to its effects, is storage_node/apply.py; this is the shell that
+feeds it and writes what it returns."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import grpc
+
+from catalog.routing import answers_for
+from log import limits as log_limits
+from log.entry import Entry
+from log.group_commit import GroupCommit
+from log.node import Node, Unavailable
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import log_pb2
+from runtime import inprocess, loops
+from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
+from storage_node import codec, keys, reclaim
+from storage_node.apply import apply
+from storage_node.callbacks import AnswerTaker, Callbacks
+from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS
+from storage_node.lww import LwwReplica
+from storage_node.metrics import APPLIED, POSITION
+from storage_node.model import RecordResult
+from storage_node.state import NodeState
+from storage_node.store import BatchView
+
+log = logging.getLogger("midtown.storage.apply")
+# Entries from a Read stream, or straight from the log server in this process.
+Entries = list[log_pb2.Entry] | list[Entry]
+
+
+class ApplyLoop:
+    def __init__(self, state: NodeState, lww: LwwReplica, on_fatal: Fatal,
+                 local_log: inprocess.Local[Node], local_answers: inprocess.Local[AnswerTaker]) -> None:
+        """`lww`: the eventual datasets' replica (a dropped dataset's values go by ranges);
+        `local_log`, `local_answers`: the log server and the coordinator of this process, if
+        any (the host layout); `on_fatal(code, why)`: when the node must not go on."""
+        self.state = state
+        self.lww = lww
+        self._fatal = on_fatal
+        self.local_log = local_log
+        self.local_answers = local_answers
+        self.callbacks = Callbacks()
+        self._next_reclaim = 0.0
+        self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
+            self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
+
+    def start(self) -> None:
+        for log_id in range(self.state.kv_logs):  # the logs that carry shards; the others, never
+            loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
+
+    def _answers_for(self, shard: int) -> bool:
+        """Whether this node sends the results of `shard`'s records to their coordinators."""
+        s = self.state
+        return answers_for(s.node_id, shard, s.kv.storage_nodes, CALLBACK_REPLICAS)
+
+    def tail(self, log_id: int) -> None:
+        backoff = 0.1
+        while not self.state.stop.is_set():
+            pos = self.state.positions[log_id][0]
+            addr = self.state.logs.writer_addr(log_id, refresh=True)
+            if addr is None:
+                time.sleep(backoff)
+                continue
+            local = self.local_log.at(addr)
+            if local is not None:
+                if self._tail_in_process(local, log_id):
+                    backoff = 0.1
+                else:
+                    time.sleep(backoff)  # ZooKeeper still names it, but it stopped writing
+                    backoff = min(backoff * 2, 1.0)
+                continue
+            try:
+                stream = self.state.logs.stub(addr).Read(
+                    log_pb2.ReadRequest(log_id=log_id, from_position=pos, follow=True)
+                )
+                for resp in stream:
+                    if self.state.stop.is_set():
+                        stream.cancel()
+                        return
+                    if resp.entries:
+                        self._apply_entries(log_id, list(resp.entries))
+                    backoff = 0.1
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+                    self._behind_truncation(log_id, e.details())
+                else:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+
+    def _tail_in_process(self, node: Node, log_id: int) -> bool:
+        """Tail a log whose writer runs in this process (midtown.cluster.host): its committed
+        entries straight from its store, no stream. Returns when it stops writing the log:
+        whether it applied anything."""
+        cond = node.conds[log_id]
+        applied = False
+        while not self.state.stop.is_set():
+            d = node.writers.get(log_id)
+            if d is None or d.failed.is_set():
+                return applied  # the writer moved: look it up again
+            pos = self.state.positions[log_id][0]
+            if pos < node.replica.first(log_id):
+                self._behind_truncation(log_id, f"position {pos} is truncated")
+            end = node.committed_end(log_id)
+            if pos > end:
+                with cond:
+                    if node.committed_end(log_id) < pos:
+                        cond.wait(0.5)
+                continue
+            try:
+                entries = node.read_committed(
+                    log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
+            except Unavailable as e:
+                log.warning("log %d: %s", log_id, e)
+                return applied
+            inprocess.used("tail")
+            self._apply_entries(log_id, entries)
+            applied = True
+        return applied
+
+    def _behind_truncation(self, log_id: int, why: str) -> None:
+        """A member is never truncated past (it publishes its positions); only a node that
+        was taken out of the membership gets here. It stops: started again, it bootstraps."""
+        self._fatal(EXIT_BEHIND_TRUNCATION, f"log {log_id}: {why}; this node is behind a truncation "
+                    "and stops: start it again to bootstrap from a peer")
+
+    def _apply_entries(self, log_id: int, entries: Entries) -> None:
+        """Apply what a tail thread received; returns once it is written. Entries that
+        other logs' tail threads received meanwhile are applied in the same batch."""
+        try:
+            self._group.call((log_id, entries))
+        except Exception:
+            log.exception("apply failed")
+            # Restart from the saved positions rather than diverge.
+            self._fatal(EXIT_APPLY_FAILED, "apply failed; stopping this node")
+
+    def _apply_group(self, items: list[tuple[int, Entries]]) -> list[None]:
+        """One batch for every log: each log's entries in order, written with one atomic
+        write batch that also holds every log's new position."""
+        self.apply(items)
+        return [None] * len(items)
+
+    def apply(self, items: list[tuple[int, Entries]]) -> None:
+        view = BatchView(self.state.store)
+        out: dict[str, list[pb.RecordResult]] = {}
+        near: dict[str, list[RecordResult]] = {}  # to coordinators in this process
+        new: dict[int, tuple[int, int]] = {}
+        for log_id, entries in items:
+            expected = new.get(log_id, self.state.positions[log_id])[0]
+            entries = [e for e in entries if e.position >= expected]
+            if not entries:
+                continue  # a stream restarted and sent again what was already applied
+            assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
+            for e in entries:
+                try:
+                    rec = codec.record_from_bytes(e.payload)
+                except Exception:  # not a record every replica can decode: a no-op everywhere
+                    log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
+                    continue
+                applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
+                view.add(applied, rec.shard, e.timestamp_ms, log_id)
+                if not applied.positions:
+                    self.state.last_data[log_id] = e.position
+                if rec.callback and applied.result is not None:
+                    if self.local_answers.at(rec.callback) is not None:  # always: it costs no call
+                        near.setdefault(rec.callback, []).append(applied.result)
+                    elif self._answers_for(rec.shard):
+                        out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
+            new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
+            APPLIED.labels(log=str(log_id)).inc(len(entries))
+            POSITION.labels(log=str(log_id)).set(entries[-1].position + 1)
+        if not new:
+            return
+        self._reclaim(view, new)
+        with self.state.commit_lock:  # a shard scan sees a batch whole, with its positions, or not at all
+            view.commit(new)  # effects and positions, atomically
+            self.state.positions.update(new)
+        dropped_eventual = {keys.shard_of_key(p) for p in view.dropped if p[:1] == b"E"}
+        if dropped_eventual:  # a dropped dataset's eventual values went by ranges
+            self.lww.rehash(dropped_eventual)
+        self.state.member_positions.update(view.member_positions)
+        with self.state.cond:
+            self.state.cond.notify_all()
+        for addr, results in out.items():
+            self.callbacks.send(addr, results)
+        for addr, mine in near.items():
+            taker = self.local_answers.at(addr)
+            if taker is not None:
+                inprocess.used("answer")
+                taker.deliver(mine)
+
+    def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
+        """Now and then, delete in this batch the dedup entries no record can match and the
+        values no read can see any more (storage_node/reclaim.py)."""
+        now = time.monotonic()
+        if now < self._next_reclaim:
+            return
+        self._next_reclaim = now + reclaim.RECLAIM_INTERVAL_S
+        for log_id in range(self.state.kv_logs):
+            ts = new.get(log_id, self.state.positions[log_id])[1]
+            if ts:
+                self.state.reclaimed += view.reclaim(log_id, reclaim.dedup_cutoff(ts),
+                                               reclaim.RECLAIM_BATCH_MAX)
+                self.state.reclaimed += view.reclaim_expired(log_id, reclaim.expiry_cutoff(ts),
+                                                       reclaim.RECLAIM_BATCH_MAX)

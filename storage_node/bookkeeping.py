@@ -1,0 +1,148 @@
+"""A storage node's bookkeeping, in rounds beside the apply loop (storage_node/apply_loop.py):
+publish its durable positions into the logs and truncate them below every member's
+(positions_round, which also appends the drop records of dropped datasets), measure how far
+behind each log's writer it is and whether its shards agree with a peer's (measure), and
+count what each dataset stores here for the quotas (usage_round). Each runs in a loop that
+retries with backoff (runtime/loops.py): a lost ZooKeeper session or an unreachable log
+never stops one for good; none of them changes what the node has applied."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Iterator
+
+from catalog import datasets, registry
+from catalog import usage as usage_reports
+from catalog.routing import shards_of_log
+from log.client import LogError
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc, log_pb2
+from runtime import loops, transport
+from storage_node import codec, lww, usage
+from storage_node.eventual_service import EventualService
+from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S
+from storage_node.lww import LwwReplica
+from storage_node.metrics import DIVERGED, EVENT_IDS, LAG
+from storage_node.model import Drop, Position, Record
+from storage_node.state import NodeState
+from storage_node.truncation import needs_publish, truncation_point
+
+log = logging.getLogger("midtown.storage.bookkeeping")
+
+
+class Bookkeeping:
+    def __init__(self, state: NodeState, lww: LwwReplica, eventual: EventualService) -> None:
+        self.state = state
+        self.lww = lww
+        self.eventual = eventual
+        self._published: dict[int, int] = {}  # log -> position last published there
+        self._truncated: dict[int, int] = {}  # log -> position last truncated below
+
+    def start(self) -> None:
+        s = self.state
+        loops.every("positions", s.settings.position_interval_s, self.positions_round, s.stop)
+        # Counting reads every key: on a node holding much, it runs less often, at most
+        # USAGE_DUTY of the time, and at least every USAGE_INTERVAL_MAX_S.
+        loops.every("usage", s.settings.usage_interval_s, self.usage_round, s.stop,
+                    first_at_once=True, duty=USAGE_DUTY, max_interval_s=USAGE_INTERVAL_MAX_S)
+        loops.every("lag", LAG_INTERVAL_S, self.measure, s.stop, first_at_once=True)
+
+    def positions_round(self) -> None:
+        """Publish this node's durable position into each log it has applied data from,
+        and truncate each log below the lowest position of every member, never while a
+        member's position is unknown (a node that is down holds truncation back).
+        ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
+        s, published, truncated = self.state, self._published, self._truncated
+        s.kv = registry.read_kv(s.zk) or s.kv  # membership changes (node remove)
+        self._append_drops()
+        durable = {i: p for i, (p, _) in s.positions.items()}
+        s.store.sync()  # only positions made durable are published (DESIGN.md)
+        for log_id in range(s.log_count):
+            pos = durable[log_id]
+            if needs_publish(s.last_data.get(log_id), published.get(log_id)):
+                rec = Record(b"", "", "", 0, b"", (Position(s.node_id, pos),))
+                try:
+                    s.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
+                    published[log_id] = pos
+                except LogError as e:
+                    log.debug("publishing position of log %d: %s", log_id, e)
+            low = truncation_point(s.member_positions, log_id, s.kv.storage_nodes)
+            if low is not None and low > truncated.get(log_id, 0):
+                try:
+                    truncated[log_id] = s.logs.truncate(log_id, low)
+                except LogError as e:
+                    log.debug("truncating log %d: %s", log_id, e)
+
+    def _append_drops(self) -> None:
+        """Put a drop record for each dataset dropped more than DROP_DELAY_S ago into every
+        log that has not applied one: applying it deletes the dataset's keys in that log's
+        shards, at the same point of the log on every replica. The delay lets requests that
+        were already under way when it was dropped come first. Any node may append one;
+        a second one deletes nothing more."""
+        s = self.state
+        try:
+            due = [i for i, at in datasets.dropped(s.zk)
+                   if time.time() * 1000 - at >= s.settings.drop_delay_s * 1000]
+            for dataset_id in due:
+                pending = [lg for lg in range(s.kv_logs)
+                           if not s.store.drop_applied(lg, dataset_id)]
+                if not pending:
+                    # In every log now: every member applies it from there (the logs are
+                    # not truncated past a member), so the note has done its work.
+                    datasets.forget_drop(s.zk, dataset_id)
+                for log_id in pending:
+                    shards = shards_of_log(log_id, s.kv.shards, s.kv_logs)
+                    rec = Record(b"", "", dataset_id, shards[0] if shards else 0, b"", (Drop(shards),))
+                    s.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
+        except Exception as e:  # ZooKeeper or a log unavailable: the next interval tries again
+            log.debug("dropping datasets: %s", e)
+
+    def measure(self) -> None:
+        """How far behind each log's writer this node is (health and metrics), whether its
+        shards' digests agree with a peer's at the same positions, and its event ids."""
+        s = self.state
+        lag = {}
+        for log_id in range(s.kv_logs):
+            addr = s.logs.writer_addr(log_id, refresh=True)
+            if addr is None:
+                continue
+            last = s.logs.stub(addr).Tail(log_pb2.TailRequest(log_id=log_id), timeout=2).last
+            lag[log_id] = max(0, int(last) + 1 - s.positions[log_id][0])
+            LAG.labels(log=str(log_id)).set(lag[log_id])
+        s.lag.clear()
+        s.lag.update(lag)
+        peers = s.peers(members_only=True)
+        if peers:
+            theirs = kv_pb2_grpc.StorageStub(transport.channel(random.choice(peers))).Status(
+                pb.NodeStatusRequest(), timeout=5)
+            mine = {shard: (pos, digest) for shard, _, pos, digest in s.shard_digests()}
+            DIVERGED.set(sum(1 for t in theirs.shards if mine.get(t.shard, (None, 0))[0] == t.position
+                             and mine[t.shard][1] != t.digest))
+        held: dict[str, int] = {}
+        for _, dataset, n in s.store.event_counts():
+            held[dataset] = held.get(dataset, 0) + n
+        for dataset, n in held.items():
+            EVENT_IDS.labels(dataset=dataset.rsplit("#", 1)[0]).set(n)
+
+    def usage_round(self) -> None:
+        """Now and every usage interval: note that this node is up, count what each dataset
+        takes here and publish it for the quota checks (coordinator/quotas.py), and purge
+        the eventual tombstones and expired values older than the grace, seen on the way.
+        Purging comes before publishing, so a ZooKeeper outage does not hold it back."""
+        s = self.state
+        now_ms = int(time.time() * 1000)
+        s.store.set_last_up(now_ms)
+        old: list[tuple[bytes, bytes]] = []
+
+        def watch(items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+            for k, v in items:
+                if (k[:1] == b"E" and len(old) < lww.PURGE_BATCH_MAX
+                        and lww.purgeable(v, now_ms, self.lww.grace_ms)):
+                    old.append((k, v))
+                yield k, v
+        counts = usage.tally(watch(usage.data_items(s.store)))
+        self.eventual.purged += self.lww.purge(old)
+        if s.node_id in s.kv.storage_nodes:  # a removed node's data is behind
+            usage_reports.publish(s.zk, s.node_id, counts)

@@ -1,0 +1,70 @@
+"""What the parts of one storage node share: its store, its position in each log, the
+membership it last read, and the locks and signals between the apply loop
+(storage_node/apply_loop.py), the bookkeeping rounds (storage_node/bookkeeping.py) and the
+reads (storage_node/reads.py). One object, built by StorageNode and handed to each part:
+the applier is the only writer of the positions; the others read them.
+
+The dictionaries are updated in place, never rebound (a bootstrap replaces the positions'
+contents): every part holds the same ones."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient
+
+from catalog import registry
+from catalog.registry import KvTopology
+from catalog.routing import log_of
+from log.client import LogClient
+from storage_node.settings import Settings
+from storage_node.store import NodeStore
+
+
+@dataclass
+class NodeState:
+    node_id: int
+    settings: Settings
+    logs: LogClient  # the log servers (and the ZooKeeper session, logs.zk)
+    store: NodeStore
+    kv: KvTopology  # shards, members and logs; re-read by the bookkeeping rounds
+    log_count: int  # every log of the cluster
+    kv_logs: int  # the logs that carry shards (the first kv_logs of them)
+    # log -> (next position to apply, log time of the last applied entry), as durable as
+    # the last batch committed.
+    positions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # (log, node) -> the position each member published in that log (for truncation).
+    member_positions: dict[tuple[int, int], int] = field(default_factory=dict)
+    last_data: dict[int, int] = field(default_factory=dict)  # log -> position of the last data record
+    reclaimed: int = 0  # dedup entries reclaimed since start
+    lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
+    cond: threading.Condition = field(default_factory=threading.Condition)  # notified after each batch
+    commit_lock: threading.Lock = field(default_factory=threading.Lock)  # a batch commits whole
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def zk(self) -> KazooClient:
+        return self.logs.zk
+
+    def reload_positions(self) -> None:
+        """The positions and members' positions as the store holds them (after a bootstrap
+        copied a peer's state), in place."""
+        self.positions.clear()
+        self.positions.update({i: self.store.next_position(i) for i in range(self.log_count)})
+        self.member_positions.clear()
+        self.member_positions.update(self.store.member_positions())
+
+    def shard_digests(self) -> list[tuple[int, int, int, int]]:
+        """(shard, its log, the position applied, the shard's digest there) of every shard:
+        two replicas at the same position must have the same digest."""
+        out = []
+        for shard in range(self.kv.shards):
+            lg = log_of(shard, self.kv_logs)
+            out.append((shard, lg, self.positions[lg][0], self.store.digest(shard)))
+        return out
+
+    def peers(self, members_only: bool = False) -> list[str]:
+        """The addresses of the other storage nodes that are up."""
+        return [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+                if nid != self.node_id and (not members_only or nid in self.kv.storage_nodes)]

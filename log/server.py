@@ -18,9 +18,10 @@ from google.protobuf.message import DecodeError
 
 from log import codec, limits, reading
 from log import zk as zkpaths
+from log.catch_up import Unavailable
 from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
-from log.node import Node, Unavailable
+from log.node import Node
 from midtown_pb import log_pb2 as pb
 from runtime import metrics, refusals, transport
 from runtime.health import serve_health
@@ -158,7 +159,7 @@ class Services:
         out = pb.StatusResponse(server_id=node.server_id)
         for log_id in range(node.topo.logs):
             meta = node.meta.get(log_id)
-            w = node.writer_cache.get(log_id)
+            w = node.election.writer_cache.get(log_id)
             out.logs.append(
                 pb.LogStatus(
                     log_id=log_id,
@@ -167,7 +168,7 @@ class Services:
                     first_position=node.replica.first(log_id),
                     last_position=node.committed_end(log_id),
                     replicas=[pb.ReplicaPosition(server_id=node.server_id,
-                                                 position=node.filled.get(log_id, -1))],
+                                                 position=node.catch_up.filled.get(log_id, -1))],
                 )
             )
         return out

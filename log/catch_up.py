@@ -1,0 +1,126 @@
+"""Reading what a log has committed, and catching up: the committed end of a log as this
+server knows it (its replica's last-add-confirmed, or its own writer's), committed entries
+read from the local store with whatever this replica misses fetched from its peers, and a
+loop that fills this replica's gaps (it was down, or missed messages) so that every
+committed entry ends up on every replica."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from log import codec, limits, reading
+from log.driver import WriterDriver
+from log.entry import Entry
+from log.messages import ReadRange
+from log.metadata import LogMetadata
+from log.peers import Peers
+from log.replica import ReplicaCore
+from log.rocks_store import RocksStore
+
+log = logging.getLogger("midtown.log.catch_up")
+
+CATCHUP_POLL_S = 1.0
+
+
+class Unavailable(Exception):
+    pass
+
+
+class CatchUp:
+    def __init__(self, server_id: int, logs: int, store: RocksStore, replica: ReplicaCore,
+                 rlock: threading.Lock, meta: dict[int, LogMetadata], writers: dict[int, WriterDriver],
+                 peers: Peers, stop: threading.Event) -> None:
+        """`meta`, `writers`: the server's, shared with it; `rlock`: the lock over its
+        replica side (a fill is a replica operation)."""
+        self.server_id = server_id
+        self.logs = logs
+        self.store = store
+        self.replica = replica
+        self.rlock = rlock
+        self.meta = meta
+        self.writers = writers
+        self.peers = peers
+        self.stop_event = stop
+        self.filled: dict[int, int] = {}  # log -> every position up to here is on this replica
+
+    def committed_end(self, log_id: int) -> int:
+        meta = self.meta.get(log_id)
+        if meta is None:
+            return limits.FIRST_POSITION - 1
+        seg = meta.last_segment
+        lac = -1
+        if seg is not None and not seg.sealed:
+            lac = self.replica.lac(log_id, seg.epoch)
+            d = self.writers.get(log_id)
+            if d is not None and d.core.epoch == seg.epoch:
+                lac = max(lac, d.core.lac)
+        return reading.committed_end(meta, lac)
+
+    def read_committed(self, log_id: int, lo: int, hi: int) -> list[Entry]:
+        """Committed entries [lo, hi] (the caller checked hi <= committed end), from the
+        local store, fetching from peers whatever this replica is missing."""
+        meta = self.meta[log_id]
+        out: list[Entry] = []
+        p = lo
+        while p <= hi:
+            seg = meta.segment_of(p)
+            if seg is None:
+                raise Unavailable(f"position {p} is in no segment of log {log_id}")
+            seg_hi = hi if seg.end is None else min(hi, seg.end)
+            got = self.store.range(log_id, seg.epoch, p, seg_hi)
+            if len(got) != seg_hi - p + 1:
+                have = {e.position for e in got}
+                missing = [q for q in range(p, seg_hi + 1) if q not in have]
+                got += self._fetch(log_id, seg.epoch, missing, seg.replicas)
+                got.sort(key=lambda e: e.position)
+                if len(got) != seg_hi - p + 1:
+                    raise Unavailable(
+                        f"log {log_id}: no live replica holds positions {missing[0]}..{missing[-1]}"
+                    )
+            out += got
+            p = seg_hi + 1
+        return out
+
+    def _fetch(self, log_id: int, seg_epoch: int, missing: list[int],
+               replicas: tuple[int, ...]) -> list[Entry]:
+        found: dict[int, Entry] = {}
+        for r in replicas:
+            if r == self.server_id or len(found) == len(missing):
+                continue
+            stub = self.peers.stub(r)
+            if stub is None:
+                continue
+            want = [q for q in missing if q not in found]
+            try:
+                rep = stub.ReadRange(
+                    codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, want[0], want[-1])),
+                    timeout=limits.REPLICA_RPC_TIMEOUT_S,
+                )
+            except grpc.RpcError:
+                continue
+            for e in codec.read_reply_from_pb(rep).entries:
+                if e.position in want:
+                    found[e.position] = e
+        if found:
+            with self.rlock:
+                self.replica.fill(log_id, list(found.values()))
+        return list(found.values())
+
+    def loop(self) -> None:
+        """Fill this replica's gaps (it was down, or missed messages) from its peers, so
+        every committed entry ends up on every replica."""
+        while not self.stop_event.wait(CATCHUP_POLL_S):
+            for log_id in range(self.logs):
+                try:
+                    end = self.committed_end(log_id)
+                    lo = max(self.filled[log_id] + 1, self.replica.first(log_id))
+                    while lo <= end and not self.stop_event.is_set():
+                        hi = min(end, lo + limits.MESSAGE_ENTRIES_MAX - 1)
+                        self.read_committed(log_id, lo, hi)
+                        self.filled[log_id] = hi
+                        lo = hi + 1
+                except Exception as e:
+                    log.debug("catch-up of log %d: %s", log_id, e)

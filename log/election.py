@@ -1,0 +1,150 @@
+"""Which log server writes each log: an election through ZooKeeper, run by every log
+server. A vacant log (no writer node) is claimed by creating its ephemeral writer node,
+after a delay that grows with the server's rank in the log's preferred order, and by
+taking the next epoch with a versioned write of the log's metadata; the claimant then
+recovers the log as its writer (log/driver.py, log/writer.py) and announces it. A writer
+that failed gives its node up, and its epochs are remembered as a floor: the next claim
+takes a higher one. Watches on the writer nodes wake the loop; a poll covers backoffs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from log import limits
+from log import zk as zkpaths
+from log.driver import WriterDriver
+from log.metadata import LogMetadata
+from log.writer import Writer
+
+log = logging.getLogger("midtown.log.election")
+
+ELECTION_POLL_S = 0.25
+WRITER_REFRESH_S = 5.0
+
+
+class Election:
+    def __init__(self, server_id: int, addr: str, zk: KazooClient, topo: zkpaths.Topology,
+                 writers: dict[int, WriterDriver], meta: dict[int, LogMetadata],
+                 zk_ok: Callable[[], bool], new_driver: Callable[[Writer], WriterDriver],
+                 stop: threading.Event) -> None:
+        """`writers`, `meta`: the server's writers and the logs' metadata as last seen,
+        shared with it (this adds and removes writers); `new_driver`: a driver for a
+        writer core, wired to the server."""
+        self.server_id = server_id
+        self.addr = addr
+        self.zk = zk
+        self.topo = topo
+        self.writers = writers
+        self.meta = meta
+        self.zk_ok = zk_ok
+        self.new_driver = new_driver
+        self.stop_event = stop
+        self.epoch_floor: dict[int, int] = {}  # highest fenced epoch seen per log
+        # Each log's writer node as last seen by a watch (no entry: not seen yet).
+        self.writer_cache: dict[int, dict | None] = {}
+        self._wake = threading.Event()
+
+    def writer_watch(self, log_id: int) -> Callable[[bytes | None, Any], None]:
+        """A ZooKeeper data watch on `log_id`'s writer node: note it, wake the loop."""
+        def watch(data: bytes | None, stat: Any) -> None:
+            self.writer_cache[log_id] = json.loads(data) if data else None
+            self._wake.set()
+        return watch
+
+    def loop(self) -> None:
+        vacant_since: dict[int, float] = {}
+        backoff_until: dict[int, float] = {}
+        next_refresh = 0.0
+        while not self.stop_event.is_set():
+            # Watches wake the loop at once; the poll is for backoffs and failed writers.
+            self._wake.wait(ELECTION_POLL_S)
+            self._wake.clear()
+            if not self.zk_ok():
+                continue
+            now = time.monotonic()
+            if now >= next_refresh:  # a safety net under the watches
+                self.writer_cache.clear()
+                next_refresh = now + WRITER_REFRESH_S
+            for log_id in range(self.topo.logs):
+                try:
+                    self._elect_one(log_id, now, vacant_since, backoff_until)
+                except Exception as e:  # ZooKeeper hiccup: try again next round
+                    log.debug("election for log %d: %s", log_id, e)
+
+    def _elect_one(self, log_id: int, now: float, vacant_since: dict[int, float],
+                   backoff_until: dict[int, float]) -> None:
+        d = self.writers.get(log_id)
+        if d is not None and d.failed.is_set():
+            del self.writers[log_id]
+            floor = max(self.epoch_floor.get(log_id, 0), d.core.highest_epoch_seen)
+            self.epoch_floor[log_id] = floor
+            self._relinquish(log_id)
+            backoff_until[log_id] = now + 1.0
+            d = None
+        if log_id in self.writer_cache:
+            w = self.writer_cache[log_id]
+        else:
+            w = self.writer_cache[log_id] = zkpaths.read_writer(self.zk, log_id)
+        if w is not None:
+            vacant_since.pop(log_id, None)
+            if w["server"] == self.server_id and d is None:
+                # Ours from before a suspension: give it up so a fresh epoch is taken.
+                self._relinquish(log_id)
+            return
+        since = vacant_since.setdefault(log_id, now)
+        rank = self.topo.preferred_rank(log_id, self.server_id)
+        if now - since < rank * limits.ELECTION_BACKOFF_S or now < backoff_until.get(log_id, 0):
+            return
+        self._claim(log_id)
+
+    def _relinquish(self, log_id: int) -> None:
+        self.writer_cache.pop(log_id, None)
+        try:
+            data, _ = self.zk.get(zkpaths.writer_path(log_id))
+            if json.loads(data)["server"] == self.server_id:
+                self.zk.delete(zkpaths.writer_path(log_id))
+        except NoNodeError:
+            pass
+
+    def announce_writer(self, log_id: int, epoch: int) -> None:
+        """Recovery is over: say so in the writer node (readiness, `log status`)."""
+        body = {"server": self.server_id, "addr": self.addr, "epoch": epoch, "state": "writing"}
+        try:
+            self.zk.set(zkpaths.writer_path(log_id), json.dumps(body).encode())
+        except Exception as e:  # the session is going away: the election loop cleans up
+            log.warning("announcing writer of log %d: %s", log_id, e)
+
+    def _claim(self, log_id: int) -> None:
+        body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}
+        try:
+            self.zk.create(zkpaths.writer_path(log_id), json.dumps(body).encode(), ephemeral=True)
+        except NodeExistsError:
+            return
+        try:
+            meta, version = zkpaths.read_metadata(self.zk, log_id)
+            new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
+            v = zkpaths.cas_metadata(self.zk, new, version)
+        except Exception:
+            # Whatever went wrong, the writer node must not stay held by a server that does
+            # not write: the log would have no writer and no election.
+            log.exception("claiming log %d", log_id)
+            self._relinquish(log_id)
+            return
+        if v is None:
+            self._relinquish(log_id)
+            return
+        self.writer_cache.pop(log_id, None)
+        self.meta[log_id] = new
+        core = Writer(log_id, new.epoch, new, v, tuple(self.topo.log_servers))
+        d = self.new_driver(core)
+        self.writers[log_id] = d
+        log.info("server %d writes log %d at epoch %d", self.server_id, log_id, new.epoch)
+        d.start()

@@ -6,23 +6,19 @@ ReadIndex; eventual datasets are read and written at their replicas directly."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import replace
-from typing import Any
 
-import grpc
 from prometheus_client import Counter
 
-from catalog import registry, usage
-from catalog.datasets import Dataset, DatasetCache
+from catalog import registry
+from catalog.datasets import Dataset
 from catalog.routing import log_of, shard_of
-from catalog.users import UserCache
-from coordinator import acl, eventual, limits, quotas
+from coordinator import eventual, limits
+from coordinator.admission import Admission
 from coordinator.answers import Answers
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
@@ -30,16 +26,16 @@ from coordinator.checks import (
     Code,
     check_partition,
 )
-from coordinator.ratelimit import RateLimiter
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
+from coordinator.replicas import Replicas
 from log import limits as log_limits
 from log.client import LocalAppends, LogClient, LogError
 from log.group_commit import GroupTimeout
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc, log_pb2
-from runtime import inprocess, transport
+from midtown_pb import log_pb2
+from runtime import inprocess
 from storage_node import codec
 from storage_node.model import (
     Op,
@@ -50,7 +46,6 @@ from storage_node.model import (
     Stored,
 )
 from storage_node.node import StorageNode
-from storage_node.reads import Behind
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -71,9 +66,9 @@ class Coordinator:
         self.addr = addr  # where clients call it (registered in ZooKeeper)
         self.callback_addr = callback_addr or addr  # where storage nodes answer it
         self.logs = LogClient(zk_hosts, local=local_appends)
-        # The log server and the storage node of this process, if any (the host layout).
+        # The log server of this process, if any (the host layout); its storage node is
+        # reached through self.replicas.
         self.local_log: inprocess.Local[Node] = local_log or inprocess.Local()
-        self.local_storage: inprocess.Local[StorageNode] = local_storage or inprocess.Local()
         self.zk = self.logs.zk
         self.log_count = self.logs.topology().logs
         kv = registry.read_kv(self.zk)
@@ -81,24 +76,17 @@ class Coordinator:
             raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
         self.kv = kv
         self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
-        self.datasets = DatasetCache(self.zk)
-        self.usage = usage.UsageCache(self.zk)
-        self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
-        self._quota_lock = threading.Lock()
+        self.admission = Admission(self.zk)
+        self.replicas = Replicas(self.zk, local_storage or inprocess.Local())
         self._appenders: dict[int, Appender] = {}
         self._lock = threading.Lock()
         # Records this coordinator appended with its callback address, by request id: their
         # log and shard. An answer for anything else did not come from a storage node
         # applying our record, and is dropped before it can wake a waiter or be compared.
-        self.answers = Answers(lambda: self._members_or_last())
-        self._storage: dict[str, Any] = {}
-        self._storage_seen: tuple[float, dict[int, str]] = (0.0, {})
+        self.answers = Answers(self.replicas.members_or_last)
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
         self._reads = ReadBatcher(self._read_round)
-        self.limiter = RateLimiter()
-        self.client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
-        self.users = UserCache(self.zk)
         self.stopped = threading.Event()
 
     def start(self) -> None:
@@ -124,62 +112,6 @@ class Coordinator:
                 if a is None:
                     a = self._appenders[log_id] = Appender(self.logs, log_id)
         return a
-
-    def lookup(self, header: pb.RequestHeader) -> Dataset | None:
-        """The request's dataset (from the cache of the catalog), or None: looked up once
-        per request by the service, which hands it to every check and call."""
-        return self.datasets.get(header.dataset) if header.dataset else None
-
-    @staticmethod
-    def need(d: Dataset | None, header: pb.RequestHeader) -> Dataset:
-        """The dataset a request names; a Refusal naming header.dataset if it has none."""
-        if not header.dataset:
-            raise Abort(Code.INVALID_ARGUMENT, "header.dataset: required")
-        if d is None:
-            raise Abort(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
-        return d
-
-    def check_rate(self, d: Dataset | None, peer: str) -> None:
-        """Over a limit: RESOURCE_EXHAUSTED, naming which."""
-        now = time.monotonic()
-        if not self.limiter.allow(("client", peer), self.client_rate_limit, now):
-            raise Abort(Code.RESOURCE_EXHAUSTED,
-                        f"client: over the limit of {self.client_rate_limit:g} requests/s per "
-                        "client; retry later")
-        if d is not None and not self.limiter.allow(("dataset", d.id), d.rate_limit, now):
-            raise Abort(Code.RESOURCE_EXHAUSTED,
-                        f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
-                        "requests/s; retry later")
-
-    def check_quota(self, d: Dataset | None, req: Any) -> None:
-        """A write that can add data to a dataset at or over its storage quota:
-        RESOURCE_EXHAUSTED, marked so that clients do not retry it (coordinator/quotas.py).
-        What the nodes counted last, plus what this coordinator let in since, is what the
-        dataset holds."""
-        written = quotas.writes(req, d.id) if d is not None and d.quota_bytes else []
-        if d is None or not written:
-            return
-        counted, at_ms = quotas.used(*self.usage.reports(), d.id)
-        now_ms = int(time.time() * 1000)
-        with self._quota_lock:
-            holds = counted + self._recent.since(d.id, at_ms - quotas.APPLY_SLACK_MS, now_ms)
-            if not quotas.over(d.quota_bytes, holds):
-                self._recent.add(d.id, now_ms, written)
-                return
-        raise Abort(Code.RESOURCE_EXHAUSTED,
-                    f"header.dataset: {d.name!r} holds {quotas.format_size(holds)}, at or over "
-                    f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
-                    "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)
-
-    def authorize(self, d: Dataset | None, ctx: grpc.ServicerContext, write: bool) -> None:
-        """A dataset with an access list takes only its users' calls (coordinator/acl.py)."""
-        if d is None or not d.acl:
-            return
-        token = acl.bearer(ctx.invocation_metadata())
-        user = self.users.user(token) if token else None
-        refused = acl.decide(d.access, d.name, user, token is not None, write)
-        if refused is not None:
-            raise refused
 
     def request_id(self, header: pb.RequestHeader) -> bytes:
         rid = header.request_id
@@ -289,23 +221,6 @@ class Coordinator:
         """Storage nodes' answers (coordinator/answers.py)."""
         self.answers.deliver(results)
 
-    def _members_or_last(self) -> dict[int, str]:
-        try:
-            return self._storage_members()
-        except Exception:  # ZooKeeper unavailable: the last list seen
-            return self._storage_seen[1]
-
-    def storage_nodes(self) -> list[str]:
-        """Live storage nodes, looked up in ZooKeeper at most once a second."""
-        return list(self._storage_members().values())
-
-    def _storage_members(self) -> dict[int, str]:
-        """Registered storage nodes by id, looked up in ZooKeeper at most once a second."""
-        now = time.monotonic()
-        if now - self._storage_seen[0] > limits.MEMBERS_CACHE_S:
-            self._storage_seen = (now, registry.members(self.zk, registry.STORAGE_NODES))
-        return self._storage_seen[1]
-
     def log_servers(self) -> list[str]:
         now = time.monotonic()
         if now - self._log_servers_seen[0] > limits.MEMBERS_CACHE_S:
@@ -369,58 +284,8 @@ class Coordinator:
             return None
         many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=limits.READ_APPLY_WAIT_MS,
                                   requests=reqs)
-        r = self._first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S)
+        r = self.replicas.first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S)
         return None if r is None else list(r.responses)
-
-    def _first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
-        """The answer of the first storage node that gives one (None: none did)."""
-        for addr in self._storage_order():
-            try:
-                return self._storage_call(addr, method, req, timeout_s)
-            except (grpc.RpcError, Behind, ValueError):
-                continue
-        return None
-
-    def _storage_call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        """A Storage call, made directly when the storage node runs in this process."""
-        local = self.local_storage.at(addr)
-        if local is None:
-            return getattr(self._storage_stub(addr), method)(req, timeout=timeout_s)
-        name, path = _STORAGE_IN_PROCESS[method]
-        if path:
-            inprocess.used(path)
-        return getattr(local, name)(req)
-
-    def _storage_order(self) -> list[str]:
-        """Live storage nodes to read from: the one in this process first, then the others
-        in random order."""
-        nodes = self.storage_nodes()
-        random.shuffle(nodes)
-        nodes.sort(key=lambda a: self.local_storage.at(a) is None)
-        return nodes
-
-    def _storage_stub(self, addr: str) -> Any:
-        stub = self._storage.get(addr)
-        if stub is None:
-            stub = self._storage[addr] = kv_pb2_grpc.StorageStub(
-                transport.channel(addr))
-        return stub
-
-    def scan_shard(self, req: pb.StorageScanShardRequest,
-                   deadline_s: float) -> Iterator[pb.ScanShardResponse]:
-        """A shard scan from the first storage node that starts one (it has applied the
-        shard's log up to req.min_position); its first message is taken here, so a node that
-        cannot serve is passed over and the stream never starts half-way on another."""
-        for addr in self._storage_order():
-            local = self.local_storage.at(addr)
-            try:
-                it = iter(local.scan_shard(req) if local is not None else
-                          self._storage_stub(addr).ScanShard(req, timeout=deadline_s))
-                first = next(it, None)
-            except (grpc.RpcError, Behind, ValueError):
-                continue
-            return stream_from(first, it)
-        raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
                      min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
@@ -428,7 +293,7 @@ class Coordinator:
         shard = shard_of(d.id, pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
-        r = self._first_answer("Read", req, deadline_s)
+        r = self.replicas.first_answer("Read", req, deadline_s)
         if r is None:
             raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
         return r  # type: ignore[no-any-return]
@@ -443,7 +308,7 @@ class Coordinator:
         req = pb.LwwWriteRequest(dataset=d.id, shard=shard_of(d.id, pkey, self.kv.shards),
                                  partition_key=pkey, local_key=lkey, value=v)
         n = len(self.kv.storage_nodes)
-        ok = self._fan_out("LwwWrite", req, deadline_s, eventual.quorum(n))
+        ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n))
         short = eventual.write_shortfall(len(ok), n)
         if short is not None:
             raise Abort(Code.UNAVAILABLE, short)
@@ -455,7 +320,7 @@ class Coordinator:
         of a single key get the newest written back (read repair)."""
         req.dataset, req.shard, req.partition_key = d.id, shard_of(d.id, pkey, self.kv.shards), pkey
         n = len(self.kv.storage_nodes)
-        ok = self._fan_out("LwwRead", req, deadline_s, eventual.quorum(n))
+        ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n))
         short = eventual.read_shortfall(len(ok), n)
         if short is not None:
             raise Abort(Code.UNAVAILABLE, short)
@@ -466,26 +331,8 @@ class Coordinator:
             for addr, r in ok:
                 if eventual.needs_repair(r, best):
                     EVENTUAL_REPAIRS.inc()
-                    _LWW_POOL.submit(self._storage_call, addr, "LwwWrite", fix, limits.REPAIR_TIMEOUT_S)
+                    self.replicas.send(addr, "LwwWrite", fix, limits.REPAIR_TIMEOUT_S)
         return [r for _, r in ok]
-
-    def _fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
-        """Send to every live replica at once; the first `need` answers (or all there are)."""
-        calls = {_LWW_POOL.submit(self._storage_call, a, method, req, deadline_s): a
-                 for a in self.storage_nodes()}
-        ok: list[tuple[str, Any]] = []
-        try:
-            for f in futures.as_completed(calls, timeout=deadline_s):
-                try:
-                    ok.append((calls[f], f.result()))
-                except Exception:
-                    continue
-                if len(ok) >= need:
-                    break
-        except futures.TimeoutError:
-            pass
-        return ok
-
 
 # -------------------------------------------------------------------- validation
 def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
@@ -507,18 +354,3 @@ def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) 
 
 
 _TAIL_POOL = futures.ThreadPoolExecutor(max_workers=limits.TAIL_THREADS, thread_name_prefix="tail")
-# Storage calls a storage node in this process answers directly: its method, and the path
-# counted in midtown_in_process_calls_total (none for eventual datasets' calls).
-_STORAGE_IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
-                       "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
-_LWW_POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
-
-
-def stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    if first is not None:
-        yield first
-    try:
-        yield from rest
-    except grpc.RpcError as e:  # the replica went away mid-stream: the caller starts again
-        raise Abort(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
-                    "scan the shard again") from None

@@ -109,16 +109,16 @@ class KVService:
 
     def _execute(self, d: Dataset | None, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
                  ctx: grpc.ServicerContext) -> RecordResult:
-        return self.c.execute(self.c.need(d, header), header, pkey, ops, self._deadline(ctx))
+        return self.c.execute(self.c.admission.need(d, header), header, pkey, ops, self._deadline(ctx))
 
     def _strong_read(self, d: Dataset | None, header: pb.RequestHeader, pkey: bytes, op: Op,
                      ctx: grpc.ServicerContext) -> tuple[OpResult, int]:
-        return self.c.strong_read(self.c.need(d, header), header, pkey, op, self._deadline(ctx))
+        return self.c.strong_read(self.c.admission.need(d, header), header, pkey, op, self._deadline(ctx))
 
     def _eventual(self, d: Dataset | None, header: pb.RequestHeader, what: str = "") -> Dataset | None:
         """The dataset if it is eventually consistent (None if strong); `what` names an
         operation only strong datasets have."""
-        d = self.c.need(d, header)
+        d = self.c.admission.need(d, header)
         if d.consistency != "eventual":
             return None
         if what:
@@ -139,7 +139,7 @@ class KVService:
             assert v is not None
             return pb.GetResponse(found=True, value=_lww_value(v))
         if req.consistency == pb.EVENTUAL:
-            d = self.c.need(d, req.header)
+            d = self.c.admission.need(d, req.header)
             rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
             return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
                                   position=rr.position)
@@ -232,7 +232,7 @@ class KVService:
             raise Abort(Code.INVALID_ARGUMENT, f"groups: {n} groups and puts, the limit is "
                         f"{limits.WRITE_MANY_GROUPS_MAX} per call")
         self._eventual(d, req.header, "a bulk write")
-        d = self.c.need(d, req.header)
+        d = self.c.admission.need(d, req.header)
         for i, g in enumerate(req.groups):
             f = f"groups[{i}]"
             check_partition(g.partition_key, f"{f}.partition_key")
@@ -268,13 +268,13 @@ class KVService:
 
     def shards(self, req: pb.ShardsRequest, ctx: grpc.ServicerContext,
                d: Dataset | None) -> pb.ShardsResponse:
-        self.c.need(d, req.header)
+        self.c.admission.need(d, req.header)
         return pb.ShardsResponse(shards=self.c.kv.shards)
 
     def scan_shard(self, req: pb.ScanShardRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
         """Every key of a dataset in one shard, from one replica's state at one log position;
         strong: a position at or after every write acknowledged before the call (ReadIndex)."""
-        d = self.c.need(d, req.header)
+        d = self.c.admission.need(d, req.header)
         if d.consistency == "eventual":
             raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
                         "a shard scan reads strong datasets")
@@ -292,7 +292,7 @@ class KVService:
             min_position = idx + 1
         sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, min_position=min_position,
                                           wait_ms=2000, page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT)
-        return self.c.scan_shard(sreq, self._deadline(ctx))
+        return self.c.replicas.scan_shard(sreq, self._deadline(ctx))
 
     def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.ScanResponse:
         check_partition(req.partition_key, "partition_key")
@@ -312,7 +312,7 @@ class KVService:
             return pb.ScanResponse(items=[pb.Item(local_key=it.local_key, value=_lww_value(it.value))
                                           for it in page], next=nxt)
         if req.consistency == pb.EVENTUAL:
-            d = self.c.need(d, req.header)
+            d = self.c.admission.need(d, req.header)
             rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
             return pb.ScanResponse(items=rr.result.items, next=rr.result.next)
         o, _ = self._strong_read(d, req.header, req.partition_key, op, ctx)
@@ -339,10 +339,10 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 if fn is deliver:
                     out = fn(req, ctx)
                 else:
-                    d = c.lookup(req.header)  # once per request: every check and the call take it
-                    c.check_rate(d, ctx.peer())
-                    c.authorize(d, ctx, write=fn.__name__ not in ("get", "scan"))
-                    c.check_quota(d, req)
+                    d = c.admission.lookup(req.header)  # once per request: every check and the call take it
+                    c.admission.check_rate(d, ctx.peer())
+                    c.admission.authorize(d, ctx, write=fn.__name__ not in ("get", "scan"))
+                    c.admission.check_quota(d, req)
                     out = fn(req, ctx, d)
             except (KazooException, KazooTimeoutError) as e:
                 # ZooKeeper trouble (a lost session, a connection being re-established)
@@ -423,7 +423,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
     c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
-    c.client_rate_limit = client_rate_limit
+    c.admission.client_rate_limit = client_rate_limit
     kv, cb = _handlers(c)
     internal.add_generic_rpc_handlers([cb])
     serve_health(internal, ["midtown.kv.v1.Callback"], c.ready, c.stopped)

@@ -1,0 +1,136 @@
+"""The storage nodes as a coordinator reaches them: the live members (looked up in
+ZooKeeper at most once a second, the last list kept while ZooKeeper is away), one call to
+one of them (made directly when the node runs in this process, the host layout; through
+gRPC otherwise), the first answer of any, the same call to all of them at once, and a
+shard scan from the first node that can start one."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+from kazoo.client import KazooClient
+
+from catalog import registry
+from coordinator import limits
+from coordinator.checks import Abort, Code
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from runtime import inprocess, transport
+from storage_node.node import StorageNode
+from storage_node.reads import Behind
+
+# Storage calls a storage node in this process answers directly: its method, and the path
+# counted in midtown_in_process_calls_total (none for eventual datasets' calls).
+_IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
+               "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
+_POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
+
+
+class Replicas:
+    def __init__(self, zk: KazooClient, local: inprocess.Local[StorageNode]) -> None:
+        """`local`: the storage node of this process, if any."""
+        self.zk = zk
+        self.local = local
+        self._stubs: dict[str, Any] = {}
+        self._seen: tuple[float, dict[int, str]] = (0.0, {})
+
+    def members(self) -> dict[int, str]:
+        """Registered storage nodes by id, looked up in ZooKeeper at most once a second."""
+        now = time.monotonic()
+        if now - self._seen[0] > limits.MEMBERS_CACHE_S:
+            self._seen = (now, registry.members(self.zk, registry.STORAGE_NODES))
+        return self._seen[1]
+
+    def members_or_last(self) -> dict[int, str]:
+        try:
+            return self.members()
+        except Exception:  # ZooKeeper unavailable: the last list seen
+            return self._seen[1]
+
+    def addrs(self) -> list[str]:
+        """Live storage nodes' addresses."""
+        return list(self.members().values())
+
+    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        """A Storage call, made directly when the storage node runs in this process."""
+        local = self.local.at(addr)
+        if local is None:
+            return getattr(self._stub(addr), method)(req, timeout=timeout_s)
+        name, path = _IN_PROCESS[method]
+        if path:
+            inprocess.used(path)
+        return getattr(local, name)(req)
+
+    def first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
+        """The answer of the first storage node that gives one (None: none did)."""
+        for addr in self._order():
+            try:
+                return self.call(addr, method, req, timeout_s)
+            except (grpc.RpcError, Behind, ValueError):
+                continue
+        return None
+
+    def fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
+        """Send to every live replica at once; the first `need` answers (or all there are)."""
+        calls = {_POOL.submit(self.call, a, method, req, deadline_s): a for a in self.addrs()}
+        ok: list[tuple[str, Any]] = []
+        try:
+            for f in futures.as_completed(calls, timeout=deadline_s):
+                try:
+                    ok.append((calls[f], f.result()))
+                except Exception:
+                    continue
+                if len(ok) >= need:
+                    break
+        except futures.TimeoutError:
+            pass
+        return ok
+
+    def send(self, addr: str, method: str, req: Any, timeout_s: float) -> None:
+        """A call whose answer nobody waits for (a read repair), in the background."""
+        _POOL.submit(self.call, addr, method, req, timeout_s)
+
+    def scan_shard(self, req: pb.StorageScanShardRequest,
+                   deadline_s: float) -> Iterator[pb.ScanShardResponse]:
+        """A shard scan from the first storage node that starts one (it has applied the
+        shard's log up to req.min_position); its first message is taken here, so a node that
+        cannot serve is passed over and the stream never starts half-way on another."""
+        for addr in self._order():
+            local = self.local.at(addr)
+            try:
+                it = iter(local.scan_shard(req) if local is not None else
+                          self._stub(addr).ScanShard(req, timeout=deadline_s))
+                first = next(it, None)
+            except (grpc.RpcError, Behind, ValueError):
+                continue
+            return _stream_from(first, it)
+        raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
+
+    def _order(self) -> list[str]:
+        """Live storage nodes to read from: the one in this process first, then the others
+        in random order."""
+        nodes = self.addrs()
+        random.shuffle(nodes)
+        nodes.sort(key=lambda a: self.local.at(a) is None)
+        return nodes
+
+    def _stub(self, addr: str) -> Any:
+        stub = self._stubs.get(addr)
+        if stub is None:
+            stub = self._stubs[addr] = kv_pb2_grpc.StorageStub(transport.channel(addr))
+        return stub
+
+
+def _stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    if first is not None:
+        yield first
+    try:
+        yield from rest
+    except grpc.RpcError as e:  # the replica went away mid-stream: the caller starts again
+        raise Abort(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
+                    "scan the shard again") from None

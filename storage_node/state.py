@@ -2,10 +2,10 @@
 membership it last read, and the locks and signals between the apply loop
 (storage_node/apply_loop.py), the bookkeeping rounds (storage_node/bookkeeping.py) and the
 reads (storage_node/reads.py). One object, built by StorageNode and handed to each part:
-the applier is the only writer of the positions; the others read them.
+once started, the applier is the only writer of the positions; the others read them.
 
-The dictionaries are updated in place, never rebound (a bootstrap replaces the positions'
-contents): every part holds the same ones."""
+The positions are updated in place, never rebound (a bootstrap replaces their contents):
+the reads hold the same dictionary."""
 
 from __future__ import annotations
 

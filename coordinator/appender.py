@@ -1,6 +1,6 @@
 """Group commit toward the logs: requests for the same log that arrive while an append
 is in flight go together in the next Append call (one log entry each). The request
-threads run the appends themselves (log/group_commit.py): a lone request pays no hand-off."""
+threads run the appends themselves (runtime/group_commit.py): a lone request pays no hand-off."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from log import limits as log_limits
 from log.client import Appended, LogClient
-from log.group_commit import GroupCommit
+from runtime.group_commit import GroupCommit
 
 APPEND_TIMEOUT_S = 20.0
 

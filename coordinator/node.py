@@ -31,11 +31,11 @@ from coordinator.records import record_for
 from coordinator.replicas import Replicas
 from log import limits as log_limits
 from log.client import LocalAppends, LogClient, LogError
-from log.group_commit import GroupTimeout
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
 from runtime import inprocess
+from runtime.group_commit import GroupTimeout
 from storage_node import codec
 from storage_node.model import (
     Op,

@@ -5,7 +5,7 @@ acknowledged before it; a replica that has applied the log that far can answer.
 Reads that arrive while a round is in flight wait for the next round (the round in
 flight may have been asked before they arrived); one round then serves them all: one set
 of Tail calls and one read at a storage replica, as etcd batches its ReadIndex requests.
-The reading threads run the rounds themselves (log/group_commit.py)."""
+The reading threads run the rounds themselves (runtime/group_commit.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from log.group_commit import GroupCommit, GroupTimeout
+from runtime.group_commit import GroupCommit, GroupTimeout
 
 ROUND_TIMEOUT_S = 2.0
 

@@ -21,11 +21,11 @@ from catalog.routing import answers_for
 from log import limits as log_limits
 from log.catch_up import Unavailable
 from log.entry import Entry
-from log.group_commit import GroupCommit
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
 from runtime import inprocess, loops
+from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from storage_node import codec, keys, reclaim
 from storage_node.apply import apply

@@ -35,8 +35,8 @@ import time
 
 from rocksdict import WriteBatch
 
-from log.group_commit import GroupCommit
 from midtown_pb import kv_pb2 as pb
+from runtime.group_commit import GroupCommit
 from storage_node import keys
 from storage_node.store import NodeStore
 

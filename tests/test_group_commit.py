@@ -1,4 +1,4 @@
-"""Group commit run by its callers (log/group_commit.py): every caller gets its own result,
+"""Group commit run by its callers (runtime/group_commit.py): every caller gets its own result,
 in order, batches form under load, errors reach every caller of the batch, nobody hangs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from log.group_commit import GroupCommit, GroupTimeout
+from runtime.group_commit import GroupCommit, GroupTimeout
 
 
 def _run_threads(n: int, fn) -> list:

@@ -46,7 +46,7 @@ from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import Part, serve_all, tune_runtime
-from runtime.refusals import Refusal
+from runtime.refusals import REFUSED, Refusal
 from runtime.transport import GRPC_OPTIONS
 from storage_node import codec
 from storage_node.model import (
@@ -324,6 +324,62 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
     """The KV service's handlers and the Callback service's."""
     kv = KVService(c)
 
+    def internal(name: str) -> Refusal:
+        log.exception("%s failed", name)
+        return Refusal(Code.INTERNAL, f"coordinator {c.coord_id}: internal error in {name} (its log has "
+                       "the details); the outcome is unknown: retry with the same header.request_id")
+
+    def admitted(fn: Callable[..., Any], req: Any, ctx: grpc.ServicerContext) -> Any:
+        """`fn(req, ctx, dataset)` once the request is admitted (its dataset looked up once,
+        then every check and the call take it). Whatever goes wrong is a Refusal."""
+        try:
+            d = c.admission.lookup(req.header)
+            c.admission.check_rate(d, ctx.peer())
+            c.admission.authorize(d, ctx, write=fn.__name__ not in ("get", "scan"))
+            c.admission.check_quota(d, req)
+            return fn(req, ctx, d)
+        except (KazooException, KazooTimeoutError) as e:
+            # ZooKeeper trouble (a lost session, a connection being re-established)
+            # while looking up a dataset, a user or the members: nothing was appended.
+            raise Refusal(Code.UNAVAILABLE, f"coordinator {c.coord_id}: ZooKeeper is unavailable "
+                          f"({type(e).__name__}); the request was not applied; retry") from None
+        except Refusal:
+            raise
+        except Exception:
+            raise internal(fn.__name__) from None
+
+    many_fns = {"get": kv.get, "put": kv.put, "delete": kv.delete,
+                "check_and_set": kv.check_and_set, "increment": kv.increment}
+    many_pool = futures.ThreadPoolExecutor(max_workers=limits.MANY_THREADS, thread_name_prefix="many")
+
+    def many(req: pb.ManyRequest, ctx: grpc.ServicerContext) -> pb.ManyResponse:
+        """Each item as its own call would go, all at once (their records meet in the
+        log's group commit as separate calls' would); one answer each, in order."""
+        if not req.items:
+            raise Refusal(Code.INVALID_ARGUMENT, "items: a call needs at least one item")
+        if len(req.items) > limits.MANY_ITEMS_MAX:
+            raise Refusal(Code.INVALID_ARGUMENT,
+                          f"items: {len(req.items)} items, the limit is {limits.MANY_ITEMS_MAX}")
+        later = [many_pool.submit(many_item, i, item, ctx) for i, item in enumerate(req.items) if i]
+        answers = [many_item(0, req.items[0], ctx)] + [f.result() for f in later]
+        return pb.ManyResponse(answers=answers)
+
+    def many_item(i: int, item: pb.ManyItem, ctx: grpc.ServicerContext) -> pb.ManyAnswer:
+        which = item.WhichOneof("call")
+        if which is None:
+            return pb.ManyAnswer(code=Code.INVALID_ARGUMENT.value[0], message=f"items[{i}]: no call in it")
+        fn = many_fns[which]
+        try:
+            out = admitted(fn, getattr(item, which), ctx)
+        except Refusal as e:
+            REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
+            return pb.ManyAnswer(code=e.code.value[0], message=e.text,
+                                 refused=dict(e.trailers).get(REFUSED, ""))
+        REQUESTS.labels(method=fn.__name__, code="OK").inc()
+        a = pb.ManyAnswer()
+        getattr(a, which).CopyFrom(out)
+        return a
+
     def wrap(cls: Any, fn: Callable[..., Any],  # (request, context[, dataset]) -> response
              stream: bool = False) -> grpc.RpcMethodHandler:
         def handler(raw: bytes, ctx: grpc.ServicerContext) -> Any:
@@ -336,31 +392,15 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             except DecodeError:
                 ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
             try:
-                if fn is deliver:
-                    out = fn(req, ctx)
-                else:
-                    d = c.admission.lookup(req.header)  # once per request: every check and the call take it
-                    c.admission.check_rate(d, ctx.peer())
-                    c.admission.authorize(d, ctx, write=fn.__name__ not in ("get", "scan"))
-                    c.admission.check_quota(d, req)
-                    out = fn(req, ctx, d)
-            except (KazooException, KazooTimeoutError) as e:
-                # ZooKeeper trouble (a lost session, a connection being re-established)
-                # while looking up a dataset, a user or the members: nothing was appended.
-                REQUESTS.labels(method=fn.__name__, code="UNAVAILABLE").inc()
-                ctx.abort(Code.UNAVAILABLE, f"coordinator {c.coord_id}: ZooKeeper is unavailable "
-                          f"({type(e).__name__}); the request was not applied; retry")
+                out = fn(req, ctx) if fn in (deliver, many) else admitted(fn, req, ctx)
             except Refusal as e:
                 REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
                 e.abort(ctx)
             except Exception:
                 if ctx.code() is not None:  # ctx.abort's own exception: the status is set
                     raise
-                log.exception("%s failed", fn.__name__)
                 REQUESTS.labels(method=fn.__name__, code="INTERNAL").inc()
-                ctx.abort(Code.INTERNAL, f"coordinator {c.coord_id}: internal error in {fn.__name__} "
-                          "(its log has the details); the outcome is unknown: retry with the same "
-                          "header.request_id")
+                internal(fn.__name__).abort(ctx)
             REQUESTS.labels(method=fn.__name__, code="OK").inc()
             return out
 
@@ -389,6 +429,7 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             "Increment": wrap(pb.IncrementRequest, kv.increment),
             "Batch": wrap(pb.BatchRequest, kv.batch), "Scan": wrap(pb.ScanRequest, kv.scan),
             "WriteMany": wrap(pb.WriteManyRequest, kv.write_many),
+            "Many": wrap(pb.ManyRequest, many),
             "Shards": wrap(pb.ShardsRequest, kv.shards),
             "ScanShard": wrap(pb.ScanShardRequest, kv.scan_shard, stream=True),
         }),

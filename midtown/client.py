@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 import grpc
 
 from midtown import errors
+from midtown.coalescing import Coalescer
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
@@ -71,6 +72,16 @@ def _consistency(c: str) -> Any:
     if c not in ("strong", "eventual"):
         raise errors.InvalidArgument(f"consistency: {c!r}; choose 'strong' or 'eventual'")
     return pb.EVENTUAL if c == "eventual" else pb.STRONG
+
+
+def _mark_retry(req: Any) -> None:
+    """A request sent again: its first attempt may have been applied (so a put waits for
+    the storage nodes' outcome instead of the log's acknowledgement)."""
+    if isinstance(req, pb.ManyRequest):
+        for item in req.items:
+            getattr(item, item.WhichOneof("call")).header.first_attempt = False
+    elif "header" in req.DESCRIPTOR.fields_by_name and req.HasField("header"):
+        req.header.first_attempt = False
 
 
 @dataclass(frozen=True)
@@ -214,9 +225,11 @@ class BatchResult:
 class Client:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
-                 tls_ca: bytes | str | None = None) -> None:
+                 tls_ca: bytes | str | None = None, coalesce: bool = True) -> None:
         """`token`: a user's token (`midtown user add`), for datasets with an access list.
-        `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file)."""
+        `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file).
+        `coalesce`: single-key operations that threads issue while a call is in flight go
+        together in the next call (midtown/coalescing.py); a lone caller is not delayed."""
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
         self._creds = None
@@ -238,6 +251,13 @@ class Client:
         self._zk: Any = None
         self._found: tuple[float, list[str]] = (0.0, [])
         self._lock = threading.Lock()
+        self._coalescer = Coalescer(self._call) if coalesce else None
+
+    @property
+    def coalescing(self) -> tuple[int, int]:
+        """(calls, operations) the coalescer has sent: how well operations travel together."""
+        c = self._coalescer
+        return (c.calls, c.operations) if c is not None else (0, 0)
 
     def close(self) -> None:
         for ch in self._channels:
@@ -292,11 +312,22 @@ class Client:
                 s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
             return s
 
-    def _call(self, method: str, req: Any, timeout: float | None) -> Any:
-        """Call with retries under one deadline; the request id stays the same."""
+    def _timeout(self, timeout: float | None) -> float:
         if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
             raise errors.InvalidArgument(f"timeout: {timeout!r}, must be a number of seconds above 0")
-        deadline = time.monotonic() + (timeout or self.timeout)
+        return timeout or self.timeout
+
+    def _single(self, method: str, req: Any, timeout: float | None) -> Any:
+        """A single-key operation: coalesced with the other threads' (midtown/coalescing.py)
+        unless the client was made with coalesce=False."""
+        t = self._timeout(timeout)
+        if self._coalescer is None:
+            return self._call(method, req, t)
+        return self._coalescer.call(method, req, t)
+
+    def _call(self, method: str, req: Any, timeout: float | None) -> Any:
+        """Call with retries under one deadline; the request id stays the same."""
+        deadline = time.monotonic() + self._timeout(timeout)
         addrs = self.coordinators()
         addr = random.choice(addrs)
         backoff = 0.02
@@ -305,8 +336,8 @@ class Client:
             if left <= 0:
                 raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
             try:
-                if attempt and req.HasField("header"):
-                    req.header.first_attempt = False  # a retry: the first may have applied
+                if attempt:
+                    _mark_retry(req)  # the first attempt may have been applied
                 return getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
                 if errors.refused_for_quota(e):  # retrying cannot help
@@ -335,7 +366,7 @@ class Client:
     # ------------------------------------------------------------ operations
     def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
             timeout: float | None = None) -> Value | None:
-        r = self._call("Get", pb.GetRequest(
+        r = self._single("Get", pb.GetRequest(
             header=self._header(dataset, None), key=_key(partition, local),
             consistency=_consistency(consistency)), timeout)
         return Value.of(r.value) if r.found else None
@@ -345,7 +376,7 @@ class Client:
             timeout: float | None = None) -> int:
         """Returns the new version. With `event_id`, applied at most once per event id within
         the dataset's dedup window; a repeat returns the first put's version."""
-        r = self._call("Put", pb.PutRequest(
+        r = self._single("Put", pb.PutRequest(
             header=self._header(dataset, request_id, event_id),
             key=_key(partition, local), value=_value(value, "value"),
             ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout)
@@ -354,7 +385,7 @@ class Client:
     def delete(self, dataset: str, partition: Key, local: Key = b"", *,
                request_id: bytes | None = None, timeout: float | None = None) -> int:
         """Returns how many keys were deleted: 1, or 0 when there was none."""
-        r = self._call("Delete", pb.DeleteRequest(
+        r = self._single("Delete", pb.DeleteRequest(
             header=self._header(dataset, request_id), key=_key(partition, local)),
             timeout)
         return int(r.deleted)
@@ -372,7 +403,7 @@ class Client:
             req.expect_absent = True
         elif expected is not None:
             req.expected_value = _value(expected, "expected")
-        r = self._call("CheckAndSet", req, timeout)
+        r = self._single("CheckAndSet", req, timeout)
         return CasResult(r.succeeded, Value.of(r.current) if r.HasField("current") else None, r.version)
 
     def incr(self, dataset: str, partition: Key, local: Key, delta: int = 1, *, ttl_ms: int = 0,
@@ -380,7 +411,7 @@ class Client:
              timeout: float | None = None) -> int:
         """Returns the new value. With `event_id`, counted at most once per event id within
         the dataset's dedup window; a repeat returns the value the first one produced."""
-        r = self._call("Increment", pb.IncrementRequest(
+        r = self._single("Increment", pb.IncrementRequest(
             header=self._header(dataset, request_id, event_id),
             key=_key(partition, local), delta=_int(delta, "delta", I64_MIN, I64_MAX),
             ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout)

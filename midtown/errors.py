@@ -71,7 +71,21 @@ def refused_for_quota(e: grpc.RpcError) -> bool:
 
 
 def from_rpc(e: grpc.RpcError, note: str = "") -> MidtownError:
-    cls = QuotaExceeded if refused_for_quota(e) else _BY_CODE.get(e.code(), MidtownError)
-    err = cls((e.details() or e.code().name) + note)
-    err.code = e.code()
+    return _error(e.code(), (e.details() or e.code().name) + note, refused_for_quota(e))
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def from_answer(code: int, message: str, refused: str) -> MidtownError:
+    """The error of one item of a coalesced call (KV.Many's ManyAnswer), as its own call's
+    status would have made it."""
+    status = _CODES.get(code, grpc.StatusCode.UNKNOWN)
+    quota = status == grpc.StatusCode.RESOURCE_EXHAUSTED and (refusals.REFUSED, refused) == QUOTA_TRAILER
+    return _error(status, message or status.name, quota)
+
+
+def _error(code: grpc.StatusCode, message: str, quota: bool) -> MidtownError:
+    err = (QuotaExceeded if quota else _BY_CODE.get(code, MidtownError))(message)
+    err.code = code
     return err

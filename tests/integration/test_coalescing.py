@@ -1,0 +1,129 @@
+"""Coalesced calls on a real cluster: KV.Many handles each item as its own call would (its
+own checks, outcome and refusal), and a Client's threads that issue operations while a
+call is in flight get each their own, correct answer from one coalesced call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from midtown import Client, errors
+from midtown.cluster import Cluster
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from tests.integration.conftest import started
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with started(Path(tmp_path_factory.mktemp("coalescing")) / "c") as c:
+        c.create_dataset("d")
+        yield c
+
+
+def _h(dataset: str = "d", rid: bytes = b"") -> pb.RequestHeader:
+    return pb.RequestHeader(dataset=dataset, request_id=rid, first_attempt=bool(rid))
+
+
+def _key(p: bytes, lk: bytes = b"k") -> pb.Key:
+    return pb.Key(partition=p, local=lk)
+
+
+def test_many_answers_each_item_as_its_own_call_would(cc: Cluster) -> None:
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(cc.coordinator_addrs[0]))
+    with Client(cc.coordinator_addrs, coalesce=False) as c:
+        c.put("d", "a", "k", b"old")
+    req = pb.ManyRequest(items=[
+        pb.ManyItem(put=pb.PutRequest(header=_h(rid=b"m1"), key=_key(b"b"), value=b"vb")),
+        pb.ManyItem(check_and_set=pb.CheckAndSetRequest(header=_h(rid=b"m2"), key=_key(b"a"),
+                                                        expected_value=b"old", new_value=b"new")),
+        pb.ManyItem(check_and_set=pb.CheckAndSetRequest(header=_h(rid=b"m3"), key=_key(b"c"),
+                                                        expected_value=b"x", new_value=b"y")),
+        pb.ManyItem(increment=pb.IncrementRequest(header=_h(rid=b"m4"), key=_key(b"n"), delta=5)),
+        pb.ManyItem(put=pb.PutRequest(header=_h("nope", b"m5"), key=_key(b"b"), value=b"v")),
+        pb.ManyItem(),
+        pb.ManyItem(put=pb.PutRequest(header=_h(rid=b"m7"), key=_key(b""), value=b"v")),
+    ])
+    a = stub.Many(req, timeout=20).answers
+    assert len(a) == 7
+    assert a[0].code == 0 and a[0].put.version > 0
+    assert a[1].code == 0 and a[1].check_and_set.succeeded
+    assert a[2].code == 0 and not a[2].check_and_set.succeeded  # a failed condition is an outcome
+    assert a[3].code == 0 and a[3].increment.value == 5
+    assert a[4].code == grpc.StatusCode.NOT_FOUND.value[0] and "header.dataset" in a[4].message
+    assert a[5].code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and a[5].message.startswith("items[5]")
+    assert a[6].code == grpc.StatusCode.INVALID_ARGUMENT.value[0] and "key.partition" in a[6].message
+    # The items applied, each once: sent again with the same request ids (marked as
+    # retries, as the SDK does), they return the first outcomes.
+    retry = pb.ManyRequest(items=req.items[:4])
+    for item in retry.items:
+        getattr(item, item.WhichOneof("call")).header.first_attempt = False
+    again = stub.Many(retry, timeout=20).answers
+    assert again[0].put.version == a[0].put.version and again[3].increment.value == 5
+    with Client(cc.coordinator_addrs, coalesce=False) as c:
+        assert c.get("d", "a", "k").value == b"new"  # type: ignore[union-attr]
+        assert c.get("d", "b", "k").value == b"vb"  # type: ignore[union-attr]
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Many(pb.ManyRequest(), timeout=5)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "items" in (e.value.details() or "")
+
+
+def test_threads_of_one_client_share_calls_and_each_get_their_own_answer(cc: Cluster) -> None:
+    with Client(cc.coordinator_addrs, timeout=20) as c:
+        co = c._coalescer
+        assert co is not None
+        co._lanes = co._lanes[:1]  # one lane: the queued operations meet behind one call
+        real = co._call
+        first = threading.Event()
+
+        def held(method: str, req: Any, timeout_s: float) -> Any:
+            # The first call waits (before it is sent) until 23 more operations queue.
+            if not first.is_set():
+                first.set()
+                deadline = time.monotonic() + 10
+                while len(co._lanes[0]._q) < 23 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            return real(method, req, timeout_s)
+
+        co._call = held
+        out: dict[int, Any] = {}
+
+        def work(i: int) -> None:
+            try:
+                if i % 3 == 0:
+                    out[i] = c.put("d", f"t{i}", "k", b"v%d" % i)
+                elif i % 3 == 1:
+                    out[i] = c.incr("d", f"t{i}", "n", i)
+                elif i == 23:
+                    out[i] = c.put("nope", "x", "k", b"v")
+                else:
+                    out[i] = c.cas("d", f"t{i}", "k", b"c%d" % i, expect_absent=True)
+            except errors.MidtownError as e:
+                out[i] = e
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(24)]
+        threads[0].start()
+        assert first.wait(10)
+        for t in threads[1:]:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert c.coalescing == (2, 24)  # the first alone, the 23 queued behind it together
+        for i in range(23):
+            if i % 3 == 0:
+                assert isinstance(out[i], int) and out[i] > 0
+                assert c.get("d", f"t{i}", "k").value == b"v%d" % i  # type: ignore[union-attr]
+            elif i % 3 == 1:
+                assert out[i] == i
+            else:
+                assert out[i].succeeded
+                assert c.get("d", f"t{i}", "k").value == b"c%d" % i  # type: ignore[union-attr]
+        assert isinstance(out[23], errors.NotFound)  # failed alone

@@ -1,0 +1,137 @@
+"""The SDK's coalescing (midtown/coalescing.py) around a stand-in for the client's call
+(pure logic): a lone caller's operation goes alone and at once; operations issued while a
+call is in flight go together in the next call, each with its own answer or error; an
+item a retry may cure is retried alone, marked as a retry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+
+from midtown import errors
+from midtown.coalescing import ITEMS_MAX, Coalescer
+from midtown_pb import kv_pb2 as pb
+
+OK = 0
+NOT_FOUND = grpc.StatusCode.NOT_FOUND.value[0]
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
+
+
+def put(i: int) -> pb.PutRequest:
+    return pb.PutRequest(header=pb.RequestHeader(dataset="d", request_id=b"r%d" % i, first_attempt=True),
+                         key=pb.Key(partition=b"p%d" % i), value=b"v%d" % i)
+
+
+class Server:
+    """Answers each put with version = its index, refuses dataset "gone" (NOT_FOUND) and
+    answers UNAVAILABLE the first time it sees a request id in `flaky`. The first call
+    waits until `hold` is set."""
+
+    def __init__(self, flaky: set[bytes] = frozenset()) -> None:  # type: ignore[assignment]
+        self.calls: list[tuple[str, Any]] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.flaky = set(flaky)
+        self.started = threading.Event()
+
+    def version(self, req: pb.PutRequest) -> int:
+        return int(req.value[1:])
+
+    def __call__(self, method: str, req: Any, timeout_s: float) -> Any:
+        self.calls.append((method, pb.ManyRequest.FromString(req.SerializeToString())
+                           if method == "Many" else req))
+        self.started.set()
+        self.hold.wait(5)
+        if method == "Put":
+            if req.header.dataset == "gone":
+                raise errors.NotFound("header.dataset: unknown dataset 'gone'")
+            return pb.PutResponse(version=self.version(req))
+        assert method == "Many"
+        out = pb.ManyResponse()
+        for item in req.items:
+            p = item.put
+            if p.header.dataset == "gone":
+                out.answers.add(code=NOT_FOUND, message="header.dataset: unknown dataset 'gone'")
+            elif p.header.request_id in self.flaky:
+                self.flaky.discard(p.header.request_id)
+                out.answers.add(code=UNAVAILABLE, message="the log is unavailable; retry")
+            else:
+                out.answers.add(put=pb.PutResponse(version=self.version(p)))
+        return out
+
+
+def test_a_lone_caller_goes_alone_and_at_once() -> None:
+    s = Server()
+    c = Coalescer(s)
+    assert c.call("Put", put(7), 5).version == 7
+    assert [m for m, _ in s.calls] == ["Put"] and (c.calls, c.operations) == (1, 1)
+
+
+def test_operations_issued_during_a_call_go_together_each_with_its_own_answer() -> None:
+    s = Server(flaky={b"r5"})
+    s.hold.clear()
+    c = Coalescer(s)
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        req = put(i)
+        if i == 3:
+            req.header.dataset = "gone"
+        try:
+            results[i] = c.call("Put", req, 5).version
+        except errors.MidtownError as e:
+            results[i] = e
+
+    # Every thread on the same lane (the lane is chosen by thread): run them in one lane's
+    # order by giving the coalescer one lane.
+    c._lanes = c._lanes[:1]
+    first = threading.Thread(target=run, args=(0,))
+    first.start()
+    assert s.started.wait(5)  # the first call is in flight
+    others = [threading.Thread(target=run, args=(i,)) for i in range(1, 11)]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 5
+    while len(c._lanes[0]._q) < 10 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    s.hold.set()
+    for t in [first, *others]:
+        t.join(10)
+    methods = [m for m, _ in s.calls]
+    # The first alone; the ten queued behind it in one call; the flaky one again alone.
+    assert methods == ["Put", "Many", "Put"]
+    assert len(s.calls[1][1].items) == 10
+    assert isinstance(results[3], errors.NotFound) and "gone" in str(results[3])
+    assert {i: v for i, v in results.items() if i != 3} == {i: i for i in range(11) if i != 3}
+    retried = s.calls[2][1]
+    assert retried.header.request_id == b"r5" and retried.header.first_attempt is False
+    assert (c.calls, c.operations) == (2, 11)  # the retry goes through the client's own call
+
+
+def test_a_call_carries_at_most_items_max_operations() -> None:
+    s = Server()
+    c = Coalescer(s)
+    out = c._run([c_pending(i) for i in range(ITEMS_MAX + 3)])
+    assert [r.version for r in out] == list(range(ITEMS_MAX + 3))
+    assert [len(r.items) for m, r in s.calls] == [ITEMS_MAX, 3]
+
+
+def test_a_whole_call_failing_fails_each_of_its_operations() -> None:
+    def down(method: str, req: Any, timeout_s: float) -> Any:
+        raise errors.Unavailable("no coordinator answered")
+
+    c = Coalescer(down)
+    out = c._run([c_pending(1), c_pending(2)])
+    assert all(isinstance(r, errors.Unavailable) for r in out)
+    with pytest.raises(errors.Unavailable):
+        c.call("Put", put(1), 1)
+
+
+def c_pending(i: int) -> Any:
+    from midtown.coalescing import _Pending
+
+    return _Pending("Put", put(i), time.monotonic() + 5, 10)

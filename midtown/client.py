@@ -32,8 +32,6 @@ T = TypeVar("T")
 DISCOVERY_TTL_S = 5.0
 _EARLIER_ATTEMPT = (" (this was a retry: an earlier attempt of the request may have been applied; "
                     "read the key to know)")
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-             grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 def _b(k: Key, field: str = "key") -> bytes:
@@ -342,7 +340,7 @@ class Client:
             except grpc.RpcError as e:
                 if errors.refused_for_quota(e):  # retrying cannot help
                     raise errors.from_rpc(e, _EARLIER_ATTEMPT if attempt else "") from None
-                if e.code() not in RETRYABLE or attempt == self.retries:
+                if e.code() not in errors.RETRYABLE or attempt == self.retries:
                     raise errors.from_rpc(e) from None
                 if e.code() == grpc.StatusCode.UNAVAILABLE:
                     addrs = self.coordinators(refresh=True)
@@ -511,7 +509,7 @@ class Client:
                     items.extend(ShardItem(i.partition_key, i.local_key, Value.of(i.value)) for i in m.items)
                 return position, items
             except grpc.RpcError as e:  # a read: start again from the beginning
-                if e.code() not in RETRYABLE or attempt == self.retries or time.monotonic() > deadline:
+                if e.code() not in errors.RETRYABLE or attempt == self.retries or time.monotonic() > deadline:
                     raise errors.from_rpc(e) from None
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)

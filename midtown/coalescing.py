@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import grpc
-
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
 from runtime.group_commit import GroupCommit
@@ -37,8 +35,6 @@ LANES = 4  # calls of one Client in flight at once
 # The Client's method -> the ManyItem / ManyAnswer field that carries it.
 FIELDS = {"Get": "get", "Put": "put", "Delete": "delete", "CheckAndSet": "check_and_set",
           "Increment": "increment"}
-RETRY_ALONE = (grpc.StatusCode.UNAVAILABLE.value[0], grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
-               grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
 
 
 class _Pending(NamedTuple):
@@ -90,11 +86,14 @@ class Coalescer:
         for p, a in zip(items, resp.answers):
             if a.code == 0:
                 out.append(getattr(a, FIELDS[p.method]))
-            elif a.code in RETRY_ALONE and a.refused != "quota" and p.deadline > time.monotonic():
+                continue
+            err = errors.from_answer(a.code, a.message, a.refused)
+            if (err.code in errors.RETRYABLE and not isinstance(err, errors.QuotaExceeded)
+                    and p.deadline > time.monotonic()):
                 p.req.header.first_attempt = False  # the first may have been applied
                 out.append(self._alone(p))
             else:
-                out.append(errors.from_answer(a.code, a.message, a.refused))
+                out.append(err)
         return out
 
     def _alone(self, p: _Pending) -> Any:

@@ -61,6 +61,13 @@ _BY_CODE = {c.code: c for c in (InvalidArgument, NotFound, FailedPrecondition, O
                                  PermissionDenied, Unauthenticated)}
 
 
+# What a retry may cure (the client retries these, with backoff, under the call's deadline):
+# a coordinator or log unavailable, no answer in time, a rate limit. A quota refusal is
+# RESOURCE_EXHAUSTED too, but it is never retried (QuotaExceeded).
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+             grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
 # Trailing metadata a coordinator sends with a quota refusal (coordinator/quotas.py).
 QUOTA_TRAILER = refusals.QUOTA_TRAILER
 

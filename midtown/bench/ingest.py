@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
-from midtown.bench.kv import Etcd, _b64, medians
+from midtown.bench.kv import Etcd, _b64, cluster_and_etcd, log, medians
 from midtown.bench.loadgen import run_workload
 from midtown.cli.output import emit
 from midtown.client import Client, Write
@@ -96,18 +93,8 @@ def spark_rows_per_s(c: Cluster, rows: int, exactly_once: bool, dataset: str) ->
 
 
 def run(a: argparse.Namespace) -> int:
-    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-ingest-")
-    root = Path(tmp.name)
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    cluster = Cluster(root / "midtown")
-    etcd = None
     rows: list[dict] = []
-    try:
-        log("starting a local Midtown cluster...")
-        cluster.start()
-        cluster.create_dataset("ingest")
-        log("starting etcd (3 members on loopback)...")
-        etcd = Etcd(root / "etcd")
+    with cluster_and_etcd("midtown-bench-ingest-", "ingest") as (cluster, etcd):
         systems = {"midtown": midtown_ingest(cluster.coordinator_addrs, "ingest", a.batch),
                    "etcd": etcd_ingest(etcd)}
         per_call = {"midtown": a.batch, "etcd": 1}
@@ -144,11 +131,6 @@ def run(a: argparse.Namespace) -> int:
             s["exactly_once_vs_plain"] = round(s["exactly_once_rows_per_s"] / max(1, s["plain_rows_per_s"]),
                                                2)
             rows.append({"spark_rows": a.spark_rows, **{f"spark_{k}": v for k, v in s.items()}})
-    finally:
-        if etcd is not None:
-            etcd.stop()
-        cluster.stop()
-        tmp.cleanup()
     if a.json:
         emit(rows, True)
         return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import http.client
 import json
 import shutil
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from midtown.bench import echo
@@ -30,6 +31,8 @@ from midtown.cluster import Cluster
 from midtown.cluster.ports import free_ports
 
 VALUE = b"v" * 64
+# A system's workloads: op name -> make(client index) -> op(n).
+Ops = dict[str, Callable[[int], Callable[[int], object]]]
 
 
 # ---------------------------------------------------------------- etcd
@@ -92,7 +95,7 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode()
 
 
-def etcd_ops(e: Etcd) -> dict[str, Callable[[int], Callable[[int], object]]]:
+def etcd_ops(e: Etcd) -> Ops:
     def put(i: int) -> Callable[[int], object]:
         call = e.conn(i)
         return lambda n: call("/v3/kv/put", {"key": _b64(f"k{i}-{n % 100}".encode()),
@@ -120,8 +123,7 @@ def etcd_ops(e: Etcd) -> dict[str, Callable[[int], Callable[[int], object]]]:
     return {"put": put, "get": get, "cas": cas}
 
 
-def midtown_ops(addrs: list[str],
-                coalesce: bool = True) -> dict[str, Callable[[int], Callable[[int], object]]]:
+def midtown_ops(addrs: list[str], coalesce: bool = True) -> Ops:
     """The workloads' operations, every thread on one shared Client, as an application's
     threads would share one; with `coalesce`, their operations travel together while a
     call is in flight (midtown/coalescing.py)."""
@@ -151,6 +153,33 @@ def midtown_ops(addrs: list[str],
     return {"put": put, "get": get, "cas": cas}
 
 
+def log(message: str) -> None:
+    """Progress, on standard error (the figures go to standard output)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split") -> Iterator[tuple[Cluster, Etcd]]:
+    """A local Midtown cluster holding `dataset` and a three-member etcd, in a temporary
+    directory: both stopped, and the directory removed, on the way out."""
+    tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    root = Path(tmp.name)
+    cluster = Cluster(root / "midtown", layout=layout)
+    etcd = None
+    try:
+        log("starting a local Midtown cluster...")
+        cluster.start()
+        cluster.create_dataset(dataset)
+        log("starting etcd (3 members on loopback)...")
+        etcd = Etcd(root / "etcd")
+        yield cluster, etcd
+    finally:
+        if etcd is not None:
+            etcd.stop()
+        cluster.stop()
+        tmp.cleanup()
+
+
 def medians(runs: list[dict]) -> dict:
     """Each figure's median over rounds (the middle round's, or the mean of the middle two;
     counts stay whole numbers)."""
@@ -175,7 +204,7 @@ class EchoFloor:
             self.stop()
             raise SystemExit("the echo floor server did not start")
 
-    def ops(self) -> dict[str, Callable[[int], Callable[[int], object]]]:
+    def ops(self) -> Ops:
         make = lambda i: echo.caller(self.addr, VALUE)  # noqa: E731  (same call whatever the op)
         return {"put": make, "get": make, "cas": make}
 
@@ -187,49 +216,37 @@ class EchoFloor:
             self.proc.kill()
 
 
+def _row(a: argparse.Namespace, systems: dict[str, Ops], op: str, clients: int) -> dict:
+    """One workload on every system, `a.rounds` times alternating: the medians and ratios."""
+    row: dict = {"op": op if op != "get" else "get (strong)", "clients": clients}
+    for ops in systems.values():
+        run_workload(ops[op], clients, min(1.0, a.seconds / 4))  # warm-up
+    runs: dict[str, list[dict]] = {name: [] for name in systems}
+    for i in range(a.rounds):  # alternating, so a slow spell of the machine hits both
+        for name, ops in systems.items():
+            what = {"floor": "echo", "solo": f"{op}, not coalesced"}.get(name, op)
+            log(f"{name}: {what}, {clients} client(s), {a.seconds:.0f}s, round {i + 1}/{a.rounds}...")
+            runs[name].append(run_workload(ops[op], clients, a.seconds))
+    for name in systems:
+        for k, v in medians(runs[name]).items():
+            row[f"{name}_{k}"] = v
+    row["throughput_ratio"] = round(row["midtown_ops_per_s"] / max(1, row["etcd_ops_per_s"]), 2)
+    row["p50_ratio"] = round(row["midtown_p50_ms"] / row["etcd_p50_ms"], 2)
+    row["p99_ratio"] = round(row["midtown_p99_ms"] / row["etcd_p99_ms"], 2)
+    return row
+
+
 def run(a: argparse.Namespace) -> int:
-    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-kv-")
-    root = Path(tmp.name)
     rows: list[dict] = []
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    cluster = Cluster(root / "midtown", layout=a.layout)
-    etcd = floor = None
-    try:
-        log("starting a local Midtown cluster...")
-        cluster.start()
-        cluster.create_dataset("bench")
-        log("starting etcd (3 members on loopback)...")
-        etcd = Etcd(root / "etcd")
+    with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout) as (cluster, etcd):
         floor = EchoFloor()
-        # "solo": Midtown with the SDK's coalescing off, each operation its own call.
-        systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd),
-                   "floor": floor.ops(), "solo": midtown_ops(cluster.coordinator_addrs, coalesce=False)}
-        for op in ("put", "get", "cas"):
-            for clients in (1, 64):
-                row: dict = {"op": op if op != "get" else "get (strong)", "clients": clients}
-                for ops in systems.values():
-                    run_workload(ops[op], clients, min(1.0, a.seconds / 4))  # warm-up
-                runs: dict[str, list[dict]] = {name: [] for name in systems}
-                for i in range(a.rounds):  # alternating, so a slow spell of the machine hits both
-                    for name, ops in systems.items():
-                        what = {"floor": "echo", "solo": f"{op}, not coalesced"}.get(name, op)
-                        log(f"{name}: {what}, {clients} client(s), {a.seconds:.0f}s, "
-                            f"round {i + 1}/{a.rounds}...")
-                        runs[name].append(run_workload(ops[op], clients, a.seconds))
-                for name in systems:
-                    for k, v in medians(runs[name]).items():
-                        row[f"{name}_{k}"] = v
-                row["throughput_ratio"] = round(row["midtown_ops_per_s"] / max(1, row["etcd_ops_per_s"]), 2)
-                row["p50_ratio"] = round(row["midtown_p50_ms"] / row["etcd_p50_ms"], 2)
-                row["p99_ratio"] = round(row["midtown_p99_ms"] / row["etcd_p99_ms"], 2)
-                rows.append(row)
-    finally:
-        if etcd is not None:
-            etcd.stop()
-        if floor is not None:
+        try:
+            # "solo": Midtown with the SDK's coalescing off, each operation its own call.
+            systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd),
+                       "floor": floor.ops(), "solo": midtown_ops(cluster.coordinator_addrs, coalesce=False)}
+            rows = [_row(a, systems, op, clients) for op in ("put", "get", "cas") for clients in (1, 64)]
+        finally:
             floor.stop()
-        cluster.stop()
-        tmp.cleanup()
     if a.json:
         emit(rows, True)
     else:

@@ -127,3 +127,14 @@ def test_threads_of_one_client_share_calls_and_each_get_their_own_answer(cc: Clu
                 assert out[i].succeeded
                 assert c.get("d", f"t{i}", "k").value == b"c%d" % i  # type: ignore[union-attr]
         assert isinstance(out[23], errors.NotFound)  # failed alone
+
+
+def test_a_coalesced_call_over_the_item_limit_is_refused_whole(cc: Cluster) -> None:
+    from coordinator.limits import MANY_ITEMS_MAX
+
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(cc.coordinator_addrs[0]))
+    item = pb.ManyItem(get=pb.GetRequest(header=_h(), key=_key(b"a")))
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Many(pb.ManyRequest(items=[item] * (MANY_ITEMS_MAX + 1)), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"items: {MANY_ITEMS_MAX + 1} items, the limit is {MANY_ITEMS_MAX}" in (e.value.details() or "")

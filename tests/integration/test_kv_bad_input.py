@@ -15,6 +15,7 @@ from coordinator import limits
 from midtown import Client, Op, errors
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration
@@ -123,6 +124,55 @@ def test_generated_requests(kvc: Cluster, req: tuple[str, bytes]) -> None:
     assert code in ALLOWED or full, (code, msg)
     if code != "OK":
         assert msg
+
+
+def _gen_many() -> st.SearchStrategy[pb.ManyRequest]:
+    """Coalesced calls (KV.Many) of generated items, some with no call in them."""
+    key = st.builds(pb.Key, partition=st.binary(max_size=20), local=st.binary(max_size=20))
+    hdr = st.builds(pb.RequestHeader, dataset=st.sampled_from(["d", "e", "locked", "full", "nope", "", "D!"]),
+                    request_id=st.binary(max_size=80), first_attempt=st.booleans())
+    item = st.one_of(
+        st.builds(lambda h, k, c: pb.ManyItem(get=pb.GetRequest(header=h, key=k, consistency=c)),
+                  hdr, key, st.integers(0, 1)),
+        st.builds(lambda h, k, v, t: pb.ManyItem(put=pb.PutRequest(header=h, key=k, value=v, ttl_ms=t)),
+                  hdr, key, st.binary(max_size=50), st.integers(0, 2**64 - 1)),
+        st.builds(lambda h, k: pb.ManyItem(delete=pb.DeleteRequest(header=h, key=k)), hdr, key),
+        st.builds(lambda h, k, e, n: pb.ManyItem(check_and_set=pb.CheckAndSetRequest(
+            header=h, key=k, expected_value=e, new_value=n)), hdr, key, st.binary(max_size=5),
+            st.binary(max_size=5)),
+        st.builds(lambda h, k, d: pb.ManyItem(increment=pb.IncrementRequest(header=h, key=k, delta=d)),
+                  hdr, key, st.integers(-(2**63), 2**63 - 1)),
+        st.just(pb.ManyItem()),
+    )
+    return st.builds(lambda items: pb.ManyRequest(items=items), st.lists(item, max_size=8))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(req=_gen_many(), garbage=st.binary(max_size=100))
+def test_generated_coalesced_calls(kvc: Cluster, req: pb.ManyRequest, garbage: bytes) -> None:
+    """Each item of a coalesced call is answered as its own call would be: an allowed code,
+    and a message with every refusal; malformed calls are refused whole."""
+    code, msg = _raw(kvc.coordinator_addrs[0], "Many", garbage)
+    assert code in ALLOWED and (code == "OK" or msg), (code, msg)
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(kvc.coordinator_addrs[0]))
+    try:
+        answers = stub.Many(req, timeout=15).answers
+    except grpc.RpcError as e:
+        assert not req.items and e.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "items" in (e.details() or "")
+        return
+    assert len(answers) == len(req.items)
+    for i, (item, a) in enumerate(zip(req.items, answers)):
+        name = grpc.StatusCode.OK.name if a.code == 0 else next(
+            c.name for c in grpc.StatusCode if c.value[0] == a.code)
+        full = name == "RESOURCE_EXHAUSTED" and "'full'" in a.message and a.refused == "quota"
+        assert name in ALLOWED or full, (name, a.message)
+        if a.code:
+            assert a.message
+        else:
+            assert a.WhichOneof("response") == item.WhichOneof("call")
+        if item.WhichOneof("call") is None:
+            assert name == "INVALID_ARGUMENT" and a.message.startswith(f"items[{i}]")
 
 
 def _gen_storage_request() -> st.SearchStrategy[tuple[str, bytes]]:

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client import Counter
+
 from log import limits as log_limits
 from log.client import Appended, LogClient
 from runtime.group_commit import GroupCommit
 
 APPEND_TIMEOUT_S = 20.0
+APPEND_CALLS = Counter("midtown_coordinator_log_appends_total",
+                       "Append calls a coordinator made to the logs (each carries one or more records)",
+                       ["log"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,7 @@ class Appender:
         out: list[Placed] = []
         for i in range(0, len(payloads), log_limits.BATCH_ENTRIES_MAX):
             chunk = payloads[i:i + log_limits.BATCH_ENTRIES_MAX]
+            APPEND_CALLS.labels(log=str(self.log_id)).inc()
             r: Appended = self.logs.append(self.log_id, chunk, timeout_s=timeout_s)
             out.extend(Placed(r.first_position + j, r.timestamp_ms, r.attempts > 1)
                        for j in range(len(chunk)))

@@ -56,10 +56,12 @@ CALLBACK_THREADS = 16
 TAIL_THREADS = 16
 REPAIR_THREADS = 32
 # A coalesced call (KV.Many): at most this many items (the SDK sends at most
-# midtown.coalescing.ITEMS_MAX), run on this many threads at once, so that they reach the
-# log's group commit together as separate calls would.
+# midtown.coalescing.ITEMS_MAX). Its writes and strong reads run together
+# (coordinator/many.py), the logs' ReadIndex rounds on MANY_ROUND_THREADS threads; items of
+# eventual datasets, and eventual reads, run as their own calls on MANY_THREADS threads.
 MANY_ITEMS_MAX = 1000
 MANY_THREADS = 128
+MANY_ROUND_THREADS = 16
 
 # Records whose answers a coordinator still takes (request id -> log, shard): the answers
 # of every replica arrive within seconds; at 20,000 requests/s this covers 10 s.

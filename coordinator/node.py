@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from concurrent import futures
-from dataclasses import replace
+from dataclasses import dataclass
 
 from prometheus_client import Counter
 
@@ -19,7 +19,7 @@ from catalog.datasets import Dataset
 from catalog.routing import log_of, shard_of
 from coordinator import eventual, limits
 from coordinator.admission import Admission
-from coordinator.answers import Answers
+from coordinator.answers import Answer, Answers
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
     Abort,
@@ -55,6 +55,20 @@ EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
 STRONG_READS = Counter("midtown_strong_reads_total",
                        "Strong reads, by path: read index (no log append) or through the log",
                        ["path"])
+READ_ROUNDS = Counter("midtown_read_index_rounds_total",
+                      "ReadIndex rounds (a read index asked, then one read at a replica for the "
+                      "round's reads)")
+
+
+@dataclass(frozen=True, slots=True)
+class Appending:
+    """A record about to be appended: its log, shard, request id and encoding. `wait`: it
+    names this coordinator's callback, and its answer is awaited."""
+    log_id: int
+    shard: int
+    request_id: bytes
+    payload: bytes
+    wait: bool = True
 
 
 class Coordinator:
@@ -85,7 +99,7 @@ class Coordinator:
         # applying our record, and is dropped before it can wake a waiter or be compared.
         self.answers = Answers(self.replicas.members_or_last)
         self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
-        self._reads = ReadBatcher(self._read_round)
+        self._reads = ReadBatcher(self.read_round)
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.stopped = threading.Event()
 
@@ -120,26 +134,51 @@ class Coordinator:
                         f"header.request_id: {len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}")
         return rid or uuid.uuid4().bytes
 
-    def execute(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
-                deadline_s: float) -> RecordResult:
-        """Append one record for the shard of `pkey` and wait for a storage node's answer.
+    def plan(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op]) -> tuple[Record, bool]:
+        """The record for a single-key request, and whether it is answered at the log's
+        acknowledgement (then the record names no callback).
 
-        A plain put or delete on a client's first attempt (its request id is new) is
-        answered as soon as the log acknowledges it (DESIGN.md allows it): its outcome
-        cannot depend on the state, and its version is the entry's position + 1. A retry
-        waits for the storage node, which returns the first outcome. An operation with an
-        event id travels as a record of one group (at most once per event id): its answer
-        says whether it was a duplicate, with the first outcome."""
+        A plain put on a client's first attempt (its request id is new) is answered as soon
+        as the log acknowledges it (DESIGN.md allows it): its outcome cannot depend on the
+        state, and its version is the entry's position + 1. A retry waits for the storage
+        node, which returns the first outcome; a delete waits too (its outcome says whether
+        there was a key to delete). An operation with an event id travels as a record of
+        one group (at most once per event id)."""
         rid = self.request_id(header)
-        rec = record_for(d, rid, self.callback_addr, pkey, tuple(ops), header.event_id, self.kv.shards)
-        # A delete waits for its outcome: it says whether there was a key to delete.
         early = (header.first_attempt and bool(header.request_id) and len(ops) == 1
                  and isinstance(ops[0], Put) and not header.event_id)
+        rec = record_for(d, rid, "" if early else self.callback_addr, pkey, tuple(ops), header.event_id,
+                         self.kv.shards)
+        return rec, early
+
+    def encode(self, rec: Record) -> bytes:
+        payload = codec.record_to_bytes(rec)
+        if len(payload) > limits.BATCH_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT,
+                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
+        return payload
+
+    def log_of(self, rec: Record) -> int:
+        return log_of(rec.shard, self.kv_logs)
+
+    def execute(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
+                deadline_s: float) -> RecordResult:
+        """Append one record for the shard of `pkey` and wait for its outcome (plan)."""
+        rec, early = self.plan(d, header, pkey, ops)
         if early:
             return self._execute_on_log_ack(d, rec, deadline_s)
+        r = self.run_records([(self.log_of(rec), rec.shard, rec.request_id, self.encode(rec))], deadline_s)[0]
+        return self.outcome(rec, r)
+
+    @staticmethod
+    def outcome(rec: Record, r: RecordResult | pb.RecordResult) -> RecordResult:
+        """A storage node's answer to a single-key record, as the request's result: a
+        record of one group (an event id) says whether it was a duplicate, with the first
+        outcome."""
+        r = r if isinstance(r, RecordResult) else codec.result_from_pb(r)
         if not rec.groups:
-            return self._run_record(rec, deadline_s)
-        r = self._run_record(rec, deadline_s)
+            return r
+        ops = rec.groups[0].ops
         g = r.groups[0]
         # A group's results leave out what the writer knows (storage_node/apply.py): a
         # put's value is its own, its version the group's position + 1.
@@ -150,47 +189,62 @@ class Coordinator:
         return RecordResult(r.request_id, r.log_id, g.position, r.shard, r.digest, r.node_id,
                             g.applied, g.duplicate, results)
 
-    def _run_record(self, rec: Record, deadline_s: float) -> RecordResult:
-        payload = codec.record_to_bytes(rec)
-        if len(payload) > limits.BATCH_BYTES_MAX:
-            raise Abort(Code.INVALID_ARGUMENT,
-                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
-        r = self.run_records([(log_of(rec.shard, self.kv_logs), rec.shard, rec.request_id, payload)],
-                             deadline_s)[0]
-        return r if isinstance(r, RecordResult) else codec.result_from_pb(r)
-
     def run_records(self, records: list[tuple[int, int, bytes, bytes]],
                     deadline_s: float) -> list[RecordResult | pb.RecordResult]:
         """Append records (log, shard, request id, encoded record) that name this
         coordinator's callback, and wait for a storage node's answer to each: as it came (a
         storage node in this process answers with model objects, others with protobuf).
-        All records of one log go in one append."""
-        waiters = self.answers.expect([(log_id, shard, rid) for log_id, shard, rid, _ in records])
-        deadline = time.monotonic() + deadline_s
-        try:
-            by_log: dict[int, list[bytes]] = {}
-            for log_id, _, _, p in records:
-                by_log.setdefault(log_id, []).append(p)
-            for log_id, ps in by_log.items():
-                if len(ps) == 1:
-                    self._append(log_id, ps[0], deadline_s)
-                else:
-                    self._append_many(log_id, ps, max(0.0, deadline - time.monotonic()))
-            out = []
-            for w in waiters:
-                try:
-                    out.append(w.result(max(0.0, deadline - time.monotonic())))
-                except futures.TimeoutError:
-                    raise Abort(Code.DEADLINE_EXCEEDED,
-                                "outcome unknown: no storage node answered in time; retry with the "
-                                "same header.request_id") from None
-            return out
-        finally:
-            self.answers.forget([rid for _, _, rid, _ in records], waiters)
+        All records of one log go in one append. The first failure is raised."""
+        out = self.append_and_wait([Appending(*r) for r in records], deadline_s)
+        for o in out:
+            if isinstance(o, Abort):
+                raise o
+        return out  # type: ignore[return-value]
 
-    def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> None:
+    def append_and_wait(self, records: list[Appending], deadline_s: float) -> list[Answer | Placed | Abort]:
+        """Append records, all of one log in one append (group commit when alone), and
+        for each: the storage node's answer if it names this coordinator's callback (`wait`),
+        else where the log placed it; or the Abort that ended it (its log was unavailable,
+        or no answer came in time). Each record fails alone."""
+        waiting = [i for i, r in enumerate(records) if r.wait]
+        waiters = self.answers.expect([(records[i].log_id, records[i].shard, records[i].request_id)
+                                       for i in waiting])
+        deadline = time.monotonic() + deadline_s
+        out: list[Answer | Placed | Abort | None] = [None] * len(records)
         try:
-            self.appender(log_id).append_many(payloads, deadline_s)
+            by_log: dict[int, list[int]] = {}
+            for i, r in enumerate(records):
+                by_log.setdefault(r.log_id, []).append(i)
+            for log_id, idx in by_log.items():
+                try:
+                    if len(idx) == 1:
+                        placed = [self._append(log_id, records[idx[0]].payload, deadline_s)]
+                    else:
+                        placed = self._append_many(log_id, [records[i].payload for i in idx],
+                                                   max(0.0, deadline - time.monotonic()))
+                except Abort as e:
+                    for i in idx:
+                        out[i] = e
+                    continue
+                for i, pl in zip(idx, placed):
+                    if not records[i].wait:
+                        out[i] = pl
+            for i, w in zip(waiting, waiters):
+                if out[i] is not None:  # its append failed
+                    continue
+                try:
+                    out[i] = w.result(max(0.0, deadline - time.monotonic()))
+                except futures.TimeoutError:
+                    out[i] = Abort(Code.DEADLINE_EXCEEDED,
+                                   "outcome unknown: no storage node answered in time; retry with the "
+                                   "same header.request_id")
+            return out  # type: ignore[return-value]
+        finally:
+            self.answers.forget([records[i].request_id for i in waiting], waiters)
+
+    def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> list[Placed]:
+        try:
+            return self.appender(log_id).append_many(payloads, deadline_s)
         except LogError as e:
             raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
 
@@ -205,10 +259,9 @@ class Coordinator:
                         "with the same header.request_id") from None
 
     def _execute_on_log_ack(self, d: Dataset, rec: Record, deadline_s: float) -> RecordResult:
-        rec = replace(rec, callback="")  # nobody waits: no callback
-        log_id = log_of(rec.shard, self.kv_logs)
+        log_id = self.log_of(rec)
         deadline = time.monotonic() + deadline_s
-        placed = self._append(log_id, codec.record_to_bytes(rec), deadline_s)
+        placed = self._append(log_id, self.encode(rec), deadline_s)
         r = early_result(rec, log_id, placed, d.ttl_ms)
         if r is not None:
             return r
@@ -276,9 +329,10 @@ class Coordinator:
         r = self.execute(d, plain, pkey, [op], deadline_s)
         return r.results[0], r.position
 
-    def _read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:
+    def read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:
         """One ReadIndex round for the reads of one log: the index, then one ReadMany at a
         replica that has applied that far (another if one fails)."""
+        READ_ROUNDS.inc()
         idx = self.read_index(log_id)
         if idx is None:
             return None

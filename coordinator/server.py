@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
@@ -25,6 +26,7 @@ from prometheus_client import Counter, Histogram
 from catalog.datasets import Dataset
 from catalog.routing import log_of
 from coordinator import bulk, eventual, limits
+from coordinator import many as many_run
 from coordinator.checks import (
     Abort,
     Code,
@@ -97,6 +99,46 @@ def op_error(status: OpStatus, field: str) -> Abort:
     return Abort(Code.FAILED_PRECONDITION, f"{field}: condition failed")
 
 
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A single-key request on a strong dataset, checked and ready to run: a record of
+    `ops`, or (`read`) a strong read of ops[0]; `finish` makes the response from the outcome
+    (a RecordResult, or a read's (OpResult, position)), or raises the request's Refusal."""
+    d: Dataset
+    header: pb.RequestHeader
+    pkey: bytes
+    ops: list[Op]
+    finish: Callable[[Any], Any]
+    read: bool = False
+
+
+def _get_response(o: tuple[OpResult, int]) -> pb.GetResponse:
+    r, position = o
+    return pb.GetResponse(found=r.found, value=codec.stored_to_pb(r.value), position=position)
+
+
+def _put_response(r: RecordResult) -> pb.PutResponse:
+    return pb.PutResponse(version=single(r).value.version)
+
+
+def _delete_response(r: RecordResult) -> pb.DeleteResponse:
+    return pb.DeleteResponse(position=r.position, deleted=int(bool(r.results and r.results[0].found)))
+
+
+def _cas_response(r: RecordResult) -> pb.CheckAndSetResponse:
+    o = single(r)
+    ok = o.status is OpStatus.DONE
+    return pb.CheckAndSetResponse(succeeded=ok, found=o.found, current=codec.stored_to_pb(o.value),
+                                  version=o.value.version if ok and o.value is not None else 0)
+
+
+def _increment_response(r: RecordResult) -> pb.IncrementResponse:
+    o = single(r)
+    if o.status is not OpStatus.DONE:
+        raise op_error(o.status, "key")
+    return pb.IncrementResponse(value=int(o.value.value), version=o.value.version)
+
+
 # -------------------------------------------------------------------- the KV service
 class KVService:
     def __init__(self, c: Coordinator) -> None:
@@ -127,53 +169,40 @@ class KVService:
                         "strong dataset (last-writer-wins replicas cannot compare and set)")
         return d
 
-    def get(self, req: pb.GetRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.GetResponse:
-        pkey, lkey = check_key(req.key)
-        ed = self._eventual(d, req.header)
-        if ed is not None:
-            answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
-                                           self._deadline(ctx))
-            v = eventual.winner(answers)
-            if not eventual.live(v, int(time.time() * 1000)):
-                return pb.GetResponse(found=False)
-            assert v is not None
-            return pb.GetResponse(found=True, value=_lww_value(v))
-        if req.consistency == pb.EVENTUAL:
-            d = self.c.admission.need(d, req.header)
-            rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
-            return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
-                                  position=rr.position)
-        o, position = self._strong_read(d, req.header, pkey, Get(lkey), ctx)
-        return pb.GetResponse(found=o.found, value=codec.stored_to_pb(o.value), position=position)
+    def run(self, p: Planned, ctx: grpc.ServicerContext) -> Any:
+        """A planned request, run on its own (KV.Many runs many together: coordinator/many.py)."""
+        if p.read:
+            return p.finish(self.c.strong_read(p.d, p.header, p.pkey, p.ops[0], self._deadline(ctx)))
+        return p.finish(self.c.execute(p.d, p.header, p.pkey, p.ops, self._deadline(ctx)))
 
-    def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.PutResponse:
+    def _planned(self, d: Dataset | None, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
+                 finish: Callable[[Any], Any], read: bool = False) -> Planned:
+        return Planned(self.c.admission.need(d, header), header, pkey, ops, finish, read)
+
+    # Each single-key request is checked and planned first (a Refusal naming the field if
+    # it is bad); None: its dataset is eventually consistent (or the read asks for an
+    # eventual read), and the handler goes to the replicas directly.
+    def plan_get(self, req: pb.GetRequest, d: Dataset | None) -> Planned | None:
+        pkey, lkey = check_key(req.key)
+        if self._eventual(d, req.header) is not None or req.consistency == pb.EVENTUAL:
+            return None
+        return self._planned(d, req.header, pkey, [Get(lkey)], _get_response, read=True)
+
+    def plan_put(self, req: pb.PutRequest, d: Dataset | None) -> Planned | None:
         pkey, lkey = check_key(req.key)
         check_value(req.value, "value")
         check_ttl(req.ttl_ms, "ttl_ms")
-        ed = self._eventual(d, req.header)
-        if ed is not None:
-            return pb.PutResponse(version=self.c.eventual_write(
-                ed, pkey, lkey, req.value, req.ttl_ms, False, self._deadline(ctx)))
-        r = self._execute(d, req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], ctx)
-        return pb.PutResponse(version=single(r).value.version)
+        if self._eventual(d, req.header) is not None:
+            return None
+        return self._planned(d, req.header, pkey, [Put(lkey, req.value, req.ttl_ms)], _put_response)
 
-    def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext,
-               d: Dataset | None) -> pb.DeleteResponse:
+    def plan_delete(self, req: pb.DeleteRequest, d: Dataset | None) -> Planned | None:
         pkey, lkey = check_key(req.key)
-        ed = self._eventual(d, req.header)
-        if ed is not None:
-            # Last writer wins: what a majority held just before, the best an eventual
-            # dataset can say about what was there.
-            before = eventual.winner(self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
-                                                          self._deadline(ctx)))
-            self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
-            return pb.DeleteResponse(deleted=int(eventual.live(before, int(time.time() * 1000))))
+        if self._eventual(d, req.header) is not None:
+            return None
+        return self._planned(d, req.header, pkey, [Delete(lkey)], _delete_response)
 
-        r = self._execute(d, req.header, pkey, [Delete(lkey)], ctx)
-        return pb.DeleteResponse(position=r.position, deleted=int(bool(r.results and r.results[0].found)))
-
-    def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext,
-                      d: Dataset | None) -> pb.CheckAndSetResponse:
+    def plan_check_and_set(self, req: pb.CheckAndSetRequest, d: Dataset | None) -> Planned:
         pkey, lkey = check_key(req.key)
         self._eventual(d, req.header, "check-and-set")
         which = req.WhichOneof("expect")
@@ -186,25 +215,63 @@ class KVService:
             op.cas.expected_value = req.expected_value
         elif which == "expect_absent":
             op.cas.expect_absent = req.expect_absent
-        r = self._execute(d, req.header, pkey, [codec.op_from_pb(op)], ctx)
-        o = single(r)
-        ok = o.status is OpStatus.DONE
-        return pb.CheckAndSetResponse(
-            succeeded=ok, found=o.found, current=codec.stored_to_pb(o.value),
-            version=o.value.version if ok and o.value is not None else 0,
-        )
+        return self._planned(d, req.header, pkey, [codec.op_from_pb(op)], _cas_response)
 
-    def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext,
-                  d: Dataset | None) -> pb.IncrementResponse:
+    def plan_increment(self, req: pb.IncrementRequest, d: Dataset | None) -> Planned:
         pkey, lkey = check_key(req.key)
         check_ttl(req.ttl_ms, "ttl_ms")
         self._eventual(d, req.header, "increment")
+        return self._planned(d, req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], _increment_response)
 
-        r = self._execute(d, req.header, pkey, [Incr(lkey, req.delta, req.ttl_ms)], ctx)
-        o = single(r)
-        if o.status is not OpStatus.DONE:
-            raise op_error(o.status, "key")
-        return pb.IncrementResponse(value=int(o.value.value), version=o.value.version)
+    def get(self, req: pb.GetRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.GetResponse:
+        p = self.plan_get(req, d)
+        if p is not None:
+            return self.run(p, ctx)  # type: ignore[no-any-return]
+        pkey, lkey = check_key(req.key)
+        ed = self._eventual(d, req.header)
+        if ed is not None:
+            answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
+                                           self._deadline(ctx))
+            v = eventual.winner(answers)
+            if not eventual.live(v, int(time.time() * 1000)):
+                return pb.GetResponse(found=False)
+            assert v is not None
+            return pb.GetResponse(found=True, value=_lww_value(v))
+        d = self.c.admission.need(d, req.header)  # an eventual read of a strong dataset
+        rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
+        return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
+                              position=rr.position)
+
+    def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.PutResponse:
+        p = self.plan_put(req, d)
+        if p is not None:
+            return self.run(p, ctx)  # type: ignore[no-any-return]
+        pkey, lkey = check_key(req.key)
+        ed = self.c.admission.need(d, req.header)
+        return pb.PutResponse(version=self.c.eventual_write(
+            ed, pkey, lkey, req.value, req.ttl_ms, False, self._deadline(ctx)))
+
+    def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext,
+               d: Dataset | None) -> pb.DeleteResponse:
+        p = self.plan_delete(req, d)
+        if p is not None:
+            return self.run(p, ctx)  # type: ignore[no-any-return]
+        pkey, lkey = check_key(req.key)
+        ed = self.c.admission.need(d, req.header)
+        # Last writer wins: what a majority held just before, the best an eventual
+        # dataset can say about what was there.
+        before = eventual.winner(self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
+                                                      self._deadline(ctx)))
+        self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
+        return pb.DeleteResponse(deleted=int(eventual.live(before, int(time.time() * 1000))))
+
+    def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext,
+                      d: Dataset | None) -> pb.CheckAndSetResponse:
+        return self.run(self.plan_check_and_set(req, d), ctx)  # type: ignore[no-any-return]
+
+    def increment(self, req: pb.IncrementRequest, ctx: grpc.ServicerContext,
+                  d: Dataset | None) -> pb.IncrementResponse:
+        return self.run(self.plan_increment(req, d), ctx)  # type: ignore[no-any-return]
 
     def batch(self, req: pb.BatchRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.BatchResponse:
         check_partition(req.partition_key, "partition_key")
@@ -329,15 +396,10 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
         return Refusal(Code.INTERNAL, f"coordinator {c.coord_id}: internal error in {name} (its log has "
                        "the details); the outcome is unknown: retry with the same header.request_id")
 
-    def admitted(fn: Callable[..., Any], req: Any, ctx: grpc.ServicerContext) -> Any:
-        """`fn(req, ctx, dataset)` once the request is admitted (its dataset looked up once,
-        then every check and the call take it). Whatever goes wrong is a Refusal."""
+    def guarded(name: str, thunk: Callable[[], Any]) -> Any:
+        """`thunk()`; whatever goes wrong in it is a Refusal."""
         try:
-            d = c.admission.lookup(req.header)
-            c.admission.check_rate(d, ctx.peer())
-            c.admission.authorize(d, ctx, write=fn.__name__ not in ("get", "scan"))
-            c.admission.check_quota(d, req)
-            return fn(req, ctx, d)
+            return thunk()
         except (KazooException, KazooTimeoutError) as e:
             # ZooKeeper trouble (a lost session, a connection being re-established)
             # while looking up a dataset, a user or the members: nothing was appended.
@@ -346,38 +408,93 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
         except Refusal:
             raise
         except Exception:
-            raise internal(fn.__name__) from None
+            raise internal(name) from None
+
+    def admit(name: str, req: Any, ctx: grpc.ServicerContext) -> Dataset | None:
+        """The request's dataset (looked up once, then every check and the call take it),
+        once the request is admitted: its rate, its rights and its dataset's quota."""
+        d = c.admission.lookup(req.header)
+        c.admission.check_rate(d, ctx.peer())
+        c.admission.authorize(d, ctx, write=name not in ("get", "scan"))
+        c.admission.check_quota(d, req)
+        return d
+
+    def admitted(fn: Callable[..., Any], req: Any, ctx: grpc.ServicerContext) -> Any:
+        """`fn(req, ctx, dataset)` once the request is admitted."""
+        return guarded(fn.__name__, lambda: fn(req, ctx, admit(fn.__name__, req, ctx)))
 
     many_fns = {"get": kv.get, "put": kv.put, "delete": kv.delete,
                 "check_and_set": kv.check_and_set, "increment": kv.increment}
+    many_plans: dict[str, Callable[[Any, Dataset | None], Planned | None]] = {
+        "get": kv.plan_get, "put": kv.plan_put, "delete": kv.plan_delete,
+        "check_and_set": kv.plan_check_and_set, "increment": kv.plan_increment}
     many_pool = futures.ThreadPoolExecutor(max_workers=limits.MANY_THREADS, thread_name_prefix="many")
 
     def many(req: pb.ManyRequest, ctx: grpc.ServicerContext) -> pb.ManyResponse:
-        """Each item as its own call would go, all at once (their records meet in the
-        log's group commit as separate calls' would); one answer each, in order."""
+        """Each item admitted and checked as its own call would be, then run together
+        (coordinator/many.py): the writes in one append per log, the strong reads in one
+        ReadIndex round per log; items of eventual datasets (and eventual reads) on a pool,
+        as their own calls. One answer each, in order; one that fails fails alone."""
         if not req.items:
             raise Refusal(Code.INVALID_ARGUMENT, "items: a call needs at least one item")
         if len(req.items) > limits.MANY_ITEMS_MAX:
             raise Refusal(Code.INVALID_ARGUMENT,
                           f"items: {len(req.items)} items, the limit is {limits.MANY_ITEMS_MAX}")
-        later = [many_pool.submit(many_item, i, item, ctx) for i, item in enumerate(req.items) if i]
-        answers = [many_item(0, req.items[0], ctx)] + [f.result() for f in later]
-        return pb.ManyResponse(answers=answers)
+        answers: list[pb.ManyAnswer | None] = [None] * len(req.items)
+        writes: list[tuple[int, str, Planned]] = []
+        reads: list[tuple[int, str, Planned]] = []
+        alone: list[tuple[int, str, futures.Future[Any]]] = []
+        for i, item in enumerate(req.items):
+            which = item.WhichOneof("call")
+            if which is None:
+                answers[i] = pb.ManyAnswer(code=Code.INVALID_ARGUMENT.value[0],
+                                           message=f"items[{i}]: no call in it")
+                continue
+            fn, sub = many_fns[which], getattr(item, which)
+            try:
+                d = guarded(fn.__name__, lambda: admit(fn.__name__, sub, ctx))
+                p = guarded(fn.__name__, lambda: many_plans[which](sub, d))
+            except Refusal as e:
+                answers[i] = many_answer(which, e)
+                continue
+            if p is None:
+                alone.append((i, which, many_pool.submit(guarded, fn.__name__, partial(fn, sub, ctx, d))))
+            else:
+                (reads if p.read else writes).append((i, which, p))
+        deadline_s = kv._deadline(ctx)
+        for batch, run in ((writes, lambda: many_run.run_writes(
+                                c, [(p.d, p.header, p.pkey, p.ops) for _, _, p in writes], deadline_s)),
+                           (reads, lambda: many_run.run_reads(
+                                c, [(p.d, p.header, p.pkey, p.ops[0]) for _, _, p in reads], deadline_s))):
+            if not batch:
+                continue
+            try:
+                outcomes = guarded("many", run)
+            except Refusal as e:  # the whole batch (too many requests in flight, say)
+                outcomes = [e] * len(batch)
+            for (i, which, p), o in zip(batch, outcomes):
+                answers[i] = many_answer(which, o if isinstance(o, Refusal) else partial(p.finish, o))
+        for i, which, f in alone:
+            try:
+                answers[i] = many_answer(which, f.result)
+            except Refusal as e:
+                answers[i] = many_answer(which, e)
+        return pb.ManyResponse(answers=answers)  # type: ignore[arg-type]  # each one set
 
-    def many_item(i: int, item: pb.ManyItem, ctx: grpc.ServicerContext) -> pb.ManyAnswer:
-        which = item.WhichOneof("call")
-        if which is None:
-            return pb.ManyAnswer(code=Code.INVALID_ARGUMENT.value[0], message=f"items[{i}]: no call in it")
-        fn = many_fns[which]
+    def many_answer(which: str, out: Refusal | Callable[[], Any]) -> pb.ManyAnswer:
+        """An item's answer: its response (`out()`), or its Refusal (raised or given)."""
+        name = many_fns[which].__name__
         try:
-            out = admitted(fn, getattr(item, which), ctx)
+            if isinstance(out, Refusal):
+                raise out
+            response = guarded(name, out)
         except Refusal as e:
-            REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
+            REQUESTS.labels(method=name, code=e.code.name).inc()
             return pb.ManyAnswer(code=e.code.value[0], message=e.text,
                                  refused=dict(e.trailers).get(REFUSED, ""))
-        REQUESTS.labels(method=fn.__name__, code="OK").inc()
+        REQUESTS.labels(method=name, code="OK").inc()
         a = pb.ManyAnswer()
-        getattr(a, which).CopyFrom(out)
+        getattr(a, which).CopyFrom(response)
         return a
 
     def wrap(cls: Any, fn: Callable[..., Any],  # (request, context[, dataset]) -> response

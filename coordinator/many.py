@@ -1,0 +1,108 @@
+"""The items of one KV.Many call (a client's coalesced single-key operations) run as one
+batch behind the coordinator, not one thread and one log append each:
+
+* writes: every item's record is built as its own call would build it (coordinator/node.py
+  `plan`), then all records of one log go in one Append; the plain puts on a first attempt
+  are answered at the log's acknowledgement, the others when a storage node answers;
+* strong reads: one ReadIndex round per log for all of the call's reads of that log (the
+  index asked after they all arrived bounds every write acknowledged before any of them),
+  the logs' rounds at the same time; a read whose round failed goes through the log.
+
+Each item keeps its own request id, deadline and outcome: one that fails (a bad key, a
+record too large, its log unavailable, no answer in time) fails alone, as an Abort in its
+place. Pure batching: an item's outcome is what its own call would have given."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent import futures
+from typing import TypeAlias
+
+from catalog.datasets import Dataset
+from catalog.routing import log_of, shard_of
+from coordinator import limits
+from coordinator.checks import Abort, check_partition
+from coordinator.node import STRONG_READS, Appending, Coordinator, early_result
+from midtown_pb import kv_pb2 as pb
+from storage_node import codec
+from storage_node.model import Op, OpResult, Record, RecordResult
+
+Write: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, list[Op]]  # dataset, header, partition key, ops
+Read: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, Op]  # dataset, header, partition key, a get
+
+# The logs' ReadIndex rounds of one call at the same time (a round waits on Tail calls
+# that run on the coordinator's own pool: not this one, so neither can starve the other).
+_ROUNDS = futures.ThreadPoolExecutor(max_workers=limits.MANY_ROUND_THREADS, thread_name_prefix="many-round")
+
+
+def run_writes(c: Coordinator, writes: Sequence[Write], deadline_s: float) -> list[RecordResult | Abort]:
+    """Each write's result (as Coordinator.execute returns it) or the Abort that ended it."""
+    out: list[RecordResult | Abort | None] = [None] * len(writes)
+    planned: list[tuple[int, Record]] = []
+    appending: list[Appending] = []
+    for i, (d, header, pkey, ops) in enumerate(writes):
+        try:
+            rec, early = c.plan(d, header, pkey, ops)
+            appending.append(Appending(c.log_of(rec), rec.shard, rec.request_id, c.encode(rec), not early))
+        except Abort as e:
+            out[i] = e
+            continue
+        planned.append((i, rec))
+    answers = c.append_and_wait(appending, deadline_s)
+    retried: list[Write] = []
+    retried_at: list[int] = []
+    for (i, rec), a, r in zip(planned, appending, answers):
+        if isinstance(r, Abort):
+            out[i] = r
+        elif a.wait:
+            out[i] = c.outcome(rec, r)  # type: ignore[arg-type]
+        else:
+            d = writes[i][0]
+            known = early_result(rec, a.log_id, r, d.ttl_ms)  # type: ignore[arg-type]
+            if known is not None:
+                out[i] = known
+            else:  # appended more than once: the storage nodes know which copy counts
+                retried.append((d, pb.RequestHeader(dataset=d.name, request_id=rec.request_id),
+                                rec.partition_key, list(rec.ops)))
+                retried_at.append(i)
+    if retried:
+        for i, r in zip(retried_at, run_writes(c, retried, deadline_s)):
+            out[i] = r
+    return out  # type: ignore[return-value]
+
+
+def run_reads(c: Coordinator, reads: Sequence[Read], deadline_s: float) -> list[tuple[OpResult, int] | Abort]:
+    """Each strong read's (result, position), as Coordinator.strong_read returns it, or the
+    Abort that ended it."""
+    out: list[tuple[OpResult, int] | Abort | None] = [None] * len(reads)
+    by_log: dict[int, list[tuple[int, pb.ReadRequest]]] = {}
+    for i, (d, _, pkey, op) in enumerate(reads):
+        try:
+            check_partition(pkey, "key.partition")
+        except Abort as e:
+            out[i] = e
+            continue
+        shard = shard_of(d.id, pkey, c.kv.shards)
+        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
+        by_log.setdefault(log_of(shard, c.kv_logs), []).append((i, req))
+    rounds = list(by_log.items())
+    later = [_ROUNDS.submit(c.read_round, log_id, [r for _, r in items]) for log_id, items in rounds[1:]]
+    answered = ([c.read_round(rounds[0][0], [r for _, r in rounds[0][1]])] if rounds else []) + [
+        f.result() for f in later]
+    through_log: list[int] = []
+    for (_, items), answers in zip(rounds, answered):
+        if answers is None:
+            through_log.extend(i for i, _ in items)
+            continue
+        STRONG_READS.labels(path="read_index").inc(len(items))
+        for (i, _), rr in zip(items, answers):
+            out[i] = (codec.op_result_from_pb(rr.result), rr.position)
+    if through_log:
+        STRONG_READS.labels(path="log").inc(len(through_log))
+        # Reads carry no event id: the header with the request's dataset and id only.
+        writes = [(d, pb.RequestHeader(dataset=h.dataset, request_id=h.request_id), pkey, [op])
+                  for d, h, pkey, op in (reads[i] for i in through_log)]
+        for i, r in zip(through_log, run_writes(c, writes, deadline_s)):
+            out[i] = r if isinstance(r, Abort) else (r.results[0], r.position)
+    assert all(o is not None for o in out)
+    return out  # type: ignore[return-value]

@@ -3,8 +3,8 @@
     from midtown import Client, AsyncClient
 """
 
+from midtown.aio import AsyncClient
 from midtown.client import (
-    AsyncClient,
     BatchResult,
     CasResult,
     Client,

@@ -10,7 +10,6 @@ returns the first outcome."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
@@ -220,6 +219,42 @@ class BatchResult:
     results: list[OpOutcome]
 
 
+class _Call(NamedTuple):
+    """An operation as one call, checked and built: the method, its request, its timeout and
+    how the response becomes the operation's result. `single`: a single-key operation,
+    which may travel with others (coalescing). Client and AsyncClient run the same ones."""
+    method: str
+    req: Any
+    timeout: float | None
+    decode: Callable[[Any], Any]
+    single: bool = False
+
+
+def _outcomes(results: Any) -> list[OpOutcome]:
+    return [OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
+            for x in results]
+
+
+def shard_items(m: pb.ScanShardResponse) -> list[ShardItem]:
+    return [ShardItem(i.partition_key, i.local_key, Value.of(i.value)) for i in m.items]
+
+
+def read_retry_or_raise(e: grpc.RpcError, attempt: int, retries: int, deadline: float) -> None:
+    """A read failed part-way: raise its error unless a retry may cure it and there is time."""
+    if e.code() not in errors.RETRYABLE or attempt == retries or time.monotonic() > deadline:
+        raise errors.from_rpc(e) from None
+
+
+def retry_or_raise(e: grpc.RpcError, attempt: int, retries: int) -> bool:
+    """After a failed attempt: raise its error if a retry cannot help (or none is left),
+    else whether to try another coordinator (it was unavailable)."""
+    if errors.refused_for_quota(e):  # retrying cannot help
+        raise errors.from_rpc(e, _EARLIER_ATTEMPT if attempt else "") from None
+    if e.code() not in errors.RETRYABLE or attempt == retries:
+        raise errors.from_rpc(e) from None
+    return bool(e.code() == grpc.StatusCode.UNAVAILABLE)
+
+
 class Client:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
@@ -338,16 +373,17 @@ class Client:
                     _mark_retry(req)  # the first attempt may have been applied
                 return getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
-                if errors.refused_for_quota(e):  # retrying cannot help
-                    raise errors.from_rpc(e, _EARLIER_ATTEMPT if attempt else "") from None
-                if e.code() not in errors.RETRYABLE or attempt == self.retries:
-                    raise errors.from_rpc(e) from None
-                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                if retry_or_raise(e, attempt, self.retries):
                     addrs = self.coordinators(refresh=True)
                     addr = random.choice(addrs)
                 time.sleep(min(backoff * (1 + random.random()), max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, 1.0)
         raise AssertionError("unreachable")
+
+    def _do(self, c: _Call) -> Any:
+        """Run a built operation (AsyncClient runs the same ones on grpc.aio)."""
+        return c.decode(self._single(c.method, c.req, c.timeout) if c.single
+                        else self._call(c.method, c.req, c.timeout))
 
     @staticmethod
     def _header(dataset: str, request_id: bytes | None,
@@ -364,29 +400,27 @@ class Client:
     # ------------------------------------------------------------ operations
     def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
             timeout: float | None = None) -> Value | None:
-        r = self._single("Get", pb.GetRequest(
+        return self._do(_Call("Get", pb.GetRequest(
             header=self._header(dataset, None), key=_key(partition, local),
-            consistency=_consistency(consistency)), timeout)
-        return Value.of(r.value) if r.found else None
+            consistency=_consistency(consistency)), timeout,
+            lambda r: Value.of(r.value) if r.found else None, True))
 
     def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
             request_id: bytes | None = None, event_id: bytes | str | None = None,
             timeout: float | None = None) -> int:
         """Returns the new version. With `event_id`, applied at most once per event id within
         the dataset's dedup window; a repeat returns the first put's version."""
-        r = self._single("Put", pb.PutRequest(
+        return self._do(_Call("Put", pb.PutRequest(
             header=self._header(dataset, request_id, event_id),
             key=_key(partition, local), value=_value(value, "value"),
-            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout)
-        return int(r.version)
+            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout, lambda r: int(r.version), True))
 
     def delete(self, dataset: str, partition: Key, local: Key = b"", *,
                request_id: bytes | None = None, timeout: float | None = None) -> int:
         """Returns how many keys were deleted: 1, or 0 when there was none."""
-        r = self._single("Delete", pb.DeleteRequest(
+        return self._do(_Call("Delete", pb.DeleteRequest(
             header=self._header(dataset, request_id), key=_key(partition, local)),
-            timeout)
-        return int(r.deleted)
+            timeout, lambda r: int(r.deleted), True))
 
     def cas(self, dataset: str, partition: Key, local: Key, new_value: bytes = b"", *,
             expected: bytes | None = None, expect_absent: bool = False, expected_version: int = 0,
@@ -401,19 +435,18 @@ class Client:
             req.expect_absent = True
         elif expected is not None:
             req.expected_value = _value(expected, "expected")
-        r = self._single("CheckAndSet", req, timeout)
-        return CasResult(r.succeeded, Value.of(r.current) if r.HasField("current") else None, r.version)
+        return self._do(_Call("CheckAndSet", req, timeout, lambda r: CasResult(
+            r.succeeded, Value.of(r.current) if r.HasField("current") else None, r.version), True))
 
     def incr(self, dataset: str, partition: Key, local: Key, delta: int = 1, *, ttl_ms: int = 0,
              request_id: bytes | None = None, event_id: bytes | str | None = None,
              timeout: float | None = None) -> int:
         """Returns the new value. With `event_id`, counted at most once per event id within
         the dataset's dedup window; a repeat returns the value the first one produced."""
-        r = self._single("Increment", pb.IncrementRequest(
+        return self._do(_Call("Increment", pb.IncrementRequest(
             header=self._header(dataset, request_id, event_id),
             key=_key(partition, local), delta=_int(delta, "delta", I64_MIN, I64_MAX),
-            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout)
-        return int(r.value)
+            ttl_ms=_int(ttl_ms, "ttl_ms", 0, U64_MAX)), timeout, lambda r: int(r.value), True))
 
     def batch(self, dataset: str, ops: list[Op], *, request_id: bytes | None = None,
               event_id: bytes | str | None = None, timeout: float | None = None) -> BatchResult:
@@ -425,12 +458,9 @@ class Client:
                 raise errors.InvalidArgument(
                     f"ops[{i}].partition: a batch covers one partitioning key "
                     f"({ops[0].partition!r}), got {op.partition!r}")
-        r = self._call("Batch", pb.BatchRequest(
+        return self._do(_Call("Batch", pb.BatchRequest(
             header=self._header(dataset, request_id, event_id), partition_key=ops[0].partition,
-            ops=[o.to_pb() for o in ops]), timeout)
-        return BatchResult(r.applied, [
-            OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
-            for x in r.results])
+            ops=[o.to_pb() for o in ops]), timeout, lambda r: BatchResult(r.applied, _outcomes(r.results))))
 
     def write_many(self, dataset: str, writes: list[Write], *, request_id: bytes | None = None,
                    timeout: float | None = None) -> list[WriteOutcome]:
@@ -470,32 +500,31 @@ class Client:
                                         event_id=eid))
         puts = pb.PutColumns(partition_keys=pkeys, local_keys=lkeys, values=values,
                              event_ids=eids if any(eids) else [], ttl_ms=ttls if any(ttls) else [])
-        r = self._call("WriteMany", pb.WriteManyRequest(
-            header=self._header(dataset, request_id), groups=groups, puts=puts), timeout)
-        names = {pb.APPLIED: "applied", pb.DUPLICATE: "duplicate", pb.FAILED: "failed"}
-        done = [WriteOutcome(names[o.status], o.error, [
-            OpOutcome(x.status == pb.DONE, x.found, Value.of(x.value) if x.HasField("value") else None)
-            for x in o.results], o.position) for o in r.outcomes]
-        status, position = list(r.puts.status), list(r.puts.position)
-        if len(done) != len(groups) or len(status) != len(pkeys) or len(position) != len(pkeys):
-            raise errors.MidtownError(f"the coordinator answered {len(done)} groups and {len(status)} "
-                                      f"puts for {len(groups)} and {len(pkeys)}")
-        return [done[k] if kind == "g" else WriteOutcome(names[status[k]], position=position[k])
-                for kind, k in where]
+        def decode(r: pb.WriteManyResponse) -> list[WriteOutcome]:
+            names = {pb.APPLIED: "applied", pb.DUPLICATE: "duplicate", pb.FAILED: "failed"}
+            done = [WriteOutcome(names[o.status], o.error, _outcomes(o.results), o.position)
+                    for o in r.outcomes]
+            status, position = list(r.puts.status), list(r.puts.position)
+            if len(done) != len(groups) or len(status) != len(pkeys) or len(position) != len(pkeys):
+                raise errors.MidtownError(f"the coordinator answered {len(done)} groups and {len(status)} "
+                                          f"puts for {len(groups)} and {len(pkeys)}")
+            return [done[k] if kind == "g" else WriteOutcome(names[status[k]], position=position[k])
+                    for kind, k in where]
+
+        return self._do(_Call("WriteMany", pb.WriteManyRequest(
+            header=self._header(dataset, request_id), groups=groups, puts=puts), timeout, decode))
 
     def shards(self, dataset: str, *, timeout: float | None = None) -> int:
         """How many shards the cluster has (a dataset's keys are spread over all of them)."""
-        return int(self._call("Shards", pb.ShardsRequest(header=self._header(dataset, None)), timeout).shards)
+        return self._do(_Call("Shards", pb.ShardsRequest(header=self._header(dataset, None)), timeout,
+                              lambda r: int(r.shards)))
 
     def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
                    timeout: float | None = None) -> tuple[int, list[ShardItem]]:
         """Every live key of `dataset` in `shard`, from one replica's state at one log
         position: (that position, the items in key order). Strong: the position is at or
         after every write acknowledged before the call."""
-        if not 0 <= shard < 2**32:
-            raise errors.InvalidArgument(f"shard: {shard} is out of range")
-        req = pb.ScanShardRequest(header=self._header(dataset, None), shard=shard, page=page,
-                                  consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG)
+        req = self._scan_shard_request(dataset, shard, consistency, page)
         deadline = time.monotonic() + (timeout or max(self.timeout, 60.0))
         backoff = 0.05
         for attempt in range(self.retries + 1):
@@ -506,22 +535,28 @@ class Client:
                 for m in self._stub(addr).ScanShard(req, timeout=max(0.1, deadline - time.monotonic()),
                                                     metadata=self._metadata):
                     position = m.position
-                    items.extend(ShardItem(i.partition_key, i.local_key, Value.of(i.value)) for i in m.items)
+                    items.extend(shard_items(m))
                 return position, items
             except grpc.RpcError as e:  # a read: start again from the beginning
-                if e.code() not in errors.RETRYABLE or attempt == self.retries or time.monotonic() > deadline:
-                    raise errors.from_rpc(e) from None
+                read_retry_or_raise(e, attempt, self.retries, deadline)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
         raise AssertionError("unreachable")
 
+    def _scan_shard_request(self, dataset: str, shard: int, consistency: str,
+                            page: int) -> pb.ScanShardRequest:
+        if not 0 <= shard < 2**32:
+            raise errors.InvalidArgument(f"shard: {shard} is out of range")
+        return pb.ScanShardRequest(header=self._header(dataset, None), shard=shard, page=page,
+                                   consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG)
+
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
              limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:
-        r = self._call("Scan", pb.ScanRequest(
+        return self._do(_Call("Scan", pb.ScanRequest(
             header=self._header(dataset, None), partition_key=_b(partition, "partition"),
             start=_b(start, "start"), end=_b(end, "end"), limit=_int(limit, "limit", 1, 2**32 - 1),
-            consistency=_consistency(consistency)), timeout)
-        return ScanPage([Item(i.local_key, Value.of(i.value)) for i in r.items], r.next)
+            consistency=_consistency(consistency)), timeout,
+            lambda r: ScanPage([Item(i.local_key, Value.of(i.value)) for i in r.items], r.next)))
 
     def scan_all(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
                  page: int = 100, consistency: str = "strong") -> Iterator[Item]:
@@ -532,33 +567,3 @@ class Client:
             if not p.next:
                 return
             cur = p.next
-
-
-class AsyncClient:
-    """The same operations as Client, as coroutines. Calls run on a thread pool over the
-    blocking client (gRPC's channels are thread-safe), so an event loop never blocks."""
-
-    def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
-                 timeout: float = 10.0, retries: int = 8, token: str | None = None,
-                 tls_ca: bytes | str | None = None) -> None:
-        self._c = Client(coordinators, zk=zk, timeout=timeout, retries=retries, token=token,
-                         tls_ca=tls_ca)
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self._c.close)
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *a: object) -> None:
-        await self.close()
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        fn = getattr(self._c, name)
-        if name.startswith("_") or name in ("scan_all", "coordinators") or not callable(fn):
-            raise AttributeError(name)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-
-        return call

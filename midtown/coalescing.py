@@ -19,9 +19,11 @@ the call, the others wait for their answers."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from midtown import errors
@@ -44,20 +46,30 @@ class _Pending(NamedTuple):
     size: int
 
 
-class Coalescer:
+class _Counts:
+    def __init__(self) -> None:
+        self.calls = 0  # calls made, and operations they carried (for tests and stats)
+        self.operations = 0
+        self._counting = threading.Lock()
+
+    def _count(self, n: int) -> None:
+        with self._counting:
+            self.calls += 1
+            self.operations += n
+
+
+class Coalescer(_Counts):
     def __init__(self, call: Callable[[str, Any, float], Any]) -> None:
         """`call(method, request, timeout_s)`: one call with the client's retries (Client._call)."""
+        super().__init__()
         self._call = call
         self._lanes = [GroupCommit(self._run, size=lambda p: p.size, max_size=BYTES_MAX)
                        for _ in range(LANES)]
-        self.calls = 0  # calls made, and operations they carried (for tests and stats)
-        self.operations = 0
-        self._count = threading.Lock()
 
     def call(self, method: str, req: Any, timeout_s: float) -> Any:
         """The response to `req` as its own call would give it, or its error raised."""
         lane = self._lanes[threading.get_ident() % LANES]
-        out = lane.call(_Pending(method, req, time.monotonic() + timeout_s, req.ByteSize() + 16))
+        out = lane.call(pending(method, req, timeout_s))
         if isinstance(out, BaseException):
             raise out
         return out
@@ -71,33 +83,116 @@ class Coalescer:
         return out
 
     def _send(self, items: list[_Pending]) -> list[Any]:
-        with self._count:
-            self.calls += 1
-            self.operations += len(items)
+        self._count(len(items))
         if len(items) == 1:
             return [self._alone(items[0])]
-        now = time.monotonic()
-        many = pb.ManyRequest(items=[pb.ManyItem(**{FIELDS[p.method]: p.req}) for p in items])
         try:
-            resp = self._call("Many", many, max(0.001, max(p.deadline for p in items) - now))
+            resp = self._call("Many", many_request(items), call_timeout(items))
         except errors.MidtownError as e:
             return [e] * len(items)
-        out: list[Any] = []
-        for p, a in zip(items, resp.answers):
-            if a.code == 0:
-                out.append(getattr(a, FIELDS[p.method]))
-                continue
-            err = errors.from_answer(a.code, a.message, a.refused)
-            if (err.code in errors.RETRYABLE and not isinstance(err, errors.QuotaExceeded)
-                    and p.deadline > time.monotonic()):
-                p.req.header.first_attempt = False  # the first may have been applied
-                out.append(self._alone(p))
-            else:
-                out.append(err)
-        return out
+        return [self._alone(p) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
 
     def _alone(self, p: _Pending) -> Any:
         try:
             return self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()))
         except errors.MidtownError as e:
             return e
+
+
+class AsyncCoalescer(_Counts):
+    """The same for an event loop's coroutines (midtown/aio.py): while a lane's call is in
+    flight, operations queue on it; a task of the lane sends what queued as the next call.
+    A lone operation takes a free lane and goes at once."""
+
+    def __init__(self, call: Callable[[str, Any, float], Awaitable[Any]]) -> None:
+        """`call(method, request, timeout_s)`: one call with the client's retries."""
+        super().__init__()
+        self._call = call
+        self._lanes: list[deque[tuple[_Pending, asyncio.Future[Any]]]] = [deque() for _ in range(LANES)]
+        self._busy = [False] * LANES
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def call(self, method: str, req: Any, timeout_s: float) -> Any:
+        free = [i for i in range(LANES) if not self._busy[i]]
+        lane = free[0] if free else min(range(LANES), key=lambda i: len(self._lanes[i]))
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._lanes[lane].append((pending(method, req, timeout_s), fut))
+        if not self._busy[lane]:
+            self._busy[lane] = True
+            task = asyncio.get_running_loop().create_task(self._drain(lane))
+            self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
+            task.add_done_callback(self._tasks.discard)
+        out = await fut
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    async def _drain(self, lane: int) -> None:
+        q = self._lanes[lane]
+        try:
+            while q:
+                batch: list[tuple[_Pending, asyncio.Future[Any]]] = []
+                size = 0
+                while q and len(batch) < ITEMS_MAX and (not batch or size + q[0][0].size <= BYTES_MAX):
+                    size += q[0][0].size
+                    batch.append(q.popleft())
+                try:
+                    results = await self._send([p for p, _ in batch])
+                except BaseException as e:  # every waiter hears of it; none hangs
+                    results = [e] * len(batch)
+                for (_, f), r in zip(batch, results):
+                    if not f.done():
+                        f.set_result(r)
+        finally:
+            self._busy[lane] = False
+
+    async def _send(self, items: list[_Pending]) -> list[Any]:
+        self._count(len(items))
+        if len(items) == 1:
+            return [await self._alone(items[0])]
+        try:
+            resp = await self._call("Many", many_request(items), call_timeout(items))
+        except errors.MidtownError as e:
+            return [e] * len(items)
+        return [await self._alone(p) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
+
+    async def _alone(self, p: _Pending) -> Any:
+        try:
+            return await self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()))
+        except errors.MidtownError as e:
+            return e
+
+
+RETRY = object()  # an item to send again alone, marked as a retry
+
+
+def pending(method: str, req: Any, timeout_s: float) -> _Pending:
+    return _Pending(method, req, time.monotonic() + timeout_s, req.ByteSize() + 16)
+
+
+def many_request(items: list[_Pending]) -> pb.ManyRequest:
+    return pb.ManyRequest(items=[pb.ManyItem(**{FIELDS[p.method]: p.req}) for p in items])
+
+
+def call_timeout(items: list[_Pending]) -> float:
+    """A coalesced call may run until the last of its items' deadlines."""
+    return max(0.001, max(p.deadline for p in items) - time.monotonic())
+
+
+def answers(items: list[_Pending], resp: pb.ManyResponse) -> list[Any]:
+    """Each item's response, or its error, or RETRY: its failure is one a retry may cure
+    (not a quota) and its deadline has not passed; it is then marked as a retry (its first
+    attempt may have been applied)."""
+    out: list[Any] = []
+    for p, a in zip(items, resp.answers):
+        if a.code == 0:
+            out.append(getattr(a, FIELDS[p.method]))
+            continue
+        err = errors.from_answer(a.code, a.message, a.refused)
+        if (err.code in errors.RETRYABLE and not isinstance(err, errors.QuotaExceeded)
+                and p.deadline > time.monotonic()):
+            p.req.header.first_attempt = False
+            out.append(RETRY)
+        else:
+            out.append(err)
+    return out

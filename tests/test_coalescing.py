@@ -135,3 +135,41 @@ def c_pending(i: int) -> Any:
     from midtown.coalescing import _Pending
 
     return _Pending("Put", put(i), time.monotonic() + 5, 10)
+
+
+# ---------------------------------------------------------------- the asyncio coalescer
+def test_async_coroutines_share_calls_each_with_its_own_answer_and_a_lone_one_goes_alone() -> None:
+    """AsyncCoalescer (AsyncClient's): the same rules for an event loop's coroutines."""
+    import asyncio
+
+    from midtown.coalescing import LANES, AsyncCoalescer
+
+    s = Server(flaky={b"r5"})
+
+    async def call(method: str, req: Any, timeout_s: float) -> Any:
+        await asyncio.sleep(0.01)  # in flight for a while: others queue meanwhile
+        return s(method, req, timeout_s)
+
+    async def main() -> dict[int, Any]:
+        c = AsyncCoalescer(call)
+        assert (await c.call("Put", put(99), 5)).version == 99  # alone, at once
+        assert [m for m, _ in s.calls] == ["Put"]
+
+        async def one(i: int) -> Any:
+            req = put(i)
+            if i == 3:
+                req.header.dataset = "gone"
+            try:
+                return (await c.call("Put", req, 5)).version
+            except errors.MidtownError as e:
+                return e
+
+        out = await asyncio.gather(*[one(i) for i in range(40)])
+        assert c.operations == 41 and c.calls <= 1 + 2 * LANES + 1  # 40 in a few calls (+ the retry)
+        return dict(enumerate(out))
+
+    results = asyncio.run(main())
+    assert isinstance(results[3], errors.NotFound)
+    assert {i: v for i, v in results.items() if i != 3} == {i: i for i in range(40) if i != 3}
+    retried = [r for m, r in s.calls if m == "Put" and r.header.request_id == b"r5"]
+    assert len(retried) == 1 and retried[0].header.first_attempt is False  # retried alone

@@ -20,11 +20,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from midtown.aio import AsyncClient
 from midtown.bench import echo
-from midtown.bench.loadgen import run_workload
+from midtown.bench.loadgen import AsyncMakeOp, run_async_workload, run_workload
 from midtown.cli.output import emit
 from midtown.client import Client
 from midtown.cluster import Cluster
@@ -153,6 +154,40 @@ def midtown_ops(addrs: list[str], coalesce: bool = True) -> Ops:
     return {"put": put, "get": get, "cas": cas}
 
 
+def midtown_async_ops(addrs: list[str]) -> tuple[dict[str, AsyncMakeOp], Callable[[], AsyncClient]]:
+    """The same workloads as coroutines sharing one AsyncClient (which coalesces them), and
+    how to open that client on the run's event loop."""
+
+    async def put(c: AsyncClient, i: int) -> Callable[[int], Awaitable[object]]:
+        return lambda n: c.put("bench", f"ak{i}", str(n % 100), VALUE)
+
+    async def get(c: AsyncClient, i: int) -> Callable[[int], Awaitable[object]]:
+        await c.put("bench", f"ag{i}", "x", VALUE)
+        return lambda n: c.get("bench", f"ag{i}", "x")
+
+    async def cas(c: AsyncClient, i: int) -> Callable[[int], Awaitable[object]]:
+        await c.put("bench", f"ac{i}", "x", b"0")
+
+        async def op(n: int) -> None:
+            r = await c.cas("bench", f"ac{i}", "x", str(n + 1).encode(), expected=str(n).encode())
+            if not r.succeeded:
+                raise RuntimeError("midtown cas failed")
+        return op
+
+    return {"put": put, "get": get, "cas": cas}, lambda: AsyncClient(addrs, timeout=30)
+
+
+Runner = Callable[[str, int, float], dict]  # (op, clients, seconds) -> figures
+
+
+def threads(ops: Ops) -> Runner:
+    return lambda op, clients, seconds: run_workload(ops[op], clients, seconds)
+
+
+def coroutines(ops: dict[str, AsyncMakeOp], connect: Callable[[], AsyncClient]) -> Runner:
+    return lambda op, clients, seconds: run_async_workload(ops[op], clients, seconds, connect)
+
+
 def log(message: str) -> None:
     """Progress, on standard error (the figures go to standard output)."""
     print(message, file=sys.stderr, flush=True)
@@ -216,17 +251,18 @@ class EchoFloor:
             self.proc.kill()
 
 
-def _row(a: argparse.Namespace, systems: dict[str, Ops], op: str, clients: int) -> dict:
+def _row(a: argparse.Namespace, systems: dict[str, Runner], op: str, clients: int) -> dict:
     """One workload on every system, `a.rounds` times alternating: the medians and ratios."""
     row: dict = {"op": op if op != "get" else "get (strong)", "clients": clients}
-    for ops in systems.values():
-        run_workload(ops[op], clients, min(1.0, a.seconds / 4))  # warm-up
+    for runner in systems.values():
+        runner(op, clients, min(1.0, a.seconds / 4))  # warm-up
     runs: dict[str, list[dict]] = {name: [] for name in systems}
     for i in range(a.rounds):  # alternating, so a slow spell of the machine hits both
-        for name, ops in systems.items():
-            what = {"floor": "echo", "solo": f"{op}, not coalesced"}.get(name, op)
+        for name, runner in systems.items():
+            what = {"floor": "echo", "solo": f"{op}, not coalesced",
+                    "async": f"{op}, AsyncClient"}.get(name, op)
             log(f"{name}: {what}, {clients} client(s), {a.seconds:.0f}s, round {i + 1}/{a.rounds}...")
-            runs[name].append(run_workload(ops[op], clients, a.seconds))
+            runs[name].append(runner(op, clients, a.seconds))
     for name in systems:
         for k, v in medians(runs[name]).items():
             row[f"{name}_{k}"] = v
@@ -242,8 +278,11 @@ def run(a: argparse.Namespace) -> int:
         floor = EchoFloor()
         try:
             # "solo": Midtown with the SDK's coalescing off, each operation its own call.
-            systems = {"midtown": midtown_ops(cluster.coordinator_addrs), "etcd": etcd_ops(etcd),
-                       "floor": floor.ops(), "solo": midtown_ops(cluster.coordinator_addrs, coalesce=False)}
+            # "async": the same on one AsyncClient, a coroutine per client.
+            systems = {"midtown": threads(midtown_ops(cluster.coordinator_addrs)),
+                       "etcd": threads(etcd_ops(etcd)), "floor": threads(floor.ops()),
+                       "solo": threads(midtown_ops(cluster.coordinator_addrs, coalesce=False)),
+                       "async": coroutines(*midtown_async_ops(cluster.coordinator_addrs))}
             rows = [_row(a, systems, op, clients) for op in ("put", "get", "cas") for clients in (1, 64)]
         finally:
             floor.stop()
@@ -253,13 +292,14 @@ def run(a: argparse.Namespace) -> int:
         emit(rows, False, ["op", "clients", "midtown_ops_per_s", "etcd_ops_per_s", "throughput_ratio",
                            "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
                            "etcd_p99_ms", "p99_ratio", "floor_ops_per_s", "floor_p50_ms",
-                           "solo_ops_per_s", "solo_p99_ms"])
+                           "solo_ops_per_s", "solo_p99_ms", "async_ops_per_s", "async_p99_ms"])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
         print("floor: a Python gRPC server that answers at once (midtown/bench/echo.py), same harness and "
               "run; every Midtown operation pays at least that call")
         print("Midtown's threads share one Client, which coalesces their operations; solo: the same "
-              "with coalescing off (each operation its own call)")
+              "with coalescing off (each operation its own call); async: the same workload as coroutines on "
+              "one event loop sharing one AsyncClient")
         if a.rounds > 1:
-            print(f"each figure is the median of {a.rounds} rounds, Midtown, etcd, the floor and solo "
+            print(f"each figure is the median of {a.rounds} rounds, Midtown, etcd, the floor, solo and async "
                   "alternating")
     return 0

@@ -1,11 +1,15 @@
 """The load generator both benchmarks share: one thread per client, each calling its own
-operation in a loop for a fixed time; throughput and latency percentiles."""
+operation in a loop for a fixed time; throughput and latency percentiles. The same with
+coroutines on one event loop (run_async_workload), for the SDK's AsyncClient."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -48,3 +52,43 @@ def run_workload(make_op: Callable[[int], Callable[[int], object]], clients: int
     dt = time.monotonic() - t0
     return {"ops_per_s": round(len(lat) / dt), "p50_ms": round(percentile(lat, 0.5) * 1000, 2),
             "p99_ms": round(percentile(lat, 0.99) * 1000, 2), "errors": errors[0]}
+
+
+AsyncMakeOp = Callable[[Any, int], Awaitable[Callable[[int], Awaitable[object]]]]
+
+
+def run_async_workload(make_op: AsyncMakeOp, clients: int, seconds: float,
+                       connect: Callable[[], AbstractAsyncContextManager[Any]]) -> dict:
+    """As run_workload, with `clients` coroutines on one event loop sharing what `connect()`
+    opens (a client, made on that loop): `make_op(client, i)` prepares coroutine i's
+    operation (a coroutine function of the count)."""
+
+    async def main() -> tuple[list[float], int, float]:
+        async with connect() as conn:
+            return await timed([await make_op(conn, i) for i in range(clients)])
+
+    async def timed(ops: list[Callable[[int], Awaitable[object]]]) -> tuple[list[float], int, float]:
+        lat: list[float] = []
+        errors = 0
+        stop_at = time.monotonic() + seconds
+
+        async def run(i: int) -> None:
+            nonlocal errors
+            n = 0
+            while time.monotonic() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    await ops[i](n)
+                except Exception:
+                    errors += 1
+                    continue
+                lat.append(time.perf_counter() - t0)
+                n += 1
+
+        t0 = time.monotonic()
+        await asyncio.gather(*[run(i) for i in range(clients)])
+        return lat, errors, time.monotonic() - t0
+
+    lat, errors, dt = asyncio.run(main())
+    return {"ops_per_s": round(len(lat) / dt), "p50_ms": round(percentile(lat, 0.5) * 1000, 2),
+            "p99_ms": round(percentile(lat, 0.99) * 1000, 2), "errors": errors}

@@ -4,6 +4,8 @@ call is in flight get each their own, correct answer from one coalesced call."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from midtown import Client, errors
+from midtown import Client, Op, errors
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
@@ -193,3 +195,43 @@ def test_a_coalesced_call_takes_one_append_and_one_read_round_per_log(cc: Cluste
         assert g.code == 0 and g.get.found
         want = b"v%d" % i if i % 3 == 0 else b"%d" % i if i % 3 == 1 else b"c%d" % i
         assert g.get.value.value == want
+
+
+class _NoThreads(concurrent.futures.ThreadPoolExecutor):
+    def submit(self, *a: Any, **k: Any) -> Any:  # type: ignore[override]
+        raise AssertionError("AsyncClient used a thread for an operation")
+
+
+def test_async_client_runs_on_grpc_aio_and_coalesces_coroutines(cc: Cluster) -> None:
+    """AsyncClient's operations run on the event loop (no thread: the loop's executor
+    refuses work) and coroutines' single-key operations travel together, each answered
+    correctly; a bad one fails alone with its own error."""
+    from midtown import AsyncClient
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_default_executor(_NoThreads(max_workers=1))
+        async with AsyncClient(cc.coordinator_addrs, timeout=20) as ac:
+            assert await ac.put("d", "async", "k", b"v") > 0
+            got = await ac.get("d", "async", "k")
+            assert got is not None and got.value == b"v"
+            calls0, ops0 = ac.coalescing
+            n = await asyncio.gather(*[ac.incr("d", "async-n", "c") for _ in range(50)])
+            calls, ops = ac.coalescing[0] - calls0, ac.coalescing[1] - ops0
+            assert sorted(n) == list(range(1, 51))  # each counted once, each its own answer
+            assert ops == 50 and calls < ops  # they travelled together
+            out = await asyncio.gather(ac.put("nope", "x", "k", b"v"), ac.put("d", "x", "k", b"v"),
+                                       return_exceptions=True)
+            assert isinstance(out[0], errors.NotFound) and isinstance(out[1], int)
+            with pytest.raises(errors.InvalidArgument, match="value"):
+                await ac.put("d", "x", "k", "not bytes")
+            r = await ac.batch("d", [Op.put("ab", "1", b"x"), Op.incr("ab", "n", 2)])
+            assert r.applied and r.results[1].value is not None and r.results[1].value.value == b"2"
+            assert [i.local_key async for i in ac.scan_all("d", "ab")] == [b"1", b"n"]
+            shards = await ac.shards("d")
+            found = []
+            for s in range(shards):
+                _, items = await ac.scan_shard("d", s)
+                found += [(i.partition_key, i.local_key) for i in items]
+            assert (b"async", b"k") in found and (b"ab", b"n") in found
+
+    asyncio.run(main())

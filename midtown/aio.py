@@ -1,0 +1,167 @@
+"""The SDK on asyncio: `AsyncClient`, the same operations as `Client`, as coroutines, on
+grpc's asyncio API (no thread waits for a call).
+
+    async with AsyncClient(["127.0.0.1:7100"]) as db:
+        await db.put("users", "u42", "name", b"Ada")
+        v = await db.get("users", "u42", "name")
+
+Each operation is checked and built exactly as Client builds it (the same code: an
+operation is a `_Call`, which Client runs on blocking stubs and this runs on grpc.aio
+stubs), so arguments, errors, retries (same request id, one deadline) and results are the
+same. The single-key operations of an event loop's coroutines are coalesced as a Client's
+threads' are (midtown/coalescing.py, AsyncCoalescer): while a call is in flight, new ones
+queue and travel together in the next call."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from midtown import errors
+from midtown.client import (
+    Client,
+    Item,
+    ShardItem,
+    _b,
+    _Call,
+    _mark_retry,
+    read_retry_or_raise,
+    retry_or_raise,
+    shard_items,
+)
+from midtown.coalescing import AsyncCoalescer
+from midtown_pb import kv_pb2_grpc
+from runtime.transport import GRPC_OPTIONS
+
+
+class _Builder(Client):
+    """Client's operations, built and checked but not run: each returns its _Call."""
+
+    def _do(self, c: _Call) -> Any:
+        return c
+
+
+class AsyncClient:
+    def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
+                 timeout: float = 10.0, retries: int = 8, token: str | None = None,
+                 tls_ca: bytes | str | None = None, coalesce: bool = True) -> None:
+        """The same arguments as Client's."""
+        self._b = _Builder(coordinators, zk=zk, timeout=timeout, retries=retries, token=token,
+                           tls_ca=tls_ca, coalesce=False)
+        self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self._coalescer = AsyncCoalescer(self._call) if coalesce else None
+
+    @property
+    def coalescing(self) -> tuple[int, int]:
+        """(calls, operations) the coalescer has sent."""
+        c = self._coalescer
+        return (c.calls, c.operations) if c is not None else (0, 0)
+
+    async def close(self) -> None:
+        for ch in self._channels:
+            await ch.close()
+        if self._b._zk is not None:
+            await asyncio.to_thread(self._b.close)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *a: object) -> None:
+        await self.close()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        """Client's operations (get, put, delete, cas, incr, batch, write_many, shards,
+        scan), as coroutines."""
+        if name.startswith("_") or name in ("scan_shard", "scan_all", "coordinators", "close"):
+            raise AttributeError(name)
+        build = getattr(self._b, name)
+        if not callable(build):
+            raise AttributeError(name)
+
+        async def operation(*args: Any, **kwargs: Any) -> Any:
+            c: _Call = build(*args, **kwargs)
+            if c.single and self._coalescer is not None:
+                return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout)))
+            return c.decode(await self._call(c.method, c.req, c.timeout))
+
+        return operation
+
+    # ------------------------------------------------------------ plumbing
+    async def coordinators(self, refresh: bool = False) -> list[str]:
+        if self._b._fixed:
+            return self._b._fixed
+        return await asyncio.to_thread(self._b.coordinators, refresh)  # ZooKeeper: blocking
+
+    def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
+        s = self._stubs.get(addr)
+        if s is None:
+            creds = self._b._creds
+            ch = (grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS) if creds is None
+                  else grpc.aio.secure_channel(addr, creds, options=GRPC_OPTIONS))
+            self._channels.append(ch)
+            s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
+        return s
+
+    async def _call(self, method: str, req: Any, timeout: float | None) -> Any:
+        """Call with retries under one deadline; the request id stays the same (as Client._call)."""
+        deadline = time.monotonic() + self._b._timeout(timeout)
+        addr = random.choice(await self.coordinators())
+        backoff = 0.02
+        for attempt in range(self._b.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
+            try:
+                if attempt:
+                    _mark_retry(req)
+                return await getattr(self._stub(addr), method)(req, timeout=left, metadata=self._b._metadata)
+            except grpc.RpcError as e:
+                if retry_or_raise(e, attempt, self._b.retries):
+                    addr = random.choice(await self.coordinators(refresh=True))
+                await asyncio.sleep(min(backoff * (1 + random.random()),
+                                        max(0.0, deadline - time.monotonic())))
+                backoff = min(backoff * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------ multi-call operations
+    async def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
+                         timeout: float | None = None) -> tuple[int, list[ShardItem]]:
+        """As Client.scan_shard."""
+        req = self._b._scan_shard_request(dataset, shard, consistency, page)
+        deadline = time.monotonic() + (timeout or max(self._b.timeout, 60.0))
+        backoff = 0.05
+        for attempt in range(self._b.retries + 1):
+            addr = random.choice(await self.coordinators(refresh=attempt > 0))
+            items: list[ShardItem] = []
+            position = 0
+            try:
+                stream = self._stub(addr).ScanShard(req, timeout=max(0.1, deadline - time.monotonic()),
+                                                    metadata=self._b._metadata)
+                async for m in stream:
+                    position = m.position
+                    items.extend(shard_items(m))
+                return position, items
+            except grpc.RpcError as e:  # a read: start again from the beginning
+                read_retry_or_raise(e, attempt, self._b.retries, deadline)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    async def scan_all(self, dataset: str, partition: str | bytes, *, start: str | bytes = b"",
+                       end: str | bytes = b"", page: int = 100,
+                       consistency: str = "strong") -> AsyncIterator[Item]:
+        """As Client.scan_all: every item of a partition, page by page."""
+        cur = _b(start)
+        while True:
+            p = await self.scan(dataset, partition, start=cur, end=end, limit=page, consistency=consistency)
+            for item in p.items:
+                yield item
+            if not p.next:
+                return
+            cur = p.next

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import grpc
 import pytest
 
 from midtown.bench import echo
@@ -30,3 +31,28 @@ def test_the_floor_names_a_bad_port(bad: str) -> None:
     p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", bad],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--port" in p.stderr
+
+
+def test_the_floor_for_coalesced_calls_answers_the_sdk_item_by_item() -> None:
+    """The echo server's KV service, called by the SDK's coalescing Client as bench kv's
+    floor_many does: every operation answered (a Many call item by item, nothing done)."""
+    from midtown import Client
+    from midtown.bench.kv import midtown_ops
+    from midtown_pb import kv_pb2 as pb
+    from midtown_pb import kv_pb2_grpc
+
+    floor = EchoFloor()
+    try:
+        stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(floor.addr))
+        many = stub.Many(pb.ManyRequest(items=[pb.ManyItem(put=pb.PutRequest()),
+                                               pb.ManyItem(check_and_set=pb.CheckAndSetRequest()),
+                                               pb.ManyItem(get=pb.GetRequest())]), timeout=10)
+        assert [a.WhichOneof("response") for a in many.answers] == ["put", "check_and_set", "get"]
+        assert many.answers[1].check_and_set.succeeded
+        ops = midtown_ops([floor.addr])
+        r = run_workload(ops["cas"], 16, 0.5)
+        assert r["errors"] == 0 and r["ops_per_s"] > 0
+        with Client([floor.addr]) as c:
+            assert c.put("d", "p", "k", b"v") == 0 and c.get("d", "p", "k") is None
+    finally:
+        floor.stop()

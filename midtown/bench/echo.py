@@ -5,7 +5,9 @@ coordinator (one channel per client thread).
 
 Every Midtown operation pays at least this one call, and then its way through a log and
 the storage nodes, so no Midtown figure can beat this one on the same machine in the same
-run. `python -m midtown.bench.echo --port N` serves until killed."""
+run. The server also answers the KV service's single-key calls and `Many` at once (every
+item answered, nothing done), so the SDK's own Client, coalescing, can call it: the floor
+for coalesced calls. `python -m midtown.bench.echo --port N` serves until killed."""
 
 from __future__ import annotations
 
@@ -14,18 +16,47 @@ from collections.abc import Callable
 from concurrent import futures
 
 import grpc
+from google.protobuf.message import Message
 
 from log import limits as log_limits
+from midtown_pb import kv_pb2 as pb
 from runtime.process import Part, serve_all, tune_runtime
 
 METHOD = "/midtown.bench.v1.Echo/Echo"
+
+# What the KV floor answers, at once: a check-and-set succeeds (the benchmark's CAS loop
+# checks it); every other response is empty.
+_ANSWERS: dict[str, Message] = {
+    "get": pb.GetResponse(), "put": pb.PutResponse(), "delete": pb.DeleteResponse(),
+    "check_and_set": pb.CheckAndSetResponse(succeeded=True), "increment": pb.IncrementResponse()}
+_METHODS = {"Get": "get", "Put": "put", "Delete": "delete", "CheckAndSet": "check_and_set",
+            "Increment": "increment"}
+
+
+def _answer(out: bytes) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+    return lambda req, ctx: out
+
+
+def _many(raw: bytes, ctx: grpc.ServicerContext) -> bytes:
+    """A coalesced call: decoded, and one answer per item, as a coordinator must at least do."""
+    req = pb.ManyRequest.FromString(raw)
+    out = pb.ManyResponse()
+    for item in req.items:
+        which = item.WhichOneof("call")
+        getattr(out.answers.add(), which).CopyFrom(_ANSWERS[which])
+    return out.SerializeToString()
 
 
 def server() -> grpc.Server:
     """The echo server (not listening yet)."""
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
-    s.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("midtown.bench.v1.Echo", {
-        "Echo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)})])
+    kv = {m: grpc.unary_unary_rpc_method_handler(_answer(_ANSWERS[f].SerializeToString()))
+          for m, f in _METHODS.items()}
+    kv["Many"] = grpc.unary_unary_rpc_method_handler(_many)
+    s.add_generic_rpc_handlers([
+        grpc.method_handlers_generic_handler("midtown.bench.v1.Echo", {
+            "Echo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)}),
+        grpc.method_handlers_generic_handler("midtown.kv.v1.KV", kv)])
     return s
 
 

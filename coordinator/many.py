@@ -19,10 +19,9 @@ from concurrent import futures
 from typing import TypeAlias
 
 from catalog.datasets import Dataset
-from catalog.routing import log_of, shard_of
 from coordinator import limits
-from coordinator.checks import Abort, check_partition
-from coordinator.node import STRONG_READS, Appending, Coordinator, early_result
+from coordinator.checks import Abort
+from coordinator.node import STRONG_READS, Appending, Coordinator, early_result, read_header
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec
 from storage_node.model import Op, OpResult, Record, RecordResult
@@ -78,13 +77,11 @@ def run_reads(c: Coordinator, reads: Sequence[Read], deadline_s: float) -> list[
     by_log: dict[int, list[tuple[int, pb.ReadRequest]]] = {}
     for i, (d, _, pkey, op) in enumerate(reads):
         try:
-            check_partition(pkey, "key.partition")
+            log_id, req = c.read_request(d, pkey, op)
         except Abort as e:
             out[i] = e
             continue
-        shard = shard_of(d.id, pkey, c.kv.shards)
-        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
-        by_log.setdefault(log_of(shard, c.kv_logs), []).append((i, req))
+        by_log.setdefault(log_id, []).append((i, req))
     rounds = list(by_log.items())
     later = [_ROUNDS.submit(c.read_round, log_id, [r for _, r in items]) for log_id, items in rounds[1:]]
     answered = ([c.read_round(rounds[0][0], [r for _, r in rounds[0][1]])] if rounds else []) + [
@@ -99,9 +96,7 @@ def run_reads(c: Coordinator, reads: Sequence[Read], deadline_s: float) -> list[
             out[i] = (codec.op_result_from_pb(rr.result), rr.position)
     if through_log:
         STRONG_READS.labels(path="log").inc(len(through_log))
-        # Reads carry no event id: the header with the request's dataset and id only.
-        writes = [(d, pb.RequestHeader(dataset=h.dataset, request_id=h.request_id), pkey, [op])
-                  for d, h, pkey, op in (reads[i] for i in through_log)]
+        writes = [(d, read_header(h), pkey, [op]) for d, h, pkey, op in (reads[i] for i in through_log)]
         for i, r in zip(through_log, run_writes(c, writes, deadline_s)):
             out[i] = r if isinstance(r, Abort) else (r.results[0], r.position)
     assert all(o is not None for o in out)

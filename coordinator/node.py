@@ -317,17 +317,21 @@ class Coordinator:
                     deadline_s: float) -> tuple[OpResult, int]:
         """A linearizable read without a log append: wait until a replica has applied up
         to the read index, then read it there. Falls back to a read through the log."""
-        check_partition(pkey, "key.partition")
-        shard = shard_of(d.id, pkey, self.kv.shards)
-        req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op))
-        rr = self._reads.get(log_of(shard, self.kv_logs), req)
+        log_id, req = self.read_request(d, pkey, op)
+        rr = self._reads.get(log_id, req)
         if rr is not None:
             STRONG_READS.labels(path="read_index").inc()
             return codec.op_result_from_pb(rr.result), rr.position
         STRONG_READS.labels(path="log").inc()
-        plain = pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)  # reads: no event id
-        r = self.execute(d, plain, pkey, [op], deadline_s)
+        r = self.execute(d, read_header(header), pkey, [op], deadline_s)
         return r.results[0], r.position
+
+    def read_request(self, d: Dataset, pkey: bytes, op: Op) -> tuple[int, pb.ReadRequest]:
+        """A strong read's log and the storage read it asks for (Abort: a bad key)."""
+        check_partition(pkey, "key.partition")
+        shard = shard_of(d.id, pkey, self.kv.shards)
+        return log_of(shard, self.kv_logs), pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey,
+                                                           op=codec.op_to_pb(op))
 
     def read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:
         """One ReadIndex round for the reads of one log: the index, then one ReadMany at a
@@ -389,6 +393,11 @@ class Coordinator:
         return [r for _, r in ok]
 
 # -------------------------------------------------------------------- validation
+def read_header(header: pb.RequestHeader) -> pb.RequestHeader:
+    """A strong read sent through the log: its dataset and request id, no event id."""
+    return pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)
+
+
 def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
     """The outcome of a plain put or delete as apply will compute it (storage_node/apply.py):
     a put's version is its position + 1. None when the log client retried the append after

@@ -430,6 +430,12 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
         "check_and_set": kv.plan_check_and_set, "increment": kv.plan_increment}
     many_pool = futures.ThreadPoolExecutor(max_workers=limits.MANY_THREADS, thread_name_prefix="many")
 
+    def plan_admitted(which: str, req: Any,
+                      ctx: grpc.ServicerContext) -> tuple[Dataset | None, Planned | None]:
+        """A Many item admitted and planned (None: it runs as its own call would)."""
+        d = admit(many_fns[which].__name__, req, ctx)
+        return d, many_plans[which](req, d)
+
     def many(req: pb.ManyRequest, ctx: grpc.ServicerContext) -> pb.ManyResponse:
         """Each item admitted and checked as its own call would be, then run together
         (coordinator/many.py): the writes in one append per log, the strong reads in one
@@ -452,8 +458,7 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 continue
             fn, sub = many_fns[which], getattr(item, which)
             try:
-                d = guarded(fn.__name__, lambda: admit(fn.__name__, sub, ctx))
-                p = guarded(fn.__name__, lambda: many_plans[which](sub, d))
+                d, p = guarded(fn.__name__, lambda: plan_admitted(which, sub, ctx))
             except Refusal as e:
                 answers[i] = many_answer(which, e)
                 continue

@@ -78,7 +78,7 @@ class AsyncClient:
     def __getattr__(self, name: str) -> Callable[..., Any]:
         """Client's operations (get, put, delete, cas, incr, batch, write_many, shards,
         scan), as coroutines."""
-        if name.startswith("_") or name in ("scan_shard", "scan_all", "coordinators", "close"):
+        if name.startswith("_"):  # the methods of its own (scan_shard, scan_all, ...) come first
             raise AttributeError(name)
         build = getattr(self._b, name)
         if not callable(build):

@@ -15,3 +15,23 @@ def test_medians_of_odd_and_even_rounds() -> None:
     halves = [{"ops_per_s": 1001}, {"ops_per_s": 1002}]
     assert isinstance(medians(halves)["ops_per_s"], int)
     assert medians(runs[:1]) == runs[0]
+
+
+def test_cpu_per_operation_counts_the_processes_it_is_given() -> None:
+    """bench kv's CPU per operation: /proc CPU of each kind of process around a run, per
+    operation; a gone process counts nothing."""
+    import os
+    import time
+
+    from midtown.bench.kv import cpu_seconds, with_cpu
+
+    def busy(op: str, clients: int, seconds: float) -> dict:
+        end = time.process_time() + 0.2  # 0.2 s of this process's CPU for 100 operations
+        while time.process_time() < end:
+            pass
+        return {"ops_per_s": 100, "p50_ms": 1.0}
+
+    r = with_cpu(busy, lambda: {"client": [os.getpid()], "gone": [2**22 + 7]})("put", 1, 1.0)
+    assert 1500 <= r["cpu_client_us"] <= 3000  # 0.2 s over 100 operations: 2,000 µs
+    assert r["cpu_gone_us"] == 0 and r["cpu_total_us"] == r["cpu_client_us"]
+    assert cpu_seconds(2**22 + 7) == 0.0

@@ -49,6 +49,9 @@ def test_the_floor_for_coalesced_calls_answers_the_sdk_item_by_item() -> None:
                                                pb.ManyItem(get=pb.GetRequest())]), timeout=10)
         assert [a.WhichOneof("response") for a in many.answers] == ["put", "check_and_set", "get"]
         assert many.answers[1].check_and_set.succeeded
+        empty = stub.Many(pb.ManyRequest(items=[pb.ManyItem()]), timeout=10).answers[0]
+        assert empty.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert empty.message.startswith("items[0]")
         ops = midtown_ops([floor.addr])
         r = run_workload(ops["cas"], 16, 0.5)
         assert r["errors"] == 0 and r["ops_per_s"] > 0

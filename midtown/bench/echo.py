@@ -41,8 +41,12 @@ def _many(raw: bytes, ctx: grpc.ServicerContext) -> bytes:
     """A coalesced call: decoded, and one answer per item, as a coordinator must at least do."""
     req = pb.ManyRequest.FromString(raw)
     out = pb.ManyResponse()
-    for item in req.items:
+    for i, item in enumerate(req.items):
         which = item.WhichOneof("call")
+        if which is None:  # as the coordinator answers it
+            out.answers.add(code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                            message=f"items[{i}]: no call in it")
+            continue
         getattr(out.answers.add(), which).CopyFrom(_ANSWERS[which])
     return out.SerializeToString()
 

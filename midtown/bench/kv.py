@@ -15,6 +15,7 @@ import base64
 import contextlib
 import http.client
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,47 @@ def coroutines(ops: dict[str, AsyncMakeOp], connect: Callable[[], AsyncClient]) 
     return lambda op, clients, seconds: run_async_workload(ops[op], clients, seconds, connect)
 
 
+# CPU per operation, by kind of process: the benchmark's own process (the client) and the
+# cluster's processes, from /proc (user + system time) around each Midtown run.
+CPU_KINDS = ("client", "coordinator", "log-server", "storage-node", "host", "zookeeper")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time a process has used so far, user and system, in seconds (0: it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(runner: Runner, pids: Callable[[], dict[str, list[int]]]) -> Runner:
+    """`runner`, adding `cpu_<kind>_us` (CPU per operation of each kind of process `pids()`
+    names, µs) and `cpu_total_us` to its figures."""
+
+    def run(op: str, clients: int, seconds: float) -> dict:
+        groups = pids()
+        before = {k: sum(cpu_seconds(p) for p in ps) for k, ps in groups.items()}
+        r = runner(op, clients, seconds)
+        n = max(1.0, r["ops_per_s"] * seconds)
+        used = {k: sum(cpu_seconds(p) for p in ps) - before[k] for k, ps in groups.items()}
+        for k, v in used.items():
+            r[f"cpu_{k}_us"] = round(1e6 * v / n)
+        r["cpu_total_us"] = round(1e6 * sum(used.values()) / n)
+        return r
+    return run
+
+
+def cluster_pids(cluster: Cluster) -> dict[str, list[int]]:
+    """This process (the client) and the cluster's processes, by kind."""
+    out: dict[str, list[int]] = {"client": [os.getpid()]}
+    for p in cluster.procs.values():
+        if p.pid:
+            out.setdefault(p.kind, []).append(p.pid)
+    return out
+
+
 def log(message: str) -> None:
     """Progress, on standard error (the figures go to standard output)."""
     print(message, file=sys.stderr, flush=True)
@@ -279,10 +321,12 @@ def run(a: argparse.Namespace) -> int:
         try:
             # "solo": Midtown with the SDK's coalescing off, each operation its own call.
             # "async": the same on one AsyncClient, a coroutine per client.
-            systems = {"midtown": threads(midtown_ops(cluster.coordinator_addrs)),
+            pids = lambda: cluster_pids(cluster)  # noqa: E731
+            addrs = cluster.coordinator_addrs
+            systems = {"midtown": with_cpu(threads(midtown_ops(addrs)), pids),
                        "etcd": threads(etcd_ops(etcd)), "floor": threads(floor.ops()),
-                       "solo": threads(midtown_ops(cluster.coordinator_addrs, coalesce=False)),
-                       "async": coroutines(*midtown_async_ops(cluster.coordinator_addrs)),
+                       "solo": with_cpu(threads(midtown_ops(addrs, coalesce=False)), pids),
+                       "async": coroutines(*midtown_async_ops(addrs)),
                        # the floor for coalesced calls: the SDK's Client, coalescing, against
                        # the echo server's KV service (each item answered, nothing done)
                        "floor_many": threads(midtown_ops([floor.addr]))}
@@ -297,6 +341,10 @@ def run(a: argparse.Namespace) -> int:
                            "etcd_p99_ms", "p99_ratio", "floor_ops_per_s", "floor_p50_ms",
                            "floor_many_ops_per_s", "solo_ops_per_s", "solo_p99_ms", "async_ops_per_s",
                            "async_p99_ms"])
+        kinds = [k for k in CPU_KINDS if f"midtown_cpu_{k}_us" in rows[0]]
+        print("\nCPU per operation, µs, by kind of process (Midtown coalesced; solo's total beside it)")
+        emit(rows, False, ["op", "clients", *(f"midtown_cpu_{k}_us" for k in kinds), "midtown_cpu_total_us",
+                           "solo_cpu_total_us"])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
         print("floor: a Python gRPC server that answers at once (midtown/bench/echo.py), same harness and "
               "run; every Midtown operation pays at least that call; floor_many: the same server called "

@@ -224,6 +224,10 @@ def test_async_client_runs_on_grpc_aio_and_coalesces_coroutines(cc: Cluster) -> 
             assert isinstance(out[0], errors.NotFound) and isinstance(out[1], int)
             with pytest.raises(errors.InvalidArgument, match="value"):
                 await ac.put("d", "x", "k", "not bytes")
+            with pytest.raises(errors.InvalidArgument, match="timeout"):
+                await ac.get("d", "x", "k", timeout=-1)  # a coalesced operation
+            with pytest.raises(errors.InvalidArgument, match="timeout"):
+                await ac.shards("d", timeout=0)  # one of its own call
             r = await ac.batch("d", [Op.put("ab", "1", b"x"), Op.incr("ab", "n", 2)])
             assert r.applied and r.results[1].value is not None and r.results[1].value.value == b"2"
             assert [i.local_key async for i in ac.scan_all("d", "ab")] == [b"1", b"n"]

@@ -3,7 +3,8 @@ log/zk.py):
 
   /midtown/kv                      {"shards": S, "storage_nodes": [ids], "logs": L}
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
-  /midtown/coordinators/<id>       {"addr": "host:port"}                   ephemeral
+  /midtown/coordinators/<id>       {"addr": "host:port", "log": "host:port"} ephemeral
+                                   ("log": the log server in the same process, host layout)
   /midtown/datasets/<name>         dataset definition (catalog/datasets.py)"""
 
 from __future__ import annotations
@@ -105,10 +106,11 @@ def _change_members(zk: KazooClient, change: Callable[[list[int]], list[int]]) -
         return t
 
 
-def register(zk: KazooClient, parent: str, member_id: int, addr: str) -> Membership:
+def register(zk: KazooClient, parent: str, member_id: int, addr: str, **more: str) -> Membership:
     """Register a member under `parent` for as long as the process lives: registered again
-    whenever a lost ZooKeeper session took the ephemeral node away (runtime/membership.py)."""
-    data = json.dumps({"addr": addr}).encode()
+    whenever a lost ZooKeeper session took the ephemeral node away (runtime/membership.py).
+    `more`: other fields of its entry (a coordinator's "log")."""
+    data = json.dumps({"addr": addr, **more}).encode()
     m = Membership(zk, f"{parent}/{member_id}", lambda: data)
     m.start()
     return m

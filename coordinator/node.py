@@ -104,7 +104,11 @@ class Coordinator:
         self.stopped = threading.Event()
 
     def start(self) -> None:
-        self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr)
+        # Beside a log server (the host layout), say which: clients send a key to the
+        # coordinator beside its log's writer (midtown/routes.py), whose append is a call.
+        beside = {"log": min(self.local_log.addrs)} if self.local_log.addrs else {}
+        self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr,
+                                            **beside)
 
     def stop(self) -> None:
         self.stopped.set()

@@ -24,6 +24,7 @@ import grpc
 
 from midtown import errors
 from midtown.client import (
+    DISCOVERY_TTL_S,
     Client,
     Item,
     ShardItem,
@@ -49,10 +50,10 @@ class _Builder(Client):
 class AsyncClient:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
-                 tls_ca: bytes | str | None = None, coalesce: bool = True) -> None:
+                 tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True) -> None:
         """The same arguments as Client's."""
         self._b = _Builder(coordinators, zk=zk, timeout=timeout, retries=retries, token=token,
-                           tls_ca=tls_ca, coalesce=False)
+                           tls_ca=tls_ca, coalesce=False, route=route)
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._coalescer = AsyncCoalescer(self._call) if coalesce else None
@@ -66,6 +67,8 @@ class AsyncClient:
     async def close(self) -> None:
         for ch in self._channels:
             await ch.close()
+        if self._b._routes is not None:
+            self._b._routes.stop()
         if self._b._zk is not None:
             await asyncio.to_thread(self._b.close)
 
@@ -86,9 +89,10 @@ class AsyncClient:
 
         async def operation(*args: Any, **kwargs: Any) -> Any:
             c: _Call = build(*args, **kwargs)
+            to = self._b.route_of(c.req) if c.single else None
             if c.single and self._coalescer is not None:
-                return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout)))
-            return c.decode(await self._call(c.method, c.req, c.timeout))
+                return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout), to))
+            return c.decode(await self._call(c.method, c.req, c.timeout, to))
 
         return operation
 
@@ -96,6 +100,9 @@ class AsyncClient:
     async def coordinators(self, refresh: bool = False) -> list[str]:
         if self._b._fixed:
             return self._b._fixed
+        at, found = self._b._found
+        if not refresh and found and time.monotonic() - at <= DISCOVERY_TTL_S:
+            return found
         return await asyncio.to_thread(self._b.coordinators, refresh)  # ZooKeeper: blocking
 
     def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
@@ -108,10 +115,10 @@ class AsyncClient:
             s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
         return s
 
-    async def _call(self, method: str, req: Any, timeout: float | None) -> Any:
+    async def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
         """Call with retries under one deadline; the request id stays the same (as Client._call)."""
         deadline = time.monotonic() + self._b._timeout(timeout)
-        addr = random.choice(await self.coordinators())
+        addr = to or random.choice(await self.coordinators())
         backoff = 0.02
         for attempt in range(self._b.retries + 1):
             left = deadline - time.monotonic()
@@ -123,6 +130,8 @@ class AsyncClient:
                 return await getattr(self._stub(addr), method)(req, timeout=left, metadata=self._b._metadata)
             except grpc.RpcError as e:
                 if retry_or_raise(e, attempt, self._b.retries):
+                    if self._b._routes is not None:
+                        self._b._routes.failed(addr)
                     addr = random.choice(await self.coordinators(refresh=True))
                 await asyncio.sleep(min(backoff * (1 + random.random()),
                                         max(0.0, deadline - time.monotonic())))

@@ -20,8 +20,11 @@ from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
+from catalog import connect as zkpaths
+from catalog import registry
 from midtown import errors
 from midtown.coalescing import Coalescer
+from midtown.routes import Routes
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
@@ -258,11 +261,13 @@ def retry_or_raise(e: grpc.RpcError, attempt: int, retries: int) -> bool:
 class Client:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
-                 tls_ca: bytes | str | None = None, coalesce: bool = True) -> None:
+                 tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True) -> None:
         """`token`: a user's token (`midtown user add`), for datasets with an access list.
         `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file).
         `coalesce`: single-key operations that threads issue while a call is in flight go
-        together in the next call (midtown/coalescing.py); a lone caller is not delayed."""
+        together in the next call (midtown/coalescing.py); a lone caller is not delayed.
+        `route` (with `zk`): send a key's operations to the coordinator beside its log's
+        writer where there is one (the host layout; midtown/routes.py)."""
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
         self._creds = None
@@ -285,6 +290,7 @@ class Client:
         self._found: tuple[float, list[str]] = (0.0, [])
         self._lock = threading.Lock()
         self._coalescer = Coalescer(self._call) if coalesce else None
+        self._routes = Routes(self._session) if zk is not None and route and not self._fixed else None
 
     @property
     def coalescing(self) -> tuple[int, int]:
@@ -293,6 +299,8 @@ class Client:
         return (c.calls, c.operations) if c is not None else (0, 0)
 
     def close(self) -> None:
+        if self._routes is not None:
+            self._routes.stop()
         for ch in self._channels:
             ch.close()
         if self._zk is not None:
@@ -311,21 +319,11 @@ class Client:
         (looked up at most every DISCOVERY_TTL_S, or at once after a failure)."""
         if self._fixed:
             return self._fixed
-        from catalog import connect as zkpaths
-        from catalog import registry
-
-        with self._lock:
-            if self._zk is None:
-                wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)
-                try:
-                    self._zk = zkpaths.connect(self._zk_hosts, connect_timeout_s=wait)  # type: ignore[arg-type]
-                except Exception:
-                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self._zk_hosts} within "
-                                             f"{wait:g}s") from None
-            at, found = self._found
+        at, found = self._found
         if refresh or not found or time.monotonic() - at > DISCOVERY_TTL_S:
+            zk = self._session()
             try:
-                found = list(registry.members(self._zk, registry.COORDINATORS).values())
+                found = list(registry.members(zk, registry.COORDINATORS).values())
             except Exception as e:  # the session is being re-established: a retryable error
                 raise errors.Unavailable(f"ZooKeeper at {self._zk_hosts} did not answer "
                                          f"({type(e).__name__}); retry") from None
@@ -334,6 +332,18 @@ class Client:
         if not found:
             raise errors.Unavailable("no coordinator is registered in ZooKeeper")
         return found
+
+    def _session(self) -> Any:
+        """The ZooKeeper session, connected on first use (Unavailable if it cannot be)."""
+        with self._lock:
+            if self._zk is None:
+                wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)
+                try:
+                    self._zk = zkpaths.connect(self._zk_hosts, connect_timeout_s=wait)  # type: ignore[arg-type]
+                except Exception:
+                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self._zk_hosts} within "
+                                             f"{wait:g}s") from None
+            return self._zk
 
     def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
         with self._lock:
@@ -354,15 +364,28 @@ class Client:
         """A single-key operation: coalesced with the other threads' (midtown/coalescing.py)
         unless the client was made with coalesce=False."""
         t = self._timeout(timeout)
+        to = self.route_of(req)
         if self._coalescer is None:
-            return self._call(method, req, t)
-        return self._coalescer.call(method, req, t)
+            return self._call(method, req, t, to)
+        return self._coalescer.call(method, req, t, to)
 
-    def _call(self, method: str, req: Any, timeout: float | None) -> Any:
-        """Call with retries under one deadline; the request id stays the same."""
+    def route_of(self, req: Any) -> str | None:
+        """The coordinator a single-key request goes to first (None: any)."""
+        r = self._routes
+        return None if r is None else r.coordinator_for(req.header.dataset, req.key.partition)
+
+    def coordinator_for(self, dataset: str, partition: Key) -> str | None:
+        """The coordinator this client sends the operations on `partition` of `dataset` to
+        first: the one beside its log's writer (host layout), or None (any coordinator).
+        Routes are read in the background: None at first."""
+        r = self._routes
+        return None if r is None else r.coordinator_for(dataset, _b(partition, "partition"))
+
+    def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
+        """Call with retries under one deadline; the request id stays the same. `to`: the
+        coordinator to try first (a route), else one at random."""
         deadline = time.monotonic() + self._timeout(timeout)
-        addrs = self.coordinators()
-        addr = random.choice(addrs)
+        addr = to or random.choice(self.coordinators())
         backoff = 0.02
         for attempt in range(self.retries + 1):
             left = deadline - time.monotonic()
@@ -374,8 +397,9 @@ class Client:
                 return getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
             except grpc.RpcError as e:
                 if retry_or_raise(e, attempt, self.retries):
-                    addrs = self.coordinators(refresh=True)
-                    addr = random.choice(addrs)
+                    if self._routes is not None:
+                        self._routes.failed(addr)
+                    addr = random.choice(self.coordinators(refresh=True))
                 time.sleep(min(backoff * (1 + random.random()), max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, 1.0)
         raise AssertionError("unreachable")

@@ -59,42 +59,52 @@ class _Counts:
 
 
 class Coalescer(_Counts):
-    def __init__(self, call: Callable[[str, Any, float], Any]) -> None:
-        """`call(method, request, timeout_s)`: one call with the client's retries (Client._call)."""
+    def __init__(self, call: Callable[[str, Any, float, str | None], Any]) -> None:
+        """`call(method, request, timeout_s, to)`: one call with the client's retries,
+        first to coordinator `to` if not None (Client._call)."""
         super().__init__()
         self._call = call
-        self._lanes = [GroupCommit(self._run, size=lambda p: p.size, max_size=BYTES_MAX)
-                       for _ in range(LANES)]
+        self._lanes: dict[str | None, list[GroupCommit]] = {}
+        self._lanes_lock = threading.Lock()
 
-    def call(self, method: str, req: Any, timeout_s: float) -> Any:
-        """The response to `req` as its own call would give it, or its error raised."""
-        lane = self._lanes[threading.get_ident() % LANES]
-        out = lane.call(pending(method, req, timeout_s))
+    def call(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
+        """The response to `req` as its own call would give it, or its error raised.
+        `to`: the coordinator it goes to (its route); operations with one route travel
+        together."""
+        lanes = self._lanes.get(to) or self._lanes_to(to)
+        out = lanes[threading.get_ident() % LANES].call(pending(method, req, timeout_s))
         if isinstance(out, BaseException):
             raise out
         return out
 
-    def _run(self, items: list[_Pending]) -> list[Any]:
+    def _lanes_to(self, to: str | None) -> list[GroupCommit]:
+        with self._lanes_lock:
+            if to not in self._lanes:
+                self._lanes[to] = [GroupCommit(lambda items: self._run(items, to), size=lambda p: p.size,
+                                               max_size=BYTES_MAX) for _ in range(LANES)]
+            return self._lanes[to]
+
+    def _run(self, items: list[_Pending], to: str | None) -> list[Any]:
         """One call for `items` (the group commit hands at most BYTES_MAX of them): their
         responses or errors, in order."""
         out: list[Any] = []
         for i in range(0, len(items), ITEMS_MAX):
-            out += self._send(items[i:i + ITEMS_MAX])
+            out += self._send(items[i:i + ITEMS_MAX], to)
         return out
 
-    def _send(self, items: list[_Pending]) -> list[Any]:
+    def _send(self, items: list[_Pending], to: str | None) -> list[Any]:
         self._count(len(items))
         if len(items) == 1:
-            return [self._alone(items[0])]
+            return [self._alone(items[0], to)]
         try:
-            resp = self._call("Many", many_request(items), call_timeout(items))
+            resp = self._call("Many", many_request(items), call_timeout(items), to)
         except errors.MidtownError as e:
             return [e] * len(items)
-        return [self._alone(p) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
+        return [self._alone(p, None) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
 
-    def _alone(self, p: _Pending) -> Any:
+    def _alone(self, p: _Pending, to: str | None) -> Any:
         try:
-            return self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()))
+            return self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()), to)
         except errors.MidtownError as e:
             return e
 
@@ -104,22 +114,26 @@ class AsyncCoalescer(_Counts):
     flight, operations queue on it; a task of the lane sends what queued as the next call.
     A lone operation takes a free lane and goes at once."""
 
-    def __init__(self, call: Callable[[str, Any, float], Awaitable[Any]]) -> None:
-        """`call(method, request, timeout_s)`: one call with the client's retries."""
+    def __init__(self, call: Callable[[str, Any, float, str | None], Awaitable[Any]]) -> None:
+        """`call(method, request, timeout_s, to)`: one call with the client's retries."""
         super().__init__()
         self._call = call
-        self._lanes: list[deque[tuple[_Pending, asyncio.Future[Any]]]] = [deque() for _ in range(LANES)]
-        self._busy = [False] * LANES
+        Lane = deque[tuple[_Pending, asyncio.Future[Any]]]
+        self._lanes: dict[str | None, list[Lane]] = {}  # by route, as Coalescer's
+        self._busy: dict[str | None, list[bool]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def call(self, method: str, req: Any, timeout_s: float) -> Any:
-        free = [i for i in range(LANES) if not self._busy[i]]
-        lane = free[0] if free else min(range(LANES), key=lambda i: len(self._lanes[i]))
+    async def call(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
+        if to not in self._lanes:
+            self._lanes[to], self._busy[to] = [deque() for _ in range(LANES)], [False] * LANES
+        lanes, busy = self._lanes[to], self._busy[to]
+        free = [i for i in range(LANES) if not busy[i]]
+        lane = free[0] if free else min(range(LANES), key=lambda i: len(lanes[i]))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._lanes[lane].append((pending(method, req, timeout_s), fut))
-        if not self._busy[lane]:
-            self._busy[lane] = True
-            task = asyncio.get_running_loop().create_task(self._drain(lane))
+        lanes[lane].append((pending(method, req, timeout_s), fut))
+        if not busy[lane]:
+            busy[lane] = True
+            task = asyncio.get_running_loop().create_task(self._drain(to, lane))
             self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
             task.add_done_callback(self._tasks.discard)
         out = await fut
@@ -127,8 +141,8 @@ class AsyncCoalescer(_Counts):
             raise out
         return out
 
-    async def _drain(self, lane: int) -> None:
-        q = self._lanes[lane]
+    async def _drain(self, to: str | None, lane: int) -> None:
+        q = self._lanes[to][lane]
         try:
             while q:
                 batch: list[tuple[_Pending, asyncio.Future[Any]]] = []
@@ -137,7 +151,7 @@ class AsyncCoalescer(_Counts):
                     size += q[0][0].size
                     batch.append(q.popleft())
                 try:
-                    results = await self._send([p for p, _ in batch])
+                    results = await self._send([p for p, _ in batch], to)
                 except BaseException as e:  # every waiter hears of it; none hangs
                     results = [e] * len(batch)
                 for (_, f), r in zip(batch, results):
@@ -147,21 +161,21 @@ class AsyncCoalescer(_Counts):
                 # join the next call instead of each finding the lane free later.
                 await asyncio.sleep(0)
         finally:
-            self._busy[lane] = False
+            self._busy[to][lane] = False
 
-    async def _send(self, items: list[_Pending]) -> list[Any]:
+    async def _send(self, items: list[_Pending], to: str | None) -> list[Any]:
         self._count(len(items))
         if len(items) == 1:
-            return [await self._alone(items[0])]
+            return [await self._alone(items[0], to)]
         try:
-            resp = await self._call("Many", many_request(items), call_timeout(items))
+            resp = await self._call("Many", many_request(items), call_timeout(items), to)
         except errors.MidtownError as e:
             return [e] * len(items)
-        return [await self._alone(p) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
+        return [await self._alone(p, None) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
 
-    async def _alone(self, p: _Pending) -> Any:
+    async def _alone(self, p: _Pending, to: str | None) -> Any:
         try:
-            return await self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()))
+            return await self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()), to)
         except errors.MidtownError as e:
             return e
 

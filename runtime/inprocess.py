@@ -41,6 +41,11 @@ class Local(Generic[T]):
             self._addrs, self._component = frozenset(addrs), component
         return self
 
+    @property
+    def addrs(self) -> frozenset[str]:
+        """The addresses it answers on (none while unbound)."""
+        return self._addrs
+
     def at(self, addr: str | None) -> T | None:
         """The component if `addr` is one of its addresses, else None (call it by gRPC)."""
         c = self._component

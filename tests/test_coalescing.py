@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from midtown import errors
+from midtown import coalescing, errors
 from midtown.coalescing import ITEMS_MAX, Coalescer
 from midtown_pb import kv_pb2 as pb
 
@@ -33,6 +33,7 @@ class Server:
 
     def __init__(self, flaky: set[bytes] = frozenset()) -> None:  # type: ignore[assignment]
         self.calls: list[tuple[str, Any]] = []
+        self.to: list[str | None] = []  # each call's route
         self.hold = threading.Event()
         self.hold.set()
         self.flaky = set(flaky)
@@ -41,9 +42,10 @@ class Server:
     def version(self, req: pb.PutRequest) -> int:
         return int(req.value[1:])
 
-    def __call__(self, method: str, req: Any, timeout_s: float) -> Any:
+    def __call__(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         self.calls.append((method, pb.ManyRequest.FromString(req.SerializeToString())
                            if method == "Many" else req))
+        self.to.append(to)
         self.started.set()
         self.hold.wait(5)
         if method == "Put":
@@ -71,7 +73,7 @@ def test_a_lone_caller_goes_alone_and_at_once() -> None:
     assert [m for m, _ in s.calls] == ["Put"] and (c.calls, c.operations) == (1, 1)
 
 
-def test_operations_issued_during_a_call_go_together_each_with_its_own_answer() -> None:
+def test_operations_issued_during_a_call_go_together_each_with_its_own_answer(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     s = Server(flaky={b"r5"})
     s.hold.clear()
     c = Coalescer(s)
@@ -88,7 +90,7 @@ def test_operations_issued_during_a_call_go_together_each_with_its_own_answer() 
 
     # Every thread on the same lane (the lane is chosen by thread): run them in one lane's
     # order by giving the coalescer one lane.
-    c._lanes = c._lanes[:1]
+    monkeypatch.setattr(coalescing, "LANES", 1)
     first = threading.Thread(target=run, args=(0,))
     first.start()
     assert s.started.wait(5)  # the first call is in flight
@@ -96,7 +98,7 @@ def test_operations_issued_during_a_call_go_together_each_with_its_own_answer() 
     for t in others:
         t.start()
     deadline = time.monotonic() + 5
-    while len(c._lanes[0]._q) < 10 and time.monotonic() < deadline:
+    while len(c._lanes[None][0]._q) < 10 and time.monotonic() < deadline:
         time.sleep(0.005)
     s.hold.set()
     for t in [first, *others]:
@@ -112,20 +114,49 @@ def test_operations_issued_during_a_call_go_together_each_with_its_own_answer() 
     assert (c.calls, c.operations) == (2, 11)  # the retry goes through the client's own call
 
 
+def test_operations_travel_only_with_operations_of_the_same_route(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A call goes to one coordinator: operations routed to different coordinators (the
+    host layout, midtown/routes.py) never share one; each call carries its route."""
+    monkeypatch.setattr(coalescing, "LANES", 1)
+    s = Server()
+    s.hold.clear()
+    c = Coalescer(s)
+    routes = {i: ("a" if i % 2 else "b") for i in range(12)}
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        results[i] = c.call("Put", put(i), 5, routes[i]).version
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while (sum(len(lanes[0]._q) for lanes in c._lanes.values()) < 10 and time.monotonic() < deadline):
+        time.sleep(0.005)
+    s.hold.set()
+    for t in threads:
+        t.join(10)
+    assert results == {i: i for i in range(12)}
+    for (method, req), to in zip(s.calls, s.to):
+        items = [it.put for it in req.items] if method == "Many" else [req]
+        assert {routes[int(p.value[1:])] for p in items} == {to}
+    assert "Many" in [m for m, _ in s.calls]
+
+
 def test_a_call_carries_at_most_items_max_operations() -> None:
     s = Server()
     c = Coalescer(s)
-    out = c._run([c_pending(i) for i in range(ITEMS_MAX + 3)])
+    out = c._run([c_pending(i) for i in range(ITEMS_MAX + 3)], None)
     assert [r.version for r in out] == list(range(ITEMS_MAX + 3))
     assert [len(r.items) for m, r in s.calls] == [ITEMS_MAX, 3]
 
 
 def test_a_whole_call_failing_fails_each_of_its_operations() -> None:
-    def down(method: str, req: Any, timeout_s: float) -> Any:
+    def down(method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         raise errors.Unavailable("no coordinator answered")
 
     c = Coalescer(down)
-    out = c._run([c_pending(1), c_pending(2)])
+    out = c._run([c_pending(1), c_pending(2)], None)
     assert all(isinstance(r, errors.Unavailable) for r in out)
     with pytest.raises(errors.Unavailable):
         c.call("Put", put(1), 1)
@@ -146,7 +177,7 @@ def test_async_coroutines_share_calls_each_with_its_own_answer_and_a_lone_one_go
 
     s = Server(flaky={b"r5"})
 
-    async def call(method: str, req: Any, timeout_s: float) -> Any:
+    async def call(method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         await asyncio.sleep(0.01)  # in flight for a while: others queue meanwhile
         return s(method, req, timeout_s)
 

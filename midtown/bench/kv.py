@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from catalog.registry import KV_LOGS_LOCAL_DEFAULT
 from midtown.aio import AsyncClient
 from midtown.bench import echo
 from midtown.bench.loadgen import AsyncMakeOp, run_async_workload, run_workload
@@ -125,11 +126,12 @@ def etcd_ops(e: Etcd) -> Ops:
     return {"put": put, "get": get, "cas": cas}
 
 
-def midtown_ops(addrs: list[str], coalesce: bool = True) -> Ops:
+def midtown_ops(addrs: list[str], coalesce: bool = True, zk: str | None = None) -> Ops:
     """The workloads' operations, every thread on one shared Client, as an application's
     threads would share one; with `coalesce`, their operations travel together while a
-    call is in flight (midtown/coalescing.py)."""
-    shared = Client(addrs, timeout=30, coalesce=coalesce)
+    call is in flight (midtown/coalescing.py). With `zk`, the Client finds the coordinators
+    there and sends each key to the one beside its log's writer (midtown/routes.py)."""
+    shared = Client(None if zk else addrs, zk=zk, timeout=30, coalesce=coalesce)
 
     def client() -> Client:
         return shared
@@ -155,7 +157,8 @@ def midtown_ops(addrs: list[str], coalesce: bool = True) -> Ops:
     return {"put": put, "get": get, "cas": cas}
 
 
-def midtown_async_ops(addrs: list[str]) -> tuple[dict[str, AsyncMakeOp], Callable[[], AsyncClient]]:
+def midtown_async_ops(addrs: list[str], zk: str | None = None) -> tuple[dict[str, AsyncMakeOp],
+                                                                          Callable[[], AsyncClient]]:
     """The same workloads as coroutines sharing one AsyncClient (which coalesces them), and
     how to open that client on the run's event loop."""
 
@@ -175,7 +178,7 @@ def midtown_async_ops(addrs: list[str]) -> tuple[dict[str, AsyncMakeOp], Callabl
                 raise RuntimeError("midtown cas failed")
         return op
 
-    return {"put": put, "get": get, "cas": cas}, lambda: AsyncClient(addrs, timeout=30)
+    return {"put": put, "get": get, "cas": cas}, lambda: AsyncClient(None if zk else addrs, zk=zk, timeout=30)
 
 
 Runner = Callable[[str, int, float], dict]  # (op, clients, seconds) -> figures
@@ -236,12 +239,13 @@ def log(message: str) -> None:
 
 
 @contextlib.contextmanager
-def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split") -> Iterator[tuple[Cluster, Etcd]]:
+def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split",
+                     kv_logs: int = KV_LOGS_LOCAL_DEFAULT) -> Iterator[tuple[Cluster, Etcd]]:
     """A local Midtown cluster holding `dataset` and a three-member etcd, in a temporary
     directory: both stopped, and the directory removed, on the way out."""
     tmp = tempfile.TemporaryDirectory(prefix=prefix)
     root = Path(tmp.name)
-    cluster = Cluster(root / "midtown", layout=layout)
+    cluster = Cluster(root / "midtown", layout=layout, kv_logs=kv_logs)
     etcd = None
     try:
         log("starting a local Midtown cluster...")
@@ -302,6 +306,7 @@ def _row(a: argparse.Namespace, systems: dict[str, Runner], op: str, clients: in
     for i in range(a.rounds):  # alternating, so a slow spell of the machine hits both
         for name, runner in systems.items():
             what = {"floor": "echo", "solo": f"{op}, not coalesced", "async": f"{op}, AsyncClient",
+                    "unrouted": f"{op}, to any coordinator",
                     "floor_many": f"echo of {op}, coalesced"}.get(name, op)
             log(f"{name}: {what}, {clients} client(s), {a.seconds:.0f}s, round {i + 1}/{a.rounds}...")
             runs[name].append(runner(op, clients, a.seconds))
@@ -316,20 +321,25 @@ def _row(a: argparse.Namespace, systems: dict[str, Runner], op: str, clients: in
 
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
-    with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout) as (cluster, etcd):
+    with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout, a.kv_logs) as (cluster, etcd):
         floor = EchoFloor()
         try:
             # "solo": Midtown with the SDK's coalescing off, each operation its own call.
             # "async": the same on one AsyncClient, a coroutine per client.
+            # host layout: clients find the coordinators in ZooKeeper and send each key to
+            # the one beside its log's writer; "unrouted": to any coordinator, at random.
             pids = lambda: cluster_pids(cluster)  # noqa: E731
             addrs = cluster.coordinator_addrs
-            systems = {"midtown": with_cpu(threads(midtown_ops(addrs)), pids),
+            zk = cluster.zk_hosts if a.layout == "host" else None
+            systems = {"midtown": with_cpu(threads(midtown_ops(addrs, zk=zk)), pids),
                        "etcd": threads(etcd_ops(etcd)), "floor": threads(floor.ops()),
-                       "solo": with_cpu(threads(midtown_ops(addrs, coalesce=False)), pids),
-                       "async": coroutines(*midtown_async_ops(addrs)),
+                       "solo": with_cpu(threads(midtown_ops(addrs, coalesce=False, zk=zk)), pids),
+                       "async": coroutines(*midtown_async_ops(addrs, zk=zk)),
                        # the floor for coalesced calls: the SDK's Client, coalescing, against
                        # the echo server's KV service (each item answered, nothing done)
                        "floor_many": threads(midtown_ops([floor.addr]))}
+            if zk:
+                systems["unrouted"] = with_cpu(threads(midtown_ops(addrs)), pids)
             rows = [_row(a, systems, op, clients) for op in ("put", "get", "cas") for clients in (1, 64)]
         finally:
             floor.stop()
@@ -340,11 +350,12 @@ def run(a: argparse.Namespace) -> int:
                            "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
                            "etcd_p99_ms", "p99_ratio", "floor_ops_per_s", "floor_p50_ms",
                            "floor_many_ops_per_s", "solo_ops_per_s", "solo_p99_ms", "async_ops_per_s",
-                           "async_p99_ms"])
+                           "async_p99_ms", *(["unrouted_ops_per_s", "unrouted_p50_ms", "unrouted_p99_ms"]
+                                             if a.layout == "host" else [])])
         kinds = [k for k in CPU_KINDS if f"midtown_cpu_{k}_us" in rows[0]]
         print("\nCPU per operation, µs, by kind of process (Midtown coalesced; solo's total beside it)")
         emit(rows, False, ["op", "clients", *(f"midtown_cpu_{k}_us" for k in kinds), "midtown_cpu_total_us",
-                           "solo_cpu_total_us"])
+                           "solo_cpu_total_us", *(["unrouted_cpu_total_us"] if a.layout == "host" else [])])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
         print("floor: a Python gRPC server that answers at once (midtown/bench/echo.py), same harness and "
               "run; every Midtown operation pays at least that call; floor_many: the same server called "
@@ -352,6 +363,9 @@ def run(a: argparse.Namespace) -> int:
         print("Midtown's threads share one Client, which coalesces their operations; solo: the same "
               "with coalescing off (each operation its own call); async: the same workload as coroutines on "
               "one event loop sharing one AsyncClient")
+        if a.layout == "host":
+            print(f"host layout, {a.kv_logs} key-value log(s): Midtown's clients send each key to the "
+                  "coordinator beside its log's writer (midtown/routes.py); unrouted: to any coordinator")
         if a.rounds > 1:
             print(f"each figure is the median of {a.rounds} rounds, Midtown, etcd, the floors, solo and "
                   "async alternating")

@@ -982,7 +982,11 @@ def _bench_commands(sub: Any) -> None:
                     help="measure each workload this many times, Midtown, etcd and the floor alternating, "
                          "and print medians (this machine is noisy)")
     bk.add_argument("--layout", choices=LAYOUTS, default="split",
-                    help="the Midtown cluster's process layout (see `cluster up --layout`)")
+                    help="the Midtown cluster's process layout (see `cluster up --layout`); with host, "
+                         "clients send each key to the coordinator beside its log's writer, and an "
+                         "'unrouted' column sends to any")
+    bk.add_argument("--kv-logs", type=_at_least_one("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
+                    help="logs the key-value store spreads its shards over (see `cluster up --kv-logs`)")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
     bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "

@@ -61,6 +61,58 @@ def _counted(metrics: str, path: str) -> float:
     return 0.0
 
 
+def _metrics(hosts: Cluster, name: str) -> str:
+    port = hosts.procs[name].metrics_port
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+
+
+def _served(hosts: Cluster) -> dict[str, float]:
+    """KV requests each host's coordinator has answered."""
+    out = {}
+    for name in (p for p, proc in hosts.procs.items() if proc.kind == "host"):
+        out[name] = sum(float(line.split()[-1]) for line in _metrics(hosts, name).splitlines()
+                        if line.startswith("midtown_kv_requests_total{"))
+    return out
+
+
+def test_clients_send_each_key_to_the_coordinator_beside_its_writer(hosts: Cluster) -> None:
+    """Lever 3: a Client given ZooKeeper sends a key's operations to the coordinator in the
+    process of its log's writer; when that host dies the client goes on through the others
+    and then follows the new writer."""
+    with Client(zk=hosts.zk_hosts, timeout=20) as db:
+        w = writer_of(hosts, "t", "r0")
+        near = hosts.procs[f"host-{w}"].addr
+        wait_for(lambda: db.coordinator_for("t", "r0") == near, 15, "the route to the writer's coordinator")
+        before = _served(hosts)
+        for i in range(30):
+            db.put("t", f"r{i}", "x", b"v")  # one thread: each its own call
+            assert db.get("t", f"r{i}", "x").value == b"v"
+        after = _served(hosts)
+        assert after[f"host-{w}"] - before[f"host-{w}"] >= 60
+        assert all(after[h] == before[h] for h in after if h != f"host-{w}"), (before, after)
+
+        hosts.kill(f"host-{w}")
+        assert db.put("t", "r0", "x", b"after") > 0  # through another coordinator
+        assert db.get("t", "r0", "x").value == b"after"
+        wait_for(lambda: writer_of(hosts, "t", "r0") != w, 60, "a new writer")
+        w2 = writer_of(hosts, "t", "r0")
+        wait_for(lambda: db.coordinator_for("t", "r0") == hosts.procs[f"host-{w2}"].addr, 15,
+                 "the route to the new writer's coordinator")
+
+
+def test_no_routes_in_the_split_layout(tmp_path: Path) -> None:
+    """With no coordinator beside a log server, a Client picks coordinators as before."""
+    with started(tmp_path / "split") as c:
+        c.create_dataset("t")
+        with Client(zk=c.zk_hosts, timeout=20) as db:
+            db.put("t", "p", "l", b"v")
+            r = db._routes
+            assert r is not None
+            wait_for(lambda: r.reads >= 2, 15, "routes read")
+            assert db.coordinator_for("t", "p") is None
+            assert db.get("t", "p", "l").value == b"v"
+
+
 def test_linearizable_when_hosts_are_killed(hosts: Cluster) -> None:
     """The writer's host (log writer, storage replica and coordinator at once) and then
     another host are SIGKILLed and restarted under concurrent operations; every key's

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=20_000)
     a = ap.parse_args(argv)
     from midtown import Client
-    from midtown.cluster import Cluster, ClusterError
+    from midtown.cluster import LAYOUT_DEFAULT, Cluster, ClusterError
 
     d = Path(a.dir)
     started_here = False
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         running = False
     if not running:
         print(f"starting a local cluster in {d} ...", flush=True)
-        c = Cluster.load(d) if (d / "cluster.json").exists() else Cluster(d)
+        c = Cluster.load(d) if (d / "cluster.json").exists() else Cluster(d, layout=LAYOUT_DEFAULT)
         c.start(progress=True)
         started_here = True
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 from catalog import registry
 from midtown.cli.output import emit
-from midtown.cluster import LAYOUTS
+from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
 
 DEFAULT_DIR = Path("run/local")
 
@@ -785,9 +785,10 @@ def _cluster_commands(sub: Any) -> None:
     up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
                     help="logs the key-value store spreads its shards over (new cluster only; "
                          "default %(default)s: on one machine fewer logs batch better)")
-    up.add_argument("--layout", choices=LAYOUTS, default="split",
-                    help="split: one process per component; host: one process per machine with a "
-                         "log server, a storage node and a coordinator (new cluster only)")
+    up.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="host (default): one process per machine with a log server, a storage node and "
+                         "a coordinator, clients routed to the log writer's; split: one process per "
+                         "component (new cluster only)")
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
@@ -981,7 +982,7 @@ def _bench_commands(sub: Any) -> None:
     bk.add_argument("--rounds", type=_at_least_one("--rounds"), default=1,
                     help="measure each workload this many times, Midtown, etcd and the floor alternating, "
                          "and print medians (this machine is noisy)")
-    bk.add_argument("--layout", choices=LAYOUTS, default="split",
+    bk.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
                     help="the Midtown cluster's process layout (see `cluster up --layout`); with host, "
                          "clients send each key to the coordinator beside its log's writer, and an "
                          "'unrouted' column sends to any")

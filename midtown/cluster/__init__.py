@@ -3,6 +3,6 @@ storage nodes and coordinators as real processes, their supervisor, certificates
 `--tls`, and the one-process host layout. Used by the command line, the benchmarks and
 the tests; no server imports it."""
 
-from midtown.cluster.runner import LAYOUTS, Cluster, ClusterError, pid_alive
+from midtown.cluster.runner import LAYOUT_DEFAULT, LAYOUTS, Cluster, ClusterError, pid_alive
 
-__all__ = ["LAYOUTS", "Cluster", "ClusterError", "pid_alive"]
+__all__ = ["LAYOUT_DEFAULT", "LAYOUTS", "Cluster", "ClusterError", "pid_alive"]

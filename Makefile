@@ -38,7 +38,7 @@ ROUNDS ?= 20
 soak: proto
 	$(PY) -m tests.sim.run --seed 100000 --runs 20000
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
-		tests/integration/test_kv.py -k linearizable
+		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 
 bench: proto
 	MIDTOWN_WITH_ETCD=1 scripts/install.sh

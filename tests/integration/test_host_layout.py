@@ -4,6 +4,7 @@ machine would fail: the log writer, a storage replica and a coordinator at once.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from midtown import Client
+from midtown import AsyncClient, Client
 from midtown.cluster import Cluster, pid_alive
 from tests.integration.conftest import started, wait_for
 from tests.integration.test_kv import _converged, run_history, writer_of
@@ -91,6 +92,20 @@ def test_clients_send_each_key_to_the_coordinator_beside_its_writer(hosts: Clust
         after = _served(hosts)
         assert after[f"host-{w}"] - before[f"host-{w}"] >= 60
         assert all(after[h] == before[h] for h in after if h != f"host-{w}"), (before, after)
+
+        async def coroutines() -> None:  # AsyncClient routes the same way
+            async with AsyncClient(zk=hosts.zk_hosts, timeout=20) as adb:
+                deadline = time.monotonic() + 15
+                while adb._b.coordinator_for("t", "r0") != near and time.monotonic() < deadline:
+                    await adb.put("t", "r0", "warm", b"v")
+                    await asyncio.sleep(0.1)
+                start = _served(hosts)
+                await asyncio.gather(*(adb.put("t", f"a{i}", "x", b"v") for i in range(20)))
+                end = _served(hosts)
+                assert end[f"host-{w}"] > start[f"host-{w}"]
+                assert all(end[h] == start[h] for h in end if h != f"host-{w}"), (start, end)
+
+        asyncio.run(coroutines())
 
         hosts.kill(f"host-{w}")
         assert db.put("t", "r0", "x", b"after") > 0  # through another coordinator

@@ -786,9 +786,10 @@ def _cluster_commands(sub: Any) -> None:
                     help="logs the key-value store spreads its shards over (new cluster only; "
                          "default %(default)s: on one machine fewer logs batch better)")
     up.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
-                    help="host (default): one process per machine with a log server, a storage node and "
-                         "a coordinator, clients routed to the log writer's; split: one process per "
-                         "component (new cluster only)")
+                    help="split (default): one process per component; host: one process per machine "
+                         "with a log server, a storage node and a coordinator, clients given --zk routed "
+                         "to the log writer's (faster single-key operations, slower bulk ingestion; "
+                         "new cluster only)")
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
@@ -1005,6 +1006,8 @@ def _bench_commands(sub: Any) -> None:
     bi.add_argument("--spark", action=argparse.BooleanOptionalAction, default=True,
                     help="also measure Spark end to end (default: yes)")
     bi.add_argument("--spark-rows", type=_at_least_one("--spark-rows"), default=200_000)
+    bi.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(fn=cmd_bench_ingest)
 

@@ -34,10 +34,10 @@ STATE = "cluster.json"
 # "split": one process per component; "host": ZooKeeper and one process per machine with a
 # log server, a storage node and a coordinator (midtown.cluster.host; docs/performance.md).
 LAYOUTS = ("split", "host")
-# What `midtown cluster up`, `make demo` and `bench kv` start: one process per machine, clients
-# routed to the coordinator beside each log's writer (measured: docs/performance.md, lever 3).
-# The Cluster class itself defaults to split, whose components tests drive one by one.
-LAYOUT_DEFAULT = "host"
+# What `midtown cluster up`, `make demo` and the benchmarks start. Measured (docs/performance.md,
+# lever 3): host with routed clients wins single-key operations, split wins bulk exactly-once
+# ingestion (the Spark connector's path) by more; split stays the default, host is a flag.
+LAYOUT_DEFAULT = "split"
 
 
 class ClusterError(Exception):

@@ -89,12 +89,16 @@ class AsyncClient:
 
         async def operation(*args: Any, **kwargs: Any) -> Any:
             c: _Call = build(*args, **kwargs)
-            to = self._b.route_of(c.req) if c.single else None
+            to = self._b._route_of(c.req) if c.single else None
             if c.single and self._coalescer is not None:
                 return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout), to))
             return c.decode(await self._call(c.method, c.req, c.timeout, to))
 
         return operation
+
+    def coordinator_for(self, dataset: str, partition: str | bytes) -> str | None:
+        """As Client.coordinator_for (no I/O: routes are read in the background)."""
+        return self._b.coordinator_for(dataset, partition)
 
     # ------------------------------------------------------------ plumbing
     async def coordinators(self, refresh: bool = False) -> list[str]:

@@ -68,6 +68,12 @@ def _key(partition: Key, local: Key) -> pb.Key:
     return pb.Key(partition=_b(partition, "partition"), local=_b(local, "local"))
 
 
+def _dataset(dataset: str) -> str:
+    if not isinstance(dataset, str):
+        raise errors.InvalidArgument(f"dataset: expected a name (str), got {type(dataset).__name__}")
+    return dataset
+
+
 def _consistency(c: str) -> Any:
     if c not in ("strong", "eventual"):
         raise errors.InvalidArgument(f"consistency: {c!r}; choose 'strong' or 'eventual'")
@@ -364,12 +370,12 @@ class Client:
         """A single-key operation: coalesced with the other threads' (midtown/coalescing.py)
         unless the client was made with coalesce=False."""
         t = self._timeout(timeout)
-        to = self.route_of(req)
+        to = self._route_of(req)
         if self._coalescer is None:
             return self._call(method, req, t, to)
         return self._coalescer.call(method, req, t, to)
 
-    def route_of(self, req: Any) -> str | None:
+    def _route_of(self, req: Any) -> str | None:
         """The coordinator a single-key request goes to first (None: any)."""
         r = self._routes
         return None if r is None else r.coordinator_for(req.header.dataset, req.key.partition)
@@ -379,7 +385,7 @@ class Client:
         first: the one beside its log's writer (host layout), or None (any coordinator).
         Routes are read in the background: None at first."""
         r = self._routes
-        return None if r is None else r.coordinator_for(dataset, _b(partition, "partition"))
+        return None if r is None else r.coordinator_for(_dataset(dataset), _b(partition, "partition"))
 
     def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
         """Call with retries under one deadline; the request id stays the same. `to`: the
@@ -412,8 +418,7 @@ class Client:
     @staticmethod
     def _header(dataset: str, request_id: bytes | None,
                 event_id: bytes | str | None = None) -> pb.RequestHeader:
-        if not isinstance(dataset, str):
-            raise errors.InvalidArgument(f"dataset: expected a name (str), got {type(dataset).__name__}")
+        _dataset(dataset)
         if request_id is not None:
             request_id = _value(request_id, "request_id")
         # An id we make up now has never been seen: say so (puts and deletes answer sooner).

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from midtown import AsyncClient, Client
+from midtown import AsyncClient, Client, errors
 from midtown.cluster import Cluster, pid_alive
 from tests.integration.conftest import started, wait_for
 from tests.integration.test_kv import _converged, run_history, writer_of
@@ -85,6 +85,10 @@ def test_clients_send_each_key_to_the_coordinator_beside_its_writer(hosts: Clust
         w = writer_of(hosts, "t", "r0")
         near = hosts.procs[f"host-{w}"].addr
         wait_for(lambda: db.coordinator_for("t", "r0") == near, 15, "the route to the writer's coordinator")
+        with pytest.raises(errors.InvalidArgument, match="dataset"):
+            db.coordinator_for(["t"], "r0")  # type: ignore[arg-type]
+        with pytest.raises(errors.InvalidArgument, match="partition"):
+            db.coordinator_for("t", 5)  # type: ignore[arg-type]
         before = _served(hosts)
         for i in range(30):
             db.put("t", f"r{i}", "x", b"v")  # one thread: each its own call
@@ -96,7 +100,7 @@ def test_clients_send_each_key_to_the_coordinator_beside_its_writer(hosts: Clust
         async def coroutines() -> None:  # AsyncClient routes the same way
             async with AsyncClient(zk=hosts.zk_hosts, timeout=20) as adb:
                 deadline = time.monotonic() + 15
-                while adb._b.coordinator_for("t", "r0") != near and time.monotonic() < deadline:
+                while adb.coordinator_for("t", "r0") != near and time.monotonic() < deadline:
                     await adb.put("t", "r0", "warm", b"v")
                     await asyncio.sleep(0.1)
                 start = _served(hosts)

@@ -346,10 +346,11 @@ def _age_out(state: State, rec: Record, new: dict[bytes, Event],
                 break
             gone.append((eid, pos, seq))
     count -= len(gone)
-    # This record alone may bring more than the cap: its own oldest go too.
-    for eid in sorted(new, key=lambda k: new[k].seq):
-        if count <= cap:
-            break
-        del new[eid]
-        count -= 1
+    # This record alone may bring more than the cap: its own oldest go too (`new` is in
+    # the order of the record's groups, so its first are its oldest).
+    if count > cap:
+        drop = list(new)[:count - cap]
+        for eid in drop:
+            del new[eid]
+        count -= len(drop)
     return gone, count

@@ -115,6 +115,13 @@ def run(a: argparse.Namespace) -> int:
         row["ratio"] = round(row["midtown_events_per_s"] / max(1, row["etcd_events_per_s"]), 2)
         rows.append(row)
         if a.spark:
+            # Untimed: the session's first writes start its Python workers and warm the JVM
+            # (measured: a first plain write at 19,000-24,000 rows/s, the next ones at
+            # 43,000-50,000), which would otherwise count against round 1's plain write.
+            log("spark: warming up (untimed)...")
+            cluster.create_dataset("warm")
+            for once in (False, True):
+                spark_rows_per_s(cluster, min(a.spark_rows, 50_000), once, "warm")
             for r in range(a.rounds):
                 log(f"spark: {a.spark_rows} rows, plain and exactly once, round {r + 1}/{a.rounds}...")
                 cluster.create_dataset(f"plain{r}")

@@ -24,7 +24,6 @@ import grpc
 
 from midtown import errors
 from midtown.client import (
-    DISCOVERY_TTL_S,
     Client,
     Item,
     ShardItem,
@@ -102,10 +101,8 @@ class AsyncClient:
 
     # ------------------------------------------------------------ plumbing
     async def coordinators(self, refresh: bool = False) -> list[str]:
-        if self._b._fixed:
-            return self._b._fixed
-        at, found = self._b._found
-        if not refresh and found and time.monotonic() - at <= DISCOVERY_TTL_S:
+        found = self._b._known_coordinators(refresh)
+        if found is not None:  # no thread hop while the list is fresh
             return found
         return await asyncio.to_thread(self._b.coordinators, refresh)  # ZooKeeper: blocking
 

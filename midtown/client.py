@@ -323,10 +323,8 @@ class Client:
     def coordinators(self, refresh: bool = False) -> list[str]:
         """The coordinators to use: the addresses given, or those registered in ZooKeeper
         (looked up at most every DISCOVERY_TTL_S, or at once after a failure)."""
-        if self._fixed:
-            return self._fixed
-        at, found = self._found
-        if refresh or not found or time.monotonic() - at > DISCOVERY_TTL_S:
+        found = self._known_coordinators(refresh)
+        if found is None:
             zk = self._session()
             try:
                 found = list(registry.members(zk, registry.COORDINATORS).values())
@@ -338,6 +336,14 @@ class Client:
         if not found:
             raise errors.Unavailable("no coordinator is registered in ZooKeeper")
         return found
+
+    def _known_coordinators(self, refresh: bool = False) -> list[str] | None:
+        """The coordinators given, or unless `refresh` those found in ZooKeeper less than
+        DISCOVERY_TTL_S ago (None: look them up)."""
+        if self._fixed:
+            return self._fixed
+        at, found = self._found
+        return found if not refresh and found and time.monotonic() - at <= DISCOVERY_TTL_S else None
 
     def _session(self) -> Any:
         """The ZooKeeper session, connected on first use (Unavailable if it cannot be)."""

@@ -120,8 +120,8 @@ def run(a: argparse.Namespace) -> int:
             # 43,000-50,000), which would otherwise count against round 1's plain write.
             log("spark: warming up (untimed)...")
             cluster.create_dataset("warm")
-            for once in (False, True):
-                spark_rows_per_s(cluster, min(a.spark_rows, 50_000), once, "warm")
+            for exactly_once in (False, True):
+                spark_rows_per_s(cluster, min(a.spark_rows, 50_000), exactly_once, "warm")
             for r in range(a.rounds):
                 log(f"spark: {a.spark_rows} rows, plain and exactly once, round {r + 1}/{a.rounds}...")
                 cluster.create_dataset(f"plain{r}")

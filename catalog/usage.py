@@ -25,8 +25,10 @@ class Report:
     bytes: dict[str, int]
 
 
-def publish(zk: KazooClient, node_id: int, counts: dict[str, int]) -> None:
-    data = json.dumps({"at_ms": int(time.time() * 1000), "bytes": counts}).encode()
+def publish(zk: KazooClient, node_id: int, counts: dict[str, int], at_ms: int) -> None:
+    """A node's counts, as of `at_ms`: when the count began (a write after it may or may not
+    be in it, so the coordinators add what they let in since)."""
+    data = json.dumps({"at_ms": at_ms, "bytes": counts}).encode()
     path = f"{USAGE}/{node_id}"
     if zk.exists(path) is None:
         zk.create(path, data, makepath=True)

@@ -48,12 +48,44 @@ def paced_wait(interval_s: float, took_s: float, duty: float, max_interval_s: fl
     return max(interval_s, min(max_interval_s, took_s / duty - took_s))
 
 
-def every(name: str, interval_s: float, body: Callable[[], None], stop: threading.Event,
+class Spread:
+    """Rests between the pieces of a long background pass (a count over a whole store), so
+    that it takes at most `duty` of a core while it runs instead of all of one in a burst,
+    and still ends within about `max_s`: a pass expected to be busy longer than
+    `duty * max_s` rests less, so as to spread over `max_s`. `expected_busy_s` is the last
+    pass's busy time (0 if none). `wait` rests (a stop event's wait: a stopping server does
+    not rest)."""
+
+    def __init__(self, duty: float, max_s: float, expected_busy_s: float,
+                 wait: Callable[[float], object], clock: Callable[[], float] = time.monotonic) -> None:
+        assert 0 < duty <= 1 and max_s > 0
+        rest = 1 / duty - 1
+        if expected_busy_s > 0:
+            rest = max(0.0, min(rest, max_s / expected_busy_s - 1))
+        self.rest_per_busy_s = rest
+        self.max_s = max_s
+        self.busy_s = 0.0
+        self._wait = wait
+        self._clock = clock
+        self._started = clock()
+
+    def piece_done(self, took_s: float) -> None:
+        """A piece that kept the pass busy `took_s` is done: rest in proportion, never past
+        `max_s` from the start."""
+        self.busy_s += took_s
+        left = self.max_s - (self._clock() - self._started)
+        rest = min(took_s * self.rest_per_busy_s, left)
+        if rest > 0:
+            self._wait(rest)
+
+
+def every(name: str, interval_s: float, body: Callable[[], float | None], stop: threading.Event,
           first_at_once: bool = False, duty: float = 0.0,
           max_interval_s: float = float("inf")) -> threading.Thread:
     """Run `body` every `interval_s` until `stop` is set, in a daemon thread; with `duty`,
-    less often when a run is long (paced_wait). A failure is logged and retried with
-    backoff (never later than the next interval)."""
+    less often when a run is long (paced_wait: on the seconds the body says it was busy,
+    if it rests while it runs and returns them, else on its time). A failure is logged and
+    retried with backoff (never later than the next interval)."""
     assert interval_s > 0
 
     def run() -> None:
@@ -62,13 +94,14 @@ def every(name: str, interval_s: float, body: Callable[[], None], stop: threadin
         while not stop.wait(wait):
             started = time.monotonic()
             try:
-                body()
+                busy = body()
             except Exception:
                 wait = backoff.failed()
                 log.warning("%s failed; retrying in %.1f s", name, wait, exc_info=True)
                 continue
             backoff.succeeded()
-            wait = paced_wait(interval_s, time.monotonic() - started, duty, max_interval_s)
+            took = busy if busy is not None else time.monotonic() - started
+            wait = paced_wait(interval_s, took, duty, max_interval_s)
 
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()

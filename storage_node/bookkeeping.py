@@ -22,7 +22,7 @@ from midtown_pb import kv_pb2_grpc, log_pb2
 from runtime import loops, transport
 from storage_node import codec, lww, usage
 from storage_node.eventual_service import EventualService
-from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S
+from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S, USAGE_SPREAD_S
 from storage_node.lww import LwwReplica
 from storage_node.metrics import DIVERGED, EVENT_IDS, LAG
 from storage_node.model import Drop, Position, Record
@@ -39,12 +39,13 @@ class Bookkeeping:
         self.eventual = eventual
         self._published: dict[int, int] = {}  # log -> position last published there
         self._truncated: dict[int, int] = {}  # log -> position last truncated below
+        self._usage_busy_s = 0.0  # how long the last count kept this node busy
 
     def start(self) -> None:
         s = self.state
         loops.every("positions", s.settings.position_interval_s, self.positions_round, s.stop)
-        # Counting reads every key: on a node holding much, it runs less often, at most
-        # USAGE_DUTY of the time, and at least every USAGE_INTERVAL_MAX_S.
+        # Counting reads every key: it rests as it goes, and on a node holding much it runs
+        # less often, at most USAGE_DUTY of the time, and at least every USAGE_INTERVAL_MAX_S.
         loops.every("usage", s.settings.usage_interval_s, self.usage_round, s.stop,
                     first_at_once=True, duty=USAGE_DUTY, max_interval_s=USAGE_INTERVAL_MAX_S)
         loops.every("lag", LAG_INTERVAL_S, self.measure, s.stop, first_at_once=True)
@@ -125,11 +126,12 @@ class Bookkeeping:
         for dataset, n in held.items():
             EVENT_IDS.labels(dataset=dataset.rsplit("#", 1)[0]).set(n)
 
-    def usage_round(self) -> None:
+    def usage_round(self) -> float:
         """Now and every usage interval: note that this node is up, count what each dataset
         takes here and publish it for the quota checks (coordinator/quotas.py), and purge
         the eventual tombstones and expired values older than the grace, seen on the way.
-        Purging comes before publishing, so a ZooKeeper outage does not hold it back."""
+        Purging comes before publishing, so a ZooKeeper outage does not hold it back. The
+        count rests as it reads (loops.Spread); returns the seconds it was busy."""
         s = self.state
         now_ms = int(time.time() * 1000)
         s.store.set_last_up(now_ms)
@@ -141,7 +143,10 @@ class Bookkeeping:
                         and lww.purgeable(v, now_ms, self.lww.grace_ms)):
                     old.append((k, v))
                 yield k, v
-        counts = usage.tally(watch(usage.data_items(s.store)))
+        spread = loops.Spread(USAGE_DUTY, USAGE_SPREAD_S, self._usage_busy_s, s.stop.wait)
+        counts = usage.tally(watch(usage.data_items(s.store, spread.piece_done)))
+        self._usage_busy_s = spread.busy_s
         self.eventual.purged += self.lww.purge(old)
         if s.node_id in s.kv.storage_nodes:  # a removed node's data is behind
-            usage_reports.publish(s.zk, s.node_id, counts)
+            usage_reports.publish(s.zk, s.node_id, counts, now_ms)
+        return spread.busy_s

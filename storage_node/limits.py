@@ -21,11 +21,18 @@ SHARD_SCAN_PAGE_MAX = 10_000
 # How long a read waits at most for this replica to apply up to the position it needs.
 READ_WAIT_MS_MAX = 5_000
 # Counting what each dataset stores reads every key of the node (storage_node/usage.py):
-# a node holding much counts less often than Settings.usage_interval_s, so that counting
-# takes at most this share of the time (measured: a count every 10 s over a few million
-# keys took a tenth of a bulk ingestion's throughput), and at least this often, well
-# within the coordinators' memory of the writes they let in (coordinator/quotas.py).
+# a count rests between pieces so as to take at most USAGE_DUTY of a core while it runs,
+# over at most USAGE_SPREAD_S (a node holding so much that it would take longer rests
+# less: measured, a count of a few million keys in one burst took every core of a
+# three-node machine for seconds, and an ingestion through Spark caught in it ran at
+# two thirds of its speed); a node holding much also counts less often than
+# Settings.usage_interval_s, so that counting takes at most USAGE_DUTY of the time, and
+# at least every USAGE_INTERVAL_MAX_S after the last count ended. A report, dated when its
+# count began, is about 2 * USAGE_SPREAD_S + USAGE_INTERVAL_MAX_S (100 s) old at most when
+# the next comes (a count busier than the last runs a little past its spread), within the
+# coordinators' memory of the writes they let in (coordinator/quotas.py, 120 s).
 USAGE_DUTY = 0.05
+USAGE_SPREAD_S = 20.0
 USAGE_INTERVAL_MAX_S = 60.0
 # Results queued for one coordinator, and sent in one call at most (storage_node/callbacks.py).
 CALLBACK_BATCH_MAX = 5000

@@ -1,7 +1,10 @@
 """Storage quotas, the pure parts: sizes as users write them, which requests add data,
-what a dataset uses according to the nodes' counts, and the counting itself."""
+what a dataset uses according to the nodes' counts, and the counting itself (in pieces,
+over a real RocksDB)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -12,6 +15,7 @@ from coordinator import limits, quotas
 from midtown_pb import kv_pb2 as pb
 from storage_node import keys, usage
 from storage_node.model import Stored
+from storage_node.store import NodeStore
 
 UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 1024,
          "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
@@ -127,3 +131,30 @@ def test_counting_sums_keys_and_values_per_dataset(
         items.append((k, v))
         want[dataset] = want.get(dataset, 0) + len(k) + len(v)
     assert usage.tally(items) == want
+
+
+def test_a_count_reads_in_pieces_each_from_an_iterator_of_its_own(tmp_path: Path) -> None:
+    """Every entry once, in pieces; and a piece after a rest sees what was written during it
+    (a single iterator would pin the state, and the memtables, of the count's start)."""
+    store = NodeStore(str(tmp_path / "db"))
+    try:
+        v = keys.encode_stored(Stored(b"value", 1, 0))
+        written = [keys.value_key(s, "a#1", b"p%d" % i, b"l") for s in (0, 7) for i in range(9)]
+        written += [keys.eventual(keys.value_key(3, "b#2", b"p%d" % i, b"")) for i in range(6)]
+        for k in written:
+            store.db.put(k, v)
+        late = keys.value_key(63, "a#1", b"late", b"")  # after every key above
+        pieces: list[float] = []
+
+        def piece_done(took_s: float) -> None:
+            pieces.append(took_s)
+            if len(pieces) == 1:
+                store.db.put(late, v)
+
+        got = [k for k, _ in usage.data_items(store, piece_done, piece=4)]
+        assert sorted(got) == sorted(written + [late])  # each once, the late one too
+        assert len(pieces) == (19 // 4 + 1) + (6 // 4 + 1) and all(t >= 0 for t in pieces)
+        whole = usage.tally(usage.data_items(store, piece=10**6))
+        assert usage.tally(usage.data_items(store, piece=4)) == whole
+    finally:
+        store.close()

@@ -117,7 +117,9 @@ def writes(req: Any, dataset_id: str) -> list[Written]:
     if isinstance(req, pb.BatchRequest):
         return ops(req.partition_key, req.ops)
     if isinstance(req, pb.WriteManyRequest):
-        return [w for g in req.groups for w in ops(g.partition_key, g.ops)]
+        c = req.puts  # single puts sent as columns
+        return ([w for g in req.groups for w in ops(g.partition_key, g.ops)]
+                + [one(p, lk, len(v)) for p, lk, v in zip(c.partition_keys, c.local_keys, c.values)])
     return []
 
 

@@ -111,6 +111,20 @@ def test_a_batch_adds_data_when_any_of_its_operations_can(kinds: list[str]) -> N
     assert bool(quotas.writes(req, "d#1")) == any(k in ("put", "incr", "cas") for k in kinds)
 
 
+def test_a_bulk_write_counts_its_puts_sent_as_columns_as_single_puts_would() -> None:
+    """The SDK sends a bulk write's single puts as columns: they add data like any put
+    (without them a bulk ingestion went past a quota until the nodes' next count)."""
+    rows = [(b"p1", b"a", b"x" * 10), (b"p2", b"", b"y" * 300), (b"p1", b"b", b"")]
+    req = pb.WriteManyRequest(
+        groups=[pb.WriteGroup(partition_key=b"g", ops=[pb.Op(incr=pb.IncrementOp(local_key=b"n"))])],
+        puts=pb.PutColumns(partition_keys=[r[0] for r in rows], local_keys=[r[1] for r in rows],
+                           values=[r[2] for r in rows]))
+    singles = [w for p, lk, v in rows
+               for w in quotas.writes(pb.PutRequest(key=pb.Key(partition=p, local=lk), value=v), "d#1")]
+    incr = quotas.writes(pb.IncrementRequest(key=pb.Key(partition=b"g", local=b"n")), "d#1")
+    assert quotas.writes(req, "d#1") == incr + singles
+
+
 def test_which_requests_add_data() -> None:
     for req in (pb.PutRequest(), pb.IncrementRequest(), pb.CheckAndSetRequest()):
         assert quotas.writes(req, "d#1")

@@ -28,20 +28,17 @@ def tally(items: Iterable[tuple[bytes, bytes]]) -> dict[str, int]:
 def data_items(store: NodeStore, piece_done: Callable[[float], None] = lambda took_s: None,
                piece: int = COUNT_PIECE) -> Iterator[tuple[bytes, bytes]]:
     """Every stored value entry of every dataset, strong and eventual, `piece` at a time,
-    each piece from an iterator of its own (one held through a rest would pin memtables
-    that ingestion has filled since). `piece_done` gets the seconds each piece took, the
+    each piece from an iterator of its own (NodeStore.local_range; one held through a rest
+    would pin memtables that ingestion has filled since). `piece_done` gets the seconds each piece took, the
     consumer's work on it included (runtime.loops.Spread rests then)."""
     for prefix in DATA_PREFIXES:
         start = b""
         while True:
             t0 = time.monotonic()
-            n = 0
-            for k, v in store.under(prefix, start):
-                yield k, v
-                n += 1
-                if n == piece:
-                    start = k[len(prefix):] + b"\x00"
-                    break
+            page = store.local_range(prefix, start, b"", piece)
+            for lkey, v in page:
+                yield prefix + lkey, v
             piece_done(time.monotonic() - t0)
-            if n < piece:
+            if len(page) < piece:
                 break
+            start = page[-1][0] + b"\x00"

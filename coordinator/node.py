@@ -5,6 +5,7 @@ ReadIndex; eventual datasets are read and written at their replicas directly."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -153,7 +154,19 @@ class Coordinator:
                  and isinstance(ops[0], Put) and not header.event_id)
         rec = record_for(d, rid, "" if early else self.callback_addr, pkey, tuple(ops), header.event_id,
                          self.kv.shards)
+        if not early and self.answered_beside(self.log_of(rec)):
+            rec = dataclasses.replace(rec, answered_beside=True)
         return rec, early
+
+    def answered_beside(self, log_id: int) -> bool:
+        """Whether the storage node of this process (the host layout), a member, applies
+        `log_id` as this process's log writer commits it: then it alone answers our records
+        of that log (Record.answered_beside), and the other replicas make no call for most.
+        If it stops applying the log that way (the writer moved), it still answers, from its
+        stream; until then, a request waits for it as for any answer, within its deadline."""
+        node = self.replicas.local.component
+        return (node is not None and node.applies_in_process(log_id)
+                and node.state.node_id in self.replicas.members_or_last())
 
     def encode(self, rec: Record) -> bytes:
         payload = codec.record_to_bytes(rec)

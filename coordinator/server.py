@@ -315,7 +315,7 @@ class KVService:
                 validate_op(o, j, f"{f}.")
         planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
                             req.puts, self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
-                            self.c.callback_addr, limits.BATCH_BYTES_MAX // 2)
+                            self.c.callback_addr, limits.BATCH_BYTES_MAX // 2, self.c.answered_beside)
         results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],
                                      self._deadline(ctx))
         first = len(req.groups)

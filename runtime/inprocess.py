@@ -46,6 +46,11 @@ class Local(Generic[T]):
         """The addresses it answers on (none while unbound)."""
         return self._addrs
 
+    @property
+    def component(self) -> T | None:
+        """The component, whatever address (None while unbound)."""
+        return self._component
+
     def at(self, addr: str | None) -> T | None:
         """The component if `addr` is one of its addresses, else None (call it by gRPC)."""
         c = self._component

@@ -30,7 +30,7 @@ from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from storage_node import codec, keys, reclaim
 from storage_node.apply import apply
 from storage_node.callbacks import AnswerTaker, Callbacks
-from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS
+from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, POSITION
 from storage_node.model import RecordResult
@@ -40,6 +40,14 @@ from storage_node.store import BatchView
 log = logging.getLogger("midtown.storage.apply")
 # Entries from a Read stream, or straight from the log server in this process.
 Entries = list[log_pb2.Entry] | list[Entry]
+
+
+def answers_now(answered_beside: bool, position: int) -> bool:
+    """Whether a replica that answers a record's shard, in a process other than its
+    coordinator's, sends the answer: always, unless a storage node beside the coordinator
+    answers it (Record.answered_beside); then one record in DIGEST_SAMPLE, so that the
+    coordinator still compares the replicas' shard digests."""
+    return not answered_beside or position % DIGEST_SAMPLE == 0
 
 
 class ApplyLoop:
@@ -55,6 +63,7 @@ class ApplyLoop:
         self.local_answers = local_answers
         self.callbacks = Callbacks()
         self._next_reclaim = 0.0
+        self._in_process: set[int] = set()  # logs tailed straight from this process's writer
         self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
@@ -66,6 +75,12 @@ class ApplyLoop:
         """Whether this node sends the results of `shard`'s records to their coordinators."""
         s = self.state
         return answers_for(s.node_id, shard, s.kv.storage_nodes, CALLBACK_REPLICAS)
+
+    def applies_in_process(self, log_id: int) -> bool:
+        """Whether this node applies `log_id` straight from the log's writer in this process,
+        as it commits (then a coordinator of this process may name it the record's only
+        answerer: Record.answered_beside)."""
+        return log_id in self._in_process
 
     def tail(self, log_id: int) -> None:
         backoff = 0.1
@@ -107,29 +122,33 @@ class ApplyLoop:
         whether it applied anything."""
         cond = node.conds[log_id]
         applied = False
-        while not self.state.stop.is_set():
-            d = node.writers.get(log_id)
-            if d is None or d.failed.is_set():
-                return applied  # the writer moved: look it up again
-            pos = self.state.positions[log_id][0]
-            if pos < node.replica.first(log_id):
-                self._behind_truncation(log_id, f"position {pos} is truncated")
-            end = node.committed_end(log_id)
-            if pos > end:
-                with cond:
-                    if node.committed_end(log_id) < pos:
-                        cond.wait(0.5)
-                continue
-            try:
-                entries = node.read_committed(
-                    log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
-            except Unavailable as e:
-                log.warning("log %d: %s", log_id, e)
-                return applied
-            inprocess.used("tail")
-            self._apply_entries(log_id, entries)
-            applied = True
-        return applied
+        self._in_process.add(log_id)
+        try:
+            while not self.state.stop.is_set():
+                d = node.writers.get(log_id)
+                if d is None or d.failed.is_set():
+                    return applied  # the writer moved: look it up again
+                pos = self.state.positions[log_id][0]
+                if pos < node.replica.first(log_id):
+                    self._behind_truncation(log_id, f"position {pos} is truncated")
+                end = node.committed_end(log_id)
+                if pos > end:
+                    with cond:
+                        if node.committed_end(log_id) < pos:
+                            cond.wait(0.5)
+                    continue
+                try:
+                    entries = node.read_committed(
+                        log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
+                except Unavailable as e:
+                    log.warning("log %d: %s", log_id, e)
+                    return applied
+                inprocess.used("tail")
+                self._apply_entries(log_id, entries)
+                applied = True
+            return applied
+        finally:
+            self._in_process.discard(log_id)
 
     def _behind_truncation(self, log_id: int, why: str) -> None:
         """A member is never truncated past (it publishes its positions); only a node that
@@ -177,7 +196,7 @@ class ApplyLoop:
                 if rec.callback and applied.result is not None:
                     if self.local_answers.at(rec.callback) is not None:  # always: it costs no call
                         near.setdefault(rec.callback, []).append(applied.result)
-                    elif self._answers_for(rec.shard):
+                    elif self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position):
                         out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
             APPLIED.labels(log=str(log_id)).inc(len(entries))

@@ -117,7 +117,7 @@ def record_to_bytes(r: Record) -> bytes:
         groups=[pb.Group(partition_key=g.partition_key, ops=[op_to_pb(o) for o in g.ops],
                          event_id=g.event_id) for g in r.groups],
         dedup_window_ms=r.dedup_window_ms, dedup_max_ids=r.dedup_max_ids,
-        puts=put_columns(r.puts) if r.puts else None,
+        puts=put_columns(r.puts) if r.puts else None, answered_beside=r.answered_beside,
     ).SerializeToString()
 
 
@@ -128,7 +128,7 @@ def record_from_bytes(b: bytes) -> Record:
                   tuple([Group(g.partition_key, tuple(map(op_from_pb, g.ops)), g.event_id)
                          for g in m.groups]),
                   m.dedup_window_ms, m.dedup_max_ids,
-                  put_rows(m.puts) if m.HasField("puts") else ())
+                  put_rows(m.puts) if m.HasField("puts") else (), m.answered_beside)
 
 
 def op_result_to_pb(r: OpResult) -> pb.OpResult:

@@ -4,6 +4,10 @@ storage_node/settings.py; a dataset's bounds are the catalog's, catalog/limits.p
 # Answers to a coordinator: the replicas of a shard that answer each record (routing
 # chooses them, catalog/routing.py): two, so that one slow or paused replica delays nobody.
 CALLBACK_REPLICAS = 2
+# A record that a storage node in its coordinator's process answers (Record.answered_beside):
+# the other answering replicas answer one in this many (by log position), so that their
+# shard digests are still compared with the answering node's, at a sixteenth of the calls.
+DIGEST_SAMPLE = 16
 # Eventual values one LwwRead scan or LwwRange page returns at most.
 LWW_PAGE_MAX = 10_000
 # Health: a node more than this many entries behind a log's writer is still catching up

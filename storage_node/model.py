@@ -119,6 +119,8 @@ class Record:
     dedup_max_ids: int = 0  # event ids kept per shard at most (0: the default)
     # A record of single puts (a bulk write's puts in one shard) instead of groups.
     puts: tuple[PutRow, ...] = ()
+    # A storage node in the coordinator's process answers it (kv.proto Record.answered_beside).
+    answered_beside: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,12 @@ class StorageNode:
                                  local_answers or inprocess.Local())
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual)
 
+    def applies_in_process(self, log_id: int) -> bool:
+        """Whether this node applies `log_id` as the writer of this process commits it: a
+        coordinator of this process may then have its records of that log answered by this
+        node alone (Record.answered_beside)."""
+        return self.applier.applies_in_process(log_id)
+
     @staticmethod
     def _wait(fn):  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + 60

@@ -61,8 +61,11 @@ def names(zk: KazooClient) -> list[str]:
 
 
 class UserCache:
-    """Token -> user name, reloaded from ZooKeeper at most every `ttl_s` (and at once for
-    a token not seen yet, at most every `miss_s`)."""
+    """Token -> user name, reloaded from ZooKeeper at most every `ttl_s`, and at once for a
+    token not seen yet when the list of users changed since the last load (a ZooKeeper
+    watch says so: a user just added works at once) or at most every `miss_s` otherwise
+    (unknown tokens do not each cost a ZooKeeper read). A removed user, or a token that
+    changed, is seen within `ttl_s`."""
 
     def __init__(self, zk: KazooClient, ttl_s: float = 5.0, miss_s: float = 1.0) -> None:
         self.zk = zk
@@ -70,16 +73,23 @@ class UserCache:
         self._by_hash: dict[str, str] = {}
         self._loaded = -1e9
         self._lock = threading.Lock()
+        self._changed = True  # users added or removed since the last load
+        zk.ensure_path(ROOT)
+        zk.ChildrenWatch(ROOT, self._on_children)
+
+    def _on_children(self, children: list[str]) -> None:
+        self._changed = True
 
     def user(self, token: str) -> str | None:
         h = token_hash(token)
         now = time.monotonic()
         age = now - self._loaded
-        if age > self.ttl_s or (h not in self._by_hash and age > self.miss_s):
+        if age > self.ttl_s or (h not in self._by_hash and (self._changed or age > self.miss_s)):
             self._reload(now)
         return self._by_hash.get(h)
 
     def _reload(self, now: float) -> None:
+        self._changed = False  # before reading: a change while it reads is read again
         found: dict[str, str] = {}
         for name in names(self.zk):
             try:

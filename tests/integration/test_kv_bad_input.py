@@ -390,3 +390,26 @@ def test_access_lists_from_the_command_line(kvc: Cluster) -> None:
                          (("dataset", "grant", "no-such-set", "carol", "r"), "NAME")]:
         p = mt(*args)
         assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+
+
+def test_a_new_users_token_is_known_at_once(kvc: Cluster) -> None:
+    """A coordinator's user cache reads the users again for an unknown token as soon as
+    ZooKeeper says the list changed, whatever its rate limit for unknown tokens (one
+    minute here): a user just added is not refused as unknown."""
+    from kazoo.client import KazooClient
+
+    from catalog import users
+    from tests.integration.conftest import wait_for
+
+    zk = KazooClient(hosts=kvc.zk_hosts)
+    zk.start(timeout=15)
+    try:
+        cache = users.UserCache(zk, ttl_s=600, miss_s=60)
+        assert cache.user("mt_not-a-token") is None  # loaded now: the next miss waits a minute
+        token = users.add(zk, "dora")
+        wait_for(lambda: cache.user(token) == "dora", 10, "the new user's token")
+        assert cache.user("mt_still-not-a-token") is None
+        users.remove(zk, "dora")
+    finally:
+        zk.stop()
+        zk.close()

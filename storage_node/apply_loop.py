@@ -92,7 +92,12 @@ class ApplyLoop:
                 continue
             local = self.local_log.at(addr)
             if local is not None:
-                if self._tail_in_process(local, log_id):
+                self._in_process.add(log_id)
+                try:
+                    applied = self._tail_in_process(local, log_id)
+                finally:
+                    self._in_process.discard(log_id)
+                if applied:
                     backoff = 0.1
                 else:
                     time.sleep(backoff)  # ZooKeeper still names it, but it stopped writing
@@ -122,33 +127,29 @@ class ApplyLoop:
         whether it applied anything."""
         cond = node.conds[log_id]
         applied = False
-        self._in_process.add(log_id)
-        try:
-            while not self.state.stop.is_set():
-                d = node.writers.get(log_id)
-                if d is None or d.failed.is_set():
-                    return applied  # the writer moved: look it up again
-                pos = self.state.positions[log_id][0]
-                if pos < node.replica.first(log_id):
-                    self._behind_truncation(log_id, f"position {pos} is truncated")
-                end = node.committed_end(log_id)
-                if pos > end:
-                    with cond:
-                        if node.committed_end(log_id) < pos:
-                            cond.wait(0.5)
-                    continue
-                try:
-                    entries = node.read_committed(
-                        log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
-                except Unavailable as e:
-                    log.warning("log %d: %s", log_id, e)
-                    return applied
-                inprocess.used("tail")
-                self._apply_entries(log_id, entries)
-                applied = True
-            return applied
-        finally:
-            self._in_process.discard(log_id)
+        while not self.state.stop.is_set():
+            d = node.writers.get(log_id)
+            if d is None or d.failed.is_set():
+                return applied  # the writer moved: look it up again
+            pos = self.state.positions[log_id][0]
+            if pos < node.replica.first(log_id):
+                self._behind_truncation(log_id, f"position {pos} is truncated")
+            end = node.committed_end(log_id)
+            if pos > end:
+                with cond:
+                    if node.committed_end(log_id) < pos:
+                        cond.wait(0.5)
+                continue
+            try:
+                entries = node.read_committed(
+                    log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
+            except Unavailable as e:
+                log.warning("log %d: %s", log_id, e)
+                return applied
+            inprocess.used("tail")
+            self._apply_entries(log_id, entries)
+            applied = True
+        return applied
 
     def _behind_truncation(self, log_id: int, why: str) -> None:
         """A member is never truncated past (it publishes its positions); only a node that

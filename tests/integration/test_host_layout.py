@@ -56,20 +56,13 @@ def test_three_processes_serve_every_role(hosts: Cluster) -> None:
     # Records through the writer's coordinator are answered by its own storage node: the
     # other replicas answer one in DIGEST_SAMPLE (for the digest comparison), not each one
     # (before, at least one Deliver call per record came from another host).
-    before = _delivered(hosts, f"host-{w}")
+    before = _kv_requests(hosts, f"host-{w}", "deliver")
     with Client(near, timeout=15) as db:
         for _ in range(64):
             db.incr("t", "p", "counter", 1)
-    delivered = _delivered(hosts, f"host-{w}") - before
+    delivered = _kv_requests(hosts, f"host-{w}", "deliver") - before
     assert 1 <= delivered <= 64 // 4, delivered
     wait_for(lambda: _converged(hosts), 30, "every replica at the same positions and digests")
-
-
-def _delivered(hosts: Cluster, name: str) -> float:
-    """Deliver calls (answers from storage nodes in other processes) the host's
-    coordinator has taken."""
-    return sum(float(line.split()[-1]) for line in _metrics(hosts, name).splitlines()
-               if line.startswith('midtown_kv_requests_total{') and 'method="deliver"' in line)
 
 
 def _counted(metrics: str, path: str) -> float:
@@ -84,13 +77,17 @@ def _metrics(hosts: Cluster, name: str) -> str:
     return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
 
 
+def _kv_requests(hosts: Cluster, name: str, method: str = "") -> float:
+    """KV requests (of `method`, or all) the host's coordinator has answered; a Deliver
+    call carries answers from storage nodes in other processes."""
+    return sum(float(line.split()[-1]) for line in _metrics(hosts, name).splitlines()
+               if line.startswith("midtown_kv_requests_total{")
+               and (not method or f'method="{method}"' in line))
+
+
 def _served(hosts: Cluster) -> dict[str, float]:
     """KV requests each host's coordinator has answered."""
-    out = {}
-    for name in (p for p, proc in hosts.procs.items() if proc.kind == "host"):
-        out[name] = sum(float(line.split()[-1]) for line in _metrics(hosts, name).splitlines()
-                        if line.startswith("midtown_kv_requests_total{"))
-    return out
+    return {name: _kv_requests(hosts, name) for name, proc in hosts.procs.items() if proc.kind == "host"}
 
 
 def test_clients_send_each_key_to_the_coordinator_beside_its_writer(hosts: Cluster) -> None:

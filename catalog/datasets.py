@@ -261,21 +261,32 @@ def describe(d: Dataset) -> dict:
 
 class DatasetCache:
     """A coordinator's view of the datasets, refreshed at most every `ttl_s`; an unknown
-    name is looked up again at once (it may have just been created)."""
+    name is looked up again at once (it may have just been created). A dataset created or
+    dropped empties it (a ZooKeeper watch on the list): a dropped dataset is refused as
+    soon as ZooKeeper tells the coordinator, not up to `ttl_s` later."""
 
     def __init__(self, zk: KazooClient, ttl_s: float = CACHE_TTL_S) -> None:
         self.zk = zk
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Dataset | None]] = {}
         self._lock = threading.Lock()
+        self._emptied = 0  # times the watch emptied it: a lookup begun before is not kept
+        zk.ensure_path(ROOT)
+        zk.ChildrenWatch(ROOT, self._on_children)
+
+    def _on_children(self, children: list[str]) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._emptied += 1
 
     def get(self, name: str) -> Dataset | None:
         now = time.monotonic()
         with self._lock:
-            hit = self._cache.get(name)
+            hit, emptied = self._cache.get(name), self._emptied
         if hit is not None and now - hit[0] < self.ttl_s and hit[1] is not None:
             return hit[1]
         d = get(self.zk, name) if NAME.match(name) else None
         with self._lock:
-            self._cache[name] = (now, d)
+            if self._emptied == emptied:
+                self._cache[name] = (now, d)
         return d

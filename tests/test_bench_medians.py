@@ -35,3 +35,24 @@ def test_cpu_per_operation_counts_the_processes_it_is_given() -> None:
     assert 1500 <= r["cpu_client_us"] <= 3000  # 0.2 s over 100 operations: 2,000 µs
     assert r["cpu_gone_us"] == 0 and r["cpu_total_us"] == r["cpu_client_us"]
     assert cpu_seconds(2**22 + 7) == 0.0
+
+
+def test_bench_kv_runs_the_workloads_and_client_counts_asked() -> None:
+    """`--ops cas --clients 1` measures single-client CAS alone; a bad name is refused
+    with a message naming the option."""
+    import importlib
+
+    import pytest
+    cli = importlib.import_module("midtown.cli.main")
+    a = cli.parser().parse_args(["bench", "kv", "--ops", "cas", "--clients", "1"])
+    assert (a.ops, a.clients) == (("cas",), ("1",))
+    a = cli.parser().parse_args(["bench", "kv", "--ops", "cas,put", "--clients", "64,1"])
+    assert (a.ops, a.clients) == (("put", "cas"), ("1", "64"))  # in the benchmark's order
+    a = cli.parser().parse_args(["bench", "kv"])
+    assert (a.ops, a.clients) == (("put", "get", "cas"), ("1", "64"))
+    for args in (["--ops", "delete"], ["--clients", "2"], ["--ops", ","]):
+        with pytest.raises(SystemExit):
+            cli.parser().parse_args(["bench", "kv", *args])
+    conv = cli._subset("--ops", ("put", "get", "cas"))
+    with pytest.raises(Exception, match="--ops: delete not among put,get,cas"):
+        conv("put,delete")

@@ -340,7 +340,7 @@ def run(a: argparse.Namespace) -> int:
                        "floor_many": threads(midtown_ops([floor.addr]))}
             if zk:
                 systems["unrouted"] = with_cpu(threads(midtown_ops(addrs)), pids)
-            rows = [_row(a, systems, op, clients) for op in ("put", "get", "cas") for clients in (1, 64)]
+            rows = [_row(a, systems, op, int(clients)) for op in a.ops for clients in a.clients]
         finally:
             floor.stop()
     if a.json:

@@ -18,6 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from runtime.forking import restart_without_grpc_fork_handlers
+
 TENANTS = ["acme", "globex", "initech", "umbrella", "hooli"]
 
 
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="run/local")
     ap.add_argument("--events", type=int, default=20_000)
     a = ap.parse_args(argv)
+    # it starts Spark beside its gRPC clients (runtime/forking.py)
+    restart_without_grpc_fork_handlers("midtown.cli.demo", sys.argv[1:] if argv is None else argv)
     from midtown import Client
     from midtown.cluster import LAYOUT_DEFAULT, Cluster, ClusterError
 

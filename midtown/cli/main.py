@@ -17,6 +17,7 @@ from typing import Any
 from catalog import registry
 from midtown.cli.output import emit
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
+from runtime.forking import restart_without_grpc_fork_handlers
 
 DEFAULT_DIR = Path("run/local")
 
@@ -734,6 +735,17 @@ def _positive(name: str):  # type: ignore[no-untyped-def]
     return conv
 
 
+def _subset(name: str, allowed: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    def conv(s: str) -> tuple[str, ...]:
+        got = tuple(x.strip() for x in s.split(",") if x.strip())
+        bad = [x for x in got if x not in allowed]
+        if bad or not got:
+            raise argparse.ArgumentTypeError(
+                f"{name}: {', '.join(bad) or 'nothing'} not among {','.join(allowed)}")
+        return tuple(x for x in allowed if x in got)  # in the benchmark's order
+    return conv
+
+
 def _nonneg(name: str):  # type: ignore[no-untyped-def]
     def conv(s: str) -> int:
         try:
@@ -989,6 +1001,11 @@ def _bench_commands(sub: Any) -> None:
                          "'unrouted' column sends to any")
     bk.add_argument("--kv-logs", type=_at_least_one("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
                     help="logs the key-value store spreads its shards over (see `cluster up --kv-logs`)")
+    bk.add_argument("--ops", type=_subset("--ops", ("put", "get", "cas")), default=("put", "get", "cas"),
+                    help="the workloads, comma-separated (default put,get,cas)")
+    bk.add_argument("--clients", type=_subset("--clients", ("1", "64")), default=("1", "64"),
+                    help="the client counts, comma-separated (default 1,64); --ops cas --clients 1 "
+                         "measures single-client CAS alone")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
     bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "
@@ -1009,7 +1026,7 @@ def _bench_commands(sub: Any) -> None:
     bi.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bi.add_argument("--json", action="store_true")
-    bi.set_defaults(fn=cmd_bench_ingest)
+    bi.set_defaults(fn=cmd_bench_ingest, starts_spark=True)
 
 
 def version() -> str:
@@ -1029,6 +1046,8 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return 0
     a = p.parse_args(args)
+    if getattr(a, "starts_spark", False):  # beside its gRPC clients (runtime/forking.py)
+        restart_without_grpc_fork_handlers("midtown.cli", args)
     import logging
 
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # reconnect chatter on exit

@@ -88,7 +88,7 @@ class AsyncClient:
 
         async def operation(*args: Any, **kwargs: Any) -> Any:
             c: _Call = build(*args, **kwargs)
-            to = self._b._route_of(c.req) if c.single else None
+            to = self._b._route_of(c.method, c.req) if c.single else None
             if c.single and self._coalescer is not None:
                 return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout), to))
             return c.decode(await self._call(c.method, c.req, c.timeout, to))

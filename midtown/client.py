@@ -24,7 +24,7 @@ from catalog import connect as zkpaths
 from catalog import registry
 from midtown import errors
 from midtown.coalescing import Coalescer
-from midtown.routes import Routes
+from midtown.routes import ROUTED_METHODS, Routes
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
@@ -376,20 +376,24 @@ class Client:
         """A single-key operation: coalesced with the other threads' (midtown/coalescing.py)
         unless the client was made with coalesce=False."""
         t = self._timeout(timeout)
-        to = self._route_of(req)
+        to = self._route_of(method, req)
         if self._coalescer is None:
             return self._call(method, req, t, to)
         return self._coalescer.call(method, req, t, to)
 
-    def _route_of(self, req: Any) -> str | None:
-        """The coordinator a single-key request goes to first (None: any)."""
+    def _route_of(self, method: str, req: Any) -> str | None:
+        """The coordinator a single-key request goes to first (None: any): routes are for
+        the operations that append (ROUTED_METHODS)."""
         r = self._routes
-        return None if r is None else r.coordinator_for(req.header.dataset, req.key.partition)
+        if r is None or method not in ROUTED_METHODS:
+            return None
+        return r.coordinator_for(req.header.dataset, req.key.partition)
 
     def coordinator_for(self, dataset: str, partition: Key) -> str | None:
-        """The coordinator this client sends the operations on `partition` of `dataset` to
-        first: the one beside its log's writer (host layout), or None (any coordinator).
-        Routes are read in the background: None at first."""
+        """The coordinator this client sends the writes (put, delete, CAS, increment,
+        batch) on `partition` of `dataset` to first: the one beside its log's writer (host
+        layout), or None (any coordinator). Reads go to any coordinator. Routes are read in
+        the background: None at first."""
         r = self._routes
         return None if r is None else r.coordinator_for(_dataset(dataset), _b(partition, "partition"))
 

@@ -56,3 +56,5 @@ def test_bench_kv_runs_the_workloads_and_client_counts_asked() -> None:
     conv = cli._subset("--ops", ("put", "get", "cas"))
     with pytest.raises(Exception, match="--ops: delete not among put,get,cas"):
         conv("put,delete")
+    with pytest.raises(Exception, match="--ops: give one or more of put,get,cas"):
+        conv(" , ")

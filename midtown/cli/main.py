@@ -739,9 +739,10 @@ def _subset(name: str, allowed: tuple[str, ...]):  # type: ignore[no-untyped-def
     def conv(s: str) -> tuple[str, ...]:
         got = tuple(x.strip() for x in s.split(",") if x.strip())
         bad = [x for x in got if x not in allowed]
-        if bad or not got:
-            raise argparse.ArgumentTypeError(
-                f"{name}: {', '.join(bad) or 'nothing'} not among {','.join(allowed)}")
+        if bad:
+            raise argparse.ArgumentTypeError(f"{name}: {', '.join(bad)} not among {','.join(allowed)}")
+        if not got:
+            raise argparse.ArgumentTypeError(f"{name}: give one or more of {','.join(allowed)}")
         return tuple(x for x in allowed if x in got)  # in the benchmark's order
     return conv
 

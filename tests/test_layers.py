@@ -90,3 +90,75 @@ def test_the_check_sees_an_upward_import(tmp_path: Path, source: str, target: st
     [(line, got)] = imports(f)
     module = source[:-3].replace("/", ".")
     assert got == target and layer_of(got) > layer_of(module)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each of our modules -> the modules of ours it imports (a package is its __init__)."""
+    files = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(target: str) -> str | None:  # `from a.b import name` may name a module or not
+        parts = target.split(".")
+        while parts and ".".join(parts) not in files:
+            parts.pop()
+        return ".".join(parts) or None
+
+    return {m: {r for _, t in imports(p) if (r := resolve(t)) not in (None, m)}
+            for m, p in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycles() -> None:
+    """Within a layer too, imports point one way: no two modules import each other, however
+    far round (imports inside functions count)."""
+    assert cycles(module_graph()) == []
+
+
+def test_the_check_sees_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
+    assert cycles(graph) == [["a", "b", "c"]]  # d only leads into it
+    assert sorted(cycles({**graph, "e2": {"e"}})) == [["a", "b", "c"], ["e", "e2"]]

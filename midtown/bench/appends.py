@@ -15,8 +15,8 @@ from pathlib import Path
 from log import zk as zkpaths
 from log.client import LogClient, LogError
 from midtown.bench.loadgen import run_workload
-from midtown.cli.output import emit
 from midtown.cluster import Cluster
+from midtown.output import emit
 
 PAYLOAD = b"x" * 100
 

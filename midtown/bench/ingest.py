@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 from midtown.bench.kv import Etcd, _b64, cluster_and_etcd, log, medians
 from midtown.bench.loadgen import run_workload
-from midtown.cli.output import emit
 from midtown.client import Client, Write
 from midtown.cluster import Cluster
+from midtown.output import emit
 
 PAYLOAD = b"e" * 100
 REPEAT_RATE = 0.006

@@ -28,10 +28,10 @@ from catalog.registry import KV_LOGS_LOCAL_DEFAULT
 from midtown.aio import AsyncClient
 from midtown.bench import echo
 from midtown.bench.loadgen import AsyncMakeOp, run_async_workload, run_workload
-from midtown.cli.output import emit
 from midtown.client import Client
 from midtown.cluster import Cluster
 from midtown.cluster.ports import free_ports
+from midtown.output import emit
 
 VALUE = b"v" * 64
 # A system's workloads: op name -> make(client index) -> op(n).

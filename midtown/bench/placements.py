@@ -12,9 +12,9 @@ import threading
 import time
 from pathlib import Path
 
-from midtown.cli.output import emit
 from midtown.client import Client
 from midtown.cluster import Cluster
+from midtown.output import emit
 from midtown.placements import Placements
 
 HOUR = 3_600_000

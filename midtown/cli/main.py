@@ -15,44 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from catalog import registry
-from midtown.cli.output import emit
+from midtown.cli.connect import DEFAULT_DIR, CliError, kv_client, zk_hosts
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
+from midtown.output import emit
 from runtime.forking import restart_without_grpc_fork_handlers
-
-DEFAULT_DIR = Path("run/local")
-
-
-class CliError(Exception):
-    pass
-
-
-def _zk_hosts(a: argparse.Namespace) -> str:
-    from midtown.cluster import Cluster, ClusterError
-
-    if getattr(a, "zk", None):
-        return str(a.zk)
-    if getattr(a, "dir", None):
-        try:
-            return _local(a, Cluster.load(Path(a.dir)))
-        except ClusterError as e:
-            raise CliError(str(e)) from None
-    if os.environ.get("MIDTOWN_ZK"):
-        return os.environ["MIDTOWN_ZK"]
-    if (DEFAULT_DIR / "cluster.json").exists():
-        return _local(a, Cluster.load(DEFAULT_DIR))
-    raise CliError("no cluster named: give --dir DIR, --zk HOST:PORT, or set MIDTOWN_ZK")
-
-
-def _local(a: argparse.Namespace, c: Any) -> str:
-    """Use a local cluster: with TLS, its admin certificate for internal calls and its CA
-    for the coordinators (unless --tls-ca says otherwise). Returns its ZooKeeper."""
-    if c.tls:
-        from runtime import transport
-
-        transport.use(c.credentials())
-        if hasattr(a, "tls_ca") and not a.tls_ca and not os.environ.get("MIDTOWN_TLS_CA"):
-            a.tls_ca = str(c.tls_ca)
-    return str(c.zk_hosts)
 
 
 def _log_client(a: argparse.Namespace) -> Any:
@@ -405,7 +371,7 @@ def _zk(a: argparse.Namespace) -> Any:
     """A ZooKeeper client, or a one-line error naming the address within --timeout."""
     from log import zk as zkpaths
 
-    hosts = _zk_hosts(a)
+    hosts = zk_hosts(a)
     wait = float(getattr(a, "timeout", 10.0) or 10.0)
     try:
         return zkpaths.connect(hosts, connect_timeout_s=wait)
@@ -525,21 +491,6 @@ def _node_states(zk: Any) -> dict[int, Any]:
 
 
 # ---------------------------------------------------------------- data
-def _kv(a: argparse.Namespace) -> Any:
-    from midtown.client import Client
-
-    token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
-    zk = None if a.coordinator else _zk_hosts(a)  # a local cluster may set the CA
-    ca_file = a.tls_ca or os.environ.get("MIDTOWN_TLS_CA") or None
-    try:
-        ca = Path(ca_file).read_bytes() if ca_file else None
-    except OSError as e:
-        raise CliError(f"--tls-ca: cannot read {ca_file}: {e.strerror}") from None
-    if a.coordinator:
-        return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
-    return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca)
-
-
 def _value_row(local: bytes, v: Any) -> dict:
     return {"local_key": _show_payload(local), "value": _show_payload(v.value), "version": v.version,
             "expires_at_ms": v.expires_at_ms or None}
@@ -550,7 +501,7 @@ def cmd_data(a: argparse.Namespace) -> int:
 
     enc = a.encoding
     p, lk = _payload(a.partition, enc), _payload(getattr(a, "local", "") or "", enc)
-    with _kv(a) as c:
+    with kv_client(a) as c:
         try:
             if a.group == "get":
                 v = c.get(a.dataset, p, lk, consistency=a.consistency)

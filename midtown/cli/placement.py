@@ -9,7 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from midtown.cli.output import emit
+from midtown.cli.connect import CliError, kv_client
+from midtown.output import emit
 
 
 def run(a: argparse.Namespace, client: Any) -> int:
@@ -39,8 +40,6 @@ def run(a: argparse.Namespace, client: Any) -> int:
         try:
             s = pl.update_settings(change)
         except ValueError as e:
-            from midtown.cli.main import CliError
-
             raise CliError(str(e)) from None
         emit({"total_shards": s.total_shards, "default_count": s.default_count,
               "exclusions": list(s.exclusions), "counts": s.counts}, a.json)
@@ -48,8 +47,6 @@ def run(a: argparse.Namespace, client: Any) -> int:
         try:
             load = {str(k): float(v) for k, v in json.loads(Path(a.load).read_text()).items()}
         except (OSError, ValueError) as e:
-            from midtown.cli.main import CliError
-
             raise CliError(f"--load: {e} (a JSON object: tenant -> load)") from None
         s = pl.settings()
         before = variance(shard_loads(s, load))
@@ -95,7 +92,5 @@ def add_parser(sub: Any, common: Any) -> None:
 
 
 def _cmd(a: argparse.Namespace) -> int:
-    from midtown.cli.main import _kv
-
-    with _kv(a) as c:
+    with kv_client(a) as c:
         return run(a, c)

@@ -1,4 +1,5 @@
-"""CLI output: readable tables by default, JSON with --json."""
+"""Command output, for the `midtown` command and the benchmarks it runs: readable tables by
+default, JSON with --json."""
 
 from __future__ import annotations
 

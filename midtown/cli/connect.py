@@ -1,0 +1,62 @@
+"""How a command finds and reaches its cluster: --dir DIR (a local cluster), --zk HOST:PORT,
+the MIDTOWN_ZK environment variable, or ./run/local (the `make run` cluster); and the
+`Client` of the data commands. Shared by midtown/cli/main.py and the command groups kept
+in modules of their own (midtown/cli/placement.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DIR = Path("run/local")
+
+
+class CliError(Exception):
+    pass
+
+
+def zk_hosts(a: argparse.Namespace) -> str:
+    from midtown.cluster import Cluster, ClusterError
+
+    if getattr(a, "zk", None):
+        return str(a.zk)
+    if getattr(a, "dir", None):
+        try:
+            return _use_local(a, Cluster.load(Path(a.dir)))
+        except ClusterError as e:
+            raise CliError(str(e)) from None
+    if os.environ.get("MIDTOWN_ZK"):
+        return os.environ["MIDTOWN_ZK"]
+    if (DEFAULT_DIR / "cluster.json").exists():
+        return _use_local(a, Cluster.load(DEFAULT_DIR))
+    raise CliError("no cluster named: give --dir DIR, --zk HOST:PORT, or set MIDTOWN_ZK")
+
+
+def _use_local(a: argparse.Namespace, c: Any) -> str:
+    """Use a local cluster: with TLS, its admin certificate for internal calls and its CA
+    for the coordinators (unless --tls-ca says otherwise). Returns its ZooKeeper."""
+    if c.tls:
+        from runtime import transport
+
+        transport.use(c.credentials())
+        if hasattr(a, "tls_ca") and not a.tls_ca and not os.environ.get("MIDTOWN_TLS_CA"):
+            a.tls_ca = str(c.tls_ca)
+    return str(c.zk_hosts)
+
+
+def kv_client(a: argparse.Namespace) -> Any:
+    """A `Client` for the data commands: --coordinator, or discovered through the cluster."""
+    from midtown.client import Client
+
+    token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
+    zk = None if a.coordinator else zk_hosts(a)  # a local cluster may set the CA
+    ca_file = a.tls_ca or os.environ.get("MIDTOWN_TLS_CA") or None
+    try:
+        ca = Path(ca_file).read_bytes() if ca_file else None
+    except OSError as e:
+        raise CliError(f"--tls-ca: cannot read {ca_file}: {e.strerror}") from None
+    if a.coordinator:
+        return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
+    return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca)

@@ -4,8 +4,10 @@ batches the records that pile up while a send is in flight.
 
 A lone caller pays nothing: with no call in flight its operation goes at once, as its own
 call. Under load, calls carry what queued while the previous one ran, at most ITEMS_MAX
-operations and BYTES_MAX bytes. LANES calls may be in flight at once (a thread always uses
-the same lane), so that one slow call does not hold every thread back.
+operations and BYTES_MAX bytes. One call per route (coordinator) is in flight at a time:
+more calls in flight carry fewer operations each and cost more than they save (measured
+with `midtown bench kv`, 64 threads on one Client: put 1.18x etcd's throughput with one
+call in flight, 0.99x with two, 0.75x with four; docs/performance.md).
 
 Each operation keeps its own request id, its own outcome and its own deadline: the
 coordinator handles every item as its own call (coordinator/server.py, `many`), so an item
@@ -14,8 +16,8 @@ rate limit) is retried on its own, marked as a retry. Each operation is lineariz
 it was alone: the operations of one call were all in flight at once, and a thread's next
 operation starts after its previous one has answered.
 
-The batching itself is runtime.group_commit: the caller that finds its lane free sends
-the call, the others wait for their answers."""
+The batching itself is runtime.group_commit: the caller that finds no call in flight
+sends the next one, the others wait for their answers."""
 
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ from runtime.group_commit import GroupCommit
 
 ITEMS_MAX = 256  # operations in one call (the coordinator takes up to MANY_ITEMS_MAX)
 BYTES_MAX = 4 << 20  # request bytes in one call, under gRPC's message limit
-LANES = 4  # calls of one Client in flight at once
 
 # The Client's method -> the ManyItem / ManyAnswer field that carries it.
 FIELDS = {"Get": "get", "Put": "put", "Delete": "delete", "CheckAndSet": "check_and_set",
@@ -64,25 +65,25 @@ class Coalescer(_Counts):
         first to coordinator `to` if not None (Client._call)."""
         super().__init__()
         self._call = call
-        self._lanes: dict[str | None, list[GroupCommit]] = {}
-        self._lanes_lock = threading.Lock()
+        self._routes: dict[str | None, GroupCommit] = {}  # one call in flight to each
+        self._routes_lock = threading.Lock()
 
     def call(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         """The response to `req` as its own call would give it, or its error raised.
         `to`: the coordinator it goes to (its route); operations with one route travel
         together."""
-        lanes = self._lanes.get(to) or self._lanes_to(to)
-        out = lanes[threading.get_ident() % LANES].call(pending(method, req, timeout_s))
+        route = self._routes.get(to) or self._route(to)
+        out = route.call(pending(method, req, timeout_s))
         if isinstance(out, BaseException):
             raise out
         return out
 
-    def _lanes_to(self, to: str | None) -> list[GroupCommit]:
-        with self._lanes_lock:
-            if to not in self._lanes:
-                self._lanes[to] = [GroupCommit(lambda items: self._run(items, to), size=lambda p: p.size,
-                                               max_size=BYTES_MAX) for _ in range(LANES)]
-            return self._lanes[to]
+    def _route(self, to: str | None) -> GroupCommit:
+        with self._routes_lock:
+            if to not in self._routes:
+                self._routes[to] = GroupCommit(lambda items: self._run(items, to), size=lambda p: p.size,
+                                               max_size=BYTES_MAX)
+            return self._routes[to]
 
     def _run(self, items: list[_Pending], to: str | None) -> list[Any]:
         """One call for `items` (the group commit hands at most BYTES_MAX of them): their
@@ -110,30 +111,24 @@ class Coalescer(_Counts):
 
 
 class AsyncCoalescer(_Counts):
-    """The same for an event loop's coroutines (midtown/aio.py): while a lane's call is in
-    flight, operations queue on it; a task of the lane sends what queued as the next call.
-    A lone operation takes a free lane and goes at once."""
+    """The same for an event loop's coroutines (midtown/aio.py): while a route's call is in
+    flight, operations queue on it; a task sends what queued as the route's next call. A
+    lone operation finds no call in flight and goes at once."""
 
     def __init__(self, call: Callable[[str, Any, float, str | None], Awaitable[Any]]) -> None:
         """`call(method, request, timeout_s, to)`: one call with the client's retries."""
         super().__init__()
         self._call = call
-        Lane = deque[tuple[_Pending, asyncio.Future[Any]]]
-        self._lanes: dict[str | None, list[Lane]] = {}  # by route, as Coalescer's
-        self._busy: dict[str | None, list[bool]] = {}
+        self._queues: dict[str | None, deque[tuple[_Pending, asyncio.Future[Any]]]] = {}
+        self._busy: set[str | None] = set()  # routes with a call in flight (a task draining)
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def call(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
-        if to not in self._lanes:
-            self._lanes[to], self._busy[to] = [deque() for _ in range(LANES)], [False] * LANES
-        lanes, busy = self._lanes[to], self._busy[to]
-        free = [i for i in range(LANES) if not busy[i]]
-        lane = free[0] if free else min(range(LANES), key=lambda i: len(lanes[i]))
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        lanes[lane].append((pending(method, req, timeout_s), fut))
-        if not busy[lane]:
-            busy[lane] = True
-            task = asyncio.get_running_loop().create_task(self._drain(to, lane))
+        self._queues.setdefault(to, deque()).append((pending(method, req, timeout_s), fut))
+        if to not in self._busy:
+            self._busy.add(to)
+            task = asyncio.get_running_loop().create_task(self._drain(to))
             self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
             task.add_done_callback(self._tasks.discard)
         out = await fut
@@ -141,8 +136,8 @@ class AsyncCoalescer(_Counts):
             raise out
         return out
 
-    async def _drain(self, to: str | None, lane: int) -> None:
-        q = self._lanes[to][lane]
+    async def _drain(self, to: str | None) -> None:
+        q = self._queues[to]
         try:
             while q:
                 batch: list[tuple[_Pending, asyncio.Future[Any]]] = []
@@ -158,10 +153,10 @@ class AsyncCoalescer(_Counts):
                     if not f.done():
                         f.set_result(r)
                 # Let the coroutines just answered run first: their next operations
-                # join the next call instead of each finding the lane free later.
+                # join the next call instead of each finding the route free later.
                 await asyncio.sleep(0)
         finally:
-            self._busy[to][lane] = False
+            self._busy.discard(to)
 
     async def _send(self, items: list[_Pending], to: str | None) -> list[Any]:
         self._count(len(items))

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from midtown import coalescing, errors
+from midtown import errors
 from midtown.coalescing import ITEMS_MAX, Coalescer
 from midtown_pb import kv_pb2 as pb
 
@@ -73,7 +73,7 @@ def test_a_lone_caller_goes_alone_and_at_once() -> None:
     assert [m for m, _ in s.calls] == ["Put"] and (c.calls, c.operations) == (1, 1)
 
 
-def test_operations_issued_during_a_call_go_together_each_with_its_own_answer(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_operations_issued_during_a_call_go_together_each_with_its_own_answer() -> None:
     s = Server(flaky={b"r5"})
     s.hold.clear()
     c = Coalescer(s)
@@ -88,9 +88,6 @@ def test_operations_issued_during_a_call_go_together_each_with_its_own_answer(mo
         except errors.MidtownError as e:
             results[i] = e
 
-    # Every thread on the same lane (the lane is chosen by thread): run them in one lane's
-    # order by giving the coalescer one lane.
-    monkeypatch.setattr(coalescing, "LANES", 1)
     first = threading.Thread(target=run, args=(0,))
     first.start()
     assert s.started.wait(5)  # the first call is in flight
@@ -98,7 +95,7 @@ def test_operations_issued_during_a_call_go_together_each_with_its_own_answer(mo
     for t in others:
         t.start()
     deadline = time.monotonic() + 5
-    while len(c._lanes[None][0]._q) < 10 and time.monotonic() < deadline:
+    while len(c._routes[None]._q) < 10 and time.monotonic() < deadline:
         time.sleep(0.005)
     s.hold.set()
     for t in [first, *others]:
@@ -114,10 +111,9 @@ def test_operations_issued_during_a_call_go_together_each_with_its_own_answer(mo
     assert (c.calls, c.operations) == (2, 11)  # the retry goes through the client's own call
 
 
-def test_operations_travel_only_with_operations_of_the_same_route(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_operations_travel_only_with_operations_of_the_same_route() -> None:
     """A call goes to one coordinator: operations routed to different coordinators (the
     host layout, midtown/routes.py) never share one; each call carries its route."""
-    monkeypatch.setattr(coalescing, "LANES", 1)
     s = Server()
     s.hold.clear()
     c = Coalescer(s)
@@ -131,7 +127,7 @@ def test_operations_travel_only_with_operations_of_the_same_route(monkeypatch) -
     for t in threads:
         t.start()
     deadline = time.monotonic() + 5
-    while (sum(len(lanes[0]._q) for lanes in c._lanes.values()) < 10 and time.monotonic() < deadline):
+    while (sum(len(r._q) for r in c._routes.values()) < 10 and time.monotonic() < deadline):
         time.sleep(0.005)
     s.hold.set()
     for t in threads:
@@ -173,7 +169,7 @@ def test_async_coroutines_share_calls_each_with_its_own_answer_and_a_lone_one_go
     """AsyncCoalescer (AsyncClient's): the same rules for an event loop's coroutines."""
     import asyncio
 
-    from midtown.coalescing import LANES, AsyncCoalescer
+    from midtown.coalescing import AsyncCoalescer
 
     s = Server(flaky={b"r5"})
 
@@ -196,7 +192,7 @@ def test_async_coroutines_share_calls_each_with_its_own_answer_and_a_lone_one_go
                 return e
 
         out = await asyncio.gather(*[one(i) for i in range(40)])
-        assert c.operations == 41 and c.calls <= 1 + 2 * LANES + 1  # 40 in a few calls (+ the retry)
+        assert c.operations == 41 and c.calls <= 3  # 40 in one or two calls (one in flight)
         return dict(enumerate(out))
 
     results = asyncio.run(main())

@@ -106,6 +106,9 @@ class Cluster:
     layout: str = "split"
     tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/cluster/certs.py)
     supervisor_pid: int = 0  # `cluster up --detach`: the supervisor that runs it
+    # Each coordinator's --client-rate-limit (requests/s per client connection; 0: none);
+    # None: the coordinator's default. The benchmarks measure capacity, without the limit.
+    client_rate_limit: float | None = None
     # Where some processes run, by name: (network namespace or "", address). Tests of
     # network partitions put log servers in namespaces of their own.
     places: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -139,6 +142,7 @@ class Cluster:
             "layout": self.layout,
             "tls": self.tls,
             "supervisor_pid": self.supervisor_pid,
+            "client_rate_limit": self.client_rate_limit,
             "zk": self.zk_hosts,
             "processes": [p.__dict__ for p in self.procs.values()],
         }
@@ -157,7 +161,8 @@ class Cluster:
         c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
                     kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT),
                     layout=d.get("layout", "split"), tls=d.get("tls", False),
-                    supervisor_pid=d.get("supervisor_pid", 0))
+                    supervisor_pid=d.get("supervisor_pid", 0),
+                    client_rate_limit=d.get("client_rate_limit"))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c
@@ -266,13 +271,18 @@ class Cluster:
                     "--metrics-port", str(p.metrics_port)]
         if p.kind == "coordinator":
             return [sys.executable, "-m", "coordinator.server", "--id", str(p.server_id), "--port",
-                    str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port)]
+                    str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port),
+                    *self._rate_flags()]
         if p.kind == "host":
             return [sys.executable, "-m", "midtown.cluster.host", "--id", str(p.server_id), "--zk",
                     self.zk_hosts, "--data", str(self.dir / p.name), "--log-port", str(p.log_port),
                     "--storage-port", str(p.storage_port), "--coordinator-port", str(p.port),
-                    "--metrics-port", str(p.metrics_port)]
+                    "--metrics-port", str(p.metrics_port), *self._rate_flags()]
         raise ClusterError(f"no command for {name}")
+
+    def _rate_flags(self) -> list[str]:
+        limit = self.client_rate_limit
+        return [] if limit is None else ["--client-rate-limit", f"{limit:g}"]
 
     def start_process(self, name: str) -> None:
         p = self.procs[name]

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from midtown import Client, Op, coalescing, errors
+from midtown import Client, Op, errors
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
@@ -78,8 +78,7 @@ def test_many_answers_each_item_as_its_own_call_would(cc: Cluster) -> None:
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "items" in (e.value.details() or "")
 
 
-def test_threads_of_one_client_share_calls_and_each_get_their_own_answer(cc: Cluster, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(coalescing, "LANES", 1)  # one lane: the queued operations meet behind one call
+def test_threads_of_one_client_share_calls_and_each_get_their_own_answer(cc: Cluster) -> None:
     with Client(cc.coordinator_addrs, timeout=20) as c:
         co = c._coalescer
         assert co is not None
@@ -91,7 +90,7 @@ def test_threads_of_one_client_share_calls_and_each_get_their_own_answer(cc: Clu
             if not first.is_set():
                 first.set()
                 deadline = time.monotonic() + 10
-                while len(co._lanes[None][0]._q) < 23 and time.monotonic() < deadline:
+                while len(co._routes[None]._q) < 23 and time.monotonic() < deadline:
                     time.sleep(0.005)
             return real(method, req, timeout_s, to)
 

@@ -111,45 +111,21 @@ def module_graph() -> dict[str, set[str]]:
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph.get(root, ()))))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is not None:
-                if w not in index:
-                    index[w] = low[w] = len(index)
-                    stack.append(w)
-                    on_stack.add(w)
-                    work.append((w, iter(sorted(graph.get(w, ())))))
-                elif w in on_stack:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                if len(comp) > 1:
-                    out.append(sorted(comp))
-    return out
+    """The groups of modules that import each other, however far round: a module and those
+    it reaches that reach it back (a graph of a few hundred modules: plain searches do)."""
+    def reach(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(graph.get(start, ()))
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph.get(m, ())
+        return seen
+
+    reaches = {m: reach(m) for m in graph}
+    groups = {frozenset(o for o in reaches[m] if m in reaches[o]) for m in graph if m in reaches[m]}
+    return sorted(sorted(g) for g in groups)
 
 
 def test_no_import_cycles() -> None:

@@ -59,3 +59,39 @@ def test_the_floor_for_coalesced_calls_answers_the_sdk_item_by_item() -> None:
             assert c.put("d", "p", "k", b"v") == 0 and c.get("d", "p", "k") is None
     finally:
         floor.stop()
+
+
+def test_the_replicated_floor_answers_only_once_its_follower_holds_the_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """bench kv's floor_replicated: the echo answers once its bytes are durable on itself and
+    on the follower; with the follower paused, no answer comes."""
+    import signal
+
+    follower = EchoFloor(tmp_path / "f")
+    leader = EchoFloor(tmp_path / "l", follower.addr)
+    try:
+        call = echo.caller(leader.addr, b"abc", timeout_s=10)
+        assert call(0) == b"abc"
+        r = run_workload(leader.ops()["cas"], 4, 0.3)
+        assert r["errors"] == 0 and r["ops_per_s"] > 0
+        follower.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(grpc.RpcError):
+                echo.caller(leader.addr, b"xyz", timeout_s=2)(0)
+        finally:
+            follower.proc.send_signal(signal.SIGCONT)
+        assert call(1) == b"abc"
+    finally:
+        leader.stop()
+        follower.stop()
+    # both hold what they answered for, in their own RocksDB
+    from log.rocks_store import SyncedDb
+    for d in ("l", "f"):
+        db = SyncedDb(str(tmp_path / d / "echo.db"))
+        assert b"abc" in set(db.db.values())
+        db.db.close()
+
+
+def test_the_floor_wants_data_beside_a_follower() -> None:
+    p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", "5", "--follower", "x:1"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "--follower" in p.stderr

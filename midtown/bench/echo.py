@@ -7,18 +7,29 @@ Every Midtown operation pays at least this one call, and then its way through a 
 the storage nodes, so no Midtown figure can beat this one on the same machine in the same
 run. The server also answers the KV service's single-key calls and `Many` at once (every
 item answered, nothing done), so the SDK's own Client, coalescing, can call it: the floor
-for coalesced calls. `python -m midtown.bench.echo --port N` serves until killed."""
+for coalesced calls. `python -m midtown.bench.echo --port N` serves until killed.
+
+**The replicated floor** (`--data DIR`, and `--follower HOST:PORT`): an Echo call first
+makes its bytes durable, written to a RocksDB in DIR and synced as a log replica does
+(log/rocks_store.py), and at the follower, another such server called while the local
+write runs; it answers once both hold them. That is the least a write replicated before
+its acknowledgement costs in Python on this machine: one client call, one replication
+call, two synced writes, nothing else (no log order, no state machine, no third copy)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import threading
 from collections.abc import Callable
 from concurrent import futures
 
 import grpc
 from google.protobuf.message import Message
+from rocksdict import WriteBatch
 
 from log import limits as log_limits
+from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
 from runtime.process import Part, serve_all, tune_runtime
 
@@ -51,15 +62,39 @@ def _many(raw: bytes, ctx: grpc.ServicerContext) -> bytes:
     return out.SerializeToString()
 
 
-def server() -> grpc.Server:
-    """The echo server (not listening yet)."""
+class Durable:
+    """An Echo call's bytes made durable before the answer: synced into a RocksDB here and,
+    with a follower, at that server too (called while the local write runs)."""
+
+    def __init__(self, data: str, follower: str | None) -> None:
+        os.makedirs(data, exist_ok=True)
+        self.db = SyncedDb(os.path.join(data, "echo.db"))
+        self._lock = threading.Lock()
+        self._n = 0
+        self._follower = (grpc.insecure_channel(follower, options=log_limits.GRPC_OPTIONS).unary_unary(METHOD)
+                          if follower else None)
+
+    def echo(self, req: bytes, ctx: grpc.ServicerContext) -> bytes:
+        sent = self._follower.future(req, timeout=10) if self._follower is not None else None
+        with self._lock:  # one writer, as a log replica's
+            self._n += 1
+            wb = WriteBatch(raw_mode=True)
+            wb.put(self._n.to_bytes(8, "big"), req)
+            self.db.write(wb)
+        if sent is not None and sent.result() != req:
+            raise RuntimeError("echo: the follower answered other bytes")
+        return req
+
+
+def server(durable: Durable | None = None) -> grpc.Server:
+    """The echo server (not listening yet); with `durable`, Echo makes its bytes durable first."""
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     kv = {m: grpc.unary_unary_rpc_method_handler(_answer(_ANSWERS[f].SerializeToString()))
           for m, f in _METHODS.items()}
     kv["Many"] = grpc.unary_unary_rpc_method_handler(_many)
     s.add_generic_rpc_handlers([
         grpc.method_handlers_generic_handler("midtown.bench.v1.Echo", {
-            "Echo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: req)}),
+            "Echo": grpc.unary_unary_rpc_method_handler(durable.echo if durable else lambda req, ctx: req)}),
         grpc.method_handlers_generic_handler("midtown.kv.v1.KV", kv)])
     return s
 
@@ -85,10 +120,16 @@ def _port(s: str) -> int:
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m midtown.bench.echo", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=_port, required=True)
+    p.add_argument("--data", help="make each Echo call's bytes durable in a RocksDB here first")
+    p.add_argument("--follower", metavar="HOST:PORT",
+                   help="with --data: and at this echo server too (the replicated floor)")
     a = p.parse_args()
+    if a.follower and not a.data:
+        p.error("--follower: give --data too (the follower's copy is beside a local one)")
     tune_runtime()
     addr = f"127.0.0.1:{a.port}"
-    serve_all([Part(server(), addr, lambda: None, lambda: None)], f"echo: listening on {addr}")
+    durable = Durable(a.data, a.follower) if a.data else None
+    serve_all([Part(server(durable), addr, lambda: None, lambda: None)], f"echo: listening on {addr}")
 
 
 if __name__ == "__main__":

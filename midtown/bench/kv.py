@@ -276,13 +276,17 @@ def medians(runs: list[dict]) -> dict:
 
 
 class EchoFloor:
-    """The floor (midtown/bench/echo.py) in its own process: a Python gRPC server doing nothing."""
+    """The floor (midtown/bench/echo.py) in its own process: a Python gRPC server doing nothing,
+    or with `data`, making each call's bytes durable there first (and at `follower`, another
+    such server): the replicated floor."""
 
-    def __init__(self) -> None:
+    def __init__(self, data: Path | None = None, follower: str | None = None) -> None:
         port = free_ports(1)[0]
         self.addr = f"127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "midtown.bench.echo", "--port", str(port)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cmd = [sys.executable, "-m", "midtown.bench.echo", "--port", str(port)]
+        cmd += ["--data", str(data)] if data else []
+        cmd += ["--follower", follower] if follower else []
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if "listening" not in (self.proc.stdout.readline() if self.proc.stdout else ""):
             self.stop()
             raise SystemExit("the echo floor server did not start")
@@ -309,7 +313,8 @@ def _row(a: argparse.Namespace, systems: dict[str, Runner], op: str, clients: in
         for name, runner in systems.items():
             what = {"floor": "echo", "solo": f"{op}, not coalesced", "async": f"{op}, AsyncClient",
                     "unrouted": f"{op}, to any coordinator",
-                    "floor_many": f"echo of {op}, coalesced"}.get(name, op)
+                    "floor_many": f"echo of {op}, coalesced",
+                    "floor_replicated": "echo, durable on two servers"}.get(name, op)
             log(f"{name}: {what}, {clients} client(s), {a.seconds:.0f}s, round {i + 1}/{a.rounds}...")
             runs[name].append(runner(op, clients, a.seconds))
     for name in systems:
@@ -325,6 +330,10 @@ def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout, a.kv_logs) as (cluster, etcd):
         floor = EchoFloor()
+        # The replicated floor: a second echo server, making each call durable on itself and
+        # on a follower (synced RocksDB writes) before it answers.
+        follower = EchoFloor(cluster.dir / "floor-follower")
+        leader = EchoFloor(cluster.dir / "floor-leader", follower.addr)
         try:
             # "solo": Midtown with the SDK's coalescing off, each operation its own call.
             # "async": the same on one AsyncClient, a coroutine per client.
@@ -335,6 +344,7 @@ def run(a: argparse.Namespace) -> int:
             zk = cluster.zk_hosts if a.layout == "host" else None
             systems = {"midtown": with_cpu(threads(midtown_ops(addrs, zk=zk)), pids),
                        "etcd": threads(etcd_ops(etcd)), "floor": threads(floor.ops()),
+                       "floor_replicated": threads(leader.ops()),
                        "solo": with_cpu(threads(midtown_ops(addrs, coalesce=False, zk=zk)), pids),
                        "async": coroutines(*midtown_async_ops(addrs, zk=zk)),
                        # the floor for coalesced calls: the SDK's Client, coalescing, against
@@ -344,16 +354,18 @@ def run(a: argparse.Namespace) -> int:
                 systems["unrouted"] = with_cpu(threads(midtown_ops(addrs)), pids)
             rows = [_row(a, systems, op, int(clients)) for op in a.ops for clients in a.clients]
         finally:
-            floor.stop()
+            for f in (floor, leader, follower):
+                f.stop()
     if a.json:
         emit(rows, True)
     else:
         emit(rows, False, ["op", "clients", "midtown_ops_per_s", "etcd_ops_per_s", "throughput_ratio",
                            "midtown_p50_ms", "etcd_p50_ms", "p50_ratio", "midtown_p99_ms",
                            "etcd_p99_ms", "p99_ratio", "floor_ops_per_s", "floor_p50_ms",
-                           "floor_many_ops_per_s", "solo_ops_per_s", "solo_p99_ms", "async_ops_per_s",
-                           "async_p99_ms", *(["unrouted_ops_per_s", "unrouted_p50_ms", "unrouted_p99_ms"]
-                                             if a.layout == "host" else [])])
+                           "floor_replicated_p50_ms", "floor_many_ops_per_s", "solo_ops_per_s",
+                           "solo_p99_ms", "async_ops_per_s", "async_p99_ms",
+                           *(["unrouted_ops_per_s", "unrouted_p50_ms", "unrouted_p99_ms"]
+                             if a.layout == "host" else [])])
         kinds = [k for k in CPU_KINDS if f"midtown_cpu_{k}_us" in rows[0]]
         print("\nCPU per operation, µs, by kind of process (Midtown coalesced; solo's total beside it)")
         emit(rows, False, ["op", "clients", *(f"midtown_cpu_{k}_us" for k in kinds), "midtown_cpu_total_us",
@@ -361,7 +373,9 @@ def run(a: argparse.Namespace) -> int:
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
         print("floor: a Python gRPC server that answers at once (midtown/bench/echo.py), same harness and "
               "run; every Midtown operation pays at least that call; floor_many: the same server called "
-              "by the SDK's coalescing Client, the floor for coalesced calls")
+              "by the SDK's coalescing Client, the floor for coalesced calls; floor_replicated: the same "
+              "server making each call's bytes durable on itself and on a second one (synced RocksDB "
+              "writes) before it answers, the least a write replicated before its acknowledgement costs")
         print("Midtown's threads share one Client, which coalesces their operations; solo: the same "
               "with coalescing off (each operation its own call); async: the same workload as coroutines on "
               "one event loop sharing one AsyncClient")

@@ -28,11 +28,6 @@ LOGS_MAX = 4096
 ENSEMBLE_SIZE = 3
 ACK_QUORUM = 2  # of ENSEMBLE_SIZE; a write is durable once this many replicas synced it
 
-# A writer's entries for a replica its commits do not wait for (log/pacing.py) wait this
-# long at most, so that follower takes one call per this much time instead of one per
-# append. Far below RESEND_INTERVAL_MS, so that a lazy replica never looks lost.
-LAZY_LINGER_S = 0.01
-
 # A writer resends entries a replica has not acknowledged after this long.
 RESEND_INTERVAL_MS = 500
 

@@ -13,6 +13,3 @@ EPOCH = Gauge("midtown_log_writer_epoch", "The epoch of each log this server wri
               ["log"])
 COMMIT_LAG = Gauge("midtown_log_commit_lag_entries",
                    "Entries a writer has sent that a quorum has not acknowledged yet", ["log"])
-REPLICATE_CALLS = Counter("midtown_log_replicate_calls_total",
-                          "Replicate calls this server took from writers (each carries the "
-                          "AddEntries of one or more logs)")

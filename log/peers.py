@@ -2,15 +2,13 @@
 (its address read from ZooKeeper, forgotten when unreachable), Fence and ReadRange calls
 whose replies go back into the writer's inbox, and one Outlet per replica that batches the
 AddEntries of every log into one call (this server's own replica included, written
-locally): at once to the replicas a commit waits for, in batches to the others
-(log/pacing.py). A lost message is resent by the writer's tick. log/node.py builds one."""
+locally). A lost message is resent by the writer's tick. log/node.py builds one."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,11 +17,10 @@ from typing import Any
 import grpc
 from kazoo.client import KazooClient
 
-from log import codec, limits, pacing
+from log import codec, limits
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.messages import AddEntries, Fence
-from log.writer import State
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import transport
@@ -78,7 +75,7 @@ class Peers:
                     outlet = self._outlets.get(to)
                     if outlet is None:
                         outlet = self._outlets[to] = Outlet(self, to)
-            outlet.put(driver, msg, self.urgent(driver, to))
+            outlet.put(driver, msg)
             return
         if to == self.server_id:
             _POOL.submit(lambda: driver.reply(to, msg, self._local(msg)))
@@ -104,16 +101,6 @@ class Peers:
 
         fut.add_done_callback(done)
 
-    def urgent(self, driver: WriterDriver, to: int) -> bool:
-        """Whether a commit of `driver`'s log may wait for replica `to` (log/pacing.py):
-        then its entries go at once, else within LAZY_LINGER_S. A recovering writer sends
-        to every replica at once."""
-        core = driver.core
-        if core.state is not State.WRITING:
-            return True
-        health = {r: o.health() for r, o in list(self._outlets.items())}
-        return to in pacing.eager(self.server_id, core.replicas, core.ack_quorum, health)
-
     def replicate_remote(self, to: int, msgs: list[AddEntries]) -> list[Any] | None:
         stub = self.stub(to)
         if stub is None:
@@ -133,61 +120,34 @@ class Peers:
 
 class Outlet:
     """Messages to one replica: whatever queues while a call is in flight goes in the next
-    call, so one RPC and one synced write carry many appends of many logs. A message a
-    commit may wait for (urgent: this replica is eager for its log, log/pacing.py) goes at
-    once; while only lazy ones are queued, the call waits until the oldest is
-    LAZY_LINGER_S old, and carries what queued meanwhile."""
+    call, so one RPC and one synced write carry many appends of many logs."""
 
     def __init__(self, peers: Peers, to: int) -> None:
         self.peers = peers
         self.to = to
-        # (writer, message, urgent, when it was queued)
-        self._q: deque[tuple[WriterDriver, AddEntries, bool, float]] = deque()
-        self._urgent = 0  # urgent messages queued
+        self._q: deque[tuple[WriterDriver, AddEntries]] = deque()
         self._cv = threading.Condition()
-        # What pacing knows of this replica, written by the outlet's thread alone.
-        self._busy_since = 0.0  # time.monotonic() when the call in flight began (0: none)
-        self._failed = False
-        self._latency_s = 0.0
         # Calls in flight per replica (the writer copes with replies in any order).
         for i in range(OUTLET_CALLS_IN_FLIGHT):
             threading.Thread(target=self._run, name=f"outlet-{to}-{i}", daemon=True).start()
 
-    def put(self, driver: WriterDriver, msg: AddEntries, urgent: bool = True) -> None:
+    def put(self, driver: WriterDriver, msg: AddEntries) -> None:
         with self._cv:
-            self._q.append((driver, msg, urgent, time.monotonic()))
-            if urgent:
-                self._urgent += 1
-                self._cv.notify()
-            elif len(self._q) == 1:
-                self._cv.notify()  # the linger starts now: the thread sets its deadline
-
-    def health(self) -> pacing.Health:
-        since = self._busy_since
-        return pacing.Health(self._failed, max(0.0, time.monotonic() - since) if since else 0.0,
-                             self._latency_s)
+            self._q.append((driver, msg))
+            self._cv.notify()
 
     def _take(self) -> list[tuple[WriterDriver, AddEntries]]:
         with self._cv:
-            while True:
+            while not self._q:
+                self._cv.wait(1.0)
                 if self.peers.stop.is_set():
                     return []
-                if not self._q:
-                    self._cv.wait(1.0)
-                    continue
-                if self._urgent:
-                    break
-                left = self._q[0][3] + limits.LAZY_LINGER_S - time.monotonic()
-                if left <= 0:
-                    break
-                self._cv.wait(left)
             items: list[tuple[WriterDriver, AddEntries]] = []
             n = 0
             while self._q and (not items or n + len(self._q[0][1].entries) <= limits.MESSAGE_ENTRIES_MAX * 4):
-                driver, msg, urgent, _ = self._q.popleft()
-                n += len(msg.entries)
-                items.append((driver, msg))
-                self._urgent -= urgent
+                item = self._q.popleft()
+                n += len(item[1].entries)
+                items.append(item)
             return items
 
     def _run(self) -> None:
@@ -196,7 +156,6 @@ class Outlet:
             if not items:
                 continue
             msgs = [m for _, m in items]
-            self._busy_since = began = time.monotonic()
             try:
                 if self.to == self.peers.server_id:
                     replies: list[Any] | None = self.peers.local_batch(msgs)
@@ -205,11 +164,7 @@ class Outlet:
             except Exception:
                 log.exception("replicating to %d", self.to)
                 replies = None
-            finally:
-                self._busy_since = 0.0
-            self._failed = replies is None
             if replies is None:
                 continue  # lost: the writers resend on their tick
-            self._latency_s = pacing.moved_average(self._latency_s, time.monotonic() - began)
             for (driver, msg), rep in zip(items, replies):
                 driver.reply(self.to, msg, rep)

@@ -21,7 +21,6 @@ from log import zk as zkpaths
 from log.catch_up import Unavailable
 from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
-from log.metrics import REPLICATE_CALLS
 from log.node import Node
 from midtown_pb import log_pb2 as pb
 from runtime import metrics, refusals, transport
@@ -205,7 +204,6 @@ class Services:
 
     def replicate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReplicateResponse:
         req = _parse(pb.ReplicateRequest, raw, ctx)
-        REPLICATE_CALLS.inc()
         if len(req.requests) > limits.REPLICATE_MESSAGES_MAX:
             refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"requests: {len(req.requests)} messages, "
                       f"the limit is {limits.REPLICATE_MESSAGES_MAX}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
@@ -15,7 +14,6 @@ from log import limits
 from log import zk as zkpaths
 from log.client import LogClient, LogError
 from midtown.cluster import Cluster
-from midtown.cluster.runner import Proc
 from midtown_pb import log_pb2 as pb
 from tests.integration.conftest import Ack, Appenders, restart_and_wait, verify_logs, wait_for
 
@@ -177,45 +175,3 @@ def test_truncate_removes_prefix_everywhere(cluster: Cluster, client: LogClient)
     assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert "before_position" in ei.value.message
     assert client.truncate(1, 2) == 6, "truncation never moves backwards"
-
-
-def _replicate_calls(p: Proc) -> float:
-    """Replicate calls the log server has taken from writers (its metrics)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{p.metrics_port}/metrics", timeout=10).read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("midtown_log_replicate_calls_total "))
-
-
-def test_a_follower_beyond_the_ack_quorum_takes_entries_in_batches(cluster: Cluster,
-                                                                    client: LogClient) -> None:
-    """A commit waits for the writer's replica and one other (log/pacing.py): the third
-    replica takes a writer's entries in batches, at most one call per LAZY_LINGER_S however
-    many appends there were, and still ends with every entry; with either follower
-    paused, appends go on through the other."""
-    log_id = 3
-    w = _writer(client, log_id)
-    followers = [p for p in cluster.log_servers() if p.server_id != w["server"]]
-    client.append(log_id, [b"warm"])
-    before = {p.name: _replicate_calls(p) for p in followers}
-    acks = []
-    t0 = time.monotonic()
-    for i in range(300):  # one at a time: each is its own commit
-        r = client.append(log_id, [f"a{i}".encode()])
-        acks.append(Ack(log_id, r.first_position, f"a{i}".encode(), r.timestamp_ms, r.epoch, 0))
-    elapsed = time.monotonic() - t0
-    calls = sorted(_replicate_calls(p) - before[p.name] for p in followers)
-    # The lazy follower: one call per linger, plus the commit points pushed to it (one per
-    # 50 ms idle, one a second per log) and what other servers' writers send it.
-    bound = elapsed / limits.LAZY_LINGER_S + elapsed / 0.05 + 5 * elapsed + 10
-    assert calls[0] <= bound, f"{calls} Replicate calls for 300 appends in {elapsed:.2f}s"
-    assert calls[1] >= 300 - 10, f"{calls}: each commit waits for a follower's answer"
-    for p in followers:
-        cluster.signal(p.name, signal.SIGSTOP)
-        try:
-            for i in range(20):
-                payload = f"{p.name}-paused-{i}".encode()
-                r = client.append(log_id, [payload], timeout_s=30)
-                acks.append(Ack(log_id, r.first_position, payload, r.timestamp_ms, r.epoch, 0))
-        finally:
-            cluster.signal(p.name, signal.SIGCONT)
-    verify_logs(client, acks, _servers(cluster))

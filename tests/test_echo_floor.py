@@ -3,12 +3,15 @@ called as the benchmark calls it, stopped by SIGTERM."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import grpc
 import pytest
 
+from log.rocks_store import SyncedDb
 from midtown.bench import echo
 from midtown.bench.kv import EchoFloor
 from midtown.bench.loadgen import run_workload
@@ -61,14 +64,10 @@ def test_the_floor_for_coalesced_calls_answers_the_sdk_item_by_item() -> None:
         floor.stop()
 
 
-def test_the_replicated_floor_answers_only_once_its_follower_holds_the_bytes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_replicated_floor_answers_only_once_its_follower_holds_the_bytes(tmp_path: Path) -> None:
     """bench kv's floor_replicated: the echo answers once its bytes are durable on itself and
     on the follower; with the follower paused, no answer comes."""
-    import signal
-
-    follower = EchoFloor(tmp_path / "f")
-    leader = EchoFloor(tmp_path / "l", follower.addr)
-    try:
+    with EchoFloor(tmp_path / "f") as follower, EchoFloor(tmp_path / "l", follower.addr) as leader:
         call = echo.caller(leader.addr, b"abc", timeout_s=10)
         assert call(0) == b"abc"
         r = run_workload(leader.ops()["cas"], 4, 0.3)
@@ -80,18 +79,22 @@ def test_the_replicated_floor_answers_only_once_its_follower_holds_the_bytes(tmp
         finally:
             follower.proc.send_signal(signal.SIGCONT)
         assert call(1) == b"abc"
-    finally:
-        leader.stop()
-        follower.stop()
     # both hold what they answered for, in their own RocksDB
-    from log.rocks_store import SyncedDb
     for d in ("l", "f"):
         db = SyncedDb(str(tmp_path / d / "echo.db"))
         assert b"abc" in set(db.db.values())
-        db.db.close()
+        db.close()
 
 
-def test_the_floor_wants_data_beside_a_follower() -> None:
-    p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", "5", "--follower", "x:1"],
+@pytest.mark.parametrize("args, named", [
+    (["--follower", "x:1"], "--follower"),  # a follower needs a local copy beside it
+    (["--data", "D", "--follower", "nohost"], "--follower"),
+    (["--data", "D", "--follower", "h:99999"], "--follower"),
+    (["--data", "FILE"], "--data"),  # a file where a folder should be
+])
+def test_the_replicated_floor_names_a_bad_flag(tmp_path: Path, args: list[str], named: str) -> None:
+    (tmp_path / "FILE").write_text("")
+    args = [str(tmp_path / a) if a in ("D", "FILE") else a for a in args]
+    p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", "5", *args],
                        capture_output=True, text=True, timeout=30)
-    assert p.returncode == 2 and "--follower" in p.stderr
+    assert p.returncode == 2 and named in p.stderr, p.stderr

@@ -81,8 +81,8 @@ class Durable:
             wb = WriteBatch(raw_mode=True)
             wb.put(self._n.to_bytes(8, "big"), req)
             self.db.write(wb)
-        if sent is not None and sent.result() != req:
-            raise RuntimeError("echo: the follower answered other bytes")
+        if sent is not None:
+            sent.result()  # the follower holds it too (its failure fails this call)
         return req
 
 
@@ -117,18 +117,29 @@ def _port(s: str) -> int:
     return int(s)
 
 
+def _host_port(s: str) -> str:
+    host, sep, port = s.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"{s!r} is not HOST:PORT")
+    _port(port)
+    return s
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m midtown.bench.echo", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=_port, required=True)
     p.add_argument("--data", help="make each Echo call's bytes durable in a RocksDB here first")
-    p.add_argument("--follower", metavar="HOST:PORT",
+    p.add_argument("--follower", metavar="HOST:PORT", type=_host_port,
                    help="with --data: and at this echo server too (the replicated floor)")
     a = p.parse_args()
     if a.follower and not a.data:
         p.error("--follower: give --data too (the follower's copy is beside a local one)")
     tune_runtime()
     addr = f"127.0.0.1:{a.port}"
-    durable = Durable(a.data, a.follower) if a.data else None
+    try:
+        durable = Durable(a.data, a.follower) if a.data else None
+    except Exception as e:  # not a folder, not writable, a database held by another server
+        p.error(f"--data: cannot keep a database in {a.data!r} ({e})")
     serve_all([Part(server(durable), addr, lambda: None, lambda: None)], f"echo: listening on {addr}")
 
 

@@ -295,6 +295,12 @@ class EchoFloor:
         make = lambda i: echo.caller(self.addr, VALUE)  # noqa: E731  (same call whatever the op)
         return {"put": make, "get": make, "cas": make}
 
+    def __enter__(self) -> EchoFloor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -329,12 +335,12 @@ def _row(a: argparse.Namespace, systems: dict[str, Runner], op: str, clients: in
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout, a.kv_logs) as (cluster, etcd):
-        floor = EchoFloor()
-        # The replicated floor: a second echo server, making each call durable on itself and
-        # on a follower (synced RocksDB writes) before it answers.
-        follower = EchoFloor(cluster.dir / "floor-follower")
-        leader = EchoFloor(cluster.dir / "floor-leader", follower.addr)
-        try:
+        with contextlib.ExitStack() as floors:  # every floor started is stopped
+            floor = floors.enter_context(EchoFloor())
+            # The replicated floor: a second echo server, making each call durable on itself
+            # and on a follower (synced RocksDB writes) before it answers.
+            follower = floors.enter_context(EchoFloor(cluster.dir / "floor-follower"))
+            leader = floors.enter_context(EchoFloor(cluster.dir / "floor-leader", follower.addr))
             # "solo": Midtown with the SDK's coalescing off, each operation its own call.
             # "async": the same on one AsyncClient, a coroutine per client.
             # host layout: clients find the coordinators in ZooKeeper and send each key to
@@ -353,9 +359,6 @@ def run(a: argparse.Namespace) -> int:
             if zk:
                 systems["unrouted"] = with_cpu(threads(midtown_ops(addrs)), pids)
             rows = [_row(a, systems, op, int(clients)) for op in a.ops for clients in a.clients]
-        finally:
-            for f in (floor, leader, follower):
-                f.stop()
     if a.json:
         emit(rows, True)
     else:

@@ -1,14 +1,17 @@
 """The other replicas of this server's logs, as its writers reach them: a stub per peer
 (its address read from ZooKeeper, forgotten when unreachable), Fence and ReadRange calls
 whose replies go back into the writer's inbox, and one Outlet per replica that batches the
-AddEntries of every log into one call (this server's own replica included, written
-locally). A lost message is resent by the writer's tick. log/node.py builds one."""
+AddEntries of every log into one message (this server's own replica included, written
+locally; a peer's sent on one long-lived stream, log/replica_stream.py, which a watchdog
+cancels when an answer is overdue). A lost message is resent by the writer's tick.
+log/node.py builds one."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,13 +24,15 @@ from log import codec, limits
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.messages import AddEntries, Fence
+from log.replica_stream import ReplicaStream, StreamFailed, cancel_overdue
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import transport
+from runtime import loops, transport
 
 log = logging.getLogger("midtown.log.peers")
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="local-replica")
+WATCHDOG_S = 0.25  # how often overdue replication streams are looked for
 
 
 class Peers:
@@ -42,6 +47,7 @@ class Peers:
         self._stubs: dict[int, tuple[str, Any]] = {}
         self._lock = threading.Lock()
         self._outlets: dict[int, Outlet] = {}
+        loops.forever("replica-streams", self._watch, stop)
 
     def stub(self, server_id: int) -> Any:
         """The Replica stub of a server, its address read from ZooKeeper once (None: unknown)."""
@@ -101,21 +107,35 @@ class Peers:
 
         fut.add_done_callback(done)
 
-    def replicate_remote(self, to: int, msgs: list[AddEntries]) -> list[Any] | None:
-        stub = self.stub(to)
-        if stub is None:
-            return None
+    def _watch(self) -> None:
+        """Cancel the replication streams whose answer is overdue (log/replica_stream.py);
+        close them all when the server stops."""
+        while not self.stop.wait(WATCHDOG_S):
+            cancel_overdue(self._streams(), time.monotonic())
+        for s in self._streams():
+            s.close()
+
+    def _streams(self) -> list[ReplicaStream]:
+        with self._lock:
+            outlets = list(self._outlets.values())
+        return [o.stream for o in outlets if o.stream is not None]
+
+    def replicate_stream(self, outlet: Outlet, msgs: list[AddEntries]) -> list[Any] | None:
+        """Send `msgs` on the outlet's stream to its peer (opened if it has none); their
+        replies, or None when the stream failed (lost: the writers resend)."""
+        stream = outlet.stream
+        if stream is None or stream.closed:
+            stub = self.stub(outlet.to)
+            if stub is None:
+                return None
+            stream = outlet.stream = ReplicaStream(stub, limits.REPLICA_RPC_TIMEOUT_S)
         try:
-            rep = stub.Replicate(
-                pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]),
-                timeout=limits.REPLICA_RPC_TIMEOUT_S,
-            )
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                self.forget(to)
+            rep = stream.call(pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]))
+        except StreamFailed as e:
+            if e.args[0] == grpc.StatusCode.UNAVAILABLE:
+                self.forget(outlet.to)  # it may have restarted on a new address
             return None
         return [codec.add_reply_from_pb(r) for r in rep.responses]
-
 
 
 class Outlet:
@@ -127,6 +147,7 @@ class Outlet:
         self.to = to
         self._q: deque[tuple[WriterDriver, AddEntries]] = deque()
         self._cv = threading.Condition()
+        self.stream: ReplicaStream | None = None  # to a peer (log/replica_stream.py)
         # Calls in flight per replica (the writer copes with replies in any order).
         for i in range(OUTLET_CALLS_IN_FLIGHT):
             threading.Thread(target=self._run, name=f"outlet-{to}-{i}", daemon=True).start()
@@ -160,7 +181,7 @@ class Outlet:
                 if self.to == self.peers.server_id:
                     replies: list[Any] | None = self.peers.local_batch(msgs)
                 else:
-                    replies = self.peers.replicate_remote(self.to, msgs)
+                    replies = self.peers.replicate_stream(self, msgs)
             except Exception:
                 log.exception("replicating to %d", self.to)
                 replies = None

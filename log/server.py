@@ -212,6 +212,13 @@ class Services:
         replies = self.node.local_batch(msgs)
         return pb.ReplicateResponse(responses=[codec.add_reply_to_pb(r) for r in replies])
 
+    def replicate_stream(self, requests: Iterator[bytes],
+                         ctx: grpc.ServicerContext) -> Iterator[pb.ReplicateResponse]:
+        """Replicate, each request on the stream answered in turn (log/replica_stream.py);
+        a request refused ends the stream with its status."""
+        for raw in requests:
+            yield self.replicate(raw, ctx)
+
     def read_range(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
         msg = self._issued(_convert(codec.read_from_pb, _parse(pb.ReadRangeRequest, raw, ctx), ctx), ctx)
         return codec.read_reply_to_pb(self.node.local(msg))
@@ -249,7 +256,10 @@ def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
     replica_service = grpc.method_handlers_generic_handler(
         "midtown.log.v1.Replica",
         {"Fence": unary(s.fence), "AddEntries": unary(s.add_entries),
-         "Replicate": unary(s.replicate), "ReadRange": unary(s.read_range)},
+         "Replicate": unary(s.replicate), "ReadRange": unary(s.read_range),
+         "ReplicateStream": grpc.stream_stream_rpc_method_handler(
+             s.replicate_stream, request_deserializer=_raw,
+             response_serializer=lambda m: m.SerializeToString())},
     )
     return [log_service, replica_service]
 

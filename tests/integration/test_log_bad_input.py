@@ -32,9 +32,18 @@ def shared_client(shared_cluster: Cluster) -> Iterator[LogClient]:
         yield c
 
 
-def _raw_call(addr: str, method: str, body: bytes, stream: bool = False) -> tuple[str, str]:
+def _raw_call(addr: str, method: str, body: bytes, stream: bool | str = False) -> tuple[str, str]:
+    """`stream`: True for a response stream, "bidi" for a stream each way (one request)."""
     ch = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 64 << 20)])
     try:
+        if stream == "bidi":
+            bidi = ch.stream_stream(method, request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+            try:
+                list(bidi(iter([body]), timeout=5))
+                return "OK", ""
+            except grpc.RpcError as e:
+                return e.code().name, e.details() or ""
         if stream:
             call = ch.unary_stream(method, request_serializer=lambda b: b,
                                    response_deserializer=lambda b: b)
@@ -104,6 +113,17 @@ def test_malformed_and_stale_replica_requests(shared_client: LogClient, shared_c
     code, msg = _raw_call(addr, "/midtown.log.v1.Replica/Fence",
                           pb.FenceRequest(log_id=0, epoch=0).SerializeToString())
     assert (code, "epoch" in msg) == ("INVALID_ARGUMENT", True)
+    # The replication stream parses each message as a Replicate call does.
+    stream = "/midtown.log.v1.Replica/ReplicateStream"
+    code, msg = _raw_call(addr, stream, b"\xff\xff\xff", stream="bidi")
+    assert (code, "ReplicateRequest" in msg) == ("INVALID_ARGUMENT", True)
+    too_many = pb.ReplicateRequest(
+        requests=[pb.AddEntriesRequest(log_id=0)] * (limits.REPLICATE_MESSAGES_MAX + 1))
+    code, msg = _raw_call(addr, stream, too_many.SerializeToString(), stream="bidi")
+    assert (code, "requests" in msg) == ("INVALID_ARGUMENT", True)
+    bad_epoch = pb.ReplicateRequest(requests=[pb.AddEntriesRequest(log_id=0, epoch=0)])
+    code, msg = _raw_call(addr, stream, bad_epoch.SerializeToString(), stream="bidi")
+    assert (code, "requests[0]: " in msg and "epoch" in msg) == ("INVALID_ARGUMENT", True), msg
     # A stale epoch is refused by the fencing rule, in the reply body.
     from midtown_pb import log_pb2_grpc
 
@@ -195,7 +215,7 @@ ALLOWED = {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "OUT_OF
 METHODS = [
     ("/midtown.log.v1.Log/Append", False), ("/midtown.log.v1.Log/Read", True),
     ("/midtown.log.v1.Log/Truncate", False), ("/midtown.log.v1.Log/Status", False),
-    ("/midtown.log.v1.Replica/ReadRange", False),
+    ("/midtown.log.v1.Replica/ReadRange", False), ("/midtown.log.v1.Replica/ReplicateStream", "bidi"),
 ]
 
 
@@ -219,7 +239,7 @@ METHODS = [
                   st.integers(0, 40), st.integers(0, 2**64 - 1)),
     ),
 )
-def test_generated_requests_get_clear_statuses(shared_cluster: Cluster, method: tuple[str, bool],
+def test_generated_requests_get_clear_statuses(shared_cluster: Cluster, method: tuple[str, bool | str],
                                                body: bytes) -> None:
     addr = shared_cluster.log_servers()[0].addr
     code, msg = _raw_call(addr, method[0], body, stream=method[1])

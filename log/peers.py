@@ -2,7 +2,7 @@
 (its address read from ZooKeeper, forgotten when unreachable), Fence and ReadRange calls
 whose replies go back into the writer's inbox, and one Outlet per replica that batches the
 AddEntries of every log into one message (this server's own replica included, written
-locally; a peer's sent on one long-lived stream, log/replica_stream.py, which a watchdog
+locally; a peer's sent on one long-lived stream, runtime/call_stream.py, which a watchdog
 cancels when an answer is overdue). A lost message is resent by the writer's tick.
 log/node.py builds one."""
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,15 +23,14 @@ from log import codec, limits
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.messages import AddEntries, Fence
-from log.replica_stream import ReplicaStream, StreamFailed, cancel_overdue
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import loops, transport
+from runtime.call_stream import CallStream, StreamFailed, watch
 
 log = logging.getLogger("midtown.log.peers")
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="local-replica")
-WATCHDOG_S = 0.25  # how often overdue replication streams are looked for
 
 
 class Peers:
@@ -47,7 +45,7 @@ class Peers:
         self._stubs: dict[int, tuple[str, Any]] = {}
         self._lock = threading.Lock()
         self._outlets: dict[int, Outlet] = {}
-        loops.forever("replica-streams", self._watch, stop)
+        loops.forever("replica-streams", lambda: watch(self._streams, stop), stop)
 
     def stub(self, server_id: int) -> Any:
         """The Replica stub of a server, its address read from ZooKeeper once (None: unknown)."""
@@ -107,15 +105,7 @@ class Peers:
 
         fut.add_done_callback(done)
 
-    def _watch(self) -> None:
-        """Cancel the replication streams whose answer is overdue (log/replica_stream.py);
-        close them all when the server stops."""
-        while not self.stop.wait(WATCHDOG_S):
-            cancel_overdue(self._streams(), time.monotonic())
-        for s in self._streams():
-            s.close()
-
-    def _streams(self) -> list[ReplicaStream]:
+    def _streams(self) -> list[CallStream]:
         with self._lock:
             outlets = list(self._outlets.values())
         return [o.stream for o in outlets if o.stream is not None]
@@ -128,11 +118,11 @@ class Peers:
             stub = self.stub(outlet.to)
             if stub is None:
                 return None
-            stream = outlet.stream = ReplicaStream(stub, limits.REPLICA_RPC_TIMEOUT_S)
+            stream = outlet.stream = CallStream(stub.ReplicateStream, limits.REPLICA_RPC_TIMEOUT_S)
         try:
             rep = stream.call(pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]))
         except StreamFailed as e:
-            if e.args[0] == grpc.StatusCode.UNAVAILABLE:
+            if e.code == grpc.StatusCode.UNAVAILABLE:
                 self.forget(outlet.to)  # it may have restarted on a new address
             return None
         return [codec.add_reply_from_pb(r) for r in rep.responses]
@@ -147,7 +137,7 @@ class Outlet:
         self.to = to
         self._q: deque[tuple[WriterDriver, AddEntries]] = deque()
         self._cv = threading.Condition()
-        self.stream: ReplicaStream | None = None  # to a peer (log/replica_stream.py)
+        self.stream: CallStream | None = None  # to a peer (runtime/call_stream.py)
         # Calls in flight per replica (the writer copes with replies in any order).
         for i in range(OUTLET_CALLS_IN_FLIGHT):
             threading.Thread(target=self._run, name=f"outlet-{to}-{i}", daemon=True).start()

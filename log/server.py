@@ -214,7 +214,7 @@ class Services:
 
     def replicate_stream(self, requests: Iterator[bytes],
                          ctx: grpc.ServicerContext) -> Iterator[pb.ReplicateResponse]:
-        """Replicate, each request on the stream answered in turn (log/replica_stream.py);
+        """Replicate, each request on the stream answered in turn (runtime/call_stream.py);
         a request refused ends the stream with its status."""
         for raw in requests:
             yield self.replicate(raw, ctx)

@@ -150,7 +150,7 @@ def test_sigkill_and_restart_follower(cluster: Cluster, client: LogClient) -> No
     n = ap.count()
     wait_for(lambda: ap.count() > n + 100, 30, "appends after the restart")
     # With the other follower down, the writer's quorum needs the restarted one: its
-    # replication stream (log/replica_stream.py) broke with the kill and was opened again.
+    # replication stream (runtime/call_stream.py) broke with the kill and was opened again.
     other = next(p for p in cluster.log_servers()
                  if p.server_id not in (w["server"], follower.server_id))
     cluster.kill(other.name)

@@ -1,7 +1,8 @@
-"""Replication over one stream per peer (log/replica_stream.py), against a real gRPC server
-in this process whose Replica.ReplicateStream handler the test controls: answers come in
+"""Calls over one long-lived stream (runtime/call_stream.py), against a real gRPC server in
+this process whose Replica.ReplicateStream handler the test controls: answers come in
 turn, a refusal or a hang ends the stream with StreamFailed, and a hung answer is cancelled
-by the watchdog's rule once overdue instead of holding the outlet forever."""
+by the watchdog's rule once overdue (the stream's timeout, or the call's own) instead of
+holding its caller forever."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from concurrent import futures
 import grpc
 import pytest
 
-from log.replica_stream import ReplicaStream, StreamFailed, cancel_overdue
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
+from runtime.call_stream import CallStream, StreamFailed, cancel_overdue
 
 HANG = 7  # a request with this log id is never answered
 REFUSE = 8  # ... ends the stream with INVALID_ARGUMENT
@@ -59,7 +60,7 @@ def _req(log_id: int, entries: int = 1) -> pb.ReplicateRequest:
 
 
 def test_each_request_gets_its_own_answer_in_turn(replica: tuple[_Replica, log_pb2_grpc.ReplicaStub]) -> None:
-    stream = ReplicaStream(replica[1], timeout_s=5)
+    stream = CallStream(replica[1].ReplicateStream, timeout_s=5)
     for n in (3, 1, 4, 1, 5):
         assert stream.call(_req(0, n)).responses[0].fenced_epoch == n
     stream.close()
@@ -69,22 +70,22 @@ def test_each_request_gets_its_own_answer_in_turn(replica: tuple[_Replica, log_p
 
 def test_a_refused_request_ends_the_stream_with_its_status(
         replica: tuple[_Replica, log_pb2_grpc.ReplicaStub]) -> None:
-    stream = ReplicaStream(replica[1], timeout_s=5)
+    stream = CallStream(replica[1].ReplicateStream, timeout_s=5)
     with pytest.raises(StreamFailed) as e:
         stream.call(_req(REFUSE))
-    assert e.value.args[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert stream.closed
     # The next batch opens a new stream, which works.
-    assert ReplicaStream(replica[1], timeout_s=5).call(_req(0, 2)).responses[0].fenced_epoch == 2
+    assert CallStream(replica[1].ReplicateStream, timeout_s=5).call(_req(0, 2)).responses[0].fenced_epoch == 2
 
 
 def test_an_overdue_answer_is_cancelled_not_waited_for(
         replica: tuple[_Replica, log_pb2_grpc.ReplicaStub]) -> None:
     timeout_s = 0.5
-    stream = ReplicaStream(replica[1], timeout_s=timeout_s)
+    stream = CallStream(replica[1].ReplicateStream, timeout_s=timeout_s)
     assert stream.call(_req(0)).responses[0].fenced_epoch == 1
     assert not stream.overdue(time.monotonic() + 60)  # nothing unanswered
-    failed: list[BaseException] = []
+    failed: list[StreamFailed] = []
 
     def call() -> None:
         try:
@@ -104,5 +105,17 @@ def test_an_overdue_answer_is_cancelled_not_waited_for(
     assert cancel_overdue([stream], time.monotonic()) == 1
     caller.join(10)
     assert not caller.is_alive(), "the outlet is still waiting on a cancelled stream"
-    assert len(failed) == 1 and failed[0].args[0] == grpc.StatusCode.CANCELLED
+    assert len(failed) == 1 and failed[0].code == grpc.StatusCode.CANCELLED
     assert stream.closed
+
+
+def test_a_call_may_set_its_own_deadline(replica: tuple[_Replica, log_pb2_grpc.ReplicaStub]) -> None:
+    stream = CallStream(replica[1].ReplicateStream, timeout_s=60)
+    caller = threading.Thread(target=lambda: pytest.raises(StreamFailed, stream.call, _req(HANG), 0.3))
+    caller.start()
+    time.sleep(0.1)
+    assert not stream.overdue(time.monotonic())
+    assert stream.overdue(time.monotonic() + 0.3)  # its own 0.3 s, not the stream's 60
+    stream.close()
+    caller.join(10)
+    assert not caller.is_alive()

@@ -12,7 +12,14 @@ one batch takes, as with a dedicated thread. The same pattern as RocksDB's write
 leader.
 
 Each thread is woken once per state change: when its result is ready or when it becomes
-the leader."""
+the leader.
+
+`gather` (optional): called by a leader before it takes a batch, when the last batch held
+more than one item, with the queue's length (a function) and that batch's size. The
+callers just answered are typically about to queue again; a caller that sends at once
+would leave them behind for a whole batch, and the callers would settle into cohorts
+taking turns (midtown/coalescing.py waits for them briefly). A lone caller never gets
+there."""
 
 from __future__ import annotations
 
@@ -44,16 +51,19 @@ class _Slot(Generic[T, R]):
 
 class GroupCommit(Generic[T, R]):
     def __init__(self, run: Callable[[list[T]], Sequence[R]],
-                 size: Callable[[T], int] = lambda _: 1, max_size: int = 10_000) -> None:
+                 size: Callable[[T], int] = lambda _: 1, max_size: int = 10_000,
+                 gather: Callable[[Callable[[], int], int], None] | None = None) -> None:
         """`run(items)` returns one result per item, in order, or raises (then every item of
         the batch gets the exception). A batch holds items whose `size` adds up to at most
-        `max_size`, and always at least one item."""
+        `max_size`, and always at least one item. `gather(queued, last)`: see above."""
         self._run = run
         self._size = size
         self._max = max_size
         self._lock = threading.Lock()
         self._q: deque[_Slot[T, R]] = deque()
         self._busy = False
+        self._gather = gather
+        self._last = 0  # items in the last batch
 
     def call(self, item: T, timeout_s: float | None = None) -> R:
         """Run `item` in a batch and return its result (or raise its batch's error).
@@ -90,7 +100,10 @@ class GroupCommit(Generic[T, R]):
 
     def _lead(self, me: _Slot[T, R]) -> None:
         while not me.done:
+            if self._gather is not None and self._last > 1:
+                self._gather(lambda: len(self._q), self._last)
             batch = self._take()
+            self._last = len(batch)
             try:
                 results = self._run([s.item for s in batch])
                 if len(results) != len(batch):

@@ -200,3 +200,41 @@ def test_async_coroutines_share_calls_each_with_its_own_answer_and_a_lone_one_go
     assert {i: v for i, v in results.items() if i != 3} == {i: i for i in range(40) if i != 3}
     retried = [r for m, r in s.calls if m == "Put" and r.header.request_id == b"r5"]
     assert len(retried) == 1 and retried[0].header.first_attempt is False  # retried alone
+
+
+class _Clock:
+    """A fake clock for `gather`: sleeping advances it, and callers queue as it goes."""
+
+    def __init__(self, arrivals: list[int]) -> None:
+        self.now = 0.0
+        self.arrivals = arrivals  # the queue's length after each step
+        self.steps = 0
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        self.steps += 1
+
+    def queued(self) -> int:
+        return self.arrivals[min(self.steps, len(self.arrivals) - 1)]
+
+
+def test_gather_waits_while_callers_return_and_no_longer() -> None:
+    from midtown.coalescing import GATHER_MAX_S, GATHER_STEP_S, gather
+
+    def run(arrivals: list[int], last: int) -> int:
+        c = _Clock(arrivals)
+        gather(c.queued, last, c.sleep, lambda: c.now)
+        assert c.now <= GATHER_MAX_S + GATHER_STEP_S  # never longer than its bound
+        return c.steps
+
+    assert run([8], 8) == 0  # all queued already: no wait at all
+    assert run([1, 1], 8) == 1  # nobody comes: one step
+    assert run([1, 3, 6, 8, 8], 8) == 3  # waits while they come, up to the last call's count
+    assert run([1, 3, 5, 6, 6], 8) == 4  # ... or until they stop coming
+    assert run(list(range(1, 1000)), 10_000) == int(GATHER_MAX_S / GATHER_STEP_S)  # bounded
+
+
+def test_a_clients_routes_gather() -> None:
+    from midtown.coalescing import gather
+
+    assert Coalescer(Server())._route(None)._gather is gather

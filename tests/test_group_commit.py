@@ -146,3 +146,36 @@ def test_a_queued_item_times_out_without_running() -> None:
     t.join(10)
     assert ran == [0]
     assert g.call(2, timeout_s=1) == 2  # leadership was handed back
+
+
+def test_gather_is_asked_only_after_a_batch_of_several() -> None:
+    """A lone caller never waits for others; after a batch of several, the next leader is
+    asked to gather first, with that batch's size."""
+    asked: list[int] = []
+    hold = threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        hold.wait(10)
+        return items
+
+    g: GroupCommit[int, int] = GroupCommit(run, gather=lambda queued, last: asked.append(last))
+    hold.set()
+    assert [g.call(i) for i in range(3)] == [0, 1, 2]
+    assert asked == []  # batches of one: nobody to gather
+    hold.clear()
+    first = threading.Thread(target=g.call, args=(100,))
+    first.start()
+    deadline = time.monotonic() + 10
+    while not g._busy and time.monotonic() < deadline:
+        time.sleep(0.001)
+    others = [threading.Thread(target=g.call, args=(i,)) for i in range(4)]
+    for t in others:
+        t.start()
+    while len(g._q) < 4 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    hold.set()  # the first runs alone, the four queued behind it together
+    for t in [first, *others]:
+        t.join(10)
+    assert asked == []  # the batch of four followed a batch of one
+    assert g.call(7) == 7
+    assert asked == [4]  # the next leader after the batch of four was asked to gather

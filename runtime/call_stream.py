@@ -1,19 +1,18 @@
 """A long-lived gRPC stream used as a sequence of calls: each request sent on it is
-answered by the next response, in turn (the caller keeps one request in flight). Two
-parts of Midtown call this way where a unary call per request cost more:
-
-- a log writer's server replicating to each peer (Replica.ReplicateStream, log/peers.py);
-- the SDK's Client sending a coordinator its operations (KV.ManyStream, midtown/coalescing.py).
+answered by the next response, in turn (the caller keeps one request in flight). A log
+writer's server replicates to each peer this way (Replica.ReplicateStream, log/peers.py)
+instead of making a unary call per batch. (The SDK's calls to coordinators and the storage
+nodes' answers were tried the same way and not kept: docs/performance.md.)
 
 Why a stream: on this machine a Python gRPC server spends about half the CPU on a message
 of an open stream that it spends on a unary call, and the round trip is about a third
-shorter (docs/performance.md, "Calls over streams").
+shorter (docs/performance.md, "Calls over streams, and gathering").
 
 A stream that fails (the peer restarted, refused a request, went away) is closed; the
 caller opens a new one for its next request. A stream whose answer is overdue (a paused or
-unreachable peer) is cancelled by a Watchdog, so that a caller never waits longer than a
-unary call's deadline would have let it. Either way the request in flight has no answer:
-StreamFailed, with the status code."""
+unreachable peer) is cancelled by the watchdog (`watch`), so that a caller never waits
+longer than a unary call's deadline would have let it. Either way the request in flight
+has no answer: StreamFailed, with the status code."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ from typing import Any
 import grpc
 
 _END = None  # ends the request iterator
-WATCHDOG_S = 0.25  # how often a Watchdog looks for overdue answers
+WATCHDOG_S = 0.25  # how often the watchdog looks for overdue answers
 
 
 class StreamFailed(Exception):

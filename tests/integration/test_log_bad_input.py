@@ -35,29 +35,21 @@ def shared_client(shared_cluster: Cluster) -> Iterator[LogClient]:
 def _raw_call(addr: str, method: str, body: bytes, stream: bool | str = False) -> tuple[str, str]:
     """`stream`: True for a response stream, "bidi" for a stream each way (one request)."""
     ch = grpc.insecure_channel(addr, options=[("grpc.max_send_message_length", 64 << 20)])
+    raw = {"request_serializer": lambda b: b, "response_deserializer": lambda b: b}
+    if stream == "bidi":
+        bidi = ch.stream_stream(method, **raw)
+        run = lambda: list(bidi(iter([body]), timeout=5))  # noqa: E731
+    elif stream:
+        call = ch.unary_stream(method, **raw)
+        run = lambda: list(call(body, timeout=5))  # noqa: E731
+    else:
+        fn = ch.unary_unary(method, **raw)
+        run = lambda: fn(body, timeout=5)  # noqa: E731
     try:
-        if stream == "bidi":
-            bidi = ch.stream_stream(method, request_serializer=lambda b: b,
-                                    response_deserializer=lambda b: b)
-            try:
-                list(bidi(iter([body]), timeout=5))
-                return "OK", ""
-            except grpc.RpcError as e:
-                return e.code().name, e.details() or ""
-        if stream:
-            call = ch.unary_stream(method, request_serializer=lambda b: b,
-                                   response_deserializer=lambda b: b)
-            try:
-                list(call(body, timeout=5))
-                return "OK", ""
-            except grpc.RpcError as e:
-                return e.code().name, e.details() or ""
-        fn = ch.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
-        try:
-            fn(body, timeout=5)
-            return "OK", ""
-        except grpc.RpcError as e:
-            return e.code().name, e.details() or ""
+        run()
+        return "OK", ""
+    except grpc.RpcError as e:
+        return e.code().name, e.details() or ""
     finally:
         ch.close()
 

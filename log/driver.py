@@ -77,6 +77,11 @@ class WriterDriver:
     def start(self) -> None:
         self.thread.start()
 
+    def assigned_end(self) -> int:
+        """The last position this writer has given an entry (read from another thread:
+        at worst a moment old)."""
+        return self.core.next_position - 1
+
     def submit(self, payloads: list[bytes]) -> Future[AppendResult]:
         if self.failed.is_set():
             raise WriterFailed(self.core.failure or "the writer stopped")

@@ -19,6 +19,7 @@ from log.catch_up import CatchUp
 from log.driver import WriterDriver
 from log.election import Election
 from log.entry import Entry
+from log.linger import Lingering
 from log.messages import AddEntries, Fence, ReadRange, Result
 from log.metadata import LogMetadata
 from log.peers import Peers
@@ -52,6 +53,7 @@ class Node:
         # that makes it durable, completes before the next starts (and before any reply).
         self.rlock = threading.Lock()
         self.conds = [threading.Condition() for _ in range(self.topo.logs)]
+        self.lingering = Lingering(self.topo.logs)
         self.read_cache = ReadCache()
         self.meta: dict[int, LogMetadata] = {}
         self.writers: dict[int, WriterDriver] = {}
@@ -222,6 +224,17 @@ class Node:
         c = self.conds[log_id]
         with c:
             c.notify_all()
+        self.lingering.committed(log_id, lambda: self.committed_end(log_id))
+
+    def tail_hurrying(self, log_id: int) -> int:
+        """This replica's last stored position (a ReadIndex round's answer, the Tail
+        call). A strong read will wait for a storage node to apply that far: the log's
+        lingering Read streams send every position the writer here has assigned at once."""
+        with self.rlock:  # after every write this replica has acknowledged
+            last = self.replica.tail(log_id)
+        d = self.writers.get(log_id)
+        self.lingering.hurry(log_id, max(last, d.assigned_end() if d is not None else -1))
+        return last
 
     # ------------------------------------------------------------ peers (log/peers.py)
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:

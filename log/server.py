@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from log import codec, limits, reading
+from log import codec, limits, linger, reading
 from log import zk as zkpaths
 from log.catch_up import Unavailable
 from log.driver import Busy, WriterFailed
@@ -83,6 +84,9 @@ class Services:
             )
         except futures.TimeoutError:
             refuse(ctx, grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown")
+        # Its coordinator, in another process, may wait for a replica's answer: the log's
+        # lingering Read streams send these entries at once (log/linger.py).
+        self.node.lingering.hurry(req.log_id, r.first_position + r.count - 1)
         return pb.AppendResponse(
             first_position=r.first_position, count=r.count, timestamp_ms=r.timestamp_ms, epoch=r.epoch
         )
@@ -107,7 +111,12 @@ class Services:
         self._check_log(req.log_id, ctx)
         node, log_id = self.node, req.log_id
         node.apply_truncation_now(log_id)
+        if req.linger_ms > linger.LINGER_MS_MAX:
+            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"linger_ms: {req.linger_ms} is more than {linger.LINGER_MS_MAX}")
+        linger_s = req.linger_ms / 1000 if req.follow else 0.0
         pos, sent = req.from_position, 0
+        since: float | None = None  # when the entries waiting to be sent were first seen
         cond = node.conds[log_id]
         while ctx.is_active():
             first = node.replica.first(log_id)
@@ -119,6 +128,15 @@ class Services:
             if req.max_entries and sent >= req.max_entries:
                 return
             if pos <= end:
+                if linger_s:
+                    now = time.monotonic()
+                    since = now if since is None else since
+                    left = linger.linger_left(now, since, linger_s, end - pos + 1,
+                                              node.lingering.hurried(log_id, pos))
+                    if left > 0:
+                        node.lingering.wait(log_id, pos, left)
+                        continue
+                    since = None
                 hi = min(end, pos + limits.READ_BATCH_ENTRIES_MAX - 1)
                 if req.max_entries:
                     hi = min(hi, pos + (req.max_entries - sent) - 1)
@@ -176,9 +194,7 @@ class Services:
     def tail(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TailResponse:
         req = _parse(pb.TailRequest, raw, ctx)
         self._check_log(req.log_id, ctx)
-        with self.node.rlock:  # after every write this replica has acknowledged
-            last = self.node.replica.tail(req.log_id)
-        return pb.TailResponse(last=last)
+        return pb.TailResponse(last=self.node.tail_hurrying(req.log_id))
 
     # ---------------------------------------------------------------- Replica
     def _issued(self, msg: Any, ctx: grpc.ServicerContext, prefix: str = "") -> Any:

@@ -19,6 +19,7 @@ import grpc
 
 from catalog.routing import answers_for
 from log import limits as log_limits
+from log import linger
 from log.catch_up import Unavailable
 from log.entry import Entry
 from log.node import Node
@@ -76,6 +77,15 @@ class ApplyLoop:
         s = self.state
         return answers_for(s.node_id, shard, s.kv.storage_nodes, CALLBACK_REPLICAS)
 
+    def linger_ms(self) -> int:
+        """How long this node's Read streams let entries wait to travel together: in the
+        host layout (a log server in this process), where the records it applies from
+        another host's writer are answered beside that writer, Settings.read_linger_s;
+        else 0 (log/linger.py)."""
+        if self.local_log.component is None:
+            return 0
+        return min(linger.LINGER_MS_MAX, round(self.state.settings.read_linger_s * 1000))
+
     def applies_in_process(self, log_id: int) -> bool:
         """Whether this node applies `log_id` straight from the log's writer in this process,
         as it commits (then a coordinator of this process may name it the record's only
@@ -105,7 +115,8 @@ class ApplyLoop:
                 continue
             try:
                 stream = self.state.logs.stub(addr).Read(
-                    log_pb2.ReadRequest(log_id=log_id, from_position=pos, follow=True)
+                    log_pb2.ReadRequest(log_id=log_id, from_position=pos, follow=True,
+                                        linger_ms=self.linger_ms())
                 )
                 for resp in stream:
                     if self.state.stop.is_set():

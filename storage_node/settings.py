@@ -25,6 +25,10 @@ class Settings:
     # How long an eventual dataset's tombstone is kept (MIDTOWN_TOMBSTONE_GRACE_S): a
     # replica down for longer bootstraps rather than bring a deleted value back.
     tombstone_grace_s: float = 24 * 3600.0
+    # In the host layout, how long the log's writer may hold committed entries for this
+    # node's Read stream to send them together (MIDTOWN_READ_LINGER_S, at most 1 s): records
+    # are answered beside the writer, and entries someone waits for go at once (log/linger.py).
+    read_linger_s: float = 0.1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:

@@ -10,7 +10,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from log import limits
+from log import limits, linger
 from log import zk as zkpaths
 from log.client import LogClient
 from midtown.cluster import Cluster
@@ -202,6 +202,32 @@ def test_unknown_log_on_read_and_truncate(shared_client: LogClient, shared_clust
     assert code == "NOT_FOUND" and "log_id" in msg
 
 
+def test_a_lingering_read_delivers_every_entry_in_order(shared_client: LogClient,
+                                                        shared_cluster: Cluster) -> None:
+    log_id = 9
+    first = shared_client.append(log_id, [b"a0"], timeout_s=30).first_position
+    shared_client.append(log_id, [b"a1"], timeout_s=30)
+    big = [f"b{i}".encode() for i in range(linger.LINGER_ENTRIES_MAX + 44)]  # more than a full batch
+    shared_client.append(log_id, big, timeout_s=30)
+    shared_client.append(log_id, [b"a2"], timeout_s=30)
+    want = [b"a0", b"a1", *big, b"a2"]
+    addr = shared_client.writer_addr(log_id, refresh=True)
+    stream = shared_client.stub(addr).Read(
+        pb.ReadRequest(log_id=log_id, from_position=first, follow=True, max_entries=len(want),
+                       linger_ms=linger.LINGER_MS_MAX), timeout=60)
+    got = [e for r in stream for e in r.entries]
+    assert [e.payload for e in got] == want
+    assert [e.position for e in got] == list(range(first, first + len(want)))
+
+
+def test_a_linger_over_the_bound_is_refused(shared_cluster: Cluster) -> None:
+    addr = shared_cluster.log_servers()[0].addr
+    code, msg = _raw_call(addr, "/midtown.log.v1.Log/Read",
+                          pb.ReadRequest(log_id=1, follow=True, linger_ms=linger.LINGER_MS_MAX + 1)
+                          .SerializeToString(), stream=True)
+    assert code == "INVALID_ARGUMENT" and "linger_ms" in msg, (code, msg)
+
+
 ALLOWED = {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "OUT_OF_RANGE",
            "UNAVAILABLE", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
 METHODS = [
@@ -218,9 +244,10 @@ METHODS = [
         st.binary(max_size=200),
         st.builds(lambda lg, ps: pb.AppendRequest(log_id=lg, payloads=ps).SerializeToString(),
                   st.integers(0, 2**32 - 1), st.lists(st.binary(max_size=50), max_size=5)),
-        st.builds(lambda lg, f, m: pb.ReadRequest(log_id=lg, from_position=f, max_entries=m)
-                  .SerializeToString(),
-                  st.integers(0, 40), st.integers(0, 2**64 - 1), st.integers(1, 5)),
+        st.builds(lambda lg, f, m, w: pb.ReadRequest(log_id=lg, from_position=f, max_entries=m,
+                                                      linger_ms=w).SerializeToString(),
+                  st.integers(0, 40), st.integers(0, 2**64 - 1), st.integers(1, 5),
+                  st.one_of(st.just(0), st.integers(0, 2**32 - 1))),
         st.builds(lambda lg, b: pb.TruncateRequest(log_id=lg, before_position=b).SerializeToString(),
                   st.integers(0, 40), st.integers(0, 2**64 - 1)),
         st.builds(lambda lg, a, b: pb.ReadRangeRequest(log_id=lg, segment_epoch=1, first=a, last=b)

@@ -82,7 +82,7 @@ class Lingering:
         c = self._conds[log_id]
         ticket = next(self._tickets)
         with c:
-            if self._hurried[log_id] >= position:
+            if self.hurried(log_id, position):
                 return
             self._waiting[log_id][ticket] = position
             try:

@@ -109,11 +109,11 @@ class Services:
     def read(self, raw: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
         req = _parse(pb.ReadRequest, raw, ctx)
         self._check_log(req.log_id, ctx)
-        node, log_id = self.node, req.log_id
-        node.apply_truncation_now(log_id)
         if req.linger_ms > linger.LINGER_MS_MAX:
             refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT,
                    f"linger_ms: {req.linger_ms} is more than {linger.LINGER_MS_MAX}")
+        node, log_id = self.node, req.log_id
+        node.apply_truncation_now(log_id)
         linger_s = req.linger_ms / 1000 if req.follow else 0.0
         pos, sent = req.from_position, 0
         since: float | None = None  # when the entries waiting to be sent were first seen

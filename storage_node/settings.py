@@ -8,6 +8,11 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from log.linger import LINGER_MS_MAX
+
+# Upper bounds of the settings that have one, in seconds.
+_MAX_S = {"read_linger_s": LINGER_MS_MAX / 1000}  # what a Read may ask for
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -44,5 +49,7 @@ class Settings:
                     v = -1.0
                 if not v > 0:
                     raise ValueError(f"{name}: {env[name]!r} is not a positive number of seconds")
+                if v > _MAX_S.get(f.name, v):
+                    raise ValueError(f"{name}: {env[name]!r} is more than {_MAX_S[f.name]} s")
                 out[f.name] = v
         return cls(**out)

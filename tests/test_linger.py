@@ -106,3 +106,11 @@ def test_only_a_storage_node_beside_a_log_server_asks_its_streams_to_linger() ->
     assert loop(beside, Settings()).linger_ms() == 100
     assert loop(beside, Settings(read_linger_s=0.02)).linger_ms() == 20
     assert loop(beside, Settings(read_linger_s=30)).linger_ms() == 1000  # the bound a Read allows
+
+
+def test_a_linger_over_the_bound_in_the_environment_is_refused_naming_it() -> None:
+    from storage_node.settings import Settings
+
+    assert Settings.from_env({"MIDTOWN_READ_LINGER_S": "0.02"}).read_linger_s == 0.02
+    with pytest.raises(ValueError, match="MIDTOWN_READ_LINGER_S"):
+        Settings.from_env({"MIDTOWN_READ_LINGER_S": "2"})

@@ -14,6 +14,7 @@ from typing import Any
 
 from kazoo.protocol.states import KazooState
 
+from log import spares
 from log import zk as zkpaths
 from log.catch_up import CatchUp
 from log.driver import WriterDriver
@@ -38,7 +39,10 @@ CATCHUP_POLL_S = 1.0
 
 
 class Node:
-    def __init__(self, server_id: int, addr: str, zk_hosts: str, data_dir: str) -> None:
+    def __init__(self, server_id: int, addr: str, zk_hosts: str, data_dir: str,
+                 spare_linger_s: float = spares.SPARE_LINGER_S) -> None:
+        """`spare_linger_s`: how long a spare follower's copies of this server's writes may
+        wait to travel together (log/spares.py)."""
         self.server_id = server_id
         self.addr = addr
         self.zk = zkpaths.connect(zk_hosts)
@@ -59,7 +63,7 @@ class Node:
         self.writers: dict[int, WriterDriver] = {}
         self._stop = threading.Event()
         self._watches: list[Any] = []
-        self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop)
+        self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop, spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
                                  lambda core: WriterDriver(self, core), self._stop)
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,

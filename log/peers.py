@@ -3,14 +3,16 @@
 whose replies go back into the writer's inbox, and one Outlet per replica that batches the
 AddEntries of every log into one message (this server's own replica included, written
 locally; a peer's sent on one long-lived stream, runtime/call_stream.py, which a watchdog
-cancels when an answer is overdue). A lost message is resent by the writer's tick.
-log/node.py builds one."""
+cancels when an answer is overdue). A spare follower's outlet lets entries linger to travel
+together (log/spares.py decides which followers are spare). A lost message is resent by the
+writer's tick. log/node.py builds one."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +21,7 @@ from typing import Any
 import grpc
 from kazoo.client import KazooClient
 
-from log import codec, limits
+from log import codec, limits, linger, spares
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.messages import AddEntries, Fence
@@ -35,8 +37,10 @@ _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="local-replica")
 
 class Peers:
     def __init__(self, server_id: int, zk: KazooClient, local: Callable[[Any], Any],
-                 local_batch: Callable[[list[Any]], list[Any]], stop: threading.Event) -> None:
-        """`local`, `local_batch`: this server's own replica, for messages to itself."""
+                 local_batch: Callable[[list[Any]], list[Any]], stop: threading.Event,
+                 spare_linger_s: float = spares.SPARE_LINGER_S) -> None:
+        """`local`, `local_batch`: this server's own replica, for messages to itself;
+        `spare_linger_s`: how long a spare follower's copies may wait (0: none waits)."""
         self.server_id = server_id
         self.zk = zk
         self._local = local
@@ -45,6 +49,8 @@ class Peers:
         self._stubs: dict[int, tuple[str, Any]] = {}
         self._lock = threading.Lock()
         self._outlets: dict[int, Outlet] = {}
+        self.spare_linger_s = spare_linger_s
+        self._answer_s: dict[int, float] = {}  # smoothed round trip of each peer's replies
         loops.forever("replica-streams", lambda: watch(self._streams, stop), stop)
 
     def stub(self, server_id: int) -> Any:
@@ -79,7 +85,7 @@ class Peers:
                     outlet = self._outlets.get(to)
                     if outlet is None:
                         outlet = self._outlets[to] = Outlet(self, to)
-            outlet.put(driver, msg)
+            outlet.put(driver, msg, self._eager(driver, to))
             return
         if to == self.server_id:
             _POOL.submit(lambda: driver.reply(to, msg, self._local(msg)))
@@ -104,6 +110,29 @@ class Peers:
             driver.reply(to, msg, rep)
 
         fut.add_done_callback(done)
+
+    def _eager(self, driver: WriterDriver, to: int) -> bool:
+        """Whether `to` must have the writer's entries at once: this server's own copy, an
+        eager follower (log/spares.py), anything while spares do not linger."""
+        if to == self.server_id or not self.spare_linger_s:
+            return True
+        replicas = driver.core.replicas
+        if to not in replicas:
+            return True  # a recovering segment's replica
+        followers = [r for r in replicas if r != self.server_id]
+        now = time.monotonic()
+        with self._lock:
+            answer_s = dict(self._answer_s)
+            since = {f: o.waiting_since for f in followers if (o := self._outlets.get(f)) is not None}
+        need = spares.followers_needed(replicas, self.server_id, driver.core.ack_quorum)
+        return to in spares.eager(followers, need, answer_s, since, now)
+
+    def answered(self, to: int, took_s: float | None) -> None:
+        """A peer's call came back after `took_s` (None: it failed)."""
+        with self._lock:
+            prev = self._answer_s.get(to)
+            self._answer_s[to] = (max(prev or 0.0, spares.FAILED_RANK_S) if took_s is None
+                                  else spares.smoothed(prev, took_s))
 
     def _streams(self) -> list[CallStream]:
         with self._lock:
@@ -130,22 +159,32 @@ class Peers:
 
 class Outlet:
     """Messages to one replica: whatever queues while a call is in flight goes in the next
-    call, so one RPC and one synced write carry many appends of many logs."""
+    call, so one RPC and one synced write carry many appends of many logs. While only spare
+    copies wait (log/spares.py), they wait up to the peers' spare linger for more."""
 
     def __init__(self, peers: Peers, to: int) -> None:
         self.peers = peers
         self.to = to
-        self._q: deque[tuple[WriterDriver, AddEntries]] = deque()
+        # (writer, message, eager, when queued)
+        self._q: deque[tuple[WriterDriver, AddEntries, bool, float]] = deque()
+        self._eager = 0  # eager messages queued
+        self._entries = 0  # entries queued
         self._cv = threading.Condition()
+        self.waiting_since: float | None = None  # when the call in flight was sent
         self.stream: CallStream | None = None  # to a peer (runtime/call_stream.py)
         # Calls in flight per replica (the writer copes with replies in any order).
         for i in range(OUTLET_CALLS_IN_FLIGHT):
             threading.Thread(target=self._run, name=f"outlet-{to}-{i}", daemon=True).start()
 
-    def put(self, driver: WriterDriver, msg: AddEntries) -> None:
+    def put(self, driver: WriterDriver, msg: AddEntries, eager: bool = True) -> None:
         with self._cv:
-            self._q.append((driver, msg))
-            self._cv.notify()
+            first = not self._q
+            self._q.append((driver, msg, eager, time.monotonic()))
+            self._eager += eager
+            self._entries += len(msg.entries)
+            # Wake the thread for its first message, or to end a linger (not per spare copy).
+            if first or eager or self._entries >= linger.LINGER_ENTRIES_MAX:
+                self._cv.notify()
 
     def _take(self) -> list[tuple[WriterDriver, AddEntries]]:
         with self._cv:
@@ -153,12 +192,20 @@ class Outlet:
                 self._cv.wait(1.0)
                 if self.peers.stop.is_set():
                     return []
+            while not self.peers.stop.is_set():
+                left = linger.linger_left(time.monotonic(), self._q[0][3], self.peers.spare_linger_s,
+                                          self._entries, self._eager > 0)
+                if left <= 0:
+                    break
+                self._cv.wait(left)
             items: list[tuple[WriterDriver, AddEntries]] = []
             n = 0
             while self._q and (not items or n + len(self._q[0][1].entries) <= limits.MESSAGE_ENTRIES_MAX * 4):
-                item = self._q.popleft()
-                n += len(item[1].entries)
-                items.append(item)
+                driver, msg, eager, _ = self._q.popleft()
+                n += len(msg.entries)
+                self._eager -= eager
+                self._entries -= len(msg.entries)
+                items.append((driver, msg))
             return items
 
     def _run(self) -> None:
@@ -167,6 +214,7 @@ class Outlet:
             if not items:
                 continue
             msgs = [m for _, m in items]
+            sent = self.waiting_since = time.monotonic()
             try:
                 if self.to == self.peers.server_id:
                     replies: list[Any] | None = self.peers.local_batch(msgs)
@@ -175,6 +223,9 @@ class Outlet:
             except Exception:
                 log.exception("replicating to %d", self.to)
                 replies = None
+            self.waiting_since = None
+            if self.to != self.peers.server_id:
+                self.peers.answered(self.to, None if replies is None else time.monotonic() - sent)
             if replies is None:
                 continue  # lost: the writers resend on their tick
             for (driver, msg), rep in zip(items, replies):

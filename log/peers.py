@@ -51,6 +51,7 @@ class Peers:
         self._outlets: dict[int, Outlet] = {}
         self.spare_linger_s = spare_linger_s
         self._answer_s: dict[int, float] = {}  # smoothed round trip of each peer's replies
+        self._eager_now: dict[tuple[int, ...], frozenset[int]] = {}  # by a segment's followers
         loops.forever("replica-streams", lambda: watch(self._streams, stop), stop)
 
     def stub(self, server_id: int) -> Any:
@@ -119,13 +120,14 @@ class Peers:
         replicas = driver.core.replicas
         if to not in replicas:
             return True  # a recovering segment's replica
-        followers = [r for r in replicas if r != self.server_id]
+        followers = tuple(r for r in replicas if r != self.server_id)
+        need = spares.followers_needed(replicas, self.server_id, driver.core.ack_quorum)
         now = time.monotonic()
         with self._lock:
-            answer_s = dict(self._answer_s)
             since = {f: o.waiting_since for f in followers if (o := self._outlets.get(f)) is not None}
-        need = spares.followers_needed(replicas, self.server_id, driver.core.ack_quorum)
-        return to in spares.eager(followers, need, answer_s, since, now)
+            eager = self._eager_now[followers] = spares.eager(
+                followers, need, self._answer_s, since, now, self._eager_now.get(followers, frozenset()))
+        return to in eager
 
     def answered(self, to: int, took_s: float | None) -> None:
         """A peer's call came back after `took_s` (None: it failed)."""

@@ -15,11 +15,13 @@ every replica within the linger.
 
 Which followers are eager: the `need` of them that answer fastest, ranked by a smoothed
 round trip of their replies, and a follower with a call unanswered ranked by at least how
-long that call has waited. A follower that slows down or pauses falls behind the spare at
-once, so the spare becomes eager for the next entries (and an eager entry queued behind
-lingering ones sends them all); what an eager follower's stall can cost an entry already
-lingering is the linger. A follower that failed a call ranks as if it had taken
-FAILED_RANK_S, then recovers as its answers come back.
+long that call has waited. The eager ones keep their place until another is STICKINESS
+times faster: followers alike would otherwise swap at every message, and both receive
+half the entries at once. A follower that slows down or pauses falls behind the spare
+within a few of its round trips, so the spare becomes eager for the next entries (and an
+eager entry queued behind lingering ones sends them all); what an eager follower's stall
+can cost an entry already lingering is the linger. A follower that failed a call ranks as
+if it had taken FAILED_RANK_S, then recovers as its answers come back.
 
 An entry goes at once, whatever the linger, when anything eager waits with it in the
 follower's outlet, or LINGER_ENTRIES_MAX entries wait there (log/linger.py `linger_left`,
@@ -38,6 +40,7 @@ SPARE_LINGER_S = 0.02  # how long a spare copy may wait to travel with others
 SPARE_LINGER_MAX_S = limits.RESEND_INTERVAL_MS / 2000
 SMOOTHING = 0.2  # weight of a new round trip in the smoothed one
 FAILED_RANK_S = 1.0  # a failed call counts as a round trip this long
+STICKINESS = 2.0  # how many times faster a spare must be to take an eager one's place
 
 
 def smoothed(prev: float | None, sample_s: float) -> float:
@@ -55,11 +58,14 @@ def rank(answer_s: float | None, waiting_since: float | None, now: float) -> flo
 
 
 def eager(followers: Iterable[int], need: int, answer_s: Mapping[int, float],
-          waiting_since: Mapping[int, float | None], now: float) -> frozenset[int]:
-    """The `need` followers an entry goes to at once: the fastest by `rank` (ties to the
-    lower id, so that the choice is stable)."""
-    ordered = sorted(followers, key=lambda f: (rank(answer_s.get(f), waiting_since.get(f), now), f))
-    return frozenset(ordered[:max(0, need)])
+          waiting_since: Mapping[int, float | None], now: float,
+          current: frozenset[int] = frozenset()) -> frozenset[int]:
+    """The `need` followers an entry goes to at once: the fastest by `rank`, the `current`
+    eager ones counted STICKINESS times faster than they are (ties to the lower id)."""
+    def key(f: int) -> tuple[float, int]:
+        r = rank(answer_s.get(f), waiting_since.get(f), now)
+        return (r / STICKINESS if f in current else r, f)
+    return frozenset(sorted(followers, key=key)[:max(0, need)])
 
 
 def followers_needed(replicas: Iterable[int], me: int, ack_quorum: int) -> int:

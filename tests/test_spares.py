@@ -44,23 +44,32 @@ def test_the_fastest_followers_are_eager() -> None:
     assert spares.eager([1, 2], 1, {}, {}, now=0.0) == {1}  # ties go to the lower id
 
 
-def test_a_follower_that_stops_answering_drops_out_at_once() -> None:
+def test_a_follower_that_stops_answering_drops_out_within_a_few_round_trips() -> None:
     rtt = {1: 0.001, 2: 0.005}
-    assert spares.eager([1, 2], 1, rtt, {1: 10.0}, now=10.0001) == {1}
-    # Its call has waited longer than the other's round trip: the other is eager now.
-    assert spares.eager([1, 2], 1, rtt, {1: 10.0}, now=10.01) == {2}
+    assert spares.eager([1, 2], 1, rtt, {1: 10.0}, now=10.0001, current=frozenset({1})) == {1}
+    # Its call has waited STICKINESS times longer than the other's round trip: replaced.
+    assert spares.eager([1, 2], 1, rtt, {1: 10.0}, now=10.011, current=frozenset({1})) == {2}
+
+
+def test_an_eager_follower_keeps_its_place_against_one_about_as_fast() -> None:
+    rtt = {1: 0.0012, 2: 0.001}
+    assert spares.eager([1, 2], 1, rtt, {}, now=0.0) == {2}
+    assert spares.eager([1, 2], 1, rtt, {}, now=0.0, current=frozenset({1})) == {1}
+    rtt[2] = 0.0005  # more than STICKINESS times faster
+    assert spares.eager([1, 2], 1, rtt, {}, now=0.0, current=frozenset({1})) == {2}
 
 
 @given(rtt=st.dictionaries(st.integers(0, 6), st.floats(0, 10)),
        since=st.dictionaries(st.integers(0, 6), st.floats(0, 100)),
-       followers=st.sets(st.integers(0, 6)), need=st.integers(0, 7))
+       followers=st.sets(st.integers(0, 6)), need=st.integers(0, 7), current=st.frozensets(st.integers(0, 6)))
 def test_eager_ones_rank_no_slower_than_any_spare(rtt: dict[int, float], since: dict[int, float],
-                                                  followers: set[int], need: int) -> None:
+                                                  followers: set[int], need: int,
+                                                  current: frozenset[int]) -> None:
     now = 100.0
-    got = spares.eager(followers, need, rtt, since, now)
+    got = spares.eager(followers, need, rtt, since, now, current)
     assert got <= followers and len(got) == min(need, len(followers))
-    def r(f: int) -> float:
-        return spares.rank(rtt.get(f), since.get(f), now)
+    def r(f: int) -> float:  # an incumbent counts STICKINESS times faster
+        return spares.rank(rtt.get(f), since.get(f), now) / (spares.STICKINESS if f in current else 1)
     for e in got:
         assert all(r(e) <= r(s) for s in followers - got)
 

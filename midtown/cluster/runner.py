@@ -35,8 +35,10 @@ STATE = "cluster.json"
 # log server, a storage node and a coordinator (midtown.cluster.host; docs/performance.md).
 LAYOUTS = ("split", "host")
 # What `midtown cluster up`, `make demo` and the benchmarks start. Measured (docs/performance.md,
-# lever 3): host with routed clients wins single-key operations, split wins bulk exactly-once
-# ingestion (the Spark connector's path) by more; split stays the default, host is a flag.
+# lever 3, and "The default layout, measured again"): host with routed clients wins
+# single-key operations, split wins bulk exactly-once ingestion (the Spark connector's path;
+# host with one log misses its exactly-once/plain target); split stays the default, host is
+# a flag.
 LAYOUT_DEFAULT = "split"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from typing import Any
 
 import grpc
 
@@ -39,6 +40,9 @@ from storage_node.state import NodeState
 from storage_node.store import BatchView
 
 log = logging.getLogger("midtown.storage.apply")
+# How often the Read streams' servers are checked against the logs' writers in ZooKeeper
+# (a read per stream).
+WRITER_RECHECK_S = 1.0
 # Entries from a Read stream, or straight from the log server in this process.
 Entries = list[log_pb2.Entry] | list[Entry]
 
@@ -65,12 +69,15 @@ class ApplyLoop:
         self.callbacks = Callbacks()
         self._next_reclaim = 0.0
         self._in_process: set[int] = set()  # logs tailed straight from this process's writer
+        self._streams: dict[int, tuple[str, Any]] = {}  # log -> (server, Read stream) being tailed
+        self._moved: set[int] = set()  # logs whose stream _watch_writers cancelled
         self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
     def start(self) -> None:
         for log_id in range(self.state.kv_logs):  # the logs that carry shards; the others, never
             loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
+        loops.every("writer-watch", WRITER_RECHECK_S, self._watch_writers, self.state.stop)
 
     def _answers_for(self, shard: int) -> bool:
         """Whether this node sends the results of `shard`'s records to their coordinators."""
@@ -118,19 +125,39 @@ class ApplyLoop:
                     log_pb2.ReadRequest(log_id=log_id, from_position=pos, follow=True,
                                         linger_ms=self.linger_ms())
                 )
-                for resp in stream:
-                    if self.state.stop.is_set():
-                        stream.cancel()
-                        return
-                    if resp.entries:
-                        self._apply_entries(log_id, list(resp.entries))
-                    backoff = 0.1
+                self._streams[log_id] = (addr, stream)
+                try:
+                    for resp in stream:
+                        if self.state.stop.is_set():
+                            stream.cancel()
+                            return
+                        if resp.entries:
+                            self._apply_entries(log_id, list(resp.entries))
+                        backoff = 0.1
+                finally:
+                    self._streams.pop(log_id, None)
             except grpc.RpcError as e:
+                if log_id in self._moved:
+                    self._moved.discard(log_id)
+                    continue  # the writer moved (_watch_writers): follow it at once
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
                     self._behind_truncation(log_id, e.details())
                 else:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 1.0)
+
+    def _watch_writers(self) -> None:
+        """Cancel each Read stream whose server ZooKeeper no longer names the log's writer:
+        its tail then follows the writer (in this process when it is here, and records are
+        answered beside it). A server that stopped writing would otherwise keep the stream:
+        paused past its session, it holds it silent until it resumes, and then serves it as
+        a follower, its commit point behind the new writer's."""
+        for log_id, (addr, stream) in list(self._streams.items()):
+            now = self.state.logs.writer_addr(log_id, refresh=True)
+            if now is not None and now != addr and self._streams.get(log_id, (None,))[0] == addr:
+                log.info("log %d: the writer moved from %s to %s; following it", log_id, addr, now)
+                self._moved.add(log_id)
+                stream.cancel()
 
     def _tail_in_process(self, node: Node, log_id: int) -> bool:
         """Tail a log whose writer runs in this process (midtown.cluster.host): its committed

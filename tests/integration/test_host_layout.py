@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from log import zk as logzk
+from log.client import LogClient
 from midtown import AsyncClient, Client, errors
 from midtown.cluster import Cluster, pid_alive
 from tests.integration.conftest import started, wait_for
@@ -135,6 +138,43 @@ def test_clients_send_each_key_to_the_coordinator_beside_its_writer(hosts: Clust
         w2 = writer_of(hosts, "t", "r0")
         wait_for(lambda: db.coordinator_for("t", "r0") == hosts.procs[f"host-{w2}"].addr, 15,
                  "the route to the new writer's coordinator")
+
+
+def test_the_node_beside_a_new_writer_tails_it_in_process(hosts: Cluster) -> None:
+    """The writer's host paused past its ZooKeeper session: the other hosts' storage nodes
+    had Read streams open on its log server, silent while it is stopped, and served by it
+    as a follower once it resumes. The storage node beside the new writer leaves that
+    stream for the writer in its own process (whose coordinator's records it then answers
+    beside), while the old host is still stopped and after it resumes."""
+    w = writer_of(hosts, "t", "p")
+    name, path = f"host-{w}", f"{logzk.SERVERS}/{w}"
+
+    def new_writer() -> int | None:
+        try:
+            now = writer_of(hosts, "t", "p")
+        except AssertionError:  # none named yet
+            return None
+        return now if now != w else None
+
+    def tails_in_process(db: Client, host: int, before: float) -> bool:
+        db.put("t", "p", "after", b"v")
+        return _counted(_metrics(hosts, f"host-{host}"), "tail") > before
+
+    with LogClient(hosts.zk_hosts) as logs, Client(zk=hosts.zk_hosts, timeout=30) as db:
+        hosts.signal(name, signal.SIGSTOP)
+        try:
+            wait_for(lambda: logs.zk.exists(path) is None, 60, f"the session of {name} to expire")
+            w2 = wait_for(new_writer, 60, "a new writer")
+            before = _counted(_metrics(hosts, f"host-{w2}"), "tail")
+            wait_for(lambda: tails_in_process(db, w2, before), 30,
+                     f"host-{w2}'s storage node to tail its own writer, {name} stopped")
+        finally:
+            hosts.signal(name, signal.SIGCONT)
+        wait_for(lambda: logs.zk.exists(path) is not None, 30, f"{name} to register again")
+        w3 = wait_for(lambda: writer_of(hosts, "t", "p"), 30, "the log's writer")
+        before = _counted(_metrics(hosts, f"host-{w3}"), "tail")
+        wait_for(lambda: tails_in_process(db, w3, before), 30,
+                 f"host-{w3}'s storage node to tail its own writer, {name} back")
 
 
 def test_no_routes_in_the_split_layout(tmp_path: Path) -> None:

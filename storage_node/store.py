@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from rocksdict import WriteBatch
 
-from log.rocks_store import SyncedDb
+from log.rocks_store import SyncedDb, prefix_end
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
 from storage_node.apply import Applied, Event
@@ -45,11 +45,7 @@ class NodeStore:
 
     def under(self, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of each key that starts with `prefix`, in order, from prefix + start."""
-        for k, v in self.db.items(from_key=prefix + start):
-            assert isinstance(k, bytes) and isinstance(v, bytes)
-            if not k.startswith(prefix):
-                return
-            yield k, v
+        yield from self.synced.items(prefix + start, prefix_end(prefix))
 
     def local_range(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to `limit` (local key, stored bytes) under `prefix`, local key in [start, end)
@@ -326,9 +322,8 @@ class BatchView:
         """Walk a time index (`prefix` time:8 rest) in time order up to `before`: delete
         each index entry and the entry `target(time, rest)` names, if any."""
         n = 0
-        for k in self.store.db.keys(from_key=prefix):
-            assert isinstance(k, bytes)
-            if not k.startswith(prefix) or n >= limit:
+        for k in self.store.synced.keys(prefix, prefix_end(prefix)):
+            if n >= limit:
                 break
             t = _Q.unpack_from(k, len(prefix))[0]
             if t >= before:

@@ -95,7 +95,7 @@ def spark_rows_per_s(c: Cluster, rows: int, exactly_once: bool, dataset: str) ->
 
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
-    with cluster_and_etcd("midtown-bench-ingest-", "ingest", a.layout) as (cluster, etcd):
+    with cluster_and_etcd("midtown-bench-ingest-", "ingest", a.layout, a.kv_logs) as (cluster, etcd):
         systems = {"midtown": midtown_ingest(cluster.coordinator_addrs, "ingest", a.batch),
                    "etcd": etcd_ingest(etcd)}
         per_call = {"midtown": a.batch, "etcd": 1}

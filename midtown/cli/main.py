@@ -977,6 +977,8 @@ def _bench_commands(sub: Any) -> None:
     bi.add_argument("--spark-rows", type=_at_least_one("--spark-rows"), default=200_000)
     bi.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")
+    bi.add_argument("--kv-logs", type=_at_least_one("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
+                    help="logs the key-value store spreads its shards over (see `cluster up --kv-logs`)")
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(fn=cmd_bench_ingest, starts_spark=True)
 

@@ -119,8 +119,9 @@ def test_bench_refuses_bad_rounds() -> None:
     for bad, says in (("0", "at least 1"), ("x", "whole number")):
         p = mt("bench", "kv", "--rounds", bad, check=False)
         assert p.returncode == 2 and "--rounds" in p.stderr and says in p.stderr, p.stderr
-        p = mt("bench", "kv", "--kv-logs", bad, check=False)
-        assert p.returncode == 2 and "--kv-logs" in p.stderr and says in p.stderr, p.stderr
+        for bench in ("kv", "ingest"):
+            p = mt("bench", bench, "--kv-logs", bad, check=False)
+            assert p.returncode == 2 and "--kv-logs" in p.stderr and says in p.stderr, p.stderr
     for args in (("kv", "--layout", "rack"), ("ingest", "--layout", "rack")):
         p = mt("bench", *args, check=False)
         assert p.returncode == 2 and "--layout" in p.stderr and "Traceback" not in p.stderr, p.stderr

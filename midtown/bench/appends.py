@@ -74,7 +74,8 @@ def run(a: argparse.Namespace) -> int:
     else:
         tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-")
         # The log alone: no storage nodes or coordinators reading it meanwhile.
-        cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0)
+        cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0,
+                          layout="split")
         print("starting a local cluster (ZooKeeper + 3 log servers)...", file=sys.stderr, flush=True)
         cluster.start(progress=False)
     results: list[dict] = []

@@ -106,9 +106,14 @@ def _print_up(a: argparse.Namespace, c: Any, took_s: float) -> None:
     print(f"cluster up in {took_s:.1f}s, data in {c.dir}")
     emit(rows, False, ["name", "addr", "pid", "state"])
     print(f"\nZooKeeper: {c.zk_hosts}   (other terminals: export MIDTOWN_ZK={c.zk_hosts})")
+    tls = f", tls_ca=\"{c.tls_ca}\"" if c.tls_ca else ""
     for addr in c.coordinator_addrs:
-        tls = f", tls_ca=\"{c.tls_ca}\"" if c.tls_ca else ""
-        print(f"coordinator: {addr}   (midtown.Client(\"{addr}\"{tls}))")
+        print(f"coordinator: {addr}")
+    if c.layout == "host":  # a client given ZooKeeper sends each write beside its log's writer
+        print(f"clients: midtown.Client(zk=\"{c.zk_hosts}\"{tls})   (each write to the coordinator "
+              "beside its log's writer)")
+    else:
+        print(f"clients: midtown.Client(\"{c.coordinator_addrs[0]}\"{tls})")
     if c.tls_ca:
         print(f"TLS: clients trust {c.tls_ca}; the processes call each other with mutual TLS")
     if c.supervisor_pid:
@@ -738,7 +743,7 @@ def _cluster_commands(sub: Any) -> None:
     """cluster up|init|down|status|restart: a local cluster."""
     cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster")
     cls = cl.add_subparsers(dest="cmd", required=True)
-    up = cls.add_parser("up", help="start ZooKeeper and the log servers")
+    up = cls.add_parser("up", help="start a local cluster (ZooKeeper and the servers) on loopback")
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.add_argument("--detach", action="store_true", help="return once ready")
     up.add_argument("--tls", action="store_true",
@@ -750,10 +755,9 @@ def _cluster_commands(sub: Any) -> None:
                     help="logs the key-value store spreads its shards over (new cluster only; "
                          "default %(default)s: on one machine fewer logs batch better)")
     up.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
-                    help="split (default): one process per component; host: one process per machine "
-                         "with a log server, a storage node and a coordinator, clients given --zk routed "
-                         "to the log writer's (faster single-key operations, slower bulk ingestion; "
-                         "new cluster only)")
+                    help="host (default): one process per machine with a log server, a storage node "
+                         "and a coordinator, clients given --zk routed to the log writer's; split: one "
+                         "process per component (new cluster only; docs/performance.md)")
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")

@@ -18,8 +18,10 @@ from midtown.cluster import Cluster
 
 @contextmanager
 def started(path: Path, **options: Any) -> Iterator[Cluster]:
-    """A local cluster of real processes under `path`, stopped on the way out."""
-    c = Cluster(path, logs=16, **options)
+    """A local cluster of real processes under `path`, stopped on the way out. The split
+    layout unless `layout` says otherwise: most tests kill and pause one component at a
+    time (the host layout's own tests ask for it)."""
+    c = Cluster(path, logs=16, **{"layout": "split", **options})
     c.start(timeout_s=90)
     try:
         yield c

@@ -131,7 +131,7 @@ def test_a_supervised_cluster_restarts_what_dies(tmp_path: Path) -> None:
     """`cluster up` restarts a process that dies (logged, counted in `cluster status`), and
     `cluster restart NAME` restarts one on request."""
     d = str(tmp_path / "sv")
-    up = json.loads(mt("cluster", "up", "--dir", d, "--detach", "--json").stdout)
+    up = json.loads(mt("cluster", "up", "--dir", d, "--layout", "split", "--detach", "--json").stdout)
     supervisor = up["supervisor_pid"]
     try:
         assert supervisor and pid_alive(supervisor)

@@ -220,13 +220,14 @@ def test_linearizable_when_hosts_are_killed(hosts: Cluster) -> None:
 
 
 def test_cluster_up_with_the_host_layout(tmp_path: Path) -> None:
-    """As a user runs it: `cluster up --layout host`, data commands, status, down."""
+    """As a user runs it: `cluster up` (the host layout is the default), data commands,
+    status, down."""
     from tests.integration.test_cli import mt
 
     d = str(tmp_path / "c")
     bad = mt("cluster", "up", "--dir", d, "--layout", "rack", check=False)
     assert bad.returncode != 0 and "--layout" in bad.stderr and "Traceback" not in bad.stderr
-    up = json.loads(mt("cluster", "up", "--dir", d, "--layout", "host", "--detach", "--json").stdout)
+    up = json.loads(mt("cluster", "up", "--dir", d, "--detach", "--json").stdout)
     try:
         assert sorted(p["kind"] for p in up["processes"]) == ["host", "host", "host", "zookeeper"]
         assert len(up["coordinators"]) == 3

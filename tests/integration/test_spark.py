@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from midtown import Client
-from midtown.cluster import Cluster
+from midtown.cluster import LAYOUT_DEFAULT, Cluster
 from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration
@@ -21,7 +21,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def sc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started(tmp_path_factory.mktemp("spark") / "c") as c:
+    """The layout `midtown cluster up` starts (the host layout): what a data engineer runs."""
+    with started(tmp_path_factory.mktemp("spark") / "c", layout=LAYOUT_DEFAULT) as c:
         yield c
 
 
@@ -237,8 +238,9 @@ def test_a_second_copy_of_a_query_fails_with_a_conflict(spark: Any, sc: Cluster,
 
 
 def test_kills_during_an_ingestion_lose_and_duplicate_nothing(spark: Any, sc: Cluster) -> None:
-    """A storage node and the log writer are SIGKILLed (and restarted) while Spark writes;
-    tasks whose calls fail are retried by Spark: every event exactly once."""
+    """A storage node and then the log writer are SIGKILLed (and restarted) while Spark
+    writes (in the host layout, a host that does not write the log, then the writer's
+    host); tasks whose calls fail are retried by Spark: every event exactly once."""
     from log import zk as logzk
 
     sc.create_dataset("killed")
@@ -260,16 +262,24 @@ def test_kills_during_an_ingestion_lose_and_duplicate_nothing(spark: Any, sc: Cl
     t.start()
     import time
 
+    def process(role: str, beside_writer: bool) -> str:
+        """The process that is a `role` with the log writer's id, or with another id."""
+        w = logzk.read_writer(zk, 0)
+        assert w is not None, "log 0 has no writer"
+        return next(p.name for p in sc.playing(role) if (p.server_id == w["server"]) == beside_writer)
+
     zk = logzk.connect(sc.zk_hosts)
     try:
         time.sleep(3)
-        sc.kill("storage-1")
-        writer = logzk.read_writer(zk, 0)
-        if writer is not None and not done.is_set():
-            sc.kill(f"log-{writer['server']}")
+        storage = process("storage-node", beside_writer=False)
+        sc.kill(storage)
+        time.sleep(2)
+        sc.restart(storage)
+        if not done.is_set():
+            writer = process("log-server", beside_writer=True)
+            sc.kill(writer)
             time.sleep(2)
-            sc.restart(f"log-{writer['server']}")
-        sc.restart("storage-1")
+            sc.restart(writer)
     finally:
         zk.stop()
         zk.close()

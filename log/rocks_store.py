@@ -29,11 +29,12 @@ def _ekey(log_id: int, seg: int, pos: int) -> bytes:
     return _E.pack(b"E", log_id, seg, pos)
 
 
-def prefix_end(prefix: bytes) -> bytes | None:
-    """The least key past every key that starts with `prefix` (None: there is none, the
-    prefix being empty or all 0xff bytes)."""
-    p = prefix.rstrip(b"\xff")
-    return p[:-1] + bytes([p[-1] + 1]) if p else None
+def _below(hi: bytes | None) -> ReadOptions:
+    """Read options for an iterator that ends before `hi` (None: at the last key)."""
+    opts = ReadOptions()
+    if hi is not None:
+        opts.set_iterate_upper_bound(hi)  # (not its lower-bound twin: PITFALLS.md)
+    return opts
 
 
 class SyncedDb:
@@ -68,19 +69,13 @@ class SyncedDb:
         on the way. A log's newest entry is followed in key order by the next log's
         oldest, which truncation deleted by the thousand; an unbounded read of one entry
         there took 8.5 ms instead of 4 us (docs/performance.md, "Reads bounded")."""
-        opts = ReadOptions()
-        if hi is not None:
-            opts.set_iterate_upper_bound(hi)  # (not its lower-bound twin: PITFALLS.md)
-        for k, v in self.db.items(from_key=lo, read_opt=opts):
+        for k, v in self.db.items(from_key=lo, read_opt=_below(hi)):
             assert isinstance(k, bytes) and isinstance(v, bytes)
             yield k, v
 
     def keys(self, lo: bytes, hi: bytes | None) -> Iterator[bytes]:
         """Each key in [lo, hi), in order, bounded as `items` is."""
-        opts = ReadOptions()
-        if hi is not None:
-            opts.set_iterate_upper_bound(hi)
-        for k in self.db.keys(from_key=lo, read_opt=opts):
+        for k in self.db.keys(from_key=lo, read_opt=_below(hi)):
             assert isinstance(k, bytes)
             yield k
 

@@ -178,10 +178,11 @@ def drop_key(log_id: int, dataset: str) -> bytes:
     return b"G" + _I.pack(log_id) + dataset.encode()
 
 
-def prefix_end(prefix: bytes) -> bytes:
-    """The first key after every key that starts with `prefix` (which must not end in 0xff)."""
-    assert prefix and prefix[-1] < 0xFF
-    return prefix[:-1] + bytes([prefix[-1] + 1])
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The least key past every key that starts with `prefix` (None: there is none, the
+    prefix being empty or all 0xff bytes)."""
+    p = prefix.rstrip(b"\xff")
+    return p[:-1] + bytes([p[-1] + 1]) if p else None
 
 
 def dataset_shard_prefix(shard: int, dataset: str) -> bytes:

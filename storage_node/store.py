@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 from rocksdict import WriteBatch
 
-from log.rocks_store import SyncedDb, prefix_end
+from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
 from storage_node import codec, keys
 from storage_node.apply import Applied, Event
@@ -45,7 +45,7 @@ class NodeStore:
 
     def under(self, prefix: bytes, start: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of each key that starts with `prefix`, in order, from prefix + start."""
-        yield from self.synced.items(prefix + start, prefix_end(prefix))
+        yield from self.synced.items(prefix + start, keys.prefix_end(prefix))
 
     def local_range(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to `limit` (local key, stored bytes) under `prefix`, local key in [start, end)
@@ -322,7 +322,7 @@ class BatchView:
         """Walk a time index (`prefix` time:8 rest) in time order up to `before`: delete
         each index entry and the entry `target(time, rest)` names, if any."""
         n = 0
-        for k in self.store.synced.keys(prefix, prefix_end(prefix)):
+        for k in self.store.synced.keys(prefix, keys.prefix_end(prefix)):
             if n >= limit:
                 break
             t = _Q.unpack_from(k, len(prefix))[0]
@@ -341,7 +341,9 @@ class BatchView:
         for k in self.deletes:  # first: nothing this batch writes is among them
             wb.delete(k)
         for p in self.dropped:  # before the values: what was written after a drop stays
-            wb.delete_range(p, keys.prefix_end(p))
+            end = keys.prefix_end(p)
+            assert end is not None, p  # a dataset's prefixes end in its name's UTF-8, never 0xff
+            wb.delete_range(p, end)
         for k in self.drop_markers:
             wb.put(k, b"")
         for k, v in self.values.items():

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from rocksdict import WriteBatch
 
 from log.entry import Entry
-from log.rocks_store import RocksStore, SyncedDb, prefix_end
+from log.rocks_store import RocksStore, SyncedDb
 from log.store import Batch, ReplicaLogMeta, SegmentMeta
+from storage_node.keys import prefix_end
 from storage_node.store import NodeStore
 
 small_bytes = st.binary(min_size=0, max_size=4)

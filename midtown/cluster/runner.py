@@ -353,6 +353,16 @@ class Cluster:
             time.sleep(0.05)
         return False
 
+    def running(self, name: str) -> bool:
+        """Whether `name` still runs. For a process this object started, its wait status
+        decides: a multithreaded process killed with SIGKILL shows its main thread as a zombie
+        while its other threads are still exiting, and only once they have all gone is its
+        exit code there to read (so `pid_alive` alone would report it dead too early)."""
+        proc = self._popen.get(name)
+        if proc is not None:
+            return proc.poll() is None
+        return self.procs[name].alive()
+
     def exit_code(self, name: str) -> int | None:
         """The exit code of a process this object started and that has exited (None: not
         known, or not exited)."""

@@ -79,7 +79,7 @@ def supervise(c: object, stop: threading.Event, say: Callable[[str], None]) -> N
                 c.procs[name].restarts += 1
                 c.save()
         for name, p in c.procs.items():
-            if name in due or p.alive():
+            if name in due or c.running(name):
                 continue
             code = c.exit_code(name)
             when = policy.exited(name, code, now)
@@ -98,7 +98,7 @@ def supervise(c: object, stop: threading.Event, say: Callable[[str], None]) -> N
             p.state = "restarting"
             c.save()
         for name, when in list(due.items()):
-            if when <= now and not c.procs[name].alive():
+            if when <= now and not c.running(name):
                 del due[name]
                 c.start_process(name)
                 c.procs[name].state = "running"

@@ -23,7 +23,7 @@ run: proto
 	.venv/bin/midtown cluster up --dir $(DIR)
 
 test: proto
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"

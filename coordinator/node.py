@@ -37,6 +37,7 @@ from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
 from runtime import inprocess
 from runtime.group_commit import GroupTimeout
+from runtime.refreshed import Refreshed
 from storage_node import codec
 from storage_node.model import (
     Op,
@@ -99,7 +100,8 @@ class Coordinator:
         # log and shard. An answer for anything else did not come from a storage node
         # applying our record, and is dropped before it can wake a waiter or be compared.
         self.answers = Answers(self.replicas.members_or_last)
-        self._log_servers_seen: tuple[float, list[str]] = (0.0, [])
+        self._log_servers: Refreshed[list[str]] = Refreshed(
+            lambda: list(self.logs.servers().values()), limits.MEMBERS_CACHE_S, initial=[])
         self._reads = ReadBatcher(self.read_round)
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.stopped = threading.Event()
@@ -292,10 +294,8 @@ class Coordinator:
         self.answers.deliver(results)
 
     def log_servers(self) -> list[str]:
-        now = time.monotonic()
-        if now - self._log_servers_seen[0] > limits.MEMBERS_CACHE_S:
-            self._log_servers_seen = (now, list(self.logs.servers().values()))
-        return list(self._log_servers_seen[1])
+        """Registered log servers' addresses, read from ZooKeeper at most once a second."""
+        return list(self._log_servers.get())
 
     def read_index(self, log_id: int) -> int | None:
         """The ReadIndex rule (DESIGN.md): the highest position stored by any of a fence

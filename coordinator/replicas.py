@@ -7,7 +7,6 @@ shard scan from the first node that can start one."""
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -21,6 +20,7 @@ from coordinator.checks import Abort, Code
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import inprocess, transport
+from runtime.refreshed import Refreshed
 from storage_node.node import StorageNode
 from storage_node.reads import Behind
 
@@ -37,20 +37,20 @@ class Replicas:
         self.zk = zk
         self.local = local
         self._stubs: dict[str, Any] = {}
-        self._seen: tuple[float, dict[int, str]] = (0.0, {})
+        self._members: Refreshed[dict[int, str]] = Refreshed(
+            lambda: registry.members(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
+            initial={})
 
     def members(self) -> dict[int, str]:
-        """Registered storage nodes by id, looked up in ZooKeeper at most once a second."""
-        now = time.monotonic()
-        if now - self._seen[0] > limits.MEMBERS_CACHE_S:
-            self._seen = (now, registry.members(self.zk, registry.STORAGE_NODES))
-        return self._seen[1]
+        """Registered storage nodes by id, looked up in ZooKeeper at most once a second (by
+        one request; the others meanwhile take the last list)."""
+        return self._members.get()
 
     def members_or_last(self) -> dict[int, str]:
         try:
             return self.members()
         except Exception:  # ZooKeeper unavailable: the last list seen
-            return self._seen[1]
+            return self._members.last()
 
     def addrs(self) -> list[str]:
         """Live storage nodes' addresses."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from log import zk as zkpaths
 from log.client import LogClient, LogError
+from midtown.bench import quiet
 from midtown.bench.loadgen import run_workload
 from midtown.cluster import Cluster
 from midtown.output import emit
@@ -76,6 +77,7 @@ def run(a: argparse.Namespace) -> int:
         # The log alone: no storage nodes or coordinators reading it meanwhile.
         cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0,
                           layout="split")
+        quiet.check(lambda m: print(m, file=sys.stderr, flush=True))
         print("starting a local cluster (ZooKeeper + 3 log servers)...", file=sys.stderr, flush=True)
         cluster.start(progress=False)
     results: list[dict] = []

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from catalog.registry import KV_LOGS_LOCAL_DEFAULT
 from midtown.aio import AsyncClient
-from midtown.bench import echo
+from midtown.bench import echo, quiet
 from midtown.bench.loadgen import AsyncMakeOp, run_async_workload, run_workload
 from midtown.client import Client
 from midtown.cluster import Cluster
@@ -250,6 +250,7 @@ def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split",
     cluster = Cluster(root / "midtown", layout=layout, kv_logs=kv_logs, client_rate_limit=0)
     etcd = None
     try:
+        quiet.check(log)
         log("starting a local Midtown cluster...")
         cluster.start()
         cluster.create_dataset(dataset)

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from midtown.bench import quiet
 from midtown.client import Client
 from midtown.cluster import Cluster
 from midtown.output import emit
@@ -26,6 +27,7 @@ def run(a: argparse.Namespace) -> int:
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     rows = []
     try:
+        quiet.check(log)
         log("starting a local Midtown cluster...")
         c.start()
         c.create_dataset("placements")

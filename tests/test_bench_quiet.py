@@ -1,0 +1,66 @@
+"""A benchmark warns when the machine is not quiet (midtown/bench/quiet.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from midtown.bench import quiet
+from midtown.cluster import Cluster
+
+
+@pytest.mark.parametrize("layout", ["split", "host"])
+def test_every_process_a_cluster_starts_is_recognised(tmp_path: Path, layout: str) -> None:
+    c = Cluster(tmp_path / layout, layout=layout)
+    c.plan()
+    for name, p in c.procs.items():
+        if p.kind != "zookeeper":
+            assert quiet.kind(c.command(name)) == "midtown", name
+    assert quiet.kind([sys.executable, "-m", "midtown.cluster.supervisor", "--dir", "d"]) == "midtown"
+    assert quiet.kind(["java", "-cp", "x", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                       "zoo.cfg"]) == "zookeeper"
+    assert quiet.kind(["/usr/local/bin/etcd", "--name", "m0"]) == "etcd"
+    for argv in ([sys.executable, "-m", "pytest"], ["bash"], [], [sys.executable, "-m"]):
+        assert quiet.kind(argv) is None
+
+
+def test_a_process_of_another_cluster_is_named_in_the_warning() -> None:
+    # A stand-in with a storage node's command line: what a killed test run leaves behind.
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                          "-m", "storage_node.server"])
+    try:
+        found = quiet.others()
+        assert found.get(p.pid) == "midtown"
+        msg = quiet.warning(found, 0.0)
+        assert msg is not None and str(p.pid) in msg and "cluster down" in msg
+    finally:
+        p.kill()
+        p.wait()
+    assert p.pid not in quiet.others()
+
+
+def test_busy_cpu_is_reported_from_proc_stat() -> None:
+    before = quiet.cpu_times("cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    after = quiet.cpu_times("cpu  400 0 200 1000 100 0 0 0 0 0\n")
+    assert before == (200, 1000) and after == (600, 1700)
+    assert quiet.busy_fraction(before, after) == pytest.approx(400 / 700)
+    assert quiet.busy_fraction(after, after) == 0.0
+    assert quiet.warning({}, 0.05) is None
+    msg = quiet.warning({}, 0.57)
+    assert msg is not None and "57% of the CPU" in msg
+    many = quiet.warning({pid: "midtown" for pid in range(100, 130)}, 0.0)
+    assert many is not None and "30 processes" in many and "..." in many
+
+
+def test_the_check_says_its_warning() -> None:
+    said: list[str] = []
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "log.server"])
+    try:
+        msg = quiet.check(said.append, window_s=0.05)
+    finally:
+        p.kill()
+        p.wait()
+    assert msg is not None and said == [msg] and str(p.pid) in msg

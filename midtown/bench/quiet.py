@@ -2,8 +2,9 @@
 
 The benchmarks start their own cluster and compare it with etcd on the same cores, so
 anything else running lowers Midtown's figures more than etcd's (Python spends CPU where etcd
-waits on the disk). A cluster left behind is the usual culprit: one left running by a killed
-test run took a single client's CAS from 1.65x to 2.65x etcd's p50 (docs/performance.md).
+waits on the disk). A cluster left behind is the usual culprit: with one left running by a
+killed test run, a single client's CAS measured 2.65x etcd's p50, and 1.65x once it was
+stopped (docs/performance.md).
 Before a benchmark starts its cluster, `check` names the processes of other clusters, and
 says how busy the CPU was for a second; it warns, and the run goes on."""
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from log.client import LogClient, LogError
@@ -101,6 +102,23 @@ class Appenders:
             return len(self.acks)
 
 
+def read_all(client: LogClient, log_id: int, n: int, addr: str, timeout_s: float = 30) -> list:
+    """The first `n` entries of a log from the replica at `addr`, retrying within
+    `timeout_s` while it answers UNAVAILABLE ("retry"): a replica back from a partition
+    fetches what it missed from its peers, whose channels may still be reconnecting, and
+    its catch-up fills it meanwhile. Any other error, or still UNAVAILABLE at the end,
+    fails the test."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return list(client.read(log_id, 0, follow=True, max_entries=n, server=addr,
+                                    timeout_s=max(1.0, deadline - time.monotonic())))
+        except LogError as e:
+            if e.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def verify_logs(client: LogClient, acks: list[Ack], servers: list[str]) -> dict[int, int]:
     """Every acknowledged entry is read back exactly once, in order, at its position, by
     a reader on every replica; positions are dense; timestamps never go backwards."""
@@ -115,8 +133,7 @@ def verify_logs(client: LogClient, acks: list[Ack], servers: list[str]) -> dict[
         reads = []
         for addr in servers:
             # A replica may learn the commit point a moment later: follow until there.
-            entries = list(client.read(log_id, 0, follow=True, max_entries=last + 1,
-                                       server=addr, timeout_s=30))
+            entries = read_all(client, log_id, last + 1, addr)
             positions = [e.position for e in entries]
             assert positions == list(range(len(entries))), f"log {log_id} from {addr}: not dense"
             assert len(entries) == last + 1, f"log {log_id} from {addr}: {len(entries)} <= {last}"

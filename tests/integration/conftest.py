@@ -15,6 +15,7 @@ import pytest
 
 from log.client import LogClient, LogError
 from midtown.cluster import Cluster
+from midtown_pb import log_pb2
 
 
 @contextmanager
@@ -102,7 +103,8 @@ class Appenders:
             return len(self.acks)
 
 
-def read_all(client: LogClient, log_id: int, n: int, addr: str, timeout_s: float = 30) -> list:
+def read_all(client: LogClient, log_id: int, n: int, addr: str,
+             timeout_s: float = 30) -> list[log_pb2.Entry]:
     """The first `n` entries of a log from the replica at `addr`, retrying within
     `timeout_s` while it answers UNAVAILABLE ("retry"): a replica back from a partition
     fetches what it missed from its peers, whose channels may still be reconnecting, and

@@ -71,6 +71,34 @@ def validate_op(op: pb.Op, i: int, prefix: str = "") -> None:
         check_ttl(op.incr.ttl_ms, f"{f}.incr.ttl_ms")
 
 
+def op_bytes(op: pb.Op) -> int:
+    """What an operation counts against its batch's BATCH_BYTES_MAX: its local key and its
+    values (a check-and-set's expected value too)."""
+    kind = op.WhichOneof("op")
+    if kind == "put":
+        return len(op.put.local_key) + len(op.put.value)
+    if kind == "cas":
+        return len(op.cas.local_key) + len(op.cas.new_value) + len(op.cas.expected_value)
+    return len(getattr(op, kind).local_key) if kind in ("delete", "incr", "get") else 0
+
+
+def check_batch(ops: Any, field: str, validate: Callable[[pb.Op, int], Any]) -> list[Any]:
+    """An atomic batch's operations (pb.Op): their number, each one (`validate(op, i)`,
+    whose results are returned), then their bytes together (op_bytes); Abort names the
+    field at fault under `field`."""
+    if not ops:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: a batch needs at least one operation")
+    if len(ops) > limits.BATCH_OPS_MAX:
+        raise Abort(Code.INVALID_ARGUMENT,
+                    f"{field}: {len(ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
+    out = [validate(o, i) for i, o in enumerate(ops)]
+    total = sum(map(op_bytes, ops))
+    if total > limits.BATCH_BYTES_MAX:
+        raise Abort(Code.INVALID_ARGUMENT, f"{field}: the local keys and values add up to {total} "
+                    f"bytes, the limit is {limits.BATCH_BYTES_MAX}")
+    return out
+
+
 def check_put_columns(c: pb.PutColumns) -> int:
     """How many rows well-formed columns hold; Abort names the first bad column or row."""
     n = len(c.partition_keys)

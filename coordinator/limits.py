@@ -14,11 +14,21 @@ from log import limits as log_limits
 # or a row under it. Small keys keep every record and every scan page small.
 PARTITION_KEY_BYTES_MAX = 1024
 LOCAL_KEY_BYTES_MAX = 4096
-# A value, with its record envelope, must fit one log entry.
-VALUE_BYTES_MAX = log_limits.PAYLOAD_BYTES_MAX - 64 * 1024
-# Operations in one atomic batch (one record).
+# A value: 960 KiB.
+VALUE_BYTES_MAX = 960 * 1024
+# Operations in one atomic batch (one record), and the bytes of their local keys and values
+# (expected values included) together: a check-and-set of the largest value against the
+# largest value under the longest local key is within it, and the record's envelope
+# (partitioning key, dataset, request id, callback, a few bytes per operation) fits the
+# rest of one log entry.
 BATCH_OPS_MAX = 1000
-BATCH_BYTES_MAX = log_limits.PAYLOAD_BYTES_MAX - 64 * 1024
+BATCH_BYTES_MAX = 2 * VALUE_BYTES_MAX + LOCAL_KEY_BYTES_MAX
+# One record: one log entry.
+RECORD_BYTES_MAX = log_limits.PAYLOAD_BYTES_MAX
+assert BATCH_BYTES_MAX + PARTITION_KEY_BYTES_MAX + BATCH_OPS_MAX * 32 + 64 * 1024 <= RECORD_BYTES_MAX
+# A bulk write's share of one shard is cut into records of about this size (one row,
+# however large, goes alone): records that apply and answer in a few milliseconds.
+BULK_RECORD_BYTES = 480 * 1024
 # Scan pages.
 SCAN_LIMIT_DEFAULT = 100
 SCAN_LIMIT_MAX = 1000

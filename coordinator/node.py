@@ -172,9 +172,9 @@ class Coordinator:
 
     def encode(self, rec: Record) -> bytes:
         payload = codec.record_to_bytes(rec)
-        if len(payload) > limits.BATCH_BYTES_MAX:
-            raise Abort(Code.INVALID_ARGUMENT,
-                        f"ops: the request is {len(payload)} bytes, the limit is {limits.BATCH_BYTES_MAX}")
+        if len(payload) > limits.RECORD_BYTES_MAX:  # the checks of each field keep within it
+            raise Abort(Code.INVALID_ARGUMENT, f"request: its record is {len(payload)} bytes, "
+                        f"the limit is {limits.RECORD_BYTES_MAX}")
         return payload
 
     def log_of(self, rec: Record) -> int:

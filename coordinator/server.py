@@ -30,6 +30,7 @@ from coordinator import many as many_run
 from coordinator.checks import (
     Abort,
     Code,
+    check_batch,
     check_cas,
     check_event_id,
     check_key,
@@ -97,6 +98,13 @@ def op_error(status: OpStatus, field: str) -> Abort:
     if status is OpStatus.OVERFLOW:
         return Abort(Code.OUT_OF_RANGE, f"{field}: the result does not fit in 64 bits")
     return Abort(Code.FAILED_PRECONDITION, f"{field}: condition failed")
+
+
+def _bulk_op(o: pb.Op, j: int, prefix: str) -> None:
+    """An operation of a bulk write's group: as in a batch, reads excepted."""
+    if o.WhichOneof("op") == "get":
+        raise Abort(Code.INVALID_ARGUMENT, f"{prefix}ops[{j}]: get is not allowed in a bulk write")
+    validate_op(o, j, prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,12 +283,7 @@ class KVService:
 
     def batch(self, req: pb.BatchRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.BatchResponse:
         check_partition(req.partition_key, "partition_key")
-        if not req.ops:
-            raise Abort(Code.INVALID_ARGUMENT, "ops: a batch needs at least one operation")
-        if len(req.ops) > limits.BATCH_OPS_MAX:
-            raise Abort(Code.INVALID_ARGUMENT,
-                        f"ops: {len(req.ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
-        ops = [check_op(o, i) for i, o in enumerate(req.ops)]
+        ops = check_batch(req.ops, "ops", check_op)
         self._eventual(d, req.header, "an atomic batch")
         r = self._execute(d, req.header, req.partition_key, ops, ctx)
         return pb.BatchResponse(applied=r.applied, results=[codec.op_result_to_pb(x) for x in r.results],
@@ -304,18 +307,10 @@ class KVService:
             f = f"groups[{i}]"
             check_partition(g.partition_key, f"{f}.partition_key")
             check_event_id(g.event_id, f"{f}.event_id")
-            if not g.ops:
-                raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops: a group needs at least one operation")
-            if len(g.ops) > limits.BATCH_OPS_MAX:
-                raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops: {len(g.ops)} operations, the limit is "
-                            f"{limits.BATCH_OPS_MAX}")
-            for j, o in enumerate(g.ops):
-                if o.WhichOneof("op") == "get":
-                    raise Abort(Code.INVALID_ARGUMENT, f"{f}.ops[{j}]: get is not allowed in a bulk write")
-                validate_op(o, j, f"{f}.")
+            check_batch(g.ops, f"{f}.ops", partial(_bulk_op, prefix=f"{f}."))
         planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
                             req.puts, self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
-                            self.c.callback_addr, limits.BATCH_BYTES_MAX // 2, self.c.answered_beside)
+                            self.c.callback_addr, limits.BULK_RECORD_BYTES, self.c.answered_beside)
         results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],
                                      self._deadline(ctx))
         first = len(req.groups)

@@ -18,6 +18,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from catalog import registry
 from log import limits
 from log import zk as zkpaths
 from log.driver import WriterDriver
@@ -129,6 +130,7 @@ class Election:
         except NodeExistsError:
             return
         try:
+            kv = registry.read_kv(self.zk)
             meta, version = zkpaths.read_metadata(self.zk, log_id)
             new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
             v = zkpaths.cas_metadata(self.zk, new, version)
@@ -143,7 +145,10 @@ class Election:
             return
         self.writer_cache.pop(log_id, None)
         self.meta[log_id] = new
-        core = Writer(log_id, new.epoch, new, v, tuple(self.topo.log_servers))
+        # A log that carries key-value shards gets time marks when idle: its storage nodes
+        # judge expiry by its time (Writer.time_marks).
+        core = Writer(log_id, new.epoch, new, v, tuple(self.topo.log_servers),
+                      time_marks=kv is not None and log_id < kv.logs)
         d = self.new_driver(core)
         self.writers[log_id] = d
         log.info("server %d writes log %d at epoch %d", self.server_id, log_id, new.epoch)

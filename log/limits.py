@@ -3,9 +3,10 @@
 # Positions start here on a fresh log.
 FIRST_POSITION = 0
 
-# One payload: a storage-node record is small; a megabyte leaves room for large batches
-# of key-value operations while keeping one entry well under gRPC's message limit.
-PAYLOAD_BYTES_MAX = 1024 * 1024
+# One payload: a storage-node record is usually small; 2 MiB holds the largest one (a
+# check-and-set of the largest value against the largest value, coordinator/limits.py)
+# while keeping one entry well under gRPC's message limit.
+PAYLOAD_BYTES_MAX = 2 * 1024 * 1024
 
 # One append call: a bounded batch keeps one replication message under GRPC_MESSAGE_BYTES_MAX.
 BATCH_ENTRIES_MAX = 10_000
@@ -38,6 +39,11 @@ from catalog.connect import ZK_SESSION_TIMEOUT_S, ZK_TICK_MS  # noqa: E402,F401
 # A non-preferred server waits this long before contesting a log with no writer, so that
 # writers stay spread over the servers (each log has a preferred server).
 ELECTION_BACKOFF_S = 0.5
+
+# A writer whose log has taken no append for this long appends a time mark (an entry with
+# an empty payload): the log's time, by which storage nodes judge expiry, then moves on a
+# quiet cluster too, so that a value is never read more than about this long past its TTL.
+TIME_MARK_IDLE_MS = 1000
 
 # Replica-to-replica calls.
 REPLICA_RPC_TIMEOUT_S = 2.0

@@ -103,6 +103,10 @@ class Writer:
     version: int  # ZooKeeper version of `metadata`
     replicas: tuple[int, ...]  # the new segment's replicas
     ack_quorum: int = limits.ACK_QUORUM
+    # Whether the log's time moves on its own when idle (time_mark_due): for the logs that
+    # carry key-value shards, whose readers judge expiry by it; other logs hold only what
+    # their appenders appended.
+    time_marks: bool = False
     state: State = State.FENCING
     failure: str = ""
     highest_epoch_seen: int = 0  # from FENCED replies: the next claim must go past it
@@ -303,6 +307,13 @@ class Writer:
         assert seg is not None and seg.epoch == self.epoch
         for i in range(0, len(entries), limits.MESSAGE_ENTRIES_MAX):
             self._send_entries(seg, tuple(entries[i : i + limits.MESSAGE_ENTRIES_MAX]), self.lac)
+
+    def time_mark_due(self, now_ms: int) -> bool:
+        """Whether the log has been idle long enough that its time should move on its own:
+        nothing in flight, and its last timestamp TIME_MARK_IDLE_MS or more behind `now_ms`.
+        The shell then appends a time mark, an entry with an empty payload (docs/log.md)."""
+        return (self.time_marks and self.state is State.WRITING and self.inflight() == 0
+                and now_ms - self.last_ts >= limits.TIME_MARK_IDLE_MS)
 
     def inflight(self) -> int:
         return self.next_position - 1 - self.lac if self.state is State.WRITING else 0

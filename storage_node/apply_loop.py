@@ -223,6 +223,9 @@ class ApplyLoop:
                 continue  # a stream restarted and sent again what was already applied
             assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
             for e in entries:
+                if not e.payload:  # a time mark: only the log's time moves (log/driver.py)
+                    self.state.last_data[log_id] = e.position
+                    continue
                 try:
                     rec = codec.record_from_bytes(e.payload)
                 except Exception:  # not a record every replica can decode: a no-op everywhere

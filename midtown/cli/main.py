@@ -268,6 +268,8 @@ def describe_entry(payload: bytes) -> dict[str, str]:
     from storage_node import codec
     from storage_node.model import Drop, Position
 
+    if not payload:  # the writer's time mark on an idle log (docs/log.md)
+        return {"operation": "time mark", "dataset": "", "keys": ""}
     raw = {"operation": "(raw)", "dataset": "", "keys": _show_payload(payload)}
     try:
         rec = codec.record_from_bytes(payload)

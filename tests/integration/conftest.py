@@ -23,7 +23,7 @@ def started(path: Path, **options: Any) -> Iterator[Cluster]:
     """A local cluster of real processes under `path`, stopped on the way out. The split
     layout unless `layout` says otherwise: most tests kill and pause one component at a
     time (the host layout's own tests ask for it)."""
-    c = Cluster(path, logs=16, **{"layout": "split", **options})
+    c = Cluster(path, **{"logs": 16, "layout": "split", **options})
     c.start(timeout_s=90)
     try:
         yield c

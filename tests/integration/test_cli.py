@@ -111,7 +111,8 @@ def test_cluster_up_in_the_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
     mt("cluster", "up", "--dir", d, "--detach")
     try:
         rows = json.loads(mt("log", "read", "0", "--dir", d, "--json").stdout)
-        assert [r["payload"] for r in rows] == ["kept"]
+        # Log 0 carries the key-value shards: its writer's time marks (empty) are there too.
+        assert [r["payload"] for r in rows if r["payload"]] == ["kept"]
     finally:
         mt("cluster", "down", "--dir", d)
 

@@ -435,3 +435,44 @@ def test_a_new_users_token_is_known_at_once(kvc: Cluster) -> None:
     finally:
         zk.stop()
         zk.close()
+
+
+def test_the_largest_value_is_stored_through_every_path(kvc: Cluster, cl: Client, tmp_path: Path) -> None:
+    """docs/api.md's value limit, exactly, under the longest keys: a put, a check-and-set,
+    a batch, a bulk write (as columns and as a group) and the command line store it; one
+    byte more is refused naming the value's field and the limit."""
+    import subprocess
+    import sys
+
+    from midtown.client import Write
+
+    big = b"v" * limits.VALUE_BYTES_MAX
+    pk, lk = "p" * limits.PARTITION_KEY_BYTES_MAX, "k" * limits.LOCAL_KEY_BYTES_MAX
+    v = cl.put("d", pk, lk, big)
+    got = cl.get("d", pk, lk)
+    assert got is not None and got.value == big and got.version == v
+    assert cl.cas("d", pk, lk, big[:-1] + b"w", expected=big).succeeded
+    assert cl.batch("d", [Op.put(pk, lk, big)]).applied
+    outs = cl.write_many("d", [Write.put("bulk", lk, big, event_id="e1"),
+                               Write([Op.put("bulk2", "a", big)], event_id="e2"),
+                               Write.put("bulk", "small", b"x", event_id="e3")])
+    assert [o.status for o in outs] == ["applied"] * 3, outs
+    assert (cl.get("d", "bulk2", "a") or Stub).value == big
+    f = tmp_path / "big.bin"
+    f.write_bytes(big)
+    p = subprocess.run([sys.executable, "-m", "midtown", "put", "d", "cli", "k", f"@{f}",
+                        "--zk", kvc.zk_hosts], capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    assert (cl.get("d", "cli", "k") or Stub).value == big
+    for call, field in [(lambda: cl.put("d", "p", "k", big + b"x"), "value"),
+                        (lambda: cl.cas("d", "p", "k", big + b"x", expect_absent=True), "new_value"),
+                        (lambda: cl.batch("d", [Op.put("p", c, big) for c in "abc"]), "ops"),
+                        (lambda: cl.write_many("d", [Write.put("p", "k", big + b"x")]), "values[0]")]:
+        with pytest.raises(errors.InvalidArgument) as ei:
+            call()
+        assert field in ei.value.message and "the limit is" in ei.value.message, ei.value.message
+    assert "request is" not in ei.value.message
+
+
+class Stub:
+    value = None

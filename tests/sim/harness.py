@@ -92,6 +92,7 @@ class Sim:
         self.violations: list[str] = []
         self.trace: list[str] = []
         self.lossy = True
+        self.marks = 0  # time marks appended by idle writers
 
     # ------------------------------------------------------------ components
     def _new_replica(self, s: int) -> ReplicaCore:
@@ -177,8 +178,9 @@ class Sim:
             return
         wid = self.next_writer_id
         self.next_writer_id += 1
-        f = self.cfg.writer_factory or Writer
-        w = f(LOG, self.zk.meta.epoch, self.zk.meta, v, SERVERS)
+        w = (self.cfg.writer_factory(LOG, self.zk.meta.epoch, self.zk.meta, v, SERVERS)
+             if self.cfg.writer_factory else
+             Writer(LOG, self.zk.meta.epoch, self.zk.meta, v, SERVERS, time_marks=True))
         self.writers[wid] = w
         self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch}")
         w.start(self.now)
@@ -201,6 +203,14 @@ class Sim:
         self.now += 1 + self.rng.randrange(100)
         for wid, w in list(self.writers.items()):
             w.tick(self.now)
+            # An idle writer's time mark (log/driver.py) is an append like any other, stamped
+            # by the same clock the appends use (a writer's clock is ahead of `now` here).
+            if w.time_mark_due(self.now + 1000):
+                tok = self.next_token
+                self.next_token += 1
+                self.tokens[tok] = [b""]
+                self.marks += 1
+                w.append(tok, [b""], self.now + 1000)
             if self.rng.random() < 0.5:
                 w.push_lac()
             self._drain(wid)

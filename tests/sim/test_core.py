@@ -106,3 +106,19 @@ def test_entry_and_batch_limits_name_the_field() -> None:
         validate_batch([b"x", b"y" * (limits.PAYLOAD_BYTES_MAX + 1)])
     with pytest.raises(ValueError, match="epoch"):
         Entry(0, 0, 0, b"")
+
+
+def test_an_idle_writer_of_a_key_value_log_marks_the_time() -> None:
+    from log.writer import State, Writer
+
+    meta = LogMetadata(log_id=0, epoch=1, writer=0, segments=())
+    w = Writer(0, 1, meta, 1, (0, 1, 2), time_marks=True)
+    w.state = State.WRITING
+    w.last_ts = 5_000
+    assert not w.time_mark_due(5_000 + limits.TIME_MARK_IDLE_MS - 1), "not idle long enough"
+    assert w.time_mark_due(5_000 + limits.TIME_MARK_IDLE_MS)
+    w.next_position = 3  # entries in flight: the log is not idle
+    assert not w.time_mark_due(10_000)
+    plain = Writer(0, 1, meta, 1, (0, 1, 2))
+    plain.state, plain.last_ts = State.WRITING, 0
+    assert not plain.time_mark_due(10_000), "a log that carries no shards holds only its appends"

@@ -50,7 +50,7 @@ class Part:
 
 
 def serve_all(parts: list[Part], ready: str) -> None:
-    """Start the parts in order, say `ready`, run until SIGTERM or SIGINT, then stop them in
+    """Start the parts in order, say `ready`, run until SIGTERM, SIGINT or SIGHUP, then stop them in
     the reverse order."""
     for p in parts:
         if p.listen:
@@ -59,8 +59,8 @@ def serve_all(parts: list[Part], ready: str) -> None:
         p.on_start()
     print(ready, flush=True)
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: done.set())
     while not done.wait(1):
         pass
     for p in reversed(parts):

@@ -77,12 +77,13 @@ def run(a: argparse.Namespace) -> int:
         # The log alone: no storage nodes or coordinators reading it meanwhile.
         cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0,
                           layout="split")
-        quiet.check(lambda m: print(m, file=sys.stderr, flush=True))
-        print("starting a local cluster (ZooKeeper + 3 log servers)...", file=sys.stderr, flush=True)
-        cluster.start(progress=False)
     results: list[dict] = []
     fo: dict = {}
     try:
+        if tmp is not None:
+            quiet.check(lambda m: print(m, file=sys.stderr, flush=True))
+            print("starting a local cluster (ZooKeeper + 3 log servers)...", file=sys.stderr, flush=True)
+            cluster.start(progress=False)
         with LogClient(cluster.zk_hosts) as client:
             logs = client.topology().logs
             for clients, batch in [(1, 1), (1, 100), (64, 1), (64, 100)]:

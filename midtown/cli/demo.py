@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from midtown.cli.interrupts import exit_code, interrupt_on_stop_signals
 from runtime.forking import restart_without_grpc_fork_handlers
 
 TENANTS = ["acme", "globex", "initech", "umbrella", "hooli"]
@@ -45,18 +46,22 @@ def main(argv: list[str] | None = None) -> int:
 
     d = Path(a.dir)
     started_here = False
+    interrupt_on_stop_signals()
     try:
-        c = Cluster.load(d)
-        running = all(p.alive() for p in c.procs.values())
-    except ClusterError:
-        running = False
-    if not running:
-        print(f"starting a local cluster in {d} ...", flush=True)
-        c = Cluster.load(d) if (d / "cluster.json").exists() else Cluster(d, layout=LAYOUT_DEFAULT)
-        c.start(progress=True)
-        started_here = True
-    try:
+        try:
+            c = Cluster.load(d)
+            running = all(p.alive() for p in c.procs.values())
+        except ClusterError:
+            running = False
+        if not running:
+            print(f"starting a local cluster in {d} ...", flush=True)
+            c = Cluster.load(d) if (d / "cluster.json").exists() else Cluster(d, layout=LAYOUT_DEFAULT)
+            started_here = True
+            c.start(progress=True)
         return _run(c, a.events, Client)
+    except KeyboardInterrupt as e:
+        print("interrupted", file=sys.stderr, flush=True)
+        return exit_code(e)
     finally:
         if started_here:
             c.stop()

@@ -16,6 +16,7 @@ from typing import Any
 
 from catalog import registry
 from midtown.cli.connect import DEFAULT_DIR, CliError, kv_client, zk_hosts
+from midtown.cli.interrupts import STOP_SIGNALS, exit_code, interrupt_on_stop_signals
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
 from midtown.output import emit
 from runtime.forking import restart_without_grpc_fork_handlers
@@ -51,6 +52,10 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
         except ClusterError as e:
             c.stop()
             raise CliError(str(e)) from None
+        except KeyboardInterrupt:  # a stop signal while it started: what it started, it stops
+            print("stopping...", flush=True)
+            c.stop()
+            raise
     _print_up(a, c, time.monotonic() - t0)
     if a.detach:
         return 0
@@ -61,8 +66,8 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
     print("running in the foreground, restarting a process that dies; Ctrl-C stops everything",
           flush=True)
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(sig, lambda *_: stop.set())
     supervise(c, stop, lambda msg: print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True))
     print("stopping...", flush=True)
     c.stop()
@@ -1014,6 +1019,7 @@ def main(argv: list[str] | None = None) -> int:
     from log.client import LogError
     from midtown.errors import MidtownError
 
+    interrupt_on_stop_signals()  # what a command started, it stops on SIGTERM and SIGHUP too
     try:
         return int(a.fn(a))
     except CliError as e:
@@ -1022,8 +1028,8 @@ def main(argv: list[str] | None = None) -> int:
     except (LogError, MidtownError) as e:
         print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        return exit_code(e)
     except BrokenPipeError:
         return 0
     except Exception as e:  # never a traceback: one line, and where to look

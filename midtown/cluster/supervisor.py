@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", required=True)
     a = ap.parse_args(argv)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
 
     def say(msg: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)

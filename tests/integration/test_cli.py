@@ -222,3 +222,63 @@ def test_values_from_files_and_stdin_deletes_counted_and_the_log_readable(tmp_pa
         assert "put" in log and "files" in log and "p/big" in log
     finally:
         mt("cluster", "down", "--dir", d)
+
+
+def _processes_under(path: Path) -> list[int]:
+    """Pids of the live processes whose command line names `path` (a cluster's data and
+    config live there, and ZooKeeper's, log servers' and storage nodes' commands name them)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(path).encode() in cmd and pid_alive(int(d.name)):
+                out.append(int(d.name))
+    return out
+
+
+def _stopped_by(sig: int, args: list[str], ready: str, where: Path, code: int | None = None) -> None:
+    """Start `midtown ARGS` with its temporary files under `where`, wait until it prints
+    `ready` (its processes are up), send `sig`: it exits with `code` (by default 128 + sig,
+    as the shell reports a command a signal ended), with no process left running under
+    `where` and no temporary file left behind."""
+    where.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(where / "tmp")}
+    (where / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "midtown", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+    assert proc.stdout is not None
+    out = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            out.append(line)
+            if ready in line or not line:
+                break
+        assert ready in out[-1], "".join(out)
+        assert _processes_under(where), f"{args}: no process under {where} to stop"
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == (128 + sig if code is None else code), "".join(out) + rest
+    left = _processes_under(where)
+    assert not left, f"{args}: {signal.Signals(sig).name} left processes {left} running"
+    assert not list((where / "tmp").iterdir()), f"{args}: temporary files left behind"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_benchmark_stops_what_it_started_on_each_signal(sig: int, tmp_path: Path) -> None:
+    _stopped_by(sig, ["bench", "log", "--seconds", "30", "--no-failover"], "workload:", tmp_path)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_cluster_up_in_the_foreground_stops_on_each_signal(sig: int, tmp_path: Path) -> None:
+    # (SIGINT: test_cluster_up_in_the_foreground_stops_on_ctrl_c, which also restarts it.)
+    # Stopping is how a foreground cluster ends: exit code 0, its data kept in --dir.
+    _stopped_by(sig, ["cluster", "up", "--dir", str(tmp_path / "fg")], "Ctrl-C stops everything",
+                tmp_path, code=0)

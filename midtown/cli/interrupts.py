@@ -1,0 +1,37 @@
+"""Commands that start processes stop them on SIGTERM and SIGHUP as on SIGINT (Ctrl-C):
+the signal becomes a KeyboardInterrupt in the main thread, so the same `finally` blocks
+stop the clusters, etcd and Spark a command started and remove its temporary directories.
+Once one has arrived, further SIGTERM and SIGHUP are ignored, so that the clean-up itself
+is not cut short (SIGKILL still ends the command at once)."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal other than SIGINT arrived; `signum` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def interrupt_on_stop_signals() -> None:
+    """From now on SIGTERM and SIGHUP interrupt the main thread as SIGINT does."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, _raise)
+
+
+def exit_code(e: KeyboardInterrupt) -> int:
+    """The shell's code for a command ended by a signal: 128 + the signal's number."""
+    return 128 + (e.signum if isinstance(e, Interrupted) else signal.SIGINT)

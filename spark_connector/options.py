@@ -54,6 +54,7 @@ class WriteOptions:
     ttl_column: str = ""
     rows_per_call: int = ROWS_PER_CALL_DEFAULT
     query_id: str = ""  # streaming: the query's identity in Midtown (default: Spark's query id)
+    report: str = ""  # a file the job's commit (or abort) writes its counts to, as JSON
 
 
 def _get(o: Mapping[str, str], name: str, default: str = "") -> str:
@@ -107,4 +108,5 @@ def write_options(o: Mapping[str, str]) -> WriteOptions:
         _get(o, "partition_key_column", "partition_key"), _get(o, "local_key_column", "local_key"),
         _get(o, "value_column", "value"), _get(o, "id_column"),
         _int(o, "ttl_ms", 0, 0, 10 * 365 * 24 * 3600 * 1000), _get(o, "ttl_column"),
-        _int(o, "rows_per_call", ROWS_PER_CALL_DEFAULT, 1, ROWS_PER_CALL_MAX), _get(o, "query_id"))
+        _int(o, "rows_per_call", ROWS_PER_CALL_DEFAULT, 1, ROWS_PER_CALL_MAX), _get(o, "query_id"),
+        _get(o, "report"))

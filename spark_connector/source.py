@@ -172,6 +172,8 @@ class MidtownWriter(DataSourceWriter):
     def commit(self, messages: list[Any]) -> None:
         total = _total(messages)
         log.warning("midtown: wrote %s into %s", total.summary(), self.o.dataset)
+        if self.o.report:
+            total.write_report(self.o.report, "committed" if not total.failed else "failed")
         if total.failed:
             raise RuntimeError(f"midtown: {total.failed} of {total.rows} rows failed: "
                                + "; ".join(total.reasons))
@@ -179,6 +181,8 @@ class MidtownWriter(DataSourceWriter):
     def abort(self, messages: list[Any]) -> None:
         # Nothing is undone: a row whose call returned is applied, one whose call failed has
         # an unknown outcome; with event ids, running the job again completes it exactly.
+        if self.o.report:
+            _total(messages).write_report(self.o.report, "aborted")
         log.warning("midtown: job aborted after %s into %s; nothing undone (run it again: with "
                     "id_column each event is applied once)", _total(messages).summary(), self.o.dataset)
 

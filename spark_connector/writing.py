@@ -29,6 +29,19 @@ class Counts:
         self.failed += other.failed
         self.reasons += other.reasons[: REASONS_KEPT - len(self.reasons)]
 
+    def write_report(self, path: str, outcome: str) -> None:
+        """The counts as JSON in `path` (written whole, then renamed into place), with the
+        job's `outcome` ("committed" or "aborted"): the `report` write option."""
+        import json
+        import os
+
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"outcome": outcome, "rows": self.rows, "applied": self.applied,
+                       "duplicates": self.duplicates, "failed": self.failed,
+                       "reasons": self.reasons}, f)
+        os.replace(tmp, path)
+
     def summary(self) -> str:
         s = (f"{self.rows} rows: {self.applied} applied, {self.duplicates} duplicates skipped, "
              f"{self.failed} failed")

@@ -333,9 +333,27 @@ def test_make_demo_counts_every_tenant_exactly(spark: Any, sc: Cluster,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """`make demo`'s run (midtown/cli/demo.py) in this session: a task dies half-way once,
     and the summary a newcomer checks by eye says exactly once, with every tenant right."""
+    import re
+
     from midtown.cli import demo
 
     assert demo._run(sc, 4000, Client, spark) == 0
     out = capsys.readouterr().out
     assert "exactly once: yes" in out and "WRONG" not in out
     assert all(t in out for t in demo.TENANTS)
+    # What it prints of the retry and of the duplicates is what Spark and the sink counted.
+    failed = re.search(r"(\d+) task attempt\(s\) failed", out)
+    assert failed is not None and int(failed.group(1)) >= 1, out
+    repeats = int(re.search(r"\((\d+) repeats of an event id\)", out).group(1))  # type: ignore[union-attr]
+    dups = int(re.search(r"duplicates skipped \(the sink\): (\d+)", out).group(1))  # type: ignore[union-attr]
+    applied = int(re.search(r"applied \(the sink's count\): +(\d+)", out).group(1))  # type: ignore[union-attr]
+    assert dups >= repeats > 0 and applied == 4000, out  # 4000 distinct events
+
+
+def test_the_demo_fails_when_its_task_failure_does_not_happen(
+        spark: Any, sc: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo is evidence of a retry: without one, it says so and exits 1."""
+    from midtown.cli import demo
+
+    assert demo._run(sc, 500, Client, spark, inject_failure=False) == 1
+    assert "the injected task failure did not happen" in capsys.readouterr().err

@@ -8,12 +8,25 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+# A cell of a listing (a scan, a list) shows at most this many characters and says how long
+# it was; one record (a get) is shown whole, and --json always shows everything.
+CELL_CHARS_MAX = 64
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+
+def abbreviated(s: str, limit: int = CELL_CHARS_MAX) -> str:
+    if len(s) <= limit:
+        return s
+    return f"{s[:limit - 16]}... ({len(s)} chars)"
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
+          whole: bool = False) -> str:
+    """Rows as a table; long cells abbreviated unless `whole`."""
     if not rows:
         return "(none)"
     cols = list(columns or rows[0].keys())
-    cells = [[_fmt(r.get(c)) for c in cols] for r in rows]
+    cut = str if whole else abbreviated
+    cells = [[cut(_fmt(r.get(c))) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
@@ -36,7 +49,7 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None) -> None
     elif isinstance(data, list):
         print(table(data, columns))
     elif isinstance(data, dict):
-        print(table([data], columns))
+        print(table([data], columns, whole=True))
     else:
         print(data)
     sys.stdout.flush()

@@ -14,7 +14,11 @@ DEFAULT_DIR = Path("run/local")
 
 
 class CliError(Exception):
-    pass
+    """A bad command line or argument: exit code 2, the message naming what to change."""
+
+
+class Unreachable(CliError):
+    """The cluster could not be reached, or did not answer within --timeout: exit code 5."""
 
 
 def zk_hosts(a: argparse.Namespace) -> str:

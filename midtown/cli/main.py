@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import registry
-from midtown.cli.connect import DEFAULT_DIR, CliError, kv_client, zk_hosts
+from midtown.cli.connect import DEFAULT_DIR, CliError, Unreachable, kv_client, zk_hosts
 from midtown.cli.interrupts import STOP_SIGNALS, exit_code, interrupt_on_stop_signals
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
 from midtown.output import emit
@@ -388,8 +388,8 @@ def _zk(a: argparse.Namespace) -> Any:
     try:
         return zkpaths.connect(hosts, connect_timeout_s=wait)
     except Exception:
-        raise CliError(f"cannot reach ZooKeeper at {hosts} within {wait:g}s (--zk, --dir or "
-                       "$MIDTOWN_ZK name it)") from None
+        raise Unreachable(f"cannot reach ZooKeeper at {hosts} within {wait:g}s (--zk, --dir or "
+                          "$MIDTOWN_ZK name it)") from None
 
 
 def cmd_user(a: argparse.Namespace) -> int:
@@ -509,59 +509,54 @@ def _value_row(local: bytes, v: Any) -> dict:
 
 
 def cmd_data(a: argparse.Namespace) -> int:
-    from midtown import errors
 
     enc = a.encoding
     p, lk = _payload(a.partition, enc), _payload(getattr(a, "local", "") or "", enc)
     with kv_client(a) as c:
-        try:
-            if a.group == "get":
-                v = c.get(a.dataset, p, lk, consistency=a.consistency)
-                if v is None:
-                    if a.json:
-                        emit({"found": False}, True)
-                    else:
-                        print("(not found)")
-                    return 3
-                emit({"found": True, **_value_row(lk, v)}, a.json,
-                     ["local_key", "value", "version", "expires_at_ms"])
-            elif a.group == "put":
-                ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
-                ver = c.put(a.dataset, p, lk, _value(a.value, enc, "VALUE"), ttl_ms=ttl)
-                emit({"version": ver}, a.json)
-            elif a.group == "delete":
-                n = c.delete(a.dataset, p, lk)
-                emit({"deleted": n}, a.json)
-                if not n and not a.json:
-                    print("(nothing deleted: no such key)")
-            elif a.group == "cas":
-                if a.expect is None and not a.expect_absent and not a.expect_version:
-                    raise CliError("cas: give --expect VALUE, --expect-absent or --expect-version N")
-                r = c.cas(a.dataset, p, lk, _value(a.new or "", enc, "--new"),
-                          expected=_value(a.expect, enc, "--expect") if a.expect is not None else None,
-                          expect_absent=a.expect_absent, expected_version=a.expect_version,
-                          delete=a.delete)
-                cur = r.current
-                emit({"succeeded": r.succeeded, "version": r.version or None,
-                      "current": _show_payload(cur.value) if cur else None,
-                      "current_version": cur.version if cur else None}, a.json)
-                return 0 if r.succeeded else 4
-            elif a.group == "incr":
-                n = c.incr(a.dataset, p, lk, a.delta)
-                emit({"value": n}, a.json)
-            elif a.group == "scan":
-                page = c.scan(a.dataset, p, start=_payload(a.start, enc), end=_payload(a.end, enc),
-                              limit=a.limit, consistency=a.consistency)
-                rows = [_value_row(i.local_key, i.value) for i in page.items]
+        if a.group == "get":
+            v = c.get(a.dataset, p, lk, consistency=a.consistency)
+            if v is None:
                 if a.json:
-                    emit({"items": rows, "next": _show_payload(page.next) if page.next else None}, True)
+                    emit({"found": False}, True)
                 else:
-                    emit(rows, False, ["local_key", "value", "version", "expires_at_ms"])
-                    if page.next:
-                        print(f"(more: --start {_show_payload(page.next)})")
-        except errors.MidtownError as e:
-            print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
-            return 1
+                    print("(not found)")
+                return 3
+            emit({"found": True, **_value_row(lk, v)}, a.json,
+                 ["local_key", "value", "version", "expires_at_ms"])
+        elif a.group == "put":
+            ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
+            ver = c.put(a.dataset, p, lk, _value(a.value, enc, "VALUE"), ttl_ms=ttl)
+            emit({"version": ver}, a.json)
+        elif a.group == "delete":
+            n = c.delete(a.dataset, p, lk)
+            emit({"deleted": n}, a.json)
+            if not n and not a.json:
+                print("(nothing deleted: no such key)")
+        elif a.group == "cas":
+            if a.expect is None and not a.expect_absent and not a.expect_version:
+                raise CliError("cas: give --expect VALUE, --expect-absent or --expect-version N")
+            r = c.cas(a.dataset, p, lk, _value(a.new or "", enc, "--new"),
+                      expected=_value(a.expect, enc, "--expect") if a.expect is not None else None,
+                      expect_absent=a.expect_absent, expected_version=a.expect_version,
+                      delete=a.delete)
+            cur = r.current
+            emit({"succeeded": r.succeeded, "version": r.version or None,
+                  "current": _show_payload(cur.value) if cur else None,
+                  "current_version": cur.version if cur else None}, a.json)
+            return 0 if r.succeeded else 4
+        elif a.group == "incr":
+            n = c.incr(a.dataset, p, lk, a.delta)
+            emit({"value": n}, a.json)
+        elif a.group == "scan":
+            page = c.scan(a.dataset, p, start=_payload(a.start, enc), end=_payload(a.end, enc),
+                          limit=a.limit, consistency=a.consistency)
+            rows = [_value_row(i.local_key, i.value) for i in page.items]
+            if a.json:
+                emit({"items": rows, "next": _show_payload(page.next) if page.next else None}, True)
+            else:
+                emit(rows, False, ["local_key", "value", "version", "expires_at_ms"])
+                if page.next:
+                    print(f"(more: --start {_show_payload(page.next)})")
     return 0
 
 
@@ -724,7 +719,12 @@ def _nonneg(name: str):  # type: ignore[no-untyped-def]
 
 def parser() -> argparse.ArgumentParser:
     """The `midtown` command's parser: one function per group of commands below."""
-    p = argparse.ArgumentParser(prog="midtown", description="Midtown key-value store")
+    p = argparse.ArgumentParser(
+        prog="midtown", description="Midtown key-value store",
+        epilog="The options of every command that talks to a cluster (--zk, --dir, --timeout, --json, "
+               "--token, --coordinator, --tls-ca, --encoding) may also come before the command. Exit "
+               "codes: 0 done, 1 refused by the store, 2 bad command line, 3 get found nothing, 4 cas "
+               "did not succeed, 5 cluster unreachable or no answer in time, 128+N signal N.")
     p.add_argument("--version", action="version", version=f"midtown {version()}")
     sub = p.add_subparsers(dest="group", required=True)
     for group in (_cluster_commands, _log_commands, _dataset_commands, _user_commands, _data_commands,
@@ -768,6 +768,8 @@ def _cluster_commands(sub: Any) -> None:
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")
+    it.add_argument("--timeout", type=_positive("--timeout"), default=10.0,
+                    help="seconds to wait for ZooKeeper (default %(default)s)")
     it.add_argument("--logs", type=_nonneg("--logs"), default=16)
     it.add_argument("--log-servers", default="0,1,2", help="log server ids, comma-separated")
     it.add_argument("--shards", type=_nonneg("--shards"), default=64)
@@ -1004,9 +1006,38 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+# Exit codes, one per kind of outcome (docs/api.md, "The command line"): 3 and 4 are a
+# get that found nothing and a check-and-set that did not succeed; 128 + N, signal N.
+EXIT_REFUSED = 1  # the store refused the request (its gRPC status is printed)
+EXIT_USAGE = 2  # a bad command line or argument
+EXIT_UNREACHABLE = 5  # the cluster could not be reached, or did not answer in time
+
+# Options that every command talking to a cluster takes, accepted before the command too
+# (`midtown --zk HOST:PORT get ...`, as `etcdctl --endpoints ... get`): option -> takes a value.
+COMMON_OPTIONS = {"--zk": True, "--dir": True, "--timeout": True, "--json": False, "--token": True,
+                  "--coordinator": True, "--tls-ca": True, "--encoding": True}
+
+
+def hoist_common(args: list[str]) -> list[str]:
+    """`args` with the common options given before the command moved after it (before a
+    `--`, if any), where the command's own parser takes them."""
+    front: list[str] = []
+    i = 0
+    while i < len(args) and args[i].startswith("--") and args[i] != "--":
+        name = args[i].split("=", 1)[0]
+        if name not in COMMON_OPTIONS:
+            break  # --version, --help, or a mistake the parser will name
+        takes_value = COMMON_OPTIONS[name] and "=" not in args[i]
+        front += args[i:i + 1 + takes_value]
+        i += 1 + takes_value
+    rest = args[i:]
+    cut = rest.index("--") if "--" in rest else len(rest)
+    return rest[:cut] + front + rest[cut:]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
-    args = sys.argv[1:] if argv is None else argv
+    args = hoist_common(sys.argv[1:] if argv is None else argv)
     if not args:
         p.print_help()
         return 0
@@ -1022,12 +1053,15 @@ def main(argv: list[str] | None = None) -> int:
     interrupt_on_stop_signals()  # what a command started, it stops on SIGTERM and SIGHUP too
     try:
         return int(a.fn(a))
+    except Unreachable as e:
+        print(f"midtown: {e}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except CliError as e:
         print(f"midtown: {e}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except (LogError, MidtownError) as e:
         print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
-        return 1
+        return EXIT_UNREACHABLE if e.code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else EXIT_REFUSED
     except KeyboardInterrupt as e:
         return exit_code(e)
     except BrokenPipeError:

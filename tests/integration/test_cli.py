@@ -3,6 +3,7 @@ user runs them (separate processes), in tables and in JSON."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -173,24 +174,55 @@ def test_a_supervised_cluster_restarts_what_dies(tmp_path: Path) -> None:
                                                              "--json").stdout) if p["pid"])
 
 
+def _cluster_commands(load: Path) -> list[list[str]]:
+    """Every `midtown` command that talks to a cluster (it takes --zk), read from the parser,
+    with stand-in arguments: its positionals, and the options it requires."""
+    import argparse
+
+    from midtown.cli.main import parser
+
+    required = {("log", "truncate"): ["--before", "1"], ("cas",): ["--expect-absent"],
+                ("placement", "balance"): ["--load", str(load)]}
+    out = []
+
+    def walk(p: argparse.ArgumentParser, words: tuple[str, ...]) -> None:
+        for act in p._actions:
+            if isinstance(act, argparse._SubParsersAction):
+                for name, sp in act.choices.items():
+                    walk(sp, words + (name,))
+                return
+        if any("--zk" in act.option_strings for act in p._actions):
+            positionals = [act for act in p._actions if not act.option_strings and act.nargs != "?"]
+            out.append([*words, *["1"] * len(positionals), *required.get(words, [])])
+    walk(parser(), ())
+    return out
+
+
 def test_no_command_ends_in_a_traceback_and_zookeeper_errors_come_within_the_timeout(tmp_path: Path) -> None:
+    """Every command that talks to a cluster, with nothing at its ZooKeeper address: exit
+    code 5 (docs/api.md), one line naming the address, within its --timeout; the common
+    options are taken before the command too."""
     assert "usage: midtown" in mt().stdout  # no arguments: the help
     assert mt("--version").stdout.startswith("midtown ")
-    commands = (["log", "status"], ["log", "read", "0"], ["node", "status"], ["dataset", "list"],
-                ["get", "ds", "k", "l"], ["put", "ds", "k", "l", "v"], ["user", "list"],
-                ["dataset", "describe", "x"])
+    (tmp_path / "load.json").write_text("{}")
+    commands = _cluster_commands(tmp_path / "load.json")
+    assert len(commands) >= 25 and ["log", "status"] in commands and ["get", "1", "1"] in commands
 
     def timed(args: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
         t0 = time.monotonic()
-        p = mt(*args, "--zk", "127.0.0.1:1", "--timeout", "2", check=False)
+        front = args[0] in ("get", "dataset")  # `midtown --zk ... get ...`, as etcdctl takes it
+        opts = ["--zk", "127.0.0.1:1", "--timeout", "1"]
+        p = mt(*(opts + args if front else args + opts), check=False)
         return p, time.monotonic() - t0
 
-    # Two at a time: each waits out its 2 s timeout, so the test need not wait them in turn.
-    with ThreadPoolExecutor(2) as pool:
+    # Four at a time: each waits out its 1 s timeout, so the test need not wait them in turn.
+    with ThreadPoolExecutor(4) as pool:
         for args, (p, took) in zip(commands, pool.map(timed, commands)):
-            assert p.returncode != 0 and "Traceback" not in p.stderr, (args, p.stderr)
+            assert p.returncode == 5 and "Traceback" not in p.stderr, (args, p.returncode, p.stderr)
             assert "127.0.0.1:1" in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
             assert took < 10, (args, took)
+    bad = mt("--zk", "127.0.0.1:1", "get", check=False)  # a bad command line is 2, whatever else
+    assert bad.returncode == 2 and "dataset" in bad.stderr, bad.stderr
 
 
 def test_values_from_files_and_stdin_deletes_counted_and_the_log_readable(tmp_path: Path) -> None:
@@ -220,6 +252,21 @@ def test_values_from_files_and_stdin_deletes_counted_and_the_log_readable(tmp_pa
         assert missing.returncode == 2 and "VALUE" in missing.stderr
         log = mt("log", "read", "0", "--dir", d).stdout
         assert "put" in log and "files" in log and "p/big" in log
+        # A scan's table abbreviates a long value (a 2 KB binary one); --json has it whole.
+        (tmp_path / "blob.bin").write_bytes(os.urandom(2048))
+        mt("put", "files", "s", "blob", f"@{tmp_path / 'blob.bin'}", "--dir", d)
+        mt("--dir", d, "put", "files", "s", "note", "short")  # common options before the command
+        rows = mt("scan", "files", "s", "--dir", d).stdout.splitlines()
+        assert len(rows) == 3 and all(len(r) < 160 for r in rows), rows
+        assert "chars)" in rows[1] and rows[2].split()[:2] == ["note", "short"], rows
+        whole = json.loads(mt("--json", "scan", "files", "s", "--dir", d).stdout)["items"][0]["value"]
+        assert base64.b64decode(whole.removeprefix("base64:")) == (tmp_path / "blob.bin").read_bytes()
+        # One exit code per outcome (docs/api.md): refused by the store 1, nothing found 3,
+        # a check-and-set that failed 4.
+        assert mt("get", "nosuch", "p", "k", "--dir", d, check=False).returncode == 1
+        assert mt("get", "files", "p", "absent", "--dir", d, check=False).returncode == 3
+        assert mt("cas", "files", "s", "note", "x", "--expect", "other", "--dir", d,
+                  check=False).returncode == 4
     finally:
         mt("cluster", "down", "--dir", d)
 

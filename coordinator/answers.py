@@ -7,7 +7,9 @@ future it gets back; the callback service delivers here."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
@@ -32,29 +34,38 @@ DIVERGENCES = Counter(
 REFUSED_ANSWERS = Counter(
     "midtown_callback_answers_refused_total",
     "Answers delivered to the callback service that match no record this coordinator sent "
-    "(or come from no member storage node): dropped")
+    "(or come from no member storage node, or lack the record's answer secret): dropped")
 
 Answer = RecordResult | pb.RecordResult  # a storage node in this process answers with model objects
 
 
-def answer_expected(sent: tuple[int, int] | None, members: Any, m: Answer) -> bool:
+def answer_expected(sent: tuple[int, int] | None, members: Any, m: Answer, secret: int | None) -> bool:
     """Whether an answer delivered to the callback service can come from a storage node
     applying a record this coordinator sent: `sent` is that record's (log, shard), None if
-    it sent none with this request id; `members` the registered storage node ids. Anything
-    else (a forged or misdirected Deliver) must neither wake a waiter nor be compared."""
-    return sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
+    it sent none with this request id; `members` the registered storage node ids; `secret`
+    the record's answer secret for an answer that came over the network (None: from the
+    storage node in this process). Anything else (a forged or misdirected Deliver, even one
+    naming a real request id) must neither wake a waiter nor be compared."""
+    return (sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
+            and (secret is None or secret == getattr(m, "answer_secret", None)))
 
 
 class Answers:
     def __init__(self, members: Callable[[], Collection[int]]) -> None:
         """`members`: the registered storage node ids (as last seen)."""
         self.members = members
+        self._key = os.urandom(16)  # this process's: answer secrets cannot be guessed
         self._lock = threading.Lock()
         self._waiters: dict[bytes, list[Future[Answer]]] = {}
         self._sent: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()
         self.refused = 0  # answers dropped: for no record sent, or from no member
         self.divergences = 0
+
+    def secret(self, request_id: bytes) -> int:
+        """The answer secret of this coordinator's record with `request_id` (kv.proto
+        Record.answer_secret): a hash of it keyed with this process's key."""
+        return int.from_bytes(hashlib.blake2b(request_id, key=self._key, digest_size=8).digest(), "big")
 
     def expect(self, records: list[tuple[int, int, bytes]]) -> list[Future[Answer]]:
         """A future for the answer to each record (log, shard, request id) about to be
@@ -91,7 +102,8 @@ class Answers:
         for m in results:
             with self._lock:
                 sent = self._sent.get(m.request_id)
-            if not answer_expected(sent, members, m):
+            over_network = not isinstance(m, RecordResult)
+            if not answer_expected(sent, members, m, self.secret(m.request_id) if over_network else None):
                 self.refused += 1
                 REFUSED_ANSWERS.inc()
                 continue

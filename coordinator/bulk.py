@@ -55,18 +55,20 @@ def _by_shard(dataset_id: str, pkeys: list[bytes], shards: int) -> dict[int, lis
 def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
          groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int, kv_logs: int,
          request_id: bytes, callback: str, bytes_max: int,
-         beside: Callable[[int], bool] = lambda log_id: False) -> list[Planned]:
+         beside: Callable[[int], bool] = lambda log_id: False,
+         secret: Callable[[bytes], int] = lambda request_id: 0) -> list[Planned]:
     """One record per shard (more if a shard's share is larger than `bytes_max`), the
     groups in the order they came within each; then, the same way, one record of puts per
     shard. A Planned's indexes count the groups first, then the put rows. `beside(log)`:
     whether a storage node beside the coordinator answers that log's records alone
-    (Record.answered_beside)."""
+    (Record.answered_beside); `secret(request id)`: a record's answer secret
+    (Record.answer_secret)."""
     out: list[Planned] = []
     _plan_groups(dataset_id, default_ttl_ms, window_ms, max_ids, groups, shards, kv_logs,
-                 request_id, callback, bytes_max, beside, out)
+                 request_id, callback, bytes_max, beside, secret, out)
     if puts.partition_keys:
         _plan_puts(dataset_id, default_ttl_ms, window_ms, max_ids, puts, len(groups), shards, kv_logs,
-                   request_id, callback, bytes_max, beside, out)
+                   request_id, callback, bytes_max, beside, secret, out)
     return out
 
 
@@ -87,7 +89,8 @@ def _chunks(idx: list[int], size_of: Callable[[int], int], bytes_max: int) -> It
 
 def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
                puts: pb.PutColumns, first: int, shards: int, kv_logs: int, request_id: bytes,
-               callback: str, bytes_max: int, beside: Callable[[int], bool], out: list[Planned]) -> None:
+               callback: str, bytes_max: int, beside: Callable[[int], bool],
+               secret: Callable[[bytes], int], out: list[Planned]) -> None:
     pkeys, lkeys, values = list(puts.partition_keys), list(puts.local_keys), list(puts.values)
     eids, ttls = list(puts.event_ids), list(puts.ttl_ms)
 
@@ -105,14 +108,16 @@ def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: in
                                  ttl_ms=[ttls[i] for i in part] if ttls else [])
             rec = pb.Record(request_id=rid, callback=callback, dataset=dataset_id, shard=shard,
                             default_ttl_ms=default_ttl_ms, dedup_window_ms=window_ms,
-                            dedup_max_ids=max_ids, puts=cols, answered_beside=answered_beside)
+                            dedup_max_ids=max_ids, puts=cols, answered_beside=answered_beside,
+                            answer_secret=secret(rid))
             out.append(Planned(log_id, shard, rid, rec.SerializeToString(),
                                tuple(first + i for i in part)))
 
 
 def _plan_groups(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
                  groups: list[pb.WriteGroup], shards: int, kv_logs: int, request_id: bytes,
-                 callback: str, bytes_max: int, beside: Callable[[int], bool], out: list[Planned]) -> None:
+                 callback: str, bytes_max: int, beside: Callable[[int], bool],
+                 secret: Callable[[bytes], int], out: list[Planned]) -> None:
     by_shard = _by_shard(dataset_id, [g.partition_key for g in groups], shards)
     for shard, idx in sorted(by_shard.items()):
         log_id = log_of(shard, kv_logs)
@@ -123,7 +128,7 @@ def _plan_groups(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: 
                             default_ttl_ms=default_ttl_ms, dedup_window_ms=window_ms, dedup_max_ids=max_ids,
                             groups=[pb.Group(partition_key=groups[i].partition_key, ops=groups[i].ops,
                                              event_id=groups[i].event_id) for i in part],
-                            answered_beside=answered_beside)
+                            answered_beside=answered_beside, answer_secret=secret(rid))
             out.append(Planned(log_id, shard, rid, rec.SerializeToString(), tuple(part)))
 
 

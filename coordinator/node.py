@@ -171,7 +171,9 @@ class Coordinator:
                 and node.state.node_id in self.replicas.members_or_last())
 
     def encode(self, rec: Record) -> bytes:
-        payload = codec.record_to_bytes(rec)
+        """The record as a log entry's payload, with its answer secret (Answers.secret)."""
+        payload = codec.record_to_bytes(
+            dataclasses.replace(rec, answer_secret=self.answers.secret(rec.request_id)))
         if len(payload) > limits.RECORD_BYTES_MAX:  # the checks of each field keep within it
             raise Abort(Code.INVALID_ARGUMENT, f"request: its record is {len(payload)} bytes, "
                         f"the limit is {limits.RECORD_BYTES_MAX}")

@@ -310,7 +310,8 @@ class KVService:
             check_batch(g.ops, f"{f}.ops", partial(_bulk_op, prefix=f"{f}."))
         planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
                             req.puts, self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
-                            self.c.callback_addr, limits.BULK_RECORD_BYTES, self.c.answered_beside)
+                            self.c.callback_addr, limits.BULK_RECORD_BYTES, self.c.answered_beside,
+                            self.c.answers.secret)
         results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],
                                      self._deadline(ctx))
         first = len(req.groups)

@@ -239,7 +239,9 @@ class ApplyLoop:
                     if self.local_answers.at(rec.callback) is not None:  # always: it costs no call
                         near.setdefault(rec.callback, []).append(applied.result)
                     elif self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position):
-                        out.setdefault(rec.callback, []).append(codec.result_to_pb(applied.result))
+                        m = codec.result_to_pb(applied.result)
+                        m.answer_secret = rec.answer_secret  # the coordinator takes no answer without it
+                        out.setdefault(rec.callback, []).append(m)
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
             APPLIED.labels(log=str(log_id)).inc(len(entries))
             POSITION.labels(log=str(log_id)).set(entries[-1].position + 1)

@@ -118,6 +118,7 @@ def record_to_bytes(r: Record) -> bytes:
                          event_id=g.event_id) for g in r.groups],
         dedup_window_ms=r.dedup_window_ms, dedup_max_ids=r.dedup_max_ids,
         puts=put_columns(r.puts) if r.puts else None, answered_beside=r.answered_beside,
+        answer_secret=r.answer_secret,
     ).SerializeToString()
 
 
@@ -128,7 +129,7 @@ def record_from_bytes(b: bytes) -> Record:
                   tuple([Group(g.partition_key, tuple(map(op_from_pb, g.ops)), g.event_id)
                          for g in m.groups]),
                   m.dedup_window_ms, m.dedup_max_ids,
-                  put_rows(m.puts) if m.HasField("puts") else (), m.answered_beside)
+                  put_rows(m.puts) if m.HasField("puts") else (), m.answered_beside, m.answer_secret)
 
 
 def op_result_to_pb(r: OpResult) -> pb.OpResult:

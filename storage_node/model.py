@@ -121,6 +121,8 @@ class Record:
     puts: tuple[PutRow, ...] = ()
     # A storage node in the coordinator's process answers it (kv.proto Record.answered_beside).
     answered_beside: bool = False
+    # Echoed in the answers sent over the network (kv.proto Record.answer_secret).
+    answer_secret: int = 0
 
 
 @dataclass(frozen=True, slots=True)

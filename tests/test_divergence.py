@@ -4,6 +4,7 @@ and a log line naming the shard and positions."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,7 @@ def test_deliver_wakes_the_waiter_once_and_checks_every_answer() -> None:
     c = _bare()
     [waiter] = c.expect([(3, 6, b"rid")])  # the record it appended
     first = codec.result_to_pb(RecordResult(b"rid", 3, 11, 6, 0xAA, 0, True))
+    first.answer_secret = c.secret(b"rid")  # as the storage node echoes it from the record
     second = pb.RecordResult()
     second.CopyFrom(first)
     second.node_id, second.digest = 1, 0xBB  # the other replica, diverged
@@ -68,12 +70,27 @@ def test_answers_for_records_it_never_sent_are_dropped() -> None:
               RecordResult(b"rid", 3, 11, 7, 0xBB, 1, True),    # another shard
               RecordResult(b"rid", 4, 11, 6, 0xBB, 1, True),    # another log
               RecordResult(b"rid", 3, 11, 6, 0xBB, 9, True)]    # no such storage node
-    c.deliver([codec.result_to_pb(r) for r in forged])
-    assert not waiter.done() and c.divergences == 0 and c.refused == 4
-    c.deliver([codec.result_to_pb(honest)])
+    def over_network(r: RecordResult, secret: int) -> Any:
+        m = codec.result_to_pb(r)
+        m.answer_secret = secret
+        return m
+
+    right = c.secret(b"rid")
+    # The right request id, log, shard and node, but not the record's answer secret: a
+    # process that was never sent the record (a wrong guess, or none at all).
+    c.deliver([over_network(r, right) for r in forged] + [over_network(honest, right ^ 1),
+                                                          over_network(honest, 0)])
+    assert not waiter.done() and c.divergences == 0 and c.refused == 6
+    assert c.secret(b"rid") == right and c.secret(b"other") != right
+    assert Answers(lambda: {0}).secret(b"rid") != right, "each coordinator has a key of its own"
+    c.deliver([over_network(honest, right)])
     assert waiter.result(0).digest == 0xAA
-    c.deliver([codec.result_to_pb(forged[1]), codec.result_to_pb(forged[3])])
+    c.deliver([over_network(forged[1], right), over_network(forged[3], right)])
     assert c.divergences == 0
+    # The storage node in the coordinator's own process hands over model objects: no secret.
+    [w2] = c.expect([(3, 6, b"rid2")])
+    c.deliver([RecordResult(b"rid2", 3, 12, 6, 0xAA, 0, True)])
+    assert w2.done()
 
 
 def test_too_many_waiting_requests_are_refused_and_forgetting_frees_room() -> None:

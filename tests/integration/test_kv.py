@@ -9,7 +9,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -27,15 +26,18 @@ from tests.linearizability import INF, Operation, check_per_key
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def kv_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with started(tmp_path / "kv", coordinators=2) as c:
+@pytest.fixture(scope="module")
+def kv_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module's tests (a cluster per test cost the suite ~10 s each):
+    each test writes partitioning keys of its own in dataset "t", and a test that kills a
+    process restarts it before it ends."""
+    with started(tmp_path_factory.mktemp("kv") / "c", coordinators=2) as c:
+        c.create_dataset("t")
         yield c
 
 
 @pytest.fixture
 def db(kv_cluster: Cluster) -> Iterator[Client]:
-    kv_cluster.create_dataset("t")
     with Client(zk=kv_cluster.zk_hosts, timeout=20) as c:
         yield c
 

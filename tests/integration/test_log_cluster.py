@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -15,9 +16,17 @@ from log import zk as zkpaths
 from log.client import LogClient, LogError
 from midtown.cluster import Cluster
 from midtown_pb import log_pb2 as pb
-from tests.integration.conftest import Ack, Appenders, restart_and_wait, verify_logs, wait_for
+from tests.integration.conftest import Ack, Appenders, restart_and_wait, started, verify_logs, wait_for
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module (a cluster per test cost the suite seconds each): each
+    test appends to logs of its own, and restarts what it kills or pauses."""
+    with started(tmp_path_factory.mktemp("log") / "c") as c:
+        yield c
 
 
 def _servers(cluster: Cluster) -> list[str]:

@@ -21,6 +21,7 @@ from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import inprocess, transport
 from runtime.refreshed import Refreshed
+from runtime.refusals import BEHIND_TRAILER, Refusal, reason
 from storage_node.node import StorageNode
 from storage_node.reads import Behind
 
@@ -67,11 +68,13 @@ class Replicas:
         return getattr(local, name)(req)
 
     def first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
-        """The answer of the first storage node that gives one (None: none did)."""
+        """The answer of the first storage node that gives one (None: none did). A refusal
+        that another node would give too reaches the client as it came (refused_by_all)."""
         for addr in self._order():
             try:
                 return self.call(addr, method, req, timeout_s)
-            except (grpc.RpcError, Behind, ValueError):
+            except (grpc.RpcError, Behind, Refusal, ValueError) as e:
+                refused_by_all(e)
                 continue
         return None
 
@@ -106,7 +109,8 @@ class Replicas:
                 it = iter(local.scan_shard(req) if local is not None else
                           self._stub(addr).ScanShard(req, timeout=deadline_s))
                 first = next(it, None)
-            except (grpc.RpcError, Behind, ValueError):
+            except (grpc.RpcError, Behind, Refusal, ValueError) as e:
+                refused_by_all(e)
                 continue
             return _stream_from(first, it)
         raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
@@ -124,6 +128,28 @@ class Replicas:
         if stub is None:
             stub = self._stubs[addr] = kv_pb2_grpc.StorageStub(transport.channel(addr))
         return stub
+
+
+# What a storage node's failure means for the other replicas: it is down, slow, shedding
+# load or not caught up (Behind) -- another may answer. Any other refusal is about the
+# request or the shard's state, which every replica shares: no replica, and no retry, can
+# do better, so the client gets it with its code and reason.
+_ANOTHER_MAY = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.RESOURCE_EXHAUSTED,
+                Code.UNKNOWN, Code.INTERNAL}
+
+
+def refused_by_all(e: Exception) -> None:
+    """Raise `e` as the client's refusal unless another storage node may answer instead."""
+    if isinstance(e, Behind):
+        return
+    if isinstance(e, grpc.RpcError):
+        trailers = getattr(e, "trailing_metadata", lambda: None)()
+        if e.code() in _ANOTHER_MAY or reason(trailers) == BEHIND_TRAILER[1]:
+            return
+        raise Abort(e.code(), e.details() or e.code().name) from None
+    if isinstance(e, Refusal):
+        raise e
+    raise Abort(Code.INVALID_ARGUMENT, str(e)) from None  # a ValueError naming the field
 
 
 def _stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

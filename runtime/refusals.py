@@ -46,6 +46,9 @@ QUOTA_TRAILER = (REFUSED, "quota")
 NOT_WRITER = "not-writer"
 NO_WRITER = "no-writer"
 WRITER_TRAILER_KEY = "midtown-writer"
+# A storage node that has not applied far enough for a read yet (storage_node/reads.py
+# Behind): another replica may have; the coordinator asks it instead.
+BEHIND_TRAILER = (REFUSED, "behind")
 
 
 def reason(trailers: object) -> str:

@@ -16,6 +16,12 @@ class OptionError(ValueError):
     """A bad option: the message starts with the option's name."""
 
 
+# The check a job makes on the driver when Spark plans it (the cluster answers, the dataset
+# exists) ends within this long, or within the `timeout_s` option if that is shorter: a
+# job that names a wrong address fails at once, not after the tasks' longer timeout.
+PLANNING_TIMEOUT_S = 5.0
+
+
 @dataclass(frozen=True)
 class Connection:
     """How tasks reach the cluster; opened inside each task, never pickled open."""
@@ -25,11 +31,18 @@ class Connection:
     tls_ca: str = ""
     timeout_s: float = 60.0
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self, timeout_s: float | None = None):  # type: ignore[no-untyped-def]
+        """A Client; its calls end within `timeout_s` (by default the `timeout_s` option)."""
         from midtown import Client
 
-        return Client(list(self.coordinators) or None, zk=self.zk or None, timeout=self.timeout_s,
+        return Client(list(self.coordinators) or None, zk=self.zk or None,
+                      timeout=self.timeout_s if timeout_s is None else timeout_s,
                       token=self.token or None, tls_ca=self.tls_ca or None)
+
+    def where(self) -> str:
+        """The address tried, for messages."""
+        return (f"ZooKeeper at {self.zk}" if self.zk else
+                f"coordinators {', '.join(self.coordinators)}")
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,10 @@ class WriteOptions:
     rows_per_call: int = ROWS_PER_CALL_DEFAULT
     query_id: str = ""  # streaming: the query's identity in Midtown (default: Spark's query id)
     report: str = ""  # a file the job's commit (or abort) writes its counts to, as JSON
+    # Streaming: a query id whose last commit is older than this may be taken over by a new
+    # copy of the query (a lost checkpoint); `takeover` takes it over at once.
+    lease_s: int = 60
+    takeover: bool = False
 
 
 def _get(o: Mapping[str, str], name: str, default: str = "") -> str:
@@ -109,4 +126,11 @@ def write_options(o: Mapping[str, str]) -> WriteOptions:
         _get(o, "value_column", "value"), _get(o, "id_column"),
         _int(o, "ttl_ms", 0, 0, 10 * 365 * 24 * 3600 * 1000), _get(o, "ttl_column"),
         _int(o, "rows_per_call", ROWS_PER_CALL_DEFAULT, 1, ROWS_PER_CALL_MAX), _get(o, "query_id"),
-        _get(o, "report"))
+        _get(o, "report"), _int(o, "lease_s", 60, 1, 7 * 24 * 3600), _bool(o, "takeover"))
+
+
+def _bool(o: Mapping[str, str], name: str) -> bool:
+    raw = _get(o, name, "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise OptionError(f"{name}: {raw!r}; say true or false")
+    return raw == "true"

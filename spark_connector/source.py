@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,8 +35,35 @@ STREAM_STATE_PARTITION = b"\x00midtown-streams"
 
 
 def register(spark: Any) -> None:
-    """Make `spark.read.format("midtown")` and `df.write.format("midtown")` available."""
+    """Make `spark.read.format("midtown")` and `df.write.format("midtown")` (and their
+    streaming forms) available, from any thread of the session."""
     spark.dataSource.register(MidtownDataSource)
+    _found_from_any_thread()
+
+
+def _found_from_any_thread() -> None:
+    """Spark finds a Python data source through the calling thread's *active* session (a
+    JVM thread-local), which a thread started after the session lacks: saving from such a
+    thread failed with DATA_SOURCE_NOT_FOUND. So `format("midtown")` on a reader or writer
+    makes its own session the thread's active one first (as createDataFrame does). Done
+    once per process; other formats are untouched."""
+    from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
+    from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
+
+    for cls in (DataFrameReader, DataFrameWriter, DataStreamReader, DataStreamWriter):
+        original = cls.format
+        if getattr(original, "midtown_active_session", False):
+            continue
+
+        def format(self: Any, source: str, _original: Any = original) -> Any:
+            if source == MidtownDataSource.name():
+                spark = self._spark
+                spark._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+            return _original(self, source)
+
+        format.midtown_active_session = True  # type: ignore[attr-defined]
+        format.__doc__ = original.__doc__
+        cls.format = format  # type: ignore[method-assign]
 
 
 def _fields(schema: StructType) -> dict[str, str]:
@@ -46,13 +74,16 @@ def _check_dataset(conn: opt.Connection, dataset: str) -> int:
     """The cluster's shard count, checking on the driver that the dataset exists."""
     from midtown import errors
 
+    wait = min(conn.timeout_s, opt.PLANNING_TIMEOUT_S)
     try:
-        with conn.client() as db:
+        with conn.client(timeout_s=wait) as db:
             return db.shards(dataset)
     except errors.NotFound:
         raise OptionError(f"dataset: no dataset {dataset!r} in this cluster") from None
     except errors.MidtownError as e:
-        raise OptionError(f"zk: cannot reach the Midtown cluster ({e.message})") from None
+        option = "zk" if conn.zk else "coordinators"
+        raise OptionError(f"{option}: cannot reach the Midtown cluster through {conn.where()} within "
+                          f"{wait:g}s ({e.code.name}: {e.message})") from None
 
 
 class MidtownDataSource(DataSource):
@@ -175,16 +206,30 @@ class MidtownWriter(DataSourceWriter):
         if self.o.report:
             total.write_report(self.o.report, "committed" if not total.failed else "failed")
         if total.failed:
-            raise RuntimeError(f"midtown: {total.failed} of {total.rows} rows failed: "
-                               + "; ".join(total.reasons))
+            raise RuntimeError(f"midtown: {total.failed} of {total.rows} rows were refused and the "
+                               f"{total.applied + total.duplicates} others written: {total.failures()}. "
+                               "Running the job again refuses them again: fix these rows")
 
     def abort(self, messages: list[Any]) -> None:
         # Nothing is undone: a row whose call returned is applied, one whose call failed has
         # an unknown outcome; with event ids, running the job again completes it exactly.
+        total = _total(messages)
         if self.o.report:
-            _total(messages).write_report(self.o.report, "aborted")
-        log.warning("midtown: job aborted after %s into %s; nothing undone (run it again: with "
-                    "id_column each event is applied once)", _total(messages).summary(), self.o.dataset)
+            total.write_report(self.o.report, "aborted")
+        log.warning("midtown: job aborted after %s into %s; nothing undone. %s", total.summary(),
+                    self.o.dataset, abort_advice(total, bool(self.o.id_column)))
+
+
+def abort_advice(total: Counts, with_ids: bool) -> str:
+    """What to do after an aborted job, for this job: rows the store refused are refused
+    again by any re-run; a re-run without id_column writes again what was written."""
+    if total.failed:
+        return (f"{total.failed} rows were refused ({total.failures()}): running the job again "
+                "refuses them again; fix them, or leave them out")
+    if with_ids:
+        return "Run it again: with id_column each event is applied once"
+    return ("Running it again writes again the rows already written (puts the same values, "
+            "increments counted again): set id_column for exactly once")
 
 
 class StreamConflict(RuntimeError):
@@ -210,9 +255,8 @@ class MidtownStreamWriter(DataSourceStreamWriter):
         qid = self.o.query_id or spark_qid
         with self.o.conn.client() as db:
             state = _stream_state(db, self.o.dataset, qid)
-            if state is not None and state["owner"] != spark_qid:
-                raise StreamConflict(_conflict(qid, state))
-            if state is not None and state["batch"] >= batch_id:
+            mine = claim(state, qid, spark_qid, _now_ms(), self.o.lease_s, self.o.takeover)
+            if mine and state is not None and state["batch"] >= batch_id:
                 n = sum(1 for _ in iterator)
                 return MidtownCommitMessage(Counts(rows=n), spark_qid, batch_id, skipped=True)
             counts = write_rows(self.o, rows_of(iterator), lambda ws: db.write_many(self.o.dataset, ws))
@@ -226,10 +270,10 @@ class MidtownStreamWriter(DataSourceStreamWriter):
         qid = self.o.query_id or spark_qid
         total = _total(mine)
         if total.failed:
-            raise RuntimeError(f"midtown: batch {batchId}: {total.failed} of {total.rows} rows failed: "
-                               + "; ".join(total.reasons))
+            raise RuntimeError(f"midtown: batch {batchId}: {total.failed} of {total.rows} rows were "
+                               f"refused: {total.failures()}")
         with self.o.conn.client() as db:
-            _record_batch(db, self.o.dataset, qid, spark_qid, batchId)
+            _record_batch(db, self.o, qid, spark_qid, batchId)
         what = "skipped (committed before)" if all(m.skipped for m in mine) else total.summary()
         log.warning("midtown: query %s batch %d into %s: %s", qid, batchId, self.o.dataset, what)
 
@@ -243,27 +287,51 @@ def _stream_state(db: Any, dataset: str, qid: str) -> dict | None:
     return json.loads(v.value) if v is not None else None
 
 
-def _conflict(qid: str, state: dict) -> str:
-    return (f"midtown: streaming query {qid!r} is written by another running copy (Spark query "
-            f"{state['owner']}, at batch {state['batch']}); stop one of them, or give each its own "
-            "query_id option")
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
-def _record_batch(db: Any, dataset: str, qid: str, spark_qid: str, batch_id: int) -> None:
-    """Record that `batch_id` of query `qid` committed, with check-and-set against what was
-    read: exactly one copy of a query can move it on."""
+def claim(state: dict | None, qid: str, spark_qid: str, now_ms: int, lease_s: int, takeover: bool) -> bool:
+    """Whether the streaming query `qid`, as the Spark query `spark_qid`, may write: True
+    if it owns the query id (its own batches: a replayed one is skipped), False if it may
+    take the id over (no state yet; another copy whose last commit is more than `lease_s`
+    old, by the drivers' clocks, so it is taken to be stopped; or `takeover`). Raises
+    StreamConflict naming the running copy otherwise."""
+    if state is None:
+        return False
+    if state["owner"] == spark_qid:
+        return True
+    age_s = (now_ms - int(state.get("committed_ms", 0))) / 1000
+    if takeover or age_s > lease_s:
+        return False
+    raise StreamConflict(
+        f"midtown: streaming query {qid!r} is written by another running copy (Spark query "
+        f"{state['owner']}, which committed batch {state['batch']} {max(age_s, 0):.0f}s ago, within the "
+        f"{lease_s}s lease): stop one of them, or give each its own query_id option. A copy "
+        f"that is stopped (a lost checkpoint) is taken over {lease_s}s after its last commit, "
+        "or at once with option takeover=true (docs/spark.md)")
+
+
+def _record_batch(db: Any, o: WriteOptions, qid: str, spark_qid: str, batch_id: int) -> None:
+    """Record that `batch_id` of query `qid` committed, with the time (the lease a running
+    copy renews), by check-and-set against what was read: exactly one copy of a query can
+    move it on."""
+    dataset = o.dataset
     for _ in range(10):
         cur = db.get(dataset, STREAM_STATE_PARTITION, qid)
         state = json.loads(cur.value) if cur is not None else None
-        if state is not None and state["owner"] != spark_qid:
-            raise StreamConflict(_conflict(qid, state))
-        if state is not None and state["batch"] >= batch_id:
+        mine = claim(state, qid, spark_qid, _now_ms(), o.lease_s, o.takeover)
+        if mine and state is not None and state["batch"] >= batch_id:
             return  # a replay of a committed batch
-        new = json.dumps({"owner": spark_qid, "batch": batch_id}).encode()
+        new = json.dumps({"owner": spark_qid, "batch": batch_id, "committed_ms": _now_ms()}).encode()
         r = (db.cas(dataset, STREAM_STATE_PARTITION, qid, new, expect_absent=True) if cur is None else
              db.cas(dataset, STREAM_STATE_PARTITION, qid, new, expected=cur.value,
                     expected_version=cur.version))
         if r.succeeded:
+            if state is not None and not mine:
+                log.warning("midtown: streaming query %s taken over from Spark query %s (its last "
+                            "commit, batch %s, was %.0fs ago)", qid, state["owner"], state["batch"],
+                            (_now_ms() - int(state.get("committed_ms", 0))) / 1000)
             return
     raise StreamConflict(f"midtown: streaming query {qid!r}: its commit record kept changing; "
                          "is another copy running?")

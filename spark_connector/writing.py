@@ -11,27 +11,52 @@ from typing import Any
 from spark_connector.options import OptionError, WriteOptions
 
 log = logging.getLogger("midtown.spark")
-REASONS_KEPT = 5
+REASONS_KEPT = 5  # distinct failure reasons a task or job keeps
+KEYS_KEPT = 3  # rows named per reason
+KEY_CHARS_MAX = 40
 
 
 @dataclass
 class Counts:
+    """What happened to a task's (or a job's) rows. Failures are kept by reason, each with
+    how many rows it refused and the keys of the first few (REASONS_KEPT reasons)."""
     rows: int = 0
     applied: int = 0
     duplicates: int = 0
     failed: int = 0
-    reasons: list[str] = field(default_factory=list)  # the first few failures
+    reasons: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+
+    def fail(self, reason: str, keys: str) -> None:
+        """One row refused for `reason`; `keys` says which row (its keys)."""
+        self.failed += 1
+        self._note(reason, 1, [keys])
+
+    def _note(self, reason: str, n: int, keys: list[str]) -> None:
+        have = self.reasons.get(reason)
+        if have is None and len(self.reasons) >= REASONS_KEPT:
+            return
+        count, kept = have or (0, [])
+        self.reasons[reason] = (count + n, (kept + keys)[:KEYS_KEPT])
 
     def add(self, other: Counts) -> None:
         self.rows += other.rows
         self.applied += other.applied
         self.duplicates += other.duplicates
         self.failed += other.failed
-        self.reasons += other.reasons[: REASONS_KEPT - len(self.reasons)]
+        for reason, (n, keys) in other.reasons.items():
+            self._note(reason, n, keys)
+
+    def failures(self) -> str:
+        """The reasons, each with its rows: "REASON (3 rows: u1/n, u2/n and 1 more)"."""
+        out = []
+        for reason, (n, keys) in self.reasons.items():
+            more = f" and {n - len(keys)} more" if n > len(keys) else ""
+            out.append(f"{reason} ({n} row{'s' if n != 1 else ''}: {', '.join(keys)}{more})")
+        return "; ".join(out)
 
     def write_report(self, path: str, outcome: str) -> None:
         """The counts as JSON in `path` (written whole, then renamed into place), with the
-        job's `outcome` ("committed" or "aborted"): the `report` write option."""
+        job's `outcome` ("committed", "failed" or "aborted"): the `report` write option."""
         import json
         import os
 
@@ -39,15 +64,28 @@ class Counts:
         with open(tmp, "w") as f:
             json.dump({"outcome": outcome, "rows": self.rows, "applied": self.applied,
                        "duplicates": self.duplicates, "failed": self.failed,
-                       "reasons": self.reasons}, f)
+                       "reasons": [{"reason": r, "rows": n, "keys": k}
+                                   for r, (n, k) in self.reasons.items()]}, f)
         os.replace(tmp, path)
 
     def summary(self) -> str:
         s = (f"{self.rows} rows: {self.applied} applied, {self.duplicates} duplicates skipped, "
              f"{self.failed} failed")
         if self.reasons:
-            s += " (" + "; ".join(self.reasons) + ")"
+            s += " (" + self.failures() + ")"
         return s
+
+
+def show_key(b: bytes) -> str:
+    """A key for a message: text where it is text, at most KEY_CHARS_MAX characters."""
+    t = b.decode(errors="replace")
+    return t if len(t) <= KEY_CHARS_MAX else t[:KEY_CHARS_MAX - 3] + "..."
+
+
+def keys_of(write: Any) -> str:
+    """A Midtown write's keys, as messages name its row: PARTITION/LOCAL."""
+    op = write.ops[0]
+    return f"{show_key(op.partition)}/{show_key(op.local)}"
 
 
 def as_bytes(v: Any, column: str) -> bytes:
@@ -83,37 +121,61 @@ def row_to_write(o: WriteOptions, row: Any) -> Any:
 
 def write_rows(o: WriteOptions, rows: Iterable[Any], send: Callable[[list[Any]], list[Any]]) -> Counts:
     """Write `rows` through `send` (a bulk write, Client.write_many), o.rows_per_call at a
-    time; count each row's outcome. A row that cannot become a write counts as failed."""
+    time; count each row's outcome. A row that cannot become a write, or that the store
+    refuses, counts as failed with its reason and keys; the other rows are written."""
     c = Counts()
     batch: list[Any] = []
-
-    def flush() -> None:
-        if not batch:
-            return
-        for out in send(batch):
-            if out.status == "applied":
-                c.applied += 1
-            elif out.status == "duplicate":
-                c.duplicates += 1
-            else:
-                c.failed += 1
-                if len(c.reasons) < REASONS_KEPT:
-                    c.reasons.append(out.error)
-        batch.clear()
-
     for row in rows:
         c.rows += 1
         try:
             batch.append(row_to_write(o, row))
         except ValueError as e:
-            c.failed += 1
-            if len(c.reasons) < REASONS_KEPT:
-                c.reasons.append(str(e))
+            c.fail(str(e), _row_keys(o, row))
             continue
         if len(batch) >= o.rows_per_call:
-            flush()
-    flush()
+            _send(batch, send, c)
+            batch = []
+    if batch:
+        _send(batch, send, c)
     return c
+
+
+def _send(writes: list[Any], send: Callable[[list[Any]], list[Any]], c: Counts) -> None:
+    """One bulk call, each row's outcome counted. A call refused as a whole for what one of
+    its rows holds (INVALID_ARGUMENT: a value over the limit, say) is split in halves and
+    sent again until the refused rows stand alone: they fail, the others are written.
+    Nothing was applied by the refused call (requests are checked before they are
+    appended), so sending its rows again applies none twice."""
+    from midtown import errors
+
+    try:
+        outcomes = send(writes)
+    except errors.InvalidArgument as e:
+        if len(writes) == 1:
+            c.fail(e.message, keys_of(writes[0]))
+            return
+        half = len(writes) // 2
+        _send(writes[:half], send, c)
+        _send(writes[half:], send, c)
+        return
+    for w, out in zip(writes, outcomes):
+        if out.status == "applied":
+            c.applied += 1
+        elif out.status == "duplicate":
+            c.duplicates += 1
+        else:
+            c.fail(out.error, keys_of(w))
+
+
+def _row_keys(o: WriteOptions, row: Any) -> str:
+    """A row's keys for a message, whatever their types."""
+    def one(column: str) -> str:
+        try:
+            v = row[column]
+        except (KeyError, ValueError, IndexError):
+            return "?"
+        return show_key(v if isinstance(v, bytes) else str(v).encode())
+    return f"{one(o.partition_key_column)}/{one(o.local_key_column)}"
 
 
 KEY_TYPES = ("StringType", "BinaryType", "IntegerType", "LongType", "ShortType", "ByteType")

@@ -61,7 +61,7 @@ class StorageNode:
         s.reload_positions()
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, data_dir, s.commit_lock, s.cond, s.positions,
-                           lambda: s.kv, s.kv_logs)
+                           lambda: s.kv, s.kv_logs, settings.shard_scan_rows_max)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peers, s.stop)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
                                  local_answers or inprocess.Local())

@@ -13,11 +13,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+import grpc
 from rocksdict import Checkpoint, Options, Rdict
 
 from catalog import registry
 from catalog.routing import check_shard, log_of
 from midtown_pb import kv_pb2 as pb
+from runtime.refusals import Refusal
 from storage_node import codec, keys
 from storage_node.apply import apply
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_PAGE_MAX, SHARD_SCAN_ROWS_MAX
@@ -32,7 +34,8 @@ class Behind(Exception):
 class Reads:
     def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
-                 kv: Callable[[], registry.KvTopology], kv_logs: int) -> None:
+                 kv: Callable[[], registry.KvTopology], kv_logs: int,
+                 scan_rows_max: int = SHARD_SCAN_ROWS_MAX) -> None:
         """`positions`: the node's (next position, log time) per log, updated by its applier
         under `commit_lock`, which notifies `cond`."""
         self.node_id = node_id
@@ -43,6 +46,7 @@ class Reads:
         self.positions = positions
         self.kv = kv
         self.kv_logs = kv_logs
+        self.scan_rows_max = scan_rows_max
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
         """A read of this replica's current state, expiry judged by the log time it has
@@ -90,9 +94,10 @@ class Reads:
             pos, ts = self.positions[log_id]
             for kv in self.store.under(prefix):
                 rows.append(kv)
-                if len(rows) > SHARD_SCAN_ROWS_MAX:
-                    raise ValueError(f"shard: {req.shard} holds more than {SHARD_SCAN_ROWS_MAX} keys of "
-                                     f"this dataset; a scan of it is refused (use more shards)")
+                if len(rows) > self.scan_rows_max:
+                    raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                                  f"{req.shard} holds more than {self.scan_rows_max} keys of this "
+                                  "dataset; a scan of it is refused (use more shards)", field="shard")
         return self._shard_pages(rows, len(prefix), pos, ts, req.page)
 
     @staticmethod

@@ -19,7 +19,7 @@ from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
-from runtime.refusals import refuse
+from runtime.refusals import BEHIND_TRAILER, Refusal, refuse
 from storage_node import bootstrap
 from storage_node.callbacks import AnswerTaker
 from storage_node.node import StorageNode
@@ -38,7 +38,9 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         try:
             return fn()
         except Behind as e:
-            refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION, str(e))
+            refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION, str(e), trailers=(BEHIND_TRAILER,))
+        except Refusal as r:  # about the request or the shard: every replica would say the same
+            r.abort(ctx)
         except ValueError as e:
             refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, str(e))
 

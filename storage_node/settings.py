@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from log.linger import LINGER_MS_MAX
+from storage_node.limits import SHARD_SCAN_ROWS_MAX
 
 # Upper bounds of the settings that have one, in seconds.
 _MAX_S = {"read_linger_s": LINGER_MS_MAX / 1000}  # what a Read may ask for
@@ -34,21 +36,27 @@ class Settings:
     # node's Read stream to send them together (MIDTOWN_READ_LINGER_S, at most 1 s): records
     # are answered beside the writer, and entries someone waits for go at once (log/linger.py).
     read_linger_s: float = 0.1
+    # The most keys of one dataset a shard scan copies (MIDTOWN_SHARD_SCAN_ROWS_MAX); a
+    # larger shard's scan is refused, saying so (storage_node/reads.py).
+    shard_scan_rows_max: int = SHARD_SCAN_ROWS_MAX
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
         """The defaults, each overridden by MIDTOWN_<FIELD> when set; a value that is not a
-        positive number is refused naming the variable."""
-        out = {}
+        positive number (of seconds, or a whole number of rows) is refused naming the
+        variable."""
+        out: dict[str, Any] = {}
         for f in fields(cls):
             name = "MIDTOWN_" + f.name.upper()
             if name in env:
+                whole = f.type == "int"
                 try:
-                    v = float(env[name])
+                    v: float | int = int(env[name]) if whole else float(env[name])
                 except ValueError:
-                    v = -1.0
+                    v = -1
                 if not v > 0:
-                    raise ValueError(f"{name}: {env[name]!r} is not a positive number of seconds")
+                    raise ValueError(f"{name}: {env[name]!r} is not a positive "
+                                     + ("whole number" if whole else "number of seconds"))
                 if v > _MAX_S.get(f.name, v):
                     raise ValueError(f"{name}: {env[name]!r} is more than {_MAX_S[f.name]} s")
                 out[f.name] = v

@@ -5,6 +5,7 @@ GEN := $(patsubst proto/midtown_pb/%.proto,midtown_pb/%_pb2.py,$(PROTOS))
 DIR ?= run/local
 SEED ?= 1
 RUNS ?= 200
+SERVERS ?= 3
 
 .PHONY: install proto run test test-fast sim soak bench lint clean demo
 
@@ -29,14 +30,16 @@ test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"
 
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
+# (SERVERS=5: a pool of five log servers, each segment on three of them)
 sim: proto
-	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS)
+	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS)
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
 # simulation seeds. make soak ROUNDS=30
 ROUNDS ?= 20
 soak: proto
 	$(PY) -m tests.sim.run --seed 100000 --runs 20000
+	$(PY) -m tests.sim.run --seed 200000 --runs 5000 --servers 5
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 

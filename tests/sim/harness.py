@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from log import reading
+from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
 from log.messages import AddEntries, Fence, ReadRange
 from log.metadata import LogMetadata
@@ -22,7 +23,6 @@ from log.store import MemStore
 from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
 
 LOG = 0
-SERVERS = (0, 1, 2)
 
 
 class FakeZK:
@@ -60,6 +60,9 @@ class Config:
     delay_max: int = 30
     replica_factory: Callable[[int, MemStore], ReplicaCore] | None = None
     writer_factory: Callable[..., Writer] | None = None
+    # Log servers in the pool; each segment opens on an ensemble of ENSEMBLE_SIZE of them
+    # (log/ensemble.py), so with more than three the ensembles change from writer to writer.
+    servers: int = 3
 
 
 @dataclass
@@ -79,8 +82,9 @@ class Sim:
         self.now = 0
         self.seq = 0
         self.zk = FakeZK()
-        self.stores = {s: MemStore() for s in SERVERS}
-        self.replicas: dict[int, ReplicaCore | None] = {s: self._new_replica(s) for s in SERVERS}
+        self.servers = tuple(range(self.cfg.servers))
+        self.stores = {s: MemStore() for s in self.servers}
+        self.replicas: dict[int, ReplicaCore | None] = {s: self._new_replica(s) for s in self.servers}
         self.writers: dict[int, Writer] = {}  # alive writers by id
         self.next_writer_id = 0
         self.net: list[_Msg] = []
@@ -172,17 +176,25 @@ class Sim:
     def elect(self) -> None:
         """A server claims the log: bump the epoch with a versioned write, start a writer."""
         meta, version = self.zk.meta, self.zk.version
-        server = self.rng.choice(SERVERS)
+        server = self.rng.choice(self.servers)
+        # The servers the claimant sees registered: the live ones, and now and then one
+        # that has just died (its ZooKeeper session not expired yet).
+        seen = [x for x in self.servers if self.replicas[x] is not None or self.rng.random() < 0.2]
+        load = {x: self.rng.randrange(4) for x in self.servers}  # other logs' segments
+        try:
+            ensemble = choose(server, seen, load)
+        except NoEnsemble:
+            return
         ok, v = self.zk.cas(meta.bump(server), version)
         if not ok:
             return
         wid = self.next_writer_id
         self.next_writer_id += 1
-        w = (self.cfg.writer_factory(LOG, self.zk.meta.epoch, self.zk.meta, v, SERVERS)
+        w = (self.cfg.writer_factory(LOG, self.zk.meta.epoch, self.zk.meta, v, ensemble)
              if self.cfg.writer_factory else
-             Writer(LOG, self.zk.meta.epoch, self.zk.meta, v, SERVERS, time_marks=True))
+             Writer(LOG, self.zk.meta.epoch, self.zk.meta, v, ensemble, time_marks=True))
         self.writers[wid] = w
-        self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch}")
+        self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch} ensemble {ensemble}")
         w.start(self.now)
         self._drain(wid)
 
@@ -306,7 +318,7 @@ class Sim:
         """Heal: restart every server, stop losing messages, elect a final writer, and let
         it recover and append once. It must get there (liveness)."""
         self.lossy = False
-        for s in SERVERS:
+        for s in self.servers:
             if self.replicas[s] is None:
                 self.replicas[s] = self._new_replica(s)
         self.writers.clear()
@@ -351,7 +363,7 @@ class Sim:
             if seg is None:  # (4) dense positions
                 self.violations.append(f"position {p} is in no segment")
                 continue
-            copies = {self.stores[s].get(LOG, seg.epoch, p) for s in SERVERS} - {None}
+            copies = {self.stores[s].get(LOG, seg.epoch, p) for s in self.servers} - {None}
             if not copies:  # (2) durability
                 self.violations.append(f"committed position {p} is on no replica")
                 continue
@@ -388,7 +400,7 @@ class Sim:
             if final[p].timestamp_ms < last_ts:
                 self.violations.append(f"timestamp goes backwards at {p}")
             last_ts = final[p].timestamp_ms
-        for s in SERVERS:  # (6) truncation removed the prefix everywhere
+        for s in self.servers:  # (6) truncation removed the prefix everywhere
             core = self.replicas[s]
             assert core is not None
             below = [k for k in self.stores[s].entries if k[2] < trunc]

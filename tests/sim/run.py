@@ -1,4 +1,4 @@
-"""Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--trace]"""
+"""Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from tests.sim.harness import Sim
+from tests.sim.harness import Config, Sim
 
 
 def main() -> int:
@@ -14,13 +14,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--servers", type=int, default=3,
+                    help="log servers in the pool; each segment opens on 3 of them")
     ap.add_argument("--trace", action="store_true")
     a = ap.parse_args()
     t0 = time.monotonic()
     bad = 0
     for seed in range(a.seed, a.seed + a.runs):
-        sim = Sim(seed)
-        sim.cfg.steps = a.steps
+        sim = Sim(seed, Config(steps=a.steps, servers=a.servers))
         v = sim.run()
         if a.trace:
             print("\n".join(sim.trace))

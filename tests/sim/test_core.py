@@ -122,3 +122,27 @@ def test_an_idle_writer_of_a_key_value_log_marks_the_time() -> None:
     plain = Writer(0, 1, meta, 1, (0, 1, 2))
     plain.state, plain.last_ts = State.WRITING, 0
     assert not plain.time_mark_due(10_000), "a log that carries no shards holds only its appends"
+
+
+def test_an_ensemble_is_the_claimant_and_the_least_loaded_live_servers() -> None:
+    from log.ensemble import NoEnsemble, choose, loads
+
+    assert choose(4, [0, 1, 2, 3, 4], {0: 3, 1: 0, 2: 1, 3: 0}) == (4, 1, 3)
+    assert choose(0, [0, 1, 2], {}) == (0, 1, 2)
+    with pytest.raises(NoEnsemble):
+        choose(0, [0, 1], {})
+    assert loads([(0, 1, 2), (0, 3, 4)], writers=[0]) == {0: 4, 1: 1, 2: 1, 3: 1, 4: 1}
+
+
+@given(claimant=st.integers(0, 9), live=st.sets(st.integers(0, 9), min_size=3),
+       load=st.dictionaries(st.integers(0, 9), st.integers(0, 50)))
+def test_ensembles_are_distinct_live_servers_led_by_the_claimant(claimant: int, live: set[int],
+                                                                 load: dict[int, int]) -> None:
+    from log.ensemble import choose
+
+    live = live | {claimant}
+    ens = choose(claimant, live, load)
+    assert ens[0] == claimant and len(set(ens)) == len(ens) == limits.ENSEMBLE_SIZE
+    assert set(ens) <= live
+    left_out = live - set(ens)
+    assert all(load.get(s, 0) >= max(load.get(x, 0) for x in ens[1:]) for s in left_out)

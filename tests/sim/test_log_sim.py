@@ -4,6 +4,7 @@ proof that the checker catches broken variants of the protocol."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from log import fencing
 from log.quorum import AckTracker
@@ -84,3 +85,45 @@ def test_checker_catches_missing_fencing() -> None:
 def test_checker_catches_ack_before_quorum() -> None:
     bad = _failing_seeds(lambda: Config(writer_factory=_AckBeforeQuorum), 300)
     assert len(bad) > 3
+
+
+ENSEMBLE_RUNS = int(os.environ.get("MIDTOWN_SIM_ENSEMBLE_RUNS", "200"))
+
+
+def test_invariants_hold_with_ensembles_of_three_among_five() -> None:
+    """Issue 32's pool of log servers: each segment opens on 3 of 5 servers
+    (log/ensemble.py), so ensembles change from writer to writer and a dead server drops
+    out at the next segment; fencing and recovery use the last segment's own replicas."""
+    failed, ensembles = {}, set()
+    for seed in range(ENSEMBLE_RUNS):
+        sim = Sim(seed, Config(servers=5))
+        v = sim.run()
+        ensembles |= {line.split("ensemble ")[1] for line in sim.trace if "ensemble" in line}
+        if v:
+            failed[seed] = v[0]
+    assert not failed, f"replay: make sim SEED=<seed> RUNS=1 SERVERS=5 -- {dict(list(failed.items())[:5])}"
+    assert len(ensembles) > 20, "the runs must change ensembles"
+
+
+class _FencesItsOwnEnsemble(Writer):
+    """Broken: fences and recovers from the ensemble it is about to open rather than the
+    last segment's replicas (a fence quorum computed from the wrong servers)."""
+
+    @property
+    def recovering_segment(self):  # type: ignore[no-untyped-def]
+        seg = self.metadata.last_segment
+        if seg is None or seg.sealed:
+            return None
+        return replace(seg, replicas=self.replicas)
+
+
+def test_checker_catches_fencing_the_wrong_ensemble() -> None:
+    bad = []
+    for seed in range(300):  # stops at the fourth failing seed
+        if Sim(seed, Config(servers=5, writer_factory=_FencesItsOwnEnsemble)).run():
+            bad.append(seed)
+            if len(bad) > 3:
+                break
+    assert len(bad) > 3, bad
+    # With every server in every ensemble (three servers), the same mistake is harmless.
+    assert not _failing_seeds(lambda: Config(writer_factory=_FencesItsOwnEnsemble), 50)

@@ -30,8 +30,10 @@ from coordinator.checks import (
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
 from coordinator.replicas import Replicas
-from log import limits as log_limits
+from log import read_index as ri
+from log import zk as zkpaths
 from log.client import LocalAppends, LogClient, LogError
+from log.metadata import LogMetadata
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
@@ -100,8 +102,11 @@ class Coordinator:
         # log and shard. An answer for anything else did not come from a storage node
         # applying our record, and is dropped before it can wake a waiter or be compared.
         self.answers = Answers(self.replicas.members_or_last)
-        self._log_servers: Refreshed[list[str]] = Refreshed(
-            lambda: list(self.logs.servers().values()), limits.MEMBERS_CACHE_S, initial=[])
+        self._log_servers: Refreshed[dict[int, str]] = Refreshed(
+            self.logs.servers, limits.MEMBERS_CACHE_S, initial={})
+        # Each log's metadata as last read: whose replicas a ReadIndex round asks. Read again
+        # when a replica shows a newer writer (log/read_index.py).
+        self._log_meta: dict[int, LogMetadata] = {}
         self._reads = ReadBatcher(self.read_round)
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.stopped = threading.Event()
@@ -295,41 +300,72 @@ class Coordinator:
         """Storage nodes' answers (coordinator/answers.py)."""
         self.answers.deliver(results)
 
-    def log_servers(self) -> list[str]:
-        """Registered log servers' addresses, read from ZooKeeper at most once a second."""
-        return list(self._log_servers.get())
+    def log_servers(self) -> dict[int, str]:
+        """Registered log servers' addresses by id, read from ZooKeeper at most once a second."""
+        return dict(self._log_servers.get())
 
     def read_index(self, log_id: int) -> int | None:
-        """The ReadIndex rule (DESIGN.md): the highest position stored by any of a fence
-        quorum of the log's replicas, asked now. Every write acknowledged before this call is
-        at or below it. None when not enough replicas answered."""
-        need = log_limits.fence_quorum(log_limits.ENSEMBLE_SIZE, log_limits.ACK_QUORUM)
-        req = log_pb2.TailRequest(log_id=log_id)
-        servers = self.log_servers()
-        lasts: list[int] = []
-        for a in servers:
-            node = self.local_log.at(a)
-            if node is not None:  # the log server in this process: asked directly
+        """The ReadIndex rule (DESIGN.md, log/read_index.py): the highest position stored by
+        any of a fence quorum of the log's last segment's replicas, asked now, with the
+        metadata read again when one of them has seen a newer writer. Every write
+        acknowledged before this call is at or below it. None when not enough replicas
+        answered (the read then goes through the log)."""
+        meta, fresh = self._log_meta.get(log_id), False
+        for _ in range(3):
+            if meta is None:
+                meta, fresh = self._read_log_meta(log_id), True
+            try:
+                index = ri.read_index(meta, self._tails(log_id, meta), fresh)
+            except ri.Stale:
+                meta = None
+                continue
+            if index is not None or fresh:
+                return index
+            meta = None  # too few of a cached segment's replicas answered: has it changed?
+        return None
+
+    def _read_log_meta(self, log_id: int) -> LogMetadata:
+        """The log's metadata as ZooKeeper's leader has it now (sync, then read): it names
+        every segment opened before this call."""
+        path = zkpaths.log_path(log_id)
+        self.zk.sync(path)
+        meta, _ = zkpaths.read_metadata(self.zk, log_id)
+        self._log_meta[log_id] = meta
+        return meta
+
+    def _tails(self, log_id: int, meta: LogMetadata) -> dict[int, ri.TailReply]:
+        """The Tail answers of the last segment's replicas, until a fence quorum of them
+        answered (or the wait is over): the log server in this process asked directly."""
+        want = ri.replicas_to_ask(meta)
+        addrs = self.log_servers()
+        replies: dict[int, ri.TailReply] = {}
+        remote = []
+        for r in want:
+            a = addrs.get(r)
+            node = self.local_log.at(a) if a is not None else None
+            if node is not None:
                 inprocess.used("read_index")
-                lasts.append(node.tail_hurrying(log_id))
-                servers.remove(a)
-                break
-        if len(lasts) >= need:
-            return max(lasts)
+                replies[r] = node.tail_hurrying(log_id)
+            elif a is not None:
+                remote.append((r, a))
+        if ri.enough(meta, replies) or not remote:
+            return replies
+        req = log_pb2.TailRequest(log_id=log_id)
         # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
-        calls = [_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S)
-                 for a in servers]
+        calls = {_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S): r
+                 for r, a in remote}
         try:
             for f in futures.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
                 try:
-                    lasts.append(int(f.result().last))
+                    t = f.result()
                 except Exception:
                     continue
-                if len(lasts) >= need:
-                    return max(lasts)
+                replies[calls[f]] = ri.TailReply(int(t.last), int(t.epoch))
+                if ri.enough(meta, replies):
+                    break
         except futures.TimeoutError:
             pass
-        return None
+        return replies
 
     def strong_read(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, op: Op,
                     deadline_s: float) -> tuple[OpResult, int]:

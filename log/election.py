@@ -19,9 +19,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from catalog import registry
-from log import limits
+from log import ensemble, limits
 from log import zk as zkpaths
 from log.driver import WriterDriver
+from log.ensemble import NoEnsemble
 from log.metadata import LogMetadata
 from log.writer import Writer
 
@@ -106,6 +107,16 @@ class Election:
             return
         self._claim(log_id)
 
+    def _ensemble(self) -> tuple[int, ...]:
+        """The ensemble of a segment this server opens now (log/ensemble.py): itself and the
+        least loaded of the pool's live servers, by the open segments and writers it last
+        saw (with too few live, the others). With three log servers, all three."""
+        live = [s for s in zkpaths.servers(self.zk) if s in self.topo.log_servers]
+        open_segments = [m.last_segment.replicas for m in self.meta.values() if m.last_segment]
+        writers = [w["server"] for w in self.writer_cache.values() if w]
+        return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers),
+                               pool=self.topo.log_servers)
+
     def _relinquish(self, log_id: int) -> None:
         self.writer_cache.pop(log_id, None)
         try:
@@ -126,11 +137,17 @@ class Election:
     def _claim(self, log_id: int) -> None:
         body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}
         try:
+            self._ensemble()  # enough live servers for a segment, before taking the log
+        except NoEnsemble as e:
+            log.warning("log %d has no writer and cannot get one: %s", log_id, e)
+            return
+        try:
             self.zk.create(zkpaths.writer_path(log_id), json.dumps(body).encode(), ephemeral=True)
         except NodeExistsError:
             return
         try:
             kv = registry.read_kv(self.zk)
+            ensemble = self._ensemble()
             meta, version = zkpaths.read_metadata(self.zk, log_id)
             new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
             v = zkpaths.cas_metadata(self.zk, new, version)
@@ -147,7 +164,7 @@ class Election:
         self.meta[log_id] = new
         # A log that carries key-value shards gets time marks when idle: its storage nodes
         # judge expiry by its time (Writer.time_marks).
-        core = Writer(log_id, new.epoch, new, v, tuple(self.topo.log_servers),
+        core = Writer(log_id, new.epoch, new, v, ensemble,
                       time_marks=kv is not None and log_id < kv.logs)
         d = self.new_driver(core)
         self.writers[log_id] = d

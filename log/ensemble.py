@@ -20,15 +20,19 @@ class NoEnsemble(Exception):
 
 
 def choose(claimant: int, live: Iterable[int], load: Mapping[int, int],
-           size: int = limits.ENSEMBLE_SIZE) -> tuple[int, ...]:
-    """The ensemble of a segment `claimant` opens: `size` distinct live servers, the
-    claimant first. `load`: each server's load (segments held, writers run); a server
-    missing from it has none."""
+           size: int = limits.ENSEMBLE_SIZE, pool: Iterable[int] = ()) -> tuple[int, ...]:
+    """The ensemble of a segment `claimant` opens: `size` distinct servers, the claimant
+    first, then live servers by `load` (segments held, writers run; a server missing from
+    it has none). With too few live servers, servers of the `pool` that are not live fill
+    it, lowest id first: an ack quorum of the live ones still takes appends (three
+    servers, one down, as always), and the next segment leaves the dead one out."""
     assert size >= 1
-    others = sorted({s for s in live if s != claimant}, key=lambda s: (load.get(s, 0), s))
+    live = set(live)
+    others = sorted(live - {claimant}, key=lambda s: (load.get(s, 0), s))
+    others += sorted(set(pool) - live - {claimant})
     picked = (claimant, *others[: size - 1])
     if len(picked) < size:
-        raise NoEnsemble(f"{len(picked)} live log servers, an ensemble needs {size}")
+        raise NoEnsemble(f"{len(picked)} log servers, an ensemble needs {size}")
     return picked
 
 

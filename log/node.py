@@ -25,6 +25,7 @@ from log.messages import AddEntries, Fence, ReadRange, Result
 from log.metadata import LogMetadata
 from log.peers import Peers
 from log.read_cache import ReadCache
+from log.read_index import TailReply
 from log.replica import ReplicaCore
 from log.rocks_store import RocksStore
 from log.writer import Writer
@@ -230,15 +231,17 @@ class Node:
             c.notify_all()
         self.lingering.committed(log_id, lambda: self.committed_end(log_id))
 
-    def tail_hurrying(self, log_id: int) -> int:
-        """This replica's last stored position (a ReadIndex round's answer, the Tail
-        call). A strong read will wait for a storage node to apply that far: the log's
-        lingering Read streams send every position the writer here has assigned at once."""
+    def tail_hurrying(self, log_id: int) -> TailReply:
+        """This replica's last stored position and the highest writer epoch it has seen (a
+        ReadIndex round's answer, the Tail call: log/read_index.py). A strong read will wait
+        for a storage node to apply that far: the log's lingering Read streams send every
+        position the writer here has assigned at once."""
         with self.rlock:  # after every write this replica has acknowledged
             last = self.replica.tail(log_id)
+            epoch = self.replica.fenced_epoch(log_id)
         d = self.writers.get(log_id)
         self.lingering.hurry(log_id, max(last, d.assigned_end() if d is not None else -1))
-        return last
+        return TailReply(last, epoch)
 
     # ------------------------------------------------------------ peers (log/peers.py)
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:

@@ -195,7 +195,8 @@ class Services:
     def tail(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TailResponse:
         req = _parse(pb.TailRequest, raw, ctx)
         self._check_log(req.log_id, ctx)
-        return pb.TailResponse(last=self.node.tail_hurrying(req.log_id))
+        last, epoch = self.node.tail_hurrying(req.log_id)
+        return pb.TailResponse(last=last, epoch=epoch)
 
     # ---------------------------------------------------------------- Replica
     def _issued(self, msg: Any, ctx: grpc.ServicerContext, prefix: str = "") -> Any:

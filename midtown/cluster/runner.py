@@ -106,6 +106,8 @@ class Cluster:
     storage_nodes: int = STORAGE_NODES
     kv_logs: int = registry.KV_LOGS_LOCAL_DEFAULT
     layout: str = LAYOUT_DEFAULT
+    # Log servers in the pool (in the host layout, hosts); each segment is on three of them.
+    log_server_count: int = LOG_SERVERS
     tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/cluster/certs.py)
     supervisor_pid: int = 0  # `cluster up --detach`: the supervisor that runs it
     # Each coordinator's --client-rate-limit (requests/s per client connection; 0: none);
@@ -142,6 +144,7 @@ class Cluster:
             "shards": self.shards,
             "kv_logs": self.kv_logs,
             "layout": self.layout,
+            "log_server_count": self.log_server_count,
             "tls": self.tls,
             "supervisor_pid": self.supervisor_pid,
             "client_rate_limit": self.client_rate_limit,
@@ -163,6 +166,7 @@ class Cluster:
         c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
                     kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT),
                     layout=d.get("layout", "split"), tls=d.get("tls", False),
+                    log_server_count=d.get("log_server_count", LOG_SERVERS),
                     supervisor_pid=d.get("supervisor_pid", 0),
                     client_rate_limit=d.get("client_rate_limit"))
         for p in d["processes"]:
@@ -189,16 +193,16 @@ class Cluster:
         if self.layout not in LAYOUTS:
             raise ClusterError(f"layout: {self.layout!r}; choose one of {', '.join(LAYOUTS)}")
         if self.layout == "host":
-            ports = iter(free_ports(1 + 4 * LOG_SERVERS))
+            ports = iter(free_ports(1 + 4 * self.log_server_count))
             self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
-            for i in range(LOG_SERVERS):
+            for i in range(self.log_server_count):
                 self.procs[f"host-{i}"] = Proc(f"host-{i}", "host", next(ports), server_id=i,
                                                log_port=next(ports), storage_port=next(ports),
                                                metrics_port=next(ports))
             return
-        ports = iter(free_ports(1 + 2 * (LOG_SERVERS + self.storage_nodes + self.coordinators)))
+        ports = iter(free_ports(1 + 2 * (self.log_server_count + self.storage_nodes + self.coordinators)))
         self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
-        for i in range(LOG_SERVERS):
+        for i in range(self.log_server_count):
             self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i,
                                           metrics_port=next(ports))
         for i in range(self.storage_nodes):
@@ -314,13 +318,13 @@ class Cluster:
             storage = len(registry.members(zk, registry.STORAGE_NODES))  # type: ignore[arg-type]
             coords = len(registry.members(zk, registry.COORDINATORS))  # type: ignore[arg-type]
             want_s, want_c = len(self.playing("storage-node")), len(self.playing("coordinator"))
-            msg = (f"log servers up: {len(regs)}/{LOG_SERVERS}, logs with a writer: "
+            msg = (f"log servers up: {len(regs)}/{self.log_server_count}, logs with a writer: "
                    f"{writers}/{self.logs}, storage nodes: {storage}/{want_s}, "
                    f"coordinators: {coords}/{want_c}")
             if progress and msg != last:
                 print(msg, file=sys.stderr, flush=True)
                 last = msg
-            if (len(regs) >= LOG_SERVERS and writers == self.logs and storage >= want_s
+            if (len(regs) >= self.log_server_count and writers == self.logs and storage >= want_s
                     and coords >= want_c):
                 return
             for p in self.procs.values():

@@ -16,8 +16,10 @@ from typing import Any
 from log import reading
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
+from log.limits import ACK_QUORUM, fence_quorum
 from log.messages import AddEntries, Fence, ReadRange
 from log.metadata import LogMetadata
+from log.read_index import Stale, TailReply, read_index, replicas_to_ask
 from log.replica import ReplicaCore
 from log.store import MemStore
 from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
@@ -30,6 +32,7 @@ class FakeZK:
 
     def __init__(self) -> None:
         self.meta = LogMetadata(LOG, epoch=0)
+        self.history = [self.meta]  # every version written: what a reader may have cached
         self.version = 0
         self.truncated_before = 0
 
@@ -38,6 +41,7 @@ class FakeZK:
             return False, self.version
         self.meta = new
         self.version += 1
+        self.history.append(new)
         return True, self.version
 
 
@@ -63,6 +67,10 @@ class Config:
     # Log servers in the pool; each segment opens on an ensemble of ENSEMBLE_SIZE of them
     # (log/ensemble.py), so with more than three the ensembles change from writer to writer.
     servers: int = 3
+    # How a coordinator's ReadIndex round is computed (read_index_probe): "rule" is
+    # log/read_index.py; "trust-cache" skips its epoch check, "any-servers" asks any fence
+    # quorum of the pool (both broken, for the checker to catch).
+    read_index: str = "rule"
 
 
 @dataclass
@@ -97,6 +105,7 @@ class Sim:
         self.trace: list[str] = []
         self.lossy = True
         self.marks = 0  # time marks appended by idle writers
+        self.probes = 0  # ReadIndex rounds that computed an index
 
     # ------------------------------------------------------------ components
     def _new_replica(self, s: int) -> ReplicaCore:
@@ -182,7 +191,7 @@ class Sim:
         seen = [x for x in self.servers if self.replicas[x] is not None or self.rng.random() < 0.2]
         load = {x: self.rng.randrange(4) for x in self.servers}  # other logs' segments
         try:
-            ensemble = choose(server, seen, load)
+            ensemble = choose(server, seen, load, pool=self.servers)
         except NoEnsemble:
             return
         ok, v = self.zk.cas(meta.bump(server), version)
@@ -291,12 +300,50 @@ class Sim:
                 self.violations.append(f"position {p} read as {prev} and later as {e}")
             self.reads[p] = e
 
+    def read_index_probe(self) -> None:
+        """A coordinator's ReadIndex round, with the metadata it cached a while ago (maybe
+        stale): the index must cover every entry acknowledged before the round, whatever
+        ensemble holds it (log/read_index.py)."""
+        cached = self.rng.choice(self.zk.history[-4:])
+        p = self._read_index(cached, fresh=False)
+        if p == "stale":
+            p = self._read_index(self.zk.meta, fresh=True)  # read again: after the read arrived
+        assert p != "stale"
+        if p is None:
+            return  # too few replicas answered: the read goes through the log
+        self.probes += 1
+        trunc = self.zk.truncated_before
+        acked = [a.first + len(a.payloads) - 1 for a in self.acks]
+        missed = [x for x in acked if x >= trunc and x > p]
+        if missed:
+            self.violations.append(f"read index {p} misses acknowledged position {max(missed)} "
+                                   f"(cached epoch {cached.epoch}, now {self.zk.meta.epoch})")
+
+    def _read_index(self, meta: LogMetadata, fresh: bool) -> int | None | str:
+        how = self.cfg.read_index
+        ask = self.servers if how == "any-servers" else replicas_to_ask(meta)
+        replies = {}
+        for r in ask:
+            core = self.replicas.get(r)
+            if core is not None and self.rng.random() > 0.2:  # down, or too slow to count
+                replies[r] = TailReply(core.tail(LOG), core.fenced_epoch(LOG))
+        if how == "any-servers":
+            seg = meta.last_segment
+            if seg is None or len(replies) < fence_quorum(len(seg.replicas), ACK_QUORUM):
+                return None
+            picked = self.rng.sample(sorted(replies), fence_quorum(len(seg.replicas), ACK_QUORUM))
+            return max([seg.first - 1, *(replies[r].last for r in picked)])
+        try:
+            return read_index(meta, replies, fresh or how == "trust-cache")
+        except Stale:
+            return "stale"
+
     # ------------------------------------------------------------ the run
     def run(self) -> list[str]:
         events = [
             (self.deliver, 60), (self.append, 15), (self.tick, 8), (self.elect, 0.7),
             (self.crash_replica, 0.5), (self.restart_replica, 1), (self.crash_writer, 0.4),
-            (self.seal, 3), (self.read, 8), (self.truncate, 0.3),
+            (self.seal, 3), (self.read, 8), (self.truncate, 0.3), (self.read_index_probe, 3),
         ]
         fns = [f for f, _ in events]
         weights = [w for _, w in events]

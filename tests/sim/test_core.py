@@ -131,6 +131,7 @@ def test_an_ensemble_is_the_claimant_and_the_least_loaded_live_servers() -> None
     assert choose(0, [0, 1, 2], {}) == (0, 1, 2)
     with pytest.raises(NoEnsemble):
         choose(0, [0, 1], {})
+    assert choose(0, [0, 2], {}, pool=(0, 1, 2, 3)) == (0, 2, 1), "the pool fills it"
     assert loads([(0, 1, 2), (0, 3, 4)], writers=[0]) == {0: 4, 1: 1, 2: 1, 3: 1, 4: 1}
 
 
@@ -146,3 +147,19 @@ def test_ensembles_are_distinct_live_servers_led_by_the_claimant(claimant: int, 
     assert set(ens) <= live
     left_out = live - set(ens)
     assert all(load.get(s, 0) >= max(load.get(x, 0) for x in ens[1:]) for s in left_out)
+
+
+def test_the_read_index_asks_the_last_segments_replicas_and_checks_their_epochs() -> None:
+    from log.metadata import Segment
+    from log.read_index import Stale, TailReply, read_index
+
+    seg = Segment(epoch=3, first=10, replicas=(1, 3, 4), base_ts=0)
+    meta = LogMetadata(log_id=0, epoch=3, writer=1, segments=(seg,))
+    r = TailReply
+    assert read_index(meta, {1: r(14, 3), 4: r(12, 3)}, fresh=False) == 14
+    assert read_index(meta, {1: r(-1, 3), 3: r(-1, 3)}, fresh=False) == 9, "the sealed segments before"
+    assert read_index(meta, {1: r(14, 3), 0: r(99, 3)}, fresh=False) is None, "0 holds no copy"
+    with pytest.raises(Stale):
+        read_index(meta, {1: r(14, 3), 3: r(15, 4)}, fresh=False)
+    assert read_index(meta, {1: r(14, 3), 3: r(15, 4)}, fresh=True) == 15
+    assert read_index(LogMetadata(log_id=0, epoch=1), {0: r(-1, 1), 1: r(-1, 1)}, fresh=True) is None

@@ -127,3 +127,31 @@ def test_checker_catches_fencing_the_wrong_ensemble() -> None:
     assert len(bad) > 3, bad
     # With every server in every ensemble (three servers), the same mistake is harmless.
     assert not _failing_seeds(lambda: Config(writer_factory=_FencesItsOwnEnsemble), 50)
+
+
+def _caught(cfg: Config, runs: int = 300, want: int = 4) -> list[int]:
+    """Seeds whose run the checker fails, stopping at `want` of them."""
+    bad = []
+    for seed in range(runs):
+        if Sim(seed, cfg).run():
+            bad.append(seed)
+            if len(bad) >= want:
+                break
+    return bad
+
+
+def test_the_read_index_covers_every_acknowledged_entry_with_ensembles() -> None:
+    """Every run probes coordinators' ReadIndex rounds with cached, possibly stale metadata
+    (log/read_index.py); over the ensemble runs the index must cover every entry
+    acknowledged before it. Its two broken variants are caught: trusting the cache without
+    the epoch check, and asking any fence quorum of the pool (the rule of a pool where every
+    segment is on every server, harmless with three servers)."""
+    probes = 0
+    for seed in range(50):
+        sim = Sim(seed, Config(servers=5))
+        assert sim.run() == [], seed
+        probes += sim.probes
+    assert probes > 500
+    assert len(_caught(Config(servers=5, read_index="trust-cache"))) >= 4
+    assert len(_caught(Config(servers=5, read_index="any-servers"))) >= 4
+    assert not _caught(Config(read_index="any-servers"), runs=30)

@@ -1,0 +1,88 @@
+"""A pool of five log servers (issue 32): each segment opens on an ensemble of three
+(log/ensemble.py), strong reads ask the last segment's own replicas (log/read_index.py),
+and a writer's death moves its logs to new segments on live servers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from catalog import datasets
+from catalog.routing import log_of, shard_of
+from log import limits
+from log import zk as zkpaths
+from midtown import Client
+from midtown.cluster import Cluster
+from tests.integration.conftest import started, wait_for
+from tests.integration.test_kv import run_history
+from tests.linearizability import check_per_key
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with started(Path(tmp_path_factory.mktemp("pool")) / "c", log_server_count=5, logs=8,
+                 kv_logs=3) as c:
+        c.create_dataset("t")
+        yield c
+
+
+def _segments(c: Cluster) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """Each log's last segment: (epoch, replicas)."""
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        out = {}
+        for log_id in range(c.logs):
+            meta, _ = zkpaths.read_metadata(zk, log_id)
+            seg = meta.last_segment
+            assert seg is not None, f"log {log_id} has no segment"
+            out[log_id] = (seg.epoch, seg.replicas)
+        return out
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_every_segment_is_on_three_of_the_five_servers(pool: Cluster) -> None:
+    pool_ids = {p.server_id for p in pool.log_servers()}
+    assert len(pool_ids) == 5
+    for log_id, (_, replicas) in _segments(pool).items():
+        assert len(set(replicas)) == len(replicas) == limits.ENSEMBLE_SIZE, (log_id, replicas)
+        assert set(replicas) <= pool_ids
+
+
+def test_linearizable_when_a_writer_dies_and_its_log_moves_to_live_servers(pool: Cluster) -> None:
+    """Puts, strong gets, check-and-sets and deletes on hot keys while the writer of their
+    log is SIGKILLed: every key's history linearizes (strong reads by the read index of the
+    segment's own replicas), and the log's new segment leaves the dead server out."""
+    keys = ["h0", "h1", "h2"]
+    zk = zkpaths.connect(pool.zk_hosts)
+    d = datasets.get(zk, "t")
+    assert d is not None
+    log_id = log_of(shard_of(d.id, b"h0", 64), pool.kv_logs)
+    keys = [k for k in (f"h{i}" for i in range(40)) if log_of(shard_of(d.id, k.encode(), 64),
+                                                                pool.kv_logs) == log_id][:3]
+    killed: list[int] = []
+
+    def kill_the_writer() -> None:
+        w = zkpaths.read_writer(zk, log_id)
+        assert w is not None
+        killed.append(int(w["server"]))
+        pool.kill(f"log-{w['server']}")
+        wait_for(lambda: (x := zkpaths.read_writer(zk, log_id)) and x["server"] != killed[0]
+                 and x.get("state") != "recovering", 60, "a new writer")
+
+    try:
+        with Client(zk=pool.zk_hosts, timeout=20) as db:
+            history = run_history(db, keys, kill_the_writer)
+        assert check_per_key(history) == []
+        _, replicas = _segments(pool)[log_id]
+        assert killed[0] not in replicas, f"the new segment {replicas} is on the dead server"
+    finally:
+        zk.stop()
+        zk.close()
+        if killed:
+            pool.restart(f"log-{killed[0]}")

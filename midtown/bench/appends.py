@@ -54,7 +54,7 @@ def failover(cluster: Cluster, client: LogClient, log_id: int = 0) -> dict:
                 done.append(time.monotonic())
                 return
 
-    th = threading.Thread(target=appender)
+    th = threading.Thread(target=appender, daemon=True)  # never keeps an interrupted run alive
     th.start()
     time.sleep(1.0)
     name = f"log-{w['server']}"

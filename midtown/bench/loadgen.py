@@ -28,7 +28,10 @@ def run_workload(make_op: Callable[[int], Callable[[int], object]], clients: int
     def run(i: int) -> None:
         mine: list[float] = []
         n = 0
-        start.wait()
+        try:
+            start.wait()
+        except threading.BrokenBarrierError:  # the run was interrupted before it began
+            return
         while time.monotonic() < stop_at[0]:
             t0 = time.perf_counter()
             try:
@@ -41,14 +44,21 @@ def run_workload(make_op: Callable[[int], Callable[[int], object]], clients: int
         with lock:
             lat.extend(mine)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    stop_at[0] = time.monotonic() + seconds
-    t0 = time.monotonic()
-    start.wait()
-    for t in threads:
-        t.join()
+    # Daemon threads, told to stop when the run is interrupted (Ctrl-C, SIGTERM: a
+    # KeyboardInterrupt here): a client thread left waiting must not keep the process alive.
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(clients)]
+    try:
+        for t in threads:
+            t.start()
+        stop_at[0] = time.monotonic() + seconds
+        t0 = time.monotonic()
+        start.wait()
+        for t in threads:
+            t.join()
+    except BaseException:
+        stop_at[0] = 0.0
+        start.abort()
+        raise
     dt = time.monotonic() - t0
     return {"ops_per_s": round(len(lat) / dt), "p50_ms": round(percentile(lat, 0.5) * 1000, 2),
             "p99_ms": round(percentile(lat, 0.99) * 1000, 2), "errors": errors[0]}

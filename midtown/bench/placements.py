@@ -62,7 +62,7 @@ def run(a: argparse.Namespace) -> int:
                         count[0] += 1
                     i += 1
 
-        ts = [threading.Thread(target=worker) for _ in range(16)]
+        ts = [threading.Thread(target=worker, daemon=True) for _ in range(16)]
         t0 = time.monotonic()
         for t in ts:
             t.start()

@@ -318,14 +318,19 @@ def _stopped_by(sig: int, args: list[str], ready: str, where: Path, code: int | 
     assert not list((where / "tmp").iterdir()), f"{args}: temporary files left behind"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_benchmark_stops_what_it_started_on_each_signal(sig: int, tmp_path: Path) -> None:
-    _stopped_by(sig, ["bench", "log", "--seconds", "30", "--no-failover"], "workload:", tmp_path)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_cluster_up_in_the_foreground_stops_on_each_signal(sig: int, tmp_path: Path) -> None:
-    # (SIGINT: test_cluster_up_in_the_foreground_stops_on_ctrl_c, which also restarts it.)
-    # Stopping is how a foreground cluster ends: exit code 0, its data kept in --dir.
-    _stopped_by(sig, ["cluster", "up", "--dir", str(tmp_path / "fg")], "Ctrl-C stops everything",
-                tmp_path, code=0)
+def test_commands_stop_what_they_started_on_each_signal(tmp_path: Path) -> None:
+    """`bench log` on SIGINT, SIGTERM and SIGHUP, and a foreground `cluster up` on SIGTERM
+    and SIGHUP (SIGINT: test_cluster_up_in_the_foreground_stops_on_ctrl_c, which also
+    restarts it), all at once: each stops what it started. Stopping is how a foreground
+    cluster ends: exit code 0, its data kept in --dir."""
+    bench = ["bench", "log", "--seconds", "30", "--no-failover"]
+    runs = [(sig, tmp_path / f"bench-{sig.name}", bench, "workload:", None)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        where = tmp_path / f"up-{sig.name}"
+        runs.append((sig, where, ["cluster", "up", "--dir", str(where / "c")], "Ctrl-C stops everything", 0))
+    with ThreadPoolExecutor(len(runs)) as pool:
+        done = [pool.submit(_stopped_by, sig, args, ready, where, code)
+                for sig, where, args, ready, code in runs]
+        for f in done:
+            f.result()

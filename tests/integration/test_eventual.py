@@ -23,9 +23,11 @@ from tests.integration.conftest import started, wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def ec(tmp_path: Path) -> Iterator[Cluster]:
-    with started(tmp_path / "ev", coordinators=2) as c:
+@pytest.fixture(scope="module")
+def ec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Shared by the tests that use it: each writes partitioning keys of its own, and
+    restarts the storage nodes it kills."""
+    with started(tmp_path_factory.mktemp("ev") / "c", coordinators=2) as c:
         c.create_dataset("ev", consistency="eventual")
         yield c
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +19,17 @@ from tests.integration.conftest import started, wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def pc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    monkeypatch.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
-    with started(tmp_path / "c") as c:
-        yield c
+@pytest.fixture(scope="module")
+def pc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module: each test writes a dataset of its own, and every process
+    it pauses comes back before it ends."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
+    try:
+        with started(tmp_path_factory.mktemp("pause") / "c") as c:
+            yield c
+    finally:
+        mp.undo()
 
 
 def _pause_past_session(c: Cluster, logs: LogClient, name: str, path: str) -> None:

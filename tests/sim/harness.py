@@ -3,7 +3,9 @@ a seeded network (loss, delay, duplication, reordering), a fake ZooKeeper with v
 writes, crashes and restarts of servers and writers, competing writers, truncation.
 
 `run(seed)` replays exactly from its seed and returns the list of invariant violations
-(empty when the run is correct). The invariants are DESIGN.md's six for the log."""
+(empty when the run is correct). The invariants are DESIGN.md's six for the log, with a
+pool of servers larger than an ensemble (Config.servers) the read index's bound and the
+completeness of re-replicated segments too."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from log import reading
+from log import reading, rereplicate
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
-from log.limits import ACK_QUORUM, fence_quorum
+from log.limits import ACK_QUORUM, ENSEMBLE_SIZE, fence_quorum
 from log.messages import AddEntries, Fence, ReadRange
 from log.metadata import LogMetadata
 from log.read_index import Stale, TailReply, read_index, replicas_to_ask
@@ -71,6 +73,10 @@ class Config:
     # log/read_index.py; "trust-cache" skips its epoch check, "any-servers" asks any fence
     # quorum of the pool (both broken, for the checker to catch).
     read_index: str = "rule"
+    # Re-replication of sealed segments that lost a replica (log/rereplicate.py), with the
+    # pool larger than an ensemble: "rule" records a move once the new server holds every
+    # committed entry; "record-first" records it before copying (broken, for the checker).
+    rereplicate: str = "rule"
 
 
 @dataclass
@@ -106,6 +112,7 @@ class Sim:
         self.lossy = True
         self.marks = 0  # time marks appended by idle writers
         self.probes = 0  # ReadIndex rounds that computed an index
+        self.moved_in: set[tuple[int, int]] = set()  # (segment epoch, server) re-replications
 
     # ------------------------------------------------------------ components
     def _new_replica(self, s: int) -> ReplicaCore:
@@ -338,6 +345,43 @@ class Sim:
         except Stale:
             return "stale"
 
+    def rereplicate(self) -> None:
+        """A sealed segment whose replica is down is copied to a live server that holds no
+        copy, and the move recorded by a versioned write; the mover may die part-way."""
+        meta, version = self.zk.meta, self.zk.version
+        live = [x for x, c in self.replicas.items() if c is not None]
+        moves = rereplicate.plan(meta, live, {})
+        if not moves:
+            return
+        mv = self.rng.choice(moves)
+        seg = next(x for x in meta.segments if x.epoch == mv.epoch)
+        trunc = self.zk.truncated_before
+        held: dict[int, Entry] = {}
+        for r in seg.replicas:
+            if self.replicas[r] is not None:
+                for p in rereplicate.committed_range(seg, trunc):
+                    e = self.stores[r].get(LOG, seg.epoch, p)
+                    if e is not None:
+                        held.setdefault(p, e)
+        target = self.replicas[mv.target]
+        assert target is not None
+        copy = rereplicate.to_copy(seg, trunc, held)
+        if self.cfg.rereplicate == "record-first":
+            copy = copy[: self.rng.randrange(len(copy) + 1)]
+        elif self.rng.random() < 0.2:  # the mover dies part-way: some copied, nothing recorded
+            target.fill(LOG, copy[: self.rng.randrange(len(copy) + 1)])
+            self.trace.append(f"t={self.now} re-replication of segment {mv.epoch} to {mv.target} died")
+            return
+        target.fill(LOG, copy)
+        has = [p for p in rereplicate.committed_range(seg, trunc)
+               if self.stores[mv.target].get(LOG, seg.epoch, p) is not None]
+        if self.cfg.rereplicate == "rule" and not rereplicate.complete(seg, trunc, has):
+            return  # a committed entry no live replica holds now: try again later
+        ok, _ = self.zk.cas(rereplicate.recorded(meta, mv), version)
+        if ok:
+            self.moved_in.add((mv.epoch, mv.target))
+            self.trace.append(f"t={self.now} segment {mv.epoch} re-replicated from {mv.dead} to {mv.target}")
+
     # ------------------------------------------------------------ the run
     def run(self) -> list[str]:
         events = [
@@ -345,6 +389,8 @@ class Sim:
             (self.crash_replica, 0.5), (self.restart_replica, 1), (self.crash_writer, 0.4),
             (self.seal, 3), (self.read, 8), (self.truncate, 0.3), (self.read_index_probe, 3),
         ]
+        if len(self.servers) > ENSEMBLE_SIZE:
+            events.append((self.rereplicate, 1))
         fns = [f for f, _ in events]
         weights = [w for _, w in events]
         self.elect()
@@ -417,6 +463,15 @@ class Sim:
             if len(copies) > 1:
                 self.violations.append(f"position {p} has different copies: {copies}")
             final[p] = copies.pop()  # type: ignore[assignment]
+        for epoch, server in sorted(self.moved_in):  # a re-replicated segment is complete
+            seg = next((x for x in meta.segments if x.epoch == epoch), None)
+            if seg is None or server not in seg.replicas:
+                continue  # truncated away, or moved on again
+            lacking = [p for p in range(max(seg.first, trunc), min(end, seg.end or -1) + 1)
+                       if self.stores[server].get(LOG, epoch, p) is None]
+            if lacking:
+                self.violations.append(f"segment {epoch} re-replicated to {server} lacks committed "
+                                       f"positions {lacking[:3]}")
         for a in self.acks:
             seg = None
             for i, payload in enumerate(a.payloads):

@@ -163,3 +163,19 @@ def test_the_read_index_asks_the_last_segments_replicas_and_checks_their_epochs(
         read_index(meta, {1: r(14, 3), 3: r(15, 4)}, fresh=False)
     assert read_index(meta, {1: r(14, 3), 3: r(15, 4)}, fresh=True) == 15
     assert read_index(LogMetadata(log_id=0, epoch=1), {0: r(-1, 1), 1: r(-1, 1)}, fresh=True) is None
+
+
+def test_a_move_copies_committed_entries_only_and_is_recorded_when_complete() -> None:
+    from log import rereplicate as rr
+    from log.metadata import Segment
+
+    sealed = Segment(epoch=2, first=5, replicas=(0, 1, 2), base_ts=0, end=8, last_ts=1)
+    open_ = Segment(epoch=3, first=9, replicas=(0, 1, 3), base_ts=1)
+    meta = LogMetadata(log_id=0, epoch=3, writer=0, segments=(sealed, open_))
+    assert rr.plan(meta, live=[0, 1, 3, 4], load={3: 5}) == [rr.Move(2, 2, 4)], "sealed ones only"
+    assert rr.plan(meta, live=[0, 1, 2], load={}) == []
+    held = {p: _e(p, epoch=2) for p in range(5, 11)}  # 9, 10: past the recorded end
+    assert [e.position for e in rr.to_copy(sealed, 6, held)] == [6, 7, 8]
+    assert not rr.complete(sealed, 6, [6, 8]) and rr.complete(sealed, 6, [6, 7, 8])
+    moved = rr.recorded(meta, rr.Move(2, 2, 4))
+    assert moved.segments[0].replicas == (0, 1, 4) and moved.segments[1] == open_

@@ -94,13 +94,15 @@ def test_invariants_hold_with_ensembles_of_three_among_five() -> None:
     """Issue 32's pool of log servers: each segment opens on 3 of 5 servers
     (log/ensemble.py), so ensembles change from writer to writer and a dead server drops
     out at the next segment; fencing and recovery use the last segment's own replicas."""
-    failed, ensembles = {}, set()
+    failed, ensembles, moves = {}, set(), 0
     for seed in range(ENSEMBLE_RUNS):
         sim = Sim(seed, Config(servers=5))
         v = sim.run()
         ensembles |= {line.split("ensemble ")[1] for line in sim.trace if "ensemble" in line}
+        moves += len(sim.moved_in)
         if v:
             failed[seed] = v[0]
+    assert moves > ENSEMBLE_RUNS // 2, "sealed segments that lost a replica are re-replicated"
     assert not failed, f"replay: make sim SEED=<seed> RUNS=1 SERVERS=5 -- {dict(list(failed.items())[:5])}"
     assert len(ensembles) > 20, "the runs must change ensembles"
 
@@ -155,3 +157,9 @@ def test_the_read_index_covers_every_acknowledged_entry_with_ensembles() -> None
     assert len(_caught(Config(servers=5, read_index="trust-cache"))) >= 4
     assert len(_caught(Config(servers=5, read_index="any-servers"))) >= 4
     assert not _caught(Config(read_index="any-servers"), runs=30)
+
+
+def test_checker_catches_a_move_recorded_before_its_copy() -> None:
+    """Re-replication (log/rereplicate.py) records a sealed segment's new replica only once
+    it holds every committed entry; recording it first leaves the segment short of copies."""
+    assert len(_caught(Config(servers=5, rereplicate="record-first"))) >= 4

@@ -1,0 +1,72 @@
+"""Re-replication of a sealed segment that lost a replica (BookKeeper's auto-recovery),
+as pure decisions: which segment moves from which dead server to which live one, and when
+the move may be recorded. The simulator drives it (tests/sim/harness.py); the servers do
+not run it yet (docs/log.md, "Ensembles").
+
+The rule that keeps it safe: a sealed segment's committed entries are exactly the
+positions first..end (its recorded end), each with one content. A move copies those
+entries, and only those, from the segment's live replicas to the new server; the
+metadata names the new server in place of the dead one (a versioned write) only once the
+new server holds every one of them above the truncation point. A move that dies half-way
+has changed no metadata: the old replica set stands, and the move starts again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from log.entry import Entry
+from log.metadata import LogMetadata, Segment
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    epoch: int  # the sealed segment's
+    dead: int
+    target: int
+
+
+def plan(meta: LogMetadata, live: Iterable[int], load: Mapping[int, int]) -> list[Move]:
+    """One move for each sealed segment with a replica that is not live: to the least
+    loaded live server that holds no copy of it (none when there is no such server)."""
+    live = set(live)
+    out = []
+    for seg in meta.segments:
+        if not seg.sealed:
+            continue
+        dead = [r for r in seg.replicas if r not in live]
+        spare = sorted(live - set(seg.replicas), key=lambda s: (load.get(s, 0), s))
+        if dead and spare:
+            out.append(Move(seg.epoch, dead[0], spare[0]))
+    return out
+
+
+def committed_range(seg: Segment, truncated_before: int) -> range:
+    """The positions of a sealed segment's committed entries still held (above truncation)."""
+    assert seg.sealed and seg.end is not None
+    return range(max(seg.first, truncated_before), seg.end + 1)
+
+
+def to_copy(seg: Segment, truncated_before: int, held: Mapping[int, Entry]) -> list[Entry]:
+    """What to copy: the committed entries among `held` (one source's entries of the
+    segment, by position). Entries past the recorded end were never committed: left."""
+    return [held[p] for p in committed_range(seg, truncated_before) if p in held]
+
+
+def complete(seg: Segment, truncated_before: int, target_has: Iterable[int]) -> bool:
+    """Whether the new server holds every committed entry: only then is the move recorded."""
+    has = set(target_has)
+    return all(p in has for p in committed_range(seg, truncated_before))
+
+
+def recorded(meta: LogMetadata, move: Move) -> LogMetadata:
+    """The metadata with the move's target in place of its dead replica (the segment's
+    replicas keep their order; the versioned write of it is the caller's)."""
+    segs = []
+    for seg in meta.segments:
+        if seg.epoch == move.epoch:
+            assert seg.sealed, "only a sealed segment's replicas change"
+            assert move.dead in seg.replicas and move.target not in seg.replicas
+            seg = replace(seg, replicas=tuple(move.target if r == move.dead else r for r in seg.replicas))
+        segs.append(seg)
+    return replace(meta, segments=tuple(segs))

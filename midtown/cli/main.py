@@ -46,32 +46,33 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
     t0 = time.monotonic()
     if a.detach:
         c = _start_detached(c, progress=not a.json)
-    else:
-        try:
-            c.start(progress=not a.json)
-        except ClusterError as e:
-            c.stop()
-            raise CliError(str(e)) from None
-        except KeyboardInterrupt:  # a stop signal while it started: what it started, it stops
-            print("stopping...", flush=True)
-            c.stop()
-            raise
-    _print_up(a, c, time.monotonic() - t0)
-    if a.detach:
+        _print_up(a, c, time.monotonic() - t0)
         return 0
     import threading
 
     from midtown.cluster.supervisor import supervise
 
-    print("running in the foreground, restarting a process that dies; Ctrl-C stops everything",
-          flush=True)
+    # Whatever stops the command once it has begun to start processes (a stop signal while
+    # they start: a KeyboardInterrupt; after, the handlers below, installed before anything
+    # says the cluster is up), the `finally` stops them. A signal that came between that line
+    # and the handlers used to end the command and leave the cluster running (found by the
+    # signal test running its commands at once).
     stop = threading.Event()
-    for sig in (signal.SIGINT, *STOP_SIGNALS):
-        signal.signal(sig, lambda *_: stop.set())
-    supervise(c, stop, lambda msg: print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True))
-    print("stopping...", flush=True)
-    c.stop()
-    print("stopped", flush=True)
+    try:
+        try:
+            c.start(progress=not a.json)
+        except ClusterError as e:
+            raise CliError(str(e)) from None
+        for sig in (signal.SIGINT, *STOP_SIGNALS):
+            signal.signal(sig, lambda *_: stop.set())
+        _print_up(a, c, time.monotonic() - t0)
+        print("running in the foreground, restarting a process that dies; Ctrl-C stops everything",
+              flush=True)
+        supervise(c, stop, lambda msg: print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True))
+    finally:
+        print("stopping...", flush=True)
+        c.stop()
+        print("stopped", flush=True)
     return 0
 
 

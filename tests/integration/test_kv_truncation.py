@@ -4,7 +4,6 @@ lowest position of every member, and not past a member that is down."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -22,12 +21,17 @@ from tests.integration.test_kv import _converged
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def tc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    monkeypatch.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
-    monkeypatch.setenv("MIDTOWN_DROP_DELAY_S", "1")
-    with started(tmp_path / "c") as c:
-        yield c
+@pytest.fixture(scope="module")
+def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module: its tests write datasets of their own."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
+    mp.setenv("MIDTOWN_DROP_DELAY_S", "1")
+    try:
+        with started(tmp_path_factory.mktemp("trunc") / "c") as c:
+            yield c
+    finally:
+        mp.undo()
 
 
 def _applied(c: Cluster, name: str, log_id: int) -> int:

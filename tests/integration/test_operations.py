@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -35,9 +34,11 @@ SERVICES = {"log-server": {"midtown.log.v1.Log", "midtown.log.v1.Replica"},
             "storage-node": {"midtown.kv.v1.Storage"}, "coordinator": {"midtown.kv.v1.KV"}}
 
 
-@pytest.fixture
-def oc(tmp_path: Path) -> Iterator[Cluster]:
-    with started(tmp_path / "c") as c:
+@pytest.fixture(scope="module")
+def oc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module's tests: the one that pauses ZooKeeper resumes it and
+    waits until every server serves again."""
+    with started(tmp_path_factory.mktemp("ops") / "c") as c:
         yield c
 
 

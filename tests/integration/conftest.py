@@ -19,16 +19,23 @@ from midtown_pb import log_pb2
 
 
 @contextmanager
-def started(path: Path, **options: Any) -> Iterator[Cluster]:
+def started(path: Path, env: dict[str, str] | None = None, **options: Any) -> Iterator[Cluster]:
     """A local cluster of real processes under `path`, stopped on the way out. The split
     layout unless `layout` says otherwise: most tests kill and pause one component at a
-    time (the host layout's own tests ask for it)."""
-    c = Cluster(path, **{"logs": 16, "layout": "split", **options})
-    c.start(timeout_s=90)
+    time (the host layout's own tests ask for it). `env`: variables its processes start
+    with (the servers' settings, MIDTOWN_*), set while it runs, so restarts see them too."""
+    mp = pytest.MonkeyPatch()
+    for k, v in (env or {}).items():
+        mp.setenv(k, v)
     try:
-        yield c
+        c = Cluster(path, **{"logs": 16, "layout": "split", **options})
+        c.start(timeout_s=90)
+        try:
+            yield c
+        finally:
+            c.stop()
     finally:
-        c.stop()
+        mp.undo()
 
 
 @pytest.fixture

@@ -24,14 +24,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module: its tests write datasets of their own."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
-    mp.setenv("MIDTOWN_DROP_DELAY_S", "1")
-    try:
-        with started(tmp_path_factory.mktemp("trunc") / "c") as c:
-            yield c
-    finally:
-        mp.undo()
+    env = {"MIDTOWN_POSITION_INTERVAL_S": "0.5", "MIDTOWN_DROP_DELAY_S": "1"}
+    with started(tmp_path_factory.mktemp("trunc") / "c", env) as c:
+        yield c
 
 
 def _applied(c: Cluster, name: str, log_id: int) -> int:

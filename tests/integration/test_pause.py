@@ -23,13 +23,8 @@ pytestmark = pytest.mark.integration
 def pc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module: each test writes a dataset of its own, and every process
     it pauses comes back before it ends."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MIDTOWN_POSITION_INTERVAL_S", "0.5")
-    try:
-        with started(tmp_path_factory.mktemp("pause") / "c") as c:
-            yield c
-    finally:
-        mp.undo()
+    with started(tmp_path_factory.mktemp("pause") / "c", {"MIDTOWN_POSITION_INTERVAL_S": "0.5"}) as c:
+        yield c
 
 
 def _pause_past_session(c: Cluster, logs: LogClient, name: str, path: str) -> None:

@@ -22,14 +22,10 @@ LATE_S_MAX = 4.0
 
 @pytest.fixture(scope="module")
 def quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MIDTOWN_POSITION_INTERVAL_S", "3600")
-    try:
-        with started(tmp_path_factory.mktemp("quiet") / "c", layout="host", logs=1) as c:
-            c.create_dataset("q")
-            yield c
-    finally:
-        mp.undo()
+    with started(tmp_path_factory.mktemp("quiet") / "c", {"MIDTOWN_POSITION_INTERVAL_S": "3600"},
+                 layout="host", logs=1) as c:
+        c.create_dataset("q")
+        yield c
 
 
 def _gone_after(read, expires_at_ms: int) -> float:  # type: ignore[no-untyped-def]

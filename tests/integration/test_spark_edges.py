@@ -26,13 +26,9 @@ SCAN_ROWS_MAX = 50
 
 @pytest.fixture(scope="module")
 def ec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MIDTOWN_SHARD_SCAN_ROWS_MAX", str(SCAN_ROWS_MAX))
-    try:
-        with started(tmp_path_factory.mktemp("edges") / "c", layout=LAYOUT_DEFAULT) as c:
-            yield c
-    finally:
-        mp.undo()
+    with started(tmp_path_factory.mktemp("edges") / "c", {"MIDTOWN_SHARD_SCAN_ROWS_MAX": str(SCAN_ROWS_MAX)},
+                 layout=LAYOUT_DEFAULT) as c:
+        yield c
 
 
 def test_saves_from_two_threads_at_once(spark: Any, ec: Cluster) -> None:

@@ -328,8 +328,11 @@ class Coordinator:
         """The log's metadata as ZooKeeper's leader has it now (sync, then read): it names
         every segment opened before this call."""
         path = zkpaths.log_path(log_id)
-        self.zk.sync(path)
-        meta, _ = zkpaths.read_metadata(self.zk, log_id)
+        # Within the round's wait: a ZooKeeper that does not answer fails the round (the
+        # read then goes through the log), never holds it.
+        self.zk.sync_async(path).get(timeout=limits.TAIL_QUORUM_WAIT_S)
+        data, _ = self.zk.get_async(path).get(timeout=limits.TAIL_QUORUM_WAIT_S)
+        meta = LogMetadata.from_json(data)
         self._log_meta[log_id] = meta
         return meta
 

@@ -137,7 +137,7 @@ class Election:
     def _claim(self, log_id: int) -> None:
         body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}
         try:
-            self._ensemble()  # enough live servers for a segment, before taking the log
+            replicas = self._ensemble()  # enough servers for a segment, before taking the log
         except NoEnsemble as e:
             log.warning("log %d has no writer and cannot get one: %s", log_id, e)
             return
@@ -147,7 +147,6 @@ class Election:
             return
         try:
             kv = registry.read_kv(self.zk)
-            ensemble = self._ensemble()
             meta, version = zkpaths.read_metadata(self.zk, log_id)
             new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
             v = zkpaths.cas_metadata(self.zk, new, version)
@@ -164,7 +163,7 @@ class Election:
         self.meta[log_id] = new
         # A log that carries key-value shards gets time marks when idle: its storage nodes
         # judge expiry by its time (Writer.time_marks).
-        core = Writer(log_id, new.epoch, new, v, ensemble,
+        core = Writer(log_id, new.epoch, new, v, replicas,
                       time_marks=kv is not None and log_id < kv.logs)
         d = self.new_driver(core)
         self.writers[log_id] = d

@@ -47,11 +47,9 @@ def read_index(meta: LogMetadata, replies: Mapping[int, TailReply], fresh: bool,
     """P from the replies of the last segment's replicas (others are ignored); Stale when
     `meta` was read before the read arrived (not `fresh`) and a reply shows a newer writer."""
     seg = meta.last_segment
-    if seg is None:
+    if seg is None or not enough(meta, replies, ack_quorum):
         return None
     got = [replies[r] for r in seg.replicas if r in replies]
-    if len(got) < limits.fence_quorum(len(seg.replicas), ack_quorum):
-        return None
     if not fresh and any(r.epoch > seg.epoch for r in got):
         raise Stale(f"log {meta.log_id}: a replica has seen an epoch above {seg.epoch}")
     return max([seg.first - 1, *(r.last for r in got)])

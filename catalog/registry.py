@@ -2,6 +2,9 @@
 log/zk.py):
 
   /midtown/kv                      {"shards": S, "storage_nodes": [ids], "logs": L}
+  /midtown/replica_sets            {"replicas": R, "sets": [[node ids] per shard]}  (versioned;
+                                   absent: every member holds every shard; catalog/replica_sets.py)
+  /midtown/replica_sets_history/change-N   each version as written, with when and why
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
   /midtown/coordinators/<id>       {"addr": "host:port", "log": "host:port"} ephemeral
                                    ("log": the log server in the same process, host layout)
@@ -10,6 +13,7 @@ log/zk.py):
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +21,15 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from catalog import replica_sets
+from catalog.replica_sets import ReplicaSets
 from runtime.membership import Membership
 
 KV = "/midtown/kv"
 STORAGE_NODES = "/midtown/storage_nodes"
 COORDINATORS = "/midtown/coordinators"
+REPLICA_SETS = "/midtown/replica_sets"
+REPLICA_SETS_HISTORY = "/midtown/replica_sets_history"
 SHARDS_DEFAULT = 64
 SHARDS_MAX = 65536
 # Logs the key-value store spreads its shards over (logs 0..L-1 of the cluster's logs).
@@ -41,14 +49,23 @@ class KvTopology:
 
 
 def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
-              logs: int = KV_LOGS_DEFAULT) -> KvTopology:
+              logs: int = KV_LOGS_DEFAULT,
+              replicas: int = replica_sets.REPLICAS_DEFAULT) -> KvTopology:
+    """The key-value topology, if there is none yet. With more storage nodes than
+    `replicas`, each shard is placed on `replicas` of them (catalog/replica_sets.py)."""
     if not 1 <= shards <= SHARDS_MAX:
         raise ValueError(f"shards: must be between 1 and {SHARDS_MAX}")
     if logs < 1:
         raise ValueError("kv logs: must be at least 1")
+    if len(set(storage_nodes)) != len(storage_nodes) or not storage_nodes:
+        raise ValueError(f"storage nodes: {storage_nodes}, must be distinct ids, at least one")
+    replica_sets.check_replicas(replicas, max(replicas, len(storage_nodes)))
     zk.ensure_path(STORAGE_NODES)
     zk.ensure_path(COORDINATORS)
     try:
+        if len(storage_nodes) > replicas:  # before the topology: a reader never sees one without it
+            _write_sets(zk, replica_sets.spread(shards, storage_nodes, replicas), None,
+                        "placed at cluster creation")
         zk.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
                                   "logs": logs}).encode(), makepath=True)
     except NodeExistsError:
@@ -67,6 +84,52 @@ def read_kv(zk: KazooClient) -> KvTopology | None:
     return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT))
 
 
+def read_replica_sets(zk: KazooClient, kv: KvTopology) -> ReplicaSets:
+    """Each shard's replica set as ZooKeeper holds it; every member holds every shard when
+    none is written (`kv`'s members)."""
+    try:
+        data, stat = zk.get(REPLICA_SETS)
+    except NoNodeError:
+        return replica_sets.everyone(kv.shards, kv.storage_nodes)
+    return replica_sets.from_json(json.loads(data), stat.version)
+
+
+def replica_sets_history(zk: KazooClient) -> list[dict[str, Any]]:
+    """Every version of the replica sets written, oldest first, with when and why."""
+    try:
+        names = sorted(zk.get_children(REPLICA_SETS_HISTORY))
+    except NoNodeError:
+        return []
+    out = []
+    for n in names:
+        try:
+            data, _ = zk.get(f"{REPLICA_SETS_HISTORY}/{n}")
+        except NoNodeError:
+            continue
+        out.append(json.loads(data))
+    return out
+
+
+def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: str) -> None:
+    """Write `sets` (a versioned write over `version`; None: create) and its history entry
+    in one ZooKeeper transaction: BadVersionError/NodeExistsError when another change came
+    first."""
+    data = json.dumps(replica_sets.to_json(sets)).encode()
+    zk.ensure_path(REPLICA_SETS_HISTORY)
+    tx = zk.transaction()
+    if version is None:
+        tx.create(REPLICA_SETS, data)
+    else:
+        tx.set_data(REPLICA_SETS, data, version=version)
+    entry = {"version": 0 if version is None else version + 1, "at_ms": int(time.time() * 1000),
+             "why": why, **replica_sets.to_json(sets)}
+    tx.create(f"{REPLICA_SETS_HISTORY}/change-", json.dumps(entry).encode(), sequence=True)
+    results = tx.commit()
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+
+
 def remove_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
     """Take a storage node out of the membership (versioned write): logs are no longer held
     back for it. Started again, it bootstraps from a peer (its data is behind)."""
@@ -75,8 +138,21 @@ def remove_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
             raise ValueError(f"ID: storage node {node_id} is not a member")
         if len(members) <= 1:
             raise ValueError("ID: the last storage node cannot be removed")
+        held = _held_by(zk, node_id)
+        if held:
+            raise ValueError(f"ID: storage node {node_id} still holds {held} shards (replica sets); "
+                             "it can leave once they are on other nodes")
         return [n for n in members if n != node_id]
     return _change_members(zk, change)
+
+
+def _held_by(zk: KazooClient, node_id: int) -> int:
+    """Shards in `node_id`'s replica sets, when replica sets are written (0 otherwise)."""
+    try:
+        data, stat = zk.get(REPLICA_SETS)
+    except NoNodeError:
+        return 0
+    return len(replica_sets.from_json(json.loads(data), stat.version).shards_of(node_id))
 
 
 def add_storage_node(zk: KazooClient, node_id: int) -> KvTopology:

@@ -47,10 +47,17 @@ def read_reports(zk: KazooClient) -> dict[int, Report]:
     return out
 
 
-def view(zk: KazooClient) -> tuple[dict[int, Report], tuple[int, ...]]:
-    """(node id -> its latest report, the member nodes): what `used` takes."""
+View = tuple[dict[int, Report], tuple[int, ...], int]
+
+
+def view(zk: KazooClient) -> View:
+    """(node id -> its latest report, the member nodes, copies of each shard when replica
+    sets place them, else 0): what coordinator/quotas.py `used` takes."""
     kv = registry.read_kv(zk)
-    return read_reports(zk), kv.storage_nodes if kv else ()
+    if kv is None:
+        return read_reports(zk), (), 0
+    sets = registry.read_replica_sets(zk, kv)
+    return read_reports(zk), kv.storage_nodes, sets.replicas if sets.version >= 0 else 0
 
 
 class UsageCache:
@@ -61,10 +68,10 @@ class UsageCache:
         self.zk = zk
         self.ttl_s = ttl_s
         self._at = -float("inf")
-        self._view: tuple[dict[int, Report], tuple[int, ...]] = ({}, ())
+        self._view: View = ({}, (), 0)
         self._lock = threading.Lock()
 
-    def reports(self) -> tuple[dict[int, Report], tuple[int, ...]]:
+    def reports(self) -> View:
         """view(), at most `ttl_s` old."""
         now = time.monotonic()
         if now - self._at >= self.ttl_s:

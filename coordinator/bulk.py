@@ -55,12 +55,12 @@ def _by_shard(dataset_id: str, pkeys: list[bytes], shards: int) -> dict[int, lis
 def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
          groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int, kv_logs: int,
          request_id: bytes, callback: str, bytes_max: int,
-         beside: Callable[[int], bool] = lambda log_id: False,
+         beside: Callable[[int, int], bool] = lambda log_id, shard: False,
          secret: Callable[[bytes], int] = lambda request_id: 0) -> list[Planned]:
     """One record per shard (more if a shard's share is larger than `bytes_max`), the
     groups in the order they came within each; then, the same way, one record of puts per
-    shard. A Planned's indexes count the groups first, then the put rows. `beside(log)`:
-    whether a storage node beside the coordinator answers that log's records alone
+    shard. A Planned's indexes count the groups first, then the put rows. `beside(log, shard)`:
+    whether a storage node beside the coordinator answers that shard's records alone
     (Record.answered_beside); `secret(request id)`: a record's answer secret
     (Record.answer_secret)."""
     out: list[Planned] = []
@@ -89,7 +89,7 @@ def _chunks(idx: list[int], size_of: Callable[[int], int], bytes_max: int) -> It
 
 def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
                puts: pb.PutColumns, first: int, shards: int, kv_logs: int, request_id: bytes,
-               callback: str, bytes_max: int, beside: Callable[[int], bool],
+               callback: str, bytes_max: int, beside: Callable[[int, int], bool],
                secret: Callable[[bytes], int], out: list[Planned]) -> None:
     pkeys, lkeys, values = list(puts.partition_keys), list(puts.local_keys), list(puts.values)
     eids, ttls = list(puts.event_ids), list(puts.ttl_ms)
@@ -99,7 +99,7 @@ def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: in
 
     for shard, idx in sorted(_by_shard(dataset_id, pkeys, shards).items()):
         log_id = log_of(shard, kv_logs)
-        answered_beside = beside(log_id)
+        answered_beside = beside(log_id, shard)
         for part in _chunks(idx, size_of, bytes_max):
             rid = record_request_id(request_id, shard, len(out))
             cols = pb.PutColumns(partition_keys=[pkeys[i] for i in part], local_keys=[lkeys[i] for i in part],
@@ -116,12 +116,12 @@ def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: in
 
 def _plan_groups(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
                  groups: list[pb.WriteGroup], shards: int, kv_logs: int, request_id: bytes,
-                 callback: str, bytes_max: int, beside: Callable[[int], bool],
+                 callback: str, bytes_max: int, beside: Callable[[int, int], bool],
                  secret: Callable[[bytes], int], out: list[Planned]) -> None:
     by_shard = _by_shard(dataset_id, [g.partition_key for g in groups], shards)
     for shard, idx in sorted(by_shard.items()):
         log_id = log_of(shard, kv_logs)
-        answered_beside = beside(log_id)
+        answered_beside = beside(log_id, shard)
         for part in _chunks(idx, lambda i: groups[i].ByteSize() + 8, bytes_max):
             rid = record_request_id(request_id, shard, len(out))
             rec = pb.Record(request_id=rid, callback=callback, dataset=dataset_id, shard=shard,

@@ -161,19 +161,20 @@ class Coordinator:
                  and isinstance(ops[0], Put) and not header.event_id)
         rec = record_for(d, rid, "" if early else self.callback_addr, pkey, tuple(ops), header.event_id,
                          self.kv.shards)
-        if not early and self.answered_beside(self.log_of(rec)):
+        if not early and self.answered_beside(self.log_of(rec), rec.shard):
             rec = dataclasses.replace(rec, answered_beside=True)
         return rec, early
 
-    def answered_beside(self, log_id: int) -> bool:
-        """Whether the storage node of this process (the host layout), a member, applies
-        `log_id` as this process's log writer commits it: then it alone answers our records
-        of that log (Record.answered_beside), and the other replicas make no call for most.
+    def answered_beside(self, log_id: int, shard: int) -> bool:
+        """Whether the storage node of this process (the host layout), a member that holds
+        `shard`, applies `log_id` as this process's log writer commits it: then it alone
+        answers our records of that shard (Record.answered_beside), and the other replicas
+        make no call for most.
         If it stops applying the log that way (the writer moved), it still answers, from its
         stream; until then, a request waits for it as for any answer, within its deadline."""
         node = self.replicas.local.component
         return (node is not None and node.applies_in_process(log_id)
-                and node.state.node_id in self.replicas.members_or_last())
+                and node.state.node_id in self.replicas.holders(shard))
 
     def encode(self, rec: Record) -> bytes:
         """The record as a log entry's payload, with its answer secret (Answers.secret)."""
@@ -397,10 +398,24 @@ class Coordinator:
         idx = self.read_index(log_id)
         if idx is None:
             return None
-        many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1, wait_ms=limits.READ_APPLY_WAIT_MS,
-                                  requests=reqs)
-        r = self.replicas.first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S)
-        return None if r is None else list(r.responses)
+        # One ReadMany per replica set among the reads (one in all unless replica sets
+        # place the shards on fewer nodes than all).
+        sets = self.replicas.sets()
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, r in enumerate(reqs):
+            groups.setdefault(sets.of(r.shard) if sets is not None and r.shard < len(sets.sets) else (),
+                              []).append(i)
+        out: list[pb.ReadResponse | None] = [None] * len(reqs)
+        for idxs in groups.values():
+            many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1,
+                                      wait_ms=limits.READ_APPLY_WAIT_MS, requests=[reqs[i] for i in idxs])
+            got = self.replicas.first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S,
+                                             reqs[idxs[0]].shard)
+            if got is None:
+                return None
+            for i, resp in zip(idxs, got.responses):
+                out[i] = resp
+        return out  # type: ignore[return-value]
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
                      min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
@@ -408,7 +423,7 @@ class Coordinator:
         shard = shard_of(d.id, pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
-        r = self.replicas.first_answer("Read", req, deadline_s)
+        r = self.replicas.first_answer("Read", req, deadline_s, shard)
         if r is None:
             raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
         return r  # type: ignore[no-any-return]
@@ -422,8 +437,8 @@ class Coordinator:
         v = eventual.stamp(value, version, ttl_ms or d.ttl_ms, deleted)
         req = pb.LwwWriteRequest(dataset=d.id, shard=shard_of(d.id, pkey, self.kv.shards),
                                  partition_key=pkey, local_key=lkey, value=v)
-        n = len(self.kv.storage_nodes)
-        ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n))
+        n = self.replicas.copies(req.shard) or len(self.kv.storage_nodes)
+        ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n), req.shard)
         short = eventual.write_shortfall(len(ok), n)
         if short is not None:
             raise Abort(Code.UNAVAILABLE, short)
@@ -434,8 +449,8 @@ class Coordinator:
         """A majority of the replicas' answers; those among them that hold an older version
         of a single key get the newest written back (read repair)."""
         req.dataset, req.shard, req.partition_key = d.id, shard_of(d.id, pkey, self.kv.shards), pkey
-        n = len(self.kv.storage_nodes)
-        ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n))
+        n = self.replicas.copies(req.shard) or len(self.kv.storage_nodes)
+        ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n), req.shard)
         short = eventual.read_shortfall(len(ok), n)
         if short is not None:
             raise Abort(Code.UNAVAILABLE, short)

@@ -17,11 +17,10 @@ compression (docs/api.md, "Storage quotas")."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from catalog.usage import Report
+from catalog.usage import View
 from coordinator import limits
 from midtown_pb import kv_pb2 as pb
 from runtime import refusals
@@ -68,10 +67,20 @@ def format_size(n: int) -> str:
     return f"{n} B"
 
 
-def used(reports: dict[int, Report], members: Sequence[int], dataset_id: str) -> tuple[int, int]:
-    """A dataset's bytes and when they were counted: the highest count among the member
-    nodes' latest reports (each holds every shard; the one that applied furthest has
-    counted the most recent writes). (0, 0) when no member has counted yet."""
+def used(view: View, dataset_id: str) -> tuple[int, int]:
+    """A dataset's bytes and when they were counted. When every member holds every shard
+    (`copies` 0): the highest count among the member nodes' latest reports (the one that
+    applied furthest has counted the most recent writes). With replica sets (each shard on
+    `copies` nodes, catalog/replica_sets.py): the members' counts added up and divided by
+    `copies`, as of the oldest count. (0, 0) when no member has counted yet. `view`: the
+    reports, the member nodes and `copies` (catalog/usage.py view)."""
+    reports, members, copies = view
+    if copies:
+        got = [reports[m] for m in members if m in reports]
+        if not got:
+            return 0, 0
+        return (sum(r.bytes.get(dataset_id, 0) for r in got) // copies,
+                min(r.at_ms for r in got))
     best = (0, 0)
     for m in members:
         r = reports.get(m)

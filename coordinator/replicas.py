@@ -15,6 +15,7 @@ import grpc
 from kazoo.client import KazooClient
 
 from catalog import registry
+from catalog.replica_sets import ReplicaSets
 from coordinator import limits
 from coordinator.checks import Abort, Code
 from midtown_pb import kv_pb2 as pb
@@ -41,6 +42,36 @@ class Replicas:
         self._members: Refreshed[dict[int, str]] = Refreshed(
             lambda: registry.members(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
             initial={})
+        self._sets: Refreshed[ReplicaSets | None] = Refreshed(self._read_sets, limits.MEMBERS_CACHE_S,
+                                                              initial=None)
+
+    def _read_sets(self) -> ReplicaSets | None:
+        kv = registry.read_kv(self.zk)
+        return None if kv is None else registry.read_replica_sets(self.zk, kv)
+
+    def sets(self) -> ReplicaSets | None:
+        """Each shard's replica set as last read (None: not read yet, or every member holds
+        every shard)."""
+        try:
+            got = self._sets.get()
+        except Exception:  # ZooKeeper unavailable: the last ones read
+            got = self._sets.last()
+        return got if got is not None and got.version >= 0 else None
+
+    def holders(self, shard: int) -> dict[int, str]:
+        """The live storage nodes that hold `shard`, id -> address (every live member when
+        every member holds every shard)."""
+        live = self.members_or_last()
+        sets = self.sets()
+        if sets is None or shard >= len(sets.sets):
+            return live
+        return {n: a for n, a in live.items() if n in sets.of(shard)}
+
+    def copies(self, shard: int) -> int:
+        """How many storage nodes hold `shard`, up or not (eventual datasets' quorums); 0
+        when every member holds every shard."""
+        sets = self.sets()
+        return 0 if sets is None or shard >= len(sets.sets) else len(sets.of(shard))
 
     def members(self) -> dict[int, str]:
         """Registered storage nodes by id, looked up in ZooKeeper at most once a second (by
@@ -53,10 +84,6 @@ class Replicas:
         except Exception:  # ZooKeeper unavailable: the last list seen
             return self._members.last()
 
-    def addrs(self) -> list[str]:
-        """Live storage nodes' addresses."""
-        return list(self.members().values())
-
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         """A Storage call, made directly when the storage node runs in this process."""
         local = self.local.at(addr)
@@ -67,10 +94,11 @@ class Replicas:
             inprocess.used(path)
         return getattr(local, name)(req)
 
-    def first_answer(self, method: str, req: Any, timeout_s: float) -> Any:
-        """The answer of the first storage node that gives one (None: none did). A refusal
-        that another node would give too reaches the client as it came (refused_by_all)."""
-        for addr in self._order():
+    def first_answer(self, method: str, req: Any, timeout_s: float, shard: int) -> Any:
+        """The answer of the first storage node holding `shard` that gives one (None: none
+        did). A refusal that another node would give too reaches the client as it came
+        (refused_by_all)."""
+        for addr in self._order(shard):
             try:
                 return self.call(addr, method, req, timeout_s)
             except (grpc.RpcError, Behind, Refusal, ValueError) as e:
@@ -78,9 +106,12 @@ class Replicas:
                 continue
         return None
 
-    def fan_out(self, method: str, req: Any, deadline_s: float, need: int) -> list[tuple[str, Any]]:
-        """Send to every live replica at once; the first `need` answers (or all there are)."""
-        calls = {_POOL.submit(self.call, a, method, req, deadline_s): a for a in self.addrs()}
+    def fan_out(self, method: str, req: Any, deadline_s: float, need: int,
+                shard: int) -> list[tuple[str, Any]]:
+        """Send to every live replica of `shard` at once; the first `need` answers (or all
+        there are)."""
+        calls = {_POOL.submit(self.call, a, method, req, deadline_s): a
+                 for a in self.holders(shard).values()}
         ok: list[tuple[str, Any]] = []
         try:
             for f in futures.as_completed(calls, timeout=deadline_s):
@@ -103,7 +134,7 @@ class Replicas:
         """A shard scan from the first storage node that starts one (it has applied the
         shard's log up to req.min_position); its first message is taken here, so a node that
         cannot serve is passed over and the stream never starts half-way on another."""
-        for addr in self._order():
+        for addr in self._order(req.shard):
             local = self.local.at(addr)
             try:
                 it = iter(local.scan_shard(req) if local is not None else
@@ -115,10 +146,10 @@ class Replicas:
             return _stream_from(first, it)
         raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
 
-    def _order(self) -> list[str]:
-        """Live storage nodes to read from: the one in this process first, then the others
-        in random order."""
-        nodes = self.addrs()
+    def _order(self, shard: int) -> list[str]:
+        """Live storage nodes holding `shard` to read from: the one in this process first,
+        then the others in random order."""
+        nodes = list(self.holders(shard).values())
         random.shuffle(nodes)
         nodes.sort(key=lambda a: self.local.at(a) is None)
         return nodes

@@ -35,7 +35,7 @@ from storage_node.callbacks import AnswerTaker, Callbacks
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, POSITION
-from storage_node.model import RecordResult
+from storage_node.model import Drop, Position, Record, RecordResult
 from storage_node.state import NodeState
 from storage_node.store import BatchView
 
@@ -53,6 +53,13 @@ def answers_now(answered_beside: bool, position: int) -> bool:
     answers it (Record.answered_beside); then one record in DIGEST_SAMPLE, so that the
     coordinator still compares the replicas' shard digests."""
     return not answered_beside or position % DIGEST_SAMPLE == 0
+
+
+def shared(rec: Record) -> bool:
+    """Whether every node that tails the record's log applies it, whatever shards it
+    holds: a published position (the replicated table of positions) or a dataset's drop
+    (it deletes in this node's shards of the log)."""
+    return bool(rec.ops) and all(isinstance(o, (Position, Drop)) for o in rec.ops)
 
 
 class ApplyLoop:
@@ -75,13 +82,15 @@ class ApplyLoop:
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
     def start(self) -> None:
-        for log_id in range(self.state.kv_logs):  # the logs that carry shards; the others, never
+        for log_id in self.state.tailed_logs():  # the logs that carry its shards; the others, never
             loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
         loops.every("writer-watch", WRITER_RECHECK_S, self._watch_writers, self.state.stop)
 
     def _answers_for(self, shard: int) -> bool:
         """Whether this node sends the results of `shard`'s records to their coordinators."""
         s = self.state
+        if s.sets.version >= 0:  # replica sets: each replica of the shard answers
+            return s.holds(shard)
         return answers_for(s.node_id, shard, s.kv.storage_nodes, CALLBACK_REPLICAS)
 
     def linger_ms(self) -> int:
@@ -231,6 +240,9 @@ class ApplyLoop:
                 except Exception:  # not a record every replica can decode: a no-op everywhere
                     log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
                     continue
+                if not (self.state.holds(rec.shard) or shared(rec)):
+                    self.state.last_data[log_id] = e.position  # its position is to publish all the same
+                    continue  # another node's shard
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
                 view.add(applied, rec.shard, e.timestamp_ms, log_id)
                 if not applied.positions:

@@ -57,6 +57,7 @@ class Bookkeeping:
         ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
         s, published, truncated = self.state, self._published, self._truncated
         s.kv = registry.read_kv(s.zk) or s.kv  # membership changes (node remove)
+        s.sets = registry.read_replica_sets(s.zk, s.kv)
         self._append_drops()
         durable = {i: p for i, (p, _) in s.positions.items()}
         s.store.sync()  # only positions made durable are published (DESIGN.md)
@@ -69,12 +70,20 @@ class Bookkeeping:
                     published[log_id] = pos
                 except LogError as e:
                     log.debug("publishing position of log %d: %s", log_id, e)
-            low = truncation_point(s.member_positions, log_id, s.kv.storage_nodes)
+            low = truncation_point(s.member_positions, log_id, self._holders(log_id))
             if low is not None and low > truncated.get(log_id, 0):
                 try:
                     truncated[log_id] = s.logs.truncate(log_id, low)
                 except LogError as e:
                     log.debug("truncating log %d: %s", log_id, e)
+
+    def _holders(self, log_id: int) -> tuple[int, ...]:
+        """The members a log's truncation waits for: those that hold one of its shards (all
+        members when every member holds every shard); a log that carries no shards, all."""
+        s = self.state
+        if log_id >= s.kv_logs:
+            return s.kv.storage_nodes
+        return tuple(n for n in s.sets.nodes_of_log(log_id, s.kv_logs) if n in s.kv.storage_nodes)
 
     def _append_drops(self) -> None:
         """Put a drop record for each dataset dropped more than DROP_DELAY_S ago into every
@@ -105,7 +114,7 @@ class Bookkeeping:
         shards' digests agree with a peer's at the same positions, and its event ids."""
         s = self.state
         lag = {}
-        for log_id in range(s.kv_logs):
+        for log_id in s.tailed_logs():
             addr = s.logs.writer_addr(log_id, refresh=True)
             if addr is None:
                 continue

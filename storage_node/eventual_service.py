@@ -16,13 +16,14 @@ from kazoo.client import KazooClient
 
 from catalog import registry
 from catalog import usage as usage_reports
-from catalog.routing import check_shard
+from catalog.replica_sets import ReplicaSets
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import transport
 from storage_node import lww
 from storage_node.limits import LWW_PAGE_MAX
 from storage_node.lww import LwwReplica
+from storage_node.reads import check_held
 from storage_node.store import NodeStore
 
 log = logging.getLogger("midtown.storage.eventual")
@@ -38,16 +39,18 @@ def _check_lww_limit(limit: int) -> None:
 
 class EventualService:
     def __init__(self, node_id: int, zk: KazooClient, store: NodeStore, replica: LwwReplica,
-                 kv: Callable[[], registry.KvTopology], peers: Callable[[], list[str]],
-                 stop: threading.Event) -> None:
+                 kv: Callable[[], registry.KvTopology], peers: Callable[[], dict[int, str]],
+                 sets: Callable[[], ReplicaSets], stop: threading.Event) -> None:
         """`kv`: the cluster's key-value topology as the node last read it (members change);
-        `peers`: the addresses of the other storage nodes that are up."""
+        `peers`: the other storage nodes that are up, id -> address; `sets`: which nodes
+        hold each shard, as last read."""
         self.node_id = node_id
         self.zk = zk
         self.store = store
         self.lww = replica
         self.kv = kv
         self._peers = peers
+        self._sets = sets
         self._stop = stop
         self.purged = 0  # tombstones and expired values purged since start
         self.shards_pulled = 0  # shards anti-entropy read from a peer (hashes differed)
@@ -56,19 +59,22 @@ class EventualService:
 
     # ---------------------------------------------------------------- calls
     def write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse:
-        check_shard(req.shard, self.kv().shards)
+        self._check_held(req.shard)
         return pb.LwwWriteResponse(applied=self.lww.write(req))
 
     def range(self, req: pb.LwwRangeRequest) -> pb.LwwRangeResponse:
-        check_shard(req.shard, self.kv().shards)
+        self._check_held(req.shard)
         _check_lww_limit(req.limit)
         return self.lww.range(req)
 
     def read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse:
-        check_shard(req.shard, self.kv().shards)
+        self._check_held(req.shard)
         if req.scan:
             _check_lww_limit(req.limit)
         return self.lww.read(req)
+
+    def _check_held(self, shard: int) -> None:
+        check_held(self.node_id, shard, self.kv().shards, lambda s: self._sets().holds(self.node_id, s))
 
     def hashes(self) -> pb.LwwHashesResponse:
         return pb.LwwHashesResponse(hashes=self.lww.hashes(self.kv().shards))
@@ -79,15 +85,20 @@ class EventualService:
         (storage_node/lww.py); run every anti-entropy interval, at once if this node
         dropped its own at start."""
         peers = self._peers()
-        if not peers:
+        sets = self._sets()
+        both = {nid: [sh for sh in sets.shards_of(self.node_id) if sets.holds(nid, sh)]
+                for nid in peers}
+        both = {nid: shared for nid, shared in both.items() if shared}  # peers with a shard of ours
+        if not both:
             return
+        peer = random.choice(sorted(both))
         shards = self.kv().shards
-        channel = transport.channel(random.choice(peers))
+        channel = transport.channel(peers[peer])
         stub = kv_pb2_grpc.StorageStub(channel)
         try:
             theirs = list(stub.LwwHashes(pb.LwwHashesRequest(), timeout=PEER_CALL_TIMEOUT_S).hashes)
             mine = self.lww.hashes(shards)
-            for shard in range(shards):
+            for shard in both[peer]:
                 if shard < len(theirs) and theirs[shard] == mine[shard]:
                     continue  # the same (key, version) pairs: nothing to take
                 self.shards_pulled += 1

@@ -57,12 +57,15 @@ class StorageNode:
             if old.startswith("checkpoint-"):
                 shutil.rmtree(os.path.join(data_dir, old), ignore_errors=True)
         store = NodeStore(os.path.join(data_dir, "state.db"))
-        self.state = s = NodeState(node_id, settings, logs, store, kv, log_count, min(kv.logs, log_count))
+        sets = registry.read_replica_sets(logs.zk, kv)
+        self.state = s = NodeState(node_id, settings, logs, store, kv, log_count, min(kv.logs, log_count),
+                                   sets)
         s.reload_positions()
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, data_dir, s.commit_lock, s.cond, s.positions,
-                           lambda: s.kv, s.kv_logs, settings.shard_scan_rows_max)
-        self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peers, s.stop)
+                           lambda: s.kv, s.kv_logs, s.holds, settings.shard_scan_rows_max)
+        self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
+                                        lambda: s.sets, s.stop)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
                                  local_answers or inprocess.Local())
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual)
@@ -106,7 +109,9 @@ class StorageNode:
                  saved, first, ", an earlier bootstrap did not finish" if marker else "")
         deadline = time.monotonic() + 300
         while True:
-            peers = s.peers(members_only=True)  # a removed node may be behind the logs
+            # A whole copy: from a member (a removed node may be behind the logs) that holds
+            # every shard this node holds (replica sets); it applies only its own after.
+            peers = s.peers(members_only=True, shards=s.sets.shards_of(s.node_id))
             try:
                 bootstrap.copy_from(s.store.db, peers, s.store.sync)
                 break
@@ -125,8 +130,9 @@ class StorageNode:
             rows = self.state.logs.status()
         except Exception:
             return None
-        out = {r["log"]: r["first"] for r in rows if r["log"] < self.state.kv_logs}
-        return out if len(out) == self.state.kv_logs else None
+        tailed = self.state.tailed_logs()
+        out = {r["log"]: r["first"] for r in rows if r["log"] in tailed}
+        return out if len(out) == len(tailed) else None
 
     def stop(self) -> None:
         self.state.stop.set()
@@ -144,7 +150,7 @@ class StorageNode:
         s = self.state
         if s.zk.state != "CONNECTED" or not hasattr(self, "membership"):
             return False
-        if len(s.lag) < s.kv_logs or max(s.lag.values(), default=0) > HEALTH_LAG_MAX:
+        if len(s.lag) < len(s.tailed_logs()) or max(s.lag.values(), default=0) > HEALTH_LAG_MAX:
             return False
         return s.zk.exists(self.membership.path) is not None
 

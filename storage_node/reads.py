@@ -31,13 +31,23 @@ class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
 
 
+def check_held(node_id: int, shard: int, shards: int, holds: Callable[[int], bool],
+               field: str = "") -> None:
+    """ValueError for a shard the cluster does not have; Behind for one this node does not
+    hold (catalog/replica_sets.py): another node may answer."""
+    check_shard(shard, shards, field)
+    if not holds(shard):
+        raise Behind(f"storage node {node_id} does not hold shard {shard}")
+
+
 class Reads:
     def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
                  kv: Callable[[], registry.KvTopology], kv_logs: int,
-                 scan_rows_max: int = SHARD_SCAN_ROWS_MAX) -> None:
+                 holds: Callable[[int], bool], scan_rows_max: int = SHARD_SCAN_ROWS_MAX) -> None:
         """`positions`: the node's (next position, log time) per log, updated by its applier
-        under `commit_lock`, which notifies `cond`."""
+        under `commit_lock`, which notifies `cond`; `holds(shard)`: whether this node holds
+        a shard (catalog/replica_sets.py)."""
         self.node_id = node_id
         self.store = store
         self.data_dir = data_dir
@@ -46,12 +56,13 @@ class Reads:
         self.positions = positions
         self.kv = kv
         self.kv_logs = kv_logs
+        self.holds = holds
         self.scan_rows_max = scan_rows_max
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
         """A read of this replica's current state, expiry judged by the log time it has
         applied up to. ValueError names a bad field; Behind: not applied far enough yet."""
-        check_shard(req.shard, self.kv().shards, field)
+        self._check_held(req.shard, field)
         if req.op.WhichOneof("op") not in ("get", "scan"):
             raise ValueError(f"{field}op: only get and scan read a replica")
         log_id = log_of(req.shard, self.kv_logs)
@@ -83,7 +94,7 @@ class Reads:
     def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
         """One dataset's live keys in one shard, all from the state at one log position
         (said in every message), `req.page` per message; at least one message."""
-        check_shard(req.shard, self.kv().shards)
+        self._check_held(req.shard)
         if not 1 <= req.page <= SHARD_SCAN_PAGE_MAX:
             raise ValueError(f"page: {req.page}, must be between 1 and {SHARD_SCAN_PAGE_MAX}")
         log_id = log_of(req.shard, self.kv_logs)
@@ -114,6 +125,9 @@ class Reads:
                 yield pb.ScanShardResponse(items=items, position=pos)
                 items = []
         yield pb.ScanShardResponse(items=items, position=pos)
+
+    def _check_held(self, shard: int, field: str = "") -> None:
+        check_held(self.node_id, shard, self.kv().shards, self.holds, field)
 
     def wait_applied(self, log_id: int, min_position: int, wait_ms: int) -> None:
         """Until this replica has applied `log_id` up to `min_position` (exclusive)."""

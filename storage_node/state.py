@@ -10,12 +10,14 @@ the reads hold the same dictionary."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
 
 from catalog import registry
 from catalog.registry import KvTopology
+from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
 from log.client import LogClient
 from storage_node.settings import Settings
@@ -31,6 +33,7 @@ class NodeState:
     kv: KvTopology  # shards, members and logs; re-read by the bookkeeping rounds
     log_count: int  # every log of the cluster
     kv_logs: int  # the logs that carry shards (the first kv_logs of them)
+    sets: ReplicaSets  # which nodes hold each shard; re-read with kv
     # log -> (next position to apply, log time of the last applied entry), as durable as
     # the last batch committed.
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -55,16 +58,32 @@ class NodeState:
         self.member_positions.clear()
         self.member_positions.update(self.store.member_positions())
 
+    def holds(self, shard: int) -> bool:
+        """Whether this node holds `shard` (applies its records and answers for it)."""
+        return self.sets.holds(self.node_id, shard)
+
+    def tailed_logs(self) -> tuple[int, ...]:
+        """The key-value logs that carry one of this node's shards: the only ones it tails."""
+        return self.sets.logs_of(self.node_id, self.kv_logs)
+
     def shard_digests(self) -> list[tuple[int, int, int, int]]:
-        """(shard, its log, the position applied, the shard's digest there) of every shard:
-        two replicas at the same position must have the same digest."""
+        """(shard, its log, the position applied, the shard's digest there) of every shard
+        this node holds: two replicas at the same position must have the same digest."""
         out = []
-        for shard in range(self.kv.shards):
+        for shard in self.sets.shards_of(self.node_id):
             lg = log_of(shard, self.kv_logs)
             out.append((shard, lg, self.positions[lg][0], self.store.digest(shard)))
         return out
 
-    def peers(self, members_only: bool = False) -> list[str]:
-        """The addresses of the other storage nodes that are up."""
-        return [a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
-                if nid != self.node_id and (not members_only or nid in self.kv.storage_nodes)]
+    def peer_ids(self) -> dict[int, str]:
+        """The other storage nodes that are up: id -> address."""
+        return {nid: a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+                if nid != self.node_id}
+
+    def peers(self, members_only: bool = False, shards: Iterable[int] = ()) -> list[str]:
+        """The addresses of the other storage nodes that are up (members only; holding
+        every one of `shards`)."""
+        want = tuple(shards)
+        return [a for nid, a in self.peer_ids().items()
+                if (not members_only or nid in self.kv.storage_nodes)
+                and all(self.sets.holds(nid, sh) for sh in want)]

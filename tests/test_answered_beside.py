@@ -41,7 +41,8 @@ def test_a_bulk_write_marks_the_records_of_the_logs_answered_beside_only() -> No
                          local_keys=[b"k"] * 200, values=[b"v"] * 200)
     plain = bulk.plan("d", 0, 0, 0, groups, puts, 64, 4, b"rid", "cb", 1 << 20)
     assert not any(pb.Record.FromString(p.payload).answered_beside for p in plain)
-    marked = bulk.plan("d", 0, 0, 0, groups, puts, 64, 4, b"rid", "cb", 1 << 20, lambda log_id: log_id == 1)
+    marked = bulk.plan("d", 0, 0, 0, groups, puts, 64, 4, b"rid", "cb", 1 << 20,
+                       lambda log_id, shard: log_id == 1)
     assert {p.log_id for p in marked} == {0, 1, 2, 3}
     for p, q in zip(plain, marked):
         rec = pb.Record.FromString(q.payload)

@@ -96,7 +96,7 @@ def test_a_checkpoint_copy_does_not_see_later_writes(tmp_path) -> None:  # type:
         store.db.put(b"a", b"1")
         kv = KvTopology(shards=4, storage_nodes=(0,), logs=1)
         reads = Reads(0, store, str(tmp_path), threading.Lock(), threading.Condition(), {0: (0, 0)},
-                      lambda: kv, 1)
+                      lambda: kv, 1, lambda shard: True)
         with reads.checkpoint() as pairs:
             wb = WriteBatch(raw_mode=True)
             wb.put(b"b", b"2")

@@ -49,10 +49,14 @@ def test_any_text_is_a_size_or_a_clear_error(text: str) -> None:
 def test_the_count_of_the_furthest_member_counts() -> None:
     R = catalog_usage.Report
     reports = {0: R(100, {"a#1": 500, "b#2": 7}), 1: R(200, {"a#1": 900}), 2: R(300, {"a#1": 10_000})}
-    assert quotas.used(reports, [0, 1], "a#1") == (900, 200)  # node 2 is no member
-    assert quotas.used(reports, [0, 1], "b#2") == (7, 100)
-    assert quotas.used(reports, [0, 1], "c#3") == (0, 200)
-    assert quotas.used({}, [0, 1, 2], "a#1") == (0, 0)
+    assert quotas.used((reports, (0, 1), 0), "a#1") == (900, 200)  # node 2 is no member
+    assert quotas.used((reports, (0, 1), 0), "b#2") == (7, 100)
+    assert quotas.used((reports, (0, 1), 0), "c#3") == (0, 200)
+    assert quotas.used(({}, (0, 1, 2), 0), "a#1") == (0, 0)
+    # Replica sets, each shard on 2 of the 3 members: what they hold, counted twice,
+    # as of the oldest count.
+    assert quotas.used((reports, (0, 1, 2), 2), "a#1") == ((500 + 900 + 10_000) // 2, 100)
+    assert quotas.used(({}, (0, 1, 2), 2), "a#1") == (0, 0)
     assert not quotas.over(0, 10**9)  # no quota
     assert not quotas.over(1000, 999) and quotas.over(1000, 1000)
 

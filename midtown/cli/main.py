@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from catalog import registry
+from catalog import registry, replica_sets
+from catalog.replica_sets import REPLICAS_DEFAULT
 from midtown.cli.connect import DEFAULT_DIR, CliError, Unreachable, kv_client, zk_hosts
 from midtown.cli.interrupts import STOP_SIGNALS, exit_code, interrupt_on_stop_signals
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
@@ -37,7 +38,8 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
     d = Path(a.dir)
     try:
         c = Cluster.load(d) if (d / "cluster.json").exists() else \
-            Cluster(d, logs=a.logs, kv_logs=a.kv_logs, layout=a.layout, tls=a.tls)
+            Cluster(d, logs=a.logs, kv_logs=a.kv_logs, layout=a.layout, tls=a.tls,
+                    log_server_count=a.hosts, storage_nodes=a.hosts, replicas=a.replicas)
     except ClusterError as e:
         raise CliError(str(e)) from None
     if c.supervisor_pid and pid_alive(c.supervisor_pid):
@@ -144,6 +146,14 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
         ids = [int(x) for x in a.log_servers.split(",")]
     except ValueError:
         raise CliError(f"--log-servers: expected ids like 0,1,2, got {a.log_servers!r}") from None
+    try:
+        nodes = [int(x) for x in a.storage_nodes.split(",")]
+    except ValueError:
+        raise CliError(f"--storage-nodes: expected ids like 0,1,2, got {a.storage_nodes!r}") from None
+    try:
+        replica_sets.check_replicas(a.replicas, max(a.replicas, len(nodes)))
+    except ValueError as e:
+        raise CliError(f"--{e}") from None
     zk = _zk(a)
     try:
         topo = zkpaths.create_cluster(zk, a.logs, ids)
@@ -155,8 +165,9 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
 
     zk2 = _zk(a)
     try:
-        kv = registry.create_kv(zk2, a.shards, [int(x) for x in a.storage_nodes.split(",")],
-                                a.kv_logs)
+        kv = registry.create_kv(zk2, a.shards, nodes, a.kv_logs, a.replicas)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     finally:
         zk2.stop()
         zk2.close()
@@ -453,7 +464,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
             out = datasets.describe(got)
-            out["used_bytes"], _ = quotas.used(*usage.view(zk), got.id)
+            out["used_bytes"], _ = quotas.used(usage.view(zk), got.id)
             ids = [(e.ids, e.oldest_ms, e.log_time_ms) for st in _node_states(zk).values()
                    for e in st.event_ids if e.dataset == got.id]
             out["event_ids"] = max((n for n, _, _ in ids), default=0)
@@ -569,6 +580,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         if kv is None:
             raise CliError("no key-value topology in this cluster")
         live = registry.members(logs.zk, registry.STORAGE_NODES)
+        sets = registry.read_replica_sets(logs.zk, kv)
         ends = {r["log"]: r["last"] for r in logs.status()}
         states = _node_states(logs.zk)
     digests: dict[tuple[int, int], set[int]] = {}
@@ -579,21 +591,24 @@ def cmd_node_status(a: argparse.Namespace) -> int:
     for nid in kv.storage_nodes:
         st = states.get(nid)
         if st is None:
-            rows.append({"node": nid, "addr": live.get(nid), "state": "down", "behind": None,
+            rows.append({"node": nid, "addr": live.get(nid), "state": "down",
+                         "shards": len(sets.shards_of(nid)), "behind": None,
                          "max_lag": None, "diverged_shards": None, "reclaimed": None,
                          "anti_entropy_taken": None, "anti_entropy_shards": None, "purged": None,
                          "event_ids": None, "event_ids_by_dataset": None})
             continue
-        lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)]
+        lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)
+                if i in sets.logs_of(nid, len(st.log_positions))]  # the logs it tails
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
-        rows.append({"node": nid, "addr": live.get(nid), "state": "up", "behind": sum(lags),
+        rows.append({"node": nid, "addr": live.get(nid), "state": "up", "shards": len(st.shards),
+                     "behind": sum(lags),
                      "max_lag": max(lags, default=0), "diverged_shards": diverged,
                      "reclaimed": st.reclaimed, "anti_entropy_taken": st.lww_repaired,
                      "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
                      "event_ids": sum(e.ids for e in st.event_ids),
                      "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
-    emit(rows, a.json, ["node", "addr", "state", "behind", "max_lag", "diverged_shards", "reclaimed",
-                        "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
+    emit(rows, a.json, ["node", "addr", "state", "shards", "behind", "max_lag", "diverged_shards",
+                        "reclaimed", "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
 
 
@@ -762,6 +777,12 @@ def _cluster_commands(sub: Any) -> None:
     up.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
                     help="logs the key-value store spreads its shards over (new cluster only; "
                          "default %(default)s: on one machine fewer logs batch better)")
+    up.add_argument("--hosts", type=_at_least_one("--hosts"), default=3,
+                    help="machines to play (new cluster only): hosts of the host layout; log servers "
+                         "and storage nodes of the split layout (default %(default)s)")
+    up.add_argument("--replicas", type=_at_least_one("--replicas"), default=REPLICAS_DEFAULT,
+                    help="copies of each shard (new cluster only; default %(default)s): with more "
+                         "storage nodes, each holds a part of the shards")
     up.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
                     help="host (default): one process per machine with a log server, a storage node "
                          "and a coordinator, clients given --zk routed to the log writer's; split: one "
@@ -775,6 +796,9 @@ def _cluster_commands(sub: Any) -> None:
     it.add_argument("--log-servers", default="0,1,2", help="log server ids, comma-separated")
     it.add_argument("--shards", type=_nonneg("--shards"), default=64)
     it.add_argument("--storage-nodes", default="0,1,2", help="storage node ids, comma-separated")
+    it.add_argument("--replicas", type=_at_least_one("--replicas"), default=REPLICAS_DEFAULT,
+                    help="copies of each shard (default %(default)s): with more storage nodes, each "
+                         "holds a part of the shards")
     it.add_argument("--kv-logs", type=_nonneg("--kv-logs"), default=registry.KV_LOGS_DEFAULT,
                     help="logs the key-value store spreads its shards over (default %(default)s: "
                          "one for each log server to write)")

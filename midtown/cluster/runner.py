@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from catalog import registry
+from catalog.replica_sets import REPLICAS_DEFAULT
 from log import limits
 from log import zk as zkpaths
 from midtown.cluster import certs
@@ -105,6 +106,9 @@ class Cluster:
     coordinators: int = COORDINATORS
     storage_nodes: int = STORAGE_NODES
     kv_logs: int = registry.KV_LOGS_LOCAL_DEFAULT
+    # Copies of each shard: with more storage nodes than this, each holds a part of the
+    # shards (catalog/replica_sets.py).
+    replicas: int = REPLICAS_DEFAULT
     layout: str = LAYOUT_DEFAULT
     # Log servers in the pool (in the host layout, hosts); each segment is on three of them.
     log_server_count: int = LOG_SERVERS
@@ -143,6 +147,8 @@ class Cluster:
             "logs": self.logs,
             "shards": self.shards,
             "kv_logs": self.kv_logs,
+            "replicas": self.replicas,
+            "storage_nodes": self.storage_nodes,
             "layout": self.layout,
             "log_server_count": self.log_server_count,
             "tls": self.tls,
@@ -165,6 +171,8 @@ class Cluster:
         d = json.loads(path.read_text())
         c = Cluster(Path(dir), logs=d["logs"], shards=d.get("shards", registry.SHARDS_DEFAULT),
                     kv_logs=d.get("kv_logs", registry.KV_LOGS_LOCAL_DEFAULT),
+                    replicas=d.get("replicas", REPLICAS_DEFAULT),
+                    storage_nodes=d.get("storage_nodes", STORAGE_NODES),
                     layout=d.get("layout", "split"), tls=d.get("tls", False),
                     log_server_count=d.get("log_server_count", LOG_SERVERS),
                     supervisor_pid=d.get("supervisor_pid", 0),
@@ -226,7 +234,7 @@ class Cluster:
         try:
             zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.playing("log-server")])
             registry.create_kv(zk, self.shards, [p.server_id for p in self.playing("storage-node")],
-                               self.kv_logs)
+                               self.kv_logs, self.replicas)
             for p in self.procs.values():
                 if p.kind != "zookeeper":
                     self.start_process(p.name)

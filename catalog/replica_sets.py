@@ -1,0 +1,98 @@
+"""Which storage nodes hold each shard: the shard's replica set. Pure; ZooKeeper keeps it
+(catalog/registry.py, /midtown/replica_sets, versioned, each change also written to its
+history).
+
+A cluster of R storage nodes or fewer has every node hold every shard. With more, each
+shard lives on R of them, so a node holds about R/N of the shards and applies only theirs:
+Manhattan's "a storage node is responsible for a part of the shards". The first placement
+spreads the shards evenly (spread): every node holds R*S/N shards, give or take one.
+
+A node applies a log's records of its own shards only, answers for them only, and a log is
+truncated below the positions of the nodes that hold one of its shards only
+(storage_node/truncation.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from catalog.routing import log_of
+
+REPLICAS_DEFAULT = 3
+REPLICAS_MAX = 9
+
+
+@dataclass(frozen=True)
+class ReplicaSets:
+    """`sets[s]`: the sorted ids of the nodes that hold shard s. `version`: ZooKeeper's
+    version of the node they were read from (-1 when none is written: every member holds
+    every shard, the layout of a cluster made before replica sets)."""
+    replicas: int
+    sets: tuple[tuple[int, ...], ...]
+    version: int = -1
+
+    def of(self, shard: int) -> tuple[int, ...]:
+        return self.sets[shard]
+
+    def holds(self, node_id: int, shard: int) -> bool:
+        return node_id in self.sets[shard]
+
+    def shards_of(self, node_id: int) -> tuple[int, ...]:
+        return tuple(s for s, nodes in enumerate(self.sets) if node_id in nodes)
+
+    def nodes(self) -> tuple[int, ...]:
+        """Every node that holds a shard."""
+        return tuple(sorted({n for nodes in self.sets for n in nodes}))
+
+    def nodes_of_log(self, log_id: int, logs: int) -> tuple[int, ...]:
+        """The nodes that hold a shard that travels in `log_id` (its truncation waits for
+        them, and for them only)."""
+        return tuple(sorted({n for s, nodes in enumerate(self.sets) if log_of(s, logs) == log_id
+                             for n in nodes}))
+
+    def logs_of(self, node_id: int, logs: int) -> tuple[int, ...]:
+        """The logs that carry one of `node_id`'s shards (the only ones it tails)."""
+        return tuple(sorted({log_of(s, logs) for s in self.shards_of(node_id)}))
+
+
+def everyone(shards: int, members: Iterable[int]) -> ReplicaSets:
+    """Every member holds every shard (no replica sets written)."""
+    nodes = tuple(sorted(members))
+    return ReplicaSets(len(nodes), tuple(nodes for _ in range(shards)))
+
+
+def spread(shards: int, members: Sequence[int], replicas: int) -> ReplicaSets:
+    """The first placement: the shards' S*R copies dealt round the sorted members in turn,
+    each shard's R copies to R members in a row (distinct, as R <= N), so every member
+    holds S*R/N shards, give or take one."""
+    check_replicas(replicas, len(members))
+    nodes = sorted(members)
+    n = len(nodes)
+    return ReplicaSets(replicas, tuple(tuple(sorted(nodes[(s * replicas + i) % n] for i in range(replicas)))
+                                       for s in range(shards)))
+
+
+def check_replicas(replicas: int, members: int) -> None:
+    """ValueError naming the field when `replicas` cannot be placed on `members` nodes."""
+    if not 1 <= replicas <= REPLICAS_MAX:
+        raise ValueError(f"replicas: {replicas}, must be between 1 and {REPLICAS_MAX}")
+    if members < replicas:
+        raise ValueError(f"replicas: {replicas} replicas of each shard need at least {replicas} "
+                         f"storage nodes; this cluster has {members}")
+
+
+def counts(sets: ReplicaSets) -> dict[int, int]:
+    """Shards held by each node."""
+    out: dict[int, int] = {}
+    for nodes in sets.sets:
+        for n in nodes:
+            out[n] = out.get(n, 0) + 1
+    return out
+
+
+def to_json(sets: ReplicaSets) -> dict:
+    return {"replicas": sets.replicas, "sets": [list(s) for s in sets.sets]}
+
+
+def from_json(d: dict, version: int) -> ReplicaSets:
+    return ReplicaSets(int(d["replicas"]), tuple(tuple(int(n) for n in s) for s in d["sets"]), version)

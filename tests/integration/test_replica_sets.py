@@ -1,0 +1,182 @@
+"""Storage nodes as a pool (issue 32): six storage nodes, each shard on three of them
+(catalog/replica_sets.py), over a pool of five log servers. Each node holds and applies
+about half the shards, answers only for them, and the logs are truncated below the
+positions of each log's holders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from catalog import registry
+from catalog.routing import log_of, shard_of
+from log import zk as zkpaths
+from log.client import LogClient
+from midtown import Client
+from midtown.cluster import Cluster
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from tests.integration.conftest import started, wait_for
+from tests.integration.test_kv import run_history
+from tests.linearizability import check_per_key
+
+pytestmark = pytest.mark.integration
+NODES, SHARDS = 6, 64
+
+
+@pytest.fixture(scope="module")
+def six(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    env = {"MIDTOWN_POSITION_INTERVAL_S": "0.5"}
+    with started(Path(tmp_path_factory.mktemp("six")) / "c", env, storage_nodes=NODES,
+                 log_server_count=5, replicas=3, logs=6, kv_logs=3, coordinators=2) as c:
+        c.create_dataset("t")
+        yield c
+
+
+def _sets(c: Cluster) -> tuple[registry.ReplicaSets, list[dict]]:
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        kv = registry.read_kv(zk)
+        assert kv is not None
+        return registry.read_replica_sets(zk, kv), registry.replica_sets_history(zk)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _stub(c: Cluster, node: int) -> kv_pb2_grpc.StorageStub:
+    return kv_pb2_grpc.StorageStub(grpc.insecure_channel(c.procs[f"storage-{node}"].addr))
+
+
+def _scan(c: Cluster, node: int, dataset_id: str, shard: int) -> list[tuple[bytes, bytes, bytes]] | str:
+    """A node's copy of one shard of a dataset (or the code it refused with)."""
+    try:
+        msgs = list(_stub(c, node).ScanShard(pb.StorageScanShardRequest(
+            dataset=dataset_id, shard=shard, page=1000), timeout=10))
+    except grpc.RpcError as e:
+        return f"{e.code().name}: {e.details()}"
+    return sorted((i.partition_key, i.local_key, i.value.value) for m in msgs for i in m.items)
+
+
+def test_each_node_holds_half_the_shards_and_answers_for_those_only(six: Cluster) -> None:
+    sets, history = _sets(six)
+    assert sets.version >= 0 and sets.replicas == 3
+    held = {n: sets.shards_of(n) for n in range(NODES)}
+    assert all(31 <= len(h) <= 33 for h in held.values()), held
+    assert len(history) == 1 and history[0]["sets"] == [list(s) for s in sets.sets]
+    d = six.create_dataset("half")
+    keys = [f"k{i}" for i in range(200)]
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        for k in keys:
+            db.put("half", k, "l", k.encode())
+        for k in keys[::7]:
+            got = db.get("half", k, "l")
+            assert got is not None and got.value == k.encode()
+        by_shard: dict[int, list[str]] = {}
+        for k in keys:
+            by_shard.setdefault(shard_of(d.id, k.encode(), SHARDS), []).append(k)
+        # Wait until every replica has applied the last write (a strong read at each).
+        for shard, ks in sorted(by_shard.items()):
+            want = sorted((k.encode(), b"l", k.encode()) for k in ks)
+            for node in range(NODES):
+                if node in sets.of(shard):
+                    wait_for(lambda: _scan(six, node, d.id, shard) == want, 30,
+                             f"node {node} to hold shard {shard}")
+                else:
+                    got = _scan(six, node, d.id, shard)
+                    assert got == f"FAILED_PRECONDITION: storage node {node} does not hold shard {shard}", \
+                        (node, shard, got)
+    # Each node's status covers its own shards; replicas at one position agree.
+    out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", six.zk_hosts,
+                          "--json"], capture_output=True, text=True, timeout=60)
+    rows = json.loads(out.stdout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert {r["node"]: r["shards"] for r in rows} == {n: len(h) for n, h in held.items()}
+    assert all(r["diverged_shards"] == 0 for r in rows)
+
+
+def test_a_log_is_truncated_while_nodes_without_its_shards_are_down(six: Cluster) -> None:
+    """The truncation of a log waits for its shards' holders only. Here every log carries
+    a shard of every node, so: a killed node holds back each log, and once it is back and
+    caught up, the logs move on."""
+    d = six.create_dataset("trunc")
+    with Client(six.coordinator_addrs, timeout=20) as db, LogClient(six.zk_hosts) as logs:
+        first = {r["log"]: r["first"] for r in logs.status()}
+        for i in range(60):
+            db.put("trunc", f"p{i}", "l", b"v")
+        wait_for(lambda: all(r["first"] > first[r["log"]] for r in logs.status()
+                             if r["log"] < six.kv_logs), 60, "every key-value log to be truncated")
+    assert d is not None
+
+
+def test_linearizable_while_a_storage_node_is_killed_and_restarted(six: Cluster) -> None:
+    """Hot keys under puts, strong gets, check-and-sets and deletes while a storage node
+    that holds their shard is SIGKILLed and started again: every key's history
+    linearizes, and the node catches up to equal digests."""
+    sets, _ = _sets(six)
+    zk = zkpaths.connect(six.zk_hosts)
+    try:
+        from catalog import datasets
+        d = datasets.get(zk, "t")
+    finally:
+        zk.stop()
+        zk.close()
+    assert d is not None
+    keys = ["h0", "h1", "h2"]
+    victim = sets.of(shard_of(d.id, b"h0", SHARDS))[0]
+
+    def disturb() -> None:
+        six.kill(f"storage-{victim}")
+        import time
+        time.sleep(2)
+        six.restart(f"storage-{victim}")
+
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        history = run_history(db, keys, disturb)
+    check_per_key(history)
+    shard = shard_of(d.id, b"h0", SHARDS)
+    lg = log_of(shard, six.kv_logs)
+
+    def caught_up() -> bool:
+        states = {}
+        for n in sets.of(shard):
+            try:
+                st = _stub(six, n).Status(pb.NodeStatusRequest(), timeout=5)
+            except grpc.RpcError:
+                return False
+            states[n] = {s.shard: (s.position, s.digest) for s in st.shards}[shard]
+            assert st.log_positions[lg] >= 0
+        return len(set(states.values())) == 1
+    wait_for(caught_up, 60, "the shard's replicas at one position with one digest")
+
+
+def test_eventual_datasets_live_on_their_shards_replicas(six: Cluster) -> None:
+    """An eventual dataset's write goes to its shard's three replicas (a majority of them
+    acknowledges), never to the other nodes; a read takes a majority of the same three."""
+    d = six.create_dataset("ev", consistency="eventual")
+    sets, _ = _sets(six)
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        for i in range(40):
+            db.put("ev", f"e{i}", "l", b"x%d" % i)
+        for i in range(40):
+            got = db.get("ev", f"e{i}", "l")
+            assert got is not None and got.value == b"x%d" % i
+    for i in range(40):
+        shard = shard_of(d.id, f"e{i}".encode(), SHARDS)
+        req = pb.LwwReadRequest(dataset=d.id, shard=shard, partition_key=f"e{i}".encode(), local_key=b"l")
+        holding = 0
+        for node in range(NODES):
+            if node in sets.of(shard):
+                holding += len(_stub(six, node).LwwRead(req, timeout=5).items)
+            else:  # it refuses: another node holds the shard
+                with pytest.raises(grpc.RpcError) as e:
+                    _stub(six, node).LwwRead(req, timeout=5)
+                assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+                assert f"does not hold shard {shard}" in (e.value.details() or "")
+        assert holding >= 2, (i, shard)  # a majority of its replicas

@@ -1,0 +1,83 @@
+"""Replica sets (catalog/replica_sets.py): where each shard lives, and what follows from
+it for a node (its shards, its logs) and for a log (whose positions its truncation waits
+for)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from catalog import replica_sets
+from catalog.routing import log_of
+from storage_node.apply_loop import shared
+from storage_node.model import Drop, Get, Position, Record
+from storage_node.truncation import truncation_point
+
+
+@given(shards=st.integers(1, 300), n=st.integers(1, 12), r=st.integers(1, 5), logs=st.integers(1, 5),
+       offset=st.integers(0, 100))
+def test_spread_places_every_shard_on_r_distinct_nodes_evenly(shards: int, n: int, r: int, logs: int,
+                                                            offset: int) -> None:
+    members = [offset + 3 * i for i in range(n)]  # ids need not be 0..n-1
+    if r > n:
+        with pytest.raises(ValueError, match="replicas"):
+            replica_sets.spread(shards, members, r)
+        return
+    sets = replica_sets.spread(shards, members, r)
+    assert len(sets.sets) == shards
+    for nodes in sets.sets:
+        assert len(set(nodes)) == r and set(nodes) <= set(members) and list(nodes) == sorted(nodes)
+    counts = replica_sets.counts(sets)
+    held = [counts.get(m, 0) for m in members]
+    assert sum(held) == shards * r
+    assert max(held) - min(held) <= 1  # even, give or take one
+    for m in members:
+        mine = sets.shards_of(m)
+        assert all(sets.holds(m, s) for s in mine)
+        assert set(sets.logs_of(m, logs)) == {log_of(s, logs) for s in mine}
+    for lg in range(logs):
+        assert set(sets.nodes_of_log(lg, logs)) == {m for s in range(shards) if log_of(s, logs) == lg
+                                                    for m in sets.of(s)}
+    assert replica_sets.from_json(replica_sets.to_json(sets), 7) == replica_sets.ReplicaSets(r, sets.sets, 7)
+
+
+def test_six_nodes_three_replicas_each_node_holds_half() -> None:
+    sets = replica_sets.spread(64, range(6), 3)
+    counts = replica_sets.counts(sets)
+    assert sorted(counts) == list(range(6))
+    assert all(31 <= c <= 33 for c in counts.values()), counts
+
+
+def test_everyone_holds_every_shard_without_replica_sets() -> None:
+    sets = replica_sets.everyone(8, [2, 0, 1])
+    assert sets.version == -1 and sets.of(5) == (0, 1, 2) and sets.shards_of(1) == tuple(range(8))
+
+
+@pytest.mark.parametrize("replicas,members,ok", [(3, 6, True), (3, 3, True), (0, 6, False),
+                                                 (10, 20, False), (4, 3, False)])
+def test_replicas_out_of_range_are_refused_naming_the_field(replicas: int, members: int, ok: bool) -> None:
+    if ok:
+        replica_sets.check_replicas(replicas, members)
+    else:
+        with pytest.raises(ValueError, match="^replicas: "):
+            replica_sets.check_replicas(replicas, members)
+
+
+def test_truncation_waits_for_the_holders_of_the_logs_shards_only() -> None:
+    sets = replica_sets.spread(2, range(6), 3)  # shard 0 (log 0) on nodes 0-2, shard 1 (log 1) on 3-5
+    assert sets.nodes_of_log(0, 2) == (0, 1, 2) and sets.nodes_of_log(1, 2) == (3, 4, 5)
+    assert sets.logs_of(0, 2) == (0,) and sets.logs_of(5, 2) == (1,)
+    assert replica_sets.spread(2, range(7), 3).logs_of(6, 2) == ()  # a seventh node holds nothing
+    # Nodes 3-5 never report a position in log 0: it is truncated all the same; log 1
+    # waits for node 5.
+    positions = {(0, 0): 5, (0, 1): 7, (0, 2): 9, (1, 3): 4, (1, 4): 6}
+    assert truncation_point(positions, 0, sets.nodes_of_log(0, 2)) == 5
+    assert truncation_point(positions, 1, sets.nodes_of_log(1, 2)) is None
+
+
+def test_position_and_drop_records_are_applied_by_every_node_of_the_log() -> None:
+    assert shared(Record(b"", "", "", 0, b"", (Position(1, 5),)))
+    assert shared(Record(b"", "", "d", 0, b"", (Drop((0, 2)),)))
+    assert not shared(Record(b"r", "", "d", 3, b"k", (Get(b"x"),)))
+    assert not shared(Record(b"r", "", "d", 3, b"k", ()))

@@ -30,9 +30,11 @@ test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"
 
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
-# (SERVERS=5: a pool of five log servers, each segment on three of them)
+# (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
+# shard move simulation, BROKEN=no-hold one of its broken variants)
 sim: proto
-	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS)
+	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
+		$(if $(MOVES),--moves) $(if $(BROKEN),--broken $(BROKEN))
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
 # simulation seeds. make soak ROUNDS=30
@@ -40,6 +42,7 @@ ROUNDS ?= 20
 soak: proto
 	$(PY) -m tests.sim.run --seed 100000 --runs 20000
 	$(PY) -m tests.sim.run --seed 200000 --runs 5000 --servers 5
+	$(PY) -m tests.sim.run --seed 300000 --runs 5000 --moves
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 

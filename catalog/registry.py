@@ -57,8 +57,8 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
         raise ValueError(f"shards: must be between 1 and {SHARDS_MAX}")
     if logs < 1:
         raise ValueError("kv logs: must be at least 1")
-    if len(set(storage_nodes)) != len(storage_nodes) or not storage_nodes:
-        raise ValueError(f"storage nodes: {storage_nodes}, must be distinct ids, at least one")
+    if len(set(storage_nodes)) != len(storage_nodes):
+        raise ValueError(f"storage nodes: {storage_nodes}, must be distinct ids")
     replica_sets.check_replicas(replicas, max(replicas, len(storage_nodes)))
     zk.ensure_path(STORAGE_NODES)
     zk.ensure_path(COORDINATORS)

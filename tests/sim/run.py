@@ -1,4 +1,5 @@
-"""Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]"""
+"""Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
+Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]"""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 import time
 
+from tests.sim import moves
 from tests.sim.harness import Config, Sim
 
 
@@ -17,11 +19,14 @@ def main() -> int:
     ap.add_argument("--servers", type=int, default=3,
                     help="log servers in the pool; each segment opens on 3 of them")
     ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
+    ap.add_argument("--broken", default="", help="with --moves: a broken variant (tests/sim/moves.py)")
     a = ap.parse_args()
     t0 = time.monotonic()
     bad = 0
     for seed in range(a.seed, a.seed + a.runs):
-        sim = Sim(seed, Config(steps=a.steps, servers=a.servers))
+        sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken)) if a.moves
+                                    else Sim(seed, Config(steps=a.steps, servers=a.servers)))
         v = sim.run()
         if a.trace:
             print("\n".join(sim.trace))

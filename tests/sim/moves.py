@@ -1,0 +1,323 @@
+"""A seeded, deterministic simulation of shard moves (catalog/shard_moves.py, with
+storage_node/shard_copy.py at the destination) beside a stream of writes, with crashes of
+storage nodes and of the mover at every step, copies delayed and lost in transit, and
+truncation of the logs.
+
+The model: L logs of records (shard, value); N storage nodes, each with durable state (a
+tail position per log, skip marks, and per shard the list of values applied: a shard's
+state is the sequence of its records); ZooKeeper's replica sets and moves, changed only
+by whole writes; one mover at a time, which keeps nothing of its own (a new one reads the
+move and goes on). Checked after every step:
+
+- every replica in a shard's set, and every destination with an installed copy, holds
+  exactly the shard's records below the position its state stands at (none lost, none
+  twice, none out of order): a replica that answers is always right for its position;
+- no node that needs a log position finds it truncated (a gap);
+- at the end, writes and failures stopped, every move finishes, every shard has R
+  replicas, each with all of the shard's records.
+
+Broken variants (Config.broken) show that the checks catch what they are for:
+"join-early" (a destination joins before its copy is installed), "no-hold" (the log is
+truncated while a copy is under way), "no-catch-up" (a destination whose tail is past the
+copy's position installs it without its records in between), "stale-position" (the copy is recorded before the
+destination publishes its position again, so one it published before, too high, counts)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field, replace
+
+from catalog import shard_moves
+from catalog.routing import log_of
+from catalog.shard_moves import COPYING, JOINED, TAILING, Move
+from storage_node import shard_copy
+
+
+@dataclass(frozen=True)
+class Config:
+    nodes: int = 5
+    shards: int = 6
+    logs: int = 2
+    replicas: int = 3
+    steps: int = 600
+    broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position"
+
+
+@dataclass
+class Node:
+    tails: dict[int, int | None]  # log -> next position to apply (None: not tailing it)
+    marks: dict[int, int] = field(default_factory=dict)
+    state: dict[int, list[int]] = field(default_factory=dict)  # shard -> its records' values, in order
+    publications: int = 0  # how many times it published its positions
+    # shard -> publications when its copy was installed
+    installed_after: dict[int, int] = field(default_factory=dict)
+    alive: bool = True
+
+
+@dataclass
+class Copy:  # in transit from a source to a destination
+    shard: int
+    dest: int
+    source: int
+    at: int
+    values: list[int]
+    due: int  # the step it arrives at
+
+
+class MoveSim:
+    def __init__(self, seed: int, cfg: Config = Config()) -> None:
+        self.rng = random.Random(seed)
+        self.cfg = cfg
+        c = cfg
+        self.log: list[list[tuple[int, int]]] = [[] for _ in range(c.logs)]  # (shard, value)
+        self.truncated = [0] * c.logs  # positions below are gone
+        members = list(range(c.nodes))
+        self.sets = {s: tuple(sorted(members[(s * c.replicas + i) % c.nodes] for i in range(c.replicas)))
+                     for s in range(c.shards)}
+        self.moves: dict[int, Move] = {}
+        self.nodes = {n: Node({lg: (0 if any(n in self.sets[s] for s in self._shards_of_log(lg)) else None)
+                               for lg in range(c.logs)}) for n in members}
+        self.published: dict[tuple[int, int], int] = {}  # (log, node) -> position
+        self.in_transit: list[Copy] = []
+        self.mover_alive = True
+        self.step_no = 0
+        self.violations: list[str] = []
+        self.trace: list[str] = []
+        self.counts = {"moves": 0, "finished": 0, "aborted": 0, "copies": 0, "lost": 0, "caught_up": 0}
+        self._value = 0
+
+    # ------------------------------------------------------------ the model
+    def _shards_of_log(self, lg: int) -> list[int]:
+        return [s for s in range(self.cfg.shards) if log_of(s, self.cfg.logs) == lg]
+
+    def _expected(self, shard: int, below: int) -> list[int]:
+        lg = log_of(shard, self.cfg.logs)
+        return [v for s, v in self.log[lg][:below] if s == shard]
+
+    def _holds(self, n: int, shard: int) -> bool:
+        """Whether node n keeps the shard's state up: a member, or a destination with a copy."""
+        m = self.moves.get(shard)
+        return n in self.sets[shard] or (m is not None and m.dest == n and shard in self.nodes[n].marks
+                                         and shard in self.nodes[n].state)
+
+    # ------------------------------------------------------------ steps
+    def run(self) -> list[str]:
+        for step in range(self.cfg.steps):
+            self.step_no = step
+            self._step(final=False)
+            self._check()
+        for i in range(3000):  # drain: no writes, no failures, everyone up
+            self.step_no = self.cfg.steps + i
+            for n in self.nodes.values():
+                n.alive = True
+            self.mover_alive = True
+            self._step(final=True)
+            self._check()
+            if not self.moves and all(self._caught_up(n) for n in self.nodes):
+                break
+        self._check_end()
+        return self.violations
+
+    def _step(self, final: bool) -> None:
+        r = self.rng.random()
+        if not final and r < 0.25:
+            self._write()
+        elif r < 0.55:
+            self._apply(self.rng.randrange(self.cfg.nodes))
+        elif r < 0.65:
+            self._publish_and_truncate()
+        elif r < 0.85:
+            self._mover(final)
+        elif r < 0.92:
+            self._deliver()
+        elif not final:
+            self._fail()
+
+    def _write(self) -> None:
+        s = self.rng.randrange(self.cfg.shards)
+        self._value += 1
+        self.log[log_of(s, self.cfg.logs)].append((s, self._value))
+
+    def _apply(self, n: int) -> None:
+        node = self.nodes[n]
+        if not node.alive:
+            return
+        for lg, tail in node.tails.items():
+            if tail is None:
+                continue
+            if tail < self.truncated[lg]:
+                if not any(self._holds(n, s) for s in self._shards_of_log(lg)):
+                    node.tails[lg] = None  # it left the log's shards: it tails it no more
+                    continue
+                self.violations.append(f"step {self.step_no}: node {n} needs log {lg} at {tail}, "
+                                       f"truncated below {self.truncated[lg]}")
+                node.tails[lg] = None
+                continue
+            end = min(len(self.log[lg]), tail + self.rng.randint(1, 5))
+            for pos in range(tail, end):
+                s, v = self.log[lg][pos]
+                if self._holds(n, s) and shard_copy.applies(node.marks, s, pos):
+                    node.state.setdefault(s, []).append(v)
+            node.tails[lg] = end
+
+    def _publish_and_truncate(self) -> None:
+        for n, node in self.nodes.items():
+            if node.alive:
+                for lg, tail in node.tails.items():
+                    if tail is not None:
+                        self.published[(lg, n)] = tail
+                node.publications += 1
+        for lg in range(self.cfg.logs):
+            shards = self._shards_of_log(lg)
+            holders = {n for s in shards for n in self.sets[s]}
+            known = [self.published.get((lg, n)) for n in holders]
+            low = None if any(k is None for k in known) else min(k for k in known if k is not None)
+            moves = [m for s, m in self.moves.items() if s in shards]
+            if self.cfg.broken == "no-hold":
+                moves = [m for m in moves if m.phase != COPYING]
+            point = shard_moves.truncation_point(
+                low, moves, {m.dest: self.published[(lg, m.dest)] for m in moves
+                             if (lg, m.dest) in self.published})
+            if point is not None and point > self.truncated[lg]:
+                self.truncated[lg] = min(point, len(self.log[lg]))
+
+    def _mover(self, final: bool) -> None:
+        if not self.mover_alive:
+            return
+        if not self.moves:
+            if final or self.rng.random() < 0.5:
+                return
+            s = self.rng.randrange(self.cfg.shards)
+            outside = [n for n in self.nodes if n not in self.sets[s]]
+            if not outside:
+                return
+            dest, leaving = self.rng.choice(outside), self.rng.choice(self.sets[s])
+            self.moves[s] = shard_moves.start(self.sets[s], s, dest, leaving)
+            self.counts["moves"] += 1
+            self.trace.append(f"{self.step_no}: move shard {s} to {dest} from {leaving}")
+            return
+        s, m = next(iter(self.moves.items()))
+        dest = self.nodes[m.dest]
+        if m.phase == COPYING:
+            if self.cfg.broken == "join-early":
+                self.sets[s] = shard_moves.joined_sets(self.sets[s], m)
+                self.moves[s] = replace(m, phase=JOINED, copied_at=0)
+                return
+            if s in dest.marks and s in dest.state and dest.alive:  # the destination installed one
+                if self.cfg.broken == "stale-position" or shard_moves.may_record_copy(
+                        dest.installed_after[s], dest.publications):
+                    self.moves[s] = shard_moves.copied(m, dest.marks[s])
+                return  # else: once it has published
+            if not final and not dest.alive and self.rng.random() < 0.3:  # give up: the destination is gone
+                del self.moves[s]
+                self.counts["aborted"] += 1
+                self.trace.append(f"{self.step_no}: move of shard {s} aborted")
+                return
+            self._ask_copy(s, m.dest)
+        elif m.phase == TAILING and shard_moves.may_join(m):
+            self.sets[s] = shard_moves.joined_sets(self.sets[s], m)
+            self.moves[s] = shard_moves.joined(m)
+        elif m.phase == JOINED:
+            lg = log_of(s, self.cfg.logs)
+            positions = {n: node.tails[lg] for n, node in self.nodes.items() if node.tails[lg] is not None}
+            if shard_moves.may_finish(m, positions):  # type: ignore[arg-type]
+                self.sets[s] = shard_moves.finished_sets(self.sets[s], m)
+                del self.moves[s]
+                self.counts["finished"] += 1
+                self.trace.append(f"{self.step_no}: move of shard {s} finished: {self.sets[s]}")
+
+    def _ask_copy(self, s: int, dest: int) -> None:
+        """The destination asks a live replica of the shard for a copy: the source's state
+        of the shard and its tail position in the log, taken together."""
+        live = [n for n in self.sets[s] if self.nodes[n].alive and n != dest]
+        if not live or not self.nodes[dest].alive:
+            return
+        src = self.rng.choice(live)
+        node = self.nodes[src]
+        lg = log_of(s, self.cfg.logs)
+        at = shard_copy.effective(node.tails[lg], node.marks, s)
+        self.in_transit.append(Copy(s, dest, src, at, list(node.state.get(s, [])),
+                                    self.step_no + self.rng.randint(1, 30)))
+        self.counts["copies"] += 1
+
+    def _deliver(self) -> None:
+        due = [c for c in self.in_transit if c.due <= self.step_no]
+        for c in due:
+            self.in_transit.remove(c)
+            m = self.moves.get(c.shard)
+            node = self.nodes[c.dest]
+            if m is None or m.dest != c.dest or m.phase != COPYING or not node.alive:
+                self.counts["lost"] += 1
+                continue
+            lg = log_of(c.shard, self.cfg.logs)
+            values = list(c.values)
+            holds_others = any(self._holds(c.dest, s) for s in self._shards_of_log(lg) if s != c.shard)
+            tail = node.tails[lg] if holds_others else None
+            forward = shard_copy.catch_up(tail, c.at)
+            if self.cfg.broken == "no-catch-up":
+                forward = range(0)
+            if forward:
+                self.counts["caught_up"] += 1
+                if forward.start < self.truncated[lg]:
+                    self.violations.append(f"step {self.step_no}: node {c.dest} brings a copy of shard "
+                                           f"{c.shard} forward from {forward.start}, log {lg} truncated "
+                                           f"below {self.truncated[lg]}")
+                    return
+                values += [v for s, v in self.log[lg][forward.start:forward.stop] if s == c.shard]
+            node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks)
+            node.state[c.shard] = values
+            node.installed_after[c.shard] = node.publications
+
+    def _fail(self) -> None:
+        r = self.rng.random()
+        if r < 0.4:
+            n = self.rng.randrange(self.cfg.nodes)
+            self.nodes[n].alive = not self.nodes[n].alive  # a crash keeps what is durable
+        elif r < 0.7:
+            self.mover_alive = not self.mover_alive
+        else:  # a copy lost in transit (its source or the network died)
+            if self.in_transit:
+                self.in_transit.pop(self.rng.randrange(len(self.in_transit)))
+                self.counts["lost"] += 1
+        # A node that holds a copy nobody moves to it, and that is not a replica, drops it.
+        for n, node in self.nodes.items():
+            for s in list(node.state):
+                moving_here = any(m.dest == n and m.shard == s for m in self.moves.values())
+                if not self._holds(n, s) and not moving_here:
+                    del node.state[s]
+                    node.marks.pop(s, None)
+
+    # ------------------------------------------------------------ checks
+    def _check(self) -> None:
+        for s in range(self.cfg.shards):
+            lg = log_of(s, self.cfg.logs)
+            for n, node in self.nodes.items():
+                if not self._holds(n, s):
+                    continue
+                at = shard_copy.effective(node.tails[lg], node.marks, s)
+                got, want = node.state.get(s, []), self._expected(s, at)
+                if got != want:
+                    diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                                min(len(got), len(want)))
+                    self.violations.append(
+                        f"step {self.step_no}: node {n} {'member' if n in self.sets[s] else 'destination'} "
+                        f"of shard {s} at {at} holds {len(got)} records, the log has {len(want)} "
+                        f"(first difference at {diff})")
+                    return
+
+    def _caught_up(self, n: int) -> bool:
+        node = self.nodes[n]
+        return all(t is None or t == len(self.log[lg]) for lg, t in node.tails.items())
+
+    def _check_end(self) -> None:
+        if self.moves:
+            self.violations.append(f"moves left at the end: {list(self.moves.values())}")
+        for s in range(self.cfg.shards):
+            if len(self.sets[s]) != self.cfg.replicas:
+                self.violations.append(f"shard {s} ends with replicas {self.sets[s]}")
+            for n in self.sets[s]:
+                lg = log_of(s, self.cfg.logs)
+                if self.nodes[n].tails[lg] is None:
+                    self.violations.append(f"node {n}, a replica of shard {s}, does not tail log {lg}")
+                elif self.nodes[n].state.get(s, []) != self._expected(s, len(self.log[lg])):
+                    self.violations.append(f"node {n}, a replica of shard {s}, does not hold all its records")

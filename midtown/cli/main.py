@@ -573,8 +573,11 @@ def cmd_data(a: argparse.Namespace) -> int:
 
 
 def cmd_node_status(a: argparse.Namespace) -> int:
-    """Storage nodes: up or not, how far behind each log's end, and whether replicas that
-    stand at the same position of a shard hold the same digest."""
+    """Storage nodes: up or not, the shards and bytes each holds, how far behind each
+    log's end, and whether replicas that stand at the same position of a shard hold the
+    same digest."""
+    from catalog import usage
+
     with _log_client(a) as logs:
         kv = registry.read_kv(logs.zk)
         if kv is None:
@@ -583,6 +586,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         sets = registry.read_replica_sets(logs.zk, kv)
         ends = {r["log"]: r["last"] for r in logs.status()}
         states = _node_states(logs.zk)
+        counted = usage.read_reports(logs.zk)  # what each node last counted it holds
     digests: dict[tuple[int, int], set[int]] = {}
     for st in states.values():
         for s in st.shards:
@@ -592,7 +596,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         st = states.get(nid)
         if st is None:
             rows.append({"node": nid, "addr": live.get(nid), "state": "down",
-                         "shards": len(sets.shards_of(nid)), "behind": None,
+                         "shards": len(sets.shards_of(nid)), "bytes": _held(counted, nid), "behind": None,
                          "max_lag": None, "diverged_shards": None, "reclaimed": None,
                          "anti_entropy_taken": None, "anti_entropy_shards": None, "purged": None,
                          "event_ids": None, "event_ids_by_dataset": None})
@@ -601,15 +605,21 @@ def cmd_node_status(a: argparse.Namespace) -> int:
                 if i in sets.logs_of(nid, len(st.log_positions))]  # the logs it tails
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
         rows.append({"node": nid, "addr": live.get(nid), "state": "up", "shards": len(st.shards),
-                     "behind": sum(lags),
+                     "bytes": _held(counted, nid), "behind": sum(lags),
                      "max_lag": max(lags, default=0), "diverged_shards": diverged,
                      "reclaimed": st.reclaimed, "anti_entropy_taken": st.lww_repaired,
                      "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
                      "event_ids": sum(e.ids for e in st.event_ids),
                      "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
-    emit(rows, a.json, ["node", "addr", "state", "shards", "behind", "max_lag", "diverged_shards",
+    emit(rows, a.json, ["node", "addr", "state", "shards", "bytes", "behind", "max_lag", "diverged_shards",
                         "reclaimed", "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
+
+
+def _held(reports: dict[int, Any], node_id: int) -> int | None:
+    """The bytes of keys and values a node counted at its last usage count (None: none yet)."""
+    r = reports.get(node_id)
+    return None if r is None else sum(r.bytes.values())
 
 
 def _ids_by_dataset(event_ids: Any) -> dict[str, dict]:

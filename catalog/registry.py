@@ -5,6 +5,7 @@ log/zk.py):
   /midtown/replica_sets            {"replicas": R, "sets": [[node ids] per shard]}  (versioned;
                                    absent: every member holds every shard; catalog/replica_sets.py)
   /midtown/replica_sets_history/change-N   each version as written, with when and why
+  /midtown/moves/<shard>           a shard move under way (catalog/shard_moves.py), versioned
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
   /midtown/coordinators/<id>       {"addr": "host:port", "log": "host:port"} ephemeral
                                    ("log": the log server in the same process, host layout)
@@ -21,8 +22,9 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import replica_sets
+from catalog import replica_sets, shard_moves
 from catalog.replica_sets import ReplicaSets
+from catalog.shard_moves import Move
 from runtime.membership import Membership
 
 KV = "/midtown/kv"
@@ -30,6 +32,7 @@ STORAGE_NODES = "/midtown/storage_nodes"
 COORDINATORS = "/midtown/coordinators"
 REPLICA_SETS = "/midtown/replica_sets"
 REPLICA_SETS_HISTORY = "/midtown/replica_sets_history"
+MOVES = "/midtown/moves"
 SHARDS_DEFAULT = 64
 SHARDS_MAX = 65536
 # Logs the key-value store spreads its shards over (logs 0..L-1 of the cluster's logs).
@@ -110,10 +113,12 @@ def replica_sets_history(zk: KazooClient) -> list[dict[str, Any]]:
     return out
 
 
-def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: str) -> None:
+def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: str,
+                move: tuple[Move, int | None] | None = None) -> None:
     """Write `sets` (a versioned write over `version`; None: create) and its history entry
-    in one ZooKeeper transaction: BadVersionError/NodeExistsError when another change came
-    first."""
+    in one ZooKeeper transaction, with a move's new state (its record's version; the
+    move deleted when it is done): BadVersionError/NodeExistsError when another change
+    came first, and nothing is written."""
     data = json.dumps(replica_sets.to_json(sets)).encode()
     zk.ensure_path(REPLICA_SETS_HISTORY)
     tx = zk.transaction()
@@ -124,10 +129,64 @@ def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: st
     entry = {"version": 0 if version is None else version + 1, "at_ms": int(time.time() * 1000),
              "why": why, **replica_sets.to_json(sets)}
     tx.create(f"{REPLICA_SETS_HISTORY}/change-", json.dumps(entry).encode(), sequence=True)
+    if move is not None:
+        m, move_version = move
+        path = f"{MOVES}/{m.shard}"
+        if m.phase == shard_moves.DONE:
+            tx.delete(path, version=move_version if move_version is not None else -1)
+        else:
+            tx.set_data(path, _move_json(m), version=move_version if move_version is not None else -1)
+    _commit(tx)
+
+
+def _commit(tx: Any) -> None:
     results = tx.commit()
     for r in results:
         if isinstance(r, Exception):
             raise r
+
+
+# ---------------------------------------------------------------- shard moves
+def _move_json(m: Move) -> bytes:
+    return json.dumps({"shard": m.shard, "dest": m.dest, "leaving": m.leaving, "phase": m.phase,
+                       "copied_at": m.copied_at}).encode()
+
+
+def read_moves(zk: KazooClient) -> dict[int, tuple[Move, int]]:
+    """Every shard move under way: shard -> (the move, its record's version)."""
+    out: dict[int, tuple[Move, int]] = {}
+    for shard, (d, version) in _children(zk, MOVES).items():
+        try:
+            leaving, copied_at = d["leaving"], d["copied_at"]
+            out[shard] = (Move(int(d["shard"]), int(d["dest"]), None if leaving is None else int(leaving),
+                               str(d["phase"]), None if copied_at is None else int(copied_at)), version)
+        except (ValueError, KeyError, TypeError):
+            continue  # not ours
+    return out
+
+
+def start_move(zk: KazooClient, m: Move) -> None:
+    """Record a new move (NodeExistsError: the shard has one under way already)."""
+    zk.ensure_path(MOVES)
+    zk.create(f"{MOVES}/{m.shard}", _move_json(m))
+
+
+def update_move(zk: KazooClient, m: Move, version: int) -> None:
+    """A move's new phase, over `version` (BadVersionError: another mover changed it)."""
+    zk.set(f"{MOVES}/{m.shard}", _move_json(m), version=version)
+
+
+def drop_move(zk: KazooClient, shard: int, version: int) -> None:
+    """Give a move up (only before it joined: the replica sets never changed)."""
+    zk.delete(f"{MOVES}/{shard}", version=version)
+
+
+def change_sets(zk: KazooClient, sets: ReplicaSets, why: str, move: tuple[Move, int]) -> None:
+    """Replace the replica sets (a versioned write over `sets.version`, which must be one
+    read from ZooKeeper) and advance a move, together."""
+    if sets.version < 0:
+        raise ValueError("replica sets: this cluster has none written (every member holds every shard)")
+    _write_sets(zk, sets, sets.version, why, move)
 
 
 def remove_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
@@ -199,15 +258,20 @@ def members(zk: KazooClient, parent: str) -> dict[int, str]:
 def children_json(zk: KazooClient, parent: str) -> dict[int, Any]:
     """The JSON of each child of `parent` named by a number (node and coordinator ids);
     children gone meanwhile, or not numbers, or not JSON, are left out."""
-    out: dict[int, Any] = {}
+    return {c: d for c, (d, _) in _children(zk, parent).items()}
+
+
+def _children(zk: KazooClient, parent: str) -> dict[int, tuple[Any, int]]:
+    """children_json, with each child's version."""
+    out: dict[int, tuple[Any, int]] = {}
     try:
         children = zk.get_children(parent)
     except NoNodeError:
         return out
     for c in children:
         try:
-            data, _ = zk.get(f"{parent}/{c}")
-            out[int(c)] = json.loads(data)
+            data, stat = zk.get(f"{parent}/{c}")
+            out[int(c)] = (json.loads(data), stat.version)
         except (NoNodeError, ValueError):
             continue
     return out

@@ -55,6 +55,13 @@ class ReplicaSets:
         return tuple(sorted({log_of(s, logs) for s in self.shards_of(node_id)}))
 
 
+def with_set(sets: ReplicaSets, shard: int, nodes: Iterable[int]) -> ReplicaSets:
+    """`sets` with shard's replica set replaced (same version: the write checks it)."""
+    new = list(sets.sets)
+    new[shard] = tuple(sorted(nodes))
+    return ReplicaSets(sets.replicas, tuple(new), sets.version)
+
+
 def everyone(shards: int, members: Iterable[int]) -> ReplicaSets:
     """Every member holds every shard (no replica sets written)."""
     nodes = tuple(sorted(members))

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-COPYING, TAILING, JOINED = "copying", "tailing", "joined"
+COPYING, TAILING, JOINED, DONE = "copying", "tailing", "joined", "done"
 PHASES = (COPYING, TAILING, JOINED)
 
 
@@ -98,6 +98,11 @@ def may_finish(m: Move, positions: Mapping[int, int]) -> bool:
 
 def finished_sets(sets: tuple[int, ...], m: Move) -> tuple[int, ...]:
     return tuple(n for n in sets if n != m.leaving)
+
+
+def finished(m: Move) -> Move:
+    assert m.phase == JOINED
+    return replace(m, phase=DONE)
 
 
 def truncation_point(holders_low: int | None, moves: list[Move],

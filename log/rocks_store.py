@@ -69,9 +69,7 @@ class SyncedDb:
         on the way. A log's newest entry is followed in key order by the next log's
         oldest, which truncation deleted by the thousand; an unbounded read of one entry
         there took 8.5 ms instead of 4 us (docs/performance.md, "Reads bounded")."""
-        for k, v in self.db.items(from_key=lo, read_opt=_below(hi)):
-            assert isinstance(k, bytes) and isinstance(v, bytes)
-            yield k, v
+        yield from bounded_items(self.db, lo, hi)
 
     def keys(self, lo: bytes, hi: bytes | None) -> Iterator[bytes]:
         """Each key in [lo, hi), in order, bounded as `items` is."""
@@ -92,6 +90,14 @@ class SyncedDb:
 
     def close(self) -> None:
         self.db.close()
+
+
+def bounded_items(db: Rdict, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of each key of `db` in [lo, hi), the iterator bounded at `hi`
+    (SyncedDb.items says why)."""
+    for k, v in db.items(from_key=lo, read_opt=_below(hi)):
+        assert isinstance(k, bytes) and isinstance(v, bytes)
+        yield k, v
 
 
 class RocksStore:

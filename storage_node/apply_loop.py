@@ -11,14 +11,16 @@ feeds it and writes what it returns."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import threading
 import time
 from typing import Any
 
 import grpc
 
-from catalog.routing import answers_for
+from catalog.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log import linger
 from log.catch_up import Unavailable
@@ -29,7 +31,7 @@ from midtown_pb import log_pb2
 from runtime import inprocess, loops
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
-from storage_node import codec, keys, reclaim
+from storage_node import codec, keys, reclaim, shard_copy
 from storage_node.apply import apply
 from storage_node.callbacks import AnswerTaker, Callbacks
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
@@ -55,13 +57,6 @@ def answers_now(answered_beside: bool, position: int) -> bool:
     return not answered_beside or position % DIGEST_SAMPLE == 0
 
 
-def shared(rec: Record) -> bool:
-    """Whether every node that tails the record's log applies it, whatever shards it
-    holds: a published position (the replicated table of positions) or a dataset's drop
-    (it deletes in this node's shards of the log)."""
-    return bool(rec.ops) and all(isinstance(o, (Position, Drop)) for o in rec.ops)
-
-
 class ApplyLoop:
     def __init__(self, state: NodeState, lww: LwwReplica, on_fatal: Fatal,
                  local_log: inprocess.Local[Node], local_answers: inprocess.Local[AnswerTaker]) -> None:
@@ -78,13 +73,20 @@ class ApplyLoop:
         self._in_process: set[int] = set()  # logs tailed straight from this process's writer
         self._streams: dict[int, tuple[str, Any]] = {}  # log -> (server, Read stream) being tailed
         self._moved: set[int] = set()  # logs whose stream _watch_writers cancelled
+        self._mutex = threading.Lock()  # a batch, a copy's install and a shard's drop: one at a time
+        self._tailing: set[int] = set()  # logs a tail thread follows
         self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
     def start(self) -> None:
         for log_id in self.state.tailed_logs():  # the logs that carry its shards; the others, never
-            loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
+            self._start_tail(log_id)
         loops.every("writer-watch", WRITER_RECHECK_S, self._watch_writers, self.state.stop)
+
+    def _start_tail(self, log_id: int) -> None:
+        if log_id not in self._tailing:
+            self._tailing.add(log_id)
+            loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
 
     def _answers_for(self, shard: int) -> bool:
         """Whether this node sends the results of `shard`'s records to their coordinators."""
@@ -220,7 +222,31 @@ class ApplyLoop:
         self.apply(items)
         return [None] * len(items)
 
+    def _mine(self, rec: Record, position: int, only: int | None = None) -> Record | None:
+        """The part of a record this node applies (None: none): a record of a shard it
+        applies (of `only`, if given) at or past the shard's mark; a published position;
+        a drop, in the shards of it this node applies."""
+        s = self.state
+        if rec.ops and all(isinstance(o, Position) for o in rec.ops):
+            return rec if only is None else None
+        if rec.ops and all(isinstance(o, Drop) for o in rec.ops):
+            def kept(x: int) -> bool:
+                if only is not None:
+                    return x == only
+                return s.applies_shard(x) and shard_copy.applies(s.marks, x, position)
+            shards = tuple(x for o in rec.ops if isinstance(o, Drop) for x in o.shards if kept(x))
+            return dataclasses.replace(rec, shard=shards[0], ops=(Drop(shards),)) if shards else None
+        if only is not None:  # a copy brought forward: the shard is not applied here yet
+            return rec if rec.shard == only else None
+        if not s.applies_shard(rec.shard) or not shard_copy.applies(s.marks, rec.shard, position):
+            return None
+        return rec
+
     def apply(self, items: list[tuple[int, Entries]]) -> None:
+        with self._mutex:
+            self._apply(items)
+
+    def _apply(self, items: list[tuple[int, Entries]]) -> None:
         view = BatchView(self.state.store)
         out: dict[str, list[pb.RecordResult]] = {}
         near: dict[str, list[RecordResult]] = {}  # to coordinators in this process
@@ -236,13 +262,14 @@ class ApplyLoop:
                     self.state.last_data[log_id] = e.position
                     continue
                 try:
-                    rec = codec.record_from_bytes(e.payload)
+                    whole = codec.record_from_bytes(e.payload)
                 except Exception:  # not a record every replica can decode: a no-op everywhere
                     log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
                     continue
-                if not (self.state.holds(rec.shard) or shared(rec)):
+                rec = self._mine(whole, e.position)
+                if rec is None:
                     self.state.last_data[log_id] = e.position  # its position is to publish all the same
-                    continue  # another node's shard
+                    continue  # another node's shard, or one whose copy holds it already
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
                 view.add(applied, rec.shard, e.timestamp_ms, log_id)
                 if not applied.positions:
@@ -276,6 +303,79 @@ class ApplyLoop:
             if taker is not None:
                 inprocess.used("answer")
                 taker.deliver(mine)
+
+    # ---------------------------------------------------------------- shard copies
+    def install(self, shard: int, copy_at: int, log_time_ms: int) -> int:
+        """Install a copy of `shard` taken at `copy_at` whose keys are written already
+        (storage_node/shard_copy.py): bring it forward to this node's tail of the log (the
+        shard's records between, read from the log), mark it, and start tailing the log
+        if this node does not. Returns the position the copy stands at."""
+        s = self.state
+        log_id = log_of(shard, s.kv_logs)
+        with self._mutex:
+            tail = s.positions[log_id][0] if log_id in self._tailing else None
+            others = any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)
+                         if x != shard)
+            view = BatchView(s.store)
+            forward = shard_copy.catch_up(tail, copy_at)
+            if forward:
+                self._bring_forward(view, shard, log_id, forward)
+            new_tail, marks = shard_copy.install(tail, copy_at, shard, s.marks, others)
+            view.marks[shard] = marks[shard]
+            moved = {} if new_tail == tail else {log_id: (new_tail, log_time_ms)}
+            with s.commit_lock:
+                view.commit(moved)
+                s.positions.update(moved)
+                s.marks[shard] = marks[shard]
+            s.store.sync()
+        if log_id not in self._tailing:
+            self._start_tail(log_id)
+        elif moved:
+            self._restart_stream(log_id)  # it read on from a tail that meant nothing
+        log.info("installed a copy of shard %d at log %d position %d (tail %s -> %d, %d brought forward)",
+                 shard, log_id, marks[shard], tail, new_tail, len(forward))
+        return marks[shard]
+
+    def _bring_forward(self, view: BatchView, shard: int, log_id: int, forward: range) -> None:
+        """Apply `shard`'s records at the positions `forward` (from the log) to the copy."""
+        got = 0
+        for e in self.state.logs.read(log_id, forward.start, max_entries=len(forward), timeout_s=60):
+            if e.position >= forward.stop:
+                break
+            got = e.position + 1 - forward.start
+            if not e.payload:
+                continue
+            try:
+                rec = self._mine(codec.record_from_bytes(e.payload), e.position, only=shard)
+            except Exception:
+                continue  # undecodable: a no-op everywhere
+            if rec is not None and not all(isinstance(o, Position) for o in rec.ops):
+                applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
+                view.add(applied, rec.shard, e.timestamp_ms, log_id)
+        if got < len(forward):
+            raise Unavailable(f"log {log_id} gave {got} of the {len(forward)} entries from {forward.start}")
+
+    def drop_shard(self, shard: int) -> None:
+        """Delete everything of `shard` here (a copy whose move was given up, or a shard
+        this node no longer holds), with its mark, in one batch."""
+        s = self.state
+        log_id = log_of(shard, s.kv_logs)
+        with self._mutex:
+            view = BatchView(s.store)
+            view.dropped.extend(keys.shard_prefixes(shard))
+            view.deletes.extend(s.store.index_entries_of(log_id, shard))
+            view.marks[shard] = None
+            with s.commit_lock:
+                view.commit({})
+                s.marks.pop(shard, None)
+        log.info("dropped shard %d", shard)
+
+    def _restart_stream(self, log_id: int) -> None:
+        """Make a log's tail read again from its position (it moved under the stream)."""
+        got = self._streams.get(log_id)
+        if got is not None:
+            self._moved.add(log_id)
+            got[1].cancel()
 
     def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
         """Now and then, delete in this batch the dedup entries no record can match and the

@@ -13,14 +13,15 @@ import random
 import time
 from collections.abc import Iterator
 
-from catalog import datasets, registry
+from catalog import datasets, registry, shard_moves
 from catalog import usage as usage_reports
-from catalog.routing import shards_of_log
+from catalog.routing import log_of, shards_of_log
 from log.client import LogError
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from runtime import loops, transport
 from storage_node import codec, lww, usage
+from storage_node.apply_loop import ApplyLoop
 from storage_node.eventual_service import EventualService
 from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S, USAGE_SPREAD_S
 from storage_node.lww import LwwReplica
@@ -33,8 +34,11 @@ log = logging.getLogger("midtown.storage.bookkeeping")
 
 
 class Bookkeeping:
-    def __init__(self, state: NodeState, lww: LwwReplica, eventual: EventualService) -> None:
+    def __init__(self, state: NodeState, lww: LwwReplica, eventual: EventualService,
+                 applier: ApplyLoop) -> None:
         self.state = state
+        self.applier = applier  # drops the shards not held
+        self._cleaned: tuple[object, float] = (None, 0.0)  # (sets and moves, when) of the last look
         self.lww = lww
         self.eventual = eventual
         self._published: dict[int, int] = {}  # log -> position last published there
@@ -57,25 +61,69 @@ class Bookkeeping:
         ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
         s, published, truncated = self.state, self._published, self._truncated
         s.kv = registry.read_kv(s.zk) or s.kv  # membership changes (node remove)
+        # The moves first, then the sets: a move that finished between the two reads is
+        # seen in the sets it wrote (a copy is dropped only when neither names it).
+        s.moves = {shard: m for shard, (m, _) in registry.read_moves(s.zk).items()}
         s.sets = registry.read_replica_sets(s.zk, s.kv)
+        self._drop_shards_not_held()
         self._append_drops()
         durable = {i: p for i, (p, _) in s.positions.items()}
         s.store.sync()  # only positions made durable are published (DESIGN.md)
         for log_id in range(s.log_count):
-            pos = durable[log_id]
             if needs_publish(s.last_data.get(log_id), published.get(log_id)):
-                rec = Record(b"", "", "", 0, b"", (Position(s.node_id, pos),))
-                try:
-                    s.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
-                    published[log_id] = pos
-                except LogError as e:
-                    log.debug("publishing position of log %d: %s", log_id, e)
-            low = truncation_point(s.member_positions, log_id, self._holders(log_id))
+                self._publish(log_id, durable[log_id])
+            low = self._truncation_point(log_id)
             if low is not None and low > truncated.get(log_id, 0):
                 try:
                     truncated[log_id] = s.logs.truncate(log_id, low)
                 except LogError as e:
                     log.debug("truncating log %d: %s", log_id, e)
+
+    def _publish(self, log_id: int, pos: int) -> bool:
+        """Append this node's durable position `pos` to a log (made durable before)."""
+        rec = Record(b"", "", "", 0, b"", (Position(self.state.node_id, pos),))
+        try:
+            self.state.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
+            self._published[log_id] = pos
+            return True
+        except LogError as e:
+            log.debug("publishing position of log %d: %s", log_id, e)
+            return False
+
+    def publish_now(self, log_id: int) -> bool:
+        """Publish this node's position in a log now (after a shard copy's install: the
+        move is recorded only once it has, catalog/shard_moves.py may_record_copy)."""
+        s = self.state
+        s.store.sync()
+        return self._publish(log_id, s.positions[log_id][0])
+
+    def _truncation_point(self, log_id: int) -> int | None:
+        """Below every holder's published position; not while a shard of the log is being
+        copied; below each moving destination's from then on (catalog/shard_moves.py)."""
+        s = self.state
+        low = truncation_point(s.member_positions, log_id, self._holders(log_id))
+        if log_id >= s.kv_logs:
+            return low
+        moves = [m for m in s.moves.values() if log_of(m.shard, s.kv_logs) == log_id]
+        dests = {m.dest: p for m in moves if (p := s.member_positions.get((log_id, m.dest))) is not None}
+        return shard_moves.truncation_point(low, moves, dests)
+
+    def _drop_shards_not_held(self) -> None:
+        """Drop the shards this node keeps but neither holds nor takes in by a move (a
+        replica that left, a copy whose move was given up): when the sets or the moves
+        changed, and every minute in any case."""
+        s = self.state
+        seen = (s.sets.version, tuple(sorted((sh, m.dest, m.phase) for sh, m in s.moves.items())))
+        now = time.monotonic()
+        if seen == self._cleaned[0] and now - self._cleaned[1] < 60:
+            return
+        self._cleaned = (seen, now)
+        incoming = {sh for sh, m in s.moves.items() if m.dest == s.node_id}
+        for shard in range(s.kv.shards):
+            if s.holds(shard) or shard in incoming:
+                continue
+            if shard in s.marks or s.store.has_shard_data(shard):
+                self.applier.drop_shard(shard)
 
     def _holders(self, log_id: int) -> tuple[int, ...]:
         """The members a log's truncation waits for: those that hold one of its shards (all

@@ -18,6 +18,8 @@
                                                                  of the shard with its version
   b"E" shard:4 (as after b"K")                                -> version:8 expires_at:8 deleted:1 value
                                                                  (eventual datasets: storage_node/lww.py)
+  b"M" shard:4                                                -> position:8 (the shard's records below it
+                                                                 came with a copy: storage_node/shard_copy.py)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -204,3 +206,29 @@ def encode_u64(*xs: int) -> bytes:
 
 def decode_u64(b: bytes, n: int) -> tuple[int, ...]:
     return struct.unpack(">" + "Q" * n, b[: 8 * n])
+
+
+def mark_key(shard: int) -> bytes:
+    return b"M" + _I.pack(shard)
+
+
+# The key families that belong to one shard (a shard copy takes them all): b"K" values,
+# b"D" digest, b"R" ids seen, b"O" ids by age, b"N" ids held, b"H" eventual hash, b"E"
+# eventual values. Its log's b"T" and b"X" index entries are picked out (shard_index_entry).
+_SHARD_FAMILIES = (b"K", b"D", b"R", b"O", b"N", b"H", b"E")
+
+
+def shard_prefixes(shard: int) -> tuple[bytes, ...]:
+    return tuple(f + _I.pack(shard) for f in _SHARD_FAMILIES)
+
+
+def index_prefixes(log_id: int) -> tuple[bytes, bytes]:
+    """The b"T" and b"X" index entries of a log (each names its shard inside)."""
+    return dedup_time_prefix(log_id), expiry_prefix(log_id)
+
+
+def shard_index_entry(k: bytes, shard: int) -> bool:
+    """Whether a b"T" or b"X" index entry belongs to `shard`."""
+    if k[:1] == b"T":
+        return _I.unpack_from(k, 13)[0] == shard
+    return k[:1] == b"X" and k[13:14] == b"K" and _I.unpack_from(k, 14)[0] == shard

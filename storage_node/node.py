@@ -31,6 +31,7 @@ from storage_node.limits import HEALTH_LAG_MAX
 from storage_node.lww import LwwReplica
 from storage_node.reads import Reads
 from storage_node.settings import Settings
+from storage_node.shard_intake import RATE_MB_S_MAX, SHARD_CHUNK_BYTES, Intake
 from storage_node.state import NodeState
 from storage_node.store import NodeStore
 
@@ -68,7 +69,8 @@ class StorageNode:
                                         lambda: s.sets, s.stop)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
                                  local_answers or inprocess.Local())
-        self.bookkeeping = Bookkeeping(s, self.lww, self.eventual)
+        self.bookkeeping = Bookkeeping(s, self.lww, self.eventual, self.applier)
+        self.intake = Intake(s, self.applier, self.bookkeeping)
 
     def applies_in_process(self, log_id: int) -> bool:
         """Whether this node applies `log_id` as the writer of this process commits it: a
@@ -166,6 +168,34 @@ class StorageNode:
 
     def checkpoint(self) -> contextlib.AbstractContextManager[Iterator[tuple[bytes, bytes]]]:
         return self.reads.checkpoint()
+
+    def snapshot(self, req: pb.SnapshotRequest) -> Iterator[pb.SnapshotChunk]:
+        """The whole state (a peer's bootstrap), or one shard (a move's destination; a
+        refusal comes at the call, before the stream)."""
+        if not req.one_shard:
+            return self._whole_snapshot()
+        if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
+            raise ValueError(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
+        at, ts, pairs = self.reads.shard_copy(req)
+
+        def paced() -> Iterator[pb.SnapshotChunk]:
+            t0, sent = time.monotonic(), 0
+            for chunk in bootstrap.chunks(pairs, SHARD_CHUNK_BYTES):
+                chunk.position, chunk.log_time_ms = at, ts
+                if req.rate_mb_s:  # the source paces: its disk and network are the ones spared
+                    ahead = sent / (req.rate_mb_s * 1e6) - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+                    sent += chunk.ByteSize()
+                yield chunk
+        return paced()
+
+    def _whole_snapshot(self) -> Iterator[pb.SnapshotChunk]:
+        with self.checkpoint() as pairs:
+            yield from bootstrap.chunks(pairs)
+
+    def copy_shard(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
+        return self.intake.copy(req)
 
     # ---------------------------------------------------------------- eventual datasets
     # (storage_node/eventual_service.py; the calls go to self.eventual)

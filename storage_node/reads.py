@@ -18,9 +18,10 @@ from rocksdict import Checkpoint, Options, Rdict
 
 from catalog import registry
 from catalog.routing import check_shard, log_of
+from log.rocks_store import bounded_items
 from midtown_pb import kv_pb2 as pb
 from runtime.refusals import Refusal
-from storage_node import codec, keys
+from storage_node import codec, keys, shard_copy
 from storage_node.apply import apply
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_PAGE_MAX, SHARD_SCAN_ROWS_MAX
 from storage_node.model import Record
@@ -29,6 +30,10 @@ from storage_node.store import BatchView, NodeStore
 
 class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
+
+
+def _items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    return bounded_items(db, prefix, keys.prefix_end(prefix))
 
 
 def check_held(node_id: int, shard: int, shards: int, holds: Callable[[int], bool],
@@ -78,18 +83,55 @@ class Reads:
     @contextlib.contextmanager
     def checkpoint(self) -> Iterator[Iterator[tuple[bytes, bytes]]]:
         """Every key of this node's state as it stood at one moment (a batch whole, with its
-        positions, or not at all), for a peer that bootstraps from it. A RocksDB checkpoint
-        (hard links, taken while no batch commits), read and then deleted: rocksdict
-        0.3.29's snapshot iterators do not isolate from later writes (tried)."""
+        positions, or not at all), for a peer that bootstraps from it."""
+        with self._checkpointed() as db:
+            yield (kv for kv in db.items())  # type: ignore[misc]
+
+    @contextlib.contextmanager
+    def _checkpointed(self) -> Iterator[Rdict]:
+        """This node's state as it stood at one moment. A RocksDB checkpoint (hard links,
+        taken while no batch commits, its write-ahead log flushed first: batches are
+        written without a sync, and a checkpoint holds only what reached the files),
+        read and then deleted: rocksdict 0.3.29's snapshot iterators do not isolate from
+        later writes (tried)."""
         path = os.path.join(self.data_dir, f"checkpoint-{uuid.uuid4().hex}")
         with self.commit_lock:
+            self.store.sync()
             Checkpoint(self.store.db).create_checkpoint(path)
         db = Rdict(path, Options(raw_mode=True))
         try:
-            yield (kv for kv in db.items())  # type: ignore[misc]
+            yield db
         finally:
             db.close()
             shutil.rmtree(path, ignore_errors=True)
+
+    def shard_copy(self, req: pb.SnapshotRequest) -> tuple[int, int, Iterator[tuple[bytes, bytes]]]:
+        """A copy of one shard this node holds, for a shard move's destination: (the log
+        position it stands at, the log time there, its keys and values), from one
+        checkpoint taken once the shard's log is applied up to req.min_position. The caller
+        reads the pairs before it does anything else (the checkpoint goes with them)."""
+        self._check_held(req.shard)
+        log_id = log_of(req.shard, self.kv_logs)
+        self.wait_applied(log_id, req.min_position, req.wait_ms)
+        cm = self._checkpointed()
+        db = cm.__enter__()
+        # The position as the checkpoint holds it, written with the effects in one batch
+        # (tried: without the flush above, a copy whose position came from memory lacked
+        # the shard's last thousand records).
+        saved = db.get(keys.position_key(log_id))
+        tail, ts = keys.decode_u64(saved, 2) if saved is not None else (0, 0)
+        mark = db.get(keys.mark_key(req.shard))
+        at = shard_copy.effective(tail, {req.shard: keys.decode_u64(mark, 1)[0]} if mark else {}, req.shard)
+
+        def pairs() -> Iterator[tuple[bytes, bytes]]:
+            try:
+                for prefix in keys.shard_prefixes(req.shard):
+                    yield from _items(db, prefix)
+                for prefix in keys.index_prefixes(log_id):
+                    yield from ((k, v) for k, v in _items(db, prefix) if keys.shard_index_entry(k, req.shard))
+            finally:
+                cm.__exit__(None, None, None)
+        return at, ts, pairs()
 
     def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
         """One dataset's live keys in one shard, all from the state at one log position

@@ -20,7 +20,6 @@ from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from runtime.refusals import BEHIND_TRAILER, Refusal, refuse
-from storage_node import bootstrap
 from storage_node.callbacks import AnswerTaker
 from storage_node.node import StorageNode
 from storage_node.reads import Behind
@@ -53,9 +52,8 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
             handle, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
 
     def snapshot(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.SnapshotChunk]:
-        parse(pb.SnapshotRequest, raw, ctx)
-        with node.checkpoint() as pairs:
-            yield from bootstrap.chunks(pairs)
+        req = parse(pb.SnapshotRequest, raw, ctx)
+        yield from answer(lambda: node.snapshot(req), ctx)
 
     def scan_shard(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.ScanShardResponse]:
         req = parse(pb.StorageScanShardRequest, raw, ctx)
@@ -68,6 +66,7 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         "Read": call(pb.ReadRequest, node.read),
         "ReadMany": call(pb.ReadManyRequest, node.read_many),
         "Status": call(pb.NodeStatusRequest, lambda _: node.status()),
+        "CopyShard": call(pb.CopyShardRequest, node.copy_shard),
         "LwwWrite": call(pb.LwwWriteRequest, node.lww_write),
         "LwwRead": call(pb.LwwReadRequest, node.lww_read),
         "LwwRange": call(pb.LwwRangeRequest, node.lww_range),

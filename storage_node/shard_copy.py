@@ -6,21 +6,22 @@ servers do not yet.
 A node keeps one position per log (where its tail resumes) and, per shard, a *mark*: the
 shard's records below its mark are already in the node's state (they came with a copy)
 and are skipped. A copy of shard s taken at log position p holds exactly the shard's
-records below p. To install it:
+records below p. To install it, where t is the node's tail of the log (if it tails it):
 
-- a node that holds no other shard of the log starts its tail at p, and marks s at p
-  (a tail it kept from shards it held before means nothing: the log may be truncated
-  past it; the simulator found that one too);
-- a node whose tail is at or below p keeps it, and marks s at p;
-- a node whose tail t is past p first brings the copy forward: it applies the shard's
-  records between p and t to the copy (catch_up), then marks s at t. Its tail never
-  goes back, so a position it published stays true. (A first design moved the tail back
-  to p; the simulator found that a move given up after such an install left a published
-  position above the node's tail, and the log truncated past what it was to read.)
+- t at or past p: the node first brings the copy forward, applying the shard's records
+  between p and t to it (catch_up), then marks s at t. Its tail never goes back, so a
+  position it published stays true. (A first design moved the tail back to p; the
+  simulator found that a move given up after such an install left a published position
+  above the node's tail, and the log was truncated past what it had to read.)
+- t before p, the node holding another shard of the log: it marks s at p; the tail goes
+  on, skipping s's records below p.
+- otherwise (no tail, or one kept from shards it held before, which means nothing: the
+  log may be truncated past it; the simulator found that too): the tail starts at p.
 
 The log holds p..t meanwhile: a log is not truncated while one of its shards is being
-copied (catalog/shard_moves.py truncation_point). So each held shard's state is always
-that of its records below max(tail, mark)."""
+copied (catalog/shard_moves.py truncation_point), and p was at or past the truncation
+point when the copy was taken. So each held shard's state is always that of its records
+below max(tail, mark)."""
 
 from __future__ import annotations
 
@@ -29,20 +30,24 @@ from collections.abc import Mapping
 
 def catch_up(tail: int | None, copy_at: int) -> range:
     """The log positions whose records of the shard are applied to the copy before it is
-    installed (empty unless the node's tail is past the copy's position). `tail` as for
-    install."""
+    installed: those between the copy and the node's tail, if it is past the copy."""
     return range(copy_at, tail) if tail is not None and tail > copy_at else range(0)
 
 
-def install(tail: int | None, copy_at: int, shard: int,
-            marks: Mapping[int, int]) -> tuple[int, dict[int, int]]:
+def install(tail: int | None, copy_at: int, shard: int, marks: Mapping[int, int],
+            holds_others: bool) -> tuple[int, dict[int, int]]:
     """(the node's tail position in the log, its new marks) once a copy of `shard` taken
-    at `copy_at` is installed, brought forward to the tail first (catch_up). `tail`: the
-    node's, None when it holds no other shard of the log."""
+    at `copy_at` is installed (brought forward to the tail first, catch_up). `tail`: the
+    node's tail of the log, None if it tails it not; `holds_others`: whether it holds
+    another shard of the log."""
     out = dict(marks)
-    at = copy_at if tail is None else max(tail, copy_at)
-    out[shard] = at
-    return (copy_at if tail is None else tail), out
+    if tail is not None and tail >= copy_at:
+        out[shard] = tail
+        return tail, out
+    out[shard] = copy_at
+    if tail is not None and holds_others:
+        return tail, out
+    return copy_at, out
 
 
 def applies(marks: Mapping[int, int], shard: int, position: int) -> bool:

@@ -19,6 +19,7 @@ from catalog import registry
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
+from catalog.shard_moves import Move
 from log.client import LogClient
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
@@ -37,6 +38,10 @@ class NodeState:
     # log -> (next position to apply, log time of the last applied entry), as durable as
     # the last batch committed.
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # shard -> its mark, for the shards that came by a copy (storage_node/shard_copy.py):
+    # their records below it are in the copy. As durable as the last batch.
+    marks: dict[int, int] = field(default_factory=dict)
+    moves: dict[int, Move] = field(default_factory=dict)  # shard moves under way; re-read with kv
     # (log, node) -> the position each member published in that log (for truncation).
     member_positions: dict[tuple[int, int], int] = field(default_factory=dict)
     last_data: dict[int, int] = field(default_factory=dict)  # log -> position of the last data record
@@ -57,14 +62,23 @@ class NodeState:
         self.positions.update({i: self.store.next_position(i) for i in range(self.log_count)})
         self.member_positions.clear()
         self.member_positions.update(self.store.member_positions())
+        self.marks.clear()
+        self.marks.update(self.store.marks())
 
     def holds(self, shard: int) -> bool:
-        """Whether this node holds `shard` (applies its records and answers for it)."""
+        """Whether this node holds `shard`: it is in its replica set, and answers for it."""
         return self.sets.holds(self.node_id, shard)
 
+    def applies_shard(self, shard: int) -> bool:
+        """Whether this node applies `shard`'s records: it holds it, or a copy of it was
+        installed here (a shard move's destination; the mark goes when the copy does)."""
+        return self.holds(shard) or shard in self.marks
+
     def tailed_logs(self) -> tuple[int, ...]:
-        """The key-value logs that carry one of this node's shards: the only ones it tails."""
-        return self.sets.logs_of(self.node_id, self.kv_logs)
+        """The key-value logs that carry one of the shards this node applies: the only
+        ones it tails."""
+        return tuple(sorted({*self.sets.logs_of(self.node_id, self.kv_logs),
+                             *(log_of(s, self.kv_logs) for s in self.marks)}))
 
     def shard_digests(self) -> list[tuple[int, int, int, int]]:
         """(shard, its log, the position applied, the shard's digest there) of every shard

@@ -141,6 +141,19 @@ class NodeStore:
     def member_positions(self) -> dict[tuple[int, int], int]:
         return {keys.decode_member_position_key(k): _Q.unpack(v)[0] for k, v in self.under(b"Q")}
 
+    def marks(self) -> dict[int, int]:
+        """Shard -> its mark (storage_node/shard_copy.py), for the shards that came by a copy."""
+        return {_I.unpack_from(k, 1)[0]: _Q.unpack(v)[0] for k, v in self.under(b"M")}
+
+    def has_shard_data(self, shard: int) -> bool:
+        """Whether any key of `shard` is stored here (values, digest, ids, eventual values)."""
+        return any(next(self.under(p), None) is not None for p in keys.shard_prefixes(shard))
+
+    def index_entries_of(self, log_id: int, shard: int) -> list[bytes]:
+        """The b"T" and b"X" index entries of `log_id` that belong to `shard`."""
+        return [k for p in keys.index_prefixes(log_id) for k, _ in self.under(p)
+                if keys.shard_index_entry(k, shard)]
+
     def write(self, wb: WriteBatch) -> None:
         """Atomic but not yet durable: apply results are a function of the committed log
         alone, so a batch lost in a power failure is applied again from the log. Positions
@@ -167,6 +180,7 @@ class BatchView:
         self.dropped: list[bytes] = []  # key prefixes of dropped datasets
         self.drop_markers: list[bytes] = []
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
+        self.marks: dict[int, int | None] = {}  # shard -> its new mark (None: none any more)
         # Event ids recorded (an Event) or aged out (None) by this batch, their order-index
         # entries added and removed, and the counts per (shard, dataset).
         self.events: dict[tuple[int, str], dict[bytes, Event | None]] = {}  # by (shard, dataset)
@@ -370,6 +384,11 @@ class BatchView:
             wb.put(keys.event_count_key(shard, ds), _Q.pack(n))
         for (lg, node), pos in self.member_positions.items():
             wb.put(keys.member_position_key(lg, node), _Q.pack(pos))
+        for shard, mark in self.marks.items():
+            if mark is None:
+                wb.delete(keys.mark_key(shard))
+            else:
+                wb.put(keys.mark_key(shard), _Q.pack(mark))
         for log_id, (next_position, last_ts) in positions.items():
             wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
         self.store.write(wb)

@@ -4,13 +4,14 @@ for)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog import replica_sets
 from catalog.routing import log_of
-from storage_node.apply_loop import shared
 from storage_node.model import Drop, Get, Position, Record
 from storage_node.truncation import truncation_point
 
@@ -76,8 +77,31 @@ def test_truncation_waits_for_the_holders_of_the_logs_shards_only() -> None:
     assert truncation_point(positions, 1, sets.nodes_of_log(1, 2)) is None
 
 
-def test_position_and_drop_records_are_applied_by_every_node_of_the_log() -> None:
-    assert shared(Record(b"", "", "", 0, b"", (Position(1, 5),)))
-    assert shared(Record(b"", "", "d", 0, b"", (Drop((0, 2)),)))
-    assert not shared(Record(b"r", "", "d", 3, b"k", (Get(b"x"),)))
-    assert not shared(Record(b"r", "", "d", 3, b"k", ()))
+def test_a_node_applies_its_shards_records_positions_and_its_part_of_drops() -> None:
+    """ApplyLoop._mine: the part of a record a node applies. Node 0 holds shards 0 and 2 of
+    four (replica sets), and a copy of shard 1 came in at position 50 (a mark)."""
+    from catalog.registry import KvTopology
+    from runtime.inprocess import Local
+    from storage_node.apply_loop import ApplyLoop
+    from storage_node.settings import Settings
+    from storage_node.state import NodeState
+
+    sets = replica_sets.ReplicaSets(1, ((0,), (1,), (0,), (1,)), version=3)
+    state = NodeState(0, Settings(), None, None, KvTopology(4, (0, 1), 1), 1, 1, sets,  # type: ignore[arg-type]
+                      marks={1: 50})
+    loop = ApplyLoop(state, None, lambda code, why: None, Local(), Local())  # type: ignore[arg-type]
+    put = Record(b"r", "", "d", 0, b"k", (Get(b"x"),))
+    assert loop._mine(put, 10) is put  # a shard it holds
+    assert loop._mine(replace(put, shard=3), 10) is None  # another node's
+    assert loop._mine(replace(put, shard=1), 49) is None  # in the copy already
+    assert loop._mine(replace(put, shard=1), 50) is not None  # after it
+    pos = Record(b"", "", "", 3, b"", (Position(1, 5),))
+    assert loop._mine(pos, 10) is pos  # every node of the log keeps the positions
+    drop = Record(b"", "", "d", 0, b"", (Drop((0, 1, 2, 3)),))
+    mine = loop._mine(drop, 60)
+    assert mine is not None and mine.ops == (Drop((0, 1, 2)),) and mine.shard == 0
+    assert loop._mine(drop, 40).ops == (Drop((0, 2)),)  # type: ignore[union-attr]
+    # A copy brought forward (only=1): that shard's records, held here or not.
+    assert loop._mine(replace(put, shard=1), 10, only=1) is not None
+    assert loop._mine(put, 10, only=1) is None and loop._mine(pos, 10, only=1) is None
+    assert loop._mine(drop, 10, only=3).ops == (Drop((3,)),)  # type: ignore[union-attr]

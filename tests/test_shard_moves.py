@@ -45,13 +45,15 @@ def test_a_log_is_not_truncated_while_one_of_its_shards_is_copied() -> None:
 def test_a_copy_is_brought_forward_to_the_tail_and_the_tail_never_goes_back() -> None:
     # A node past the copy's position: the records between come from the log, the tail stays.
     assert list(shard_copy.catch_up(50, 40)) == list(range(40, 50))
-    assert shard_copy.install(50, 40, 7, {2: 30}) == (50, {2: 30, 7: 50})
-    # Behind it: the copy holds more; the shard's records below 40 are skipped.
+    assert shard_copy.install(50, 40, 7, {2: 30}, holds_others=True) == (50, {2: 30, 7: 50})
+    assert shard_copy.install(50, 40, 7, {}, holds_others=False) == (50, {7: 50})
+    # Behind it, holding another shard of the log: the shard's records below 40 are skipped.
     assert not shard_copy.catch_up(30, 40)
-    tail, marks = shard_copy.install(30, 40, 7, {})
+    tail, marks = shard_copy.install(30, 40, 7, {}, holds_others=True)
     assert (tail, marks) == (30, {7: 40})
     assert not shard_copy.applies(marks, 7, 39) and shard_copy.applies(marks, 7, 40)
     assert shard_copy.applies(marks, 2, 0)  # other shards: as before
     assert shard_copy.effective(tail, marks, 7) == 40 and shard_copy.effective(45, marks, 7) == 45
-    # Holding no other shard of the log: the tail starts at the copy.
-    assert shard_copy.install(None, 40, 7, {}) == (40, {7: 40})
+    # Holding no other shard of the log, or not tailing it: the tail starts at the copy.
+    assert shard_copy.install(30, 40, 7, {}, holds_others=False) == (40, {7: 40})
+    assert shard_copy.install(None, 40, 7, {}, holds_others=False) == (40, {7: 40})

@@ -757,8 +757,10 @@ def parser() -> argparse.ArgumentParser:
                   _node_commands):
         group(sub)
     from midtown.cli import placement as placement_cli
+    from midtown.cli import shards as shards_cli
 
     placement_cli.add_parser(sub, _common)
+    shards_cli.add_parser(sub, _common, _zk)
     _bench_commands(sub)
     return p
 

@@ -182,7 +182,7 @@ def _cluster_commands(load: Path) -> list[list[str]]:
     from midtown.cli.main import parser
 
     required = {("log", "truncate"): ["--before", "1"], ("cas",): ["--expect-absent"],
-                ("placement", "balance"): ["--load", str(load)]}
+                ("placement", "balance"): ["--load", str(load)], ("shard", "move"): ["--to", "1"]}
     out = []
 
     def walk(p: argparse.ArgumentParser, words: tuple[str, ...]) -> None:

@@ -8,14 +8,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from catalog import registry
-from catalog.routing import log_of, shard_of
+from catalog.routing import shard_of
 from log import zk as zkpaths
 from log.client import LogClient
 from midtown import Client
@@ -145,19 +147,86 @@ def test_linearizable_while_a_storage_node_is_killed_and_restarted(six: Cluster)
         history = run_history(db, keys, disturb)
     check_per_key(history)
     shard = shard_of(d.id, b"h0", SHARDS)
-    lg = log_of(shard, six.kv_logs)
+    wait_for(lambda: _agree(six, shard, sets.of(shard)), 60,
+             "the shard's replicas at one position with one digest")
 
-    def caught_up() -> bool:
-        states = {}
-        for n in sets.of(shard):
+
+def _agree(c: Cluster, shard: int, nodes: tuple[int, ...]) -> bool:
+    """Whether `nodes` all hold `shard` at one position with one digest."""
+    states = set()
+    for n in nodes:
+        try:
+            st = _stub(c, n).Status(pb.NodeStatusRequest(), timeout=5)
+        except grpc.RpcError:
+            return False
+        mine = {s.shard: (s.position, s.digest) for s in st.shards}
+        if shard not in mine:
+            return False
+        states.add(mine[shard])
+    return len(states) == 1
+
+
+def _dataset(c: Cluster, name: str) -> Any:
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        from catalog import datasets
+        return datasets.get(zk, name)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_shard_moves_online_while_its_source_is_killed_mid_copy(six: Cluster) -> None:
+    """`midtown shard move` adds a replica to a shard and takes another out while puts,
+    strong gets, check-and-sets and deletes go on on the shard's keys, and the replica
+    that leaves, the one the copy comes from first, is SIGKILLed while it sends it: the
+    copy is taken from another replica, every key's history linearizes, the new replica
+    set is the old one with the destination for the leaving node (written in the sets'
+    history), its replicas agree, and the node that left drops the shard."""
+    d = _dataset(six, "t")
+    shard = shard_of(d.id, b"m0", SHARDS)
+    keys = [k for k in (f"m{i}" for i in range(400)) if shard_of(d.id, k.encode(), SHARDS) == shard][:3]
+    before, _ = _sets(six)
+    holders = before.of(shard)
+    leaving, dest = holders[0], next(n for n in range(NODES) if n not in holders)
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        for i in range(30):  # 1.5 MB of values (and as much of their first outcomes) to copy
+            db.put("t", keys[0], f"bulk{i}", bytes([i]) * 50_000)
+        moved: dict[str, Any] = {}
+
+        def disturb() -> None:
+            p = subprocess.Popen([sys.executable, "-m", "midtown", "shard", "move", str(shard),
+                                  "--to", str(dest), "--from", str(leaving), "--rate", "0.5",
+                                  "--zk", six.zk_hosts, "--json", "--timeout", "120"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            zk = zkpaths.connect(six.zk_hosts)
             try:
-                st = _stub(six, n).Status(pb.NodeStatusRequest(), timeout=5)
-            except grpc.RpcError:
-                return False
-            states[n] = {s.shard: (s.position, s.digest) for s in st.shards}[shard]
-            assert st.log_positions[lg] >= 0
-        return len(set(states.values())) == 1
-    wait_for(caught_up, 60, "the shard's replicas at one position with one digest")
+                wait_for(lambda: registry.read_moves(zk).get(shard) is not None, 30, "the move to start")
+            finally:
+                zk.stop()
+                zk.close()
+            time.sleep(1.5)  # the source sends 3 MB at 0.5 MB/s: it is still sending
+            six.kill(f"storage-{leaving}")
+            out, err = p.communicate(timeout=150)
+            assert p.returncode == 0, out + err
+            moved.update(json.loads(out))
+            six.restart(f"storage-{leaving}")
+        history = run_history(db, keys, disturb)
+    check_per_key(history)
+    print("move:", moved)  # copy_source: where the copy came from in the end
+    after, changes = _sets(six)
+    assert after.of(shard) == tuple(sorted({*holders, dest} - {leaving}))
+    assert moved["replicas"] == list(after.of(shard)) and moved["copied_keys"] > 60
+    assert [c["sets"][shard] for c in changes[-2:]] == [sorted({*holders, dest}), list(after.of(shard))]
+    assert after.version == before.version + 2  # joined, then done
+    wait_for(lambda: _agree(six, shard, after.of(shard)), 60,
+             "the new replicas at one position with one digest")
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        got = db.get("t", keys[0], "bulk29")
+        assert got is not None and got.value == bytes([29]) * 50_000
+    # The node that left drops its copy (at its restart, or its next look at the sets).
+    wait_for(lambda: _scan(six, leaving, d.id, shard).startswith("FAILED_PRECONDITION"), 30,  # type: ignore[union-attr]
+             "the node that left to refuse the shard")
 
 
 def test_eventual_datasets_live_on_their_shards_replicas(six: Cluster) -> None:
@@ -184,3 +253,37 @@ def test_eventual_datasets_live_on_their_shards_replicas(six: Cluster) -> None:
                 assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
                 assert f"does not hold shard {shard}" in (e.value.details() or "")
         assert holding >= 2, (i, shard)  # a majority of its replicas
+
+
+def test_bad_moves_are_refused_naming_the_argument(six: Cluster) -> None:
+    sets, _ = _sets(six)
+    shard = 5
+    holders = sets.of(shard)
+    outside = next(n for n in range(NODES) if n not in holders)
+
+    def mt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "midtown", "shard", *args, "--zk", six.zk_hosts],
+                              capture_output=True, text=True, timeout=60)
+    for args, said in [(["move", "99", "--to", "1"], "SHARD: 99, this cluster has shards 0..63"),
+                       (["move", str(shard), "--to", str(holders[0])],
+                        f"--to: node {holders[0]} holds shard"),
+                       (["move", str(shard), "--to", "17"], "--to: storage node 17 is not a member"),
+                       (["move", str(shard), "--to", str(outside), "--from", str(outside)],
+                        f"--from: node {outside} does not hold shard {shard}"),
+                       (["move", str(shard), "--to", str(outside), "--rate", "-1"], "--rate: -1"),
+                       (["abort", str(shard)], f"SHARD: no move of shard {shard} is under way")]:
+        p = mt(*args)
+        assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert _sets(six)[0] == sets  # nothing changed
+    # The storage nodes' own call refuses a copy no move asks for, and bad rates.
+    with pytest.raises(grpc.RpcError) as e:
+        _stub(six, outside).CopyShard(pb.CopyShardRequest(shard=shard, prefer_source=-1), timeout=10)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert f"no move of shard {shard} to storage node {outside}" in (e.value.details() or "")
+    for rate in (-1.0, float("nan"), 1e9):
+        with pytest.raises(grpc.RpcError) as e:
+            _stub(six, outside).CopyShard(pb.CopyShardRequest(shard=shard, rate_mb_s=rate), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "rate_mb_s" in (e.value.details() or "")
+    with pytest.raises(grpc.RpcError) as e:
+        _stub(six, outside).CopyShard(pb.CopyShardRequest(shard=SHARDS), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shard" in (e.value.details() or "")

@@ -252,7 +252,7 @@ class MoveSim:
             lg = log_of(c.shard, self.cfg.logs)
             values = list(c.values)
             holds_others = any(self._holds(c.dest, s) for s in self._shards_of_log(lg) if s != c.shard)
-            tail = node.tails[lg] if holds_others else None
+            tail = node.tails[lg]
             forward = shard_copy.catch_up(tail, c.at)
             if self.cfg.broken == "no-catch-up":
                 forward = range(0)
@@ -264,7 +264,7 @@ class MoveSim:
                                            f"below {self.truncated[lg]}")
                     return
                 values += [v for s, v in self.log[lg][forward.start:forward.stop] if s == c.shard]
-            node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks)
+            node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks, holds_others)
             node.state[c.shard] = values
             node.installed_after[c.shard] = node.publications
 

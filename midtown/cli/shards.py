@@ -1,0 +1,220 @@
+"""`midtown shard list|move|abort`: where each shard lives, and moving a shard's replica
+to another storage node online. The command is the mover of catalog/shard_moves.py: it
+keeps nothing of its own (every step is a versioned write in ZooKeeper), so a move it
+left half-way, killed or timed out, is taken up by running the same command again."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from catalog import registry, replica_sets, shard_moves
+from catalog.routing import log_of
+from midtown.cli.connect import CliError
+from midtown.output import emit
+
+POLL_S = 0.2
+
+
+def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.Namespace], Any]) -> None:
+    sp = sub.add_parser("shard", help="where each shard lives; move a shard's replica to another node")
+    sps = sp.add_subparsers(dest="cmd", required=True)
+    ls = sps.add_parser("list", help="each shard's log, replicas and move under way")
+    mv = sps.add_parser("move", help="move a replica of SHARD to node --to (from node --from), online")
+    mv.add_argument("shard", type=int, metavar="SHARD")
+    mv.add_argument("--to", type=int, required=True, help="the storage node that takes the shard in")
+    mv.add_argument("--from", dest="leaving", type=int,
+                    help="the replica that leaves once the new one is in (default: none, one more copy)")
+    mv.add_argument("--rate", type=float, default=0.0, help="copy at most this many MB/s (default: no limit)")
+    ab = sps.add_parser("abort", help="give up a move of SHARD that has not joined yet")
+    ab.add_argument("shard", type=int, metavar="SHARD")
+    common(ls)
+    common(mv, timeout_s=600.0)
+    common(ab)
+    for p in (ls, mv, ab):
+        p.set_defaults(fn=lambda a: _run(a, zk_of))
+
+
+def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> int:
+    zk = zk_of(a)
+    try:
+        kv = registry.read_kv(zk)
+        if kv is None:
+            raise CliError("no key-value topology in this cluster (midtown cluster init)")
+        if a.cmd == "list":
+            return _list(a, zk, kv)
+        if not 0 <= a.shard < kv.shards:
+            raise CliError(f"SHARD: {a.shard}, this cluster has shards 0..{kv.shards - 1}")
+        if a.cmd == "abort":
+            return _abort(a, zk)
+        if a.rate < 0:
+            raise CliError(f"--rate: {a.rate:g}, must be 0 (no limit) or more")
+        out = move(zk, kv, a.shard, a.to, a.leaving, a.rate, a.timeout,
+                   (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True)))
+        emit(out, a.json)
+        return 0
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
+    sets = registry.read_replica_sets(zk, kv)
+    moves = registry.read_moves(zk)
+    rows: list[dict[str, Any]] = []
+    for shard in range(kv.shards):
+        got = moves.get(shard)
+        m = None if got is None else got[0]
+        rows.append({"shard": shard, "log": log_of(shard, kv.logs), "replicas": list(sets.of(shard)),
+                     "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})
+    if a.json:
+        emit({"version": sets.version, "replicas": sets.replicas, "shards": rows}, True)
+        return 0
+    table = []
+    for r, shard in zip(rows, range(kv.shards)):
+        got = moves.get(shard)
+        said = "" if got is None else f"{got[0].phase}: to {got[0].dest}" + (
+            f" from {got[0].leaving}" if got[0].leaving is not None else "")
+        table.append({**r, "replicas": ",".join(str(n) for n in r["replicas"]), "move": said})
+    emit(table, False, ["shard", "log", "replicas", "move"])
+    return 0
+
+
+def _abort(a: argparse.Namespace, zk: Any) -> int:
+    got = registry.read_moves(zk).get(a.shard)
+    if got is None:
+        raise CliError(f"SHARD: no move of shard {a.shard} is under way")
+    m, version = got
+    if m.phase == shard_moves.JOINED:
+        raise CliError(f"SHARD: the move of shard {a.shard} to node {m.dest} has joined already; "
+                       f"finish it: midtown shard move {a.shard} --to {m.dest}"
+                       + (f" --from {m.leaving}" if m.leaving is not None else ""))
+    registry.drop_move(zk, a.shard, version)
+    emit({"aborted": a.shard, "to": m.dest, "phase": m.phase}, a.json)
+    return 0
+
+
+def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
+         timeout_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Drive a move of `shard` to `dest` (from `leaving`) to its end, or take up the one
+    under way; a dict of what it did. CliError when it cannot, naming the argument."""
+    from kazoo.exceptions import BadVersionError, NodeExistsError
+
+    deadline = time.monotonic() + timeout_s
+    t0 = time.monotonic()
+    out: dict[str, Any] = {"shard": shard, "to": dest, "from": leaving}
+    started = False
+    said = ""
+    while True:
+        if time.monotonic() > deadline:
+            raise CliError(f"the move did not end within --timeout {timeout_s:g}s (it stands at "
+                           f"{said or 'its start'}); run the same command again to go on")
+        got = registry.read_moves(zk).get(shard)
+        if got is None:
+            if started:  # it ended (by us, or by another mover that took it up)
+                sets = registry.read_replica_sets(zk, kv)
+                out.update(replicas=list(sets.of(shard)), seconds=round(time.monotonic() - t0, 3))
+                return out
+            sets = registry.read_replica_sets(zk, kv)
+            if sets.version < 0:
+                raise CliError("this cluster has no replica sets: every storage node holds every shard")
+            if dest not in kv.storage_nodes:
+                raise CliError(f"--to: storage node {dest} is not a member (midtown node add {dest})")
+            try:
+                m = shard_moves.start(sets.of(shard), shard, dest, leaving)
+            except ValueError as e:
+                raise CliError(f"--{e}") from None
+            if leaving is not None and len(sets.of(shard)) <= 1:
+                raise CliError(f"--from: node {leaving} is the shard's only replica")
+            try:
+                registry.start_move(zk, m)
+            except NodeExistsError:
+                continue  # another mover started one first: look at it
+            started = True
+            continue
+        m, version = got
+        if (m.dest, m.leaving) != (dest, leaving):
+            raise CliError(f"SHARD: a move of shard {shard} to node {m.dest}"
+                           + (f" from node {m.leaving}" if m.leaving is not None else "")
+                           + f" is under way ({m.phase}); finish it with the same arguments, or give it up "
+                           f"(before it joins) with: midtown shard abort {shard}")
+        started = True
+        if m.phase != said:
+            progress(f"shard {shard}: {m.phase}")
+            said = m.phase
+        try:
+            if m.phase == shard_moves.COPYING:
+                resp = _copy(zk, shard, dest, leaving, rate_mb_s, deadline)
+                if resp is None:
+                    time.sleep(POLL_S * 5)
+                    continue
+                out.update(copied_keys=resp.keys, copied_bytes=resp.bytes, copy_source=resp.source,
+                           copy_seconds=round(time.monotonic() - t0, 3), copied_at=resp.position)
+                if resp.keys:
+                    progress(f"shard {shard}: copied {resp.keys} keys, {resp.bytes} bytes from {resp.source}")
+                registry.update_move(zk, shard_moves.copied(m, resp.position), version)
+            elif m.phase == shard_moves.TAILING:
+                sets = registry.read_replica_sets(zk, kv)
+                new = replica_sets.with_set(sets, shard, shard_moves.joined_sets(sets.of(shard), m))
+                registry.change_sets(zk, new, f"move of shard {shard}: node {dest} joins",
+                                     (shard_moves.joined(m), version))
+            elif m.phase == shard_moves.JOINED:
+                if not shard_moves.may_finish(m, _positions(zk, kv, shard, (dest, leaving))):
+                    time.sleep(POLL_S)
+                    continue
+                sets = registry.read_replica_sets(zk, kv)
+                new = replica_sets.with_set(sets, shard, shard_moves.finished_sets(sets.of(shard), m))
+                registry.change_sets(zk, new, f"move of shard {shard} to node {dest}: done"
+                                     + (f", node {leaving} leaves" if leaving is not None else ""),
+                                     (shard_moves.finished(m), version))
+        except BadVersionError:
+            continue  # another mover moved it on: look again
+
+
+def _copy(zk: Any, shard: int, dest: int, leaving: int | None, rate_mb_s: float, deadline: float) -> Any:
+    """Ask the destination to take the copy in (None: not now, try again)."""
+    import grpc
+
+    from midtown_pb import kv_pb2 as pb
+    from midtown_pb import kv_pb2_grpc
+    from runtime import transport
+
+    addr = registry.members(zk, registry.STORAGE_NODES).get(dest)
+    if addr is None:
+        return None  # the destination is down: wait for it (or abort the move)
+    req = pb.CopyShardRequest(shard=shard, rate_mb_s=rate_mb_s,
+                              prefer_source=leaving if leaving is not None else -1)
+    try:
+        with transport.channel(addr) as channel:
+            return kv_pb2_grpc.StorageStub(channel).CopyShard(
+                req, timeout=max(1.0, deadline - time.monotonic()))
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            raise CliError(f"storage node {dest} refused the copy: {e.details()}") from None
+        return None
+
+
+def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, int | None]) -> dict[int, int]:
+    """Each of `nodes`' position in the shard's log, from those that answer."""
+    import grpc
+
+    from midtown_pb import kv_pb2 as pb
+    from midtown_pb import kv_pb2_grpc
+    from runtime import transport
+
+    live = registry.members(zk, registry.STORAGE_NODES)
+    lg = log_of(shard, kv.logs)
+    out = {}
+    for n in nodes:
+        if n is None or n not in live:
+            continue
+        try:
+            with transport.channel(live[n]) as channel:
+                st = kv_pb2_grpc.StorageStub(channel).Status(pb.NodeStatusRequest(), timeout=5)
+            out[n] = int(st.log_positions[lg])
+        except (grpc.RpcError, IndexError):
+            continue
+    return out

@@ -1,0 +1,135 @@
+"""A shard move's destination takes in a copy of the shard (catalog/shard_moves.py): from
+one of the shard's replicas, as of one log position, streamed at a bounded rate (the
+source paces it) and written to the store; then the apply loop installs it
+(storage_node/shard_copy.py says where it stands) and this node publishes its positions,
+so the mover may record it. Idempotent: a copy installed already is reported again, and
+an earlier try's leftovers are dropped before a new one."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from typing import Any
+
+import grpc
+from rocksdict import WriteBatch
+
+from catalog import registry
+from catalog.routing import check_shard, log_of
+from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from runtime import transport
+from runtime.refusals import Refusal
+from storage_node import keys
+from storage_node.state import NodeState
+
+log = logging.getLogger("midtown.storage.intake")
+SOURCE_WAIT_MS = 10_000  # how long a source may take to reach this node's position in the log
+COPY_TIMEOUT_S = 3600.0
+RATE_MB_S_MAX = 10_000.0
+# A shard copy's chunks: small enough that a rate limit paces them evenly.
+SHARD_CHUNK_BYTES = 256 * 1024
+
+
+class CopyFailed(Exception):
+    pass
+
+
+class Intake:
+    def __init__(self, state: NodeState, applier: Any, bookkeeping: Any) -> None:
+        """`applier`: the apply loop (it installs and drops copies); `bookkeeping`: it
+        publishes this node's positions."""
+        self.state = state
+        self.applier = applier
+        self.bookkeeping = bookkeeping
+        self._busy = threading.Lock()  # one copy at a time
+
+    def copy(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
+        s = self.state
+        check_shard(req.shard, s.kv.shards)
+        if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
+            raise ValueError(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
+        if not self._busy.acquire(timeout=1):
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {s.node_id} is taking in another "
+                          "copy; retry")
+        try:
+            return self._copy(req)
+        finally:
+            self._busy.release()
+
+    def _copy(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
+        s, shard = self.state, req.shard
+        self._check_moving_here(shard)
+        log_id = log_of(shard, s.kv_logs)
+        if shard in s.marks:  # installed by an earlier call: publish again and say so
+            self._publish(log_id)
+            return pb.CopyShardResponse(position=s.marks[shard])
+        kv = registry.read_kv(s.zk) or s.kv
+        holders = registry.read_replica_sets(s.zk, kv).of(shard)
+        live = registry.members(s.zk, registry.STORAGE_NODES)
+        order = [n for n in holders if n in live and n != s.node_id]
+        random.shuffle(order)
+        order.sort(key=lambda n: n != req.prefer_source)
+        errors = []
+        for n in order:
+            self.applier.drop_shard(shard)  # what an earlier try left
+            try:
+                at, ts, count, size = self._receive(live[n], shard, log_id, req.rate_mb_s)
+            except (grpc.RpcError, CopyFailed) as e:
+                msg = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError) else str(e)
+                log.warning("copying shard %d from node %d: %s", shard, n, msg)
+                errors.append(f"node {n}: {msg}")
+                continue
+            self._check_moving_here(shard)  # not given up meanwhile
+            position = self.applier.install(shard, at, ts)
+            self._publish(log_id)
+            log.info("took in shard %d from node %d: %d keys, %d bytes, at %d",
+                     shard, n, count, size, position)
+            return pb.CopyShardResponse(position=position, keys=count, bytes=size, source=live[n])
+        self.applier.drop_shard(shard)
+        raise Refusal(grpc.StatusCode.UNAVAILABLE, f"no replica of shard {shard} gave a whole copy"
+                      + (f" ({'; '.join(errors)})" if errors else " (none is up)") + "; retry")
+
+    def _check_moving_here(self, shard: int) -> None:
+        s = self.state
+        if s.holds(shard):
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"storage node {s.node_id} holds shard {shard} already", field="shard")
+        m = registry.read_moves(s.zk).get(shard)
+        if m is None or m[0].dest != s.node_id:
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"no move of shard {shard} to storage node {s.node_id} is under way", field="shard")
+
+    def _publish(self, log_id: int) -> None:
+        if not self.bookkeeping.publish_now(log_id):
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, "the copy is installed, but publishing this node's "
+                          "position failed; retry")
+
+    def _receive(self, addr: str, shard: int, log_id: int, rate_mb_s: float) -> tuple[int, int, int, int]:
+        """Stream a copy from `addr` into the store: (its position, log time, pairs, bytes)."""
+        s = self.state
+        # At or past this node's own position in the log: a position it published
+        # before is then never above the copy's (catalog/shard_moves.py may_record_copy).
+        want = pb.SnapshotRequest(one_shard=True, shard=shard, min_position=s.positions[log_id][0],
+                                  wait_ms=SOURCE_WAIT_MS, rate_mb_s=rate_mb_s)
+        prefixes = keys.shard_prefixes(shard)
+        count = size = 0
+        with transport.channel(addr) as channel:
+            for chunk in kv_pb2_grpc.StorageStub(channel).Snapshot(want, timeout=COPY_TIMEOUT_S):
+                if len(chunk.keys) != len(chunk.values):
+                    raise CopyFailed(f"a chunk with {len(chunk.keys)} keys and {len(chunk.values)} values")
+                wb = WriteBatch(raw_mode=True)
+                for k, v in zip(chunk.keys, chunk.values):
+                    if not (k.startswith(prefixes) or keys.shard_index_entry(k, shard)):
+                        raise CopyFailed(f"a key that is not shard {shard}'s: {k[:20]!r}")
+                    wb.put(k, v)
+                    size += len(k) + len(v)
+                s.store.write(wb)
+                count += len(chunk.keys)
+                if chunk.last:
+                    if chunk.count != count:
+                        raise CopyFailed(f"{count} keys received, the source sent {chunk.count}")
+                    s.store.sync()
+                    return chunk.position, chunk.log_time_ms, count, size
+        raise CopyFailed("the stream ended before its last chunk")

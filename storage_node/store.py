@@ -288,7 +288,8 @@ class BatchView:
         for k, v in applied.writes.items():
             if v is not None and v.expires_at_ms:
                 self.expiring[k] = log_id
-        self.digests[shard] = applied.digest
+        if not applied.positions:  # a published position changes no shard (its shard field is 0)
+            self.digests[shard] = applied.digest
         if applied.dedup and applied.result is not None:
             self.dedups[(shard, applied.result.request_id)] = (ts_ms, applied.result)
             self.dedup_logs[(shard, applied.result.request_id)] = log_id

@@ -105,3 +105,21 @@ def test_a_node_applies_its_shards_records_positions_and_its_part_of_drops() -> 
     assert loop._mine(replace(put, shard=1), 10, only=1) is not None
     assert loop._mine(put, 10, only=1) is None and loop._mine(pos, 10, only=1) is None
     assert loop._mine(drop, 10, only=3).ops == (Drop((3,)),)  # type: ignore[union-attr]
+
+
+def test_a_published_position_leaves_no_trace_of_shard_0(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A position record names shard 0; a node that does not hold shard 0 keeps nothing of
+    it (else it would find shard 0's data, drop it, and find it again at the next one)."""
+    from storage_node.apply import apply
+    from storage_node.store import BatchView, NodeStore
+
+    store = NodeStore(str(tmp_path / "db"))
+    try:
+        view = BatchView(store)
+        rec = Record(b"", "", "", 0, b"", (Position(1, 5),))
+        view.add(apply(view, rec, 0, 10, 1000, 2), rec.shard, 1000, 0)
+        view.commit({0: (11, 1000)})
+        assert store.member_positions() == {(0, 1): 5}
+        assert not store.has_shard_data(0)
+    finally:
+        store.close()

@@ -103,3 +103,44 @@ def to_json(sets: ReplicaSets) -> dict:
 
 def from_json(d: dict, version: int) -> ReplicaSets:
     return ReplicaSets(int(d["replicas"]), tuple(tuple(int(n) for n in s) for s in d["sets"]), version)
+
+
+def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] = (),
+               max_moves: int | None = None) -> list[tuple[int, int, int]]:
+    """The moves (shard, to, from) that take every replica off the `drain` nodes and then
+    even out how many shards each member holds (to within one), each to the member that
+    holds fewest among those without a copy of the shard. Deterministic; the moves are
+    planned one after another on the sets as each leaves them."""
+    gone = set(drain)
+    targets = sorted(set(members) - gone)
+    cur = [set(s) for s in sets.sets]
+    held = {n: 0 for n in targets}
+    for nodes in cur:
+        for n in nodes:
+            if n in held:
+                held[n] += 1
+    out: list[tuple[int, int, int]] = []
+
+    def move(shard: int, to: int, frm: int) -> None:
+        cur[shard].discard(frm)
+        cur[shard].add(to)
+        held[to] += 1
+        if frm in held:
+            held[frm] -= 1
+        out.append((shard, to, frm))
+
+    for shard, nodes in enumerate(cur):
+        for frm in sorted(nodes & gone):
+            free = [n for n in targets if n not in nodes]
+            if free:
+                move(shard, min(free, key=lambda n: (held[n], n)), frm)
+    while targets and (max_moves is None or len(out) < max_moves):
+        hi = max(targets, key=lambda n: (held[n], -n))
+        lo = min(targets, key=lambda n: (held[n], n))
+        if held[hi] - held[lo] <= 1:
+            break
+        pick = next((s for s, nodes in enumerate(cur) if hi in nodes and lo not in nodes), None)
+        if pick is None:
+            break
+        move(pick, lo, hi)
+    return out if max_moves is None else out[:max_moves]

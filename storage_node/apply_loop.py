@@ -201,8 +201,28 @@ class ApplyLoop:
         return applied
 
     def _behind_truncation(self, log_id: int, why: str) -> None:
-        """A member is never truncated past (it publishes its positions); only a node that
-        was taken out of the membership gets here. It stops: started again, it bootstraps."""
+        """A holder of a log's shards is never truncated past (it publishes its positions);
+        only a node that was taken out of the membership, or that holds none of the log's
+        shards any more (they moved away), gets here. The first stops: started again, it
+        bootstraps. The second has nothing to lose there: it goes on from the log's first
+        position still held."""
+        s = self.state
+        if not any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)):
+            try:
+                first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
+            except Exception as e:  # the logs do not answer now: the tail tries again
+                log.warning("log %d: %s; its first position is unknown (%s)", log_id, why, e)
+                time.sleep(1)
+                return
+            with self._mutex:
+                if not any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)):
+                    at = {log_id: (max(first, s.positions[log_id][0]), s.positions[log_id][1])}
+                    with s.commit_lock:
+                        BatchView(s.store).commit(at)
+                        s.positions.update(at)
+                    log.info("log %d: %s; this node holds none of its shards: it goes on from %d",
+                             log_id, why, at[log_id][0])
+                    return
         self._fatal(EXIT_BEHIND_TRUNCATION, f"log {log_id}: {why}; this node is behind a truncation "
                     "and stops: start it again to bootstrap from a peer")
 

@@ -123,3 +123,25 @@ def test_a_published_position_leaves_no_trace_of_shard_0(tmp_path) -> None:  # t
         assert not store.has_shard_data(0)
     finally:
         store.close()
+
+
+@given(shards=st.integers(1, 80), n=st.integers(3, 9), r=st.integers(1, 3), extra=st.integers(0, 3),
+       drain=st.integers(0, 2))
+def test_the_planned_moves_drain_and_even_out(shards: int, n: int, r: int, extra: int, drain: int) -> None:
+    """From a placement over n nodes, with `extra` new members holding nothing and `drain`
+    nodes to empty: after the planned moves no shard is on a drained node, every shard
+    has r distinct replicas, and the members hold shards evenly (to within one)."""
+    sets = replica_sets.spread(shards, range(n), r)
+    members = list(range(n + extra))
+    drained = list(range(drain)) if n - drain + extra >= r else []
+    moves = replica_sets.plan_moves(sets, members, drained)
+    cur = [set(s) for s in sets.sets]
+    for shard, to, frm in moves:
+        assert frm in cur[shard] and to not in cur[shard] and to not in drained
+        cur[shard] = (cur[shard] - {frm}) | {to}
+    held = {m: sum(1 for c in cur if m in c) for m in members if m not in drained}
+    assert all(len(c) == r and not c & set(drained) for c in cur)
+    assert max(held.values()) - min(held.values()) <= 1, held
+    assert replica_sets.plan_moves(replica_sets.ReplicaSets(r, tuple(tuple(sorted(c)) for c in cur)),
+                                   members, drained) == []  # nothing left to do
+    assert len(replica_sets.plan_moves(sets, members, drained, max_moves=2)) == min(2, len(moves))

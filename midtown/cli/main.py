@@ -753,14 +753,16 @@ def parser() -> argparse.ArgumentParser:
                "did not succeed, 5 cluster unreachable or no answer in time, 128+N signal N.")
     p.add_argument("--version", action="version", version=f"midtown {version()}")
     sub = p.add_subparsers(dest="group", required=True)
-    for group in (_cluster_commands, _log_commands, _dataset_commands, _user_commands, _data_commands,
-                  _node_commands):
+    cluster = _cluster_commands(sub)
+    for group in (_log_commands, _dataset_commands, _user_commands, _data_commands):
         group(sub)
+    node = _node_commands(sub)
     from midtown.cli import placement as placement_cli
     from midtown.cli import shards as shards_cli
 
     placement_cli.add_parser(sub, _common)
     shards_cli.add_parser(sub, _common, _zk)
+    shards_cli.add_balance_parsers(cluster, node, _common, _zk)  # cluster rebalance, node decommission
     _bench_commands(sub)
     return p
 
@@ -774,8 +776,9 @@ def _common(sp: argparse.ArgumentParser, dir_required: bool = False, timeout_s: 
                     help="seconds to wait for the cluster (default %(default)s)")
 
 
-def _cluster_commands(sub: Any) -> None:
-    """cluster up|init|down|status|restart: a local cluster."""
+def _cluster_commands(sub: Any) -> Any:
+    """cluster up|init|down|status|restart: a local cluster (and rebalance, added by
+    midtown/cli/shards.py); returns the group's subparsers."""
     cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster")
     cls = cl.add_subparsers(dest="cmd", required=True)
     up = cls.add_parser("up", help="start a local cluster (ZooKeeper and the servers) on loopback")
@@ -829,6 +832,7 @@ def _cluster_commands(sub: Any) -> None:
     rs.add_argument("--dir", default=str(DEFAULT_DIR))
     rs.add_argument("--json", action="store_true")
     rs.set_defaults(fn=cmd_cluster_restart)
+    return cls
 
 
 def _log_commands(sub: Any) -> None:
@@ -962,8 +966,9 @@ def _data_commands(sub: Any) -> None:
     sc.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
 
 
-def _node_commands(sub: Any) -> None:
-    """node status|remove|add: storage node administration."""
+def _node_commands(sub: Any) -> Any:
+    """node status|remove|add: storage node administration (and decommission, added by
+    midtown/cli/shards.py); returns the group's subparsers."""
     nd = sub.add_parser("node", help="storage node administration")
     nds = nd.add_subparsers(dest="cmd", required=True)
     ns = nds.add_parser("status", help="storage nodes: up, entries behind, diverged shards")
@@ -979,6 +984,7 @@ def _node_commands(sub: Any) -> None:
     na.add_argument("id", type=_nonneg("ID"))
     _common(na)
     na.set_defaults(fn=cmd_node_add)
+    return nds
 
 
 def _bench_commands(sub: Any) -> None:

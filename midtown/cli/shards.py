@@ -218,3 +218,89 @@ def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, i
         except (grpc.RpcError, IndexError):
             continue
     return out
+
+
+# ---------------------------------------------------------------- balance
+def cmd_rebalance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> int:
+    """`midtown cluster rebalance`: even out the shards the members hold."""
+    return _balance(a, zk_of, drain=None)
+
+
+def cmd_decommission(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> int:
+    """`midtown node decommission ID`: move its shards off, then take it out."""
+    return _balance(a, zk_of, drain=a.id)
+
+
+def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], drain: int | None) -> int:
+    if a.rate < 0:
+        raise CliError(f"--rate: {a.rate:g}, must be 0 (no limit) or more")
+    zk = zk_of(a)
+    try:
+        kv = registry.read_kv(zk)
+        if kv is None:
+            raise CliError("no key-value topology in this cluster (midtown cluster init)")
+        sets = registry.read_replica_sets(zk, kv)
+        if sets.version < 0:
+            raise CliError("this cluster has no replica sets: every storage node holds every shard")
+        if drain is not None and drain not in kv.storage_nodes:
+            raise CliError(f"ID: storage node {drain} is not a member")
+        under_way = registry.read_moves(zk)
+        if under_way:
+            raise CliError(f"moves are under way (shards {', '.join(map(str, sorted(under_way)))}): finish "
+                           "or abort them first (midtown shard list)")
+        members = list(kv.storage_nodes)
+        if drain is not None:
+            if len(members) - 1 < sets.replicas:
+                raise CliError(f"ID: the other {len(members) - 1} members cannot hold {sets.replicas} "
+                               "replicas of each shard")
+            plan = [m for m in replica_sets.plan_moves(sets, members, [drain]) if m[2] == drain]
+        else:
+            plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves)
+        rows: list[dict[str, Any]] = [{"shard": s, "from": f, "to": t} for s, t, f in plan]
+        say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+        if not a.dry_run:
+            for i, row in enumerate(rows):
+                say(f"move {i + 1} of {len(rows)}: shard {row['shard']} "
+                    f"from node {row['from']} to {row['to']}")
+                done = move(zk, kv, row["shard"], row["to"], row["from"], a.rate, a.timeout, lambda msg: None)
+                row.update(seconds=done["seconds"], copied_bytes=done.get("copied_bytes"))
+            if drain is not None:
+                from catalog import usage
+                try:
+                    registry.remove_storage_node(zk, drain)
+                except ValueError as e:
+                    raise CliError(str(e)) from None
+                usage.forget(zk, drain)
+        kv = registry.read_kv(zk) or kv  # without the node decommissioned
+        counts = replica_sets.counts(registry.read_replica_sets(zk, kv))
+        if a.json:
+            removed = drain if drain is not None and not a.dry_run else None
+            emit({"moves": rows, "dry_run": a.dry_run, "removed": removed,
+                  "shards_per_node": {str(n): counts.get(n, 0) for n in kv.storage_nodes}}, True)
+        else:
+            emit(rows, False, ["shard", "from", "to", "seconds", "copied_bytes"])
+            held = ", ".join(f"{n}: {counts.get(n, 0)}" for n in kv.storage_nodes)
+            gone = f"; node {drain} removed" if drain is not None and not a.dry_run else ""
+            print(f"{len(rows)} moves{' planned (dry run: nothing moved)' if a.dry_run else ''}; "
+                  f"shards per node now {held}{gone}")
+        return 0
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
+                        zk_of: Callable[[argparse.Namespace], Any]) -> None:
+    """`cluster rebalance` and `node decommission` (the groups are made in midtown/cli/main.py)."""
+    rb = cluster.add_parser("rebalance",
+                            help="move shards until every member holds as many (to within one)")
+    rb.add_argument("--max-moves", type=int, default=None, help="at most this many moves (default: all)")
+    dc = node.add_parser("decommission",
+                         help="move a storage node's shards to the others, then take it out")
+    dc.add_argument("id", type=int, metavar="ID")
+    for p, fn in ((rb, cmd_rebalance), (dc, cmd_decommission)):
+        p.add_argument("--dry-run", action="store_true", help="print the moves, make none")
+        p.add_argument("--rate", type=float, default=0.0,
+                       help="copy at most this many MB/s (default: no limit)")
+        common(p, timeout_s=600.0)
+        p.set_defaults(fn=lambda a, fn=fn: fn(a, zk_of))

@@ -287,3 +287,49 @@ def test_bad_moves_are_refused_naming_the_argument(six: Cluster) -> None:
     with pytest.raises(grpc.RpcError) as e:
         _stub(six, outside).CopyShard(pb.CopyShardRequest(shard=SHARDS), timeout=10)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shard" in (e.value.details() or "")
+
+
+def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path: Path) -> None:
+    """Four storage nodes, eight shards of three replicas (six each). `node decommission 3`
+    moves its six shards to the others and takes it out; `node add 3` and `cluster
+    rebalance` (after a dry run that moves nothing) give it six again. Every key reads
+    back throughout, and each shard's replicas agree."""
+    with started(tmp_path / "c", {"MIDTOWN_POSITION_INTERVAL_S": "0.5"}, storage_nodes=4, shards=8,
+                 replicas=3, logs=4, kv_logs=1, coordinators=1) as c:
+        c.create_dataset("b")
+        keys = [f"k{i}" for i in range(40)]
+
+        def mt(*args: str) -> Any:
+            p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts, "--json"],
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+            return json.loads(p.stdout)
+
+        def all_read(db: Client) -> None:
+            for k in keys:
+                got = db.get("b", k, "l")
+                assert got is not None and got.value == k.encode(), k
+
+        def agree() -> bool:
+            sets, _ = _sets(c)
+            return all(_agree(c, s, sets.of(s)) for s in range(8))
+        with Client(c.coordinator_addrs, timeout=20) as db:
+            for k in keys:
+                db.put("b", k, "l", k.encode())
+            out = mt("node", "decommission", "3")
+            assert len(out["moves"]) == 6 and all(m["from"] == 3 for m in out["moves"])
+            assert out["removed"] == 3 and out["shards_per_node"] == {"0": 8, "1": 8, "2": 8}
+            sets, _ = _sets(c)
+            assert all(3 not in sets.of(s) for s in range(8))
+            all_read(db)
+            mt("node", "add", "3")
+            dry = mt("cluster", "rebalance", "--dry-run")
+            assert len(dry["moves"]) == 6 and all(m["to"] == 3 for m in dry["moves"]) and dry["dry_run"]
+            assert _sets(c)[0] == sets  # a dry run moves nothing
+            done = mt("cluster", "rebalance")
+            assert [(m["shard"], m["from"], m["to"]) for m in done["moves"]] == \
+                [(m["shard"], m["from"], m["to"]) for m in dry["moves"]]
+            assert done["shards_per_node"] == {"0": 6, "1": 6, "2": 6, "3": 6}
+            assert mt("cluster", "rebalance")["moves"] == []  # even already
+            all_read(db)
+        wait_for(agree, 60, "every shard's replicas at one position with one digest")

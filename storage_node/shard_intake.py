@@ -92,7 +92,12 @@ class Intake:
                       + (f" ({'; '.join(errors)})" if errors else " (none is up)") + "; retry")
 
     def _check_moving_here(self, shard: int) -> None:
+        """FAILED_PRECONDITION unless a move of `shard` to this node is under way. The
+        node's view of the sets is read again first: one a little old may still name it
+        for a shard it left a moment ago, and it must not apply the shard's records while
+        a copy of it comes in."""
         s = self.state
+        s.sets = registry.read_replica_sets(s.zk, registry.read_kv(s.zk) or s.kv)
         if s.holds(shard):
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           f"storage node {s.node_id} holds shard {shard} already", field="shard")

@@ -673,6 +673,12 @@ def cmd_bench_placements(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_moves(a: argparse.Namespace) -> int:
+    from midtown.bench.moves import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_ingest(a: argparse.Namespace) -> int:
     from midtown.bench.ingest import run as bench
 
@@ -1021,6 +1027,14 @@ def _bench_commands(sub: Any) -> None:
     bp.add_argument("--seconds", type=float, default=5.0)
     bp.add_argument("--json", action="store_true")
     bp.set_defaults(fn=cmd_bench_placements)
+    bm = bns.add_parser("moves", help="a shard move's copy rate, puts' latency during a move against "
+                                      "without, and the time to drain a node")
+    bm.add_argument("--mb", type=_at_least_one("--mb"), default=64, help="MB loaded into the moved shard")
+    bm.add_argument("--seconds", type=_positive("--seconds"), default=10.0,
+                    help="the steady workload alone, before the move")
+    bm.add_argument("--clients", type=_at_least_one("--clients"), default=4)
+    bm.add_argument("--json", action="store_true")
+    bm.set_defaults(fn=cmd_bench_moves)
     bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
                                        "against etcd, and through Spark plain vs exactly once")
     bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")

@@ -587,6 +587,11 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         ends = {r["log"]: r["last"] for r in logs.status()}
         states = _node_states(logs.zk)
         counted = usage.read_reports(logs.zk)  # what each node last counted it holds
+        moving: dict[int, int] = {}  # moves under way to or from each node
+        for m, _ in registry.read_moves(logs.zk).values():
+            for n in (m.dest, m.leaving):
+                if n is not None:
+                    moving[n] = moving.get(n, 0) + 1
     digests: dict[tuple[int, int], set[int]] = {}
     for st in states.values():
         for s in st.shards:
@@ -596,7 +601,8 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         st = states.get(nid)
         if st is None:
             rows.append({"node": nid, "addr": live.get(nid), "state": "down",
-                         "shards": len(sets.shards_of(nid)), "bytes": _held(counted, nid), "behind": None,
+                         "shards": len(sets.shards_of(nid)), "bytes": _held(counted, nid),
+                         "moving": moving.get(nid, 0), "behind": None,
                          "max_lag": None, "diverged_shards": None, "reclaimed": None,
                          "anti_entropy_taken": None, "anti_entropy_shards": None, "purged": None,
                          "event_ids": None, "event_ids_by_dataset": None})
@@ -605,13 +611,14 @@ def cmd_node_status(a: argparse.Namespace) -> int:
                 if i in sets.logs_of(nid, len(st.log_positions))]  # the logs it tails
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
         rows.append({"node": nid, "addr": live.get(nid), "state": "up", "shards": len(st.shards),
-                     "bytes": _held(counted, nid), "behind": sum(lags),
+                     "bytes": _held(counted, nid), "moving": moving.get(nid, 0), "behind": sum(lags),
                      "max_lag": max(lags, default=0), "diverged_shards": diverged,
                      "reclaimed": st.reclaimed, "anti_entropy_taken": st.lww_repaired,
                      "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
                      "event_ids": sum(e.ids for e in st.event_ids),
                      "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
-    emit(rows, a.json, ["node", "addr", "state", "shards", "bytes", "behind", "max_lag", "diverged_shards",
+    emit(rows, a.json, ["node", "addr", "state", "shards", "bytes", "moving", "behind", "max_lag",
+                        "diverged_shards",
                         "reclaimed", "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
 

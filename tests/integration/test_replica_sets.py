@@ -359,3 +359,37 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
             assert _sets(c)[0].of(shard) == sets.of(shard)
             all_read(db)
         wait_for(agree, 60, "every shard's replicas at one position with one digest")
+
+
+def test_a_move_under_way_is_shown_kept_to_its_arguments_and_given_up(six: Cluster) -> None:
+    """A move recorded but not driven (its mover died at the start): `shard list` and
+    `node status` show it, a different move of the shard is refused naming the one under
+    way, `shard abort` gives it up, and the replica sets never changed."""
+    from catalog.shard_moves import Move
+
+    sets, _ = _sets(six)
+    shard = 9
+    holders = sets.of(shard)
+    outside = next(n for n in range(NODES) if n not in holders)
+    zk = zkpaths.connect(six.zk_hosts)
+    try:
+        registry.start_move(zk, Move(shard, outside, holders[0]))
+    finally:
+        zk.stop()
+        zk.close()
+
+    def mt(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", six.zk_hosts, "--json"],
+                              capture_output=True, text=True, timeout=60)
+    listed = json.loads(mt("shard", "list").stdout)["shards"][shard]
+    assert listed["move"] == {"to": outside, "from": holders[0], "phase": "copying"}
+    status = {r["node"]: r["moving"] for r in json.loads(mt("node", "status").stdout)}
+    assert status[outside] == 1 and status[holders[0]] == 1 and sum(status.values()) == 2
+    other = next(n for n in range(NODES) if n not in holders and n != outside)
+    p = mt("shard", "move", str(shard), "--to", str(other), "--from", str(holders[1]))
+    assert p.returncode == 2, p.stderr
+    assert f"a move of shard {shard} to node {outside} from node {holders[0]}" in p.stderr
+    assert json.loads(mt("shard", "abort", str(shard)).stdout) == {"aborted": shard, "to": outside,
+                                                                  "phase": "copying"}
+    assert json.loads(mt("shard", "list").stdout)["shards"][shard]["move"] is None
+    assert _sets(six)[0] == sets

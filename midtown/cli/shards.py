@@ -41,17 +41,14 @@ def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.
 def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> int:
     zk = zk_of(a)
     try:
-        kv = registry.read_kv(zk)
-        if kv is None:
-            raise CliError("no key-value topology in this cluster (midtown cluster init)")
+        kv, _ = topology(zk)
         if a.cmd == "list":
             return _list(a, zk, kv)
         if not 0 <= a.shard < kv.shards:
             raise CliError(f"SHARD: {a.shard}, this cluster has shards 0..{kv.shards - 1}")
         if a.cmd == "abort":
             return _abort(a, zk)
-        if a.rate < 0:
-            raise CliError(f"--rate: {a.rate:g}, must be 0 (no limit) or more")
+        check_rate(a.rate)
         out = move(zk, kv, a.shard, a.to, a.leaving, a.rate, a.timeout,
                    (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True)))
         emit(out, a.json)
@@ -231,15 +228,24 @@ def cmd_decommission(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace]
     return _balance(a, zk_of, drain=a.id)
 
 
+def check_rate(rate: float) -> None:
+    if not rate >= 0:
+        raise CliError(f"--rate: {rate:g}, must be 0 (no limit) or more")
+
+
+def topology(zk: Any) -> tuple[registry.KvTopology, replica_sets.ReplicaSets]:
+    """The key-value topology and the replica sets (CliError if the cluster has none)."""
+    kv = registry.read_kv(zk)
+    if kv is None:
+        raise CliError("no key-value topology in this cluster (midtown cluster init)")
+    return kv, registry.read_replica_sets(zk, kv)
+
+
 def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], drain: int | None) -> int:
-    if a.rate < 0:
-        raise CliError(f"--rate: {a.rate:g}, must be 0 (no limit) or more")
+    check_rate(a.rate)
     zk = zk_of(a)
     try:
-        kv = registry.read_kv(zk)
-        if kv is None:
-            raise CliError("no key-value topology in this cluster (midtown cluster init)")
-        sets = registry.read_replica_sets(zk, kv)
+        kv, sets = topology(zk)
         if sets.version < 0:
             raise CliError("this cluster has no replica sets: every storage node holds every shard")
         if drain is not None and drain not in kv.storage_nodes:

@@ -27,6 +27,8 @@ from log.peers import Peers
 from log.read_cache import ReadCache
 from log.read_index import TailReply
 from log.replica import ReplicaCore
+from log.rereplicator import INTERVAL_S as REREPLICATE_S
+from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
 from log.writer import Writer
 from runtime import loops
@@ -100,6 +102,8 @@ class Node:
         self.membership.start()
         loops.forever("election", self.election.loop, self._stop)
         loops.forever("catch-up", self.catch_up.loop, self._stop)
+        self.rereplicator = ReReplicator(self, self.peers.stub, self.replica.first)
+        loops.every("rereplicate", REREPLICATE_S, self.rereplicator.round, self._stop)
 
     def stop(self) -> None:
         self._stop.set()

@@ -86,3 +86,50 @@ def test_linearizable_when_a_writer_dies_and_its_log_moves_to_live_servers(pool:
         zk.close()
         if killed:
             pool.restart(f"log-{killed[0]}")
+
+
+def test_a_log_server_lost_for_good_is_replaced_in_its_sealed_segments(pool: Cluster) -> None:
+    """The writer of a log is SIGKILLed and not started again: writes go on (a new writer,
+    its segment on live servers), the writer re-replicates the sealed segment the dead
+    server held (log/rereplicator.py): a live server holding every committed entry of it
+    takes its place in the metadata. Then a second replica of that segment dies too, and
+    every acknowledged entry of the log still reads back."""
+    from log.client import LogClient
+
+    log_id = 1
+    zk = zkpaths.connect(pool.zk_hosts)
+    killed: list[int] = []
+    try:
+        with LogClient(pool.zk_hosts) as logs:
+            acked = [logs.append(log_id, [b"before-%d" % i]) for i in range(20)]
+            w = zkpaths.read_writer(zk, log_id)
+            assert w is not None
+            killed.append(int(w["server"]))
+            pool.kill(f"log-{killed[0]}")
+            wait_for(lambda: (x := zkpaths.read_writer(zk, log_id)) and x["server"] != killed[0]
+                     and x.get("state") != "recovering", 60, "a new writer")
+            acked += [logs.append(log_id, [b"after-%d" % i], timeout_s=30) for i in range(20)]
+
+            def sealed_on_dead() -> list[tuple[int, tuple[int, ...]]]:
+                meta, _ = zkpaths.read_metadata(zk, log_id)
+                return [(s.epoch, s.replicas) for s in meta.segments if s.sealed and killed[0] in s.replicas]
+            wait_for(lambda: not sealed_on_dead(), 60,
+                     f"the sealed segments of log {log_id} off server {killed[0]}")
+            meta, _ = zkpaths.read_metadata(zk, log_id)
+            sealed = [s for s in meta.segments if s.sealed and s.end is not None and s.end >= s.first]
+            assert sealed, "the writer's death sealed a segment with entries"
+            # A second replica of the newest sealed segment dies: what was acknowledged stays.
+            writer = int(zkpaths.read_writer(zk, log_id)["server"])  # type: ignore[index]
+            second = next(r for r in sealed[-1].replicas if r not in (killed[0], writer))
+            killed.append(second)
+            pool.kill(f"log-{second}")
+            first = min(r["first"] for r in logs.status() if r["log"] == log_id)
+            last = max(a.first_position + a.count - 1 for a in acked)
+            got = [e.position for e in logs.read(log_id, first, max_entries=last - first + 1, timeout_s=30)
+                   if e.position <= last]
+            assert got == list(range(first, last + 1))
+    finally:
+        zk.stop()
+        zk.close()
+        for k in killed:
+            pool.restart(f"log-{k}")

@@ -1,0 +1,121 @@
+"""The log servers' re-replication of sealed segments that lost a replica (the shell of
+log/rereplicate.py, whose rule the simulator checks): the writer of each log, every few
+seconds, looks at the log's sealed segments; one with a replica that is not a live server
+gets a live one in its place, chosen by log/rereplicate.py plan, once that server holds
+every committed entry of the segment above the truncation point: what it lacks is copied
+to it from the segment's live replicas first (AddEntries in the writer's epoch), and it is
+checked again (ReadRange) before the versioned metadata write names it. A writer changes
+the metadata only once otherwise (its seal, at its start), and this runs only once that
+is done, so the two never race; a lost race with a new writer's epoch bump just fails the
+versioned write, and the new writer takes the repair up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import grpc
+
+from log import codec, limits, rereplicate
+from log import zk as zkpaths
+from log.entry import Entry
+from log.messages import AddEntries, ReadRange
+from log.metadata import LogMetadata, Segment
+from log.writer import State
+
+log = logging.getLogger("midtown.log.rereplicate")
+INTERVAL_S = 5.0
+
+
+class Host(Protocol):
+    """What it needs of the log server (log/node.py)."""
+    @property
+    def zk(self) -> Any: ...
+
+    @property
+    def writers(self) -> Mapping[int, Any]: ...
+
+    def write_metadata(self, meta: LogMetadata, version: int) -> tuple[bool, int]: ...
+
+
+class ReReplicator:
+    def __init__(self, host: Host, stub: Callable[[int], Any], first: Callable[[int], int]) -> None:
+        """`stub(server)`: a Replica stub for a peer (None: unknown); `first(log)`: this
+        server's truncation point of a log."""
+        self.host = host
+        self.stub = stub
+        self.first = first
+        self.moved = 0  # replicas re-recorded since start
+
+    def round(self) -> None:
+        live = set(zkpaths.servers(self.host.zk))
+        for log_id, driver in list(self.host.writers.items()):
+            if driver.core.state is not State.WRITING:
+                continue  # its seal is not written yet: leave the metadata to it
+            try:
+                self._repair(log_id, driver.core.epoch, live)
+            except Exception as e:  # a peer or ZooKeeper away: the next round tries again
+                log.info("re-replicating log %d: %s", log_id, e)
+
+    def _repair(self, log_id: int, epoch: int, live: set[int]) -> None:
+        meta, version = zkpaths.read_metadata(self.host.zk, log_id)
+        load: dict[int, int] = {}
+        for seg in meta.segments:
+            for r in seg.replicas:
+                load[r] = load.get(r, 0) + 1
+        for move in rereplicate.plan(meta, live, load):
+            seg = next(s for s in meta.segments if s.epoch == move.epoch)
+            trunc = self.first(log_id)
+            sources = [r for r in seg.replicas if r in live]
+            if not self._fill(log_id, epoch, seg, trunc, move.target, sources):
+                continue
+            ok, version = self.host.write_metadata(rereplicate.recorded(meta, move), version)
+            if not ok:
+                return  # changed meanwhile: read it again next round
+            meta, _ = zkpaths.read_metadata(self.host.zk, log_id)
+            self.moved += 1
+            log.info("log %d: segment %d's replica %d (gone) replaced by %d", log_id, seg.epoch, move.dead,
+                     move.target)
+
+    def _fill(self, log_id: int, epoch: int, seg: Segment, trunc: int, target: int,
+              sources: list[int]) -> bool:
+        """Copy to `target` the committed entries of `seg` it lacks; whether it then holds
+        every one of them (rereplicate.complete)."""
+        want = rereplicate.committed_range(seg, trunc)
+        assert seg.end is not None  # sealed
+        if not want:
+            return True
+        t = self.stub(target)
+        if t is None:
+            return False
+        for lo in range(want.start, want.stop, limits.MESSAGE_ENTRIES_MAX):
+            hi = min(want.stop - 1, lo + limits.MESSAGE_ENTRIES_MAX - 1)
+            held = {e.position for e in self._read(t, log_id, seg.epoch, lo, hi)}
+            missing = [p for p in range(lo, hi + 1) if p not in held]
+            if not missing:
+                continue
+            got: dict[int, Entry] = {}
+            for s in sources:
+                stub = self.stub(s)
+                if stub is None:
+                    continue
+                for e in self._read(stub, log_id, seg.epoch, missing[0], missing[-1]):
+                    got.setdefault(e.position, e)
+            copy = rereplicate.to_copy(seg, trunc, {p: got[p] for p in missing if p in got})
+            if copy:
+                t.AddEntries(codec.add_to_pb(AddEntries(log_id, epoch, seg.epoch, tuple(copy), seg.end)),
+                             timeout=limits.REPLICA_RPC_TIMEOUT_S)
+        held_all = [e.position for lo in range(want.start, want.stop, limits.MESSAGE_ENTRIES_MAX)
+                    for e in self._read(t, log_id, seg.epoch, lo,
+                                        min(want.stop - 1, lo + limits.MESSAGE_ENTRIES_MAX - 1))]
+        return rereplicate.complete(seg, trunc, held_all)
+
+    @staticmethod
+    def _read(stub: Any, log_id: int, seg_epoch: int, lo: int, hi: int) -> list[Entry]:
+        try:
+            rep = stub.ReadRange(codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, lo, hi)),
+                                 timeout=limits.REPLICA_RPC_TIMEOUT_S)
+        except grpc.RpcError:
+            return []
+        return list(codec.read_reply_from_pb(rep).entries)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,17 @@ def _segments(c: Cluster) -> dict[int, tuple[int, tuple[int, ...]]]:
         zk.close()
 
 
+def _kill_the_writer(pool: Cluster, zk: Any, log_id: int) -> int:
+    """SIGKILL the writer of a log; once another server writes it, the one killed."""
+    w = zkpaths.read_writer(zk, log_id)
+    assert w is not None
+    dead = int(w["server"])
+    pool.kill(f"log-{dead}")
+    wait_for(lambda: (x := zkpaths.read_writer(zk, log_id)) and x["server"] != dead
+             and x.get("state") != "recovering", 60, "a new writer")
+    return dead
+
+
 def test_every_segment_is_on_three_of_the_five_servers(pool: Cluster) -> None:
     pool_ids = {p.server_id for p in pool.log_servers()}
     assert len(pool_ids) == 5
@@ -68,12 +80,7 @@ def test_linearizable_when_a_writer_dies_and_its_log_moves_to_live_servers(pool:
     killed: list[int] = []
 
     def kill_the_writer() -> None:
-        w = zkpaths.read_writer(zk, log_id)
-        assert w is not None
-        killed.append(int(w["server"]))
-        pool.kill(f"log-{w['server']}")
-        wait_for(lambda: (x := zkpaths.read_writer(zk, log_id)) and x["server"] != killed[0]
-                 and x.get("state") != "recovering", 60, "a new writer")
+        killed.append(_kill_the_writer(pool, zk, log_id))
 
     try:
         with Client(zk=pool.zk_hosts, timeout=20) as db:
@@ -102,12 +109,7 @@ def test_a_log_server_lost_for_good_is_replaced_in_its_sealed_segments(pool: Clu
     try:
         with LogClient(pool.zk_hosts) as logs:
             acked = [logs.append(log_id, [b"before-%d" % i]) for i in range(20)]
-            w = zkpaths.read_writer(zk, log_id)
-            assert w is not None
-            killed.append(int(w["server"]))
-            pool.kill(f"log-{killed[0]}")
-            wait_for(lambda: (x := zkpaths.read_writer(zk, log_id)) and x["server"] != killed[0]
-                     and x.get("state") != "recovering", 60, "a new writer")
+            killed.append(_kill_the_writer(pool, zk, log_id))
             acked += [logs.append(log_id, [b"after-%d" % i], timeout_s=30) for i in range(20)]
 
             def sealed_on_dead() -> list[tuple[int, tuple[int, ...]]]:

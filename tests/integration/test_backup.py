@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ def test_a_backup_restored_into_a_new_cluster_reads_back_equal(tmp_path: Path) -
         with Client(a.coordinator_addrs, timeout=20) as db:
             for p, lk in keys:
                 db.put("s", p, lk, f"{p}/{lk}".encode())
-            db.put("s", "ttl", "short", b"gone", ttl_ms=1)  # expired by the time it is restored
-            db.put("s", "ttl", "long", b"kept", ttl_ms=3_600_000)
+            db.put("s", "ttl", "short", b"gone", ttl_ms=1)
+            time.sleep(0.05)
+            db.put("s", "ttl", "long", b"kept", ttl_ms=3_600_000)  # log time is 50 ms on: "short" expired
             db.delete("s", "p0", "l0")
             for i in range(20):
                 db.put("ev", f"e{i}", "l", b"%d" % i)
@@ -53,7 +55,8 @@ def test_a_backup_restored_into_a_new_cluster_reads_back_equal(tmp_path: Path) -
         p = _mt(b.zk_hosts, "restore", str(out))
         assert p.returncode == 0, p.stderr
         restored = json.loads(p.stdout)
-        assert restored["values"] == len(keys) - 1 + 1 + 19 and restored["expired"] >= 1
+        # "short" expired: left out (or reclaimed by the nodes before the backup took it).
+        assert restored["values"] == len(keys) - 1 + 1 + 19
         with Client(b.coordinator_addrs, timeout=20) as db:
             for p_, lk in keys:
                 v = db.get("s", p_, lk)

@@ -10,7 +10,7 @@ import pytest
 
 from tests.sim.moves import Config, MoveSim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_MOVE_RUNS", "300"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_MOVE_RUNS", "200"))
 
 
 def test_moves_keep_every_replica_exact_across_seeds() -> None:
@@ -37,5 +37,5 @@ def test_replay_is_deterministic() -> None:
 
 @pytest.mark.parametrize("broken", ["join-early", "no-hold", "no-catch-up"])
 def test_broken_variants_are_caught(broken: str) -> None:
-    caught = sum(1 for seed in range(100) if MoveSim(seed, Config(broken=broken)).run())
-    assert caught >= 10, f"{broken}: caught in {caught} of 100 seeds"
+    caught = sum(1 for seed in range(60) if MoveSim(seed, Config(broken=broken)).run())
+    assert caught >= 6, f"{broken}: caught in {caught} of 60 seeds"

@@ -391,12 +391,17 @@ def parse_duration_ms(s: str, name: str) -> int:
     raise CliError(f"{name}: {s!r} is not a duration (examples: 500ms, 30s, 5m, 2h, 7d)")
 
 
+ZK_CONNECT_MAX_S = 30.0
+
+
 def _zk(a: argparse.Namespace) -> Any:
     """A ZooKeeper client, or a one-line error naming the address within --timeout."""
     from log import zk as zkpaths
 
     hosts = zk_hosts(a)
-    wait = float(getattr(a, "timeout", 10.0) or 10.0)
+    # At most ZK_CONNECT_MAX_S: commands that run long (a shard move, a backup) take a
+    # --timeout of minutes for their work, not for finding ZooKeeper.
+    wait = min(float(getattr(a, "timeout", 10.0) or 10.0), ZK_CONNECT_MAX_S)
     try:
         return zkpaths.connect(hosts, connect_timeout_s=wait)
     except Exception:
@@ -652,7 +657,14 @@ def cmd_node_remove(a: argparse.Namespace) -> int:
 
 
 def cmd_node_add(a: argparse.Namespace) -> int:
+    from midtown.cli import shards as shards_cli
+
+    if a.rebalance:
+        shards_cli.check_rate(a.rate)
     t = _change_members(a, registry.add_storage_node)
+    if a.rebalance:  # then move shards onto it, as `cluster rebalance` does, and say that
+        a.dry_run, a.max_moves = False, None
+        return shards_cli.cmd_rebalance(a, _zk)
     emit({"added": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
     return 0
 
@@ -998,7 +1010,10 @@ def _node_commands(sub: Any) -> Any:
     na = nds.add_parser("add", help="make a storage node a member; started, it bootstraps from a "
                                     "peer if the logs no longer hold what it lacks")
     na.add_argument("id", type=_nonneg("ID"))
-    _common(na)
+    na.add_argument("--rebalance", action="store_true",
+                    help="then move shards onto it until every member holds as many (replica sets)")
+    na.add_argument("--rate", type=float, default=0.0, help="with --rebalance: copy at most this many MB/s")
+    _common(na, timeout_s=600.0)
     na.set_defaults(fn=cmd_node_add)
     return nds
 

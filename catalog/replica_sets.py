@@ -40,10 +40,6 @@ class ReplicaSets:
     def shards_of(self, node_id: int) -> tuple[int, ...]:
         return tuple(s for s, nodes in enumerate(self.sets) if node_id in nodes)
 
-    def nodes(self) -> tuple[int, ...]:
-        """Every node that holds a shard."""
-        return tuple(sorted({n for nodes in self.sets for n in nodes}))
-
     def nodes_of_log(self, log_id: int, logs: int) -> tuple[int, ...]:
         """The nodes that hold a shard that travels in `log_id` (its truncation waits for
         them, and for them only)."""

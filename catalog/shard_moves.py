@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 COPYING, TAILING, JOINED, DONE = "copying", "tailing", "joined", "done"
-PHASES = (COPYING, TAILING, JOINED)
 
 
 @dataclass(frozen=True, slots=True)

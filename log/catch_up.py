@@ -2,7 +2,9 @@
 server knows it (its replica's last-add-confirmed, or its own writer's), committed entries
 read from the local store with whatever this replica misses fetched from its peers, and a
 loop that fills this replica's gaps (it was down, or missed messages) so that every
-committed entry ends up on every replica."""
+committed entry of a segment ends up on each of the segment's replicas, and on no other
+server: with more log servers than an ensemble, each holds only its segments'
+entries (a read of another segment is served from its replicas, and not kept)."""
 
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ class CatchUp:
             if len(got) != seg_hi - p + 1:
                 have = {e.position for e in got}
                 missing = [q for q in range(p, seg_hi + 1) if q not in have]
-                got += self._fetch(log_id, seg.epoch, missing, seg.replicas)
+                got += self._fetch(log_id, seg.epoch, missing, seg.replicas,
+                                   keep=self.server_id in seg.replicas)
                 got.sort(key=lambda e: e.position)
                 if len(got) != seg_hi - p + 1:
                     raise Unavailable(
@@ -85,7 +88,7 @@ class CatchUp:
         return out
 
     def _fetch(self, log_id: int, seg_epoch: int, missing: list[int],
-               replicas: tuple[int, ...]) -> list[Entry]:
+               replicas: tuple[int, ...], keep: bool) -> list[Entry]:
         found: dict[int, Entry] = {}
         for r in replicas:
             if r == self.server_id or len(found) == len(missing):
@@ -104,23 +107,32 @@ class CatchUp:
             for e in codec.read_reply_from_pb(rep).entries:
                 if e.position in want:
                     found[e.position] = e
-        if found:
+        if found and keep:
             with self.rlock:
                 self.replica.fill(log_id, list(found.values()))
         return list(found.values())
 
     def loop(self) -> None:
         """Fill this replica's gaps (it was down, or missed messages) from its peers, so
-        every committed entry ends up on every replica."""
+        every committed entry of this server's segments ends up here; the segments of
+        other ensembles are stepped over."""
         while not self.stop_event.wait(CATCHUP_POLL_S):
             for log_id in range(self.logs):
                 try:
-                    end = self.committed_end(log_id)
-                    lo = max(self.filled[log_id] + 1, self.replica.first(log_id))
-                    while lo <= end and not self.stop_event.is_set():
-                        hi = min(end, lo + limits.MESSAGE_ENTRIES_MAX - 1)
-                        self.read_committed(log_id, lo, hi)
-                        self.filled[log_id] = hi
-                        lo = hi + 1
+                    self._fill_log(log_id)
                 except Exception as e:
                     log.debug("catch-up of log %d: %s", log_id, e)
+
+    def _fill_log(self, log_id: int) -> None:
+        end = self.committed_end(log_id)
+        lo = max(self.filled[log_id] + 1, self.replica.first(log_id))
+        meta = self.meta.get(log_id)
+        while lo <= end and meta is not None and not self.stop_event.is_set():
+            seg = meta.segment_of(lo)
+            hi = min(end, lo + limits.MESSAGE_ENTRIES_MAX - 1)
+            if seg is not None and seg.end is not None:
+                hi = min(hi, seg.end)
+            if seg is None or self.server_id in seg.replicas:
+                self.read_committed(log_id, lo, hi)
+            self.filled[log_id] = hi
+            lo = hi + 1

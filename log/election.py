@@ -4,7 +4,13 @@ after a delay that grows with the server's rank in the log's preferred order, an
 taking the next epoch with a versioned write of the log's metadata; the claimant then
 recovers the log as its writer (log/driver.py, log/writer.py) and announces it. A writer
 that failed gives its node up, and its epochs are remembered as a floor: the next claim
-takes a higher one. Watches on the writer nodes wake the loop; a poll covers backoffs."""
+takes a higher one. Watches on the writer nodes wake the loop; a poll covers backoffs.
+
+Decommissioning (`midtown log-server decommission`, log/zk.py LEAVING): a server that is
+leaving claims no log and gives up the logs it writes; a writer whose open segment has a
+replica that is leaving gives the log up too, so that the next writer (often this server
+again, after its backoff) opens a segment on servers that stay. Either costs the log one
+writer change, as a rolling restart does."""
 
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.ensemble import NoEnsemble
 from log.metadata import LogMetadata
-from log.writer import Writer
+from log.writer import State, Writer
 
 log = logging.getLogger("midtown.log.election")
 
@@ -52,7 +58,12 @@ class Election:
         self.epoch_floor: dict[int, int] = {}  # highest fenced epoch seen per log
         # Each log's writer node as last seen by a watch (no entry: not seen yet).
         self.writer_cache: dict[int, dict | None] = {}
+        self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
         self._wake = threading.Event()
+
+    def leaving_watch(self, children: list[str]) -> None:
+        self.leaving = frozenset(int(c) for c in children)
+        self._wake.set()
 
     def writer_watch(self, log_id: int) -> Callable[[bytes | None, Any], None]:
         """A ZooKeeper data watch on `log_id`'s writer node: note it, wake the loop."""
@@ -91,6 +102,10 @@ class Election:
             self._relinquish(log_id)
             backoff_until[log_id] = now + 1.0
             d = None
+        if d is not None and d.core.state is State.WRITING:
+            gone = (set(d.core.replicas) | {self.server_id}) & self.leaving
+            if gone:
+                d.stop(f"log server {min(gone)} is leaving: a new segment goes on servers that stay")
         if log_id in self.writer_cache:
             w = self.writer_cache[log_id]
         else:
@@ -105,17 +120,23 @@ class Election:
         rank = self.topo.preferred_rank(log_id, self.server_id)
         if now - since < rank * limits.ELECTION_BACKOFF_S or now < backoff_until.get(log_id, 0):
             return
+        if self.server_id in self.leaving:
+            return
         self._claim(log_id)
 
     def _ensemble(self) -> tuple[int, ...]:
         """The ensemble of a segment this server opens now (log/ensemble.py): itself and the
         least loaded of the pool's live servers, by the open segments and writers it last
-        saw (with too few live, the others). With three log servers, all three."""
-        live = [s for s in zkpaths.servers(self.zk) if s in self.topo.log_servers]
+        saw (with too few live, the others). With three log servers, all three. The pool is
+        read again (`log-server add` grows it); servers that are leaving are not in it."""
+        topo = zkpaths.read_topology(self.zk) or self.topo
+        pool = [s for s in topo.log_servers if s not in self.leaving]
+        if self.server_id not in pool:
+            raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
+        live = [s for s in zkpaths.servers(self.zk) if s in pool]
         open_segments = [m.last_segment.replicas for m in self.meta.values() if m.last_segment]
         writers = [w["server"] for w in self.writer_cache.values() if w]
-        return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers),
-                               pool=self.topo.log_servers)
+        return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers), pool=pool)
 
     def _relinquish(self, log_id: int) -> None:
         self.writer_cache.pop(log_id, None)

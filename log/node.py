@@ -96,6 +96,8 @@ class Node:
             self._watches.append(
                 self.zk.DataWatch(zkpaths.writer_path(log_id), self.election.writer_watch(log_id))
             )
+        self.zk.ensure_path(zkpaths.LEAVING)
+        self._watches.append(self.zk.ChildrenWatch(zkpaths.LEAVING, self.election.leaving_watch))
         self.membership = Membership(
             self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
             lambda: json.dumps({"addr": self.addr, "pid": os.getpid()}).encode())

@@ -1,11 +1,12 @@
 """The log servers' re-replication of sealed segments that lost a replica (the shell of
 log/rereplicate.py, whose rule the simulator checks): the writer of each log, every few
 seconds, looks at the log's sealed segments; one with a replica that is not a live server
-gets a live one in its place, chosen by log/rereplicate.py plan, once that server holds
-every committed entry of the segment above the truncation point: what it lacks is copied
-to it from the segment's live replicas first (AddEntries in the writer's epoch), and it is
-checked again (ReadRange) before the versioned metadata write names it. A writer changes
-the metadata only once otherwise (its seal, at its start), and this runs only once that
+of the pool, or that is leaving it (decommissioned), gets a live one in its place, chosen
+by log/rereplicate.py plan, once that server holds every committed entry of the segment
+above the truncation point: what it lacks is copied to it from the segment's live
+replicas first (AddEntries in the writer's epoch), and it is checked again (ReadRange)
+before the versioned metadata write names it. A writer changes the metadata only once
+otherwise (its seal, at its start), and this runs only once that
 is done, so the two never race; a lost race with a new writer's epoch bump just fails the
 versioned write, and the new writer takes the repair up."""
 
@@ -49,25 +50,33 @@ class ReReplicator:
         self.moved = 0  # replicas re-recorded since start
 
     def round(self) -> None:
-        live = set(zkpaths.servers(self.host.zk))
+        if not self.host.writers:
+            return
+        zk = self.host.zk
+        registered = set(zkpaths.servers(zk))
+        topo = zkpaths.read_topology(zk)
+        pool = set(topo.log_servers) if topo else registered
+        # A server that is leaving (decommissioned) or out of the pool counts as gone: its
+        # segments move off it; while it runs it is still a source of their entries.
+        stay = (registered & pool) - zkpaths.leaving(zk)
         for log_id, driver in list(self.host.writers.items()):
             if driver.core.state is not State.WRITING:
                 continue  # its seal is not written yet: leave the metadata to it
             try:
-                self._repair(log_id, driver.core.epoch, live)
+                self._repair(log_id, driver.core.epoch, stay, registered)
             except Exception as e:  # a peer or ZooKeeper away: the next round tries again
                 log.info("re-replicating log %d: %s", log_id, e)
 
-    def _repair(self, log_id: int, epoch: int, live: set[int]) -> None:
+    def _repair(self, log_id: int, epoch: int, stay: set[int], registered: set[int]) -> None:
         meta, version = zkpaths.read_metadata(self.host.zk, log_id)
         load: dict[int, int] = {}
         for seg in meta.segments:
             for r in seg.replicas:
                 load[r] = load.get(r, 0) + 1
-        for move in rereplicate.plan(meta, live, load):
+        for move in rereplicate.plan(meta, stay, load):
             seg = next(s for s in meta.segments if s.epoch == move.epoch)
             trunc = self.first(log_id)
-            sources = [r for r in seg.replicas if r in live]
+            sources = [r for r in seg.replicas if r in registered]
             if not self._fill(log_id, epoch, seg, trunc, move.target, sources):
                 continue
             ok, version = self.host.write_metadata(rereplicate.recorded(meta, move), version)

@@ -5,6 +5,12 @@
   /midtown/logs/<log>               LogMetadata JSON (epoch, segments)       versioned writes only
   /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
   /midtown/logs/<log>/truncate      {"before": p}                            versioned writes only
+  /midtown/log_servers_leaving/<id> (empty)                                  persistent
+
+The topology's `log_servers` is the pool that ensembles are chosen from (`midtown
+log-server add` grows it, with a versioned write); a server under `log_servers_leaving` is
+being decommissioned: no new segment is opened on it, it writes no log, and its segments
+are copied off (log/rereplicator.py) before it leaves the pool.
 
 ZooKeeper holds only this small metadata; entries never pass through it."""
 
@@ -24,6 +30,7 @@ ROOT = "/midtown"
 TOPOLOGY = f"{ROOT}/topology"
 SERVERS = f"{ROOT}/log_servers"
 LOGS = f"{ROOT}/logs"
+LEAVING = f"{ROOT}/log_servers_leaving"
 
 
 def log_path(log_id: int) -> str:
@@ -57,6 +64,7 @@ def create_cluster(zk: KazooClient, logs: int, log_servers: list[int]) -> Topolo
     if len(log_servers) < limits.ENSEMBLE_SIZE:
         raise ValueError(f"log_servers: need at least {limits.ENSEMBLE_SIZE}")
     zk.ensure_path(SERVERS)
+    zk.ensure_path(LEAVING)
     zk.ensure_path(LOGS)
     try:
         zk.create(TOPOLOGY, json.dumps({"logs": logs, "log_servers": log_servers}).encode())
@@ -83,6 +91,43 @@ def read_topology(zk: KazooClient) -> Topology | None:
         return None
     d = json.loads(data)
     return Topology(d["logs"], tuple(d["log_servers"]))
+
+
+def change_pool(zk: KazooClient, add: int | None = None, remove: int | None = None) -> Topology:
+    """Add a server id to the pool or remove one, by a versioned write of the topology
+    (retried when another change won); the topology in force after it."""
+    while True:
+        data, stat = zk.get(TOPOLOGY)
+        d = json.loads(data)
+        pool = [s for s in d["log_servers"] if s != remove]
+        if add is not None and add not in pool:
+            pool.append(add)
+        if pool == d["log_servers"]:
+            return Topology(d["logs"], tuple(pool))
+        try:
+            zk.set(TOPOLOGY, json.dumps({**d, "log_servers": pool}).encode(), version=stat.version)
+            return Topology(d["logs"], tuple(pool))
+        except BadVersionError:
+            continue
+
+
+def leaving(zk: KazooClient) -> set[int]:
+    """The log servers being decommissioned."""
+    try:
+        return {int(c) for c in zk.get_children(LEAVING)}
+    except NoNodeError:
+        return set()
+
+
+def set_leaving(zk: KazooClient, server_id: int, on: bool) -> None:
+    path = f"{LEAVING}/{server_id}"
+    if on:
+        zk.ensure_path(path)
+    else:
+        try:
+            zk.delete(path)
+        except NoNodeError:
+            pass
 
 
 def read_metadata(zk: KazooClient, log_id: int) -> tuple[LogMetadata, int]:

@@ -788,6 +788,9 @@ def parser() -> argparse.ArgumentParser:
     placement_cli.add_parser(sub, _common)
     shards_cli.add_parser(sub, _common, _zk)
     shards_cli.add_balance_parsers(cluster, node, _common, _zk)  # cluster rebalance, node decommission
+    from midtown.cli import log_servers as log_servers_cli
+
+    log_servers_cli.add_parser(sub, _common, _zk)
     from midtown.cli import backup as backup_cli
 
     backup_cli.add_parser(sub, _common, _zk)

@@ -4,6 +4,11 @@ and a writer's death moves its logs to new segments on live servers."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from catalog import datasets
 from catalog.routing import log_of, shard_of
 from log import limits
 from log import zk as zkpaths
+from log.catch_up import CATCHUP_POLL_S
 from midtown import Client
 from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
@@ -135,3 +141,120 @@ def test_a_log_server_lost_for_good_is_replaced_in_its_sealed_segments(pool: Clu
         zk.close()
         for k in killed:
             pool.restart(f"log-{k}")
+
+
+def _replica_stub(pool: Cluster, server_id: int) -> Any:
+    from midtown_pb import log_pb2_grpc
+
+    addr = next(p.addr for p in pool.log_servers() if p.server_id == server_id)
+    from runtime import transport
+
+    return log_pb2_grpc.ReplicaStub(transport.channel(addr))
+
+
+def _held(pool: Cluster, server_id: int, log_id: int, seg_epoch: int, lo: int, hi: int) -> set[int]:
+    """The positions lo..hi of a segment that a server holds in its own store."""
+    from log import codec
+    from log.messages import ReadRange
+
+    rep = _replica_stub(pool, server_id).ReadRange(
+        codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, lo, hi)), timeout=10)
+    return {e.position for e in codec.read_reply_from_pb(rep).entries}
+
+
+def test_a_log_server_is_decommissioned_while_writes_go_on_and_added_back(pool: Cluster) -> None:
+    """`midtown log-server decommission X`, X the writer of a log: appends to every log go
+    on meanwhile and all are acknowledged; then no segment with entries still held names
+    X, it writes no log, it is out of the pool, and every acknowledged entry reads back.
+    Each segment's entries are stored by its replicas and by no other server (but X, whose
+    copies of the segments moved off it stay until truncated): with five servers, each
+    stores about 3/5 of them. `log-server add X` puts it back. A server that is not in the
+    pool is refused."""
+    from log.client import LogClient
+
+    def mt(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run([sys.executable, "-m", "midtown", "log-server", *args, "--zk", pool.zk_hosts],
+                           capture_output=True, text=True, timeout=300)
+        assert (p.returncode == 0) == ok, p.stdout + p.stderr
+        return p
+
+    bad = mt("decommission", "17", ok=False)
+    assert bad.returncode == 2 and "ID: log server 17 is not in the pool" in bad.stderr
+    zk = zkpaths.connect(pool.zk_hosts)
+    stop = threading.Event()
+    acked: list[tuple[int, bytes, Any]] = []
+    errors: list[BaseException] = []
+    try:
+        # The writer of log 0 (the test before restarted two servers: it may be changing).
+        x = int(wait_for(lambda: zkpaths.read_writer(zk, 0), 30, "a writer of log 0")["server"])
+
+        def append() -> None:
+            with LogClient(pool.zk_hosts) as logs:
+                i = 0
+                while not stop.is_set():
+                    log_id = i % pool.logs
+                    try:
+                        acked.append((log_id, b"d-%d" % i, logs.append(log_id, [b"d-%d" % i], timeout_s=30)))
+                    except BaseException as e:  # noqa: BLE001 (the test reports it)
+                        errors.append(e)
+                        return
+                    i += 1
+        t = threading.Thread(target=append)
+        t.start()
+        try:
+            out = json.loads(mt("decommission", str(x), "--json").stdout)
+        finally:
+            stop.set()
+            t.join(60)
+        assert errors == [] and len(acked) > pool.logs
+        assert out["removed"] and x not in out["pool"]
+        rows = {r["server"]: r for r in json.loads(mt("list", "--json").stdout)}
+        assert rows[x]["segments"] == 0 and rows[x]["writes"] == 0 and rows[x]["leaving"]
+        assert not rows[x]["in_pool"]
+        for log_id in range(pool.logs):
+            meta, _ = zkpaths.read_metadata(zk, log_id)
+            before, _ = zkpaths.read_truncation(zk, log_id)
+            named = [s.epoch for s in meta.segments if x in s.replicas and (s.end is None or s.end >= before)]
+            assert named == [], (log_id, named)
+            assert zkpaths.read_writer(zk, log_id)["server"] != x  # type: ignore[index]
+        with LogClient(pool.zk_hosts) as logs:
+            for log_id in range(pool.kv_logs, pool.logs):  # the logs no storage node truncates
+                mine = {a.first_position: data for lg, data, a in acked if lg == log_id}
+                lo, hi = min(mine), max(mine)
+                read = logs.read(log_id, lo, max_entries=hi - lo + 1, timeout_s=30)
+                got = {e.position: e.payload for e in read}
+                assert all(got.get(p) == data for p, data in mine.items()), log_id
+        _stored_by_their_replicas_only(pool, zk, acked, but=x)
+        mt("add", str(x))
+        rows = {r["server"]: r for r in json.loads(mt("list", "--json").stdout)}
+        assert rows[x]["in_pool"] and not rows[x]["leaving"]
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _stored_by_their_replicas_only(pool: Cluster, zk: Any, acked: list[tuple[int, bytes, Any]],
+                                   but: int) -> None:
+    servers = {p.server_id for p in pool.log_servers()}
+    checked = 0
+    for log_id in range(pool.logs):
+        mine = sorted(a.first_position for lg, _, a in acked if lg == log_id)
+        meta, _ = zkpaths.read_metadata(zk, log_id)
+        for seg in meta.segments:
+            want = {p for p in mine if p >= seg.first and (seg.end is None or p <= seg.end)}
+            if not want:
+                continue
+            lo, hi = min(want), max(want)
+
+            def holds(r: int) -> bool:  # what is not truncated yet (logs 0..2 carry shards)
+                before, _ = zkpaths.read_truncation(zk, log_id)
+                return {p for p in want if p >= before} <= _held(pool, r, log_id, seg.epoch, lo, hi)
+            for r in seg.replicas:
+                wait_for(lambda r=r: holds(r), 30,
+                         f"server {r} to hold log {log_id}'s positions {lo}..{hi} of segment {seg.epoch}")
+            time.sleep(2 * CATCHUP_POLL_S)  # a catch-up round that would fill the others has run
+            for o in servers - set(seg.replicas) - {but}:
+                assert _held(pool, o, log_id, seg.epoch, lo, hi) == set(), \
+                    f"server {o} stores log {log_id}'s segment {seg.epoch} on {seg.replicas}"
+            checked += seg.sealed
+    assert checked, "no sealed segment holds an entry the test appended"

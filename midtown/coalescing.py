@@ -12,9 +12,18 @@ call in flight, 0.99x with two, 0.75x with four; docs/performance.md).
 Each operation keeps its own request id, its own outcome and its own deadline: the
 coordinator handles every item as its own call (coordinator/server.py, `many`), so an item
 that fails fails alone, and one whose failure a retry may cure (UNAVAILABLE, a deadline, a
-rate limit) is retried on its own, marked as a retry. Each operation is linearizable as
-it was alone: the operations of one call were all in flight at once, and a thread's next
-operation starts after its previous one has answered.
+rate limit) is retried on its own, marked as a retry, by its own caller.
+
+**Every operation ends by its own deadline** (issue 33). An operation waits in the queue
+behind the call in flight at most until its deadline (then DeadlineExceeded: it was never
+sent). A coalesced call's timeout is the earliest deadline among its items, so no caller
+(the one that sends it included) waits for it past its own deadline; an item whose call
+failed in a way a retry may cure (the call's deadline was another item's) is retried
+alone by its own caller's thread or coroutine within its own deadline, never by the
+caller that sent the call, which would run the others' retries one after another.
+
+Each operation is linearizable as it was alone: the operations of one call were all in
+flight at once, and a thread's next operation starts after its previous one has answered.
 
 The batching itself is runtime.group_commit: the caller that finds no call in flight
 sends the next one, the others wait for their answers. After a call that carried several
@@ -32,7 +41,7 @@ from typing import Any, NamedTuple
 
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
-from runtime.group_commit import GroupCommit
+from runtime.group_commit import GroupCommit, GroupTimeout
 
 ITEMS_MAX = 256  # operations in one call (the coordinator takes up to MANY_ITEMS_MAX)
 BYTES_MAX = 4 << 20  # request bytes in one call, under gRPC's message limit
@@ -75,7 +84,13 @@ class Coalescer(_Counts):
         `to`: the coordinator it goes to (its route); operations with one route travel
         together."""
         route = self._routes.get(to) or self._route(to)
-        out = route.call(pending(method, req, timeout_s))
+        p = pending(method, req, timeout_s)
+        try:
+            out = route.call(p, max(0.0, p.deadline - time.monotonic()))
+        except GroupTimeout:
+            raise not_sent(method) from None
+        if out is RETRY:
+            out = self._alone(p, None)
         if isinstance(out, BaseException):
             raise out
         return out
@@ -91,23 +106,30 @@ class Coalescer(_Counts):
         """One call for `items` (the group commit hands at most BYTES_MAX of them): their
         responses or errors, in order."""
         out: list[Any] = []
+        until = min(p.deadline for p in items)  # the calls end by the earliest deadline of all
         for i in range(0, len(items), ITEMS_MAX):
-            out += self._send(items[i:i + ITEMS_MAX], to)
+            out += self._send(items[i:i + ITEMS_MAX], to, until)
         return out
 
-    def _send(self, items: list[_Pending], to: str | None) -> list[Any]:
+    def _send(self, items: list[_Pending], to: str | None, until: float) -> list[Any]:
         self._count(len(items))
         if len(items) == 1:
-            return [self._alone(items[0], to)]
+            p, = items
+            r = self._alone(p, to, until)
+            capped = until < p.deadline and isinstance(r, errors.MidtownError)
+            return [retry_or(r, p) if capped else r]  # its own caller goes on with the time it has
         try:
-            resp = self._call("Many", many_request(items), call_timeout(items), to)
+            resp = self._call("Many", many_request(items), call_timeout(items, until), to)
         except errors.MidtownError as e:
-            return [e] * len(items)
-        return [self._alone(p, None) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
+            return [retry_or(e, p) for p in items]
+        return answers(items, resp)
 
-    def _alone(self, p: _Pending, to: str | None) -> Any:
+    def _alone(self, p: _Pending, to: str | None, until: float | None = None) -> Any:
+        left = min(p.deadline, until or p.deadline) - time.monotonic()
+        if left <= 0:
+            return errors.DeadlineExceeded(f"{p.method}: no answer within the deadline")
         try:
-            return self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()), to)
+            return self._call(p.method, p.req, left, to)
         except errors.MidtownError as e:
             return e
 
@@ -127,13 +149,23 @@ class AsyncCoalescer(_Counts):
 
     async def call(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queues.setdefault(to, deque()).append((pending(method, req, timeout_s), fut))
+        p = pending(method, req, timeout_s)
+        q = self._queues.setdefault(to, deque())
+        q.append((p, fut))
         if to not in self._busy:
             self._busy.add(to)
             task = asyncio.get_running_loop().create_task(self._drain(to))
             self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
             task.add_done_callback(self._tasks.discard)
-        out = await fut
+        try:
+            out = await asyncio.wait_for(asyncio.shield(fut), max(0.0, p.deadline - time.monotonic()))
+        except TimeoutError:
+            if (p, fut) in q:  # still queued: it will not be sent
+                q.remove((p, fut))
+                raise not_sent(method) from None
+            raise errors.DeadlineExceeded(f"{method}: no answer within the deadline") from None
+        if out is RETRY:
+            out = await self._alone(p, None)
         if isinstance(out, BaseException):
             raise out
         return out
@@ -161,18 +193,22 @@ class AsyncCoalescer(_Counts):
             self._busy.discard(to)
 
     async def _send(self, items: list[_Pending], to: str | None) -> list[Any]:
+        """(The drain sends at most ITEMS_MAX items at a time: its callers await their own.)"""
         self._count(len(items))
         if len(items) == 1:
             return [await self._alone(items[0], to)]
         try:
             resp = await self._call("Many", many_request(items), call_timeout(items), to)
         except errors.MidtownError as e:
-            return [e] * len(items)
-        return [await self._alone(p, None) if r is RETRY else r for p, r in zip(items, answers(items, resp))]
+            return [retry_or(e, p) for p in items]
+        return answers(items, resp)
 
     async def _alone(self, p: _Pending, to: str | None) -> Any:
+        left = p.deadline - time.monotonic()
+        if left <= 0:
+            return errors.DeadlineExceeded(f"{p.method}: no answer within the deadline")
         try:
-            return await self._call(p.method, p.req, max(0.001, p.deadline - time.monotonic()), to)
+            return await self._call(p.method, p.req, left, to)
         except errors.MidtownError as e:
             return e
 
@@ -211,25 +247,34 @@ def many_request(items: list[_Pending]) -> pb.ManyRequest:
     return pb.ManyRequest(items=[pb.ManyItem(**{FIELDS[p.method]: p.req}) for p in items])
 
 
-def call_timeout(items: list[_Pending]) -> float:
-    """A coalesced call may run until the last of its items' deadlines."""
-    return max(0.001, max(p.deadline for p in items) - time.monotonic())
+def call_timeout(items: list[_Pending], until: float | None = None) -> float:
+    """A coalesced call runs until the first of its items' deadlines (and `until`), at
+    most: none of its callers waits for it past its own."""
+    return max(0.001, min(min(p.deadline for p in items), until or float("inf")) - time.monotonic())
+
+
+def not_sent(method: str) -> errors.DeadlineExceeded:
+    return errors.DeadlineExceeded(f"{method}: the deadline passed while it waited behind a call in "
+                                   "flight (it was not sent)")
+
+
+def retry_or(err: errors.MidtownError, p: _Pending) -> Any:
+    """RETRY if `err` is a failure a retry may cure (not a quota) and `p`'s deadline has
+    not passed; `p` is then marked as a retry (its first attempt may have been applied).
+    Else `err`."""
+    if (err.code in errors.RETRYABLE and not isinstance(err, errors.QuotaExceeded)
+            and p.deadline > time.monotonic()):
+        p.req.header.first_attempt = False
+        return RETRY
+    return err
 
 
 def answers(items: list[_Pending], resp: pb.ManyResponse) -> list[Any]:
-    """Each item's response, or its error, or RETRY: its failure is one a retry may cure
-    (not a quota) and its deadline has not passed; it is then marked as a retry (its first
-    attempt may have been applied)."""
+    """Each item's response, or its error, or RETRY (retry_or)."""
     out: list[Any] = []
     for p, a in zip(items, resp.answers):
         if a.code == 0:
             out.append(getattr(a, FIELDS[p.method]))
-            continue
-        err = errors.from_answer(a.code, a.message, a.refused)
-        if (err.code in errors.RETRYABLE and not isinstance(err, errors.QuotaExceeded)
-                and p.deadline > time.monotonic()):
-            p.req.header.first_attempt = False
-            out.append(RETRY)
         else:
-            out.append(err)
+            out.append(retry_or(errors.from_answer(a.code, a.message, a.refused), p))
     return out

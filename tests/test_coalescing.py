@@ -147,15 +147,27 @@ def test_a_call_carries_at_most_items_max_operations() -> None:
     assert [len(r.items) for m, r in s.calls] == [ITEMS_MAX, 3]
 
 
-def test_a_whole_call_failing_fails_each_of_its_operations() -> None:
+def test_a_whole_call_failing_hands_each_operation_back_to_retry_or_fail() -> None:
+    """A coalesced call that fails in a way a retry may cure hands each operation with time
+    left back to its own caller to retry alone, marked as a retry; one out of time, or
+    refused for good, gets the error."""
+    from midtown.coalescing import RETRY, _Pending
+
     def down(method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         raise errors.Unavailable("no coordinator answered")
 
     c = Coalescer(down)
-    out = c._run([c_pending(1), c_pending(2)], None)
-    assert all(isinstance(r, errors.Unavailable) for r in out)
+    late = _Pending("Put", put(3), time.monotonic() - 1, 10)
+    out = c._run([c_pending(1), c_pending(2), late], None)
+    assert out[:2] == [RETRY, RETRY] and isinstance(out[2], errors.Unavailable)
+    assert late.req.header.first_attempt is True
     with pytest.raises(errors.Unavailable):
         c.call("Put", put(1), 1)
+
+    def quota(method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
+        raise errors.QuotaExceeded("the dataset's quota is used up")
+    out = Coalescer(quota)._run([c_pending(1), c_pending(2)], None)
+    assert all(isinstance(r, errors.QuotaExceeded) for r in out)
 
 
 def c_pending(i: int) -> Any:
@@ -238,3 +250,110 @@ def test_a_clients_routes_gather() -> None:
     from midtown.coalescing import gather
 
     assert Coalescer(Server())._route(None)._gather is gather
+
+
+# ---------------------------------------------------------------- deadlines (issue 33)
+SLACK_S = 0.5  # far below the slow calls' 3 s: a caller that waited for them fails the test
+
+
+class Slow:
+    """A stand-in for the client's call that honours the call's timeout as gRPC does: a
+    call that would take longer than its timeout raises DeadlineExceeded when it runs
+    out. The first call takes `first_s`; Many calls take `many_s`; others answer at once."""
+
+    def __init__(self, first_s: float = 0.0, many_s: float = 0.0) -> None:
+        self.first_s, self.many_s = first_s, many_s
+        self.calls: list[tuple[str, float, Any]] = []  # method, timeout, request
+        self.started = threading.Event()
+
+    def __call__(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
+        took = self.first_s if not self.calls else self.many_s if method == "Many" else 0.0
+        self.calls.append((method, timeout_s, req))
+        self.started.set()
+        if took > timeout_s:
+            time.sleep(timeout_s)
+            raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
+        time.sleep(took)
+        if method == "Many":
+            return pb.ManyResponse(answers=[pb.ManyAnswer(put=pb.PutResponse(version=int(it.put.value[1:])))
+                                            for it in req.items])
+        return pb.PutResponse(version=int(req.value[1:]))
+
+
+def _timed(c: Any, i: int, timeout_s: float, out: dict[int, Any]) -> None:
+    t0 = time.monotonic()
+    try:
+        r: Any = c.call("Put", put(i), timeout_s).version
+    except errors.MidtownError as e:
+        r = e
+    out[i] = (r, time.monotonic() - t0)
+
+
+def test_an_operation_queued_behind_a_slow_call_ends_by_its_deadline_unsent() -> None:
+    s = Slow(first_s=3.0)
+    c = Coalescer(s)
+    out: dict[int, Any] = {}
+    first = threading.Thread(target=_timed, args=(c, 0, 5.0, out))
+    first.start()
+    assert s.started.wait(5)
+    _timed(c, 1, 0.3, out)
+    r, took = out[1]
+    assert isinstance(r, errors.DeadlineExceeded) and "not sent" in str(r)
+    assert took < 0.3 + SLACK_S
+    first.join(10)
+    assert out[0][0] == 0 and [m for m, _, _ in s.calls] == ["Put"]  # the late one never went
+
+
+def test_a_coalesced_call_ends_by_its_earliest_deadline_and_the_others_retry_alone() -> None:
+    """Two operations queued behind a call, deadlines 0.6 s and 4 s: their call gets the
+    earlier deadline as its timeout, so the first ends by its own deadline; the second is
+    retried alone, marked as a retry, by its own caller within its own deadline."""
+    s = Slow(first_s=0.2, many_s=3.0)
+    c = Coalescer(s)
+    out: dict[int, Any] = {}
+    first = threading.Thread(target=_timed, args=(c, 0, 5.0, out))
+    first.start()
+    assert s.started.wait(5)
+    ts = [threading.Thread(target=_timed, args=(c, i, t, out)) for i, t in ((1, 0.6), (2, 4.0))]
+    for t in ts:
+        t.start()
+    for t in [first, *ts]:
+        t.join(10)
+    assert [m for m, _, _ in s.calls] == ["Put", "Many", "Put"]
+    assert s.calls[1][1] <= 0.6  # the coalesced call's timeout: the earliest deadline
+    r1, took1 = out[1]
+    assert isinstance(r1, errors.DeadlineExceeded) and took1 < 0.6 + SLACK_S
+    r2, took2 = out[2]
+    assert r2 == 2 and took2 < 4.0
+    retried = s.calls[2][2]
+    assert retried.header.request_id == b"r2" and retried.header.first_attempt is False
+
+
+def test_async_an_operation_queued_behind_a_slow_call_ends_by_its_deadline() -> None:
+    import asyncio
+
+    from midtown.coalescing import AsyncCoalescer
+
+    sent: list[int] = []
+
+    async def call(method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
+        sent.append(int(req.value[1:]))
+        await asyncio.sleep(min(timeout_s, 3.0))
+        return pb.PutResponse(version=int(req.value[1:]))
+
+    async def main() -> tuple[Any, float]:
+        c = AsyncCoalescer(call)
+        slow = asyncio.ensure_future(c.call("Put", put(0), 5.0))
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        try:
+            r: Any = await c.call("Put", put(1), 0.3)
+        except errors.MidtownError as e:
+            r = e
+        took = time.monotonic() - t0
+        slow.cancel()
+        return r, took
+
+    r, took = asyncio.run(main())
+    assert isinstance(r, errors.DeadlineExceeded) and "not sent" in str(r)
+    assert took < 0.3 + SLACK_S and sent == [0]

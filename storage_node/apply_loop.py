@@ -36,7 +36,7 @@ from storage_node.apply import apply
 from storage_node.callbacks import AnswerTaker, Callbacks
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
-from storage_node.metrics import APPLIED, POSITION
+from storage_node.metrics import APPLIED, POSITION, TAILED
 from storage_node.model import Drop, Position, Record, RecordResult
 from storage_node.state import NodeState
 from storage_node.store import BatchView
@@ -277,6 +277,7 @@ class ApplyLoop:
             if not entries:
                 continue  # a stream restarted and sent again what was already applied
             assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
+            applied_here = 0
             for e in entries:
                 if not e.payload:  # a time mark: only the log's time moves (log/driver.py)
                     self.state.last_data[log_id] = e.position
@@ -291,6 +292,7 @@ class ApplyLoop:
                     self.state.last_data[log_id] = e.position  # its position is to publish all the same
                     continue  # another node's shard, or one whose copy holds it already
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
+                applied_here += 1
                 view.add(applied, rec.shard, e.timestamp_ms, log_id)
                 if not applied.positions:
                     self.state.last_data[log_id] = e.position
@@ -302,7 +304,8 @@ class ApplyLoop:
                         m.answer_secret = rec.answer_secret  # the coordinator takes no answer without it
                         out.setdefault(rec.callback, []).append(m)
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
-            APPLIED.labels(log=str(log_id)).inc(len(entries))
+            TAILED.labels(log=str(log_id)).inc(len(entries))
+            APPLIED.labels(log=str(log_id)).inc(applied_here)
             POSITION.labels(log=str(log_id)).set(entries[-1].position + 1)
         if not new:
             return

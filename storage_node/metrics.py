@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
-APPLIED = Counter("midtown_storage_applied_records_total", "Log records applied, by log", ["log"])
+APPLIED = Counter("midtown_storage_applied_records_total",
+                  "Log records applied to this node's shards, by log", ["log"])
+TAILED = Counter("midtown_storage_tailed_entries_total",
+                 "Log entries read in order (records of any shard, and time marks), by log", ["log"])
 POSITION = Gauge("midtown_storage_position", "The next position to apply, by log", ["log"])
 LAG = Gauge("midtown_storage_lag_entries", "Entries the log's writer holds beyond what this node applied",
             ["log"])

@@ -692,6 +692,12 @@ def cmd_bench_placements(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_spread(a: argparse.Namespace) -> int:
+    from midtown.bench.spread import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_moves(a: argparse.Namespace) -> int:
     from midtown.bench.moves import run as bench
 
@@ -1063,6 +1069,13 @@ def _bench_commands(sub: Any) -> None:
     bm.add_argument("--clients", type=_at_least_one("--clients"), default=4)
     bm.add_argument("--json", action="store_true")
     bm.set_defaults(fn=cmd_bench_moves)
+    bs = bns.add_parser("spread", help="per storage node, records applied/s and bytes held with 3 nodes and "
+                                      "with 6 at the same offered load; per log server, segments and bytes")
+    bs.add_argument("--rate", type=_positive("--rate"), default=300.0, help="puts per second offered")
+    bs.add_argument("--seconds", type=_positive("--seconds"), default=20.0)
+    bs.add_argument("--value-bytes", type=_at_least_one("--value-bytes"), default=1000)
+    bs.add_argument("--json", action="store_true")
+    bs.set_defaults(fn=cmd_bench_spread)
     bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
                                        "against etcd, and through Spark plain vs exactly once")
     bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")

@@ -236,7 +236,8 @@ def test_a_log_server_is_decommissioned_while_writes_go_on_and_added_back(pool: 
 def _stored_by_their_replicas_only(pool: Cluster, zk: Any, acked: list[tuple[int, bytes, Any]],
                                    but: int) -> None:
     servers = {p.server_id for p in pool.log_servers()}
-    checked = 0
+    others: list[tuple[int, int, int, int, int, tuple[int, ...]]] = []
+    sealed = 0  # segments with entries of the test that are sealed (the old catch-up filled those)
     for log_id in range(pool.logs):
         mine = sorted(a.first_position for lg, _, a in acked if lg == log_id)
         meta, _ = zkpaths.read_metadata(zk, log_id)
@@ -252,9 +253,11 @@ def _stored_by_their_replicas_only(pool: Cluster, zk: Any, acked: list[tuple[int
             for r in seg.replicas:
                 wait_for(lambda r=r: holds(r), 30,
                          f"server {r} to hold log {log_id}'s positions {lo}..{hi} of segment {seg.epoch}")
-            time.sleep(2 * CATCHUP_POLL_S)  # a catch-up round that would fill the others has run
-            for o in servers - set(seg.replicas) - {but}:
-                assert _held(pool, o, log_id, seg.epoch, lo, hi) == set(), \
-                    f"server {o} stores log {log_id}'s segment {seg.epoch} on {seg.replicas}"
-            checked += seg.sealed
-    assert checked, "no sealed segment holds an entry the test appended"
+            others += [(o, log_id, seg.epoch, lo, hi, seg.replicas)
+                       for o in servers - set(seg.replicas) - {but}]
+            sealed += seg.sealed
+    assert sealed, "no sealed segment holds an entry the test appended"
+    time.sleep(2 * CATCHUP_POLL_S)  # a catch-up round that would fill the others has run
+    for o, log_id, seg_epoch, lo, hi, replicas in others:
+        assert _held(pool, o, log_id, seg_epoch, lo, hi) == set(), \
+            f"server {o} stores log {log_id}'s segment {seg_epoch} on {replicas}"

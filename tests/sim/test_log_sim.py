@@ -12,7 +12,7 @@ from log.replica import ReplicaCore
 from log.writer import State, Writer
 from tests.sim.harness import Config, Sim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "1500"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "1000"))
 
 
 def test_invariants_hold_across_seeds() -> None:

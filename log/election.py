@@ -36,6 +36,10 @@ log = logging.getLogger("midtown.log.election")
 
 ELECTION_POLL_S = 0.25
 WRITER_REFRESH_S = 5.0
+# A server that has just started claims a vacant log before the whole pool has registered
+# only after this long: the preferred writers' ensembles (log/ensemble.py ring) then spread
+# over every server of a cluster that starts at once, not over the first ones up.
+STARTUP_GRACE_S = 3.0
 
 
 class Election:
@@ -60,6 +64,7 @@ class Election:
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
         self._wake = threading.Event()
+        self.started = time.monotonic()
 
     def leaving_watch(self, children: list[str]) -> None:
         self.leaving = frozenset(int(c) for c in children)
@@ -122,21 +127,49 @@ class Election:
             return
         if self.server_id in self.leaving:
             return
+        if now - self.started < STARTUP_GRACE_S and not self._pool_registered():
+            return  # a cluster starting: its servers' ensembles spread once all are here
         self._claim(log_id)
 
-    def _ensemble(self) -> tuple[int, ...]:
+    def _pool_registered(self) -> bool:
+        return set(self.topo.log_servers) - self.leaving <= set(zkpaths.servers(self.zk))
+
+    def _ensemble(self, log_id: int) -> tuple[int, ...]:
         """The ensemble of a segment this server opens now (log/ensemble.py): itself and the
         least loaded of the pool's live servers, by the open segments and writers it last
-        saw (with too few live, the others). With three log servers, all three. The pool is
-        read again (`log-server add` grows it); servers that are leaving are not in it."""
+        saw (with too few live, the others); the log's preferred writer takes the servers
+        after it in the pool's order instead (ensemble.ring). With three log servers, all
+        three. The pool is read again (`log-server add` grows it); servers that are leaving
+        are not in it."""
         topo = zkpaths.read_topology(self.zk) or self.topo
         pool = [s for s in topo.log_servers if s not in self.leaving]
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
         live = [s for s in zkpaths.servers(self.zk) if s in pool]
-        open_segments = [m.last_segment.replicas for m in self.meta.values() if m.last_segment]
-        writers = [w["server"] for w in self.writer_cache.values() if w]
+        if topo.preferred_rank(log_id, self.server_id) == 0:
+            return ensemble.ring(self.server_id, live, pool)
+        open_segments, writers = self._loads(topo.logs)
         return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers), pool=pool)
+
+    def _loads(self, logs: int) -> tuple[list[tuple[int, ...]], list[int]]:
+        """Every log's open segment's replicas and writer, read from ZooKeeper now (all the
+        reads in flight at once): the watches' view may lag behind other servers' claims,
+        as when a cluster starts and every server claims at once."""
+        metas = [self.zk.get_async(zkpaths.log_path(i)) for i in range(logs)]
+        ws = [self.zk.get_async(zkpaths.writer_path(i)) for i in range(logs)]
+        open_segments, writers = [], []
+        for m, w in zip(metas, ws):
+            try:
+                seg = LogMetadata.from_json(m.get(timeout=5)[0]).last_segment
+                if seg is not None and not seg.sealed:
+                    open_segments.append(seg.replicas)
+            except Exception:  # gone or unreadable: it weighs nothing
+                pass
+            try:
+                writers.append(int(json.loads(w.get(timeout=5)[0])["server"]))
+            except Exception:  # no writer
+                pass
+        return open_segments, writers
 
     def _relinquish(self, log_id: int) -> None:
         self.writer_cache.pop(log_id, None)
@@ -158,7 +191,7 @@ class Election:
     def _claim(self, log_id: int) -> None:
         body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}
         try:
-            replicas = self._ensemble()  # enough servers for a segment, before taking the log
+            replicas = self._ensemble(log_id)  # enough servers for a segment, before taking the log
         except NoEnsemble as e:
             log.warning("log %d has no writer and cannot get one: %s", log_id, e)
             return

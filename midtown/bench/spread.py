@@ -7,8 +7,10 @@ and one with 6 (shards of 3 replicas, split layout), and prints per storage node
   before and after the load), and the records it read from the logs (`..._tailed_...`);
 - the bytes of keys and values it holds (its usage count, `midtown node status` BYTES);
 
-and per log server the segments that name it and the bytes of its data directory, with
-the 6-node means over the 3-node ones. Every figure is measured in this run."""
+and per log server the segments that name it (its share: segments / all segments, 3/5
+when every segment is on 3 of 5 servers and nothing else) and the bytes of its data
+directory, with the 6-node means over the 3-node ones. Every figure is measured in this
+run."""
 
 from __future__ import annotations
 
@@ -54,8 +56,8 @@ def _mt(zk: str, *args: str) -> Any:
 
 
 def _load(db: Client, rate: float, seconds: float, value: bytes, say: Any) -> tuple[int, float]:
-    """Puts of new keys at `rate`/s (paced, from 8 threads) for `seconds`: (done, elapsed)."""
-    threads, done, lock = 8, [0], threading.Lock()
+    """Puts of new keys at `rate`/s (paced, from 32 threads) for `seconds`: (done, elapsed)."""
+    threads, done, lock = 32, [0], threading.Lock()
     t0 = time.monotonic()
 
     def one(i: int) -> None:
@@ -111,7 +113,9 @@ def _one(nodes: int, a: argparse.Namespace, say: Any) -> dict[str, Any]:
         rows = [{"nodes": nodes, "node": n, "shards": status[n]["shards"],
                  "applied_per_s": round(applied[n], 1), "tailed_per_s": round(tailed[n], 1),
                  "bytes": status[n]["bytes"]} for n in sorted(applied)]
+        copies = sum(r["segments"] for r in servers.values())  # each segment on 3 servers
         logs = [{"nodes": nodes, "log_server": s, "segments": servers[s]["segments"],
+                 "share": round(servers[s]["segments"] / (copies / 3), 2) if copies else 0.0,
                  "disk_bytes": _du(c.dir / f"log-{s}")} for s in sorted(servers)]
         return {"puts": puts, "puts_per_s": puts / elapsed, "nodes": rows, "log_servers": logs}
     finally:
@@ -132,21 +136,35 @@ def run(a: argparse.Namespace) -> int:
         {"what": "offered load (puts/s achieved)", "3 nodes": f"{three['puts_per_s']:.0f}",
          "6 nodes": f"{six['puts_per_s']:.0f}", "6 / 3": f"{six['puts_per_s'] / three['puts_per_s']:.2f}x"},
     ]
+    for r in (three, six):  # per put: the same measure if the achieved loads differ
+        for n in r["nodes"]:
+            n["applied_per_put"] = n["applied_per_s"] / r["puts_per_s"]
     for what, k, part in [("records applied/s per storage node (mean)", "applied_per_s", "nodes"),
+                          ("records applied per put, per storage node (mean)", "applied_per_put", "nodes"),
                           ("entries read/s per storage node (mean)", "tailed_per_s", "nodes"),
                           ("bytes held per storage node (mean)", "bytes", "nodes"),
-                          ("segments per log server (mean)", "segments", "log_servers"),
                           ("log data on disk per log server (mean)", "disk_bytes", "log_servers")]:
         x, y = mean(three, k, part), mean(six, k, part)
-        summary.append({"what": what, "3 nodes": f"{x:,.0f}", "6 nodes": f"{y:,.0f}",
+        fmt = "{:,.2f}" if max(x, y) < 10 else "{:,.0f}"
+        summary.append({"what": what, "3 nodes": fmt.format(x), "6 nodes": fmt.format(y),
                         "6 / 3": f"{y / x:.2f}x" if x else "-"})
+    for r in (three, six):
+        shares = [x["share"] for x in r["log_servers"]]
+        disk = [x["disk_bytes"] for x in r["log_servers"]]
+        r["spread"] = {"share": f"{min(shares):.2f}-{max(shares):.2f}",
+                       "disk": f"{min(disk) / max(disk):.2f}" if max(disk) else "-"}
+    summary += [{"what": "share of the segments per log server (min-max; 3 of 5: 0.60)",
+                 "3 nodes": three["spread"]["share"], "6 nodes": six["spread"]["share"], "6 / 3": "-"},
+                {"what": "log data on disk, smallest log server / largest",
+                 "3 nodes": three["spread"]["disk"], "6 nodes": six["spread"]["disk"], "6 / 3": "-"}]
     if a.json:
         emit({"three": three, "six": six, "summary": summary}, True)
         return 0
     emit(three["nodes"] + six["nodes"], False, ["nodes", "node", "shards", "applied_per_s", "tailed_per_s",
                                                 "bytes"])
     print()
-    emit(three["log_servers"] + six["log_servers"], False, ["nodes", "log_server", "segments", "disk_bytes"])
+    emit(three["log_servers"] + six["log_servers"], False, ["nodes", "log_server", "segments", "share",
+                                                            "disk_bytes"])
     print()
     emit(summary, False, ["what", "3 nodes", "6 nodes", "6 / 3"])
     return 0

@@ -1071,7 +1071,7 @@ def _bench_commands(sub: Any) -> None:
     bm.set_defaults(fn=cmd_bench_moves)
     bs = bns.add_parser("spread", help="per storage node, records applied/s and bytes held with 3 nodes and "
                                       "with 6 at the same offered load; per log server, segments and bytes")
-    bs.add_argument("--rate", type=_positive("--rate"), default=300.0, help="puts per second offered")
+    bs.add_argument("--rate", type=_positive("--rate"), default=150.0, help="puts per second offered")
     bs.add_argument("--seconds", type=_positive("--seconds"), default=20.0)
     bs.add_argument("--value-bytes", type=_at_least_one("--value-bytes"), default=1000)
     bs.add_argument("--json", action="store_true")

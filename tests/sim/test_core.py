@@ -135,6 +135,37 @@ def test_an_ensemble_is_the_claimant_and_the_least_loaded_live_servers() -> None
     assert loads([(0, 1, 2), (0, 3, 4)], writers=[0]) == {0: 4, 1: 1, 2: 1, 3: 1, 4: 1}
 
 
+def test_the_preferred_writers_rings_spread_over_the_pool() -> None:
+    """Each log's preferred writer (rank 0) opens its segment on itself and the live servers
+    after it in the pool's order: ten logs over five servers put six copies on each."""
+    from log.ensemble import NoEnsemble, ring
+    from log.zk import Topology
+
+    topo = Topology(10, (0, 1, 2, 3, 4))
+    held = {s: 0 for s in range(5)}
+    for log_id in range(10):
+        first = next(s for s in topo.log_servers if topo.preferred_rank(log_id, s) == 0)
+        for s in ring(first, range(5), topo.log_servers):
+            held[s] += 1
+    assert held == {s: 6 for s in range(5)}
+    assert ring(3, [0, 1, 3], (0, 1, 2, 3, 4)) == (3, 0, 1), "dead servers are skipped"
+    assert ring(3, [3, 4], (0, 1, 2, 3, 4)) == (3, 4, 0), "too few live: the next in order fill it"
+    with pytest.raises(NoEnsemble):
+        ring(0, [0, 1], (0, 1))
+
+
+def test_logs_claimed_at_once_with_nothing_known_spread_over_the_pool() -> None:
+    """Five servers each claiming two of ten logs while no load is known yet (a cluster
+    starting): every server holds six of the thirty copies, none all the logs."""
+    from log.ensemble import choose
+
+    held = {s: 0 for s in range(5)}
+    for log_id in range(10):
+        for s in choose(log_id % 5, range(5), {}):
+            held[s] += 1
+    assert held == {s: 6 for s in range(5)}
+
+
 @given(claimant=st.integers(0, 9), live=st.sets(st.integers(0, 9), min_size=3),
        load=st.dictionaries(st.integers(0, 9), st.integers(0, 50)))
 def test_ensembles_are_distinct_live_servers_led_by_the_claimant(claimant: int, live: set[int],

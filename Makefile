@@ -34,7 +34,8 @@ test-fast: proto
 # shard move simulation, BROKEN=no-hold one of its broken variants)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
-		$(if $(MOVES),--moves) $(if $(BROKEN),--broken $(BROKEN))
+		$(if $(MOVES),--moves) $(if $(BROKEN),--broken $(BROKEN)) \
+		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule))
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
 # simulation seeds. make soak ROUNDS=30
@@ -43,6 +44,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 100000 --runs 20000
 	$(PY) -m tests.sim.run --seed 200000 --runs 5000 --servers 5
 	$(PY) -m tests.sim.run --seed 300000 --runs 5000 --moves
+	$(PY) -m tests.sim.run --seed 400000 --runs 5000 --takeover
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 

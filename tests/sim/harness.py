@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from log import reading, rereplicate
@@ -24,6 +24,7 @@ from log.metadata import LogMetadata
 from log.read_index import Stale, TailReply, read_index, replicas_to_ask
 from log.replica import ReplicaCore
 from log.store import MemStore
+from log.takeover import Takeover
 from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
 
 LOG = 0
@@ -77,6 +78,31 @@ class Config:
     # pool larger than an ensemble: "rule" records a move once the new server holds every
     # committed entry; "record-first" records it before copying (broken, for the checker).
     rereplicate: str = "rule"
+    # Followers take the log over from a writer they have lost (log/takeover.py): quiet
+    # writers are probed, and two failed probes make the follower claim at once; writers
+    # are also paused (they take no step, then wake up with what was waiting for them).
+    # Probes of a live writer fail now and then (a slow network): a takeover of a writer
+    # that is alive. Times in the simulation's units (milliseconds of `now`).
+    takeover: bool = False
+    # How a follower that takes over claims: "rule" as any claim (the next epoch, then the
+    # fence and recovery of the last segment); "skip-fence" takes the next epoch but seals
+    # the last segment where its own replica's LAC says, without fencing or recovering
+    # (broken, for the checker: the old writer goes on acknowledging).
+    takeover_claim: str = "rule"
+
+
+class _SkipsFence(Writer):
+    """Broken (Config.takeover_claim "skip-fence"): seals the last segment at `seal_at`,
+    the LAC its own replica knew, without fencing or recovering it."""
+    seal_at = -1
+
+    def start(self, now_ms: int) -> None:
+        seg = self.recovering_segment
+        if seg is None:
+            super().start(now_ms)
+            return
+        self._now_ms = now_ms
+        self._seal(max(self.seal_at, seg.first - 1), 0)
 
 
 @dataclass
@@ -114,6 +140,11 @@ class Sim:
         self.probes = 0  # ReadIndex rounds that computed an index
         self.acked_last = -1  # the highest position acknowledged so far
         self.moved_in: set[tuple[int, int]] = set()  # (segment epoch, server) re-replications
+        # log/takeover.py's rule in each server, its times scaled to the simulation's clock.
+        self.takeovers = {x: Takeover(quiet_s=300, probe_gap_s=20, settle_s=400) for x in self.servers}
+        self.server_of: dict[int, int] = {}  # writer id -> the server it runs on
+        self.paused_until: dict[int, int] = {}  # writer id -> when it wakes
+        self.taken_over = 0
 
     # ------------------------------------------------------------ components
     def _new_replica(self, s: int) -> ReplicaCore:
@@ -166,12 +197,17 @@ class Sim:
                 rep: Any = core.on_fence(m.req)
             elif isinstance(m.req, AddEntries):
                 rep = core.on_add(m.req)
+                if m.req.epoch == self.zk.meta.epoch:
+                    self.takeovers[m.replica].heard(LOG, self.now)
             else:
                 rep = core.on_read_range(m.req)
             self._send("rep", m.writer_id, m.replica, m.req, rep)
             return
         w = self.writers.get(m.writer_id)
         if w is None:
+            return
+        if self._paused(m.writer_id):  # it reads its replies when it wakes
+            heapq.heappush(self.net, replace(m, at=self.paused_until[m.writer_id]))
             return
         if isinstance(m.req, Fence):
             w.on_fence_reply(m.replica, m.rep)
@@ -191,10 +227,11 @@ class Sim:
             w.on_metadata_written(ok, v)
             self._drain(wid)
 
-    def elect(self) -> None:
+    def elect(self, server: int | None = None, seal_at: int | None = None) -> None:
         """A server claims the log: bump the epoch with a versioned write, start a writer."""
         meta, version = self.zk.meta, self.zk.version
-        server = self.rng.choice(self.servers)
+        if server is None:
+            server = self.rng.choice(self.servers)
         # The servers the claimant sees registered: the live ones, and now and then one
         # that has just died (its ZooKeeper session not expired yet).
         seen = [x for x in self.servers if self.replicas[x] is not None or self.rng.random() < 0.2]
@@ -206,18 +243,64 @@ class Sim:
         ok, v = self.zk.cas(meta.bump(server), version)
         if not ok:
             return
+        meta = self.zk.meta
         wid = self.next_writer_id
         self.next_writer_id += 1
-        w = (self.cfg.writer_factory(LOG, self.zk.meta.epoch, self.zk.meta, v, ensemble)
-             if self.cfg.writer_factory else
-             Writer(LOG, self.zk.meta.epoch, self.zk.meta, v, ensemble, time_marks=True))
+        if seal_at is not None:
+            w: Writer = _SkipsFence(LOG, meta.epoch, meta, v, ensemble, time_marks=True)
+            w.seal_at = seal_at
+        else:
+            w = (self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
+                 if self.cfg.writer_factory else
+                 Writer(LOG, meta.epoch, meta, v, ensemble, time_marks=True))
         self.writers[wid] = w
+        self.server_of[wid] = server
         self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch} ensemble {ensemble}")
         w.start(self.now)
         self._drain(wid)
 
+    def _paused(self, wid: int) -> bool:
+        return self.paused_until.get(wid, -1) > self.now
+
+    def pause_writer(self) -> None:
+        """A writer's process stops (SIGSTOP, a long GC) and wakes up later: meanwhile it
+        takes no step; its replies wait for it."""
+        live = [wid for wid in self.writers if not self._paused(wid)]
+        if live:
+            wid = self.rng.choice(live)
+            self.paused_until[wid] = self.now + self.rng.randrange(100, 1500)
+            self.trace.append(f"t={self.now} pause writer {wid} until {self.paused_until[wid]}")
+
+    def watch_writer(self) -> None:
+        """Each live follower of the last segment runs log/takeover.py on the log's writer:
+        probes it when suspected, and claims the log after two failed probes."""
+        meta = self.zk.meta
+        seg = meta.last_segment
+        if seg is None or seg.sealed:
+            return
+        current = [wid for wid, w in self.writers.items() if w.epoch == meta.epoch]
+        writer = meta.writer
+        now_s = self.now
+        for f in seg.replicas:
+            if f == writer or self.replicas[f] is None:
+                continue
+            t = self.takeovers[f]
+            t.writing(LOG, writer, now_s)
+            if not t.probe_due(LOG, now_s):
+                continue
+            answered = (any(not self._paused(wid) for wid in current) and self.rng.random() > 0.05)
+            if t.probed(LOG, answered, now_s):
+                t.forget(LOG)
+                self.taken_over += 1
+                self.trace.append(f"t={self.now} server {f} takes the log over from server {writer}")
+                core = self.replicas[f]
+                assert core is not None
+                skip = self.cfg.takeover_claim == "skip-fence"
+                self.elect(server=f, seal_at=core.lac(LOG, seg.epoch) if skip else None)
+                return
+
     def append(self) -> None:
-        live = [wid for wid, w in self.writers.items() if w.state is State.WRITING]
+        live = [wid for wid, w in self.writers.items() if w.state is State.WRITING and not self._paused(wid)]
         if not live:
             return
         # A replaced writer that has not noticed yet is the dangerous one: favour it.
@@ -232,6 +315,8 @@ class Sim:
     def tick(self) -> None:
         self.now += 1 + self.rng.randrange(100)
         for wid, w in list(self.writers.items()):
+            if self._paused(wid):
+                continue
             w.tick(self.now)
             # An idle writer's time mark (log/driver.py) is an append like any other, stamped
             # by the same clock the appends use (a writer's clock is ahead of `now` here).
@@ -265,6 +350,9 @@ class Sim:
             wid = self.rng.choice(sorted(self.writers))
             del self.writers[wid]
             self.trace.append(f"t={self.now} crash writer {wid}")
+            if self.cfg.takeover and self.rng.random() < 0.8:  # its streams to the followers close
+                for t in self.takeovers.values():
+                    t.lost(LOG)
 
     def truncate(self) -> None:
         acked = [a.first + len(a.payloads) for a in self.acks]
@@ -391,6 +479,8 @@ class Sim:
         ]
         if len(self.servers) > ENSEMBLE_SIZE:
             events.append((self.rereplicate, 1))
+        if self.cfg.takeover:
+            events += [(self.watch_writer, 6), (self.pause_writer, 0.4)]
         fns = [f for f, _ in events]
         weights = [w for _, w in events]
         self.elect()
@@ -415,6 +505,7 @@ class Sim:
             if self.replicas[s] is None:
                 self.replicas[s] = self._new_replica(s)
         self.writers.clear()
+        self.paused_until.clear()
         self.net.clear()
         self.pending_seals.clear()
         while True:

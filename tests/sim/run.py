@@ -1,4 +1,5 @@
 """Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
+  [--takeover [--takeover-claim skip-fence]]: followers take the log over (log/takeover.py)
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]"""
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ def main() -> int:
     ap.add_argument("--servers", type=int, default=3,
                     help="log servers in the pool; each segment opens on 3 of them")
     ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--takeover", action="store_true",
+                    help="followers take the log over from writers they lost; writers pause")
+    ap.add_argument("--takeover-claim", default="rule", help="with --takeover: 'skip-fence' (broken)")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
     ap.add_argument("--broken", default="", help="with --moves: a broken variant (tests/sim/moves.py)")
     a = ap.parse_args()
     t0 = time.monotonic()
     bad = 0
     for seed in range(a.seed, a.seed + a.runs):
+        cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim)
         sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken)) if a.moves
-                                    else Sim(seed, Config(steps=a.steps, servers=a.servers)))
+                                    else Sim(seed, cfg))
         v = sim.run()
         if a.trace:
             print("\n".join(sim.trace))

@@ -163,3 +163,29 @@ def test_checker_catches_a_move_recorded_before_its_copy() -> None:
     """Re-replication (log/rereplicate.py) records a sealed segment's new replica only once
     it holds every committed entry; recording it first leaves the segment short of copies."""
     assert len(_caught(Config(servers=5, rereplicate="record-first"))) >= 4
+
+
+TAKEOVER_RUNS = int(os.environ.get("MIDTOWN_SIM_TAKEOVER_RUNS", "200"))
+
+
+def test_invariants_hold_when_followers_take_the_log_over() -> None:
+    """Followers run log/takeover.py on the writer (quiet writers probed, streams of
+    crashed writers closed, probes of live ones failing now and then) and claim the log
+    after two failed probes; writers pause and wake up later with what waited for them."""
+    failed, takeovers, pauses = {}, 0, 0
+    for seed in range(TAKEOVER_RUNS):
+        sim = Sim(seed, Config(takeover=True))
+        v = sim.run()
+        takeovers += sim.taken_over
+        pauses += sum("pause writer" in t for t in sim.trace)
+        if v:
+            failed[seed] = v[0]
+    assert not failed, f"replay: make sim TAKEOVER=1 SEED=<seed> RUNS=1 -- {dict(list(failed.items())[:5])}"
+    assert takeovers > TAKEOVER_RUNS / 2 and pauses > TAKEOVER_RUNS
+
+
+def test_checker_catches_a_takeover_that_skips_the_fence() -> None:
+    """Broken: the follower takes the next epoch but seals the last segment where its own
+    replica's LAC says, without fencing it: the old writer goes on acknowledging."""
+    bad = _failing_seeds(lambda: Config(takeover=True, takeover_claim="skip-fence"), 120)
+    assert len(bad) >= 5, bad

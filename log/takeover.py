@@ -1,0 +1,92 @@
+"""When a follower takes a log over from a writer it has lost (issue 33), as pure decisions
+on the times the shell reports: the simulator (tests/sim/harness.py) and the servers
+(log/election.py) use the same rule.
+
+A follower of a log's open segment hears from its writer all the time: appends, and a LAC
+heartbeat at least every LAC_HEARTBEAT_S (log/driver.py). It **suspects** the writer when
+it has heard nothing for QUIET_S (a paused or cut-off writer), or at once when the
+writer's replication stream to it ended (a killed process's sockets close at once). A
+suspected writer is **probed**: a call with a short timeout. PROBES failures in a row, and
+the follower takes the log over: it claims it as any server claims a vacant log (the next
+epoch by a versioned write, then fencing of the last segment's replicas), without waiting
+for ZooKeeper to expire the old writer's session. Any answer, or any message heard, clears
+the suspicion.
+
+Safety does not depend on any of this: epochs are issued by versioned writes and fenced
+replicas refuse lower ones, so two eager claimants cost at most an extra epoch, and a
+writer that was only slow finds its appends refused (never acknowledged) once a quorum of
+its replicas is fenced. What this decides is only when, and it keeps a flapping network
+from moving the log every second: no takeover of a writer that has held the log for less
+than SETTLE_S (as this follower saw it), and a failed probe must be repeated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+QUIET_S = 1.2  # heard nothing for this long (the heartbeat is every 0.5 s): suspect
+PROBE_TIMEOUT_S = 0.2
+PROBES = 2  # failed probes in a row before a takeover
+PROBE_GAP_S = 0.1  # between probes
+SETTLE_S = 5.0  # a writer newer than this (as seen here) is not taken over
+
+
+@dataclass
+class _Log:
+    writer: int = -1
+    since: float = 0.0  # when this follower first saw `writer` writing the log
+    heard: float = 0.0
+    lost: bool = False  # the writer's stream to this follower ended
+    failures: int = 0
+    next_probe: float = 0.0
+
+
+@dataclass
+class Takeover:
+    quiet_s: float = QUIET_S
+    probes: int = PROBES
+    probe_gap_s: float = PROBE_GAP_S
+    settle_s: float = SETTLE_S
+    _logs: dict[int, _Log] = field(default_factory=dict)
+
+    def writing(self, log_id: int, writer: int, now: float) -> None:
+        """The log's writer as this follower sees it now (from the writer node): a new one
+        starts with a clean slate."""
+        st = self._logs.get(log_id)
+        if st is None or st.writer != writer:
+            self._logs[log_id] = _Log(writer=writer, since=now, heard=now)
+
+    def heard(self, log_id: int, now: float) -> None:
+        """A message of the log's writer arrived."""
+        st = self._logs.get(log_id)
+        if st is not None:
+            st.heard, st.lost, st.failures = max(st.heard, now), False, 0
+
+    def lost(self, log_id: int) -> None:
+        """The writer's replication stream to this follower ended."""
+        st = self._logs.get(log_id)
+        if st is not None:
+            st.lost = True
+
+    def probe_due(self, log_id: int, now: float) -> bool:
+        """Whether to probe the writer now: it is suspected, it has held the log for
+        SETTLE_S, and the last probe was PROBE_GAP_S ago or more."""
+        st = self._logs.get(log_id)
+        if st is None or now - st.since < self.settle_s or now < st.next_probe:
+            return False
+        return st.lost or now - st.heard >= self.quiet_s
+
+    def probed(self, log_id: int, answered: bool, now: float) -> bool:
+        """A probe's outcome; True: take the log over now."""
+        st = self._logs.get(log_id)
+        if st is None:
+            return False
+        if answered:
+            st.failures, st.lost, st.heard = 0, False, max(st.heard, now)
+            return False
+        st.failures += 1
+        st.next_probe = now + self.probe_gap_s
+        return st.failures >= self.probes
+
+    def forget(self, log_id: int) -> None:
+        """This server is no longer a follower of the log (or took it over)."""
+        self._logs.pop(log_id, None)

@@ -1,0 +1,97 @@
+"""When a follower takes a log over from a writer it has lost (log/takeover.py, pure)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from log.takeover import PROBE_GAP_S, QUIET_S, SETTLE_S, Takeover
+
+
+def _settled(t: Takeover, at: float = 0.0) -> float:
+    t.writing(0, writer=2, now=at)
+    return at + SETTLE_S
+
+
+def test_a_quiet_writer_is_probed_and_taken_over_after_two_failed_probes() -> None:
+    t = Takeover()
+    now = _settled(t)
+    t.heard(0, now)
+    assert not t.probe_due(0, now + QUIET_S - 0.01)
+    now += QUIET_S
+    assert t.probe_due(0, now)
+    assert t.probed(0, answered=False, now=now) is False  # one failure is not enough
+    assert not t.probe_due(0, now + PROBE_GAP_S / 2)
+    now += PROBE_GAP_S
+    assert t.probe_due(0, now)
+    assert t.probed(0, answered=False, now=now) is True
+
+
+def test_an_answer_or_a_message_clears_the_suspicion() -> None:
+    t = Takeover()
+    now = _settled(t) + QUIET_S
+    assert t.probed(0, answered=False, now=now) is False
+    assert t.probed(0, answered=True, now=now + PROBE_GAP_S) is False
+    assert not t.probe_due(0, now + PROBE_GAP_S)  # answered: heard from it just now
+    now += QUIET_S + PROBE_GAP_S
+    assert t.probed(0, answered=False, now=now) is False  # the count starts again
+    t.heard(0, now)
+    assert not t.probe_due(0, now + PROBE_GAP_S)
+
+
+def test_a_lost_stream_is_suspected_at_once() -> None:
+    t = Takeover()
+    now = _settled(t)
+    t.heard(0, now)
+    t.lost(0)
+    assert t.probe_due(0, now)
+    assert not t.probed(0, False, now) and t.probed(0, False, now + PROBE_GAP_S)
+
+
+def test_a_writer_that_just_took_the_log_is_never_taken_over() -> None:
+    """Damping: a network that flaps moves the log at most once per SETTLE_S."""
+    t = Takeover()
+    t.writing(0, writer=2, now=0.0)
+    t.lost(0)
+    assert not t.probe_due(0, SETTLE_S - 0.01)
+    t.writing(0, writer=3, now=SETTLE_S - 0.01)  # a new writer: the clock starts again
+    assert not t.probe_due(0, SETTLE_S + 1.0)
+    assert t.probe_due(0, 2 * SETTLE_S)  # quiet since it took the log
+
+
+def test_an_unknown_log_is_never_probed_or_taken() -> None:
+    t = Takeover()
+    assert not t.probe_due(5, 100.0) and not t.probed(5, False, 100.0)
+    _settled(t)
+    t.forget(0)
+    assert not t.probe_due(0, 100.0)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["heard", "lost", "probe-ok", "probe-fail", "writer"]),
+                          st.floats(0, 3)), max_size=40))
+def test_a_takeover_needs_consecutive_failed_probes_of_a_settled_writer(
+        events: list[tuple[str, float]]) -> None:
+    """Whatever happens, a takeover comes only from the PROBES-th failed probe in a row
+    (nothing heard in between), and no probe is due for a writer that has held the log
+    for less than SETTLE_S."""
+    t = Takeover()
+    now, since, fails, writer = 0.0, 0.0, 0, 2
+    t.writing(0, writer, now)
+    for kind, dt in events:
+        now += dt
+        if kind == "heard":
+            t.heard(0, now)
+            fails = 0
+        elif kind == "lost":
+            t.lost(0)
+        elif kind == "writer":
+            writer += 1
+            t.writing(0, writer, now)
+            since, fails = now, 0
+        else:
+            ok = kind == "probe-ok"
+            took = t.probed(0, ok, now)
+            fails = 0 if ok else fails + 1
+            assert took == (fails >= 2)
+        if t.probe_due(0, now):  # the shell probes only when this says so
+            assert now - since >= SETTLE_S

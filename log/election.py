@@ -6,6 +6,13 @@ recovers the log as its writer (log/driver.py, log/writer.py) and announces it. 
 that failed gives its node up, and its epochs are remembered as a floor: the next claim
 takes a higher one. Watches on the writer nodes wake the loop; a poll covers backoffs.
 
+Taking a log over (issue 33, log/takeover.py): each follower of a log's open segment
+watches its writer (the messages it hears, the replication stream closing), probes a
+suspected one, and after two failed probes deletes the old writer's node (only if it still
+names that writer: a versioned delete) and claims the log at once, leaving the lost
+writer out of the new segment's ensemble; nobody waits for ZooKeeper to expire the old
+session. A writer whose log another server took over stops.
+
 Decommissioning (`midtown log-server decommission`, log/zk.py LEAVING): a server that is
 leaving claims no log and gives up the logs it writes; a writer whose open segment has a
 replica that is leaving gives the log up too, so that the next writer (often this server
@@ -21,20 +28,22 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from catalog import registry
-from log import ensemble, limits
+from log import codec, ensemble, limits, takeover
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.ensemble import NoEnsemble
+from log.messages import ReadRange
 from log.metadata import LogMetadata
 from log.writer import State, Writer
 
 log = logging.getLogger("midtown.log.election")
 
-ELECTION_POLL_S = 0.25
+ELECTION_POLL_S = 0.1  # also how often followers look at their writers (takeover)
 WRITER_REFRESH_S = 5.0
 # A server that has just started claims a vacant log before the whole pool has registered
 # only after this long: the preferred writers' ensembles (log/ensemble.py ring) then spread
@@ -46,10 +55,11 @@ class Election:
     def __init__(self, server_id: int, addr: str, zk: KazooClient, topo: zkpaths.Topology,
                  writers: dict[int, WriterDriver], meta: dict[int, LogMetadata],
                  zk_ok: Callable[[], bool], new_driver: Callable[[Writer], WriterDriver],
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, peer: Callable[[int], Any] = lambda _: None) -> None:
         """`writers`, `meta`: the server's writers and the logs' metadata as last seen,
         shared with it (this adds and removes writers); `new_driver`: a driver for a
-        writer core, wired to the server."""
+        writer core, wired to the server; `peer(server)`: a Replica stub for a server
+        (None: unknown), to probe a writer."""
         self.server_id = server_id
         self.addr = addr
         self.zk = zk
@@ -63,6 +73,9 @@ class Election:
         # Each log's writer node as last seen by a watch (no entry: not seen yet).
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
+        self.peer = peer
+        self.takeover = takeover.Takeover()  # the followers' rule; heard/lost from the shell
+        self.taken_over = 0  # logs this server took over from a lost writer
         self._wake = threading.Event()
         self.started = time.monotonic()
 
@@ -94,6 +107,7 @@ class Election:
             for log_id in range(self.topo.logs):
                 try:
                     self._elect_one(log_id, now, vacant_since, backoff_until)
+                    self._watch_writer(log_id)
                 except Exception as e:  # ZooKeeper hiccup: try again next round
                     log.debug("election for log %d: %s", log_id, e)
 
@@ -115,6 +129,8 @@ class Election:
             w = self.writer_cache[log_id]
         else:
             w = self.writer_cache[log_id] = zkpaths.read_writer(self.zk, log_id)
+        if d is not None and w is not None and w["server"] != self.server_id:
+            d.stop(f"server {w['server']} took the log over")  # its epoch fences this one anyway
         if w is not None:
             vacant_since.pop(log_id, None)
             if w["server"] == self.server_id and d is None:
@@ -131,10 +147,60 @@ class Election:
             return  # a cluster starting: its servers' ensembles spread once all are here
         self._claim(log_id)
 
+    def _watch_writer(self, log_id: int) -> None:
+        """As a follower of the log's open segment, run log/takeover.py on its writer."""
+        meta = self.meta.get(log_id)
+        seg = meta.last_segment if meta is not None else None
+        w = self.writer_cache.get(log_id)
+        if (seg is None or seg.sealed or self.server_id not in seg.replicas or w is None
+                or w["server"] == self.server_id or w.get("state") != "writing"
+                or w.get("epoch") != seg.epoch or self.server_id in self.leaving):
+            self.takeover.forget(log_id)
+            return
+        now = time.monotonic()
+        self.takeover.writing(log_id, w["server"], now)
+        if not self.takeover.probe_due(log_id, now):
+            return
+        answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
+        if self.takeover.probed(log_id, answered, time.monotonic()):
+            self.takeover.forget(log_id)
+            self._take_over(log_id, w)
+
+    def _probe(self, server: int, log_id: int, seg_epoch: int, position: int) -> bool:
+        """Whether the writer's server answers a call at all within PROBE_TIMEOUT_S (any
+        status but UNAVAILABLE or DEADLINE_EXCEEDED is an answer)."""
+        stub = self.peer(server)
+        if stub is None:
+            return False
+        try:
+            stub.ReadRange(codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, position, position)),
+                           timeout=takeover.PROBE_TIMEOUT_S)
+        except grpc.RpcError as e:
+            return e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        return True
+
+    def _take_over(self, log_id: int, w: dict[str, Any]) -> None:
+        """Remove the lost writer's node, if it still names that writer in that epoch (a
+        versioned delete: never a newer writer's), and claim the log now."""
+        path = zkpaths.writer_path(log_id)
+        try:
+            data, stat = self.zk.get(path)
+            now_w = json.loads(data)
+            if now_w.get("server") != w["server"] or now_w.get("epoch") != w.get("epoch"):
+                return
+            self.zk.delete(path, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return
+        log.warning("server %d takes log %d over from server %d (lost: no answer to two probes)",
+                    self.server_id, log_id, w["server"])
+        self.writer_cache.pop(log_id, None)
+        self.taken_over += 1
+        self._claim(log_id, exclude=w["server"])
+
     def _pool_registered(self) -> bool:
         return set(self.topo.log_servers) - self.leaving <= set(zkpaths.servers(self.zk))
 
-    def _ensemble(self, log_id: int) -> tuple[int, ...]:
+    def _ensemble(self, log_id: int, exclude: int | None = None) -> tuple[int, ...]:
         """The ensemble of a segment this server opens now (log/ensemble.py): itself and the
         least loaded of the pool's live servers, by the open segments and writers it last
         saw (with too few live, the others); the log's preferred writer takes the servers
@@ -145,7 +211,7 @@ class Election:
         pool = [s for s in topo.log_servers if s not in self.leaving]
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
-        live = [s for s in zkpaths.servers(self.zk) if s in pool]
+        live = [s for s in zkpaths.servers(self.zk) if s in pool and s != exclude]
         if topo.preferred_rank(log_id, self.server_id) == 0:
             return ensemble.ring(self.server_id, live, pool)
         open_segments, writers = self._loads(topo.logs)
@@ -188,10 +254,12 @@ class Election:
         except Exception as e:  # the session is going away: the election loop cleans up
             log.warning("announcing writer of log %d: %s", log_id, e)
 
-    def _claim(self, log_id: int) -> None:
+    def _claim(self, log_id: int, exclude: int | None = None) -> None:
+        """Claim the log; `exclude`: a server the new segment should leave out (a writer
+        taken over, whose session may still be registered)."""
         body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}
         try:
-            replicas = self._ensemble(log_id)  # enough servers for a segment, before taking the log
+            replicas = self._ensemble(log_id, exclude)  # enough servers for a segment, before taking the log
         except NoEnsemble as e:
             log.warning("log %d has no writer and cannot get one: %s", log_id, e)
             return

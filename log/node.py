@@ -68,7 +68,7 @@ class Node:
         self._watches: list[Any] = []
         self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop, spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
-                                 lambda core: WriterDriver(self, core), self._stop)
+                                 lambda core: WriterDriver(self, core), self._stop, self.peers.stub)
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,
                                 self.meta, self.writers, self.peers, self._stop)
 
@@ -226,10 +226,20 @@ class Node:
                     replies.append(self.replica.on_add(msg))
                 else:
                     replies.append(self.replica.on_read_range(msg))
+        now = time.monotonic()
         for msg, rep in zip(msgs, replies):
-            if isinstance(msg, AddEntries) and msg.lac >= 0 and rep.result is Result.OK:
-                self.notify(msg.log_id)
+            if isinstance(msg, AddEntries) and rep.result is Result.OK:
+                self.election.takeover.heard(msg.log_id, now)  # the writer is alive
+                if msg.lac >= 0:
+                    self.notify(msg.log_id)
         return replies
+
+    def writer_stream_ended(self, log_ids: set[int]) -> None:
+        """A writer's replication stream to this server ended (its process may be gone):
+        its logs are suspected at once (log/takeover.py)."""
+        if not self._stop.is_set():
+            for log_id in log_ids:
+                self.election.takeover.lost(log_id)
 
     def notify(self, log_id: int) -> None:
         c = self.conds[log_id]

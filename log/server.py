@@ -220,8 +220,12 @@ class Services:
         msg = self._issued(_convert(codec.add_from_pb, _parse(pb.AddEntriesRequest, raw, ctx), ctx), ctx)
         return codec.add_reply_to_pb(self.node.local(msg))
 
-    def replicate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReplicateResponse:
+    def replicate(self, raw: bytes, ctx: grpc.ServicerContext,
+                  logs: set[int] | None = None) -> pb.ReplicateResponse:
+        """`logs`: gets the ids of the logs the request carries."""
         req = _parse(pb.ReplicateRequest, raw, ctx)
+        if logs is not None:
+            logs.update(r.log_id for r in req.requests)
         if len(req.requests) > limits.REPLICATE_MESSAGES_MAX:
             refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"requests: {len(req.requests)} messages, "
                       f"the limit is {limits.REPLICATE_MESSAGES_MAX}")
@@ -233,9 +237,14 @@ class Services:
     def replicate_stream(self, requests: Iterator[bytes],
                          ctx: grpc.ServicerContext) -> Iterator[pb.ReplicateResponse]:
         """Replicate, each request on the stream answered in turn (runtime/call_stream.py);
-        a request refused ends the stream with its status."""
-        for raw in requests:
-            yield self.replicate(raw, ctx)
+        a request refused ends the stream with its status. When the stream ends, its logs'
+        writer may be gone: the follower suspects it at once (log/takeover.py)."""
+        logs: set[int] = set()
+        try:
+            for raw in requests:
+                yield self.replicate(raw, ctx, logs)
+        finally:
+            self.node.writer_stream_ended(logs)
 
     def read_range(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
         msg = self._issued(_convert(codec.read_from_pb, _parse(pb.ReadRangeRequest, raw, ctx), ctx), ctx)

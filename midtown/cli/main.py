@@ -1133,6 +1133,16 @@ def hoist_common(args: list[str]) -> list[str]:
     return rest[:cut] + front + rest[cut:]
 
 
+def _exit_now(code: int) -> None:
+    """End the process without the interpreter's finalization. An interrupted command has
+    stopped what it started (its `finally` blocks ran), but threads of its own may still be
+    in gRPC calls (a benchmark's appenders); finalizing the interpreter under them crashed
+    gRPC's core now and then (`bench log` ended by SIGSEGV, not 143, on SIGTERM)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = hoist_common(sys.argv[1:] if argv is None else argv)
@@ -1161,6 +1171,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
         return EXIT_UNREACHABLE if e.code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else EXIT_REFUSED
     except KeyboardInterrupt as e:
+        if argv is None:  # the command itself (not a caller in this process): end it now
+            _exit_now(exit_code(e))
         return exit_code(e)
     except BrokenPipeError:
         return 0

@@ -7,12 +7,13 @@ the request id carried in the payload (storage nodes do)."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 import grpc
 from kazoo.client import KazooClient
@@ -21,6 +22,10 @@ from log import zk as zkpaths
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, transport
+
+# An append waiting on a writer looks this often whether the log's writer node names another
+# server now (a takeover, log/takeover.py): then it gives that writer up and asks the new one.
+WRITER_CHECK_S = 0.05
 
 
 class LogError(Exception):
@@ -75,6 +80,7 @@ class LogClient:
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method
         self._writers: dict[int, str] = {}
+        self._watched: set[int] = set()  # logs whose writer node this client watches
         self._lock = threading.Lock()
         self._topology: zkpaths.Topology | None = None
 
@@ -128,9 +134,30 @@ class LogClient:
         self._writers[log_id] = w["addr"]
         return w["addr"]  # type: ignore[no-any-return]
 
+    def _watch_writer(self, log_id: int) -> None:
+        """Follow the log's writer node, so that an append waiting on a writer that was
+        taken over (log/takeover.py) moves to the new one at once (issue 33)."""
+        with self._lock:
+            if log_id in self._watched:
+                return
+            self._watched.add(log_id)
+
+        def changed(data: bytes | None, stat: Any) -> None:
+            if data:
+                try:
+                    self._writers[log_id] = json.loads(data)["addr"]
+                except (ValueError, KeyError):
+                    pass
+        try:
+            self.zk.DataWatch(zkpaths.writer_path(log_id), changed)
+        except Exception:  # ZooKeeper away: appends still find the writer by reading it
+            with self._lock:
+                self._watched.discard(log_id)
+
     def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0,
                retry_unknown: bool = True) -> Appended:
         self.check_log(log_id)
+        self._watch_writer(log_id)
         deadline = time.monotonic() + timeout_s
         attempts = 0
         refresh = False
@@ -173,8 +200,20 @@ class LogClient:
             got = self.local.append(addr, log_id, payloads, timeout_s)
             if got is not None:
                 return got
+        req = pb.AppendRequest(log_id=log_id, payloads=payloads)
+        fut = self.stub(addr).Append.future(req, timeout=timeout_s)
         try:
-            r = self.stub(addr).Append(pb.AppendRequest(log_id=log_id, payloads=payloads), timeout=timeout_s)
+            while True:
+                try:
+                    r = fut.result(timeout=WRITER_CHECK_S)
+                    break
+                except grpc.FutureTimeoutError:
+                    now = self._writers.get(log_id)
+                    if now is not None and now != addr:  # taken over: the new writer decides
+                        fut.cancel()
+                        return AppendRefused(grpc.StatusCode.UNAVAILABLE,
+                                             f"log {log_id}: its writer changed to {now} meanwhile", "",
+                                             False, "")
         except grpc.RpcError as e:
             trailers = dict(e.trailing_metadata() or ())
             return AppendRefused(e.code(), e.details() or "", trailers.get(refusals.WRITER_TRAILER_KEY, ""),

@@ -76,6 +76,7 @@ class Election:
         self.peer = peer
         self.takeover = takeover.Takeover()  # the followers' rule; heard/lost from the shell
         self.taken_over = 0  # logs this server took over from a lost writer
+        self._probes: dict[int, tuple[float, bool]] = {}  # server -> (when, answered)
         self._wake = threading.Event()
         self.started = time.monotonic()
 
@@ -161,7 +162,12 @@ class Election:
         self.takeover.writing(log_id, w["server"], now)
         if not self.takeover.probe_due(log_id, now):
             return
-        answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
+        # One probe of a server serves every log it writes in this round: a lost server
+        # that wrote many logs is not probed once per log, one after another.
+        at, answered = self._probes.get(w["server"], (-1.0, False))
+        if now - at >= takeover.PROBE_GAP_S:
+            answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
+            self._probes[w["server"]] = (time.monotonic(), answered)
         if self.takeover.probed(log_id, answered, time.monotonic()):
             self.takeover.forget(log_id)
             self._take_over(log_id, w)

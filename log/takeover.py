@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-QUIET_S = 1.2  # heard nothing for this long (the heartbeat is every 0.5 s): suspect
-PROBE_TIMEOUT_S = 0.2
+QUIET_S = 0.8  # heard nothing for this long (the heartbeat is every 0.5 s): suspect
+PROBE_TIMEOUT_S = 0.25
 PROBES = 2  # failed probes in a row before a takeover
 PROBE_GAP_S = 0.1  # between probes
 SETTLE_S = 5.0  # a writer newer than this (as seen here) is not taken over

@@ -18,7 +18,7 @@ def test_a_quiet_writer_is_probed_and_taken_over_after_two_failed_probes() -> No
     now = _settled(t)
     t.heard(0, now)
     assert not t.probe_due(0, now + QUIET_S - 0.01)
-    now += QUIET_S
+    now += QUIET_S + 0.001
     assert t.probe_due(0, now)
     assert t.probed(0, answered=False, now=now) is False  # one failure is not enough
     assert not t.probe_due(0, now + PROBE_GAP_S / 2)
@@ -29,11 +29,11 @@ def test_a_quiet_writer_is_probed_and_taken_over_after_two_failed_probes() -> No
 
 def test_an_answer_or_a_message_clears_the_suspicion() -> None:
     t = Takeover()
-    now = _settled(t) + QUIET_S
+    now = _settled(t) + QUIET_S + 0.001
     assert t.probed(0, answered=False, now=now) is False
     assert t.probed(0, answered=True, now=now + PROBE_GAP_S) is False
     assert not t.probe_due(0, now + PROBE_GAP_S)  # answered: heard from it just now
-    now += QUIET_S + PROBE_GAP_S
+    now += QUIET_S + PROBE_GAP_S + 0.001
     assert t.probed(0, answered=False, now=now) is False  # the count starts again
     t.heard(0, now)
     assert not t.probe_due(0, now + PROBE_GAP_S)

@@ -5,6 +5,7 @@ next acknowledged append), on a local 3-server cluster started for the run."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import threading
@@ -34,9 +35,10 @@ def workload(client: LogClient, clients: int, batch: int, seconds: float, logs: 
             "errors": r["errors"]}
 
 
-def failover(cluster: Cluster, client: LogClient, log_id: int = 0) -> dict:
-    """SIGKILL the writer of a log while an appender runs; the failover time is from the
-    kill to the first append acknowledged by a newer epoch."""
+def failover(cluster: Cluster, client: LogClient, log_id: int = 0, pause: bool = False) -> dict:
+    """SIGKILL the writer of a log while an appender runs (`pause`: SIGSTOP it, SIGCONT
+    after); the failover time is from the signal to the first append acknowledged by a
+    newer epoch."""
     w = zkpaths.read_writer(client.zk, log_id)
     assert w is not None
     old_epoch = client.append(log_id, [PAYLOAD]).epoch
@@ -59,11 +61,19 @@ def failover(cluster: Cluster, client: LogClient, log_id: int = 0) -> dict:
     time.sleep(1.0)
     name = f"log-{w['server']}"
     kill_at[0] = time.monotonic()
-    cluster.kill(name)
-    th.join(130)
+    if pause:
+        cluster.signal(name, signal.SIGSTOP)
+    else:
+        cluster.kill(name)
+    try:
+        th.join(130)
+    finally:
+        if pause:
+            cluster.signal(name, signal.SIGCONT)
     took = done[0] - kill_at[0] if done else float("nan")
     new = zkpaths.read_writer(client.zk, log_id)
-    cluster.restart(name)
+    if not pause:
+        cluster.restart(name)
     return {"killed": name, "new_writer": f"log-{new['server']}" if new else None,
             "failover_s": round(took, 2)}
 
@@ -94,6 +104,8 @@ def run(a: argparse.Namespace) -> int:
             if not a.no_failover and tmp is not None:
                 print("failover: SIGKILL the writer of log 0...", file=sys.stderr, flush=True)
                 fo = failover(cluster, client)
+                print("failover: SIGSTOP the writer of log 1...", file=sys.stderr, flush=True)
+                fo["paused"] = failover(cluster, client, log_id=1, pause=True)
     finally:
         if tmp is not None:
             cluster.stop()
@@ -106,4 +118,7 @@ def run(a: argparse.Namespace) -> int:
         if fo:
             print(f"\nfailover: killed {fo['killed']}, {fo['new_writer']} took over; next "
                   f"acknowledged append after {fo['failover_s']}s")
+            p = fo["paused"]
+            print(f"failover: paused {p['killed']}, {p['new_writer']} took over; next "
+                  f"acknowledged append after {p['failover_s']}s")
     return 0

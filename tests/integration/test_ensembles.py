@@ -109,7 +109,7 @@ def test_a_log_server_lost_for_good_is_replaced_in_its_sealed_segments(pool: Clu
     every acknowledged entry of the log still reads back."""
     from log.client import LogClient
 
-    log_id = 1
+    log_id = pool.kv_logs  # a log no storage node truncates: every entry stays to be read
     zk = zkpaths.connect(pool.zk_hosts)
     killed: list[int] = []
     try:

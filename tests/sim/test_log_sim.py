@@ -12,7 +12,7 @@ from log.replica import ReplicaCore
 from log.writer import State, Writer
 from tests.sim.harness import Config, Sim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "1000"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "600"))
 
 
 def test_invariants_hold_across_seeds() -> None:
@@ -165,7 +165,7 @@ def test_checker_catches_a_move_recorded_before_its_copy() -> None:
     assert len(_caught(Config(servers=5, rereplicate="record-first"))) >= 4
 
 
-TAKEOVER_RUNS = int(os.environ.get("MIDTOWN_SIM_TAKEOVER_RUNS", "200"))
+TAKEOVER_RUNS = int(os.environ.get("MIDTOWN_SIM_TAKEOVER_RUNS", "120"))
 
 
 def test_invariants_hold_when_followers_take_the_log_over() -> None:
@@ -187,5 +187,5 @@ def test_invariants_hold_when_followers_take_the_log_over() -> None:
 def test_checker_catches_a_takeover_that_skips_the_fence() -> None:
     """Broken: the follower takes the next epoch but seals the last segment where its own
     replica's LAC says, without fencing it: the old writer goes on acknowledging."""
-    bad = _failing_seeds(lambda: Config(takeover=True, takeover_claim="skip-fence"), 120)
-    assert len(bad) >= 5, bad
+    bad = _failing_seeds(lambda: Config(takeover=True, takeover_claim="skip-fence"), 80)
+    assert len(bad) >= 3, bad

@@ -75,7 +75,6 @@ class Election:
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
         self.peer = peer
         self.takeover = takeover.Takeover()  # the followers' rule; heard/lost from the shell
-        self.taken_over = 0  # logs this server took over from a lost writer
         self._probes: dict[int, tuple[float, bool]] = {}  # server -> (when, answered)
         self._wake = threading.Event()
         self.started = time.monotonic()
@@ -200,7 +199,6 @@ class Election:
         log.warning("server %d takes log %d over from server %d (lost: no answer to two probes)",
                     self.server_id, log_id, w["server"])
         self.writer_cache.pop(log_id, None)
-        self.taken_over += 1
         self._claim(log_id, exclude=w["server"])
 
     def _pool_registered(self) -> bool:

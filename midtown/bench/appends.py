@@ -1,6 +1,7 @@
 """`midtown bench log`: append throughput and latency for 1 and 64 concurrent appenders,
-with batches of 1 and 100 payloads, and the failover time (SIGKILL the writer, time to the
-next acknowledged append), on a local 3-server cluster started for the run."""
+with batches of 1 and 100 payloads, and the failover time (SIGKILL the writer of log 0,
+then SIGSTOP the writer of log 1: time to the next append acknowledged by a newer epoch),
+on a local 3-server cluster started for the run."""
 
 from __future__ import annotations
 

@@ -180,6 +180,8 @@ def test_a_log_server_is_decommissioned_while_writes_go_on_and_added_back(pool: 
 
     bad = mt("decommission", "17", ok=False)
     assert bad.returncode == 2 and "ID: log server 17 is not in the pool" in bad.stderr
+    bad = mt("add", "-1", ok=False)
+    assert bad.returncode == 2 and "ID: -1, must be 0 or more" in bad.stderr
     zk = zkpaths.connect(pool.zk_hosts)
     stop = threading.Event()
     acked: list[tuple[int, bytes, Any]] = []

@@ -85,3 +85,8 @@ EVENT_ID_BYTES_MAX = 256
 # Rows per streamed message of a shard scan (ScanShard).
 SHARD_SCAN_PAGE_DEFAULT = 1_000
 SHARD_SCAN_PAGE_MAX = 10_000
+# Bytes per message of a shard scan at most (a request may ask fewer; one item always goes).
+SHARD_SCAN_BYTES_MAX = 16 << 20
+# A shard split's size when the request says none (as the Cassandra connector's
+# split.sizeInMB, 512 by default).
+SHARD_SPLIT_BYTES_DEFAULT = 512 << 20

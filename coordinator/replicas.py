@@ -29,6 +29,7 @@ from storage_node.reads import Behind
 # Storage calls a storage node in this process answers directly: its method, and the path
 # counted in midtown_in_process_calls_total (none for eventual datasets' calls).
 _IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
+               "ShardSplits": ("shard_splits", ""),
                "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
 _POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
 
@@ -129,12 +130,21 @@ class Replicas:
         """A call whose answer nobody waits for (a read repair), in the background."""
         _POOL.submit(self.call, addr, method, req, timeout_s)
 
-    def scan_shard(self, req: pb.StorageScanShardRequest,
-                   deadline_s: float) -> Iterator[pb.ScanShardResponse]:
+    def scan_shard(self, req: pb.StorageScanShardRequest, deadline_s: float,
+                   node: int | None = None) -> Iterator[pb.ScanShardResponse]:
         """A shard scan from the first storage node that starts one (it has applied the
         shard's log up to req.min_position); its first message is taken here, so a node that
-        cannot serve is passed over and the stream never starts half-way on another."""
-        for addr in self._order(req.shard):
+        cannot serve is passed over and the stream never starts half-way on another. `node`:
+        the one holding the view a cursor names, which alone can go on with it."""
+        if node is None:
+            addrs = self._order(req.shard)
+        else:
+            addr = self.members_or_last().get(node)
+            if addr is None:
+                raise Abort(Code.FAILED_PRECONDITION, f"token: storage node {node}, which holds the "
+                            "scan's view, is not serving; start the scan again")
+            addrs = [addr]
+        for addr in addrs:
             local = self.local.at(addr)
             try:
                 it = iter(local.scan_shard(req) if local is not None else

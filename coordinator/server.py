@@ -335,27 +335,71 @@ class KVService:
         return pb.ShardsResponse(shards=self.c.kv.shards)
 
     def scan_shard(self, req: pb.ScanShardRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
-        """Every key of a dataset in one shard, from one replica's state at one log position;
-        strong: a position at or after every write acknowledged before the call (ReadIndex)."""
-        d = self.c.admission.need(d, req.header)
+        """Every key of a dataset in one shard, from one replica's view of its state at one log
+        position, in pages; strong: a position at or after every write acknowledged before the
+        call (ReadIndex). With a token, the scan goes on in the view it names."""
+        d, cursor = self._shard_read(req.header, req.shard, d, req.token)
+        if req.page > limits.SHARD_SCAN_PAGE_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"page: {req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}")
+        if req.max_bytes > limits.SHARD_SCAN_BYTES_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"max_bytes: {req.max_bytes}, the limit is "
+                        f"{limits.SHARD_SCAN_BYTES_MAX}")
+        sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
+                                          page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT,
+                                          max_bytes=req.max_bytes, cursor=req.token)
+        if cursor is not None:
+            return self.c.replicas.scan_shard(sreq, self._deadline(ctx), node=cursor.node)
+        if req.HasField("partition_key"):
+            sreq.partition_key = req.partition_key
+        sreq.min_position = self._min_position(req.shard, req.consistency)
+        return self.c.replicas.scan_shard(sreq, self._deadline(ctx))
+
+    def shard_splits(self, req: pb.ShardSplitsRequest, ctx: grpc.ServicerContext,
+                     d: Dataset | None) -> pb.ShardSplitsResponse:
+        """The shard's keys of the dataset cut into ranges of about split_bytes, each with a
+        token a ScanShard reads, all from one replica's view at one position."""
+        d, _ = self._shard_read(req.header, req.shard, d, b"")
+        sreq = pb.StorageShardSplitsRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
+                                            split_bytes=req.split_bytes or limits.SHARD_SPLIT_BYTES_DEFAULT,
+                                            min_position=self._min_position(req.shard, req.consistency))
+        if req.HasField("partition_key"):
+            sreq.partition_key = req.partition_key
+        got = self.c.replicas.first_answer("ShardSplits", sreq, self._deadline(ctx), req.shard)
+        if got is None:
+            raise Abort(Code.UNAVAILABLE, "no storage node could split the shard; retry")
+        return got  # type: ignore[no-any-return]
+
+    def _shard_read(self, header: pb.RequestHeader, shard: int, d: Dataset | None,
+                    token: bytes) -> tuple[Dataset, pb.ScanCursor | None]:
+        """The dataset of a shard scan or split (a strong one), the shard checked, and the
+        token's cursor, which must be of this dataset and shard."""
+        d = self.c.admission.need(d, header)
         if d.consistency == "eventual":
             raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
                         "a shard scan reads strong datasets")
-        if req.shard >= self.c.kv.shards:
-            raise Abort(Code.INVALID_ARGUMENT, f"shard: {req.shard}, this cluster has shards "
+        if shard >= self.c.kv.shards:
+            raise Abort(Code.INVALID_ARGUMENT, f"shard: {shard}, this cluster has shards "
                         f"0..{self.c.kv.shards - 1}")
-        if req.page > limits.SHARD_SCAN_PAGE_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"page: {req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}")
-        log_id = log_of(req.shard, self.c.kv_logs)
-        min_position = 0
-        if req.consistency == pb.STRONG:
-            idx = self.c.read_index(log_id)
-            if idx is None:
-                raise Abort(Code.UNAVAILABLE, "the shard's log did not answer; retry")
-            min_position = idx + 1
-        sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, min_position=min_position,
-                                          wait_ms=2000, page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT)
-        return self.c.replicas.scan_shard(sreq, self._deadline(ctx))
+        if not token:
+            return d, None
+        cursor = pb.ScanCursor()
+        try:
+            cursor.ParseFromString(token)
+        except Exception:
+            raise Abort(Code.INVALID_ARGUMENT, "token: not a scan token") from None
+        if cursor.dataset != d.id or cursor.shard != shard or not cursor.view:
+            raise Abort(Code.INVALID_ARGUMENT, f"token: not a token of a scan of {d.name!r} shard {shard}")
+        return d, cursor
+
+    def _min_position(self, shard: int, consistency: int) -> int:
+        """The position a strong read of `shard` must see (its log's ReadIndex, plus one);
+        0 for an eventual read."""
+        if consistency != pb.STRONG:
+            return 0
+        idx = self.c.read_index(log_of(shard, self.c.kv_logs))
+        if idx is None:
+            raise Abort(Code.UNAVAILABLE, "the shard's log did not answer; retry")
+        return idx + 1
 
     def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.ScanResponse:
         check_partition(req.partition_key, "partition_key")
@@ -550,6 +594,7 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             "Many": wrap(pb.ManyRequest, many),
             "Shards": wrap(pb.ShardsRequest, kv.shards),
             "ScanShard": wrap(pb.ScanShardRequest, kv.scan_shard, stream=True),
+            "ShardSplits": wrap(pb.ShardSplitsRequest, kv.shard_splits),
         }),
         grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
             "Deliver": wrap(pb.DeliverRequest, deliver)}),

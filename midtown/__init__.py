@@ -13,6 +13,9 @@ from midtown.client import (
     OpOutcome,
     ScanPage,
     ShardItem,
+    ShardPage,
+    ShardSplit,
+    ShardSplits,
     Value,
     Write,
     WriteOutcome,
@@ -33,7 +36,8 @@ from midtown.errors import (
 
 __all__ = [
     "AsyncClient", "BatchResult", "CasResult", "Client", "Item", "Op", "OpOutcome", "ScanPage",
-    "ShardItem", "Value", "Write", "WriteOutcome", "DeadlineExceeded", "FailedPrecondition",
+    "ShardItem", "ShardPage", "ShardSplit", "ShardSplits", "Value", "Write", "WriteOutcome",
+    "DeadlineExceeded", "FailedPrecondition",
     "InvalidArgument", "MidtownError", "NotFound", "OutOfRange", "PermissionDenied", "QuotaExceeded",
     "ResourceExhausted", "Unauthenticated", "Unavailable",
 ]

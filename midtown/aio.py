@@ -26,13 +26,12 @@ from midtown import errors
 from midtown.client import (
     Client,
     Item,
-    ShardItem,
+    ShardPage,
     _b,
     _Call,
     _mark_retry,
-    read_retry_or_raise,
+    _PagedScan,
     retry_or_raise,
-    shard_items,
 )
 from midtown.coalescing import AsyncCoalescer
 from midtown_pb import kv_pb2_grpc
@@ -141,27 +140,23 @@ class AsyncClient:
 
     # ------------------------------------------------------------ multi-call operations
     async def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
-                         timeout: float | None = None) -> tuple[int, list[ShardItem]]:
-        """As Client.scan_shard."""
-        req = self._b._scan_shard_request(dataset, shard, consistency, page)
-        deadline = time.monotonic() + (timeout or max(self._b.timeout, 60.0))
-        backoff = 0.05
-        for attempt in range(self._b.retries + 1):
-            addr = random.choice(await self.coordinators(refresh=attempt > 0))
-            items: list[ShardItem] = []
-            position = 0
+                         max_bytes: int = 0, partition_key: str | bytes | None = None, token: bytes = b"",
+                         timeout: float | None = None) -> AsyncIterator[ShardPage]:
+        """As Client.scan_shard: the pages as they come."""
+        scan = _PagedScan(self._b._scan_shard_request(dataset, shard, consistency, page, max_bytes,
+                                                      partition_key, token),
+                          self._b.retries, timeout or max(self._b.timeout, 60.0))
+        while True:
+            addr = random.choice(await self.coordinators(refresh=scan.attempt > 0))
             try:
-                stream = self._stub(addr).ScanShard(req, timeout=max(0.1, deadline - time.monotonic()),
-                                                    metadata=self._b._metadata)
-                async for m in stream:
-                    position = m.position
-                    items.extend(shard_items(m))
-                return position, items
-            except grpc.RpcError as e:  # a read: start again from the beginning
-                read_retry_or_raise(e, attempt, self._b.retries, deadline)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-        raise AssertionError("unreachable")
+                async for m in self._stub(addr).ScanShard(scan.req, timeout=scan.wait_s,
+                                                          metadata=self._b._metadata):
+                    yield scan.page(m)
+                    if scan.done:
+                        return
+                raise AssertionError("a shard scan's stream ended before its last page")
+            except grpc.RpcError as e:
+                await asyncio.sleep(scan.failed(e))
 
     async def scan_all(self, dataset: str, partition: str | bytes, *, start: str | bytes = b"",
                        end: str | bytes = b"", page: int = 100,

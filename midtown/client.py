@@ -64,6 +64,10 @@ def _int(n: object, field: str, lo: int, hi: int) -> int:
     return n
 
 
+def _shard(shard: object) -> int:
+    return _int(shard, "shard", 0, 2**32 - 1)
+
+
 def _key(partition: Key, local: Key) -> pb.Key:
     return pb.Key(partition=_b(partition, "partition"), local=_b(local, "local"))
 
@@ -246,6 +250,63 @@ def _outcomes(results: Any) -> list[OpOutcome]:
 
 def shard_items(m: pb.ScanShardResponse) -> list[ShardItem]:
     return [ShardItem(i.partition_key, i.local_key, Value.of(i.value)) for i in m.items]
+
+
+@dataclass(frozen=True)
+class ShardPage:
+    """One page of a shard scan: the log position its state stands at, its items in key
+    order, and where the scan goes on (`Client.scan_shard(token=next)`; b"" on the last)."""
+    position: int
+    items: list[ShardItem]
+    next: bytes
+
+
+@dataclass(frozen=True)
+class ShardSplit:
+    token: bytes  # Client.scan_shard(token=...) reads this split
+    bytes: int  # its keys and values, as stored
+    keys: int
+
+
+@dataclass(frozen=True)
+class ShardSplits:
+    position: int  # every split is read from the state at this log position
+    splits: list[ShardSplit]
+
+    @staticmethod
+    def of(r: pb.ShardSplitsResponse) -> ShardSplits:
+        return ShardSplits(r.position, [ShardSplit(s.token, s.bytes, s.keys) for s in r.splits])
+
+
+class _PagedScan:
+    """Where a paged shard scan stands, for Client and AsyncClient: the request to send next
+    (from the last page's `next` once a page came), and whether a failure may be retried:
+    up to `retries` times in a row without a page, for at most `wait_s` since the last page."""
+
+    def __init__(self, req: pb.ScanShardRequest, retries: int, wait_s: float) -> None:
+        self.req = req
+        self.retries = retries
+        self.wait_s = wait_s
+        self.attempt = 0
+        self.done = False
+        self._backoff = 0.05
+        self._since = time.monotonic()
+
+    def page(self, m: pb.ScanShardResponse) -> ShardPage:
+        self.attempt, self._backoff, self._since = 0, 0.05, time.monotonic()
+        if m.next:
+            self.req.token = m.next
+        else:
+            self.done = True
+        return ShardPage(m.position, shard_items(m), m.next)
+
+    def failed(self, e: grpc.RpcError) -> float:
+        """After a failed stream: raise its error unless a retry may cure it and there is
+        time; else the seconds to wait first."""
+        read_retry_or_raise(e, self.attempt, self.retries, self._since + self.wait_s)
+        self.attempt += 1
+        wait, self._backoff = self._backoff, min(self._backoff * 2, 1.0)
+        return wait
 
 
 def read_retry_or_raise(e: grpc.RpcError, attempt: int, retries: int, deadline: float) -> None:
@@ -559,35 +620,53 @@ class Client:
                               lambda r: int(r.shards)))
 
     def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
-                   timeout: float | None = None) -> tuple[int, list[ShardItem]]:
-        """Every live key of `dataset` in `shard`, from one replica's state at one log
-        position: (that position, the items in key order). Strong: the position is at or
-        after every write acknowledged before the call."""
-        req = self._scan_shard_request(dataset, shard, consistency, page)
-        deadline = time.monotonic() + (timeout or max(self.timeout, 60.0))
-        backoff = 0.05
-        for attempt in range(self.retries + 1):
-            addr = random.choice(self.coordinators(refresh=attempt > 0))
-            items: list[ShardItem] = []
-            position = 0
-            try:
-                for m in self._stub(addr).ScanShard(req, timeout=max(0.1, deadline - time.monotonic()),
-                                                    metadata=self._metadata):
-                    position = m.position
-                    items.extend(shard_items(m))
-                return position, items
-            except grpc.RpcError as e:  # a read: start again from the beginning
-                read_retry_or_raise(e, attempt, self.retries, deadline)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-        raise AssertionError("unreachable")
+                   max_bytes: int = 0, partition_key: Key | None = None, token: bytes = b"",
+                   timeout: float | None = None) -> Iterator[ShardPage]:
+        """Every live key of `dataset` in `shard` (of `partition_key` only, if given), page by
+        page, all from one replica's view of its state at one log position (each page says
+        it). Strong: that position is at or after every write acknowledged before the call.
+        Pages hold at most `page` items and `max_bytes` bytes (0: 1 MiB); they are read as
+        they are consumed, so memory stays at a page whatever the shard's size. A broken
+        stream goes on from the last page's `next` (while the view lasts: 5 minutes idle);
+        `token`: go on from a page's `next`, or read one split of `shard_splits`.
+        `timeout`: how long to wait for a page (60 s at least by default)."""
+        return self._shard_pages(_PagedScan(self._scan_shard_request(dataset, shard, consistency, page,
+                                                                     max_bytes, partition_key, token),
+                                            self.retries, timeout or max(self.timeout, 60.0)))
 
-    def _scan_shard_request(self, dataset: str, shard: int, consistency: str,
-                            page: int) -> pb.ScanShardRequest:
-        if not 0 <= shard < 2**32:
-            raise errors.InvalidArgument(f"shard: {shard} is out of range")
-        return pb.ScanShardRequest(header=self._header(dataset, None), shard=shard, page=page,
-                                   consistency=pb.EVENTUAL if consistency == "eventual" else pb.STRONG)
+    def _shard_pages(self, scan: _PagedScan) -> Iterator[ShardPage]:
+        while True:
+            addr = random.choice(self.coordinators(refresh=scan.attempt > 0))
+            try:
+                for m in self._stub(addr).ScanShard(scan.req, timeout=scan.wait_s, metadata=self._metadata):
+                    yield scan.page(m)
+                    if scan.done:
+                        return
+                raise AssertionError("a shard scan's stream ended before its last page")
+            except grpc.RpcError as e:
+                time.sleep(scan.failed(e))
+
+    def shard_splits(self, dataset: str, shard: int, *, split_bytes: int = 0, consistency: str = "strong",
+                     partition_key: Key | None = None, timeout: float | None = None) -> ShardSplits:
+        """The keys of `dataset` in `shard` (of `partition_key` only) cut into key ranges of
+        about `split_bytes` (0: 512 MiB), all to be read from one view at one position:
+        `scan_shard(dataset, shard, token=split.token)` reads one, and each its own part."""
+        req = pb.ShardSplitsRequest(header=self._header(dataset, None), shard=_shard(shard),
+                                    split_bytes=_int(split_bytes, "split_bytes", 0, 2**64 - 1),
+                                    consistency=_consistency(consistency))
+        if partition_key is not None:
+            req.partition_key = _b(partition_key, "partition_key")
+        return self._do(_Call("ShardSplits", req, timeout, ShardSplits.of))
+
+    def _scan_shard_request(self, dataset: str, shard: int, consistency: str, page: int, max_bytes: int,
+                            partition_key: Key | None, token: bytes) -> pb.ScanShardRequest:
+        req = pb.ScanShardRequest(header=self._header(dataset, None), shard=_shard(shard),
+                                  page=_int(page, "page", 1, 2**32 - 1),
+                                  max_bytes=_int(max_bytes, "max_bytes", 0, 2**32 - 1),
+                                  token=_b(token, "token"), consistency=_consistency(consistency))
+        if partition_key is not None:
+            req.partition_key = _b(partition_key, "partition_key")
+        return req
 
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
              limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:

@@ -10,6 +10,10 @@ OPERATIONS = ("put", "increment", "insert_if_absent")
 CONSISTENCIES = ("strong", "eventual")
 ROWS_PER_CALL_DEFAULT = 2_000
 ROWS_PER_CALL_MAX = 20_000  # the coordinator's limit of writes per bulk call
+# Reads: as the Cassandra connector's split.sizeInMB and fetch.sizeInRows (its defaults).
+SPLIT_MB_DEFAULT = 512
+PAGE_ROWS_DEFAULT = 1_000
+PAGE_ROWS_MAX = 10_000  # the coordinator's limit of items per page
 
 
 class OptionError(ValueError):
@@ -52,6 +56,10 @@ class ReadOptions:
     consistency: str = "strong"
     partition_key: bytes | None = None  # read this partitioning key only
     decode: bool = False  # keys and values as UTF-8 strings
+    split_bytes: int = SPLIT_MB_DEFAULT << 20  # a shard larger than this is read by several tasks
+    page_rows: int = PAGE_ROWS_DEFAULT  # rows per page fetched (and per Arrow batch)
+    start: bytes = b""  # with partition_key: local keys from this one (inclusive) ...
+    end: bytes = b""  # ... to this one (exclusive; b"": to the last)
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,9 @@ def read_options(o: Mapping[str, str]) -> ReadOptions:
     decode = _get(o, "decode", "binary")
     if decode not in ("binary", "utf8"):
         raise OptionError(f"decode: {decode!r}; choose binary (the default) or utf8")
-    return ReadOptions(connection(o), dataset(o), consistency, pk.encode() if pk else None, decode == "utf8")
+    return ReadOptions(connection(o), dataset(o), consistency, pk.encode() if pk else None, decode == "utf8",
+                       _int(o, "split.sizeInMB", SPLIT_MB_DEFAULT, 1, 1 << 20) << 20,
+                       _int(o, "fetch.sizeInRows", PAGE_ROWS_DEFAULT, 1, PAGE_ROWS_MAX))
 
 
 def write_options(o: Mapping[str, str]) -> WriteOptions:

@@ -1,6 +1,7 @@
 """The `midtown` data source for PySpark 4 (pyspark.sql.datasource): reads one input
-partition per shard, writes through bulk calls with optional event ids (exactly once per
-id), and a streaming sink whose batch commits are recorded in Midtown with check-and-set.
+partition per shard (per split of a shard larger than split.sizeInMB), as Arrow batches;
+writes through bulk calls with optional event ids (exactly once per id), and a streaming
+sink whose batch commits are recorded in Midtown with check-and-set.
 docs/spark.md says what each guarantees. Clients are opened inside tasks (Spark workers
 fork: PITFALLS.md), never pickled from the driver."""
 
@@ -18,7 +19,11 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     DataSourceWriter,
     EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
@@ -118,12 +123,29 @@ class MidtownDataSource(DataSource):
 # ---------------------------------------------------------------------------- reads
 @dataclass(frozen=True)
 class ShardPartition(InputPartition):  # type: ignore[misc]
+    """A whole shard, read from a view its task opens."""
     shard: int
+
+
+@dataclass(frozen=True)
+class SplitPartition(InputPartition):  # type: ignore[misc]
+    """A key range of a shard larger than split.sizeInMB, from the view the driver's plan
+    opened (every split of the shard reads the same position)."""
+    shard: int
+    token: bytes
 
 
 @dataclass(frozen=True)
 class KeyPartition(InputPartition):  # type: ignore[misc]
     partition_key: bytes
+
+
+_RANGE_FILTERS = (GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+PLAN_THREADS = 16  # shards split at once on the driver (their views are shared: storage_node/views.py)
+
+
+def _key(v: Any) -> bytes:
+    return v.encode() if isinstance(v, str) else bytes(v)
 
 
 class MidtownReader(DataSourceReader):
@@ -132,42 +154,89 @@ class MidtownReader(DataSourceReader):
         self.shards = shards
 
     def pushFilters(self, filters: list[Any]) -> Any:
-        """`partition_key = X` reads that partitioning key only (Spark 4.1+, with
+        """`partition_key = X` reads that partitioning key only, and then `local_key` ranges
+        (>, >=, <, <=) read that range only (Spark 4.1+, with
         spark.sql.python.filterPushdown.enabled); every other filter stays with Spark."""
-        rest = []
+        filters = list(filters)
         for f in filters:
             if isinstance(f, EqualTo) and f.attribute == ("partition_key",) and self.o.partition_key is None:
-                v = f.value
-                self.o = replace(self.o, partition_key=v.encode() if isinstance(v, str) else bytes(v))
+                self.o = replace(self.o, partition_key=_key(f.value))
+                filters.remove(f)
+                break
+        rest = []
+        for f in filters:
+            if (self.o.partition_key is not None and isinstance(f, _RANGE_FILTERS)
+                    and f.attribute == ("local_key",)):
+                v = _key(f.value)
+                if isinstance(f, GreaterThan | GreaterThanOrEqual):
+                    start = v + b"\x00" if isinstance(f, GreaterThan) else v
+                    self.o = replace(self.o, start=max(self.o.start, start))
+                else:
+                    end = v + b"\x00" if isinstance(f, LessThanOrEqual) else v
+                    self.o = replace(self.o, end=min(self.o.end, end) if self.o.end else end)
                 continue
             rest.append(f)
         return rest
 
     def partitions(self) -> list[InputPartition]:
-        if self.o.partition_key is not None:
-            return [KeyPartition(self.o.partition_key)]
-        return [ShardPartition(i) for i in range(self.shards)]
+        """One per shard, or per split of a shard larger than split.sizeInMB (the driver
+        asks each shard's splits, which reads the shard's keys once on a storage node)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        o = self.o
+        if o.partition_key is not None:
+            return [KeyPartition(o.partition_key)]
+        with o.conn.client() as db, ThreadPoolExecutor(PLAN_THREADS) as pool:
+            plans = list(pool.map(lambda s: db.shard_splits(o.dataset, s, split_bytes=o.split_bytes,
+                                                             consistency=o.consistency), range(self.shards)))
+        out: list[InputPartition] = []
+        for shard, p in enumerate(plans):
+            if len(p.splits) == 1:
+                out.append(ShardPartition(shard))
+            else:
+                out += [SplitPartition(shard, s.token) for s in p.splits]
+        return out
 
     def read(self, partition: InputPartition) -> Any:
+        """Arrow record batches, one per page read (fetch.sizeInRows rows at most)."""
         o = self.o
-
-        def out(pk: bytes, lk: bytes, v: Any) -> tuple:
-            if o.decode:
-                return (pk.decode(errors="replace"), lk.decode(errors="replace"),
-                        v.value.decode(errors="replace"), v.version, v.expires_at_ms or None)
-            return (pk, lk, v.value, v.version, v.expires_at_ms or None)
-
         with o.conn.client() as db:
             if isinstance(partition, KeyPartition):
-                for it in db.scan_all(o.dataset, partition.partition_key, page=1000,
-                                      consistency=o.consistency):
-                    yield out(partition.partition_key, it.local_key, it.value)
+                rows: list[tuple[bytes, bytes, Any]] = []
+                for it in db.scan_all(o.dataset, partition.partition_key, start=o.start, end=o.end,
+                                      page=o.page_rows, consistency=o.consistency):
+                    rows.append((partition.partition_key, it.local_key, it.value))
+                    if len(rows) >= o.page_rows:
+                        yield _batch(rows, o.decode)
+                        rows = []
+                if rows:
+                    yield _batch(rows, o.decode)
                 return
-            assert isinstance(partition, ShardPartition)
-            _, items = db.scan_shard(o.dataset, partition.shard, consistency=o.consistency)
-            for it in items:
-                if not it.partition_key.startswith(b"\x00midtown-"):
-                    yield out(it.partition_key, it.local_key, it.value)
+            assert isinstance(partition, ShardPartition | SplitPartition)
+            token = partition.token if isinstance(partition, SplitPartition) else b""
+            for page in db.scan_shard(o.dataset, partition.shard, consistency=o.consistency,
+                                      page=o.page_rows, token=token):
+                rows = [(i.partition_key, i.local_key, i.value) for i in page.items
+                        if not i.partition_key.startswith(b"\x00midtown-")]
+                if rows:
+                    yield _batch(rows, o.decode)
+
+
+def _batch(rows: list[tuple[bytes, bytes, Any]], decode: bool) -> Any:
+    """The rows (partition key, local key, Value) as an Arrow record batch of the source's
+    schema (MidtownDataSource.schema)."""
+    import pyarrow as pa
+
+    t = pa.string() if decode else pa.binary()
+
+    def col(xs: list[bytes]) -> Any:
+        return pa.array([x.decode(errors="replace") for x in xs] if decode else xs, type=t)
+
+    return pa.RecordBatch.from_arrays(
+        [col([r[0] for r in rows]), col([r[1] for r in rows]), col([r[2].value for r in rows]),
+         pa.array([r[2].version for r in rows], type=pa.int64()),
+         pa.array([r[2].expires_at_ms or None for r in rows], type=pa.int64())],
+        names=["partition_key", "local_key", "value", "version", "expires_at"])
 
 
 # ---------------------------------------------------------------------------- writes

@@ -16,10 +16,9 @@ HEALTH_LAG_MAX = 1_000
 LAG_INTERVAL_S = 2.0
 # Entries applied and written together at most.
 APPLY_BATCH_ENTRIES_MAX = 5_000
-# A shard scan copies one dataset's rows of one shard while no batch commits (rocksdict
-# 0.3.29's snapshot iterators do not isolate from later writes: tried), so that they come
-# from one log position; larger shards are refused rather than stall the applier long.
-SHARD_SCAN_ROWS_MAX = 500_000
+# Bytes of keys and values per message of a shard scan, unless the request says
+# (storage_node/views.py holds the state a scan pages through).
+SHARD_SCAN_BYTES_DEFAULT = 1 << 20
 # Rows per message of a shard scan at most (the coordinator's default is 1,000).
 SHARD_SCAN_PAGE_MAX = 10_000
 # How long a read waits at most for this replica to apply up to the position it needs.

@@ -34,6 +34,7 @@ from storage_node.settings import Settings
 from storage_node.shard_intake import RATE_MB_S_MAX, SHARD_CHUNK_BYTES, Intake
 from storage_node.state import NodeState
 from storage_node.store import NodeStore
+from storage_node.views import VIEW_REAP_S
 
 log = logging.getLogger("midtown.storage.node")
 
@@ -64,7 +65,7 @@ class StorageNode:
         s.reload_positions()
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, data_dir, s.commit_lock, s.cond, s.positions,
-                           lambda: s.kv, s.kv_logs, s.holds, settings.shard_scan_rows_max)
+                           lambda: s.kv, s.kv_logs, s.holds)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
                                         lambda: s.sets, s.stop)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
@@ -96,6 +97,7 @@ class StorageNode:
         loops.every("anti-entropy", s.settings.anti_entropy_s, self.eventual.anti_entropy_pass,
                     s.stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
         self.applier.start()
+        loops.every("scan views", VIEW_REAP_S, self.reads.views.reap, s.stop)
         self.membership = registry.register(s.zk, registry.STORAGE_NODES, s.node_id, self.addr)
 
     def _bootstrap_if_needed(self) -> None:
@@ -144,6 +146,7 @@ class StorageNode:
         try:
             self.state.logs.close()
         finally:
+            self.reads.views.close_all()
             self.state.store.close()
 
     def ready(self) -> bool:
@@ -165,6 +168,9 @@ class StorageNode:
 
     def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
         return self.reads.scan_shard(req)
+
+    def shard_splits(self, req: pb.StorageShardSplitsRequest) -> pb.ShardSplitsResponse:
+        return self.reads.shard_splits(req)
 
     def checkpoint(self) -> contextlib.AbstractContextManager[Iterator[tuple[bytes, bytes]]]:
         return self.reads.checkpoint()

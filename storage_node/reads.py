@@ -23,13 +23,24 @@ from midtown_pb import kv_pb2 as pb
 from runtime.refusals import Refusal
 from storage_node import codec, keys, shard_copy
 from storage_node.apply import apply
-from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_PAGE_MAX, SHARD_SCAN_ROWS_MAX
+from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_BYTES_DEFAULT, SHARD_SCAN_PAGE_MAX
 from storage_node.model import Record
 from storage_node.store import BatchView, NodeStore
+from storage_node.views import TooManyViews, View, ViewGone, Views
 
 
 class Behind(Exception):
     """This replica has not applied far enough for the read yet."""
+
+
+def _released(first: pb.ScanShardResponse, rest: Iterator[pb.ScanShardResponse],
+              release: Callable[[], None]) -> Iterator[pb.ScanShardResponse]:
+    """`first`, then `rest`; `release()` once the stream ends, fails or is dropped."""
+    try:
+        yield first
+        yield from rest
+    finally:
+        release()
 
 
 def _items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -49,7 +60,7 @@ class Reads:
     def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
                  kv: Callable[[], registry.KvTopology], kv_logs: int,
-                 holds: Callable[[int], bool], scan_rows_max: int = SHARD_SCAN_ROWS_MAX) -> None:
+                 holds: Callable[[int], bool]) -> None:
         """`positions`: the node's (next position, log time) per log, updated by its applier
         under `commit_lock`, which notifies `cond`; `holds(shard)`: whether this node holds
         a shard (catalog/replica_sets.py)."""
@@ -62,7 +73,7 @@ class Reads:
         self.kv = kv
         self.kv_logs = kv_logs
         self.holds = holds
-        self.scan_rows_max = scan_rows_max
+        self.views = Views(data_dir, self._take_checkpoint, time.monotonic)
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
         """A read of this replica's current state, expiry judged by the log time it has
@@ -95,15 +106,18 @@ class Reads:
         read and then deleted: rocksdict 0.3.29's snapshot iterators do not isolate from
         later writes (tried)."""
         path = os.path.join(self.data_dir, f"checkpoint-{uuid.uuid4().hex}")
-        with self.commit_lock:
-            self.store.sync()
-            Checkpoint(self.store.db).create_checkpoint(path)
+        self._take_checkpoint(path)
         db = Rdict(path, Options(raw_mode=True))
         try:
             yield db
         finally:
             db.close()
             shutil.rmtree(path, ignore_errors=True)
+
+    def _take_checkpoint(self, path: str) -> None:
+        with self.commit_lock:
+            self.store.sync()
+            Checkpoint(self.store.db).create_checkpoint(path)
 
     def shard_copy(self, req: pb.SnapshotRequest) -> tuple[int, int, Iterator[tuple[bytes, bytes]]]:
         """A copy of one shard this node holds, for a shard move's destination: (the log
@@ -134,39 +148,111 @@ class Reads:
         return at, ts, pairs()
 
     def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
-        """One dataset's live keys in one shard, all from the state at one log position
-        (said in every message), `req.page` per message; at least one message."""
-        self._check_held(req.shard)
+        """One dataset's live keys in one shard (or one partitioning key's), all from one
+        view of this node's state (storage_node/views.py), in pages of at most `req.page`
+        items and `req.max_bytes` bytes; each page's `next` names where the scan goes on in
+        that view (empty on the last). A cursor goes on from where it names; without one, a
+        view at or after `req.min_position` is opened. Pages are read as they are sent: the
+        memory a scan holds is a page, whatever the shard's size."""
         if not 1 <= req.page <= SHARD_SCAN_PAGE_MAX:
             raise ValueError(f"page: {req.page}, must be between 1 and {SHARD_SCAN_PAGE_MAX}")
-        log_id = log_of(req.shard, self.kv_logs)
-        self.wait_applied(log_id, req.min_position, req.wait_ms)
-        prefix = keys.dataset_shard_prefix(req.shard, req.dataset)
-        rows: list[tuple[bytes, bytes]] = []
-        with self.commit_lock:
-            pos, ts = self.positions[log_id]
-            for kv in self.store.under(prefix):
-                rows.append(kv)
-                if len(rows) > self.scan_rows_max:
-                    raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                                  f"{req.shard} holds more than {self.scan_rows_max} keys of this "
-                                  "dataset; a scan of it is refused (use more shards)", field="shard")
-        return self._shard_pages(rows, len(prefix), pos, ts, req.page)
+        view, cur = self._view_for(req.cursor, req.dataset, req.shard, req.min_position, req.wait_ms,
+                                   req.partition_key if req.HasField("partition_key") else None)
+        try:
+            pages = self._pages(view, cur, req.page, req.max_bytes or SHARD_SCAN_BYTES_DEFAULT)
+            first = next(pages)
+        except BaseException:
+            self.views.release(view)
+            raise
+        return _released(first, pages, lambda: self.views.release(view))
+
+    def shard_splits(self, req: pb.StorageShardSplitsRequest) -> pb.ShardSplitsResponse:
+        """The dataset's keys in one shard (or one partitioning key's), from one view, cut
+        into key ranges of about `req.split_bytes` (keys and values) each: a token per
+        range, which scan_shard reads. A range is cut at a key, so one key larger than
+        split_bytes is a range of its own; no keys: one empty range."""
+        view, cur = self._view_for(b"", req.dataset, req.shard, req.min_position, req.wait_ms,
+                                   req.partition_key if req.HasField("partition_key") else None)
+        try:
+            prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
+            n = len(prefix)
+            splits: list[pb.ShardSplit] = []
+            start, size, count = cur.start, 0, 0
+            for k, v in bounded_items(view.db, prefix + cur.start, prefix + cur.end if cur.end else
+                                      keys.prefix_end(prefix)):
+                if size and size + len(k) + len(v) > req.split_bytes:
+                    splits.append(self._split(cur, start, k[n:], size, count))
+                    start, size, count = k[n:], 0, 0
+                size += len(k) + len(v)
+                count += 1
+            splits.append(self._split(cur, start, cur.end, size, count))
+            return pb.ShardSplitsResponse(splits=splits, position=cur.position)
+        finally:
+            self.views.release(view)
 
     @staticmethod
-    def _shard_pages(rows: list[tuple[bytes, bytes]], prefix_len: int, pos: int, ts: int,
-                     page: int) -> Iterator[pb.ScanShardResponse]:
+    def _split(cur: pb.ScanCursor, start: bytes, end: bytes, size: int, count: int) -> pb.ShardSplit:
+        c = pb.ScanCursor()
+        c.CopyFrom(cur)
+        c.start, c.end = start, end
+        return pb.ShardSplit(token=c.SerializeToString(), bytes=size, keys=count)
+
+    def _view_for(self, cursor: bytes, dataset: str, shard: int, min_position: int, wait_ms: int,
+                  partition_key: bytes | None) -> tuple[View, pb.ScanCursor]:
+        """The view a scan reads and where in it: the cursor's (which must name this node,
+        `dataset` and `shard`), or a view opened now at or after `min_position`, from the
+        start of the shard's keys of `dataset` (of `partition_key`'s only, if given)."""
+        if cursor:
+            cur = pb.ScanCursor()
+            try:
+                cur.ParseFromString(cursor)
+            except Exception:
+                raise ValueError("cursor: not a scan cursor") from None
+            if cur.node != self.node_id or cur.dataset != dataset or cur.shard != shard:
+                raise ValueError(f"cursor: for storage node {cur.node}, shard {cur.shard}, not this "
+                                 f"scan's (node {self.node_id}, shard {shard})")
+            try:
+                return self.views.get(cur.view), cur
+            except ViewGone as e:
+                raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, str(e), field="token") from None
+        self._check_held(shard)
+        log_id = log_of(shard, self.kv_logs)
+        self.wait_applied(log_id, min_position, wait_ms)
+        try:
+            view = self.views.open(log_id, min_position)
+        except TooManyViews as e:
+            raise Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)) from None
+        start = end = b""
+        if partition_key is not None:
+            n = len(keys.dataset_shard_prefix(shard, dataset))
+            start = keys.partition_prefix(shard, dataset, partition_key)[n:]
+            end = keys.prefix_end(start) or b""  # None: all 0xff, to the shard's end
+        return view, pb.ScanCursor(node=self.node_id, view=view.id, dataset=dataset, shard=shard,
+                                   position=view.position(log_id)[0], start=start, end=end)
+
+    def _pages(self, view: View, cur: pb.ScanCursor, page: int,
+               max_bytes: int) -> Iterator[pb.ScanShardResponse]:
+        """The live items from `cur.start` to `cur.end` in `view`, page by page; each page's
+        `next` is a cursor at the key after its last (at least one message)."""
+        prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
+        n = len(prefix)
+        ts = view.position(log_of(cur.shard, self.kv_logs))[1]
+        hi = prefix + cur.end if cur.end else keys.prefix_end(prefix)
         items: list[pb.ShardItem] = []
-        for k, v in rows:
+        size = 0
+        for k, v in bounded_items(view.db, prefix + cur.start, hi):
             s = keys.decode_stored(v)
-            if not s.live_at(ts):
-                continue
-            pkey, lkey = keys.split_value_key(k, prefix_len)
-            items.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
-            if len(items) >= page:
-                yield pb.ScanShardResponse(items=items, position=pos)
-                items = []
-        yield pb.ScanShardResponse(items=items, position=pos)
+            if s.live_at(ts):
+                pkey, lkey = keys.split_value_key(k, n)
+                items.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
+                size += len(k) + len(v)
+            if len(items) >= page or size >= max_bytes:
+                nxt = pb.ScanCursor()
+                nxt.CopyFrom(cur)
+                nxt.start = k[n:] + b"\x00"  # the least key after k
+                yield pb.ScanShardResponse(items=items, position=cur.position, next=nxt.SerializeToString())
+                items, size = [], 0
+        yield pb.ScanShardResponse(items=items, position=cur.position)
 
     def _check_held(self, shard: int, field: str = "") -> None:
         check_held(self.node_id, shard, self.kv().shards, self.holds, field)

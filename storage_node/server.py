@@ -63,6 +63,7 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         "ScanShard": grpc.unary_stream_rpc_method_handler(
             scan_shard, request_deserializer=lambda b: b,
             response_serializer=lambda m: m.SerializeToString()),
+        "ShardSplits": call(pb.StorageShardSplitsRequest, node.shard_splits),
         "Read": call(pb.ReadRequest, node.read),
         "ReadMany": call(pb.ReadManyRequest, node.read_many),
         "Status": call(pb.NodeStatusRequest, lambda _: node.status()),

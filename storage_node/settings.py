@@ -10,7 +10,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from log.linger import LINGER_MS_MAX
-from storage_node.limits import SHARD_SCAN_ROWS_MAX
 
 # Upper bounds of the settings that have one, in seconds.
 _MAX_S = {"read_linger_s": LINGER_MS_MAX / 1000}  # what a Read may ask for
@@ -36,9 +35,6 @@ class Settings:
     # node's Read stream to send them together (MIDTOWN_READ_LINGER_S, at most 1 s): records
     # are answered beside the writer, and entries someone waits for go at once (log/linger.py).
     read_linger_s: float = 0.1
-    # The most keys of one dataset a shard scan copies (MIDTOWN_SHARD_SCAN_ROWS_MAX); a
-    # larger shard's scan is refused, saying so (storage_node/reads.py).
-    shard_scan_rows_max: int = SHARD_SCAN_ROWS_MAX
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:

@@ -30,6 +30,12 @@ CASES: list[tuple[str, Any, str]] = [
     ("bulk write", lambda c: c.write_many("d", [Write.incr("p", "l", "one")]), "delta"),
     ("bulk empty", lambda c: c.write_many("d", []), "writes"),
     ("shard", lambda c: c.scan_shard("d", -1), "shard"),
+    ("scan page", lambda c: c.scan_shard("d", 0, page=0), "page"),
+    ("scan bytes", lambda c: c.scan_shard("d", 0, max_bytes=-1), "max_bytes"),
+    ("scan token", lambda c: c.scan_shard("d", 0, token=5), "token"),  # type: ignore[arg-type]
+    ("scan key", lambda c: c.scan_shard("d", 0, partition_key=1.5), "partition_key"),  # type: ignore[arg-type]
+    ("split bytes", lambda c: c.shard_splits("d", 0, split_bytes=-1), "split_bytes"),
+    ("split shard", lambda c: c.shard_splits("d", 2**32), "shard"),
 ]
 
 

@@ -233,8 +233,8 @@ def test_async_client_runs_on_grpc_aio_and_coalesces_coroutines(cc: Cluster) -> 
             shards = await ac.shards("d")
             found = []
             for s in range(shards):
-                _, items = await ac.scan_shard("d", s)
-                found += [(i.partition_key, i.local_key) for i in items]
+                async for page in ac.scan_shard("d", s):
+                    found += [(i.partition_key, i.local_key) for i in page.items]
             assert (b"async", b"k") in found and (b"ab", b"n") in found
 
     asyncio.run(main())

@@ -40,7 +40,7 @@ def counters(c: Cluster, dataset: str) -> dict[str, int]:
     out: dict[str, int] = {}
     with Client(c.coordinator_addrs, timeout=60) as db:
         for shard in range(db.shards(dataset)):
-            for it in db.scan_shard(dataset, shard)[1]:
+            for it in (i for page in db.scan_shard(dataset, shard) for i in page.items):
                 if it.local_key == b"n":
                     out[it.partition_key.decode()] = int(it.value.value)
     return out
@@ -130,7 +130,7 @@ def test_read_back_equals_the_sdk_and_one_partition_key(spark: Any, sc: Cluster)
         want = set()
         for shard in range(db.shards("kv")):
             want |= {(i.partition_key, i.local_key, i.value.value, i.value.version)
-                     for i in db.scan_shard("kv", shard)[1]}
+                     for page in db.scan_shard("kv", shard) for i in page.items}
     df = spark.read.format("midtown").option("zk", sc.zk_hosts).option("dataset", "kv").load()
     got = {(r.partition_key, r.local_key, r.value, r.version) for r in df.collect()}
     assert got == want and len(got) == 700

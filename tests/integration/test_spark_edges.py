@@ -1,7 +1,6 @@
 """What a data engineer trips on with the Spark data source, on real PySpark and a real
-cluster (docs/spark.md: threads, query ids, what fails a job and what fails a row). The
-cluster's storage nodes refuse shard scans past 50 keys, so that a shard too large to scan
-takes a few rows to make."""
+cluster (docs/spark.md: threads, query ids, what fails a job and what fails a row, large
+shards read by several tasks)."""
 
 from __future__ import annotations
 
@@ -14,20 +13,16 @@ from typing import Any
 
 import pytest
 
-from midtown import Client, errors
+from midtown import Client, Write
 from midtown.cluster import LAYOUT_DEFAULT, Cluster
 from tests.integration.conftest import started
 from tests.integration.test_spark import _files, _stream, counters, events, frame, write_increments
 
 pytestmark = pytest.mark.integration
 
-SCAN_ROWS_MAX = 50
-
-
 @pytest.fixture(scope="module")
 def ec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started(tmp_path_factory.mktemp("edges") / "c", {"MIDTOWN_SHARD_SCAN_ROWS_MAX": str(SCAN_ROWS_MAX)},
-                 layout=LAYOUT_DEFAULT) as c:
+    with started(tmp_path_factory.mktemp("edges") / "c", layout=LAYOUT_DEFAULT) as c:
         yield c
 
 
@@ -54,29 +49,27 @@ def test_saves_from_two_threads_at_once(spark: Any, ec: Cluster) -> None:
     assert counters(ec, "threads") == dict(wanted)
 
 
-def test_a_shard_too_large_to_scan_fails_at_once_with_its_reason(spark: Any, ec: Cluster) -> None:
-    """A refusal no retry can cure reaches the user with its reason and a code no client
-    retries: the SDK at once, Spark's read in its first attempts, not after minutes."""
+def test_a_shard_larger_than_a_split_is_read_by_several_tasks(spark: Any, ec: Cluster) -> None:
+    """A shard holding more than split.sizeInMB is cut into key ranges, each its own Spark
+    partition, all read from one view of the shard (one position; test_shard_scans.py
+    checks the views). What the read returns equals the SDK's scan, each row once."""
     ec.create_dataset("wide")
+    value = b"v" * 1000
     with Client(zk=ec.zk_hosts, timeout=60) as db:
-        for i in range(SCAN_ROWS_MAX + 5):
-            db.put("wide", "one-key", f"l{i:03d}", b"v")
-        refused = []
-        t0 = time.monotonic()
-        for shard in range(db.shards("wide")):
-            try:
-                db.scan_shard("wide", shard)
-            except errors.FailedPrecondition as e:
-                refused.append(e.message)
-        assert time.monotonic() - t0 < 20, "refused at once, not retried until the deadline"
-        assert len(refused) == 1 and f"holds more than {SCAN_ROWS_MAX} keys" in refused[0], refused
-    t0 = time.monotonic()
-    with pytest.raises(Exception) as si:
-        (spark.read.format("midtown").option("zk", ec.zk_hosts).option("dataset", "wide")
-         .option("timeout_s", "60").load().collect())
-    assert f"holds more than {SCAN_ROWS_MAX} keys" in str(si.value)
-    assert "FailedPrecondition: shard: " in str(si.value) and "Unavailable" not in str(si.value)
-    assert time.monotonic() - t0 < 60, "four quick task attempts, not four timeouts"
+        db.write_many("wide", [Write.put("one-key", f"l{i:05d}", value) for i in range(3500)])
+        shards = db.shards("wide")
+        want = {(i.partition_key, i.local_key, i.value.value)
+                for s in range(shards) for page in db.scan_shard("wide", s) for i in page.items}
+        plan = [db.shard_splits("wide", s, split_bytes=1 << 20) for s in range(shards)]
+    big = [p for p in plan if len(p.splits) > 1]
+    assert len(big) == 1 and len(big[0].splits) == 4, [len(p.splits) for p in plan]
+    assert sum(s.keys for s in big[0].splits) == 3500
+    df = (spark.read.format("midtown").option("zk", ec.zk_hosts).option("dataset", "wide")
+          .option("split.sizeInMB", "1").option("fetch.sizeInRows", "300").load())
+    assert df.rdd.getNumPartitions() == shards - 1 + 4
+    rows = df.collect()
+    got = {(r.partition_key, r.local_key, r.value) for r in rows}
+    assert len(rows) == len(got) == len(want) == 3500 and got == want
 
 
 def test_a_query_id_is_taken_over_after_its_lease_or_on_request(spark: Any, ec: Cluster,

@@ -240,6 +240,10 @@ class Cluster:
                     self.start_process(p.name)
             self.save()
             self.wait_ready(zk, timeout_s, progress)
+        except BaseException:
+            zk.stop()  # a cluster that did not come up is not left half running
+            self.stop()
+            raise
         finally:
             zk.stop()
             zk.close()

@@ -118,7 +118,7 @@ class AsyncClient:
     async def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
         """Call with retries under one deadline; the request id stays the same (as Client._call)."""
         deadline = time.monotonic() + self._b._timeout(timeout)
-        addr = to or random.choice(await self.coordinators())
+        addr = to or self._b._pick(await self.coordinators())
         backoff = 0.02
         for attempt in range(self._b.retries + 1):
             left = deadline - time.monotonic()
@@ -132,7 +132,7 @@ class AsyncClient:
                 if retry_or_raise(e, attempt, self._b.retries):
                     if self._b._routes is not None:
                         self._b._routes.failed(addr)
-                    addr = random.choice(await self.coordinators(refresh=True))
+                    addr = self._b._pick(await self.coordinators(refresh=True), failed=addr)
                 await asyncio.sleep(min(backoff * (1 + random.random()),
                                         max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, 1.0)
@@ -147,7 +147,7 @@ class AsyncClient:
                                                       partition_key, token),
                           self._b.retries, timeout or max(self._b.timeout, 60.0))
         while True:
-            addr = random.choice(await self.coordinators(refresh=scan.attempt > 0))
+            addr = self._b._pick(await self.coordinators(refresh=scan.attempt > 0))
             try:
                 async for m in self._stub(addr).ScanShard(scan.req, timeout=scan.wait_s,
                                                           metadata=self._b._metadata):

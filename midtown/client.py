@@ -24,7 +24,7 @@ from catalog import connect as zkpaths
 from catalog import registry
 from midtown import errors
 from midtown.coalescing import Coalescer
-from midtown.routes import ROUTED_METHODS, Routes
+from midtown.routes import AVOID_S, ROUTED_METHODS, Routes
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
@@ -347,6 +347,7 @@ class Client:
                     raise ValueError(f"tls_ca: {e}") from None
             self._creds = grpc.ssl_channel_credentials(root_certificates=tls_ca)
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (_pick)
         self._zk_hosts = zk
         self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
         self.timeout = timeout
@@ -442,6 +443,17 @@ class Client:
             return self._call(method, req, t, to)
         return self._coalescer.call(method, req, t, to)
 
+    def _pick(self, addrs: list[str], failed: str | None = None) -> str:
+        """A coordinator at random, passing over those a call could not reach in the last
+        AVOID_S while others remain (`failed`: one just now). A paused coordinator is found
+        out by keepalive in about 2 s (runtime/transport.py), and a new call to it would
+        wait on its connection until the deadline."""
+        now = time.monotonic()
+        if failed is not None:
+            self._unreached[failed] = now + AVOID_S
+        ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now]
+        return random.choice(ok or addrs)
+
     def _route_of(self, method: str, req: Any) -> str | None:
         """The coordinator a single-key request goes to first (None: any): routes are for
         the operations that append (ROUTED_METHODS)."""
@@ -462,7 +474,7 @@ class Client:
         """Call with retries under one deadline; the request id stays the same. `to`: the
         coordinator to try first (a route), else one at random."""
         deadline = time.monotonic() + self._timeout(timeout)
-        addr = to or random.choice(self.coordinators())
+        addr = to or self._pick(self.coordinators())
         backoff = 0.02
         for attempt in range(self.retries + 1):
             left = deadline - time.monotonic()
@@ -476,7 +488,7 @@ class Client:
                 if retry_or_raise(e, attempt, self.retries):
                     if self._routes is not None:
                         self._routes.failed(addr)
-                    addr = random.choice(self.coordinators(refresh=True))
+                    addr = self._pick(self.coordinators(refresh=True), failed=addr)
                 time.sleep(min(backoff * (1 + random.random()), max(0.0, deadline - time.monotonic())))
                 backoff = min(backoff * 2, 1.0)
         raise AssertionError("unreachable")
@@ -636,7 +648,7 @@ class Client:
 
     def _shard_pages(self, scan: _PagedScan) -> Iterator[ShardPage]:
         while True:
-            addr = random.choice(self.coordinators(refresh=scan.attempt > 0))
+            addr = self._pick(self.coordinators(refresh=scan.attempt > 0))
             try:
                 for m in self._stub(addr).ScanShard(scan.req, timeout=scan.wait_s, metadata=self._metadata):
                     yield scan.page(m)

@@ -21,9 +21,22 @@ import grpc
 # gRPC messages between all Midtown processes (default would be 4 MiB, see PITFALLS.md).
 GRPC_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
 # Channel and server options every Midtown process and client uses.
+# Keepalive: while calls are in flight on a connection, an HTTP/2 ping every second, and the
+# connection closed if one goes unanswered for a second (its calls fail UNAVAILABLE, which
+# callers retry elsewhere). A paused process (SIGSTOP, a VM frozen) keeps its sockets open
+# and would hold a call until its deadline; its pings go unanswered, while a merely busy
+# one answers them from gRPC's own threads. Servers accept pings that often (no strikes).
+KEEPALIVE_MS = 1000
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
     ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_MS),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_MS),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
 ]
 
 

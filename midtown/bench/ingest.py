@@ -5,7 +5,8 @@
   events repeat an earlier one (Segment's measured rate), and are skipped by the store.
 * etcd, in the same run (Debian's etcd-server, three members on loopback): the same events
   the way a user would make them exactly-once there, one transaction per event that puts it
-  only if its key was never created (`compare create_revision == 0`), 64 concurrent writers.
+  only if its key was never created (`compare create_revision == 0`), 64 concurrent writers,
+  through etcd's gRPC API (`--etcd-api json`: its JSON gateway, as before).
 * Spark end to end (`--spark`): the same events as a DataFrame written through the `midtown`
   data source, plainly (put, no event ids) and exactly once (`id_column`), rows/s each.
 
@@ -20,7 +21,8 @@ import time
 import uuid
 from collections.abc import Callable
 
-from midtown.bench.kv import Etcd, _b64, cluster_and_etcd, log, medians
+from midtown.bench.etcd import Etcd
+from midtown.bench.kv import cluster_and_etcd, log, medians
 from midtown.bench.loadgen import run_workload
 from midtown.client import Client, Write
 from midtown.cluster import Cluster
@@ -57,17 +59,11 @@ def midtown_ingest(addrs: list[str], dataset: str, batch: int) -> Callable[[int]
     return make
 
 
-def etcd_ingest(e: Etcd) -> Callable[[int], Callable[[int], object]]:
+def etcd_ingest(e: Etcd, api: str) -> Callable[[int], Callable[[int], object]]:
     def make(i: int) -> Callable[[int], object]:
-        call = e.conn(i)
+        c = e.client(i, api)
         ev = event_stream(i)
-
-        def op(n: int) -> None:
-            key = _b64(f"events/{ev(n)}".encode())
-            call("/v3/kv/txn", {
-                "compare": [{"key": key, "result": "EQUAL", "target": "CREATE", "create_revision": "0"}],
-                "success": [{"requestPut": {"key": key, "value": _b64(PAYLOAD)}}]})
-        return op
+        return lambda n: c.put_if(f"events/{ev(n)}".encode(), PAYLOAD, expected=None)
     return make
 
 
@@ -97,7 +93,7 @@ def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     with cluster_and_etcd("midtown-bench-ingest-", "ingest", a.layout, a.kv_logs) as (cluster, etcd):
         systems = {"midtown": midtown_ingest(cluster.coordinator_addrs, "ingest", a.batch),
-                   "etcd": etcd_ingest(etcd)}
+                   "etcd": etcd_ingest(etcd, a.etcd_api)}
         per_call = {"midtown": a.batch, "etcd": 1}
         runs: dict[str, list[dict]] = {n: [] for n in systems}
         for make in systems.values():

@@ -4,29 +4,25 @@ three members on loopback, started and stopped here), with the ratios, and besid
 floor: a Python gRPC server doing nothing (midtown/bench/echo.py).
 
 Both systems are driven by the same Python harness: one thread per client, each working
-its own keys. Midtown is called through its SDK (gRPC); etcd through its v3 JSON gateway
-over HTTP/1.1 keep-alive connections (etcd 3.4 has no Python gRPC client we can install
-alongside protobuf 7)."""
+its own keys. Midtown is called through its SDK (gRPC); etcd through its own gRPC API
+(`--etcd-api grpc`, the default) or, as the benchmark did before, its v3 JSON gateway over
+HTTP/1.1 (`--etcd-api json`): midtown/bench/etcd.py."""
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
-import http.client
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from catalog.registry import KV_LOGS_LOCAL_DEFAULT
 from midtown.aio import AsyncClient
 from midtown.bench import echo, quiet
+from midtown.bench.etcd import Etcd
 from midtown.bench.loadgen import AsyncMakeOp, run_async_workload, run_workload
 from midtown.client import Client
 from midtown.cluster import Cluster
@@ -38,88 +34,23 @@ VALUE = b"v" * 64
 Ops = dict[str, Callable[[int], Callable[[int], object]]]
 
 
-# ---------------------------------------------------------------- etcd
-class Etcd:
-    def __init__(self, root: Path) -> None:
-        if not shutil.which("etcd"):
-            raise SystemExit("etcd is not installed: run `make bench` (it installs Debian's etcd-server)")
-        self.root = root
-        ports = free_ports(6)
-        self.client_ports = ports[:3]
-        peers = ports[3:]
-        cluster = ",".join(f"m{i}=http://127.0.0.1:{peers[i]}" for i in range(3))
-        self.procs = []
-        for i in range(3):
-            cmd = ["etcd", "--name", f"m{i}", "--data-dir", str(root / f"m{i}"),
-                   "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
-                   "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
-                   "--listen-peer-urls", f"http://127.0.0.1:{peers[i]}",
-                   "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[i]}",
-                   "--initial-cluster", cluster, "--initial-cluster-state", "new",
-                   "--initial-cluster-token", "midtown-bench"]
-            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", self.client_ports[0], timeout=2)
-                c.request("GET", "/health")
-                if json.loads(c.getresponse().read()).get("health") == "true":
-                    return
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise SystemExit("etcd did not become healthy")
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-    def conn(self, i: int) -> Callable[[str, dict], dict]:
-        c = http.client.HTTPConnection("127.0.0.1", self.client_ports[i % 3], timeout=30)
-
-        def call(path: str, body: dict) -> dict:
-            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-            r = c.getresponse()
-            data = r.read()
-            if r.status != 200:
-                raise RuntimeError(data[:200])
-            return json.loads(data)  # type: ignore[no-any-return]
-
-        return call
-
-
-def _b64(b: bytes) -> str:
-    return base64.b64encode(b).decode()
-
-
-def etcd_ops(e: Etcd) -> Ops:
+def etcd_ops(e: Etcd, api: str = "grpc") -> Ops:
     def put(i: int) -> Callable[[int], object]:
-        call = e.conn(i)
-        return lambda n: call("/v3/kv/put", {"key": _b64(f"k{i}-{n % 100}".encode()),
-                                              "value": _b64(VALUE)}) and None
+        c = e.client(i, api)
+        return lambda n: c.put(f"k{i}-{n % 100}".encode(), VALUE)
 
     def get(i: int) -> Callable[[int], object]:
-        call = e.conn(i)
-        call("/v3/kv/put", {"key": _b64(f"g{i}".encode()), "value": _b64(VALUE)})
-        return lambda n: call("/v3/kv/range", {"key": _b64(f"g{i}".encode())}) and None
+        c = e.client(i, api)
+        c.put(f"g{i}".encode(), VALUE)
+        return lambda n: c.get(f"g{i}".encode())
 
     def cas(i: int) -> Callable[[int], object]:
-        call = e.conn(i)
-        key = _b64(f"c{i}".encode())
-        call("/v3/kv/put", {"key": key, "value": _b64(b"0")})
+        c = e.client(i, api)
+        key = f"c{i}".encode()
+        c.put(key, b"0")
 
         def op(n: int) -> None:
-            r = call("/v3/kv/txn", {
-                "compare": [{"key": key, "result": "EQUAL", "target": "VALUE",
-                             "value": _b64(str(n).encode())}],
-                "success": [{"requestPut": {"key": key, "value": _b64(str(n + 1).encode())}}]})
-            if not r.get("succeeded"):
+            if not c.put_if(key, str(n + 1).encode(), expected=str(n).encode()):
                 raise RuntimeError("etcd cas failed")
         return op
 
@@ -350,7 +281,7 @@ def run(a: argparse.Namespace) -> int:
             addrs = cluster.coordinator_addrs
             zk = cluster.zk_hosts if a.layout == "host" else None
             systems = {"midtown": with_cpu(threads(midtown_ops(addrs, zk=zk)), pids),
-                       "etcd": threads(etcd_ops(etcd)), "floor": threads(floor.ops()),
+                       "etcd": threads(etcd_ops(etcd, a.etcd_api)), "floor": threads(floor.ops()),
                        "floor_replicated": threads(leader.ops()),
                        "solo": with_cpu(threads(midtown_ops(addrs, coalesce=False, zk=zk)), pids),
                        "async": coroutines(*midtown_async_ops(addrs, zk=zk)),

@@ -710,6 +710,12 @@ def cmd_bench_ingest(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_failover(a: argparse.Namespace) -> int:
+    from midtown.bench.failover import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_log(a: argparse.Namespace) -> int:
     from midtown.bench.appends import run as bench
 
@@ -1027,6 +1033,9 @@ def _node_commands(sub: Any) -> Any:
     return nds
 
 
+ETCD_APIS = ("grpc", "json")  # midtown/bench/etcd.py APIS (not imported: it loads gRPC)
+
+
 def _bench_commands(sub: Any) -> None:
     """bench log|kv|placements|ingest: the benchmarks."""
     bn = sub.add_parser("bench", help="benchmarks")
@@ -1037,6 +1046,18 @@ def _bench_commands(sub: Any) -> None:
     bl.add_argument("--no-failover", action="store_true")
     bl.add_argument("--json", action="store_true")
     bl.set_defaults(fn=cmd_bench_log)
+    bf = bns.add_parser("failover", help="time from SIGKILL or SIGSTOP of a key's writer to its next "
+                                         "acknowledged put, Midtown beside etcd (its leader)")
+    bf.add_argument("--rounds", type=_at_least_one("--rounds"), default=10,
+                    help="kills, and then pauses, of each system")
+    bf.add_argument("--pause-seconds", type=_positive("--pause-seconds"), default=10.0)
+    bf.add_argument("--deadline", type=_positive("--deadline"), default=10.0,
+                    help="each put's deadline, in seconds, within which it retries")
+    bf.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="the Midtown cluster's process layout (see `cluster up --layout`)")
+    bf.add_argument("--no-etcd", action="store_true", help="measure Midtown only")
+    bf.add_argument("--json", action="store_true")
+    bf.set_defaults(fn=cmd_bench_failover)
     bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd "
                                    "and a Python gRPC server doing nothing (the floor)")
     bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")
@@ -1054,6 +1075,9 @@ def _bench_commands(sub: Any) -> None:
     bk.add_argument("--clients", type=_subset("--clients", ("1", "64")), default=("1", "64"),
                     help="the client counts, comma-separated (default 1,64); --ops cas --clients 1 "
                          "measures single-client CAS alone")
+    bk.add_argument("--etcd-api", choices=ETCD_APIS, default="grpc",
+                    help="how etcd is called: its gRPC API (default) or its v3 JSON gateway over HTTP/1.1, "
+                         "as this benchmark did before")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=cmd_bench_kv)
     bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "
@@ -1090,6 +1114,9 @@ def _bench_commands(sub: Any) -> None:
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bi.add_argument("--kv-logs", type=_at_least_one("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
                     help="logs the key-value store spreads its shards over (see `cluster up --kv-logs`)")
+    bi.add_argument("--etcd-api", choices=ETCD_APIS, default="grpc",
+                    help="how etcd is called: its gRPC API (default) or its v3 JSON gateway over HTTP/1.1, "
+                         "as this benchmark did before")
     bi.add_argument("--json", action="store_true")
     bi.set_defaults(fn=cmd_bench_ingest, starts_spark=True)
 

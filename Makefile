@@ -53,6 +53,7 @@ bench: proto
 	.venv/bin/midtown bench log
 	.venv/bin/midtown bench kv
 	.venv/bin/midtown bench ingest
+	.venv/bin/midtown bench failover
 
 # Exactly-once ingestion through Spark, checked by eye (on the cluster in $(DIR), started if
 # it does not run).

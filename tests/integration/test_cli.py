@@ -125,9 +125,15 @@ def test_bench_refuses_bad_rounds() -> None:
         for bench in ("kv", "ingest"):
             p = mt("bench", bench, "--kv-logs", bad, check=False)
             assert p.returncode == 2 and "--kv-logs" in p.stderr and says in p.stderr, p.stderr
-    for args in (("kv", "--layout", "rack"), ("ingest", "--layout", "rack")):
+    for args in (("kv", "--layout", "rack"), ("ingest", "--layout", "rack"),
+                 ("failover", "--layout", "rack")):
         p = mt("bench", *args, check=False)
         assert p.returncode == 2 and "--layout" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    for args, field in ((("failover", "--rounds", "0"), "--rounds"), (("failover", "--pause-seconds", "-1"),
+                        "--pause-seconds"), (("failover", "--deadline", "x"), "--deadline"),
+                        (("kv", "--etcd-api", "http"), "--etcd-api")):
+        p = mt("bench", *args, check=False)
+        assert p.returncode == 2 and field in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_a_supervised_cluster_restarts_what_dies(tmp_path: Path) -> None:

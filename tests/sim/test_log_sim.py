@@ -12,7 +12,7 @@ from log.replica import ReplicaCore
 from log.writer import State, Writer
 from tests.sim.harness import Config, Sim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "600"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "300"))
 
 
 def test_invariants_hold_across_seeds() -> None:
@@ -87,7 +87,7 @@ def test_checker_catches_ack_before_quorum() -> None:
     assert len(bad) > 3
 
 
-ENSEMBLE_RUNS = int(os.environ.get("MIDTOWN_SIM_ENSEMBLE_RUNS", "200"))
+ENSEMBLE_RUNS = int(os.environ.get("MIDTOWN_SIM_ENSEMBLE_RUNS", "120"))
 
 
 def test_invariants_hold_with_ensembles_of_three_among_five() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.sim.moves import Config, MoveSim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_MOVE_RUNS", "200"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_MOVE_RUNS", "120"))
 
 
 def test_moves_keep_every_replica_exact_across_seeds() -> None:

@@ -716,6 +716,12 @@ def cmd_bench_failover(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_spark_read(a: argparse.Namespace) -> int:
+    from midtown.bench.spark_read import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_log(a: argparse.Namespace) -> int:
     from midtown.bench.appends import run as bench
 
@@ -1033,6 +1039,17 @@ def _node_commands(sub: Any) -> Any:
     return nds
 
 
+def _sizes(raw: str) -> tuple[int, ...]:
+    """--keys: whole numbers above 0, comma-separated, ascending."""
+    try:
+        out = tuple(int(x) for x in raw.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--keys: {raw!r}: whole numbers, comma-separated") from None
+    if not out or min(out) < 1 or list(out) != sorted(out):
+        raise argparse.ArgumentTypeError(f"--keys: {raw!r}: numbers above 0, ascending")
+    return out
+
+
 ETCD_APIS = ("grpc", "json")  # midtown/bench/etcd.py APIS (not imported: it loads gRPC)
 
 
@@ -1058,6 +1075,13 @@ def _bench_commands(sub: Any) -> None:
     bf.add_argument("--no-etcd", action="store_true", help="measure Midtown only")
     bf.add_argument("--json", action="store_true")
     bf.set_defaults(fn=cmd_bench_failover)
+    br = bns.add_parser("spark-read", help="a whole dataset read through the Spark data source: rows/s and "
+                                           "the Python workers' peak memory, beside Parquet on local disk")
+    br.add_argument("--keys", type=_sizes, default=(1_000_000, 5_000_000),
+                    help="dataset sizes, comma-separated, ascending (default 1000000,5000000)")
+    br.add_argument("--value-bytes", type=_at_least_one("--value-bytes"), default=100)
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(fn=cmd_bench_spark_read, starts_spark=True)
     bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd "
                                    "and a Python gRPC server doing nothing (the floor)")
     bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")

@@ -217,11 +217,11 @@ def test_no_command_ends_in_a_traceback_and_zookeeper_errors_come_within_the_tim
     def timed(args: list[str]) -> tuple[subprocess.CompletedProcess[str], float]:
         t0 = time.monotonic()
         front = args[0] in ("get", "dataset")  # `midtown --zk ... get ...`, as etcdctl takes it
-        opts = ["--zk", "127.0.0.1:1", "--timeout", "1"]
+        opts = ["--zk", "127.0.0.1:1", "--timeout", "0.5"]
         p = mt(*(opts + args if front else args + opts), check=False)
         return p, time.monotonic() - t0
 
-    # Four at a time: each waits out its 1 s timeout, so the test need not wait them in turn.
+    # Four at a time: each waits out its 0.5 s timeout, so the test need not wait them in turn.
     with ThreadPoolExecutor(4) as pool:
         for args, (p, took) in zip(commands, pool.map(timed, commands)):
             assert p.returncode == 5 and "Traceback" not in p.stderr, (args, p.returncode, p.stderr)

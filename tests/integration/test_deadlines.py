@@ -89,7 +89,7 @@ def test_operations_end_by_their_deadlines_across_writer_kills_and_pauses(tmp_pa
                     c.signal(f"log-{w}", signal.SIGCONT)
                 writer()
                 ok_at = healthy()
-                time.sleep(4.0 + 2.0)  # every operation started before it has ended, and more
+                time.sleep(4.0 + 1.0)  # every operation started before it has ended, and more
                 stop.set()
                 for th in threads:
                     th.join(10)

@@ -38,7 +38,7 @@ def _entries(store: NodeStore, prefix: bytes) -> list[bytes]:
     return [bytes(k) for k in store.db.keys(from_key=prefix) if bytes(k).startswith(prefix)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(STEP, min_size=1, max_size=3), min_size=1, max_size=25),
        st.integers(1, 3))
 def test_reclaiming_changes_no_outcome(batches: list[list], limit: int) -> None:  # type: ignore[type-arg]

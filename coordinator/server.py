@@ -364,7 +364,9 @@ class KVService:
                                             min_position=self._min_position(req.shard, req.consistency))
         if req.HasField("partition_key"):
             sreq.partition_key = req.partition_key
-        got = self.c.replicas.first_answer("ShardSplits", sreq, self._deadline(ctx), req.shard)
+        deadline_s = self._deadline(ctx)
+        sreq.time_left_ms = max(1, int(deadline_s * 1000))  # a node reads the shard's keys no longer
+        got = self.c.replicas.first_answer("ShardSplits", sreq, deadline_s, req.shard)
         if got is None:
             raise Abort(Code.UNAVAILABLE, "no storage node could split the shard; retry")
         return got  # type: ignore[no-any-return]

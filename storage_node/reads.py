@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import grpc
 from rocksdict import Checkpoint, Options, Rdict
@@ -41,6 +41,42 @@ def _released(first: pb.ScanShardResponse, rest: Iterator[pb.ScanShardResponse],
         yield from rest
     finally:
         release()
+
+
+def cut_splits(items: Iterable[tuple[bytes, bytes]], prefix_len: int, start: bytes, end: bytes,
+               split_bytes: int, out_of_time: Callable[[], bool]) -> list[tuple[bytes, bytes, int, int]]:
+    """Key ranges of about `split_bytes` (keys and values as stored) over `items`, the
+    stored keys from `start` to `end` (suffixes after a `prefix_len`-byte prefix; end b"":
+    to the last), in order: (start, end, bytes, keys) each, covering [start, end) with no
+    gap. A range is cut at a key, so a key larger than split_bytes is a range of its own;
+    no keys: one empty range. Keys are counted as stored (expired ones not yet reclaimed
+    too). TimeoutError once `out_of_time()`, asked at every key (pure)."""
+    out: list[tuple[bytes, bytes, int, int]] = []
+    size = count = 0
+    for k, v in items:
+        if out_of_time():
+            raise TimeoutError(f"the shard's keys were not all read within the call's deadline "
+                               f"({count + sum(c for *_, c in out)} read); give it more time")
+        if size and size + len(k) + len(v) > split_bytes:
+            out.append((start, k[prefix_len:], size, count))
+            start, size, count = k[prefix_len:], 0, 0
+        size += len(k) + len(v)
+        count += 1
+    out.append((start, end, size, count))
+    return out
+
+
+def _cursor_at(cur: pb.ScanCursor, start: bytes, end: bytes) -> bytes:
+    """`cur` (its node, view, dataset, shard and position) over [start, end), as a token."""
+    c = pb.ScanCursor()
+    c.CopyFrom(cur)
+    c.start, c.end = start, end
+    return c.SerializeToString()
+
+
+def _range_end(prefix: bytes, end: bytes) -> bytes | None:
+    """The stored key a range with suffix `end` stops before (b"": the prefix's end)."""
+    return prefix + end if end else keys.prefix_end(prefix)
 
 
 def _items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -171,31 +207,22 @@ class Reads:
         into key ranges of about `req.split_bytes` (keys and values) each: a token per
         range, which scan_shard reads. A range is cut at a key, so one key larger than
         split_bytes is a range of its own; no keys: one empty range."""
+        until = time.monotonic() + req.time_left_ms / 1000 if req.time_left_ms else float("inf")
         view, cur = self._view_for(b"", req.dataset, req.shard, req.min_position, req.wait_ms,
                                    req.partition_key if req.HasField("partition_key") else None)
         try:
             prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
-            n = len(prefix)
-            splits: list[pb.ShardSplit] = []
-            start, size, count = cur.start, 0, 0
-            for k, v in bounded_items(view.db, prefix + cur.start, prefix + cur.end if cur.end else
-                                      keys.prefix_end(prefix)):
-                if size and size + len(k) + len(v) > req.split_bytes:
-                    splits.append(self._split(cur, start, k[n:], size, count))
-                    start, size, count = k[n:], 0, 0
-                size += len(k) + len(v)
-                count += 1
-            splits.append(self._split(cur, start, cur.end, size, count))
-            return pb.ShardSplitsResponse(splits=splits, position=cur.position)
+            items = bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end))
+            try:
+                cut = cut_splits(items, len(prefix), cur.start, cur.end, req.split_bytes,
+                                 lambda: time.monotonic() > until)
+            except TimeoutError as e:
+                raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, str(e)) from None
+            return pb.ShardSplitsResponse(position=cur.position, splits=[
+                pb.ShardSplit(token=_cursor_at(cur, start, end), bytes=size, keys=count)
+                for start, end, size, count in cut])
         finally:
             self.views.release(view)
-
-    @staticmethod
-    def _split(cur: pb.ScanCursor, start: bytes, end: bytes, size: int, count: int) -> pb.ShardSplit:
-        c = pb.ScanCursor()
-        c.CopyFrom(cur)
-        c.start, c.end = start, end
-        return pb.ShardSplit(token=c.SerializeToString(), bytes=size, keys=count)
 
     def _view_for(self, cursor: bytes, dataset: str, shard: int, min_position: int, wait_ms: int,
                   partition_key: bytes | None) -> tuple[View, pb.ScanCursor]:
@@ -237,20 +264,17 @@ class Reads:
         prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
         n = len(prefix)
         ts = view.position(log_of(cur.shard, self.kv_logs))[1]
-        hi = prefix + cur.end if cur.end else keys.prefix_end(prefix)
         items: list[pb.ShardItem] = []
         size = 0
-        for k, v in bounded_items(view.db, prefix + cur.start, hi):
+        for k, v in bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end)):
             s = keys.decode_stored(v)
             if s.live_at(ts):
                 pkey, lkey = keys.split_value_key(k, n)
                 items.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
                 size += len(k) + len(v)
             if len(items) >= page or size >= max_bytes:
-                nxt = pb.ScanCursor()
-                nxt.CopyFrom(cur)
-                nxt.start = k[n:] + b"\x00"  # the least key after k
-                yield pb.ScanShardResponse(items=items, position=cur.position, next=nxt.SerializeToString())
+                nxt = _cursor_at(cur, k[n:] + b"\x00", cur.end)  # from the least key after k
+                yield pb.ScanShardResponse(items=items, position=cur.position, next=nxt)
                 items, size = [], 0
         yield pb.ScanShardResponse(items=items, position=cur.position)
 

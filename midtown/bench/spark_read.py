@@ -143,7 +143,8 @@ def run(a: argparse.Namespace) -> int:
 
 
 def _load_range(c: Cluster, dataset: str, start: int, end: int, value_bytes: int) -> None:
-    """Keys start..end-1 (as `load` names them), through LOAD_THREADS writers."""
+    """Keys start..end-1 (partition key u<n % 10,000>, local key k<n>, as the Parquet rows
+    are named), through LOAD_THREADS writers."""
     value = b"v" * value_bytes
     lock = threading.Lock()
     done = [0]

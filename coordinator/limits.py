@@ -90,3 +90,10 @@ SHARD_SCAN_BYTES_MAX = 16 << 20
 # A shard split's size when the request says none (as the Cassandra connector's
 # split.sizeInMB, 512 by default).
 SHARD_SPLIT_BYTES_DEFAULT = 512 << 20
+
+# A watch stream (KV.Watch) lasts this long by default, at most WATCH_DURATION_MS_MAX; the
+# client then starts it again from the positions it has seen (docs/api.md "Watch").
+WATCH_DURATION_MS_DEFAULT = 60_000
+WATCH_DURATION_MS_MAX = 600_000
+# Messages a watch relays ahead of a slow client, per storage node streaming to it.
+WATCH_QUEUE_MAX = 64

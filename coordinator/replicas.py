@@ -6,8 +6,10 @@ shard scan from the first node that can start one."""
 
 from __future__ import annotations
 
+import queue
 import random
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -156,6 +158,62 @@ class Replicas:
             return _stream_from(first, it)
         raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
 
+    def watch(self, req: pb.StorageWatchRequest, deadline_s: float,
+              active: Callable[[], bool]) -> Iterator[pb.WatchResponse]:
+        """The changes of req's shards from one replica of each (the one in this process
+        first), one stream per storage node, relayed as they come. Each stream's first
+        message is taken here, so a refusal (a position no longer held) reaches the client
+        as its status, and a replica that cannot start is passed over. If one stream fails
+        later, the watch ends UNAVAILABLE: the client goes on from the positions it got.
+        Ends once every stream has ended (their duration), or `active()` turns false."""
+        streams: list[tuple[Iterator[pb.WatchResponse], Any]] = []
+        try:
+            for _, it, call in self._watch_streams(req, deadline_s):
+                streams.append((it, call))
+        except BaseException:
+            _cancel_all(streams)
+            raise
+        # First, every shard's start: a client that resumes after this message alone
+        # knows where each shard stands ("now" is fixed here).
+        return _chain(pb.WatchResponse(positions=dict(getattr(req, "from"))), _merged(streams, active))
+
+    def _watch_streams(self, req: pb.StorageWatchRequest,
+                       deadline_s: float) -> Iterator[tuple[dict[int, int], Iterator[Any], Any]]:
+        """(shards and positions, the stream with its first message first, its call) per
+        storage node, the shards spread over their replicas."""
+        left = dict(getattr(req, "from"))
+        tried: dict[int, set[str]] = {s: set() for s in left}
+        while left:
+            groups: dict[str, dict[int, int]] = {}
+            for shard, at in left.items():
+                addrs = [a for a in self._order(shard) if a not in tried[shard]]
+                if not addrs:
+                    raise Abort(Code.UNAVAILABLE, f"no storage node could stream shard {shard}'s changes; "
+                                "retry")
+                groups.setdefault(addrs[0], {})[shard] = at
+            for addr, starts in groups.items():
+                sub = pb.StorageWatchRequest()
+                sub.CopyFrom(req)
+                sub.ClearField("from")
+                getattr(sub, "from").update(starts)
+                local = self.local.at(addr)
+                call = None
+                try:
+                    if local is not None:
+                        it = iter(local.watch(sub))
+                    else:
+                        call = self._stub(addr).Watch(sub, timeout=deadline_s)
+                        it = iter(call)
+                    first = next(it, None)
+                except (grpc.RpcError, Refusal, ValueError) as e:
+                    refused_by_all(e)
+                    for shard in starts:
+                        tried[shard].add(addr)
+                    continue
+                for shard in starts:
+                    del left[shard]
+                yield starts, _chain(first, it), call
+
     def _order(self, shard: int) -> list[str]:
         """Live storage nodes holding `shard` to read from: the one in this process first,
         then the others in random order."""
@@ -191,6 +249,70 @@ def refused_by_all(e: Exception) -> None:
     if isinstance(e, Refusal):
         raise e
     raise Abort(Code.INVALID_ARGUMENT, str(e)) from None  # a ValueError naming the field
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    if first is not None:
+        yield first
+    yield from rest
+
+
+def _cancel_all(streams: list[tuple[Iterator[Any], Any]]) -> None:
+    for _, call in streams:
+        if call is not None:
+            call.cancel()
+
+
+def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
+            active: Callable[[], bool]) -> Iterator[pb.WatchResponse]:
+    """Each stream's messages as they come (a thread per stream, a bounded queue between),
+    until all end; the first that fails ends the whole, UNAVAILABLE."""
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=limits.WATCH_QUEUE_MAX)
+    stop = threading.Event()
+
+    def pump(it: Iterator[pb.WatchResponse]) -> None:
+        def put(item: tuple[str, Any]) -> None:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.2)
+                    return
+                except queue.Full:
+                    continue
+        try:
+            for m in it:
+                if stop.is_set():
+                    return
+                put(("message", m))
+            put(("end", None))
+        except Exception as e:
+            put(("failed", e))
+
+    for it, _ in streams:
+        threading.Thread(target=pump, args=(it,), name="watch-relay", daemon=True).start()
+    running = len(streams)
+    try:
+        while running:
+            try:
+                kind, got = q.get(timeout=1.0)
+            except queue.Empty:
+                if not active():
+                    return
+                continue
+            if kind == "message":
+                yield got
+            elif kind == "end":
+                running -= 1
+            else:
+                if isinstance(got, Refusal) and got.code == Code.OUT_OF_RANGE:
+                    raise got
+                why = got.code().name if isinstance(got, grpc.RpcError) else str(got)
+                if isinstance(got, grpc.RpcError) and got.code() == Code.OUT_OF_RANGE:
+                    raise Abort(Code.OUT_OF_RANGE, got.details() or why)
+                raise Abort(Code.UNAVAILABLE, f"a storage node stopped streaming changes ({why}); "
+                            "watch again from the positions received")
+    finally:
+        stop.set()
+        _cancel_all(streams)
 
 
 def _stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:

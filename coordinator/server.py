@@ -24,7 +24,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
 
 from catalog.datasets import Dataset
-from catalog.routing import log_of
+from catalog.routing import log_of, shard_of
 from coordinator import bulk, eventual, limits
 from coordinator import many as many_run
 from coordinator.checks import (
@@ -371,6 +371,42 @@ class KVService:
             raise Abort(Code.UNAVAILABLE, "no storage node could split the shard; retry")
         return got  # type: ignore[no-any-return]
 
+    def watch(self, req: pb.WatchRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
+        """Every committed change of a strong dataset from the given positions (or from now),
+        per shard in log order, relayed from one replica of each shard (docs/api.md "Watch")."""
+        d = self.c.admission.need(d, req.header)
+        if d.consistency == "eventual":
+            raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
+                        "changes are streamed of strong datasets")
+        shards = self.c.kv.shards
+        starts = dict(getattr(req, "from"))
+        only: int | None = None
+        if req.HasField("partition_key"):
+            check_partition(req.partition_key, "partition_key")
+            only = shard_of(d.id, req.partition_key, shards)
+        if req.from_now == bool(starts):
+            raise Abort(Code.INVALID_ARGUMENT, "from: give the positions to start at, or from_now, not both"
+                        if starts else "from: no positions to start at (or set from_now)")
+        for shard in starts:
+            if shard >= shards:
+                raise Abort(Code.INVALID_ARGUMENT, f"from: shard {shard}, this cluster has shards "
+                            f"0..{shards - 1}")
+            if only is not None and shard != only:
+                raise Abort(Code.INVALID_ARGUMENT, f"from: shard {shard}; the partitioning key is in "
+                            f"shard {only} alone")
+        if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
+            raise Abort(Code.INVALID_ARGUMENT, f"duration_ms: {req.duration_ms}, the limit is "
+                        f"{limits.WATCH_DURATION_MS_MAX}")
+        if req.from_now:
+            starts = {s: self._min_position(s, pb.STRONG) for s in
+                      ([only] if only is not None else range(shards))}
+        sreq = pb.StorageWatchRequest(dataset=d.id, duration_ms=req.duration_ms or
+                                      limits.WATCH_DURATION_MS_DEFAULT)
+        getattr(sreq, "from").update(starts)
+        if only is not None:
+            sreq.partition_key = req.partition_key
+        return self.c.replicas.watch(sreq, self._deadline(ctx), lambda: ctx.is_active())
+
     def _shard_read(self, header: pb.RequestHeader, shard: int, d: Dataset | None,
                     token: bytes) -> tuple[Dataset, pb.ScanCursor | None]:
         """The dataset of a shard scan or split (a strong one), the shard checked, and the
@@ -597,6 +633,7 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             "Shards": wrap(pb.ShardsRequest, kv.shards),
             "ScanShard": wrap(pb.ScanShardRequest, kv.scan_shard, stream=True),
             "ShardSplits": wrap(pb.ShardSplitsRequest, kv.shard_splits),
+            "Watch": wrap(pb.WatchRequest, kv.watch, stream=True),
         }),
         grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
             "Deliver": wrap(pb.DeliverRequest, deliver)}),

@@ -3,7 +3,7 @@
     from midtown import Client, AsyncClient
 """
 
-from midtown.aio import AsyncClient
+from midtown.aio import AsyncClient, AsyncWatcher
 from midtown.client import (
     BatchResult,
     CasResult,
@@ -17,6 +17,7 @@ from midtown.client import (
     ShardSplit,
     ShardSplits,
     Value,
+    Watcher,
     Write,
     WriteOutcome,
 )
@@ -33,10 +34,12 @@ from midtown.errors import (
     Unauthenticated,
     Unavailable,
 )
+from midtown.watch import Change
 
 __all__ = [
-    "AsyncClient", "BatchResult", "CasResult", "Client", "Item", "Op", "OpOutcome", "ScanPage",
-    "ShardItem", "ShardPage", "ShardSplit", "ShardSplits", "Value", "Write", "WriteOutcome",
+    "AsyncClient", "AsyncWatcher", "BatchResult", "Change", "CasResult", "Client", "Item", "Op",
+    "OpOutcome", "ScanPage",
+    "ShardItem", "ShardPage", "ShardSplit", "ShardSplits", "Value", "Watcher", "Write", "WriteOutcome",
     "DeadlineExceeded", "FailedPrecondition",
     "InvalidArgument", "MidtownError", "NotFound", "OutOfRange", "PermissionDenied", "QuotaExceeded",
     "ResourceExhausted", "Unauthenticated", "Unavailable",

@@ -24,6 +24,7 @@ import grpc
 
 from midtown import errors
 from midtown.client import (
+    WATCH_STREAM_S,
     Client,
     Item,
     ShardPage,
@@ -34,6 +35,7 @@ from midtown.client import (
     retry_or_raise,
 )
 from midtown.coalescing import AsyncCoalescer
+from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
 
@@ -158,6 +160,15 @@ class AsyncClient:
             except grpc.RpcError as e:
                 await asyncio.sleep(scan.failed(e))
 
+    def watch(self, dataset: str, start: str | dict[int, int] = "now", *,
+              partition_key: str | bytes | None = None, timeout: float | None = None) -> AsyncWatcher:
+        """As Client.watch: `async for change in db.watch(...)`; the watcher's `positions`
+        is the resume point, `close()` ends it."""
+        b = self._b
+        pk = None if partition_key is None else _b(partition_key, "partition_key")
+        return AsyncWatcher(self, WatchState(b._header(dataset, None), start, pk,
+                                             timeout or max(b.timeout, 60.0)))
+
     async def scan_all(self, dataset: str, partition: str | bytes, *, start: str | bytes = b"",
                        end: str | bytes = b"", page: int = 100,
                        consistency: str = "strong") -> AsyncIterator[Item]:
@@ -170,3 +181,46 @@ class AsyncClient:
             if not p.next:
                 return
             cur = p.next
+
+
+class AsyncWatcher:
+    """Client.watch's Watcher on asyncio: an async iterator of changes."""
+
+    def __init__(self, client: AsyncClient, state: WatchState) -> None:
+        self._c = client
+        self.state = state
+        self.call: Any = None
+
+    @property
+    def positions(self) -> dict[int, int]:
+        return dict(self.state.positions or {})
+
+    def close(self) -> None:
+        self.state.closed = True
+        if self.call is not None:
+            self.call.cancel()
+
+    def __aiter__(self) -> AsyncIterator[Change]:
+        return self._changes()
+
+    async def _changes(self) -> AsyncIterator[Change]:
+        state, b = self.state, self._c._b
+        failed: str | None = None
+        while not state.closed:
+            addr = b._pick(await self._c.coordinators(refresh=failed is not None), failed=failed)
+            try:
+                self.call = self._c._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
+                                                      metadata=b._metadata)
+                async for m in self.call:
+                    for change in state.take(m):
+                        yield change
+                failed = None
+            except grpc.RpcError as e:
+                if state.closed:
+                    return
+                failed = addr if e.code() == grpc.StatusCode.UNAVAILABLE else None
+                await asyncio.sleep(state.failed(e))
+            except asyncio.CancelledError:
+                if state.closed:
+                    return
+                raise

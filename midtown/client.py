@@ -25,6 +25,7 @@ from catalog import registry
 from midtown import errors
 from midtown.coalescing import Coalescer
 from midtown.routes import AVOID_S, ROUTED_METHODS, Routes
+from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
@@ -32,6 +33,8 @@ from runtime.transport import GRPC_OPTIONS
 Key = str | bytes
 T = TypeVar("T")
 DISCOVERY_TTL_S = 5.0
+# A watch's streams end after a minute (the coordinator's default), and are started again.
+WATCH_STREAM_S = 90.0
 _EARLIER_ATTEMPT = (" (this was a retry: an earlier attempt of the request may have been applied; "
                     "read the key to know)")
 
@@ -307,6 +310,38 @@ class _PagedScan:
         self.attempt += 1
         wait, self._backoff = self._backoff, min(self._backoff * 2, 1.0)
         return wait
+
+
+class Watcher:
+    """The changes of a watch (Client.watch), as an iterator; `positions`: the resume point
+    (every change below it, per shard, has been handed over); `close()`: end it, from any
+    thread."""
+
+    def __init__(self, client: Client, state: WatchState) -> None:
+        self.state = state
+        self.call: Any = None
+        self._it = client._watch_streams(self)
+
+    @property
+    def positions(self) -> dict[int, int]:
+        return dict(self.state.positions or {})
+
+    def __iter__(self) -> Watcher:
+        return self
+
+    def __next__(self) -> Change:
+        return next(self._it)
+
+    def close(self) -> None:
+        self.state.closed = True
+        if self.call is not None:
+            self.call.cancel()
+
+    def __enter__(self) -> Watcher:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self.close()
 
 
 def read_retry_or_raise(e: grpc.RpcError, attempt: int, retries: int, deadline: float) -> None:
@@ -679,6 +714,36 @@ class Client:
         if partition_key is not None:
             req.partition_key = _b(partition_key, "partition_key")
         return req
+
+    def watch(self, dataset: str, start: str | dict[int, int] = "now", *,
+              partition_key: Key | None = None, timeout: float | None = None) -> Watcher:
+        """Every committed change of a strong dataset (of `partition_key` only, if given), in
+        log order per shard, from `start`: "now" (after every write acknowledged before the
+        call) or positions per shard (a Watcher's `positions`, kept from before). Iterate the
+        Watcher for its changes; it waits for new ones until closed. A position no longer
+        held (older than the cluster's change retention, an hour by default) raises
+        OutOfRange naming the first one held. `timeout`: how long the cluster may be
+        unreachable before the watch raises (60 s at least by default). See docs/api.md."""
+        pk = None if partition_key is None else _b(partition_key, "partition_key")
+        state = WatchState(self._header(dataset, None), start, pk, timeout or max(self.timeout, 60.0))
+        return Watcher(self, state)
+
+    def _watch_streams(self, w: Watcher) -> Iterator[Change]:
+        state = w.state
+        failed: str | None = None
+        while not state.closed:
+            addr = self._pick(self.coordinators(refresh=failed is not None), failed=failed)
+            try:
+                w.call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
+                                                metadata=self._metadata)
+                for m in w.call:
+                    yield from state.take(m)
+                failed = None
+            except grpc.RpcError as e:
+                if state.closed:
+                    return
+                failed = addr if e.code() == grpc.StatusCode.UNAVAILABLE else None
+                time.sleep(state.failed(e))
 
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
              limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:

@@ -3,6 +3,7 @@ default, JSON with --json."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from collections.abc import Sequence
@@ -31,6 +32,25 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None,
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
+
+
+def show_payload(b: bytes) -> str:
+    """Bytes as text when they are printable UTF-8, else "base64:..."."""
+    try:
+        s = b.decode()
+        if s.isprintable():
+            return s
+    except UnicodeDecodeError:
+        pass
+    return "base64:" + base64.b64encode(b).decode()
+
+
+def stream_line(row: dict[str, Any] | None, widths: dict[str, int]) -> str:
+    """One line of a table printed as its rows come (None: the header), each column at
+    least its width wide, long cells abbreviated."""
+    if row is None:
+        return "  ".join(c.upper().ljust(w) for c, w in widths.items()).rstrip()
+    return "  ".join(abbreviated(_fmt(row.get(c))).ljust(w) for c, w in widths.items()).rstrip()
 
 
 def _fmt(v: Any) -> str:

@@ -125,7 +125,8 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
         prefixes = [keys.dataset_shard_prefix(s, rec.dataset) for s in shards]
         ids = [p for s in shards for p in (keys.event_key(s, rec.dataset, b""),
                                              keys.event_order_prefix(s, rec.dataset),
-                                             keys.event_count_key(s, rec.dataset))]
+                                             keys.event_count_key(s, rec.dataset),
+                                             keys.change_prefix(s, rec.dataset))]
         return Applied(digest=state.digest(rec.shard),
                        dropped=tuple(prefixes + [keys.eventual(p) for p in prefixes] + ids),
                        drop_marker=keys.drop_key(log_id, rec.dataset),

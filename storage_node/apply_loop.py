@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -31,13 +33,13 @@ from midtown_pb import log_pb2
 from runtime import inprocess, loops
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
-from storage_node import codec, keys, reclaim, shard_copy
-from storage_node.apply import apply
+from storage_node import changes, codec, keys, reclaim, shard_copy
+from storage_node.apply import Applied, apply
 from storage_node.callbacks import AnswerTaker, Callbacks
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, POSITION, TAILED
-from storage_node.model import Drop, Position, Record, RecordResult
+from storage_node.model import Drop, Position, Record, RecordResult, Stored
 from storage_node.state import NodeState
 from storage_node.store import BatchView
 
@@ -262,6 +264,12 @@ class ApplyLoop:
             return None
         return rec
 
+    def _applies_at(self, shard: int, position: int) -> bool:
+        """Whether this node applies `shard`'s records at `position` (it holds the shard, and
+        no copy of it already holds that position's effects)."""
+        s = self.state
+        return s.applies_shard(shard) and shard_copy.applies(s.marks, shard, position)
+
     def apply(self, items: list[tuple[int, Entries]]) -> None:
         with self._mutex:
             self._apply(items)
@@ -278,7 +286,10 @@ class ApplyLoop:
                 continue  # a stream restarted and sent again what was already applied
             assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
             applied_here = 0
+            recorder = ChangeRecorder(view, log_id, new.get(log_id, self.state.positions[log_id])[1],
+                                      entries[-1].timestamp_ms, self._applies_at)
             for e in entries:
+                recorder.entry(e.position, e.timestamp_ms)
                 if not e.payload:  # a time mark: only the log's time moves (log/driver.py)
                     self.state.last_data[log_id] = e.position
                     continue
@@ -293,7 +304,7 @@ class ApplyLoop:
                     continue  # another node's shard, or one whose copy holds it already
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
                 applied_here += 1
-                view.add(applied, rec.shard, e.timestamp_ms, log_id)
+                recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
                 if not applied.positions:
                     self.state.last_data[log_id] = e.position
                 if rec.callback and applied.result is not None:
@@ -342,7 +353,7 @@ class ApplyLoop:
             view = BatchView(s.store)
             forward = shard_copy.catch_up(tail, copy_at)
             if forward:
-                self._bring_forward(view, shard, log_id, forward)
+                self._bring_forward(view, shard, log_id, forward, log_time_ms)
             new_tail, marks = shard_copy.install(tail, copy_at, shard, s.marks, others)
             view.marks[shard] = marks[shard]
             moved = {} if new_tail == tail else {log_id: (new_tail, log_time_ms)}
@@ -359,13 +370,18 @@ class ApplyLoop:
                  shard, log_id, marks[shard], tail, new_tail, len(forward))
         return marks[shard]
 
-    def _bring_forward(self, view: BatchView, shard: int, log_id: int, forward: range) -> None:
-        """Apply `shard`'s records at the positions `forward` (from the log) to the copy."""
+    def _bring_forward(self, view: BatchView, shard: int, log_id: int, forward: range,
+                       copy_ts_ms: int) -> None:
+        """Apply `shard`'s records at the positions `forward` (from the log) to the copy,
+        which stands at log time `copy_ts_ms`, with their changes and the expiries between."""
         got = 0
-        for e in self.state.logs.read(log_id, forward.start, max_entries=len(forward), timeout_s=60):
-            if e.position >= forward.stop:
-                break
+        entries = [e for e in self.state.logs.read(log_id, forward.start, max_entries=len(forward),
+                                                   timeout_s=60) if e.position < forward.stop]
+        last_ts = entries[-1].timestamp_ms if entries else copy_ts_ms
+        recorder = ChangeRecorder(view, log_id, copy_ts_ms, last_ts, lambda x, _: x == shard)
+        for e in entries:
             got = e.position + 1 - forward.start
+            recorder.entry(e.position, e.timestamp_ms)
             if not e.payload:
                 continue
             try:
@@ -374,7 +390,7 @@ class ApplyLoop:
                 continue  # undecodable: a no-op everywhere
             if rec is not None and not all(isinstance(o, Position) for o in rec.ops):
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
-                view.add(applied, rec.shard, e.timestamp_ms, log_id)
+                recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
         if got < len(forward):
             raise Unavailable(f"log {log_id} gave {got} of the {len(forward)} entries from {forward.start}")
 
@@ -414,3 +430,76 @@ class ApplyLoop:
                                                reclaim.RECLAIM_BATCH_MAX)
                 self.state.reclaimed += view.reclaim_expired(log_id, reclaim.expiry_cutoff(ts),
                                                        reclaim.RECLAIM_BATCH_MAX)
+        retention_ms = round(self.state.settings.change_retention_s * 1000)
+
+        def cutoff(shard: int) -> int:
+            lg = log_of(shard, self.state.kv_logs)
+            return new.get(lg, self.state.positions[lg])[1] - retention_ms
+        self.state.reclaimed += view.reclaim_changes(cutoff, reclaim.RECLAIM_BATCH_MAX)
+
+
+
+class ChangeRecorder:
+    """A log's changes through one batch of its entries (storage_node/changes.py): the
+    values that expire as the log's time moves, then each record's writes. Call `entry`
+    before each entry (time marks too), and `add` in place of `view.add` after a record is
+    applied. `applies(shard, position)`: whether this node applies that shard there."""
+
+    def __init__(self, view: BatchView, log_id: int, after_ts_ms: int, upto_ts_ms: int,
+                 applies: Callable[[int, int], bool]) -> None:
+        self.view = view
+        self.clock = _ExpiryClock(view, log_id, after_ts_ms, upto_ts_ms)
+        self.applies = applies
+
+    def entry(self, position: int, ts_ms: int) -> None:
+        for key, expired in self.clock.due(ts_ms):
+            if self.applies(keys.shard_of_key(key), position):
+                _record_expiry(self.view, key, expired, position, ts_ms)
+
+    def add(self, rec: Record, applied: Applied, position: int, ts_ms: int, log_id: int) -> None:
+        """Record the changes of a record `apply` returned `applied` for, and add it to the view."""
+        if applied.writes:  # before view.add: view.get still holds what the keys held before
+            n = len(keys.dataset_shard_prefix(rec.shard, rec.dataset))
+            self.view.record_changes(rec.shard, rec.dataset,
+                                     changes.of_writes(applied.writes, self.view.get, position, ts_ms, n))
+        self.view.add(applied, rec.shard, ts_ms, log_id)
+        self.clock.written(applied.writes)
+
+class _ExpiryClock:
+    """Which values of a log's shards expire as the log's time moves through a batch's
+    entries: the expiry index as stored, plus what the batch writes with a TTL that runs
+    out within it (storage_node/changes.py says when a value expires)."""
+
+    def __init__(self, view: BatchView, log_id: int, after_ts_ms: int, upto_ts_ms: int) -> None:
+        self.view = view
+        self.upto = upto_ts_ms
+        self.last = after_ts_ms
+        self.heap = view.expiring_between(log_id, after_ts_ms, upto_ts_ms) if upto_ts_ms > after_ts_ms else []
+
+    def due(self, ts_ms: int) -> list[tuple[bytes, Stored]]:
+        """(value key, the value) of each value that expires at an entry of log time
+        `ts_ms`, the entry after the last one asked about, in key order."""
+        out: list[tuple[bytes, Stored]] = []
+        if ts_ms <= self.last:
+            return out
+        while self.heap and self.heap[0][0] <= ts_ms:
+            exp, key = heapq.heappop(self.heap)
+            cur = self.view.get(key)
+            if changes.expires_now(cur, exp, self.last, ts_ms):
+                assert cur is not None
+                out.append((key, cur))
+        self.last = ts_ms
+        return sorted(set(out))
+
+    def written(self, writes: dict[bytes, Stored | None]) -> None:
+        for k, v in writes.items():
+            if v is not None and self.last < v.expires_at_ms <= self.upto:
+                heapq.heappush(self.heap, (v.expires_at_ms, k))
+
+
+def _record_expiry(view: BatchView, key: bytes, v: Stored, position: int, ts_ms: int) -> None:
+    dataset = keys.dataset_of(key)
+    shard = keys.shard_of_key(key)
+    pkey, lkey = keys.split_value_key(key, len(keys.dataset_shard_prefix(shard, dataset)))
+    view.record_changes(shard, dataset, [changes.Change(changes.Kind.EXPIRE, pkey, lkey, b"", v.version,
+                                                        v.expires_at_ms, position, ts_ms)])

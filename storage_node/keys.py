@@ -20,6 +20,10 @@
                                                                  (eventual datasets: storage_node/lww.py)
   b"M" shard:4                                                -> position:8 (the shard's records below it
                                                                  came with a copy: storage_node/shard_copy.py)
+  b"C" shard:4 len(dataset):1 dataset position:8 seq:4        -> a change of a strong dataset's key
+                                                                 (storage_node/changes.py)
+  b"W" shard:4                                                -> position:8 (the shard's changes below it
+                                                                 are reclaimed)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -208,14 +212,41 @@ def decode_u64(b: bytes, n: int) -> tuple[int, ...]:
     return struct.unpack(">" + "Q" * n, b[: 8 * n])
 
 
+def change_prefix(shard: int, dataset: str) -> bytes:
+    return b"C" + _shard_dataset(shard, dataset)
+
+
+_CHANGE_AT = struct.Struct(">QI")
+
+
+def change_key(shard: int, dataset: str, position: int, seq: int) -> bytes:
+    """A change at `position` of the shard's log; `seq` orders those of one position."""
+    return change_prefix(shard, dataset) + _CHANGE_AT.pack(position, seq)
+
+
+def change_position(k: bytes) -> int:
+    """The log position of a change key."""
+    return int(_CHANGE_AT.unpack_from(k, len(k) - _CHANGE_AT.size)[0])
+
+
+def change_group(k: bytes) -> bytes:
+    """The (shard, dataset) prefix of a change key."""
+    return k[:6 + k[5]]
+
+
+def change_floor_key(shard: int) -> bytes:
+    return b"W" + _I.pack(shard)
+
+
 def mark_key(shard: int) -> bytes:
     return b"M" + _I.pack(shard)
 
 
 # The key families that belong to one shard (a shard copy takes them all): b"K" values,
 # b"D" digest, b"R" ids seen, b"O" ids by age, b"N" ids held, b"H" eventual hash, b"E"
-# eventual values. Its log's b"T" and b"X" index entries are picked out (shard_index_entry).
-_SHARD_FAMILIES = (b"K", b"D", b"R", b"O", b"N", b"H", b"E")
+# eventual values, b"C" changes, b"W" their floor. Its log's b"T" and b"X" index entries
+# are picked out (shard_index_entry).
+_SHARD_FAMILIES = (b"K", b"D", b"R", b"O", b"N", b"H", b"E", b"C", b"W")
 
 
 def shard_prefixes(shard: int) -> tuple[bytes, ...]:

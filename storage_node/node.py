@@ -35,6 +35,7 @@ from storage_node.shard_intake import RATE_MB_S_MAX, SHARD_CHUNK_BYTES, Intake
 from storage_node.state import NodeState
 from storage_node.store import NodeStore
 from storage_node.views import VIEW_REAP_S
+from storage_node.watch import ChangeFeed
 
 log = logging.getLogger("midtown.storage.node")
 
@@ -66,6 +67,7 @@ class StorageNode:
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, data_dir, s.commit_lock, s.cond, s.positions,
                            lambda: s.kv, s.kv_logs, s.holds)
+        self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.kv, s.kv_logs, s.holds, s.stop)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
                                         lambda: s.sets, s.stop)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
@@ -168,6 +170,9 @@ class StorageNode:
 
     def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]:
         return self.reads.scan_shard(req)
+
+    def watch(self, req: pb.StorageWatchRequest) -> Iterator[pb.WatchResponse]:
+        return self.feed.watch(req)
 
     def shard_splits(self, req: pb.StorageShardSplitsRequest) -> pb.ShardSplitsResponse:
         return self.reads.shard_splits(req)

@@ -59,7 +59,18 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         req = parse(pb.StorageScanShardRequest, raw, ctx)
         yield from answer(lambda: node.scan_shard(req), ctx)
 
+    def watch(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.WatchResponse]:
+        req = parse(pb.StorageWatchRequest, raw, ctx)
+        stream = answer(lambda: node.watch(req), ctx)
+        try:
+            yield from stream
+        except Refusal as r:  # a position reclaimed or a shard moved away, mid-stream
+            r.abort(ctx)
+
     return grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
+        "Watch": grpc.unary_stream_rpc_method_handler(
+            watch, request_deserializer=lambda b: b,
+            response_serializer=lambda m: m.SerializeToString()),
         "ScanShard": grpc.unary_stream_rpc_method_handler(
             scan_shard, request_deserializer=lambda b: b,
             response_serializer=lambda m: m.SerializeToString()),

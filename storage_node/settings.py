@@ -35,6 +35,10 @@ class Settings:
     # node's Read stream to send them together (MIDTOWN_READ_LINGER_S, at most 1 s): records
     # are answered beside the writer, and entries someone waits for go at once (log/linger.py).
     read_linger_s: float = 0.1
+    # How long (in log time) a node keeps the changes of strong datasets for watchers
+    # (MIDTOWN_CHANGE_RETENTION_S): a watch from an older position is refused, naming the
+    # first position still held (storage_node/changes.py, docs/api.md "Watch").
+    change_retention_s: float = 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:

@@ -10,7 +10,7 @@ from rocksdict import WriteBatch
 
 from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
-from storage_node import codec, keys
+from storage_node import changes, codec, keys
 from storage_node.apply import Applied, Event
 from storage_node.model import GroupResult, RecordResult, Stored
 
@@ -115,6 +115,11 @@ class NodeStore:
             shard, dataset = keys.decode_event_count_key(k)
             yield shard, dataset, _Q.unpack(v)[0]
 
+    def change_floor(self, shard: int) -> int:
+        """The position below which `shard`'s changes are reclaimed here."""
+        b = self._get(keys.change_floor_key(shard))
+        return _Q.unpack(b)[0] if b else 0
+
     def drop_applied(self, log_id: int, dataset: str) -> bool:
         return self._get(keys.drop_key(log_id, dataset)) is not None
 
@@ -193,6 +198,11 @@ class BatchView:
         # per record cost more than the rest of aging): (entries read, the rest).
         self._store_oldest: dict[tuple[int, str], tuple[list[tuple[int, int, bytes, int]],
                                                         Iterator[tuple[int, int, bytes, int]]]] = {}
+        # Changes recorded (key, encoded), the next seq of each (shard, dataset, position),
+        # and the shards whose changes below a position were reclaimed.
+        self.changes: list[tuple[bytes, bytes]] = []
+        self._seqs: dict[tuple[int, str, int], int] = {}
+        self.change_floors: dict[int, int] = {}
 
     def get(self, key: bytes) -> Stored | None:
         if key in self.values:
@@ -284,6 +294,7 @@ class BatchView:
             for k in [k for k in self.values if any(k.startswith(p) for p in applied.dropped)]:
                 del self.values[k]
                 self.expiring.pop(k, None)
+            self.changes = [(k, v) for k, v in self.changes if not k.startswith(applied.dropped)]
         self.values.update(applied.writes)
         for k, v in applied.writes.items():
             if v is not None and v.expires_at_ms:
@@ -306,6 +317,48 @@ class BatchView:
                                                                      applied.events))
         if applied.event_count >= 0:
             self.event_counts[(shard, applied.dataset)] = applied.event_count
+
+    def record_changes(self, shard: int, dataset: str, got: list[changes.Change]) -> None:
+        """Record changes of `shard`'s dataset, numbered after those of their position so far."""
+        for c in got:
+            at = (shard, dataset, c.position)
+            seq = self._seqs.get(at, 0)
+            self._seqs[at] = seq + 1
+            self.changes.append((keys.change_key(shard, dataset, c.position, seq), changes.encode(c)))
+
+    def expiring_between(self, log_id: int, after_ts_ms: int, upto_ts_ms: int) -> list[tuple[int, bytes]]:
+        """(expiry, value key) of each expiry index entry of `log_id` stored before this
+        batch with an expiry in (after_ts_ms, upto_ts_ms], in order."""
+        p = keys.expiry_prefix(log_id)
+        return [(_Q.unpack_from(k, len(p))[0], bytes(k[len(p) + 8:]))
+                for k in self.store.synced.keys(p + _Q.pack(after_ts_ms + 1), p + _Q.pack(upto_ts_ms + 1))]
+
+    def reclaim_changes(self, before_ts_ms: Callable[[int], int], limit: int) -> int:
+        """Delete, in this batch, up to `limit` changes recorded before log time
+        `before_ts_ms(shard)`, oldest first in each (shard, dataset), and raise each
+        shard's floor past what went. Returns how many went."""
+        n = 0
+        start = b"C"
+        while n < limit:
+            first = next(self.store.synced.keys(start, b"D"), None)
+            if first is None:
+                return n
+            group = keys.change_group(first)
+            shard = keys.shard_of_key(group)
+            cutoff = before_ts_ms(shard)
+            for k, v in self.store.under(group):
+                if n >= limit or changes.log_time_of(v) >= cutoff:
+                    break
+                self.deletes.append(k)
+                n += 1
+                floor = keys.change_position(k) + 1
+                if floor > self.change_floors.get(shard, 0):
+                    self.change_floors[shard] = floor
+            end = keys.prefix_end(group)
+            if end is None:
+                return n
+            start = end
+        return n
 
     def reclaim(self, log_id: int, before_ts_ms: int, limit: int) -> int:
         """Delete, in this batch, up to `limit` dedup entries of `log_id` written before
@@ -385,6 +438,10 @@ class BatchView:
             wb.put(keys.event_count_key(shard, ds), _Q.pack(n))
         for (lg, node), pos in self.member_positions.items():
             wb.put(keys.member_position_key(lg, node), _Q.pack(pos))
+        for ck, cv in self.changes:
+            wb.put(ck, cv)
+        for shard, floor in self.change_floors.items():
+            wb.put(keys.change_floor_key(shard), _Q.pack(max(floor, self.store.change_floor(shard))))
         for shard, mark in self.marks.items():
             if mark is None:
                 wb.delete(keys.mark_key(shard))

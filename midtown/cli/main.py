@@ -20,6 +20,7 @@ from midtown.cli.connect import DEFAULT_DIR, CliError, Unreachable, kv_client, z
 from midtown.cli.interrupts import STOP_SIGNALS, exit_code, interrupt_on_stop_signals
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
 from midtown.output import emit
+from midtown.output import show_payload as _show_payload
 from runtime.forking import restart_without_grpc_fork_handlers
 
 
@@ -254,14 +255,6 @@ def _value(s: str, encoding: str, name: str) -> bytes:
     return _payload(s, encoding)
 
 
-def _show_payload(b: bytes) -> str:
-    try:
-        s = b.decode()
-        if s.isprintable():
-            return s
-    except UnicodeDecodeError:
-        pass
-    return "base64:" + base64.b64encode(b).decode()
 
 
 def cmd_log_append(a: argparse.Namespace) -> int:
@@ -812,6 +805,9 @@ def parser() -> argparse.ArgumentParser:
     from midtown.cli import backup as backup_cli
 
     backup_cli.add_parser(sub, _common, _zk)
+    from midtown.cli import watch as watch_cli
+
+    watch_cli.add_parser(sub, _common)
     _bench_commands(sub)
     return p
 

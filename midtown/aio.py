@@ -160,14 +160,21 @@ class AsyncClient:
             except grpc.RpcError as e:
                 await asyncio.sleep(scan.failed(e))
 
+    async def positions(self, dataset: str, *, partition_key: str | bytes | None = None,
+                        timeout: float | None = None) -> dict[int, int]:
+        """As Client.positions (one short call, made on a thread)."""
+        return await asyncio.to_thread(self._b.positions, dataset, partition_key=partition_key,
+                                       timeout=timeout)
+
     def watch(self, dataset: str, start: str | dict[int, int] = "now", *,
-              partition_key: str | bytes | None = None, timeout: float | None = None) -> AsyncWatcher:
+              partition_key: str | bytes | None = None, until: dict[int, int] | None = None,
+              timeout: float | None = None) -> AsyncWatcher:
         """As Client.watch: `async for change in db.watch(...)`; the watcher's `positions`
         is the resume point, `close()` ends it."""
         b = self._b
         pk = None if partition_key is None else _b(partition_key, "partition_key")
         return AsyncWatcher(self, WatchState(b._header(dataset, None), start, pk,
-                                             timeout or max(b.timeout, 60.0)))
+                                             timeout or max(b.timeout, 60.0), until))
 
     async def scan_all(self, dataset: str, partition: str | bytes, *, start: str | bytes = b"",
                        end: str | bytes = b"", page: int = 100,
@@ -214,6 +221,9 @@ class AsyncWatcher:
                 async for m in self.call:
                     for change in state.take(m):
                         yield change
+                    if state.done():
+                        self.call.cancel()
+                        return
                 failed = None
             except grpc.RpcError as e:
                 if state.closed:

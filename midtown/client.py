@@ -505,9 +505,11 @@ class Client:
         r = self._routes
         return None if r is None else r.coordinator_for(_dataset(dataset), _b(partition, "partition"))
 
-    def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
+    def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None,
+              first_message: bool = False) -> Any:
         """Call with retries under one deadline; the request id stays the same. `to`: the
-        coordinator to try first (a route), else one at random."""
+        coordinator to try first (a route), else one at random. `first_message`: a streaming
+        call, of which the first message is the answer (the rest is cancelled)."""
         deadline = time.monotonic() + self._timeout(timeout)
         addr = to or self._pick(self.coordinators())
         backoff = 0.02
@@ -518,7 +520,13 @@ class Client:
             try:
                 if attempt:
                     _mark_retry(req)  # the first attempt may have been applied
-                return getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
+                call = getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
+                if not first_message:
+                    return call
+                try:
+                    return next(call)
+                finally:
+                    call.cancel()
             except grpc.RpcError as e:
                 if retry_or_raise(e, attempt, self.retries):
                     if self._routes is not None:
@@ -715,17 +723,32 @@ class Client:
             req.partition_key = _b(partition_key, "partition_key")
         return req
 
+    def positions(self, dataset: str, *, partition_key: Key | None = None,
+                  timeout: float | None = None) -> dict[int, int]:
+        """Where each shard of `dataset` (or the partitioning key's shard) stands now: every
+        write acknowledged before the call is below it. A watch from these positions gets
+        every later change; `watch(dataset, start=a, until=b)` reads those between two."""
+        pk = None if partition_key is None else _b(partition_key, "partition_key")
+        state = WatchState(self._header(dataset, None), "now", pk, self._timeout(timeout))
+        req = state.request()
+        req.duration_ms = 1  # the first message (every shard's start) is all that is wanted
+        m = self._call("Watch", req, timeout, first_message=True)
+        return dict(m.positions)
+
     def watch(self, dataset: str, start: str | dict[int, int] = "now", *,
-              partition_key: Key | None = None, timeout: float | None = None) -> Watcher:
+              partition_key: Key | None = None, until: dict[int, int] | None = None,
+              timeout: float | None = None) -> Watcher:
         """Every committed change of a strong dataset (of `partition_key` only, if given), in
         log order per shard, from `start`: "now" (after every write acknowledged before the
         call) or positions per shard (a Watcher's `positions`, kept from before). Iterate the
         Watcher for its changes; it waits for new ones until closed. A position no longer
         held (older than the cluster's change retention, an hour by default) raises
-        OutOfRange naming the first one held. `timeout`: how long the cluster may be
-        unreachable before the watch raises (60 s at least by default). See docs/api.md."""
+        OutOfRange naming the first one held. `until`: end positions per shard of `start`:
+        the watch ends once it has handed over every change below them (a closed range, read
+        the same every time: Spark's streaming reads use it). `timeout`: how long the cluster
+        may be unreachable before the watch raises (60 s at least by default). docs/api.md."""
         pk = None if partition_key is None else _b(partition_key, "partition_key")
-        state = WatchState(self._header(dataset, None), start, pk, timeout or max(self.timeout, 60.0))
+        state = WatchState(self._header(dataset, None), start, pk, timeout or max(self.timeout, 60.0), until)
         return Watcher(self, state)
 
     def _watch_streams(self, w: Watcher) -> Iterator[Change]:
@@ -738,6 +761,9 @@ class Client:
                                                 metadata=self._metadata)
                 for m in w.call:
                     yield from state.take(m)
+                    if state.done():
+                        w.call.cancel()
+                        return
                 failed = None
             except grpc.RpcError as e:
                 if state.closed:

@@ -53,8 +53,9 @@ class WatchState:
     for up to `wait_s` since the last message."""
 
     def __init__(self, header: pb.RequestHeader, start: str | dict[int, int],
-                 partition_key: bytes | None, wait_s: float) -> None:
+                 partition_key: bytes | None, wait_s: float, until: dict[int, int] | None = None) -> None:
         self.header = header
+        self.until = until
         self.partition_key = partition_key
         self.wait_s = wait_s
         self.positions: dict[int, int] | None = None
@@ -70,9 +71,17 @@ class WatchState:
             self.positions = dict(start)
         else:
             raise errors.InvalidArgument(f"start: {start!r}; give \"now\" or positions per shard")
+        if until is not None and (self.positions is None or set(until) != set(self.positions)):
+            raise errors.InvalidArgument("until: give an end for each shard of `start`, and start at "
+                                         "positions (not \"now\")")
         self._since = time.monotonic()
         self._backoff = 0.05
         self.closed = False
+
+    def done(self) -> bool:
+        """Whether every shard has reached its `until` (a bounded watch ends there)."""
+        u, p = self.until, self.positions
+        return u is not None and p is not None and all(p.get(s, 0) >= e for s, e in u.items())
 
     def request(self) -> pb.WatchRequest:
         req = pb.WatchRequest(header=self.header)
@@ -90,11 +99,15 @@ class WatchState:
         self._since, self._backoff = time.monotonic(), 0.05
         pos = self.positions if self.positions is not None else {}
         for c in m.changes:
+            if self.until is not None and c.position >= self.until.get(c.shard, 0):
+                continue  # past the end asked for
             if c.position > pos.get(c.shard, 0):
                 pos[c.shard] = c.position  # every change below it was handed over
             self.positions = pos
             yield Change.of(c)
         for shard, p in m.positions.items():
+            if self.until is not None:
+                p = min(p, self.until.get(shard, p))
             if p > pos.get(shard, -1):
                 pos[shard] = p
         self.positions = pos

@@ -3,6 +3,7 @@ write: a bad option fails the job before any task runs, with a message naming it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -60,6 +61,16 @@ class ReadOptions:
     page_rows: int = PAGE_ROWS_DEFAULT  # rows per page fetched (and per Arrow batch)
     start: bytes = b""  # with partition_key: local keys from this one (inclusive) ...
     end: bytes = b""  # ... to this one (exclusive; b"": to the last)
+
+
+@dataclass(frozen=True)
+class ChangeOptions:
+    """A streaming read of a dataset's changes (spark.readStream, option changes=true)."""
+    conn: Connection
+    dataset: str
+    partition_key: bytes | None = None
+    decode: bool = False
+    start: dict[int, int] | None = None  # startingPositions as positions per shard; None: latest
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,34 @@ def read_options(o: Mapping[str, str]) -> ReadOptions:
     return ReadOptions(connection(o), dataset(o), consistency, pk.encode() if pk else None, decode == "utf8",
                        _int(o, "split.sizeInMB", SPLIT_MB_DEFAULT, 1, 1 << 20) << 20,
                        _int(o, "fetch.sizeInRows", PAGE_ROWS_DEFAULT, 1, PAGE_ROWS_MAX))
+
+
+def changes_asked(o: Mapping[str, str]) -> bool:
+    """Whether the read is of the dataset's changes (option changes=true): the streaming
+    read's schema, which Spark asks before it says whether the read streams."""
+    return _bool(o, "changes")
+
+
+def change_options(o: Mapping[str, str]) -> ChangeOptions:
+    if not changes_asked(o):
+        raise OptionError("changes: a streaming read reads the dataset's changes; set option changes=true "
+                          "(docs/spark.md)")
+    decode = _get(o, "decode", "binary")
+    if decode not in ("binary", "utf8"):
+        raise OptionError(f"decode: {decode!r}; choose binary (the default) or utf8")
+    raw = _get(o, "startingPositions", "latest").strip()
+    start: dict[int, int] | None = None
+    if raw != "latest":
+        try:
+            got = json.loads(raw)
+            start = {int(k): int(v) for k, v in got.items()}
+        except (ValueError, AttributeError, TypeError):
+            start = None
+        if not start or min(start) < 0 or min(start.values()) < 0:
+            raise OptionError(f"startingPositions: {raw!r}; say latest, or a JSON object of shard to "
+                              'position such as {"0": 120, "1": 98} (a query\'s offsets)')
+    pk = _get(o, "partition_key")
+    return ChangeOptions(connection(o), dataset(o), pk.encode() if pk else None, decode == "utf8", start)
 
 
 def write_options(o: Mapping[str, str]) -> WriteOptions:

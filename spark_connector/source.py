@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
     EqualTo,
@@ -28,6 +29,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from spark_connector import changes
 from spark_connector import options as opt
 from spark_connector.options import OptionError, ReadOptions, WriteOptions
 from spark_connector.writing import Counts, check_schema, rows_of, write_rows
@@ -97,10 +99,20 @@ class MidtownDataSource(DataSource):
         return "midtown"
 
     def schema(self) -> str:
-        t = "string" if self.options.get("decode", "binary") == "utf8" else "binary"
+        decode = self.options.get("decode", "binary") == "utf8"
+        if opt.changes_asked(self.options):
+            return changes.schema(decode)
+        t = "string" if decode else "binary"
         return (f"partition_key {t}, local_key {t}, value {t}, version long, expires_at long")
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        o = opt.change_options(self.options)
+        return changes.MidtownChangeReader(o, _check_dataset(o.conn, o.dataset))
+
     def reader(self, schema: StructType) -> DataSourceReader:
+        if opt.changes_asked(self.options):
+            raise OptionError("changes: a dataset's changes are read as a stream (spark.readStream); "
+                              "a batch read reads its keys")
         o = opt.read_options(self.options)
         return MidtownReader(o, _check_dataset(o.conn, o.dataset))
 

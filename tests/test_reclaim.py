@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,8 +118,10 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
 
     calls: list[tuple[int, int, int]] = []
     expired: list[tuple[int, int, int]] = []
+    cutoffs: list[Any] = []
     view = SimpleNamespace(reclaim=lambda log_id, before, limit: calls.append((log_id, before, limit)) or 2,
-                           reclaim_expired=lambda *a: expired.append(a) or 1)
+                           reclaim_expired=lambda *a: expired.append(a) or 1,
+                           reclaim_changes=lambda cutoff, limit: cutoffs.append(cutoff) or 3)
     state = NodeState(0, Settings(), None, None, KvTopology(64, (0, 1, 2), 3), 3, 3,  # type: ignore[arg-type]
                       everyone(64, (0, 1, 2)),
                       positions={0: (5, 10 * W), 1: (7, 20 * W), 2: (0, 0)})
@@ -128,7 +131,10 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
     # applied nothing yet.
     assert [(lg, b) for lg, b, _ in calls] == [(0, dedup_cutoff(10 * W)), (1, dedup_cutoff(30 * W))]
     assert [(lg, b) for lg, b, _ in expired] == [(0, 10 * W + 1), (1, 30 * W + 1)]
-    assert state.reclaimed == 6
+    assert state.reclaimed == 9
+    # Changes: each shard's by its log's time, less the retention (shard 4 is on log 1).
+    retention_ms = round(Settings().change_retention_s * 1000)
+    assert [cutoffs[0](s) for s in (0, 4, 2)] == [10 * W - retention_ms, 30 * W - retention_ms, -retention_ms]
     loop._reclaim(view, {1: (10, 31 * W)})  # type: ignore[arg-type]
     assert len(calls) == 2  # not again within RECLAIM_INTERVAL_S
 

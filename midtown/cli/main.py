@@ -715,6 +715,12 @@ def cmd_bench_spark_read(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_watch(a: argparse.Namespace) -> int:
+    from midtown.bench.watch import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_log(a: argparse.Namespace) -> int:
     from midtown.bench.appends import run as bench
 
@@ -1035,15 +1041,17 @@ def _node_commands(sub: Any) -> Any:
     return nds
 
 
-def _sizes(raw: str) -> tuple[int, ...]:
-    """--keys: whole numbers above 0, comma-separated, ascending."""
-    try:
-        out = tuple(int(x) for x in raw.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--keys: {raw!r}: whole numbers, comma-separated") from None
-    if not out or min(out) < 1 or list(out) != sorted(out):
-        raise argparse.ArgumentTypeError(f"--keys: {raw!r}: numbers above 0, ascending")
-    return out
+def _ascending(name: str):  # type: ignore[no-untyped-def]
+    """A list option (--keys, --watchers): whole numbers above 0, comma-separated, ascending."""
+    def parse(raw: str) -> tuple[int, ...]:
+        try:
+            out = tuple(int(x) for x in raw.split(","))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {raw!r}: whole numbers, comma-separated") from None
+        if not out or min(out) < 1 or list(out) != sorted(out):
+            raise argparse.ArgumentTypeError(f"{name}: {raw!r}: numbers above 0, ascending")
+        return out
+    return parse
 
 
 ETCD_APIS = ("grpc", "json")  # midtown/bench/etcd.py APIS (not imported: it loads gRPC)
@@ -1073,11 +1081,20 @@ def _bench_commands(sub: Any) -> None:
     bf.set_defaults(fn=cmd_bench_failover)
     br = bns.add_parser("spark-read", help="a whole dataset read through the Spark data source: rows/s and "
                                            "the Python workers' peak memory, beside Parquet on local disk")
-    br.add_argument("--keys", type=_sizes, default=(1_000_000, 5_000_000),
+    br.add_argument("--keys", type=_ascending("--keys"), default=(1_000_000, 5_000_000),
                     help="dataset sizes, comma-separated, ascending (default 1000000,5000000)")
     br.add_argument("--value-bytes", type=_at_least_one("--value-bytes"), default=100)
     br.add_argument("--json", action="store_true")
     br.set_defaults(fn=cmd_bench_spark_read, starts_spark=True)
+    bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "
+                                      "put's acknowledgement to its delivery (p50, p99)")
+    bw.add_argument("--watchers", type=_ascending("--watchers"), default=(1, 16),
+                    help="watcher counts, comma-separated, ascending (default 1,16)")
+    bw.add_argument("--seconds", type=_positive("--seconds"), default=10.0, help="of puts per watcher count")
+    bw.add_argument("--count", type=_at_least_one("--count"), default=1000, help="puts timed for the delay")
+    bw.add_argument("--rate", type=_positive("--rate"), default=100.0, help="of those puts, per second")
+    bw.add_argument("--json", action="store_true")
+    bw.set_defaults(fn=cmd_bench_watch)
     bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd "
                                    "and a Python gRPC server doing nothing (the floor)")
     bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")

@@ -1,0 +1,103 @@
+"""A Spark streaming source of a dataset's changes (`spark.readStream.format("midtown")`
+with option changes=true; docs/spark.md, "Streaming reads").
+
+An offset is a position per shard (JSON: {"0": 120, "1": 98}): every change below it has
+been read. The latest offset is where each shard stands now (`Client.positions`: every
+write acknowledged before is below it). A micro-batch from offset A to offset B reads, for
+each shard, the changes at positions in [A, B): a closed range of the shard's log, so a
+batch Spark runs again after a failure reads exactly the same changes, in the same order,
+as long as they are within the cluster's change retention (an hour by default). With a
+sink that writes each change once by an id (the midtown sink's id_column), the pipeline is
+exactly once end to end."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from spark_connector.options import ChangeOptions, Connection, OptionError
+
+
+def schema(decode: bool) -> str:
+    t = "string" if decode else "binary"
+    return (f"shard int, position long, kind string, partition_key {t}, local_key {t}, value {t}, "
+            "version long, expires_at long, log_time long, change_id string")
+
+
+def change_id(shard: int, position: int, kind: str, partition_key: bytes, local_key: bytes) -> str:
+    """An id unique to one change of a dataset (one key changes at most once per kind at a
+    position), the same every time the change is read: an exactly-once sink's id."""
+    return f"{shard}/{position}/{kind}/{partition_key.hex()}/{local_key.hex()}"
+
+
+@dataclass(frozen=True)
+class ChangesPartition(InputPartition):  # type: ignore[misc]
+    """One shard's changes at positions [start, end)."""
+    shard: int
+    start: int
+    end: int
+
+
+_CLIENTS: dict[Connection, Any] = {}  # on the driver: one client per cluster, for the offsets
+_LOCK = threading.Lock()
+
+
+def _driver_client(conn: Connection) -> Any:
+    with _LOCK:
+        db = _CLIENTS.get(conn)
+        if db is None:
+            db = _CLIENTS[conn] = conn.client()
+        return db
+
+
+def _offset(positions: dict[int, int]) -> dict[str, int]:
+    return {str(s): p for s, p in sorted(positions.items())}
+
+
+class MidtownChangeReader(DataSourceStreamReader):
+    def __init__(self, o: ChangeOptions, shards: int) -> None:
+        self.o = o
+        self.shards = shards
+        if o.start is not None and max(o.start) >= shards:
+            raise OptionError(f"startingPositions: shard {max(o.start)}, this cluster has shards "
+                              f"0..{shards - 1}")
+
+    def _now(self) -> dict[int, int]:
+        return _driver_client(self.o.conn).positions(self.o.dataset, partition_key=self.o.partition_key)
+
+    def initialOffset(self) -> dict:
+        return _offset(self.o.start if self.o.start is not None else self._now())
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """Where each shard stands now (no read limit: a batch takes every change so far).
+        Spark 4.2 passes the start and a limit; earlier versions neither."""
+        return _offset(self._now())
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        out: list[InputPartition] = []
+        for s, e in sorted(end.items(), key=lambda kv: int(kv[0])):
+            b = int(start.get(s, e))
+            if int(e) > b:
+                out.append(ChangesPartition(int(s), b, int(e)))
+        return out
+
+    def read(self, partition: InputPartition) -> Any:
+        assert isinstance(partition, ChangesPartition)
+        o = self.o
+        p = partition
+        with o.conn.client() as db:
+            for c in db.watch(o.dataset, {p.shard: p.start}, until={p.shard: p.end},
+                              partition_key=o.partition_key):
+                pk, lk = c.partition_key, c.local_key
+                value = c.value
+                if o.decode:
+                    pk, lk = pk.decode(errors="replace"), lk.decode(errors="replace")  # type: ignore[assignment]
+                    value = value.decode(errors="replace") if value is not None else None  # type: ignore[assignment]
+                yield (c.shard, c.position, c.kind, pk, lk, value, c.version, c.expires_at_ms, c.log_time_ms,
+                       change_id(c.shard, c.position, c.kind, c.partition_key, c.local_key))
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the changes stay for the retention whatever is read."""

@@ -23,9 +23,8 @@ midtown_pb/%_pb2.py: proto/midtown_pb/%.proto
 run: proto
 	.venv/bin/midtown cluster up --dir $(DIR)
 
-# Two workers (pytest-xdist), a file's tests in one of them (tests/conftest.py).
 test: proto
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
 
 test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"

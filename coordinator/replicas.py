@@ -165,7 +165,8 @@ class Replicas:
         message is taken here, so a refusal (a position no longer held) reaches the client
         as its status, and a replica that cannot start is passed over. If one stream fails
         later, the watch ends UNAVAILABLE: the client goes on from the positions it got.
-        Ends once every stream has ended (their duration), or `active()` turns false."""
+        Ends once a stream has ended (their duration, or a node stopping: the client then
+        starts again for every shard), or `active()` turns false."""
         streams: list[tuple[Iterator[pb.WatchResponse], Any]] = []
         try:
             for _, it, call in self._watch_streams(req, deadline_s):
@@ -266,7 +267,7 @@ def _cancel_all(streams: list[tuple[Iterator[Any], Any]]) -> None:
 def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
             active: Callable[[], bool]) -> Iterator[pb.WatchResponse]:
     """Each stream's messages as they come (a thread per stream, a bounded queue between),
-    until all end; the first that fails ends the whole, UNAVAILABLE."""
+    until one ends (then the whole ends) or fails (then the whole fails, UNAVAILABLE)."""
     q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=limits.WATCH_QUEUE_MAX)
     stop = threading.Event()
 
@@ -289,9 +290,8 @@ def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
 
     for it, _ in streams:
         threading.Thread(target=pump, args=(it,), name="watch-relay", daemon=True).start()
-    running = len(streams)
     try:
-        while running:
+        while True:
             try:
                 kind, got = q.get(timeout=1.0)
             except queue.Empty:
@@ -301,7 +301,9 @@ def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
             if kind == "message":
                 yield got
             elif kind == "end":
-                running -= 1
+                # One stream ended (its duration, or its node stopping): the watch ends, and
+                # the client starts the next from its positions, for every shard at once.
+                return
             else:
                 if isinstance(got, Refusal) and got.code == Code.OUT_OF_RANGE:
                     raise got

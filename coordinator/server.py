@@ -397,9 +397,13 @@ class KVService:
         if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
             raise Abort(Code.INVALID_ARGUMENT, f"duration_ms: {req.duration_ms}, the limit is "
                         f"{limits.WATCH_DURATION_MS_MAX}")
-        if req.from_now:
-            starts = {s: self._min_position(s, pb.STRONG) for s in
-                      ([only] if only is not None else range(shards))}
+        if req.from_now:  # one ReadIndex round per log, for all its shards
+            by_log: dict[int, int] = {}
+            for s in [only] if only is not None else range(shards):
+                lg = log_of(s, self.c.kv_logs)
+                if lg not in by_log:
+                    by_log[lg] = self._min_position(s, pb.STRONG)
+                starts[s] = by_log[lg]
         sreq = pb.StorageWatchRequest(dataset=d.id, duration_ms=req.duration_ms or
                                       limits.WATCH_DURATION_MS_DEFAULT)
         getattr(sreq, "from").update(starts)

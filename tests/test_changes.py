@@ -102,7 +102,7 @@ def times(steps: list[int]) -> list[int]:
     return out
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(history, st.lists(st.integers(0, 60), max_size=8), st.data())
 def test_recorded_changes_equal_the_checkers(hist: list, cuts: list[int], data: st.DataObject) -> None:
     entries = list(zip([op for op, _ in hist], times([s for _, s in hist])))

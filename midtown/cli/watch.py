@@ -61,6 +61,11 @@ def run(a: argparse.Namespace) -> int:
         if timer is not None:
             timer.daemon = True
             timer.start()
+        said = False  # the summary goes out after changes or an interrupt, not after an error
+
+        def summary() -> None:
+            print(f"{seen} changes; go on with --from {resume_text(w.positions)}" if w.positions
+                  else f"{seen} changes", file=sys.stderr, flush=True)
         try:
             for change in w:
                 r = row(change)
@@ -73,10 +78,14 @@ def run(a: argparse.Namespace) -> int:
                 seen += 1
                 if a.count is not None and seen >= a.count:
                     break
+            said = True
+        except KeyboardInterrupt:
+            said = True
+            raise
         finally:
             if timer is not None:
                 timer.cancel()
             w.close()
-            print(f"{seen} changes; go on with --from {resume_text(w.positions)}" if w.positions
-                  else f"{seen} changes", file=sys.stderr, flush=True)
+            if said:
+                summary()
     return 0

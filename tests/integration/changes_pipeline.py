@@ -1,30 +1,34 @@
-"""A streaming pipeline, run as its own process by test_spark_streaming.py: the changes of
-dataset SRC (spark.readStream, changes=true), its puts counted per partitioning key into
-dataset DST through the exactly-once sink (increments, one per change id), until killed.
+"""A streaming pipeline for test_spark_streaming.py: the changes of dataset SRC
+(spark.readStream, changes=true), its puts counted per partitioning key into dataset DST
+through the exactly-once sink. Run as its own process (a driver to SIGKILL) until killed:
 
     python -m tests.integration.changes_pipeline ZK SRC DST CHECKPOINT START_JSON"""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from runtime.forking import without_grpc_fork_handlers
 
-without_grpc_fork_handlers()  # before grpc is imported: this process starts Spark
+
+def start(spark: Any, zk: str, src: str, dst: str, checkpoint: str, positions: str) -> Any:
+    """The query, started (a restarted one goes on from its checkpoint)."""
+    changes = (spark.readStream.format("midtown").option("zk", zk).option("dataset", src)
+               .option("changes", "true").option("decode", "utf8").option("startingPositions", positions)
+               .load())
+    counts = changes.where("kind = 'put'").selectExpr("partition_key", "'count' AS local_key",
+                                                      "CAST(1 AS BIGINT) AS value", "change_id")
+    return (counts.writeStream.format("midtown").option("zk", zk).option("dataset", dst)
+            .option("operation", "increment").option("id_column", "change_id")
+            .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
 
 
 def main(argv: list[str]) -> None:
-    zk, src, dst, checkpoint, start = argv
+    without_grpc_fork_handlers()  # before grpc is imported: this process starts Spark
     from spark_connector.session import local_session
 
-    spark = local_session("midtown-changes-pipeline")
-    changes = (spark.readStream.format("midtown").option("zk", zk).option("dataset", src)
-               .option("changes", "true").option("decode", "utf8").option("startingPositions", start).load())
-    counts = changes.where("kind = 'put'").selectExpr("partition_key", "'count' AS local_key",
-                                                      "CAST(1 AS BIGINT) AS value", "change_id")
-    q = (counts.writeStream.format("midtown").option("zk", zk).option("dataset", dst)
-         .option("operation", "increment").option("id_column", "change_id")
-         .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+    q = start(local_session("midtown-changes-pipeline"), *argv)
     print("pipeline started", flush=True)
     q.awaitTermination()
 

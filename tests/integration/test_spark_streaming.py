@@ -1,7 +1,8 @@
 """A streaming pipeline on real Spark and a real cluster, exactly once end to end: the
 changes of one dataset (spark.readStream.format("midtown"), changes=true) counted into
-another through the exactly-once sink, while its driver (Spark's JVM with it) is SIGKILLed
-mid-stream and started again from its checkpoint. Each put is counted once."""
+another through the exactly-once sink, while its driver (its own process, Spark's JVM with
+it) is SIGKILLed mid-stream; the query then goes on from its checkpoint in another driver
+(the test run's Spark session). Each put is counted once."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from midtown import Client, errors
+from tests.integration import changes_pipeline
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -50,7 +53,7 @@ def counted(db: Client) -> Counter:
     return out
 
 
-def test_a_pipeline_counts_each_change_once_across_a_driver_kill(tmp_path: Path) -> None:
+def test_a_pipeline_counts_each_change_once_across_a_driver_kill(spark: Any, tmp_path: Path) -> None:
     with started(tmp_path / "c", shards=8) as c, Client(c.coordinator_addrs, timeout=30) as db:
         c.create_dataset("src")
         c.create_dataset("dst")
@@ -81,17 +84,20 @@ def test_a_pipeline_counts_each_change_once_across_a_driver_kill(tmp_path: Path)
             wait_for(lambda: sum(counted(db).values()) > 20, 120, "the pipeline to count some puts",
                      every_s=0.5)
             kill(p)  # mid-stream: batches written but not committed are run again
-            time.sleep(2)
-            p = pipeline(c.zk_hosts, tmp_path / "checkpoint", start, log)
-            time.sleep(4)
-            stop.set()
-            t.join(30)
-            assert not failed, failed[:3]
-            want = dict(puts)
-            wait_for(lambda: counted(db) == want, 120, f"the counts to reach {sum(want.values())} puts",
-                     every_s=1)
-            time.sleep(3)  # and stay there: nothing counted twice later
-            assert counted(db) == want
+            q = changes_pipeline.start(spark, c.zk_hosts, "src", "dst", str(tmp_path / "checkpoint"),
+                                       json.dumps(start))
+            try:
+                time.sleep(2)
+                stop.set()
+                t.join(30)
+                assert not failed, failed[:3]
+                want = dict(puts)
+                wait_for(lambda: counted(db) == want, 120, f"the counts to reach {sum(want.values())} puts",
+                         every_s=1)
+                time.sleep(3)  # and stay there: nothing counted twice later
+                assert counted(db) == want
+            finally:
+                q.stop()
         except BaseException:
             print(log.read_text(errors="replace")[-5000:])
             raise

@@ -282,3 +282,39 @@ def test_a_position_older_than_the_retention_is_refused(tmp_path: Path) -> None:
         floor = int(text.rsplit(" ", 1)[1])
         shard = int(text.split("shard ")[1].split()[0])
         assert floor > start[shard]
+
+
+def test_a_closed_range_reads_the_same_twice_on_both_clients(w: W) -> None:
+    """positions() then watch(start, until=end): the changes between, the same each time,
+    from Client and from AsyncClient."""
+    import asyncio
+
+    from midtown import AsyncClient
+
+    start = w.db.positions("w")
+    w.db.put("w", "range", "a", b"1")
+    w.db.put("w", "range", "b", b"2", ttl_ms=1)
+    w.db.delete("w", "range", "a")
+    end = w.db.positions("w")
+    w.db.put("w", "range", "c", b"after the end")
+
+    def mine(changes: list[Change]) -> list[tuple]:
+        return [(c.kind, c.local_key, c.value) for c in changes if c.partition_key == b"range"]
+
+    first = list(w.db.watch("w", start, until=end))
+    assert mine(first)[:1] == [("put", b"a", b"1")] and ("delete", b"a", None) in mine(first)
+    assert all(c.position < end[c.shard] for c in first)
+    def per_shard(changes: list[Change]) -> dict[int, list[tuple]]:
+        out: dict[int, list[tuple]] = {}
+        for c in changes:
+            out.setdefault(c.shard, []).append(as_tuple(c))
+        return out
+    assert per_shard(list(w.db.watch("w", start, until=end))) == per_shard(first)
+
+    async def from_async() -> list[Change]:
+        async with AsyncClient(w.c.coordinator_addrs) as adb:
+            assert set(await adb.positions("w")) == set(range(SHARDS))
+            return [c async for c in adb.watch("w", start, until=end)]
+    assert per_shard(asyncio.run(from_async())) == per_shard(first)
+    with pytest.raises(errors.InvalidArgument, match="until:"):
+        w.db.watch("w", "now", until=end)

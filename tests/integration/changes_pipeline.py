@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
     without_grpc_fork_handlers()  # before grpc is imported: this process starts Spark
     from spark_connector.session import local_session
 
-    q = start(local_session("midtown-changes-pipeline"), *argv)
+    q = start(local_session("midtown-changes-pipeline", log_level="WARN"), *argv)
     print("pipeline started", flush=True)
     q.awaitTermination()
 

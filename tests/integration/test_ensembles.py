@@ -204,6 +204,10 @@ def test_a_log_server_is_decommissioned_while_writes_go_on_and_added_back(pool: 
         t = threading.Thread(target=append)
         t.start()
         try:
+            # Entries on every log before X leaves: the segments it seals then hold some (a
+            # fresh client's first appends had once come after the decommission).
+            wait_for(lambda: errors or {lg for lg, _, _ in list(acked)} == set(range(pool.logs)), 60,
+                     "an acknowledged entry on every log")
             out = json.loads(mt("decommission", str(x), "--json").stdout)
         finally:
             stop.set()

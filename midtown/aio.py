@@ -212,9 +212,8 @@ class AsyncWatcher:
 
     async def _changes(self) -> AsyncIterator[Change]:
         state, b = self.state, self._c._b
-        failed: str | None = None
         while not state.closed:
-            addr = b._pick(await self._c.coordinators(refresh=failed is not None), failed=failed)
+            addr = b._pick(await self._c.coordinators(refresh=state.avoid is not None), failed=state.avoid)
             try:
                 self.call = self._c._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
                                                       metadata=b._metadata)
@@ -224,12 +223,12 @@ class AsyncWatcher:
                     if state.done():
                         self.call.cancel()
                         return
-                failed = None
+                state.avoid = None
             except grpc.RpcError as e:
-                if state.closed:
+                wait = state.failed(e, addr)
+                if wait is None:
                     return
-                failed = addr if e.code() == grpc.StatusCode.UNAVAILABLE else None
-                await asyncio.sleep(state.failed(e))
+                await asyncio.sleep(wait)
             except asyncio.CancelledError:
                 if state.closed:
                     return

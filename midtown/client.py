@@ -753,9 +753,8 @@ class Client:
 
     def _watch_streams(self, w: Watcher) -> Iterator[Change]:
         state = w.state
-        failed: str | None = None
         while not state.closed:
-            addr = self._pick(self.coordinators(refresh=failed is not None), failed=failed)
+            addr = self._pick(self.coordinators(refresh=state.avoid is not None), failed=state.avoid)
             try:
                 w.call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
                                                 metadata=self._metadata)
@@ -764,12 +763,12 @@ class Client:
                     if state.done():
                         w.call.cancel()
                         return
-                failed = None
+                state.avoid = None
             except grpc.RpcError as e:
-                if state.closed:
+                wait = state.failed(e, addr)
+                if wait is None:
                     return
-                failed = addr if e.code() == grpc.StatusCode.UNAVAILABLE else None
-                time.sleep(state.failed(e))
+                time.sleep(wait)
 
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
              limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:

@@ -77,6 +77,7 @@ class WatchState:
         self._since = time.monotonic()
         self._backoff = 0.05
         self.closed = False
+        self.avoid: str | None = None  # a coordinator the last stream could not reach
 
     def done(self) -> bool:
         """Whether every shard has reached its `until` (a bounded watch ends there)."""
@@ -112,11 +113,15 @@ class WatchState:
                 pos[shard] = p
         self.positions = pos
 
-    def failed(self, e: grpc.RpcError) -> float:
-        """After a stream failed: raise its error unless a retry may cure it and there is
-        time; else the seconds to wait first."""
+    def failed(self, e: grpc.RpcError, addr: str) -> float | None:
+        """After the stream from coordinator `addr` failed: None if the watch was closed
+        (its call cancelled); its error, raised, unless a retry may cure it and there is
+        time; else the seconds to wait first (an unreachable `addr` is avoided next)."""
+        if self.closed:
+            return None
         if e.code() not in errors.RETRYABLE or time.monotonic() > self._since + self.wait_s:
             raise errors.from_rpc(e) from None
+        self.avoid = addr if e.code() == grpc.StatusCode.UNAVAILABLE else None
         wait, self._backoff = self._backoff, min(self._backoff * 2, 1.0)
         return wait
 

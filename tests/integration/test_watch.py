@@ -259,6 +259,10 @@ def test_the_command_prints_changes_and_where_to_go_on(w: W) -> None:
     assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:3] == ["SHARD", "POSITION", "KIND"]
     bad = subprocess.run([*cmd[:6], "0=x"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--from: '0=x' is not SHARD=POSITION" in bad.stderr
+    for flag, value, text in (("--count", "0", "--count: 0, must be 1 or more"),
+                              ("--for", "-1", "--for: -1.0, must be a number of seconds above 0")):
+        bad = subprocess.run([*cmd[:5], flag, value], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and text in bad.stderr, bad.stderr
 
 
 def test_a_position_older_than_the_retention_is_refused(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ truncated below the positions of the nodes that hold one of its shards only
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from catalog.routing import log_of
@@ -101,42 +102,111 @@ def from_json(d: dict, version: int) -> ReplicaSets:
     return ReplicaSets(int(d["replicas"]), tuple(tuple(int(n) for n in s) for s in d["sets"]), version)
 
 
+# Bytes are even when no member holds more than the slack over another's, or no single
+# move or swap between two members narrows their gap by more: the larger of BYTE_SLACK of
+# the mean and BYTE_SLACK_MIN. A move copies a whole shard, so one that gains little is not
+# worth making.
+BYTE_SLACK = 0.05
+BYTE_SLACK_MIN = 1 << 20
+
+
+def byte_slack(loads: Iterable[int]) -> int:
+    """The slack of plan_moves' byte evening, for the members' bytes `loads`."""
+    xs = list(loads)
+    return max(BYTE_SLACK_MIN, int(BYTE_SLACK * sum(xs) / len(xs))) if xs else BYTE_SLACK_MIN
+
+
 def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] = (),
-               max_moves: int | None = None) -> list[tuple[int, int, int]]:
-    """The moves (shard, to, from) that take every replica off the `drain` nodes and then
-    even out how many shards each member holds (to within one), each to the member that
-    holds fewest among those without a copy of the shard. Deterministic; the moves are
-    planned one after another on the sets as each leaves them."""
+               max_moves: int | None = None,
+               sizes: Mapping[int, int] | None = None) -> list[tuple[int, int, int]]:
+    """The moves (shard, to, from) that take every replica off the `drain` nodes, then even
+    out how many shards each member holds (to within one), then, given each shard's bytes
+    (`sizes`), how many bytes each holds: between the members with the widest gap, a shard
+    moved from the heavier to the lighter where the counts allow it, or a larger and a
+    smaller shard swapped between them (two moves), while that narrows the gap by more than
+    the slack (byte_slack). Counts stay within one. Each move goes to the
+    member that holds fewest (then fewest bytes) among those without a copy of the shard.
+    Deterministic; the moves are planned one after another on the sets as each leaves them."""
     gone = set(drain)
     targets = sorted(set(members) - gone)
     cur = [set(s) for s in sets.sets]
+    size = (lambda s: sizes.get(s, 0)) if sizes else (lambda s: 0)
     held = {n: 0 for n in targets}
-    for nodes in cur:
+    load = {n: 0 for n in targets}
+    for shard, nodes in enumerate(cur):
         for n in nodes:
             if n in held:
                 held[n] += 1
+                load[n] += size(shard)
     out: list[tuple[int, int, int]] = []
 
     def move(shard: int, to: int, frm: int) -> None:
         cur[shard].discard(frm)
         cur[shard].add(to)
         held[to] += 1
+        load[to] += size(shard)
         if frm in held:
             held[frm] -= 1
+            load[frm] -= size(shard)
         out.append((shard, to, frm))
+
+    def room() -> bool:
+        return max_moves is None or len(out) < max_moves
 
     for shard, nodes in enumerate(cur):
         for frm in sorted(nodes & gone):
             free = [n for n in targets if n not in nodes]
             if free:
-                move(shard, min(free, key=lambda n: (held[n], n)), frm)
-    while targets and (max_moves is None or len(out) < max_moves):
-        hi = max(targets, key=lambda n: (held[n], -n))
-        lo = min(targets, key=lambda n: (held[n], n))
+                move(shard, min(free, key=lambda n: (held[n], load[n], n)), frm)
+    while targets and room():
+        hi = max(targets, key=lambda n: (held[n], load[n], -n))
+        lo = min(targets, key=lambda n: (held[n], load[n], n))
         if held[hi] - held[lo] <= 1:
             break
-        pick = next((s for s, nodes in enumerate(cur) if hi in nodes and lo not in nodes), None)
+        gap = load[hi] - load[lo]
+        pick = min((s for s, nodes in enumerate(cur) if hi in nodes and lo not in nodes),
+                   key=lambda s: (abs(gap - 2 * size(s)), s), default=None)
         if pick is None:
             break
         move(pick, lo, hi)
+    if sizes and targets:
+        slack = byte_slack(load.values())
+        for _ in range(4 * len(cur) + 16):  # each step narrows the loads' spread; a bound all the same
+            step = byte_step(cur, targets, held, load, size, slack) if room() else None
+            if step is None:
+                break
+            for shard, to, frm in step:
+                move(shard, to, frm)
     return out if max_moves is None else out[:max_moves]
+
+
+def byte_step(cur: Sequence[set[int]], targets: Sequence[int], held: Mapping[int, int],
+              load: Mapping[int, int], size: Callable[[int], int],
+              slack: int) -> list[tuple[int, int, int]] | None:
+    """The next byte-evening step of plan_moves: for the pairs of members by widest gap
+    first, the move or swap between them that brings their bytes nearest equal, if it
+    narrows their gap by more than `slack`; None when no pair has one."""
+    order = sorted(targets, key=lambda n: (load[n], n))
+    pairs = sorted(((hi, lo) for i, lo in enumerate(order) for hi in order[i + 1:]
+                    if load[hi] - load[lo] > slack), key=lambda p: (-(load[p[0]] - load[p[1]]), p))
+    for hi, lo in pairs:
+        gap = load[hi] - load[lo]
+
+        def gain(d: int) -> int:  # how much a transfer of d bytes from hi to lo narrows the gap
+            return gap - abs(gap - 2 * d)
+        mine = sorted((size(s), s) for s, nodes in enumerate(cur) if hi in nodes and lo not in nodes)
+        theirs = sorted((size(s), s) for s, nodes in enumerate(cur) if lo in nodes and hi not in nodes)
+        best: tuple[int, list[tuple[int, int, int]]] | None = None
+        if held[hi] > held[lo]:
+            for d, s in mine:
+                if best is None or gain(d) > best[0]:
+                    best = (gain(d), [(s, lo, hi)])
+        sizes_theirs = [d for d, _ in theirs]
+        for d, s in mine:  # swap s for the shard of theirs nearest d - gap/2 in size
+            i = bisect.bisect_left(sizes_theirs, d - gap // 2)
+            for j in (i - 1, i):
+                if 0 <= j < len(theirs) and (best is None or gain(d - theirs[j][0]) > best[0]):
+                    best = (gain(d - theirs[j][0]), [(s, lo, hi), (theirs[j][1], hi, lo)])
+        if best is not None and best[0] > slack:
+            return best[1]
+    return None

@@ -1,18 +1,20 @@
 """What each storage node stores per dataset, as it publishes it in ZooKeeper for the
 coordinators' quota checks (coordinator/quotas.py says how they are used):
-/midtown/usage/<node id> -> {"at_ms": ..., "bytes": {dataset id: n}}."""
+/midtown/usage/<node id> -> {"at_ms": ..., "bytes": {dataset id: n}, "shards": {shard: n}}
+(the shards' bytes are what `midtown cluster rebalance` evens out: shard_sizes)."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from catalog import registry
+from catalog.replica_sets import ReplicaSets
 
 USAGE = "/midtown/usage"
 CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
@@ -20,15 +22,19 @@ CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
 
 @dataclass(frozen=True)
 class Report:
-    """One node's latest counts: when it counted (ms since the epoch) and dataset id -> bytes."""
+    """One node's latest counts: when it counted (ms since the epoch), dataset id -> bytes
+    and shard -> bytes (empty from a node of an older version)."""
     at_ms: int
     bytes: dict[str, int]
+    shards: dict[int, int] = field(default_factory=dict)
 
 
-def publish(zk: KazooClient, node_id: int, counts: dict[str, int], at_ms: int) -> None:
+def publish(zk: KazooClient, node_id: int, counts: dict[str, int], at_ms: int,
+            shard_bytes: dict[int, int] | None = None) -> None:
     """A node's counts, as of `at_ms`: when the count began (a write after it may or may not
     be in it, so the coordinators add what they let in since)."""
-    data = json.dumps({"at_ms": at_ms, "bytes": counts}).encode()
+    data = json.dumps({"at_ms": at_ms, "bytes": counts,
+                       "shards": {str(s): n for s, n in (shard_bytes or {}).items()}}).encode()
     path = f"{USAGE}/{node_id}"
     if zk.exists(path) is None:
         zk.create(path, data, makepath=True)
@@ -41,9 +47,22 @@ def read_reports(zk: KazooClient) -> dict[int, Report]:
     out: dict[int, Report] = {}
     for node, b in registry.children_json(zk, USAGE).items():
         try:
-            out[node] = Report(int(b["at_ms"]), {str(k): int(v) for k, v in b["bytes"].items()})
+            out[node] = Report(int(b["at_ms"]), {str(k): int(v) for k, v in b["bytes"].items()},
+                               {int(k): int(v) for k, v in b.get("shards", {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError):
             continue  # not ours
+    return out
+
+
+def shard_sizes(reports: dict[int, Report], sets: ReplicaSets) -> dict[int, int]:
+    """Each shard's bytes: the most any of its replicas counted (a replica catching up or
+    counting from before a write holds less, never more). Shards no replica counted are
+    left out."""
+    out: dict[int, int] = {}
+    for shard, nodes in enumerate(sets.sets):
+        counted = [reports[n].shards.get(shard, 0) for n in nodes if n in reports and reports[n].shards]
+        if counted:
+            out[shard] = max(counted)
     return out
 
 

@@ -201,9 +201,9 @@ class Bookkeeping:
                     old.append((k, v))
                 yield k, v
         spread = loops.Spread(USAGE_DUTY, USAGE_SPREAD_S, self._usage_busy_s, s.stop.wait)
-        counts = usage.tally(watch(usage.data_items(s.store, spread.piece_done)))
+        counts, shard_bytes = usage.tally(watch(usage.data_items(s.store, spread.piece_done)))
         self._usage_busy_s = spread.busy_s
         self.eventual.purged += self.lww.purge(old)
         if s.node_id in s.kv.storage_nodes:  # a removed node's data is behind
-            usage_reports.publish(s.zk, s.node_id, counts, now_ms)
+            usage_reports.publish(s.zk, s.node_id, counts, now_ms, shard_bytes)
         return spread.busy_s

@@ -16,13 +16,18 @@ DATA_PREFIXES = (b"E", b"K")  # eventual and strong datasets' values (storage_no
 COUNT_PIECE = 2_000
 
 
-def tally(items: Iterable[tuple[bytes, bytes]]) -> dict[str, int]:
-    """Dataset id -> bytes of its keys and stored values, over b"K" and b"E" entries."""
-    out: dict[str, int] = {}
+def tally(items: Iterable[tuple[bytes, bytes]]) -> tuple[dict[str, int], dict[int, int]]:
+    """(dataset id -> bytes, shard -> bytes) of the keys and stored values, over b"K" and
+    b"E" entries (the shards' bytes are what `midtown cluster rebalance` evens out)."""
+    by_dataset: dict[str, int] = {}
+    by_shard: dict[int, int] = {}
     for k, v in items:
         d = keys.dataset_of(k)
-        out[d] = out.get(d, 0) + len(k) + len(v)
-    return out
+        n = len(k) + len(v)
+        by_dataset[d] = by_dataset.get(d, 0) + n
+        shard = keys.shard_of_key(k)
+        by_shard[shard] = by_shard.get(shard, 0) + n
+    return by_dataset, by_shard
 
 
 def data_items(store: NodeStore, piece_done: Callable[[float], None] = lambda took_s: None,

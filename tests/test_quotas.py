@@ -88,7 +88,7 @@ def test_recent_writes_count_each_key_once_from_a_time_on(
 def test_a_writes_size_is_what_the_nodes_will_count_or_a_byte_more(
         pkey: bytes, lkey: bytes, value: bytes, dataset: str) -> None:
     k = keys.value_key(7, dataset, pkey, lkey)
-    stored = usage.tally([(k, keys.encode_stored(Stored(value, 1, 0)))])[dataset]
+    stored = usage.tally([(k, keys.encode_stored(Stored(value, 1, 0)))])[0][dataset]
     key = pb.Key(partition=pkey, local=lkey)
     [(where, put)] = quotas.writes(pb.PutRequest(key=key, value=value), dataset)
     assert where == (pkey, lkey) and stored <= put <= stored + 1  # eventual values: a byte more
@@ -139,16 +139,17 @@ def test_which_requests_add_data() -> None:
 @given(st.lists(st.tuples(st.sampled_from(["a#1", "bb#22", "c_d-e#3"]), st.integers(0, 63),
                           st.binary(max_size=8), st.binary(max_size=8), st.binary(max_size=50),
                           st.booleans()), max_size=30))
-def test_counting_sums_keys_and_values_per_dataset(
+def test_counting_sums_keys_and_values_per_dataset_and_per_shard(
         rows: list[tuple[str, int, bytes, bytes, bytes, bool]]) -> None:
-    items, want = [], {}
+    items, want, want_shards = [], {}, {}
     for dataset, shard, pkey, lkey, value, eventual in rows:
         k = keys.value_key(shard, dataset, pkey, lkey)
         k = keys.eventual(k) if eventual else k
         v = keys.encode_stored(Stored(value, 1, 0))
         items.append((k, v))
         want[dataset] = want.get(dataset, 0) + len(k) + len(v)
-    assert usage.tally(items) == want
+        want_shards[shard] = want_shards.get(shard, 0) + len(k) + len(v)
+    assert usage.tally(items) == (want, want_shards)
 
 
 def test_a_count_reads_in_pieces_each_from_an_iterator_of_its_own(tmp_path: Path) -> None:

@@ -145,3 +145,58 @@ def test_the_planned_moves_drain_and_even_out(shards: int, n: int, r: int, extra
     assert replica_sets.plan_moves(replica_sets.ReplicaSets(r, tuple(tuple(sorted(c)) for c in cur)),
                                    members, drained) == []  # nothing left to do
     assert len(replica_sets.plan_moves(sets, members, drained, max_moves=2)) == min(2, len(moves))
+
+
+@given(shards=st.integers(1, 60), n=st.integers(3, 8), r=st.integers(1, 3), extra=st.integers(0, 2),
+       drain=st.integers(0, 1), data=st.data())
+def test_the_planned_moves_even_out_bytes_too(shards: int, n: int, r: int, extra: int, drain: int,
+                                              data: st.DataObject) -> None:
+    """Given each shard's bytes (skewed: some shards far larger than the rest), the plan
+    drains and evens the counts to within one as without sizes, and leaves no two members
+    whose byte gap one more move (where counts allow) or swap would narrow by more than
+    the slack. On a placement where one member holds every large shard, it lowers the
+    largest member's bytes."""
+    sizes = {s: data.draw(st.one_of(st.integers(0, 10**5), st.integers(10**7, 10**9)), label=f"size{s}")
+             for s in range(shards)}
+    sets = replica_sets.spread(shards, range(n), r)
+    members = list(range(n + extra))
+    drained = list(range(drain)) if n - drain + extra >= r else []
+    moves = replica_sets.plan_moves(sets, members, drained, sizes=sizes)
+    cur = [set(s) for s in sets.sets]
+    for shard, to, frm in moves:
+        assert frm in cur[shard] and to not in cur[shard] and to not in drained
+        cur[shard] = (cur[shard] - {frm}) | {to}
+    targets = [m for m in members if m not in drained]
+    held = {m: sum(1 for c in cur if m in c) for m in targets}
+    load = {m: sum(sizes[s] for s, c in enumerate(cur) if m in c) for m in targets}
+    assert all(len(c) == r and not c & set(drained) for c in cur)
+    assert max(held.values()) - min(held.values()) <= 1, held
+    slack = replica_sets.byte_slack(load.values())
+    for hi in targets:
+        for lo in targets:
+            gap = load[hi] - load[lo]
+            if gap <= slack:
+                continue
+            mine = [s for s, c in enumerate(cur) if hi in c and lo not in c]
+            theirs = [s for s, c in enumerate(cur) if lo in c and hi not in c]
+            transfers = [sizes[a] for a in mine] if held[hi] > held[lo] else []
+            transfers += [sizes[a] - sizes[b] for a in mine for b in theirs]
+            assert all(gap - abs(gap - 2 * d) <= slack for d in transfers), (hi, lo, gap)
+    assert replica_sets.plan_moves(replica_sets.ReplicaSets(r, tuple(tuple(sorted(c)) for c in cur)),
+                                   members, drained, sizes=sizes) == []  # nothing left to do
+
+
+def test_a_node_holding_every_large_shard_gives_some_up() -> None:
+    """Counts even (four shards each) but node 0 holds the four large shards: the plan swaps
+    large for small until no node holds more than about half of them."""
+    sets = replica_sets.ReplicaSets(1, tuple((s // 4,) for s in range(12)))
+    sizes = {s: (10**9 if s < 4 else 10**5) for s in range(12)}
+    assert replica_sets.plan_moves(sets, [0, 1, 2]) == []  # counts alone: nothing to do
+    moves = replica_sets.plan_moves(sets, [0, 1, 2], sizes=sizes)
+    cur = {s: n for s, (n,) in enumerate(sets.sets)}
+    for shard, to, frm in moves:
+        assert cur[shard] == frm
+        cur[shard] = to
+    large = [sum(1 for s in range(4) if cur[s] == n) for n in range(3)]
+    assert sorted(large) == [1, 1, 2]
+    assert [sum(1 for n in cur.values() if n == m) for m in range(3)] == [4, 4, 4]

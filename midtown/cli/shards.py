@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from catalog import registry, replica_sets, shard_moves
+from catalog import registry, replica_sets, shard_moves, usage
 from catalog.routing import log_of
 from midtown.cli.connect import CliError
 from midtown.output import emit
@@ -255,13 +255,14 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
             raise CliError(f"moves are under way (shards {', '.join(map(str, sorted(under_way)))}): finish "
                            "or abort them first (midtown shard list)")
         members = list(kv.storage_nodes)
+        sizes = usage.shard_sizes(usage.read_reports(zk), sets)  # as the nodes last counted them
         if drain is not None:
             if len(members) - 1 < sets.replicas:
                 raise CliError(f"ID: the other {len(members) - 1} members cannot hold {sets.replicas} "
                                "replicas of each shard")
-            plan = [m for m in replica_sets.plan_moves(sets, members, [drain]) if m[2] == drain]
+            plan = [m for m in replica_sets.plan_moves(sets, members, [drain], sizes=sizes) if m[2] == drain]
         else:
-            plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves)
+            plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves, sizes=sizes)
         rows: list[dict[str, Any]] = [{"shard": s, "from": f, "to": t} for s, t, f in plan]
         say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
         if not a.dry_run:
@@ -271,21 +272,28 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
                 done = move(zk, kv, row["shard"], row["to"], row["from"], a.rate, a.timeout, lambda msg: None)
                 row.update(seconds=done["seconds"], copied_bytes=done.get("copied_bytes"))
             if drain is not None:
-                from catalog import usage
                 try:
                     registry.remove_storage_node(zk, drain)
                 except ValueError as e:
                     raise CliError(str(e)) from None
                 usage.forget(zk, drain)
         kv = registry.read_kv(zk) or kv  # without the node decommissioned
-        counts = replica_sets.counts(registry.read_replica_sets(zk, kv))
+        after = registry.read_replica_sets(zk, kv)
+        if a.dry_run:  # the sets as the plan would leave them
+            for shard, to, frm in plan:
+                after = replica_sets.with_set(after, shard, (set(after.of(shard)) - {frm}) | {to})
+        counts = replica_sets.counts(after)
+        held_bytes = {n: sum(sizes.get(s, 0) for s in after.shards_of(n)) for n in kv.storage_nodes}
+        for row in rows:
+            row["shard_bytes"] = sizes.get(row["shard"])
         if a.json:
             removed = drain if drain is not None and not a.dry_run else None
             emit({"moves": rows, "dry_run": a.dry_run, "removed": removed,
-                  "shards_per_node": {str(n): counts.get(n, 0) for n in kv.storage_nodes}}, True)
+                  "shards_per_node": {str(n): counts.get(n, 0) for n in kv.storage_nodes},
+                  "bytes_per_node": {str(n): held_bytes[n] for n in kv.storage_nodes}}, True)
         else:
-            emit(rows, False, ["shard", "from", "to", "seconds", "copied_bytes"])
-            held = ", ".join(f"{n}: {counts.get(n, 0)}" for n in kv.storage_nodes)
+            emit(rows, False, ["shard", "from", "to", "shard_bytes", "seconds", "copied_bytes"])
+            held = ", ".join(f"{n}: {counts.get(n, 0)} ({held_bytes[n]:,} B)" for n in kv.storage_nodes)
             gone = f"; node {drain} removed" if drain is not None and not a.dry_run else ""
             print(f"{len(rows)} moves{' planned (dry run: nothing moved)' if a.dry_run else ''}; "
                   f"shards per node now {held}{gone}")
@@ -299,7 +307,8 @@ def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
                         zk_of: Callable[[argparse.Namespace], Any]) -> None:
     """`cluster rebalance` and `node decommission` (the groups are made in midtown/cli/main.py)."""
     rb = cluster.add_parser("rebalance",
-                            help="move shards until every member holds as many (to within one)")
+                            help="move shards until every member holds as many (to within one) "
+                            "and about as many bytes")
     rb.add_argument("--max-moves", type=int, default=None, help="at most this many moves (default: all)")
     dc = node.add_parser("decommission",
                          help="move a storage node's shards to the others, then take it out")

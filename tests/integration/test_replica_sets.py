@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from catalog import registry
+from catalog import registry, usage
 from catalog.routing import shard_of
 from log import zk as zkpaths
 from log.client import LogClient
@@ -51,6 +51,17 @@ def _sets(c: Cluster) -> tuple[registry.ReplicaSets, list[dict]]:
     finally:
         zk.stop()
         zk.close()
+
+
+def _counted_since(c: Cluster, at_ms: int, nodes: Any) -> bool:
+    """Every one of `nodes` has published a usage count begun after `at_ms`."""
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        reports = usage.read_reports(zk)
+    finally:
+        zk.stop()
+        zk.close()
+    return all(n in reports and reports[n].at_ms > at_ms for n in nodes)
 
 
 def _stub(c: Cluster, node: int) -> kv_pb2_grpc.StorageStub:
@@ -297,7 +308,8 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
     back throughout, and each shard's replicas agree."""
     # The nodes read the sets again every 5 s (with their positions): a node that left a
     # shard still sees itself in its set for a while.
-    with started(tmp_path / "c", {"MIDTOWN_POSITION_INTERVAL_S": "5"}, storage_nodes=4, shards=8,
+    with started(tmp_path / "c", {"MIDTOWN_POSITION_INTERVAL_S": "5", "MIDTOWN_USAGE_INTERVAL_S": "1"},
+                 storage_nodes=4, shards=8,
                  replicas=3, logs=4, kv_logs=1, coordinators=1) as c:
         c.create_dataset("b")
         keys = [f"k{i}" for i in range(40)]
@@ -319,6 +331,10 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
         with Client(c.coordinator_addrs, timeout=20) as db:
             for k in keys:
                 db.put("b", k, "l", k.encode())
+            # The plans weigh each shard's bytes as the nodes last counted them: wait for a
+            # count after the puts, so the dry run and the run below see the same sizes.
+            written_ms = int(time.time() * 1000)
+            wait_for(lambda: _counted_since(c, written_ms, range(4)), 30, "a usage count after the puts")
             out = mt("node", "decommission", "3")
             assert len(out["moves"]) == 6 and all(m["from"] == 3 for m in out["moves"])
             assert out["removed"] == 3 and out["shards_per_node"] == {"0": 8, "1": 8, "2": 8}
@@ -329,13 +345,15 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
             dry = mt("cluster", "rebalance", "--dry-run")
             assert len(dry["moves"]) == 6 and all(m["to"] == 3 for m in dry["moves"]) and dry["dry_run"]
             assert _sets(c)[0] == sets  # a dry run moves nothing
+            assert sum(dry["bytes_per_node"].values()) > 0 and all(m["shard_bytes"] > 0 for m in dry["moves"])
             # Out again (it holds nothing, so it may go), and back with --rebalance: the moves
             # the dry run showed.
             mt("node", "remove", "3")
             done = mt("node", "add", "3", "--rebalance")
             assert [(m["shard"], m["from"], m["to"]) for m in done["moves"]] == \
                 [(m["shard"], m["from"], m["to"]) for m in dry["moves"]]
-            assert done["shards_per_node"] == {"0": 6, "1": 6, "2": 6, "3": 6}
+            assert done["shards_per_node"] == dry["shards_per_node"] == {"0": 6, "1": 6, "2": 6, "3": 6}
+            assert done["bytes_per_node"] == dry["bytes_per_node"]
             assert mt("cluster", "rebalance")["moves"] == []  # even already
             all_read(db)
             # A shard leaves a node and comes straight back to it, with writes going on:

@@ -49,6 +49,9 @@ class KvTopology:
     shards: int
     storage_nodes: tuple[int, ...]
     logs: int = KV_LOGS_DEFAULT
+    # Copies of each shard (catalog/replica_sets.py); a cluster made before it was recorded
+    # has the default.
+    replicas: int = replica_sets.REPLICAS_DEFAULT
 
 
 def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
@@ -70,7 +73,7 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
             _write_sets(zk, replica_sets.spread(shards, storage_nodes, replicas), None,
                         "placed at cluster creation")
         zk.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
-                                  "logs": logs}).encode(), makepath=True)
+                                  "logs": logs, "replicas": replicas}).encode(), makepath=True)
     except NodeExistsError:
         pass
     t = read_kv(zk)
@@ -84,7 +87,8 @@ def read_kv(zk: KazooClient) -> KvTopology | None:
     except NoNodeError:
         return None
     d = json.loads(data)
-    return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT))
+    return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT),
+                      int(d.get("replicas", replica_sets.REPLICAS_DEFAULT)))
 
 
 def read_replica_sets(zk: KazooClient, kv: KvTopology) -> ReplicaSets:
@@ -95,6 +99,27 @@ def read_replica_sets(zk: KazooClient, kv: KvTopology) -> ReplicaSets:
     except NoNodeError:
         return replica_sets.everyone(kv.shards, kv.storage_nodes)
     return replica_sets.from_json(json.loads(data), stat.version)
+
+
+def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> ReplicaSets:
+    """The replica sets, written first if none are and the members are more than
+    `kv.replicas`, with `joining` about to join (replica_sets.first_sets: the shards spread
+    over the members, R copies each). A cluster of R members or fewer, where every member
+    holds every shard, writes none until it grows past R: `add_storage_node` places its shards on the members it had
+    first, so the new one starts with none, and `midtown cluster rebalance` moves some onto
+    it. A cluster made before replica sets with more members than R is placed the same way:
+    each node keeps R/N of the shards it held and drops the rest."""
+    sets = read_replica_sets(zk, kv)
+    if sets.version >= 0:
+        return sets
+    first = replica_sets.first_sets(kv.shards, kv.storage_nodes, kv.replicas, joining)
+    if first is None:
+        return sets
+    try:
+        _write_sets(zk, first, None, why)
+    except NodeExistsError:
+        pass  # placed by another change first
+    return read_replica_sets(zk, kv)
 
 
 def replica_sets_history(zk: KazooClient) -> list[dict[str, Any]]:
@@ -216,11 +241,18 @@ def _held_by(zk: KazooClient, node_id: int) -> int:
 
 def add_storage_node(zk: KazooClient, node_id: int) -> KvTopology:
     """Make a storage node a member (versioned write): it answers for its shards, and the
-    logs are held back for it from now on, until it reports its positions."""
+    logs are held back for it from now on, until it reports its positions. With R members
+    or fewer and no replica sets, it holds every shard (it bootstraps a copy from a peer);
+    past R, it holds none until shards move onto it (place)."""
     def change(members: list[int]) -> list[int]:
         if node_id in members:
             raise ValueError(f"ID: storage node {node_id} is a member already")
         return sorted([*members, node_id])
+    kv = read_kv(zk)
+    if kv is not None and node_id not in kv.storage_nodes:
+        # Growing past R: the shards stay on the members that hold them now (placed on R of
+        # them, if not yet), and the new one holds none until shards are moved onto it.
+        place(zk, kv, f"placed before storage node {node_id} joined", joining=1)
     return _change_members(zk, change)
 
 

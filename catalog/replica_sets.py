@@ -76,6 +76,16 @@ def spread(shards: int, members: Sequence[int], replicas: int) -> ReplicaSets:
                                        for s in range(shards)))
 
 
+def first_sets(shards: int, members: Sequence[int], replicas: int, joining: int = 0) -> ReplicaSets | None:
+    """The replica sets to write for a cluster that has none (every member holds every
+    shard), or None while it has `replicas` members or fewer, with `joining` more about to
+    join (nothing to place). Each shard keeps R of the members that hold it (spread), so
+    placing moves no data: the other members drop their copies."""
+    if len(members) + joining <= replicas:
+        return None
+    return spread(shards, members, replicas)
+
+
 def check_replicas(replicas: int, members: int) -> None:
     """ValueError naming the field when `replicas` cannot be placed on `members` nodes."""
     if not 1 <= replicas <= REPLICAS_MAX:

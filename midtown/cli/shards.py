@@ -117,7 +117,9 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
                 return out
             sets = registry.read_replica_sets(zk, kv)
             if sets.version < 0:
-                raise CliError("this cluster has no replica sets: every storage node holds every shard")
+                raise CliError(f"this cluster has no replica sets: its {len(kv.storage_nodes)} storage nodes "
+                               f"hold every shard, as it has {kv.replicas} replicas of each (midtown node "
+                               "add places the shards when it grows past that)")
             if dest not in kv.storage_nodes:
                 raise CliError(f"--to: storage node {dest} is not a member (midtown node add {dest})")
             try:
@@ -246,20 +248,25 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
     zk = zk_of(a)
     try:
         kv, sets = topology(zk)
-        if sets.version < 0:
-            raise CliError("this cluster has no replica sets: every storage node holds every shard")
         if drain is not None and drain not in kv.storage_nodes:
             raise CliError(f"ID: storage node {drain} is not a member")
+        members = list(kv.storage_nodes)
+        if drain is not None and len(members) - 1 < kv.replicas:
+            raise CliError(f"ID: the other {len(members) - 1} members cannot hold {kv.replicas} "
+                           "replicas of each shard")
         under_way = registry.read_moves(zk)
         if under_way:
             raise CliError(f"moves are under way (shards {', '.join(map(str, sorted(under_way)))}): finish "
                            "or abort them first (midtown shard list)")
-        members = list(kv.storage_nodes)
+        # A cluster with more members than R and no replica sets (made before them) is
+        # placed first: each shard stays on R of the nodes that hold it, the others drop it.
+        first = replica_sets.first_sets(kv.shards, members, kv.replicas) if sets.version < 0 else None
+        dropped = 0
+        if first is not None:
+            dropped = sum(len(a) - len(b) for a, b in zip(sets.sets, first.sets))
+            sets = first if a.dry_run else registry.place(zk, kv, "placed by cluster rebalance")
         sizes = usage.shard_sizes(usage.read_reports(zk), sets)  # as the nodes last counted them
         if drain is not None:
-            if len(members) - 1 < sets.replicas:
-                raise CliError(f"ID: the other {len(members) - 1} members cannot hold {sets.replicas} "
-                               "replicas of each shard")
             plan = [m for m in replica_sets.plan_moves(sets, members, [drain], sizes=sizes) if m[2] == drain]
         else:
             plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves, sizes=sizes)
@@ -278,7 +285,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
                     raise CliError(str(e)) from None
                 usage.forget(zk, drain)
         kv = registry.read_kv(zk) or kv  # without the node decommissioned
-        after = registry.read_replica_sets(zk, kv)
+        after = sets if a.dry_run else registry.read_replica_sets(zk, kv)
         if a.dry_run:  # the sets as the plan would leave them
             for shard, to, frm in plan:
                 after = replica_sets.with_set(after, shard, (set(after.of(shard)) - {frm}) | {to})
@@ -288,10 +295,13 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
             row["shard_bytes"] = sizes.get(row["shard"])
         if a.json:
             removed = drain if drain is not None and not a.dry_run else None
-            emit({"moves": rows, "dry_run": a.dry_run, "removed": removed,
+            emit({"moves": rows, "dry_run": a.dry_run, "removed": removed, "dropped_copies": dropped,
                   "shards_per_node": {str(n): counts.get(n, 0) for n in kv.storage_nodes},
                   "bytes_per_node": {str(n): held_bytes[n] for n in kv.storage_nodes}}, True)
         else:
+            if dropped:
+                print(f"{'would place' if a.dry_run else 'placed'} the shards on {kv.replicas} of the "
+                      f"{len(members)} nodes each: {dropped} copies {'to be ' if a.dry_run else ''}dropped")
             emit(rows, False, ["shard", "from", "to", "shard_bytes", "seconds", "copied_bytes"])
             held = ", ".join(f"{n}: {counts.get(n, 0)} ({held_bytes[n]:,} B)" for n in kv.storage_nodes)
             gone = f"; node {drain} removed" if drain is not None and not a.dry_run else ""

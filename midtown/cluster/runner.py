@@ -272,6 +272,20 @@ class Cluster:
         cert, key = certs.ensure_cert(self.tls_dir, name)
         return ["--tls-ca", str(self.tls_dir / "ca.pem"), "--tls-cert", str(cert), "--tls-key", str(key)]
 
+    def add_storage_process(self) -> str:
+        """Start one more storage node process (split layout), with the next id: the
+        process only; `midtown node add ID` makes it a member. Its name."""
+        if self.layout != "split":
+            raise ClusterError("a storage node process of its own is started in the split layout only")
+        i = 1 + max((p.server_id for p in self.of_kind("storage-node")), default=-1)
+        port, metrics = free_ports(2)
+        name = f"storage-{i}"
+        self.procs[name] = Proc(name, "storage-node", port, server_id=i, metrics_port=metrics)
+        self.storage_nodes += 1
+        self.start_process(name)
+        self.save()
+        return name
+
     def command(self, name: str) -> list[str]:
         p = self.procs[name]
         netns = ["ip", "netns", "exec", p.netns] if p.netns else []

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from catalog import registry, usage
+from catalog import registry, replica_sets, usage
 from catalog.routing import shard_of
 from log import zk as zkpaths
 from log.client import LogClient
@@ -380,6 +380,77 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
             assert _sets(c)[0].of(shard) == sets.of(shard)
             all_read(db)
         wait_for(agree, 60, "every shard's replicas at one position with one digest")
+
+
+def test_a_cluster_of_three_grows_to_four_and_the_new_node_takes_its_part(tmp_path: Path) -> None:
+    """The default shape: three storage nodes and three replicas, so no replica sets are
+    written and each node holds every shard. `node add 3` places the shards on the three
+    (nothing moves) before the new node joins holding none; started, `cluster rebalance`
+    moves six shards onto it (8 shards x 3 copies over 4 nodes). Every key reads back,
+    writes go on during the moves, each shard's replicas agree, and the nodes that gave a
+    shard up drop it."""
+    with started(tmp_path / "c", {"MIDTOWN_POSITION_INTERVAL_S": "5", "MIDTOWN_USAGE_INTERVAL_S": "1"},
+                 storage_nodes=3, shards=8, logs=4, kv_logs=1, coordinators=1) as c:
+        c.create_dataset("b")
+        assert _sets(c)[0].version < 0  # every node holds every shard
+        keys = [f"k{i}" for i in range(40)]
+        with Client(c.coordinator_addrs, timeout=20) as db:
+            for k in keys:
+                db.put("b", k, "l", k.encode())
+            added = _mt(c, "node", "add", "3")
+            assert added["storage_nodes"] == [0, 1, 2, 3]
+            sets, history = _sets(c)
+            assert sets.version >= 0 and sets.replicas == 3
+            assert all(sets.of(s) == (0, 1, 2) for s in range(8)) and "storage node 3" in history[-1]["why"]
+            c.add_storage_process()
+            stop = threading.Event()
+            counted = [0]
+
+            def write() -> None:
+                while not stop.is_set():
+                    db.incr("b", "counter", "n")
+                    counted[0] += 1
+            w = threading.Thread(target=write, daemon=True)
+            w.start()
+            try:
+                done = _mt(c, "cluster", "rebalance")
+            finally:
+                stop.set()
+                w.join(timeout=30)
+            assert len(done["moves"]) == 6 and all(m["to"] == 3 for m in done["moves"])
+            assert done["shards_per_node"] == {"0": 6, "1": 6, "2": 6, "3": 6} and done["dropped_copies"] == 0
+            for k in keys:
+                got = db.get("b", k, "l")
+                assert got is not None and got.value == k.encode(), k
+            assert db.incr("b", "counter", "n", 0) == counted[0] > 0  # each acknowledged once
+        sets, _ = _sets(c)
+        wait_for(lambda: all(_agree(c, s, sets.of(s)) for s in range(8)), 60,
+                 "every shard's replicas at one position with one digest")
+        d = _dataset(c, "b")
+        for n in range(4):  # a node answers for its shards, and drops the others
+            for s in range(8):
+                if n in sets.of(s):
+                    continue
+                wait_for(lambda: _scan(c, n, d.id, s) == f"FAILED_PRECONDITION: storage node {n} does not "
+                         f"hold shard {s}", 30, f"node {n} to drop shard {s}")
+
+
+def test_a_cluster_made_before_replica_sets_is_placed_on_r_nodes_each() -> None:
+    """Every member holds every shard and no sets are written: with R members or fewer that
+    is the placement (nothing to write); with more, each shard keeps R of the nodes that
+    hold it, evenly, so nothing is copied, only dropped."""
+    assert replica_sets.first_sets(8, [0, 1, 2], 3) is None
+    sets = replica_sets.first_sets(10, [0, 1, 2, 3, 4], 3)
+    assert sets is not None and all(len(s) == 3 for s in sets.sets)
+    counts = replica_sets.counts(sets)
+    assert sorted(counts) == [0, 1, 2, 3, 4] and all(c == 6 for c in counts.values())
+
+
+def _mt(c: Cluster, *args: str) -> Any:
+    p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts, "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout)
 
 
 def test_a_move_under_way_is_shown_kept_to_its_arguments_and_given_up(six: Cluster) -> None:

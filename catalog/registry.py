@@ -107,8 +107,9 @@ def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> Replic
     over the members, R copies each). A cluster of R members or fewer, where every member
     holds every shard, writes none until it grows past R: `add_storage_node` places its
     shards on the members it had first, so the new one starts with none, and `midtown
-    cluster rebalance` moves some onto it. A cluster made before replica sets with more members than R is placed the same way:
-    each node keeps R/N of the shards it held and drops the rest."""
+    cluster rebalance` moves some onto it. A cluster made before replica sets with more
+    members than R is placed the same way: each node keeps R/N of the shards it held and
+    drops the rest."""
     sets = read_replica_sets(zk, kv)
     if sets.version >= 0:
         return sets

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started(tmp_path_factory.mktemp("bad-input") / "cluster") as c:
+    with started(tmp_path_factory.mktemp("bad-input") / "cluster", logs=16) as c:
         yield c
 
 
@@ -237,7 +237,7 @@ METHODS = [
 ]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     method=st.sampled_from(METHODS),
     body=st.one_of(

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module (a cluster per test cost the suite seconds each): each
     test appends to logs of its own, and restarts what it kills or pauses."""
-    with started(tmp_path_factory.mktemp("log") / "c") as c:
+    with started(tmp_path_factory.mktemp("log") / "c", logs=16) as c:
         yield c
 
 

@@ -301,24 +301,26 @@ def test_bad_moves_are_refused_naming_the_argument(six: Cluster) -> None:
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "shard" in (e.value.details() or "")
 
 
-def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path: Path) -> None:
-    """Four storage nodes, eight shards of three replicas (six each). `node decommission 3`
-    moves its six shards to the others and takes it out; added back, a dry run of `cluster
-    rebalance` moves nothing, and `node add 3 --rebalance` gives it six again. Every key reads
-    back throughout, and each shard's replicas agree."""
+def test_three_nodes_grow_to_four_then_one_is_decommissioned_added_back_and_rebalanced(
+        tmp_path: Path) -> None:
+    """The default shape first: three storage nodes and three replicas, so no replica sets
+    are written and each node holds every shard. `node add 3` places the shards on the
+    three (nothing moves) before the new node joins holding none; started, `cluster
+    rebalance` moves six shards onto it (8 shards x 3 copies over 4 nodes) while writes go
+    on. Then `node decommission 3` moves its six shards back to the others and takes it
+    out; added back, a dry run of `cluster rebalance` shows six moves to it, and `node add 3
+    --rebalance` makes those. Every key and count reads back throughout, each shard's
+    replicas agree, and a node that gave a shard up drops it."""
     # The nodes read the sets again every 5 s (with their positions): a node that left a
     # shard still sees itself in its set for a while.
     with started(tmp_path / "c", {"MIDTOWN_POSITION_INTERVAL_S": "5", "MIDTOWN_USAGE_INTERVAL_S": "1"},
-                 storage_nodes=4, shards=8,
-                 replicas=3, logs=4, kv_logs=1, coordinators=1) as c:
+                 storage_nodes=3, shards=8, logs=4, kv_logs=1, coordinators=1) as c:
         c.create_dataset("b")
+        assert _sets(c)[0].version < 0  # every node holds every shard
         keys = [f"k{i}" for i in range(40)]
 
         def mt(*args: str) -> Any:
-            p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts, "--json"],
-                               capture_output=True, text=True, timeout=300)
-            assert p.returncode == 0, p.stdout + p.stderr
-            return json.loads(p.stdout)
+            return _mt(c, *args)
 
         def all_read(db: Client) -> None:
             for k in keys:
@@ -331,10 +333,43 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
         with Client(c.coordinator_addrs, timeout=20) as db:
             for k in keys:
                 db.put("b", k, "l", k.encode())
+            # Three grow to four.
+            assert mt("node", "add", "3")["storage_nodes"] == [0, 1, 2, 3]
+            sets, history = _sets(c)
+            assert sets.version >= 0 and sets.replicas == 3
+            assert all(sets.of(s) == (0, 1, 2) for s in range(8)) and "storage node 3" in history[-1]["why"]
+            c.add_storage_process()
+            stop = threading.Event()
+            counted = [0]
+
+            def write() -> None:
+                while not stop.is_set():
+                    db.incr("b", "counter", "n")
+                    counted[0] += 1
+            w = threading.Thread(target=write, daemon=True)
+            w.start()
+            try:
+                grown = mt("cluster", "rebalance")
+            finally:
+                stop.set()
+                w.join(timeout=30)
+            assert len(grown["moves"]) == 6 and all(m["to"] == 3 for m in grown["moves"])
+            assert grown["shards_per_node"] == {"0": 6, "1": 6, "2": 6, "3": 6} and grown["dropped_copies"] == 0
+            all_read(db)
+            assert db.incr("b", "counter", "n", 0) == counted[0] > 0  # each acknowledged once
+            sets, _ = _sets(c)
+            d = _dataset(c, "b")
+            for n in range(4):  # a node answers for its shards, and drops the others
+                for s in range(8):
+                    if n not in sets.of(s):
+                        wait_for(lambda: _scan(c, n, d.id, s) == f"FAILED_PRECONDITION: storage node {n} "
+                                 f"does not hold shard {s}", 30, f"node {n} to drop shard {s}")
+            wait_for(agree, 60, "every shard's replicas at one position with one digest")
+
             # The plans weigh each shard's bytes as the nodes last counted them: wait for a
-            # count after the puts, so the dry run and the run below see the same sizes.
-            written_ms = int(time.time() * 1000)
-            wait_for(lambda: _counted_since(c, written_ms, range(4)), 30, "a usage count after the puts")
+            # count from now, so the dry run and the run below see the same sizes.
+            counted_ms = int(time.time() * 1000)
+            wait_for(lambda: _counted_since(c, counted_ms, range(4)), 30, "a usage count of every node")
             out = mt("node", "decommission", "3")
             assert len(out["moves"]) == 6 and all(m["from"] == 3 for m in out["moves"])
             assert out["removed"] == 3 and out["shards_per_node"] == {"0": 8, "1": 8, "2": 8}
@@ -358,18 +393,15 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
             all_read(db)
             # A shard leaves a node and comes straight back to it, with writes going on:
             # the node's view of the sets may still name it when the copy comes in.
-            d = _dataset(c, "b")
             shard = shard_of(d.id, b"k0", 8)
             sets, _ = _sets(c)
             a, b = sets.of(shard)[0], next(n for n in range(4) if n not in sets.of(shard))
             stop = threading.Event()
 
-            def write() -> None:
-                i = 0
+            def incr() -> None:
                 while not stop.is_set():
                     db.incr("b", "k0", "n")
-                    i += 1
-            w = threading.Thread(target=write, daemon=True)
+            w = threading.Thread(target=incr, daemon=True)
             w.start()
             try:
                 mt("shard", "move", str(shard), "--to", str(b), "--from", str(a))
@@ -380,59 +412,6 @@ def test_a_node_is_decommissioned_added_back_and_the_shards_rebalanced(tmp_path:
             assert _sets(c)[0].of(shard) == sets.of(shard)
             all_read(db)
         wait_for(agree, 60, "every shard's replicas at one position with one digest")
-
-
-def test_a_cluster_of_three_grows_to_four_and_the_new_node_takes_its_part(tmp_path: Path) -> None:
-    """The default shape: three storage nodes and three replicas, so no replica sets are
-    written and each node holds every shard. `node add 3` places the shards on the three
-    (nothing moves) before the new node joins holding none; started, `cluster rebalance`
-    moves six shards onto it (8 shards x 3 copies over 4 nodes). Every key reads back,
-    writes go on during the moves, each shard's replicas agree, and the nodes that gave a
-    shard up drop it."""
-    with started(tmp_path / "c", {"MIDTOWN_POSITION_INTERVAL_S": "5", "MIDTOWN_USAGE_INTERVAL_S": "1"},
-                 storage_nodes=3, shards=8, logs=4, kv_logs=1, coordinators=1) as c:
-        c.create_dataset("b")
-        assert _sets(c)[0].version < 0  # every node holds every shard
-        keys = [f"k{i}" for i in range(40)]
-        with Client(c.coordinator_addrs, timeout=20) as db:
-            for k in keys:
-                db.put("b", k, "l", k.encode())
-            added = _mt(c, "node", "add", "3")
-            assert added["storage_nodes"] == [0, 1, 2, 3]
-            sets, history = _sets(c)
-            assert sets.version >= 0 and sets.replicas == 3
-            assert all(sets.of(s) == (0, 1, 2) for s in range(8)) and "storage node 3" in history[-1]["why"]
-            c.add_storage_process()
-            stop = threading.Event()
-            counted = [0]
-
-            def write() -> None:
-                while not stop.is_set():
-                    db.incr("b", "counter", "n")
-                    counted[0] += 1
-            w = threading.Thread(target=write, daemon=True)
-            w.start()
-            try:
-                done = _mt(c, "cluster", "rebalance")
-            finally:
-                stop.set()
-                w.join(timeout=30)
-            assert len(done["moves"]) == 6 and all(m["to"] == 3 for m in done["moves"])
-            assert done["shards_per_node"] == {"0": 6, "1": 6, "2": 6, "3": 6} and done["dropped_copies"] == 0
-            for k in keys:
-                got = db.get("b", k, "l")
-                assert got is not None and got.value == k.encode(), k
-            assert db.incr("b", "counter", "n", 0) == counted[0] > 0  # each acknowledged once
-        sets, _ = _sets(c)
-        wait_for(lambda: all(_agree(c, s, sets.of(s)) for s in range(8)), 60,
-                 "every shard's replicas at one position with one digest")
-        d = _dataset(c, "b")
-        for n in range(4):  # a node answers for its shards, and drops the others
-            for s in range(8):
-                if n in sets.of(s):
-                    continue
-                wait_for(lambda: _scan(c, n, d.id, s) == f"FAILED_PRECONDITION: storage node {n} does not "
-                         f"hold shard {s}", 30, f"node {n} to drop shard {s}")
 
 
 def test_a_cluster_made_before_replica_sets_is_placed_on_r_nodes_each() -> None:

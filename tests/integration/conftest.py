@@ -17,7 +17,6 @@ from log.client import LogClient, LogError
 from midtown.cluster import Cluster
 from midtown_pb import log_pb2
 
-
 # Logs of a test cluster unless a test asks for more (`cluster up` makes 16): four keep an
 # idle cluster at about 14% of a core where sixteen take 25%, which the whole suite pays.
 TEST_LOGS = 4

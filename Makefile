@@ -61,8 +61,8 @@ demo: proto
 	$(PY) -m midtown.cli.demo --dir $(DIR)
 
 lint: proto
-	.venv/bin/ruff check midtown runtime catalog log coordinator storage_node spark_connector tests
-	.venv/bin/mypy midtown runtime catalog log coordinator storage_node spark_connector
+	.venv/bin/ruff check midtown runtime record catalog log coordinator storage_node spark_connector tests
+	.venv/bin/mypy midtown runtime record catalog log coordinator storage_node spark_connector
 
 clean:
 	rm -rf midtown_pb .venv run

@@ -22,8 +22,8 @@ from prometheus_client import Counter
 
 from coordinator import limits
 from midtown_pb import kv_pb2 as pb
+from record.model import RecordResult
 from runtime.refusals import Refusal
-from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.coordinator")
 DIVERGENCES = Counter(

@@ -10,9 +10,9 @@ import grpc
 
 from coordinator import limits
 from midtown_pb import kv_pb2 as pb
+from record import codec
+from record.model import Op
 from runtime.refusals import Refusal
-from storage_node import codec
-from storage_node.model import Op
 
 Code = grpc.StatusCode
 Abort = Refusal  # the coordinator's refusals are the servers' one type (runtime/refusals.py)

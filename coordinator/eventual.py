@@ -22,7 +22,7 @@ import threading
 import time
 
 from midtown_pb import kv_pb2 as pb
-from storage_node.lww import COUNTER_BITS, ID_BITS, version_millis
+from record.versions import COUNTER_BITS, ID_BITS, version_millis
 
 
 def quorum(n: int) -> int:

@@ -23,8 +23,8 @@ from coordinator import limits
 from coordinator.checks import Abort
 from coordinator.node import STRONG_READS, Appending, Coordinator, early_result, read_header
 from midtown_pb import kv_pb2 as pb
-from storage_node import codec
-from storage_node.model import Op, OpResult, Record, RecordResult
+from record import codec
+from record.model import Op, OpResult, Record, RecordResult
 
 Write: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, list[Op]]  # dataset, header, partition key, ops
 Read: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, Op]  # dataset, header, partition key, a get

@@ -29,19 +29,16 @@ from coordinator.checks import (
 )
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
-from coordinator.replicas import Replicas
+from coordinator.replicas import LocalStorage, Replicas
 from log import read_index as ri
 from log import zk as zkpaths
 from log.client import LocalAppends, LogClient, LogError
 from log.metadata import LogMetadata
-from log.node import Node
+from log.read_index import LocalLog
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
-from runtime import inprocess
-from runtime.group_commit import GroupTimeout
-from runtime.refreshed import Refreshed
-from storage_node import codec
-from storage_node.model import (
+from record import codec
+from record.model import (
     Op,
     OpResult,
     Put,
@@ -49,7 +46,9 @@ from storage_node.model import (
     RecordResult,
     Stored,
 )
-from storage_node.node import StorageNode
+from runtime import inprocess
+from runtime.group_commit import GroupTimeout
+from runtime.refreshed import Refreshed
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -77,8 +76,9 @@ class Appending:
 
 class Coordinator:
     def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
-                 local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
-                 local_storage: inprocess.Local[StorageNode] | None = None) -> None:
+                 local_appends: LocalAppends | None = None,
+                 local_log: inprocess.Local[LocalLog] | None = None,
+                 local_storage: inprocess.Local[LocalStorage] | None = None) -> None:
         """`local_appends`: appends to a log writer in this process skip gRPC (host layout)."""
         self.coord_id = coord_id
         self.addr = addr  # where clients call it (registered in ZooKeeper)
@@ -86,7 +86,7 @@ class Coordinator:
         self.logs = LogClient(zk_hosts, local=local_appends)
         # The log server of this process, if any (the host layout); its storage node is
         # reached through self.replicas.
-        self.local_log: inprocess.Local[Node] = local_log or inprocess.Local()
+        self.local_log: inprocess.Local[LocalLog] = local_log or inprocess.Local()
         self.zk = self.logs.zk
         self.log_count = self.logs.topology().logs
         kv = registry.read_kv(self.zk)
@@ -174,7 +174,7 @@ class Coordinator:
         stream; until then, a request waits for it as for any answer, within its deadline."""
         node = self.replicas.local.component
         return (node is not None and node.applies_in_process(log_id)
-                and node.state.node_id in self.replicas.holders(shard))
+                and node.node_id in self.replicas.holders(shard))
 
     def encode(self, rec: Record) -> bytes:
         """The record as a log entry's payload, with its answer secret (Answers.secret)."""

@@ -23,12 +23,9 @@ from typing import Any
 from catalog.usage import View
 from coordinator import limits
 from midtown_pb import kv_pb2 as pb
+from record.sizes import VALUE_OVERHEAD, value_key_len
 from runtime import refusals
-from storage_node import keys
 
-# Bytes a stored value takes beyond its own: version and expiry (storage_node/keys.py), and
-# an eventual dataset's tombstone flag (storage_node/lww.py).
-VALUE_OVERHEAD = 17
 INT64_DIGITS = 20
 # Writes a coordinator let in are added to the nodes' counts if made no earlier than this
 # before the count (a write let in shortly before may not have been applied when counted),
@@ -99,10 +96,10 @@ Written = tuple[tuple[bytes, bytes], int]  # ((partitioning key, local key), byt
 
 def writes(req: Any, dataset_id: str) -> list[Written]:
     """The keys this request can add data under (none for reads and deletes), each with
-    at most how many bytes it will take, counted as the nodes count (a key as
-    storage_node/keys.py lays it out, a value with its version and expiry)."""
+    at most how many bytes it will take, counted as the nodes count (record/sizes.py: a
+    key as the storage node lays it out, a value with its version and expiry)."""
     def one(pkey: bytes, lkey: bytes, value_len: int) -> Written:
-        key_len = len(keys.value_key(0, dataset_id, pkey, lkey))
+        key_len = value_key_len(dataset_id, pkey, lkey)
         return (pkey, lkey), key_len + VALUE_OVERHEAD + value_len
 
     if isinstance(req, pb.PutRequest):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from catalog.datasets import Dataset
 from catalog.routing import shard_of
 from coordinator.checks import check_event_id, check_partition
-from storage_node.model import Group, Op, Record
+from record.model import Group, Op, Record
 
 
 def record_for(d: Dataset, request_id: bytes, callback: str, pkey: bytes, ops: tuple[Op, ...],

@@ -11,7 +11,7 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from kazoo.client import KazooClient
@@ -22,11 +22,10 @@ from coordinator import limits
 from coordinator.checks import Abort, Code
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
+from record.model import Behind
 from runtime import inprocess, transport
 from runtime.refreshed import Refreshed
 from runtime.refusals import BEHIND_TRAILER, Refusal, reason
-from storage_node.node import StorageNode
-from storage_node.reads import Behind
 
 # Storage calls a storage node in this process answers directly: its method, and the path
 # counted in midtown_in_process_calls_total (none for eventual datasets' calls).
@@ -36,8 +35,31 @@ _IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
 _POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
 
 
+class LocalStorage(Protocol):
+    """The storage node of this process, as a coordinator calls it in place of its Storage
+    service (midtown/cluster/host.py binds one): the port, not the node."""
+    @property
+    def node_id(self) -> int: ...
+
+    def read(self, req: pb.ReadRequest) -> pb.ReadResponse: ...
+
+    def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse: ...
+
+    def shard_splits(self, req: pb.StorageShardSplitsRequest) -> pb.ShardSplitsResponse: ...
+
+    def lww_write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse: ...
+
+    def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse: ...
+
+    def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]: ...
+
+    def watch(self, req: pb.StorageWatchRequest) -> Iterator[pb.WatchResponse]: ...
+
+    def applies_in_process(self, log_id: int) -> bool: ...
+
+
 class Replicas:
-    def __init__(self, zk: KazooClient, local: inprocess.Local[StorageNode]) -> None:
+    def __init__(self, zk: KazooClient, local: inprocess.Local[LocalStorage]) -> None:
         """`local`: the storage node of this process, if any."""
         self.zk = zk
         self.local = local

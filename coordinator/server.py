@@ -43,16 +43,12 @@ from coordinator.checks import (
     validate_op,
 )
 from coordinator.node import Coordinator
+from coordinator.replicas import LocalStorage
 from log.client import LocalAppends
-from log.node import Node
+from log.read_index import LocalLog
 from midtown_pb import kv_pb2 as pb
-from runtime import inprocess, metrics, transport
-from runtime.health import serve_health
-from runtime.process import Part, serve_all, tune_runtime
-from runtime.refusals import REFUSED, Refusal
-from runtime.transport import GRPC_OPTIONS
-from storage_node import codec
-from storage_node.model import (
+from record import codec
+from record.model import (
     Delete,
     Get,
     Incr,
@@ -63,7 +59,11 @@ from storage_node.model import (
     RecordResult,
     Scan,
 )
-from storage_node.node import StorageNode
+from runtime import inprocess, metrics, transport
+from runtime.health import serve_health
+from runtime.process import Part, serve_all, tune_runtime
+from runtime.refusals import REFUSED, Refusal
+from runtime.transport import GRPC_OPTIONS
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -658,8 +658,8 @@ class Built:
 def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
           client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
           callback_listen: str = "", local_appends: LocalAppends | None = None,
-          local_log: inprocess.Local[Node] | None = None,
-          local_storage: inprocess.Local[StorageNode] | None = None) -> Built:
+          local_log: inprocess.Local[LocalLog] | None = None,
+          local_storage: inprocess.Local[LocalStorage] | None = None) -> Built:
     """Bind the callback port first (port 0 in `callback_listen`, or none: any free port)
     so that records can name it, then the client port. The callback service is never on the
     client port: answers are taken only from the internal network (and, with mutual TLS,

@@ -22,7 +22,7 @@ No segment yet, or too few answers: None (the caller reads through the log inste
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from log import limits
 from log.metadata import LogMetadata
@@ -31,6 +31,12 @@ from log.metadata import LogMetadata
 class TailReply(NamedTuple):
     last: int  # the replica's last stored position of the log (-1: none)
     epoch: int  # the highest writer epoch it has seen for the log
+
+
+class LocalLog(Protocol):
+    """The log server of this process, as a coordinator's read-index round asks it in place
+    of its Tail call (midtown/cluster/host.py binds one): the port, not the server."""
+    def tail_hurrying(self, log_id: int) -> TailReply: ...
 
 
 class Stale(Exception):

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
-from storage_node import keys
-from storage_node.model import (
+from record.model import (
     Cas,
     Delete,
     Drop,
@@ -36,6 +35,7 @@ from storage_node.model import (
     Scan,
     Stored,
 )
+from storage_node import keys
 
 # How long (in log time) a request id is remembered. Client retries come within seconds;
 # ten minutes covers a coordinator or node restart and leaves the table bounded.

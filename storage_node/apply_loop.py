@@ -30,16 +30,17 @@ from log.entry import Entry
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
+from record import codec
+from record.model import Drop, Position, Record, RecordResult, Stored
 from runtime import inprocess, loops
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
-from storage_node import changes, codec, keys, reclaim, shard_copy
+from storage_node import changes, keys, reclaim, shard_copy
 from storage_node.apply import Applied, apply
 from storage_node.callbacks import AnswerTaker, Callbacks
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, POSITION, TAILED
-from storage_node.model import Drop, Position, Record, RecordResult, Stored
 from storage_node.state import NodeState
 from storage_node.store import BatchView
 

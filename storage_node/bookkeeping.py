@@ -19,14 +19,15 @@ from catalog.routing import log_of, shards_of_log
 from log.client import LogError
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
+from record import codec
+from record.model import Drop, Position, Record
 from runtime import loops, transport
-from storage_node import codec, lww, usage
+from storage_node import lww, usage
 from storage_node.apply_loop import ApplyLoop
 from storage_node.eventual_service import EventualService
 from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S, USAGE_SPREAD_S
 from storage_node.lww import LwwReplica
 from storage_node.metrics import DIVERGED, EVENT_IDS, LAG
-from storage_node.model import Drop, Position, Record
 from storage_node.state import NodeState
 from storage_node.truncation import needs_publish, truncation_point
 

@@ -13,9 +13,9 @@ import grpc
 
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
+from record.model import RecordResult
 from runtime import transport
 from storage_node.limits import CALLBACK_BATCH_MAX, CALLBACK_QUEUE_MAX
-from storage_node.model import RecordResult
 
 log = logging.getLogger("midtown.storage.callbacks")
 

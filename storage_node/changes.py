@@ -23,8 +23,8 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+from record.model import Stored
 from storage_node import keys
-from storage_node.model import Stored
 
 
 class Kind(enum.IntEnum):

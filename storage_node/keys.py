@@ -32,7 +32,7 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
-from storage_node.model import Stored
+from record.model import Stored
 
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")

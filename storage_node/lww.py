@@ -36,19 +36,10 @@ import time
 from rocksdict import WriteBatch
 
 from midtown_pb import kv_pb2 as pb
+from record.versions import version_millis
 from runtime.group_commit import GroupCommit
 from storage_node import keys
 from storage_node.store import NodeStore
-
-# The version of an eventual value (the coordinators' hybrid clock, coordinator/eventual.py):
-# ms << (COUNTER_BITS + ID_BITS) | counter << ID_BITS | coordinator id.
-COUNTER_BITS = 14
-ID_BITS = 8
-
-
-def version_millis(version: int) -> int:
-    """The milliseconds a version was stamped at."""
-    return version >> (COUNTER_BITS + ID_BITS)
 
 _H = struct.Struct(">QQ?")  # version, expires_at_ms, deleted
 _Q = struct.Struct(">Q")

@@ -75,6 +75,10 @@ class StorageNode:
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual, self.applier)
         self.intake = Intake(s, self.applier, self.bookkeeping)
 
+    @property
+    def node_id(self) -> int:
+        return self.state.node_id
+
     def applies_in_process(self, log_id: int) -> bool:
         """Whether this node applies `log_id` as the writer of this process commits it: a
         coordinator of this process may then have its records of that log answered by this

@@ -20,17 +20,14 @@ from catalog import registry
 from catalog.routing import check_shard, log_of
 from log.rocks_store import bounded_items
 from midtown_pb import kv_pb2 as pb
+from record import codec
+from record.model import Behind, Record
 from runtime.refusals import Refusal
-from storage_node import codec, keys, shard_copy
+from storage_node import keys, shard_copy
 from storage_node.apply import apply
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_BYTES_DEFAULT, SHARD_SCAN_PAGE_MAX
-from storage_node.model import Record
 from storage_node.store import BatchView, NodeStore
 from storage_node.views import TooManyViews, View, ViewGone, Views
-
-
-class Behind(Exception):
-    """This replica has not applied far enough for the read yet."""
 
 
 def _released(first: pb.ScanShardResponse, rest: Iterator[pb.ScanShardResponse],

@@ -16,13 +16,13 @@ from log import limits as log_limits
 from log.client import LocalAppends
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
+from record.model import Behind
 from runtime import inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from runtime.refusals import BEHIND_TRAILER, Refusal, refuse
 from storage_node.callbacks import AnswerTaker
 from storage_node.node import StorageNode
-from storage_node.reads import Behind
 from storage_node.settings import Settings
 
 

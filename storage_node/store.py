@@ -10,9 +10,10 @@ from rocksdict import WriteBatch
 
 from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
-from storage_node import changes, codec, keys
+from record import codec
+from record.model import GroupResult, RecordResult, Stored
+from storage_node import changes, keys
 from storage_node.apply import Applied, Event
-from storage_node.model import GroupResult, RecordResult, Stored
 
 # Bloom filters on the node's state: ~1% false positives at 10 bits a key. Most lookups of
 # an ingestion are of event ids never seen, which without filters read an index block of

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from coordinator import bulk
 from midtown_pb import kv_pb2 as pb
-from storage_node import codec
+from record import codec
+from record.model import Put, Record
 from storage_node.apply_loop import answers_now
 from storage_node.limits import DIGEST_SAMPLE
-from storage_node.model import Put, Record
 
 
 @given(st.integers(min_value=0, max_value=2**40))

@@ -6,9 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage_node import keys
-from storage_node.apply import DEDUP_WINDOW_MS, Event, apply
-from storage_node.model import (
+from record.model import (
     Cas,
     Delete,
     Get,
@@ -20,6 +18,8 @@ from storage_node.model import (
     Scan,
     Stored,
 )
+from storage_node import keys
+from storage_node.apply import DEDUP_WINDOW_MS, Event, apply
 
 
 class MemState:

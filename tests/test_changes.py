@@ -12,10 +12,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from record.model import Cas, Delete, Incr, Put, Record
 from storage_node import changes, keys
 from storage_node.apply import apply
 from storage_node.apply_loop import ChangeRecorder
-from storage_node.model import Cas, Delete, Incr, Put, Record
 from storage_node.store import BatchView, NodeStore
 from tests import watch_checker
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.answers import DIVERGENCES, Answers
-from storage_node.model import RecordResult
+from record.model import RecordResult
 
 
 def _bare() -> Answers:
@@ -40,7 +40,7 @@ def test_same_digests_are_quiet_and_different_ones_are_reported(caplog: pytest.L
 def test_deliver_wakes_the_waiter_once_and_checks_every_answer() -> None:
 
     from midtown_pb import kv_pb2 as pb
-    from storage_node import codec
+    from record import codec
 
     c = _bare()
     [waiter] = c.expect([(3, 6, b"rid")])  # the record it appended
@@ -61,7 +61,7 @@ def test_answers_for_records_it_never_sent_are_dropped() -> None:
     """A forged Deliver (an unknown request id, a wrong shard or log, a node that is not a
     registered storage node) neither wakes a waiter nor raises a divergence alarm."""
 
-    from storage_node import codec
+    from record import codec
 
     c = _bare()
     [waiter] = c.expect([(3, 6, b"rid")])

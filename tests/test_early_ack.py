@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from coordinator.appender import Placed
 from coordinator.node import early_result
+from record.model import Delete, Put, Record
 from storage_node import keys
-from storage_node.model import Delete, Put, Record
 from tests.test_apply import MemState
 
 

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from midtown_pb import kv_pb2 as pb
-from storage_node import codec
+from record import codec
+from record.model import Cas, Group, Incr, Put, Record, put_group
 from storage_node.apply import apply
-from storage_node.model import Cas, Group, Incr, Put, Record, put_group
 from storage_node.store import BatchView, NodeStore
 from tests.test_apply import MemState
 

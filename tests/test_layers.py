@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Lowest first. A module belongs to the longest prefix listed; `midtown` alone is the SDK.
 LAYERS: list[tuple[str, ...]] = [
     ("runtime", "midtown_pb"),  # process start-up, transport, loops, membership, refusals
+    ("record",),  # the record contract between the coordinator and the storage node
     ("catalog",),  # what ZooKeeper holds: topology, datasets, users, usage; key routing
     ("log",),  # the replicated log
     ("storage_node",),  # replicas applying the logs
@@ -24,7 +25,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("spark_connector",),  # the Spark data source, on the SDK
     ("midtown.cli", "midtown.cluster", "midtown.bench", "midtown.__main__"),  # commands: drive all
 ]
-PACKAGES = ("runtime", "catalog", "log", "storage_node", "coordinator", "midtown", "spark_connector")
+PACKAGES = ("runtime", "record", "catalog", "log", "storage_node", "coordinator", "midtown",
+            "spark_connector")
 
 
 def layer_of(module: str) -> int:
@@ -138,3 +140,28 @@ def test_the_check_sees_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": set()}
     assert cycles(graph) == [["a", "b", "c"]]  # d only leads into it
     assert sorted(cycles({**graph, "e2": {"e"}})) == [["a", "b", "c"], ["e", "e2"]]
+
+
+def test_the_coordinator_imports_nothing_of_the_storage_node() -> None:
+    """The coordinator and the storage node meet in the record contract (record/) and in
+    narrow ports (coordinator/replicas.py LocalStorage), never in each other's modules; nor
+    does the coordinator reach into the log server's (log/node.py, log/server.py)."""
+    bad = []
+    for path in sorted((ROOT / "coordinator").rglob("*.py")):
+        for line, target in imports(path):
+            if target.split(".")[0] == "storage_node" or target.startswith(("log.node", "log.server")):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert bad == []
+
+
+def test_importing_the_coordinator_loads_no_storage_node_module() -> None:
+    """Not by a way round either: importing the coordinator's service loads no module of
+    storage_node and not RocksDB."""
+    import subprocess
+    import sys
+
+    code = ("import sys, coordinator.server; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('storage_node', 'rocksdict')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from catalog import usage as catalog_usage
 from coordinator import limits, quotas
 from midtown_pb import kv_pb2 as pb
+from record import sizes
+from record.model import Stored
 from storage_node import keys, usage
-from storage_node.model import Stored
 from storage_node.store import NodeStore
 
 UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 1024,
@@ -177,3 +178,12 @@ def test_a_count_reads_in_pieces_each_from_an_iterator_of_its_own(tmp_path: Path
         assert usage.tally(usage.data_items(store, piece=4)) == whole
     finally:
         store.close()
+
+
+@given(st.integers(0, 2**32 - 1), st.text(min_size=1, max_size=40), st.binary(max_size=40),
+       st.binary(max_size=40))
+def test_the_record_contracts_key_size_is_the_storage_layouts(shard: int, dataset: str, pkey: bytes,
+                                                               lkey: bytes) -> None:
+    """The coordinator sizes a key by record/sizes.py, the storage node lays it out by
+    storage_node/keys.py: one length."""
+    assert len(keys.value_key(shard, dataset, pkey, lkey)) == sizes.value_key_len(dataset, pkey, lkey)

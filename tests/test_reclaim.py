@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from record.model import Cas, Delete, Drop, Get, Incr, Put, Record, Scan
 from storage_node import keys
 from storage_node.apply import DEDUP_WINDOW_MS, apply
-from storage_node.model import Cas, Delete, Drop, Get, Incr, Put, Record, Scan
 from storage_node.reclaim import dedup_cutoff, expiry_cutoff
 from storage_node.store import BatchView, NodeStore
 from tests.test_apply import MemState

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from catalog.datasets import Dataset
 from catalog.routing import shard_of
 from coordinator.records import record_for
+from record.model import Group, Incr, Put
 from runtime.refusals import Refusal
-from storage_node.model import Group, Incr, Put
 
 D = Dataset(name="events", incarnation=3, ttl_ms=5000, dedup_window_ms=60_000, dedup_max_ids=10)
 

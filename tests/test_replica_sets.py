@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from catalog import replica_sets
 from catalog.routing import log_of
-from storage_node.model import Drop, Get, Position, Record
+from record.model import Drop, Get, Position, Record
 from storage_node.truncation import truncation_point
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from storage_node.model import Cas, Delete, Group, Incr, Put, Record
+from record.model import Cas, Delete, Group, Incr, Put, Record
 
 Change = tuple[str, bytes, bytes, bytes, int, int, int, int]
 Key = tuple[bytes, bytes]

@@ -275,8 +275,8 @@ def cmd_log_append(a: argparse.Namespace) -> int:
 def describe_entry(payload: bytes) -> dict[str, str]:
     """What a log entry holds, for people: the operation, the dataset and the keys of a
     key-value record, or the payload itself (text, or base64) when it is not one."""
-    from storage_node import codec
-    from storage_node.model import Drop, Position
+    from record import codec
+    from record.model import Drop, Position
 
     if not payload:  # the writer's time mark on an idle log (docs/log.md)
         return {"operation": "time mark", "dataset": "", "keys": ""}

@@ -19,14 +19,15 @@ import sys
 
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
+from coordinator.replicas import LocalStorage
 from log import server as log_server
 from log.local import NodeAppends
 from log.node import Node
+from log.read_index import LocalLog
 from runtime import inprocess, metrics, transport
 from runtime.process import Part, serve_all, tune_runtime
 from storage_node import server as storage_server
 from storage_node.callbacks import AnswerTaker
-from storage_node.node import StorageNode
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,8 +65,9 @@ def main(argv: list[str] | None = None) -> None:
                                           local_log, local_answers)
     storage_server.add_health(ss, storage)
     b = coordinator_server.build(a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}",
-                                 a.client_rate_limit, local_appends=appends, local_log=local_log,
-                                 local_storage=inprocess.Local[StorageNode]().bind([storage_addr], storage))
+                                 a.client_rate_limit, local_appends=appends,
+                                 local_log=inprocess.Local[LocalLog]().bind([log_addr], node),
+                                 local_storage=inprocess.Local[LocalStorage]().bind([storage_addr], storage))
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
     serve_all([Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0),
                Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),

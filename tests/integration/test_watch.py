@@ -28,7 +28,7 @@ from midtown.cluster import Cluster
 from midtown.watch import Change
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from storage_node import codec
+from record import codec
 from tests import watch_checker
 from tests.integration.conftest import started, wait_for
 

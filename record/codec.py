@@ -4,7 +4,7 @@ decode is applied as a no-op by every replica alike (it cannot wedge the log).""
 from __future__ import annotations
 
 from midtown_pb import kv_pb2 as pb
-from storage_node.model import (
+from record.model import (
     Cas,
     Delete,
     Drop,

@@ -1,5 +1,5 @@
-"""Records and operations as plain, validated values (protobuf is converted at the edge,
-in storage_node/codec.py)."""
+"""Records and operations as plain, validated values, and their results (protobuf is
+converted at the edge, in record/codec.py)."""
 
 from __future__ import annotations
 
@@ -154,3 +154,9 @@ class RecordResult:
     duplicate: bool = False
     results: tuple[OpResult, ...] = field(default_factory=tuple)
     groups: tuple[GroupResult, ...] = ()  # a record of groups: one per group, in order
+
+
+class Behind(Exception):
+    """A replica cannot answer this read, and another may: it has not applied far enough
+    yet, or it does not hold the shard (a coordinator's view of the replica sets is a
+    little behind a move)."""

@@ -1,0 +1,5 @@
+"""The record contract between the coordinator and the storage node, which both use and
+neither owns (docs/architecture.md): the key and record model (model.py), how a record
+travels as a log entry's payload and its results come back (codec.py), how a stored
+value's key is sized (sizes.py), and the layout of an eventual value's version
+(versions.py). It imports nothing of ours but the generated protos."""

@@ -53,7 +53,7 @@ def test_bench_kv_runs_the_workloads_and_client_counts_asked() -> None:
     for args in (["--ops", "delete"], ["--clients", "2"], ["--ops", ","]):
         with pytest.raises(SystemExit):
             cli.parser().parse_args(["bench", "kv", *args])
-    conv = cli._subset("--ops", ("put", "get", "cas"))
+    conv = importlib.import_module("midtown.cli.arguments").subset_arg("--ops", ("put", "get", "cas"))
     with pytest.raises(Exception, match="--ops: delete not among put,get,cas"):
         conv("put,delete")
     with pytest.raises(Exception, match="--ops: give one or more of put,get,cas"):

@@ -1,6 +1,9 @@
 """The `midtown` command (midtown/cli/main.py): data, datasets, users, nodes, logs, the
-local cluster and the benchmarks, as tables or JSON. Nothing below the command line
-imports this package."""
+local cluster and the benchmarks, as tables or JSON. Each group of commands has its parser
+and handlers in a module of its own (cluster.py, logs.py, datasets.py, users.py, data.py,
+nodes.py, benches.py, placement.py, shards.py, log_servers.py, backup.py, watch.py);
+arguments.py and connect.py hold what they share. Nothing below the command line imports
+this package."""
 
 from midtown.cli.main import main
 

@@ -1,7 +1,7 @@
 """How a command finds and reaches its cluster: --dir DIR (a local cluster), --zk HOST:PORT,
 the MIDTOWN_ZK environment variable, or ./run/local (the `make run` cluster); and the
-`Client` of the data commands. Shared by midtown/cli/main.py and the command groups kept
-in modules of their own (midtown/cli/placement.py)."""
+`Client`, ZooKeeper client and log client the commands use. Shared by every command
+group (midtown/cli/__init__.py)."""
 
 from __future__ import annotations
 
@@ -64,3 +64,27 @@ def kv_client(a: argparse.Namespace) -> Any:
     if a.coordinator:
         return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
     return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca)
+
+
+ZK_CONNECT_MAX_S = 30.0
+
+
+def zk_client(a: argparse.Namespace) -> Any:
+    """A ZooKeeper client, or a one-line error naming the address within --timeout."""
+    from log import zk as zkpaths
+
+    hosts = zk_hosts(a)
+    # At most ZK_CONNECT_MAX_S: commands that run long (a shard move, a backup) take a
+    # --timeout of minutes for their work, not for finding ZooKeeper.
+    wait = min(float(getattr(a, "timeout", 10.0) or 10.0), ZK_CONNECT_MAX_S)
+    try:
+        return zkpaths.connect(hosts, connect_timeout_s=wait)
+    except Exception:
+        raise Unreachable(f"cannot reach ZooKeeper at {hosts} within {wait:g}s (--zk, --dir or "
+                          "$MIDTOWN_ZK name it)") from None
+
+
+def log_client(a: argparse.Namespace) -> Any:
+    from log.client import LogClient
+
+    return LogClient(zk=zk_client(a), own_zk=True)

@@ -315,7 +315,8 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
 
 def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
                         zk_of: Callable[[argparse.Namespace], Any]) -> None:
-    """`cluster rebalance` and `node decommission` (the groups are made in midtown/cli/main.py)."""
+    """`cluster rebalance` and `node decommission` (the groups are made in
+    midtown/cli/cluster.py and nodes.py)."""
     rb = cluster.add_parser("rebalance",
                             help="move shards until every member holds as many (to within one) "
                             "and about as many bytes")

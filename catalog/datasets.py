@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -290,3 +291,25 @@ class DatasetCache:
             if self._emptied == emptied:
                 self._cache[name] = (now, d)
         return d
+
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
+          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
+          "gib": 1024**3, "tib": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """A quota as given: "10GiB", "500MB", "4096", "none" or "0" (no quota) -> bytes. ValueError, saying
+    what is accepted, for anything else."""
+    if text.strip().lower() == "none":
+        return 0
+    m = _SIZE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size: give bytes, or a number with B, KB, MB, GB, "
+                         "TB, KiB, MiB, GiB or TiB, or none")
+    n = int(Decimal(m.group(1)) * _UNITS[unit])  # exact, however large
+    if n > limits.QUOTA_BYTES_MAX:
+        raise ValueError(f"{text!r} is over the largest quota, {limits.QUOTA_BYTES_MAX} bytes")
+    return n

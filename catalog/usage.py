@@ -79,6 +79,29 @@ def view(zk: KazooClient) -> View:
     return read_reports(zk), kv.storage_nodes, sets.replicas if sets.version >= 0 else 0
 
 
+def used(view: View, dataset_id: str) -> tuple[int, int]:
+    """A dataset's bytes and when they were counted. When every member holds every shard
+    (`copies` 0): the highest count among the member nodes' latest reports (the one that
+    applied furthest has counted the most recent writes). With replica sets (each shard on
+    `copies` nodes, catalog/replica_sets.py): the members' counts added up and divided by
+    `copies`, as of the oldest count. (0, 0) when no member has counted yet. `view`: the
+    reports, the member nodes and `copies` (catalog/usage.py view)."""
+    reports, members, copies = view
+    if copies:
+        got = [reports[m] for m in members if m in reports]
+        if not got:
+            return 0, 0
+        return (sum(r.bytes.get(dataset_id, 0) for r in got) // copies,
+                min(r.at_ms for r in got))
+    best = (0, 0)
+    for m in members:
+        r = reports.get(m)
+        if r is not None:
+            best = max(best, (r.bytes.get(dataset_id, 0), r.at_ms))
+    return best
+
+
+
 class UsageCache:
     """A coordinator's view of the usage reports and of the member nodes (which change with
     `midtown node remove|add`), read again at most every `ttl_s`."""

@@ -99,3 +99,17 @@ class UserCache:
             found[json.loads(data)["token_sha256"]] = name
         with self._lock:
             self._by_hash, self._loaded = found, now
+
+
+PERMS = ("r", "rw")
+
+
+def parse_acl(text: str, field: str = "--acl") -> dict[str, str]:
+    """An access list as given: `alice=rw,bob=r` -> {"alice": "rw", "bob": "r"}."""
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        user, sep, perm = part.partition("=")
+        if not sep or perm not in PERMS:
+            raise ValueError(f"{field}: {part!r}; write USER=r or USER=rw, comma-separated")
+        out[check_user(user, field)] = perm
+    return out

@@ -13,21 +13,7 @@ from __future__ import annotations
 
 import grpc
 
-from catalog.users import check_user
 from runtime.refusals import Refusal
-
-PERMS = ("r", "rw")
-
-
-def parse(text: str, field: str = "--acl") -> dict[str, str]:
-    """`alice=rw,bob=r` -> {"alice": "rw", "bob": "r"}."""
-    out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        user, sep, perm = part.partition("=")
-        if not sep or perm not in PERMS:
-            raise ValueError(f"{field}: {part!r}; write USER=r or USER=rw, comma-separated")
-        out[check_user(user, field)] = perm
-    return out
 
 
 def bearer(metadata: object) -> str | None:

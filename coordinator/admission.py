@@ -65,7 +65,7 @@ class Admission:
         written = quotas.writes(req, d.id) if d is not None and d.quota_bytes else []
         if d is None or not written:
             return
-        counted, at_ms = quotas.used(self.usage.reports(), d.id)
+        counted, at_ms = usage.used(self.usage.reports(), d.id)
         now_ms = int(time.time() * 1000)
         with self._quota_lock:
             holds = counted + self._recent.since(d.id, at_ms - quotas.APPLY_SLACK_MS, now_ms)

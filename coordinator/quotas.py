@@ -16,12 +16,8 @@ compression (docs/api.md, "Storage quotas")."""
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
 from typing import Any
 
-from catalog.usage import View
-from coordinator import limits
 from midtown_pb import kv_pb2 as pb
 from record.sizes import VALUE_OVERHEAD, value_key_len
 from runtime import refusals
@@ -35,55 +31,11 @@ RECENT_MAX_AGE_MS = 120_000
 # Sent with a quota refusal: the SDK does not retry it (a retry cannot succeed).
 REFUSED_TRAILER = (refusals.QUOTA_TRAILER,)
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3,
-          "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024, "mib": 1024**2,
-          "gib": 1024**3, "tib": 1024**4}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """"10GiB", "500MB", "4096", "none" or "0" (no quota) -> bytes. ValueError, saying
-    what is accepted, for anything else."""
-    if text.strip().lower() == "none":
-        return 0
-    m = _SIZE.match(text)
-    unit = m.group(2).lower() if m else ""
-    if m is None or unit not in _UNITS:
-        raise ValueError(f"{text!r} is not a size: give bytes, or a number with B, KB, MB, GB, "
-                         "TB, KiB, MiB, GiB or TiB, or none")
-    n = int(Decimal(m.group(1)) * _UNITS[unit])  # exact, however large
-    if n > limits.QUOTA_BYTES_MAX:
-        raise ValueError(f"{text!r} is over the largest quota, {limits.QUOTA_BYTES_MAX} bytes")
-    return n
-
-
 def format_size(n: int) -> str:
     for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
-
-
-def used(view: View, dataset_id: str) -> tuple[int, int]:
-    """A dataset's bytes and when they were counted. When every member holds every shard
-    (`copies` 0): the highest count among the member nodes' latest reports (the one that
-    applied furthest has counted the most recent writes). With replica sets (each shard on
-    `copies` nodes, catalog/replica_sets.py): the members' counts added up and divided by
-    `copies`, as of the oldest count. (0, 0) when no member has counted yet. `view`: the
-    reports, the member nodes and `copies` (catalog/usage.py view)."""
-    reports, members, copies = view
-    if copies:
-        got = [reports[m] for m in members if m in reports]
-        if not got:
-            return 0, 0
-        return (sum(r.bytes.get(dataset_id, 0) for r in got) // copies,
-                min(r.at_ms for r in got))
-    best = (0, 0)
-    for m in members:
-        r = reports.get(m)
-        if r is not None:
-            best = max(best, (r.bytes.get(dataset_id, 0), r.at_ms))
-    return best
 
 
 def over(quota_bytes: int, used_bytes: int) -> bool:

@@ -10,11 +10,11 @@ from coordinator import acl
 
 
 def test_parse_and_refuse_bad_lists() -> None:
-    assert acl.parse("alice=rw, bob=r,") == {"alice": "rw", "bob": "r"}
+    assert users.parse_acl("alice=rw, bob=r,") == {"alice": "rw", "bob": "r"}
     for bad, needle in [("alice", "USER=r"), ("alice=x", "USER=r"), ("Alice=r", "'Alice'"),
                         ("=r", "''")]:
         with pytest.raises(ValueError, match=needle):
-            acl.parse(bad)
+            users.parse_acl(bad)
 
 
 def test_bearer_tokens_from_metadata() -> None:

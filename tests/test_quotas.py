@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from catalog import datasets
 from catalog import usage as catalog_usage
 from coordinator import limits, quotas
 from midtown_pb import kv_pb2 as pb
@@ -24,23 +25,23 @@ UNITS = {"": 1, "B": 1, "KB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB
 
 @given(st.integers(0, 10**6), st.sampled_from(sorted(UNITS)), st.sampled_from(["", " "]))
 def test_sizes_in_every_unit(n: int, unit: str, space: str) -> None:
-    assert quotas.parse_size(f"{n}{space}{unit}") == n * UNITS[unit]
-    assert quotas.parse_size(f"{n}{unit.lower()}") == n * UNITS[unit]
+    assert datasets.parse_size(f"{n}{space}{unit}") == n * UNITS[unit]
+    assert datasets.parse_size(f"{n}{unit.lower()}") == n * UNITS[unit]
 
 
 def test_fractions_none_and_what_is_refused() -> None:
-    assert quotas.parse_size("1.5GiB") == 3 * 1024**3 // 2
-    assert quotas.parse_size("none") == quotas.parse_size("0") == 0
+    assert datasets.parse_size("1.5GiB") == 3 * 1024**3 // 2
+    assert datasets.parse_size("none") == datasets.parse_size("0") == 0
     for bad in ("", "lots", "-1GB", "10 parsecs", "GB", "1e9", str(limits.QUOTA_BYTES_MAX + 1)):
         with pytest.raises(ValueError, match="size|largest"):
-            quotas.parse_size(bad)
+            datasets.parse_size(bad)
     assert quotas.format_size(1536) == "1.5 KiB" and quotas.format_size(999) == "999 B"
 
 
 @given(st.text(max_size=12))
 def test_any_text_is_a_size_or_a_clear_error(text: str) -> None:
     try:
-        n = quotas.parse_size(text)
+        n = datasets.parse_size(text)
     except ValueError as e:
         assert repr(text) in str(e)
     else:
@@ -50,14 +51,14 @@ def test_any_text_is_a_size_or_a_clear_error(text: str) -> None:
 def test_the_count_of_the_furthest_member_counts() -> None:
     R = catalog_usage.Report
     reports = {0: R(100, {"a#1": 500, "b#2": 7}), 1: R(200, {"a#1": 900}), 2: R(300, {"a#1": 10_000})}
-    assert quotas.used((reports, (0, 1), 0), "a#1") == (900, 200)  # node 2 is no member
-    assert quotas.used((reports, (0, 1), 0), "b#2") == (7, 100)
-    assert quotas.used((reports, (0, 1), 0), "c#3") == (0, 200)
-    assert quotas.used(({}, (0, 1, 2), 0), "a#1") == (0, 0)
+    assert catalog_usage.used((reports, (0, 1), 0), "a#1") == (900, 200)  # node 2 is no member
+    assert catalog_usage.used((reports, (0, 1), 0), "b#2") == (7, 100)
+    assert catalog_usage.used((reports, (0, 1), 0), "c#3") == (0, 200)
+    assert catalog_usage.used(({}, (0, 1, 2), 0), "a#1") == (0, 0)
     # Replica sets, each shard on 2 of the 3 members: what they hold, counted twice,
     # as of the oldest count.
-    assert quotas.used((reports, (0, 1, 2), 2), "a#1") == ((500 + 900 + 10_000) // 2, 100)
-    assert quotas.used(({}, (0, 1, 2), 2), "a#1") == (0, 0)
+    assert catalog_usage.used((reports, (0, 1, 2), 2), "a#1") == ((500 + 900 + 10_000) // 2, 100)
+    assert catalog_usage.used(({}, (0, 1, 2), 2), "a#1") == (0, 0)
     assert not quotas.over(0, 10**9)  # no quota
     assert not quotas.over(1000, 999) and quotas.over(1000, 1000)
 

@@ -68,7 +68,7 @@ def at_least_one_arg(name: str):  # type: ignore[no-untyped-def]
 
 def size_arg(name: str):  # type: ignore[no-untyped-def]
     def conv(s: str) -> int:
-        from coordinator.quotas import parse_size
+        from catalog.datasets import parse_size
         try:
             return parse_size(s)
         except ValueError as e:

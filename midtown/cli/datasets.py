@@ -13,15 +13,14 @@ from midtown.output import emit
 
 
 def cmd_dataset(a: argparse.Namespace) -> int:
-    from catalog import datasets, usage
-    from coordinator import acl, quotas
+    from catalog import datasets, usage, users
 
     zk = zk_client(a)
     try:
         if a.cmd == "create":
             ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
             try:
-                access = acl.parse(a.acl) if a.acl else None
+                access = users.parse_acl(a.acl) if a.acl else None
             except ValueError as e:
                 raise CliError(str(e)) from None
             d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access,
@@ -51,7 +50,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             if got is None:
                 raise CliError(f"NAME: no dataset {a.name!r}")
             out = datasets.describe(got)
-            out["used_bytes"], _ = quotas.used(usage.view(zk), got.id)
+            out["used_bytes"], _ = usage.used(usage.view(zk), got.id)
             ids = [(e.ids, e.oldest_ms, e.log_time_ms) for st in node_states(zk).values()
                    for e in st.event_ids if e.dataset == got.id]
             out["event_ids"] = max((n for n, _, _ in ids), default=0)

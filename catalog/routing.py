@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from runtime.refusals import BadRequest
+
 
 def shard_of(dataset_id: str, partition_key: bytes, shards: int) -> int:
     assert shards >= 1
@@ -40,6 +42,6 @@ def answers_for(node_id: int, shard: int, members: Iterable[int], replicas: int)
 
 
 def check_shard(shard: int, shards: int, field: str = "") -> None:
-    """A shard a request names must exist: ValueError naming `field` + "shard" if not."""
+    """A shard a request names must exist: BadRequest naming `field` + "shard" if not."""
     if shard >= shards:
-        raise ValueError(f"{field}shard: {shard}, this cluster has shards 0..{shards - 1}")
+        raise BadRequest(f"{field}shard: {shard}, this cluster has shards 0..{shards - 1}")

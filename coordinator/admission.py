@@ -1,7 +1,7 @@
 """What a request must pass before it runs, in this order: its dataset looked up (once,
 from the catalog's cache, then handed to every check and to the call), the rate limits
 (per client and per dataset), the dataset's access list (coordinator/acl.py) and its
-storage quota (coordinator/quotas.py). Each refusal is an Abort naming what refused it."""
+storage quota (coordinator/quotas.py). Each refusal is an Refusal naming what refused it."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from catalog import usage
 from catalog.datasets import Dataset, DatasetCache
 from catalog.users import UserCache
 from coordinator import acl, limits, quotas
-from coordinator.checks import Abort, Code
+from coordinator.checks import Code
 from coordinator.ratelimit import RateLimiter
 from midtown_pb import kv_pb2 as pb
+from runtime.refusals import Refusal
 
 
 class Admission:
@@ -40,20 +41,20 @@ class Admission:
     def need(d: Dataset | None, header: pb.RequestHeader) -> Dataset:
         """The dataset a request names; a Refusal naming header.dataset if it has none."""
         if not header.dataset:
-            raise Abort(Code.INVALID_ARGUMENT, "header.dataset: required")
+            raise Refusal(Code.INVALID_ARGUMENT, "header.dataset: required")
         if d is None:
-            raise Abort(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
+            raise Refusal(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
         return d
 
     def check_rate(self, d: Dataset | None, peer: str) -> None:
         """Over a limit: RESOURCE_EXHAUSTED, naming which."""
         now = time.monotonic()
         if not self.limiter.allow(("client", peer), self.client_rate_limit, now):
-            raise Abort(Code.RESOURCE_EXHAUSTED,
+            raise Refusal(Code.RESOURCE_EXHAUSTED,
                         f"client: over the limit of {self.client_rate_limit:g} requests/s per "
                         "client; retry later")
         if d is not None and not self.limiter.allow(("dataset", d.id), d.rate_limit, now):
-            raise Abort(Code.RESOURCE_EXHAUSTED,
+            raise Refusal(Code.RESOURCE_EXHAUSTED,
                         f"header.dataset: {d.name!r} is over its limit of {d.rate_limit:g} "
                         "requests/s; retry later")
 
@@ -72,7 +73,7 @@ class Admission:
             if not quotas.over(d.quota_bytes, holds):
                 self._recent.add(d.id, now_ms, written)
                 return
-        raise Abort(Code.RESOURCE_EXHAUSTED,
+        raise Refusal(Code.RESOURCE_EXHAUSTED,
                     f"header.dataset: {d.name!r} holds {quotas.format_size(holds)}, at or over "
                     f"its storage quota of {quotas.format_size(d.quota_bytes)}; delete data "
                     "or raise the quota (midtown dataset quota)", quotas.REFUSED_TRAILER)

@@ -12,34 +12,33 @@ from coordinator import limits
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Op
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 
 Code = grpc.StatusCode
-Abort = Refusal  # the coordinator's refusals are the servers' one type (runtime/refusals.py)
 
 
 def check_partition(pkey: bytes, field: str) -> None:
     if not pkey:
-        raise Abort(Code.INVALID_ARGUMENT, f"{field}: the partitioning key must not be empty")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: the partitioning key must not be empty")
     if len(pkey) > limits.PARTITION_KEY_BYTES_MAX:
-        raise Abort(Code.INVALID_ARGUMENT,
+        raise Refusal(Code.INVALID_ARGUMENT,
                     f"{field}: {len(pkey)} bytes, the limit is {limits.PARTITION_KEY_BYTES_MAX}")
 
 
 def check_local(lkey: bytes, field: str) -> None:
     if len(lkey) > limits.LOCAL_KEY_BYTES_MAX:
-        raise Abort(Code.INVALID_ARGUMENT,
+        raise Refusal(Code.INVALID_ARGUMENT,
                     f"{field}: {len(lkey)} bytes, the limit is {limits.LOCAL_KEY_BYTES_MAX}")
 
 
 def check_value(v: bytes, field: str) -> None:
     if len(v) > limits.VALUE_BYTES_MAX:
-        raise Abort(Code.INVALID_ARGUMENT, f"{field}: {len(v)} bytes, the limit is {limits.VALUE_BYTES_MAX}")
+        raise BadRequest(f"{len(v)} bytes, the limit is {limits.VALUE_BYTES_MAX}", field=field)
 
 
 def check_ttl(ttl: int, field: str) -> None:
     if ttl > limits.TTL_MS_MAX:
-        raise Abort(Code.INVALID_ARGUMENT, f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
 
 
 def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
@@ -49,15 +48,15 @@ def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
 
 
 def validate_op(op: pb.Op, i: int, prefix: str = "") -> None:
-    """Check a client's operation; Abort names the field."""
+    """Check a client's operation; Refusal names the field."""
     kind = op.WhichOneof("op")
     f = f"{prefix}ops[{i}]"
     if kind is None:
-        raise Abort(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
     if kind == "scan":
-        raise Abort(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
     if kind in ("position", "drop"):
-        raise Abort(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the storage nodes' own")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the storage nodes' own")
     inner = getattr(op, kind)
     check_local(inner.local_key, f"{f}.{kind}.local_key")
     if kind == "put":
@@ -84,30 +83,30 @@ def op_bytes(op: pb.Op) -> int:
 
 def check_batch(ops: Any, field: str, validate: Callable[[pb.Op, int], Any]) -> list[Any]:
     """An atomic batch's operations (pb.Op): their number, each one (`validate(op, i)`,
-    whose results are returned), then their bytes together (op_bytes); Abort names the
+    whose results are returned), then their bytes together (op_bytes); Refusal names the
     field at fault under `field`."""
     if not ops:
-        raise Abort(Code.INVALID_ARGUMENT, f"{field}: a batch needs at least one operation")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: a batch needs at least one operation")
     if len(ops) > limits.BATCH_OPS_MAX:
-        raise Abort(Code.INVALID_ARGUMENT,
+        raise Refusal(Code.INVALID_ARGUMENT,
                     f"{field}: {len(ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
     out = [validate(o, i) for i, o in enumerate(ops)]
     total = sum(map(op_bytes, ops))
     if total > limits.BATCH_BYTES_MAX:
-        raise Abort(Code.INVALID_ARGUMENT, f"{field}: the local keys and values add up to {total} "
+        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: the local keys and values add up to {total} "
                     f"bytes, the limit is {limits.BATCH_BYTES_MAX}")
     return out
 
 
 def check_put_columns(c: pb.PutColumns) -> int:
-    """How many rows well-formed columns hold; Abort names the first bad column or row."""
+    """How many rows well-formed columns hold; Refusal names the first bad column or row."""
     n = len(c.partition_keys)
     for name, col in (("local_keys", c.local_keys), ("values", c.values)):
         if len(col) != n:
-            raise Abort(Code.INVALID_ARGUMENT, f"puts.{name}: {len(col)} rows, puts.partition_keys has {n}")
+            raise Refusal(Code.INVALID_ARGUMENT, f"puts.{name}: {len(col)} rows, puts.partition_keys has {n}")
     for name, col in (("event_ids", c.event_ids), ("ttl_ms", c.ttl_ms)):
         if col and len(col) != n:
-            raise Abort(Code.INVALID_ARGUMENT,
+            raise Refusal(Code.INVALID_ARGUMENT,
                         f"puts.{name}: {len(col)} rows, puts.partition_keys has {n} (or leave it empty)")
     if not n:
         return 0
@@ -131,13 +130,13 @@ def check_put_columns(c: pb.PutColumns) -> int:
 
 def check_event_id(event_id: bytes, field: str) -> None:
     if len(event_id) > limits.EVENT_ID_BYTES_MAX:
-        raise Abort(Code.INVALID_ARGUMENT,
+        raise Refusal(Code.INVALID_ARGUMENT,
                     f"{field}: {len(event_id)} bytes, the limit is {limits.EVENT_ID_BYTES_MAX}")
 
 
 def check_cas(which: str | None, expected_version: int, field: str) -> None:
     if which is None and not expected_version:
-        raise Abort(Code.INVALID_ARGUMENT,
+        raise Refusal(Code.INVALID_ARGUMENT,
                     f"{field}: set expected_value, expect_absent or expected_version")
 
 

@@ -9,7 +9,7 @@ batch behind the coordinator, not one thread and one log append each:
   the logs' rounds at the same time; a read whose round failed goes through the log.
 
 Each item keeps its own request id, deadline and outcome: one that fails (a bad key, a
-record too large, its log unavailable, no answer in time) fails alone, as an Abort in its
+record too large, its log unavailable, no answer in time) fails alone, as an Refusal in its
 place. Pure batching: an item's outcome is what its own call would have given."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import TypeAlias
 
 from catalog.datasets import Dataset
 from coordinator import limits
-from coordinator.checks import Abort
 from coordinator.node import STRONG_READS, Appending, Coordinator, early_result, read_header
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Op, OpResult, Record, RecordResult
+from runtime.refusals import Refusal
 
 Write: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, list[Op]]  # dataset, header, partition key, ops
 Read: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, Op]  # dataset, header, partition key, a get
@@ -34,16 +34,16 @@ Read: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, Op]  # dataset, header
 _ROUNDS = futures.ThreadPoolExecutor(max_workers=limits.MANY_ROUND_THREADS, thread_name_prefix="many-round")
 
 
-def run_writes(c: Coordinator, writes: Sequence[Write], deadline_s: float) -> list[RecordResult | Abort]:
-    """Each write's result (as Coordinator.execute returns it) or the Abort that ended it."""
-    out: list[RecordResult | Abort | None] = [None] * len(writes)
+def run_writes(c: Coordinator, writes: Sequence[Write], deadline_s: float) -> list[RecordResult | Refusal]:
+    """Each write's result (as Coordinator.execute returns it) or the Refusal that ended it."""
+    out: list[RecordResult | Refusal | None] = [None] * len(writes)
     planned: list[tuple[int, Record]] = []
     appending: list[Appending] = []
     for i, (d, header, pkey, ops) in enumerate(writes):
         try:
             rec, early = c.plan(d, header, pkey, ops)
             appending.append(Appending(c.log_of(rec), rec.shard, rec.request_id, c.encode(rec), not early))
-        except Abort as e:
+        except Refusal as e:
             out[i] = e
             continue
         planned.append((i, rec))
@@ -51,7 +51,7 @@ def run_writes(c: Coordinator, writes: Sequence[Write], deadline_s: float) -> li
     retried: list[Write] = []
     retried_at: list[int] = []
     for (i, rec), a, r in zip(planned, appending, answers):
-        if isinstance(r, Abort):
+        if isinstance(r, Refusal):
             out[i] = r
         elif a.wait:
             out[i] = c.outcome(rec, r)  # type: ignore[arg-type]
@@ -70,15 +70,16 @@ def run_writes(c: Coordinator, writes: Sequence[Write], deadline_s: float) -> li
     return out  # type: ignore[return-value]
 
 
-def run_reads(c: Coordinator, reads: Sequence[Read], deadline_s: float) -> list[tuple[OpResult, int] | Abort]:
+def run_reads(c: Coordinator, reads: Sequence[Read],
+              deadline_s: float) -> list[tuple[OpResult, int] | Refusal]:
     """Each strong read's (result, position), as Coordinator.strong_read returns it, or the
-    Abort that ended it."""
-    out: list[tuple[OpResult, int] | Abort | None] = [None] * len(reads)
+    Refusal that ended it."""
+    out: list[tuple[OpResult, int] | Refusal | None] = [None] * len(reads)
     by_log: dict[int, list[tuple[int, pb.ReadRequest]]] = {}
     for i, (d, _, pkey, op) in enumerate(reads):
         try:
             log_id, req = c.read_request(d, pkey, op)
-        except Abort as e:
+        except Refusal as e:
             out[i] = e
             continue
         by_log.setdefault(log_id, []).append((i, req))
@@ -98,6 +99,6 @@ def run_reads(c: Coordinator, reads: Sequence[Read], deadline_s: float) -> list[
         STRONG_READS.labels(path="log").inc(len(through_log))
         writes = [(d, read_header(h), pkey, [op]) for d, h, pkey, op in (reads[i] for i in through_log)]
         for i, r in zip(through_log, run_writes(c, writes, deadline_s)):
-            out[i] = r if isinstance(r, Abort) else (r.results[0], r.position)
+            out[i] = r if isinstance(r, Refusal) else (r.results[0], r.position)
     assert all(o is not None for o in out)
     return out  # type: ignore[return-value]

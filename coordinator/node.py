@@ -23,7 +23,6 @@ from coordinator.admission import Admission
 from coordinator.answers import Answer, Answers
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
-    Abort,
     Code,
     check_partition,
 )
@@ -49,6 +48,7 @@ from record.model import (
 from runtime import inprocess
 from runtime.group_commit import GroupTimeout
 from runtime.refreshed import Refreshed
+from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -142,7 +142,7 @@ class Coordinator:
     def request_id(self, header: pb.RequestHeader) -> bytes:
         rid = header.request_id
         if len(rid) > limits.REQUEST_ID_BYTES_MAX:
-            raise Abort(Code.INVALID_ARGUMENT,
+            raise Refusal(Code.INVALID_ARGUMENT,
                         f"header.request_id: {len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}")
         return rid or uuid.uuid4().bytes
 
@@ -181,7 +181,7 @@ class Coordinator:
         payload = codec.record_to_bytes(
             dataclasses.replace(rec, answer_secret=self.answers.secret(rec.request_id)))
         if len(payload) > limits.RECORD_BYTES_MAX:  # the checks of each field keep within it
-            raise Abort(Code.INVALID_ARGUMENT, f"request: its record is {len(payload)} bytes, "
+            raise Refusal(Code.INVALID_ARGUMENT, f"request: its record is {len(payload)} bytes, "
                         f"the limit is {limits.RECORD_BYTES_MAX}")
         return payload
 
@@ -224,20 +224,20 @@ class Coordinator:
         All records of one log go in one append. The first failure is raised."""
         out = self.append_and_wait([Appending(*r) for r in records], deadline_s)
         for o in out:
-            if isinstance(o, Abort):
+            if isinstance(o, Refusal):
                 raise o
         return out  # type: ignore[return-value]
 
-    def append_and_wait(self, records: list[Appending], deadline_s: float) -> list[Answer | Placed | Abort]:
+    def append_and_wait(self, records: list[Appending], deadline_s: float) -> list[Answer | Placed | Refusal]:
         """Append records, all of one log in one append (group commit when alone), and
         for each: the storage node's answer if it names this coordinator's callback (`wait`),
-        else where the log placed it; or the Abort that ended it (its log was unavailable,
+        else where the log placed it; or the Refusal that ended it (its log was unavailable,
         or no answer came in time). Each record fails alone."""
         waiting = [i for i, r in enumerate(records) if r.wait]
         waiters = self.answers.expect([(records[i].log_id, records[i].shard, records[i].request_id)
                                        for i in waiting])
         deadline = time.monotonic() + deadline_s
-        out: list[Answer | Placed | Abort | None] = [None] * len(records)
+        out: list[Answer | Placed | Refusal | None] = [None] * len(records)
         try:
             by_log: dict[int, list[int]] = {}
             for i, r in enumerate(records):
@@ -249,7 +249,7 @@ class Coordinator:
                     else:
                         placed = self._append_many(log_id, [records[i].payload for i in idx],
                                                    max(0.0, deadline - time.monotonic()))
-                except Abort as e:
+                except Refusal as e:
                     for i in idx:
                         out[i] = e
                     continue
@@ -262,7 +262,7 @@ class Coordinator:
                 try:
                     out[i] = w.result(max(0.0, deadline - time.monotonic()))
                 except futures.TimeoutError:
-                    out[i] = Abort(Code.DEADLINE_EXCEEDED,
+                    out[i] = Refusal(Code.DEADLINE_EXCEEDED,
                                    "outcome unknown: no storage node answered in time; retry with the "
                                    "same header.request_id")
             return out  # type: ignore[return-value]
@@ -273,15 +273,15 @@ class Coordinator:
         try:
             return self.appender(log_id).append_many(payloads, deadline_s)
         except LogError as e:
-            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+            raise Refusal(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
 
     def _append(self, log_id: int, payload: bytes, deadline_s: float) -> Placed:
         try:
             return self.appender(log_id).append(payload, deadline_s)
         except LogError as e:
-            raise Abort(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+            raise Refusal(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
         except GroupTimeout:
-            raise Abort(Code.DEADLINE_EXCEEDED,
+            raise Refusal(Code.DEADLINE_EXCEEDED,
                         "the log did not take the request in time (it was not applied); retry "
                         "with the same header.request_id") from None
 
@@ -385,7 +385,7 @@ class Coordinator:
         return r.results[0], r.position
 
     def read_request(self, d: Dataset, pkey: bytes, op: Op) -> tuple[int, pb.ReadRequest]:
-        """A strong read's log and the storage read it asks for (Abort: a bad key)."""
+        """A strong read's log and the storage read it asks for (Refusal: a bad key)."""
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
         return log_of(shard, self.kv_logs), pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey,
@@ -425,7 +425,7 @@ class Coordinator:
                              min_position=min_position, wait_ms=wait_ms)
         r = self.replicas.first_answer("Read", req, deadline_s, shard)
         if r is None:
-            raise Abort(Code.UNAVAILABLE, "no storage node answered; retry")
+            raise Refusal(Code.UNAVAILABLE, "no storage node answered; retry")
         return r  # type: ignore[no-any-return]
 
 
@@ -441,7 +441,7 @@ class Coordinator:
         ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n), req.shard)
         short = eventual.write_shortfall(len(ok), n)
         if short is not None:
-            raise Abort(Code.UNAVAILABLE, short)
+            raise Refusal(Code.UNAVAILABLE, short)
         return version
 
     def eventual_read(self, d: Dataset, pkey: bytes, req: pb.LwwReadRequest,
@@ -453,7 +453,7 @@ class Coordinator:
         ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n), req.shard)
         short = eventual.read_shortfall(len(ok), n)
         if short is not None:
-            raise Abort(Code.UNAVAILABLE, short)
+            raise Refusal(Code.UNAVAILABLE, short)
         best = eventual.winner([r for _, r in ok]) if not req.scan else None
         if best is not None:
             fix = pb.LwwWriteRequest(dataset=req.dataset, shard=req.shard, partition_key=pkey,

@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from catalog import registry
 from catalog.replica_sets import ReplicaSets
 from coordinator import limits
-from coordinator.checks import Abort, Code
+from coordinator.checks import Code
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from record.model import Behind
@@ -126,7 +126,7 @@ class Replicas:
         for addr in self._order(shard):
             try:
                 return self.call(addr, method, req, timeout_s)
-            except (grpc.RpcError, Behind, Refusal, ValueError) as e:
+            except (grpc.RpcError, Refusal) as e:
                 refused_by_all(e)
                 continue
         return None
@@ -165,7 +165,7 @@ class Replicas:
         else:
             addr = self.members_or_last().get(node)
             if addr is None:
-                raise Abort(Code.FAILED_PRECONDITION, f"token: storage node {node}, which holds the "
+                raise Refusal(Code.FAILED_PRECONDITION, f"token: storage node {node}, which holds the "
                             "scan's view, is not serving; start the scan again")
             addrs = [addr]
         for addr in addrs:
@@ -174,11 +174,11 @@ class Replicas:
                 it = iter(local.scan_shard(req) if local is not None else
                           self._stub(addr).ScanShard(req, timeout=deadline_s))
                 first = next(it, None)
-            except (grpc.RpcError, Behind, Refusal, ValueError) as e:
+            except (grpc.RpcError, Refusal) as e:
                 refused_by_all(e)
                 continue
             return _stream_from(first, it)
-        raise Abort(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
+        raise Refusal(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
 
     def watch(self, req: pb.StorageWatchRequest, deadline_s: float,
               active: Callable[[], bool]) -> Iterator[pb.WatchResponse]:
@@ -211,7 +211,7 @@ class Replicas:
             for shard, at in left.items():
                 addrs = [a for a in self._order(shard) if a not in tried[shard]]
                 if not addrs:
-                    raise Abort(Code.UNAVAILABLE, f"no storage node could stream shard {shard}'s changes; "
+                    raise Refusal(Code.UNAVAILABLE, f"no storage node could stream shard {shard}'s changes; "
                                 "retry")
                 groups.setdefault(addrs[0], {})[shard] = at
             for addr, starts in groups.items():
@@ -228,7 +228,7 @@ class Replicas:
                         call = self._stub(addr).Watch(sub, timeout=deadline_s)
                         it = iter(call)
                     first = next(it, None)
-                except (grpc.RpcError, Refusal, ValueError) as e:
+                except (grpc.RpcError, Refusal) as e:
                     refused_by_all(e)
                     for shard in starts:
                         tried[shard].add(addr)
@@ -260,18 +260,17 @@ _ANOTHER_MAY = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELLED, Code.R
                 Code.UNKNOWN, Code.INTERNAL}
 
 
-def refused_by_all(e: Exception) -> None:
-    """Raise `e` as the client's refusal unless another storage node may answer instead."""
+def refused_by_all(e: grpc.RpcError | Refusal) -> None:
+    """Raise `e` as the client's refusal unless another storage node may answer instead
+    (a remote node's status, or the Refusal a node in this process raised)."""
     if isinstance(e, Behind):
         return
     if isinstance(e, grpc.RpcError):
         trailers = getattr(e, "trailing_metadata", lambda: None)()
         if e.code() in _ANOTHER_MAY or reason(trailers) == BEHIND_TRAILER[1]:
             return
-        raise Abort(e.code(), e.details() or e.code().name) from None
-    if isinstance(e, Refusal):
-        raise e
-    raise Abort(Code.INVALID_ARGUMENT, str(e)) from None  # a ValueError naming the field
+        raise Refusal(e.code(), e.details() or e.code().name) from None
+    raise e
 
 
 def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -331,8 +330,8 @@ def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
                     raise got
                 why = got.code().name if isinstance(got, grpc.RpcError) else str(got)
                 if isinstance(got, grpc.RpcError) and got.code() == Code.OUT_OF_RANGE:
-                    raise Abort(Code.OUT_OF_RANGE, got.details() or why)
-                raise Abort(Code.UNAVAILABLE, f"a storage node stopped streaming changes ({why}); "
+                    raise Refusal(Code.OUT_OF_RANGE, got.details() or why)
+                raise Refusal(Code.UNAVAILABLE, f"a storage node stopped streaming changes ({why}); "
                             "watch again from the positions received")
     finally:
         stop.set()
@@ -345,5 +344,5 @@ def _stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     try:
         yield from rest
     except grpc.RpcError as e:  # the replica went away mid-stream: the caller starts again
-        raise Abort(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
+        raise Refusal(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
                     "scan the shard again") from None

@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
@@ -28,7 +27,6 @@ from catalog.routing import log_of, shard_of
 from coordinator import bulk, eventual, limits
 from coordinator import many as many_run
 from coordinator.checks import (
-    Abort,
     Code,
     check_batch,
     check_cas,
@@ -59,10 +57,10 @@ from record.model import (
     RecordResult,
     Scan,
 )
-from runtime import inprocess, metrics, transport
+from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import Part, serve_all, tune_runtime
-from runtime.refusals import REFUSED, Refusal
+from runtime.refusals import REFUSED, BadRequest, Refusal
 from runtime.transport import GRPC_OPTIONS
 
 log = logging.getLogger("midtown.coordinator")
@@ -92,18 +90,18 @@ def single(r: RecordResult) -> Any:
     return r.results[0]
 
 
-def op_error(status: OpStatus, field: str) -> Abort:
+def op_error(status: OpStatus, field: str) -> Refusal:
     if status is OpStatus.NOT_AN_INTEGER:
-        return Abort(Code.FAILED_PRECONDITION, f"{field}: the stored value is not a decimal integer")
+        return Refusal(Code.FAILED_PRECONDITION, f"{field}: the stored value is not a decimal integer")
     if status is OpStatus.OVERFLOW:
-        return Abort(Code.OUT_OF_RANGE, f"{field}: the result does not fit in 64 bits")
-    return Abort(Code.FAILED_PRECONDITION, f"{field}: condition failed")
+        return Refusal(Code.OUT_OF_RANGE, f"{field}: the result does not fit in 64 bits")
+    return Refusal(Code.FAILED_PRECONDITION, f"{field}: condition failed")
 
 
 def _bulk_op(o: pb.Op, j: int, prefix: str) -> None:
     """An operation of a bulk write's group: as in a batch, reads excepted."""
     if o.WhichOneof("op") == "get":
-        raise Abort(Code.INVALID_ARGUMENT, f"{prefix}ops[{j}]: get is not allowed in a bulk write")
+        raise Refusal(Code.INVALID_ARGUMENT, f"{prefix}ops[{j}]: get is not allowed in a bulk write")
     validate_op(o, j, prefix)
 
 
@@ -172,7 +170,7 @@ class KVService:
         if d.consistency != "eventual":
             return None
         if what:
-            raise Abort(Code.FAILED_PRECONDITION,
+            raise Refusal(Code.FAILED_PRECONDITION,
                         f"header.dataset: {d.name!r} is eventually consistent; {what} needs a "
                         "strong dataset (last-writer-wins replicas cannot compare and set)")
         return d
@@ -297,9 +295,9 @@ class KVService:
         rows = check_put_columns(req.puts)
         n = len(req.groups) + rows
         if not n:
-            raise Abort(Code.INVALID_ARGUMENT, "groups: a bulk write needs at least one group or put")
+            raise Refusal(Code.INVALID_ARGUMENT, "groups: a bulk write needs at least one group or put")
         if n > limits.WRITE_MANY_GROUPS_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"groups: {n} groups and puts, the limit is "
+            raise Refusal(Code.INVALID_ARGUMENT, f"groups: {n} groups and puts, the limit is "
                         f"{limits.WRITE_MANY_GROUPS_MAX} per call")
         self._eventual(d, req.header, "a bulk write")
         d = self.c.admission.need(d, req.header)
@@ -340,9 +338,9 @@ class KVService:
         call (ReadIndex). With a token, the scan goes on in the view it names."""
         d, cursor = self._shard_read(req.header, req.shard, d, req.token)
         if req.page > limits.SHARD_SCAN_PAGE_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"page: {req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}")
+            raise BadRequest(f"{req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}", field="page")
         if req.max_bytes > limits.SHARD_SCAN_BYTES_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"max_bytes: {req.max_bytes}, the limit is "
+            raise Refusal(Code.INVALID_ARGUMENT, f"max_bytes: {req.max_bytes}, the limit is "
                         f"{limits.SHARD_SCAN_BYTES_MAX}")
         sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
                                           page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT,
@@ -368,7 +366,7 @@ class KVService:
         sreq.time_left_ms = max(1, int(deadline_s * 1000))  # a node reads the shard's keys no longer
         got = self.c.replicas.first_answer("ShardSplits", sreq, deadline_s, req.shard)
         if got is None:
-            raise Abort(Code.UNAVAILABLE, "no storage node could split the shard; retry")
+            raise Refusal(Code.UNAVAILABLE, "no storage node could split the shard; retry")
         return got  # type: ignore[no-any-return]
 
     def watch(self, req: pb.WatchRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
@@ -376,7 +374,7 @@ class KVService:
         per shard in log order, relayed from one replica of each shard (docs/api.md "Watch")."""
         d = self.c.admission.need(d, req.header)
         if d.consistency == "eventual":
-            raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
+            raise Refusal(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
                         "changes are streamed of strong datasets")
         shards = self.c.kv.shards
         starts = dict(getattr(req, "from"))
@@ -385,17 +383,17 @@ class KVService:
             check_partition(req.partition_key, "partition_key")
             only = shard_of(d.id, req.partition_key, shards)
         if req.from_now == bool(starts):
-            raise Abort(Code.INVALID_ARGUMENT, "from: give the positions to start at, or from_now, not both"
+            raise Refusal(Code.INVALID_ARGUMENT, "from: give the positions to start at, or from_now, not both"
                         if starts else "from: no positions to start at (or set from_now)")
         for shard in starts:
             if shard >= shards:
-                raise Abort(Code.INVALID_ARGUMENT, f"from: shard {shard}, this cluster has shards "
+                raise Refusal(Code.INVALID_ARGUMENT, f"from: shard {shard}, this cluster has shards "
                             f"0..{shards - 1}")
             if only is not None and shard != only:
-                raise Abort(Code.INVALID_ARGUMENT, f"from: shard {shard}; the partitioning key is in "
+                raise Refusal(Code.INVALID_ARGUMENT, f"from: shard {shard}; the partitioning key is in "
                             f"shard {only} alone")
         if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"duration_ms: {req.duration_ms}, the limit is "
+            raise Refusal(Code.INVALID_ARGUMENT, f"duration_ms: {req.duration_ms}, the limit is "
                         f"{limits.WATCH_DURATION_MS_MAX}")
         if req.from_now:  # one ReadIndex round per log, for all its shards
             by_log: dict[int, int] = {}
@@ -417,10 +415,10 @@ class KVService:
         token's cursor, which must be of this dataset and shard."""
         d = self.c.admission.need(d, header)
         if d.consistency == "eventual":
-            raise Abort(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
+            raise Refusal(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
                         "a shard scan reads strong datasets")
         if shard >= self.c.kv.shards:
-            raise Abort(Code.INVALID_ARGUMENT, f"shard: {shard}, this cluster has shards "
+            raise Refusal(Code.INVALID_ARGUMENT, f"shard: {shard}, this cluster has shards "
                         f"0..{self.c.kv.shards - 1}")
         if not token:
             return d, None
@@ -428,9 +426,9 @@ class KVService:
         try:
             cursor.ParseFromString(token)
         except Exception:
-            raise Abort(Code.INVALID_ARGUMENT, "token: not a scan token") from None
+            raise Refusal(Code.INVALID_ARGUMENT, "token: not a scan token") from None
         if cursor.dataset != d.id or cursor.shard != shard or not cursor.view:
-            raise Abort(Code.INVALID_ARGUMENT, f"token: not a token of a scan of {d.name!r} shard {shard}")
+            raise Refusal(Code.INVALID_ARGUMENT, f"token: not a token of a scan of {d.name!r} shard {shard}")
         return d, cursor
 
     def _min_position(self, shard: int, consistency: int) -> int:
@@ -440,7 +438,7 @@ class KVService:
             return 0
         idx = self.c.read_index(log_of(shard, self.c.kv_logs))
         if idx is None:
-            raise Abort(Code.UNAVAILABLE, "the shard's log did not answer; retry")
+            raise Refusal(Code.UNAVAILABLE, "the shard's log did not answer; retry")
         return idx + 1
 
     def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.ScanResponse:
@@ -448,7 +446,7 @@ class KVService:
         check_local(req.start, "start")
         check_local(req.end, "end")
         if req.limit > limits.SCAN_LIMIT_MAX:
-            raise Abort(Code.INVALID_ARGUMENT, f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
+            raise Refusal(Code.INVALID_ARGUMENT, f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
         op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
         ed = self._eventual(d, req.header)
         if ed is not None:
@@ -473,10 +471,13 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
     """The KV service's handlers and the Callback service's."""
     kv = KVService(c)
 
+    def internal_text(name: str) -> str:
+        return (f"coordinator {c.coord_id}: internal error in {name} (its log has the details); the "
+                "outcome is unknown: retry with the same header.request_id")
+
     def internal(name: str) -> Refusal:
         log.exception("%s failed", name)
-        return Refusal(Code.INTERNAL, f"coordinator {c.coord_id}: internal error in {name} (its log has "
-                       "the details); the outcome is unknown: retry with the same header.request_id")
+        return Refusal(Code.INTERNAL, internal_text(name))
 
     def guarded(name: str, thunk: Callable[[], Any]) -> Any:
         """`thunk()`; whatever goes wrong in it is a Refusal."""
@@ -584,42 +585,22 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
         getattr(a, which).CopyFrom(response)
         return a
 
+    def outcome(method: str, code: str) -> None:
+        REQUESTS.labels(method=method, code=code).inc()
+
     def wrap(cls: Any, fn: Callable[..., Any],  # (request, context[, dataset]) -> response
              stream: bool = False) -> grpc.RpcMethodHandler:
-        def handler(raw: bytes, ctx: grpc.ServicerContext) -> Any:
-            with LATENCY.labels(method=fn.__name__).time():
-                return handle(raw, ctx)
+        """A method through runtime/handlers.py: admitted first (but Deliver and Many, whose
+        items are admitted one by one), timed, its outcome counted; a stream's refusal
+        before its first part or between two ends it with that status."""
+        name = fn.__name__
 
-        def handle(raw: bytes, ctx: grpc.ServicerContext) -> Any:
-            try:
-                req = cls.FromString(raw)
-            except DecodeError:
-                ctx.abort(Code.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
-            try:
-                out = fn(req, ctx) if fn in (deliver, many) else admitted(fn, req, ctx)
-            except Refusal as e:
-                REQUESTS.labels(method=fn.__name__, code=e.code.name).inc()
-                e.abort(ctx)
-            except Exception:
-                if ctx.code() is not None:  # ctx.abort's own exception: the status is set
-                    raise
-                REQUESTS.labels(method=fn.__name__, code="INTERNAL").inc()
-                internal(fn.__name__).abort(ctx)
-            REQUESTS.labels(method=fn.__name__, code="OK").inc()
-            return out
-
-        if stream:  # the handler returns the stream's first part; errors before it are statuses
-            def streaming(raw: bytes, ctx: grpc.ServicerContext) -> Any:
-                parts = handler(raw, ctx)
-                try:
-                    yield from parts
-                except Refusal as e:
-                    e.abort(ctx)
-            return grpc.unary_stream_rpc_method_handler(
-                streaming, request_deserializer=lambda b: b,
-                response_serializer=lambda m: m.SerializeToString())
-        return grpc.unary_unary_rpc_method_handler(
-            handler, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
+        def timed(req: Any, ctx: grpc.ServicerContext) -> Any:
+            with LATENCY.labels(method=name).time():
+                return fn(req, ctx) if fn in (deliver, many) else admitted(fn, req, ctx)
+        if stream:
+            return handlers.unary_stream(name, cls, timed, internal=internal_text, outcome=outcome)
+        return handlers.unary(name, cls, timed, internal=internal_text, outcome=outcome)
 
     def deliver(req: pb.DeliverRequest, ctx: grpc.ServicerContext) -> pb.DeliverResponse:
         c.deliver(list(req.results))

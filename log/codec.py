@@ -13,6 +13,7 @@ from log.messages import (
     Result,
 )
 from midtown_pb import log_pb2 as pb
+from runtime.refusals import BadRequest
 
 
 def entry_to_pb(e: Entry) -> pb.Entry:
@@ -29,7 +30,7 @@ def fence_to_pb(f: Fence) -> pb.FenceRequest:
 
 def fence_from_pb(m: pb.FenceRequest) -> Fence:
     if m.epoch < 1:
-        raise ValueError("epoch: must be >= 1")
+        raise BadRequest("epoch: must be >= 1")
     return Fence(m.log_id, m.epoch, m.segment_epoch)
 
 
@@ -53,7 +54,7 @@ def add_to_pb(a: AddEntries) -> pb.AddEntriesRequest:
 
 def add_from_pb(m: pb.AddEntriesRequest) -> AddEntries:
     if m.epoch < 1:
-        raise ValueError("epoch: must be >= 1")
+        raise BadRequest("epoch: must be >= 1")
     return AddEntries(
         m.log_id, m.epoch, m.segment_epoch, tuple(entry_from_pb(e) for e in m.entries), m.lac
     )

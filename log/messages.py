@@ -10,6 +10,7 @@ from enum import Enum
 
 from log import limits
 from log.entry import Entry
+from runtime.refusals import BadRequest
 
 NONE = -1  # "no position": no LAC known, no entry stored
 
@@ -22,9 +23,9 @@ class Result(Enum):
 
 def _check_epochs(epoch: int, segment_epoch: int) -> None:
     if not 0 <= epoch <= limits.EPOCH_MAX:
-        raise ValueError(f"epoch: {epoch} is out of range (0..{limits.EPOCH_MAX})")
+        raise BadRequest(f"epoch: {epoch} is out of range (0..{limits.EPOCH_MAX})")
     if not 0 <= segment_epoch <= limits.EPOCH_MAX:
-        raise ValueError(f"segment_epoch: {segment_epoch} is out of range (0..{limits.EPOCH_MAX})")
+        raise BadRequest(f"segment_epoch: {segment_epoch} is out of range (0..{limits.EPOCH_MAX})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +59,12 @@ class AddEntries:
     def __post_init__(self) -> None:
         _check_epochs(self.epoch, self.segment_epoch)
         if not NONE <= self.lac <= limits.POSITION_MAX:
-            raise ValueError(f"lac: {self.lac} is out of range ({NONE}..{limits.POSITION_MAX})")
+            raise BadRequest(f"lac: {self.lac} is out of range ({NONE}..{limits.POSITION_MAX})")
         if len(self.entries) > limits.INFLIGHT_ENTRIES_MAX:
-            raise ValueError(f"entries: {len(self.entries)}, the limit is {limits.INFLIGHT_ENTRIES_MAX}")
+            raise BadRequest(f"entries: {len(self.entries)}, the limit is {limits.INFLIGHT_ENTRIES_MAX}")
         for e in self.entries:
             if e.epoch != self.segment_epoch:
-                raise ValueError("entries[].epoch must equal segment_epoch")
+                raise BadRequest("entries[].epoch must equal segment_epoch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +84,7 @@ class ReadRange:
     def __post_init__(self) -> None:
         _check_epochs(self.epoch, self.segment_epoch)
         if self.first < 0 or self.last < self.first - 1 or self.last > limits.POSITION_MAX:
-            raise ValueError(f"bad range [{self.first}, {self.last}] (positions go up to "
+            raise BadRequest(f"bad range [{self.first}, {self.last}] (positions go up to "
                              f"{limits.POSITION_MAX})")
 
 

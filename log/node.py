@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+import grpc
 from kazoo.protocol.states import KazooState
 
 from log import spares
@@ -33,6 +34,7 @@ from log.rocks_store import RocksStore
 from log.writer import Writer
 from runtime import loops
 from runtime.membership import Membership
+from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.log.node")
 
@@ -166,7 +168,7 @@ class Node:
         """A replica request from another server must carry an epoch that ZooKeeper issued
         for the log (a writer takes its epoch there with a versioned write before it fences
         or appends). Anything higher comes from a broken or hostile peer: taken, it would
-        fence the replica out of reach of every real writer. ValueError names it.
+        fence the replica out of reach of every real writer. A Refusal (FAILED_PRECONDITION) names it.
 
         The epochs seen so far cost a dictionary look-up; only a higher one (a new writer's
         first message) costs a ZooKeeper read, after a sync so that it sees the new epoch."""
@@ -178,8 +180,8 @@ class Node:
         self.zk.sync(zkpaths.log_path(log_id))
         meta, _ = zkpaths.read_metadata(self.zk, log_id)
         if epoch > meta.epoch:
-            raise ValueError(f"epoch: {epoch} was never issued for log {log_id} (its epoch in "
-                             f"ZooKeeper is {meta.epoch}); refused")
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, f"{epoch} was never issued for log "
+                          f"{log_id} (its epoch in ZooKeeper is {meta.epoch}); refused", field="epoch")
 
     def apply_truncation_now(self, log_id: int) -> None:
         """Read the truncation point from ZooKeeper (after a sync) instead of waiting for the

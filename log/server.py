@@ -16,7 +16,6 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from log import codec, limits, linger, reading, spares
 from log import zk as zkpaths
@@ -25,44 +24,30 @@ from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node
 from midtown_pb import log_pb2 as pb
-from runtime import metrics, refusals, transport
+from runtime import handlers, metrics, refusals, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
-from runtime.refusals import refuse
+from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.log.server")
 
-
-
-def _parse(cls: Any, raw: bytes, ctx: grpc.ServicerContext) -> Any:
-    try:
-        return cls.FromString(raw)
-    except DecodeError:
-        refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
 
 
 class Services:
     def __init__(self, node: Node) -> None:
         self.node = node
 
-    def _check_log(self, log_id: int, ctx: grpc.ServicerContext) -> None:
+    def _check_log(self, log_id: int) -> None:
         n = self.node.topo.logs
         if not 0 <= log_id < n:
-            refuse(
-                ctx,
-                grpc.StatusCode.NOT_FOUND,
-                f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}",
-            )
+            raise Refusal(grpc.StatusCode.NOT_FOUND,
+                          f"unknown log {log_id}; this cluster has logs 0..{n - 1}", field="log_id")
 
     # ---------------------------------------------------------------- Log
-    def append(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.AppendResponse:
-        req = _parse(pb.AppendRequest, raw, ctx)
-        self._check_log(req.log_id, ctx)
+    def append(self, req: pb.AppendRequest, ctx: grpc.ServicerContext) -> pb.AppendResponse:
+        self._check_log(req.log_id)
         payloads = list(req.payloads)
-        try:
-            validate_batch(payloads)
-        except ValueError as e:
-            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        validate_batch(payloads)
         d = self.node.writers.get(req.log_id)
         if d is None or d.failed.is_set():
             self._redirect(req.log_id, ctx)
@@ -70,21 +55,18 @@ class Services:
         try:
             fut = d.submit(payloads)
         except Busy as e:
-            refuse(ctx, grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later")
+            raise Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later") from None
         except WriterFailed as e:
-            refuse(ctx, grpc.StatusCode.UNAVAILABLE, f"log {req.log_id}: writer stopped ({e}); retry")
+            raise Refusal(grpc.StatusCode.UNAVAILABLE,
+                          f"log {req.log_id}: writer stopped ({e}); retry") from None
         remaining = ctx.time_remaining()
         try:
             r = fut.result(timeout=remaining if remaining is not None else 60)
         except WriterFailed as e:
-            refuse(
-                ctx,
-                grpc.StatusCode.UNAVAILABLE,
-                f"log {req.log_id}: outcome unknown, the writer stopped ({e}); "
-                "retry through the new writer",
-            )
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log {req.log_id}: outcome unknown, the writer "
+                          f"stopped ({e}); retry through the new writer") from None
         except futures.TimeoutError:
-            refuse(ctx, grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown")
+            raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown") from None
         # Its coordinator, in another process, may wait for a replica's answer: the log's
         # lingering Read streams send these entries at once (log/linger.py).
         self.node.lingering.hurry(req.log_id, r.first_position + r.count - 1)
@@ -98,21 +80,20 @@ class Services:
         except Exception:
             w = None
         if w is None or w["server"] == self.node.server_id:
-            refuse(ctx, grpc.StatusCode.UNAVAILABLE,
-                   f"log {log_id} has no writer right now (election or recovery under way); retry",
-                   trailers=((refusals.REFUSED, refusals.NO_WRITER),))
+            raise Refusal(grpc.StatusCode.UNAVAILABLE,
+                          f"log {log_id} has no writer right now (election or recovery under way); retry",
+                          trailers=((refusals.REFUSED, refusals.NO_WRITER),))
         assert w is not None
-        refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION,
-               f"log {log_id}: server {self.node.server_id} is not its writer; "
-               f"the writer is server {w['server']} at {w['addr']}",
-               trailers=((refusals.REFUSED, refusals.NOT_WRITER), (refusals.WRITER_TRAILER_KEY, w["addr"])))
+        raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                      f"log {log_id}: server {self.node.server_id} is not its writer; "
+                      f"the writer is server {w['server']} at {w['addr']}",
+                      trailers=((refusals.REFUSED, refusals.NOT_WRITER),
+                                (refusals.WRITER_TRAILER_KEY, w["addr"])))
 
-    def read(self, raw: bytes, ctx: grpc.ServicerContext) -> Iterator[bytes]:
-        req = _parse(pb.ReadRequest, raw, ctx)
-        self._check_log(req.log_id, ctx)
+    def read(self, req: pb.ReadRequest, ctx: grpc.ServicerContext) -> Iterator[bytes]:
+        self._check_log(req.log_id)
         if req.linger_ms > linger.LINGER_MS_MAX:
-            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT,
-                   f"linger_ms: {req.linger_ms} is more than {linger.LINGER_MS_MAX}")
+            raise BadRequest(f"{req.linger_ms} is more than {linger.LINGER_MS_MAX}", field="linger_ms")
         node, log_id = self.node, req.log_id
         node.apply_truncation_now(log_id)
         linger_s = req.linger_ms / 1000 if req.follow else 0.0
@@ -124,7 +105,7 @@ class Services:
             try:
                 reading.check_position(pos, first)
             except reading.Truncated as e:
-                refuse(ctx, grpc.StatusCode.OUT_OF_RANGE, f"from_position: {e}")
+                raise Refusal(grpc.StatusCode.OUT_OF_RANGE, str(e), field="from_position") from None
             end = node.committed_end(log_id)
             if req.max_entries and sent >= req.max_entries:
                 return
@@ -145,7 +126,7 @@ class Services:
                     chunks = node.read_cache.chunks(
                         log_id, pos, hi, lambda a, b: node.read_committed(log_id, a, b))
                 except Unavailable as e:
-                    refuse(ctx, grpc.StatusCode.UNAVAILABLE, f"{e}; retry")
+                    raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{e}; retry") from None
                 yield b"".join(chunks)  # a ReadResponse, its entries encoded once for all streams
                 sent += len(chunks)
                 pos = hi + 1
@@ -156,24 +137,19 @@ class Services:
                 if node.committed_end(log_id) < pos:
                     cond.wait(0.5)
 
-    def truncate(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TruncateResponse:
-        req = _parse(pb.TruncateRequest, raw, ctx)
-        self._check_log(req.log_id, ctx)
+    def truncate(self, req: pb.TruncateRequest, ctx: grpc.ServicerContext) -> pb.TruncateResponse:
+        self._check_log(req.log_id)
         end = self.node.committed_end(req.log_id)
         if req.before_position > end + 1:
-            refuse(
-                ctx,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"before_position: {req.before_position} is beyond the last committed "
-                f"position {end} of log {req.log_id}; only committed entries can be truncated",
-            )
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{req.before_position} is beyond the last committed position {end} of log "
+                          f"{req.log_id}; only committed entries can be truncated", field="before_position")
         first = zkpaths.raise_truncation(self.node.zk, req.log_id, req.before_position)
         with self.node.rlock:
             self.node.replica.truncate(req.log_id, first)
         return pb.TruncateResponse(first_position=first)
 
-    def status(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.StatusResponse:
-        _parse(pb.StatusRequest, raw, ctx)
+    def status(self, req: pb.StatusRequest, ctx: grpc.ServicerContext) -> pb.StatusResponse:
         node = self.node
         out = pb.StatusResponse(server_id=node.server_id)
         for log_id in range(node.topo.logs):
@@ -192,71 +168,69 @@ class Services:
             )
         return out
 
-    def tail(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.TailResponse:
-        req = _parse(pb.TailRequest, raw, ctx)
-        self._check_log(req.log_id, ctx)
+    def tail(self, req: pb.TailRequest, ctx: grpc.ServicerContext) -> pb.TailResponse:
+        self._check_log(req.log_id)
         last, epoch = self.node.tail_hurrying(req.log_id)
         return pb.TailResponse(last=last, epoch=epoch)
 
     # ---------------------------------------------------------------- Replica
-    def _issued(self, msg: Any, ctx: grpc.ServicerContext, prefix: str = "") -> Any:
+    def _issued(self, msg: Any, prefix: str = "") -> Any:
         """Refuse a replica request whose epoch ZooKeeper never issued (Node.check_epoch_issued)."""
         if not self.node.replica.known(msg.log_id):
             return msg  # the core answers UNKNOWN_LOG
         try:
             self.node.check_epoch_issued(msg.log_id, msg.epoch)
-        except ValueError as e:
-            refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION, f"{prefix}{e}")
+        except Refusal as e:
+            raise e.within(prefix) from None
         except Exception as e:  # ZooKeeper unreachable: cannot tell, so do not take it
-            refuse(ctx, grpc.StatusCode.UNAVAILABLE, f"{prefix}epoch: cannot check it with "
-                      f"ZooKeeper now ({type(e).__name__}); retry")
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{prefix}epoch: cannot check it with "
+                          f"ZooKeeper now ({type(e).__name__}); retry") from None
         return msg
 
-    def fence(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.FenceResponse:
-        msg = self._issued(_convert(codec.fence_from_pb, _parse(pb.FenceRequest, raw, ctx), ctx), ctx)
+    def fence(self, req: pb.FenceRequest, ctx: grpc.ServicerContext) -> pb.FenceResponse:
+        msg = self._issued(codec.fence_from_pb(req))
         return codec.fence_reply_to_pb(self.node.local(msg))
 
-    def add_entries(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.AddEntriesResponse:
-        msg = self._issued(_convert(codec.add_from_pb, _parse(pb.AddEntriesRequest, raw, ctx), ctx), ctx)
+    def add_entries(self, req: pb.AddEntriesRequest, ctx: grpc.ServicerContext) -> pb.AddEntriesResponse:
+        msg = self._issued(codec.add_from_pb(req))
         return codec.add_reply_to_pb(self.node.local(msg))
 
-    def replicate(self, raw: bytes, ctx: grpc.ServicerContext,
+    def replicate(self, req: pb.ReplicateRequest, ctx: grpc.ServicerContext,
                   logs: set[int] | None = None) -> pb.ReplicateResponse:
         """`logs`: gets the ids of the logs the request carries."""
-        req = _parse(pb.ReplicateRequest, raw, ctx)
         if logs is not None:
             logs.update(r.log_id for r in req.requests)
         if len(req.requests) > limits.REPLICATE_MESSAGES_MAX:
-            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"requests: {len(req.requests)} messages, "
-                      f"the limit is {limits.REPLICATE_MESSAGES_MAX}")
-        msgs = [self._issued(_convert(codec.add_from_pb, r, ctx, f"requests[{i}]: "), ctx,
-                             f"requests[{i}]: ") for i, r in enumerate(req.requests)]
+            raise BadRequest(f"{len(req.requests)} messages, the limit is {limits.REPLICATE_MESSAGES_MAX}",
+                             field="requests")
+        msgs = [self._issued(_within(f"requests[{i}]: ", codec.add_from_pb, r), f"requests[{i}]: ")
+                for i, r in enumerate(req.requests)]
         replies = self.node.local_batch(msgs)
         return pb.ReplicateResponse(responses=[codec.add_reply_to_pb(r) for r in replies])
 
-    def replicate_stream(self, requests: Iterator[bytes],
+    def replicate_stream(self, requests: Iterator[pb.ReplicateRequest],
                          ctx: grpc.ServicerContext) -> Iterator[pb.ReplicateResponse]:
         """Replicate, each request on the stream answered in turn (runtime/call_stream.py);
         a request refused ends the stream with its status. When the stream ends, its logs'
         writer may be gone: the follower suspects it at once (log/takeover.py)."""
         logs: set[int] = set()
         try:
-            for raw in requests:
-                yield self.replicate(raw, ctx, logs)
+            for req in requests:
+                yield self.replicate(req, ctx, logs)
         finally:
             self.node.writer_stream_ended(logs)
 
-    def read_range(self, raw: bytes, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
-        msg = self._issued(_convert(codec.read_from_pb, _parse(pb.ReadRangeRequest, raw, ctx), ctx), ctx)
+    def read_range(self, req: pb.ReadRangeRequest, ctx: grpc.ServicerContext) -> pb.ReadRangeResponse:
+        msg = self._issued(codec.read_from_pb(req))
         return codec.read_reply_to_pb(self.node.local(msg))
 
 
-def _convert(fn: Callable[[Any], Any], req: Any, ctx: grpc.ServicerContext, prefix: str = "") -> Any:
-    """Protobuf to core message; a value the core refuses is INVALID_ARGUMENT."""
+def _within(prefix: str, fn: Callable[[Any], Any], req: Any) -> Any:
+    """`fn(req)` for a part of a larger request: a refusal names the part."""
     try:
         return fn(req)
-    except ValueError as e:
-        refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"{prefix}{e}")
+    except Refusal as e:
+        raise e.within(prefix) from None
 
 
 def _raw(b: bytes) -> bytes:
@@ -264,30 +238,21 @@ def _raw(b: bytes) -> bytes:
 
 
 def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
-    def unary(fn: Callable[..., Any]) -> grpc.RpcMethodHandler:
-        return grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=_raw, response_serializer=lambda m: m.SerializeToString()
-        )
-
-    log_service = grpc.method_handlers_generic_handler(
-        "midtown.log.v1.Log",
-        {
-            "Append": unary(s.append),
-            "Read": grpc.unary_stream_rpc_method_handler(
-                s.read, request_deserializer=_raw, response_serializer=_raw),
-            "Truncate": unary(s.truncate),
-            "Status": unary(s.status),
-            "Tail": unary(s.tail),
-        },
-    )
-    replica_service = grpc.method_handlers_generic_handler(
-        "midtown.log.v1.Replica",
-        {"Fence": unary(s.fence), "AddEntries": unary(s.add_entries),
-         "Replicate": unary(s.replicate), "ReadRange": unary(s.read_range),
-         "ReplicateStream": grpc.stream_stream_rpc_method_handler(
-             s.replicate_stream, request_deserializer=_raw,
-             response_serializer=lambda m: m.SerializeToString())},
-    )
+    log_service = grpc.method_handlers_generic_handler("midtown.log.v1.Log", {
+        "Append": handlers.unary("Append", pb.AppendRequest, s.append),
+        # Its messages are encoded once for every stream (log/read_cache.py): sent as they are.
+        "Read": handlers.unary_stream("Read", pb.ReadRequest, s.read, serialize=_raw),
+        "Truncate": handlers.unary("Truncate", pb.TruncateRequest, s.truncate),
+        "Status": handlers.unary("Status", pb.StatusRequest, s.status),
+        "Tail": handlers.unary("Tail", pb.TailRequest, s.tail),
+    })
+    replica_service = grpc.method_handlers_generic_handler("midtown.log.v1.Replica", {
+        "Fence": handlers.unary("Fence", pb.FenceRequest, s.fence),
+        "AddEntries": handlers.unary("AddEntries", pb.AddEntriesRequest, s.add_entries),
+        "Replicate": handlers.unary("Replicate", pb.ReplicateRequest, s.replicate),
+        "ReadRange": handlers.unary("ReadRange", pb.ReadRangeRequest, s.read_range),
+        "ReplicateStream": handlers.stream_stream("ReplicateStream", pb.ReplicateRequest, s.replicate_stream),
+    })
     return [log_service, replica_service]
 
 

@@ -23,6 +23,7 @@ from record.model import (
     Scan,
     Stored,
 )
+from runtime.refusals import BadRequest
 
 
 def stored_to_pb(s: Stored | None) -> pb.Value | None:
@@ -64,7 +65,7 @@ def op_from_pb(o: pb.Op) -> Op:
         return Position(o.position.node_id, o.position.position)
     if kind == "drop":
         return Drop(tuple(o.drop.shards))
-    raise ValueError("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
+    raise BadRequest("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
 
 
 def op_to_pb(op: Op) -> pb.Op:
@@ -105,7 +106,7 @@ def put_rows(c: pb.PutColumns) -> tuple[PutRow, ...]:
     eids = c.event_ids or [b""] * n
     ttls = c.ttl_ms or [0] * n
     if not len(c.local_keys) == len(c.values) == len(eids) == len(ttls) == n:
-        raise ValueError("puts: columns of different lengths")
+        raise BadRequest("puts: columns of different lengths")
     return tuple(zip(c.partition_keys, c.local_keys, c.values, ttls, eids))
 
 

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
+import grpc
+
+from runtime.refusals import BEHIND_TRAILER, Refusal
+
 
 class OpStatus(Enum):
     DONE = 0
@@ -156,7 +160,11 @@ class RecordResult:
     groups: tuple[GroupResult, ...] = ()  # a record of groups: one per group, in order
 
 
-class Behind(Exception):
+class Behind(Refusal):
     """A replica cannot answer this read, and another may: it has not applied far enough
     yet, or it does not hold the shard (a coordinator's view of the replica sets is a
-    little behind a move)."""
+    little behind a move). FAILED_PRECONDITION with the BEHIND trailer, so a coordinator
+    asks another replica instead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(grpc.StatusCode.FAILED_PRECONDITION, message, (BEHIND_TRAILER,))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+import grpc
+
 
 class Refusal(Exception):
     """A request refused. `field` names what was wrong ("" when nothing in the request
@@ -31,10 +33,20 @@ class Refusal(Exception):
         ctx.abort(self.code, self.text)
         raise AssertionError("ctx.abort returned")  # it raises
 
-def refuse(ctx: Any, code: Any, message: str, field: str = "",
-           trailers: tuple[tuple[str, str], ...] = ()) -> NoReturn:
-    """End the call `ctx` with a Refusal built from the rest."""
-    Refusal(code, message, trailers, field).abort(ctx)
+    def within(self, prefix: str) -> Refusal:
+        """The same refusal about a part of a larger request: its text after `prefix`
+        ("requests[3]: ")."""
+        return Refusal(self.code, prefix + self.text, self.trailers)
+
+
+class BadRequest(Refusal, ValueError):
+    """A request, or a value in it, that no retry can make right: INVALID_ARGUMENT unless
+    `code` says otherwise, the message naming the field. Cores raise it for what a client
+    sent; it is also a ValueError, so code that checks a value it built itself may catch it
+    as one."""
+
+    def __init__(self, message: str, field: str = "", code: Any = None) -> None:
+        super().__init__(code or grpc.StatusCode.INVALID_ARGUMENT, message, (), field)
 
 
 # The trailer key, and why a call was refused:

@@ -20,6 +20,7 @@ from catalog.replica_sets import ReplicaSets
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import transport
+from runtime.refusals import BadRequest
 from storage_node import lww
 from storage_node.limits import LWW_PAGE_MAX
 from storage_node.lww import LwwReplica
@@ -34,7 +35,7 @@ PEER_CALL_TIMEOUT_S = 30
 
 def _check_lww_limit(limit: int) -> None:
     if not 1 <= limit <= LWW_PAGE_MAX:
-        raise ValueError(f"limit: {limit}, must be between 1 and {LWW_PAGE_MAX}")
+        raise BadRequest(f"limit: {limit}, must be between 1 and {LWW_PAGE_MAX}")
 
 
 class EventualService:

@@ -38,6 +38,7 @@ from rocksdict import WriteBatch
 from midtown_pb import kv_pb2 as pb
 from record.versions import version_millis
 from runtime.group_commit import GroupCommit
+from runtime.refusals import BadRequest
 from storage_node import keys
 from storage_node.store import NodeStore
 
@@ -147,7 +148,7 @@ class LwwReplica:
         """A shard's values in key order after `req.after` (a key from an earlier page)."""
         p = keys.eventual_shard_prefix(req.shard)
         if req.after and not req.after.startswith(p):
-            raise ValueError(f"after: not a key of shard {req.shard}")
+            raise BadRequest(f"after: not a key of shard {req.shard}")
         out = pb.LwwRangeResponse()
         for k, v in self.store.under(p, req.after[len(p):] + b"\x00" if req.after else b""):
             if len(out.keys) >= req.limit:
@@ -160,7 +161,7 @@ class LwwReplica:
     def merge(self, resp: pb.LwwRangeResponse) -> int:
         """Keep what a peer holds that is newer than this replica's; returns how many."""
         if len(resp.keys) != len(resp.values):
-            raise ValueError("keys and values differ in number")
+            raise BadRequest("keys and values differ in number")
         now_ms = int(time.time() * 1000)
         # Nothing already past the grace: this replica may have purged it on purpose.
         items = [(k, v) for k, v in zip(resp.keys, resp.values)
@@ -172,7 +173,7 @@ class LwwReplica:
         """Store the value if it is newer than what this replica holds; True if it was.
         Returns once it is durable."""
         if not req.value.version:
-            raise ValueError("value.version: required (the coordinator's clock)")
+            raise BadRequest("value.version: required (the coordinator's clock)")
         return self._group.call((key(req.shard, req.dataset, req.partition_key, req.local_key),
                                  req.value))
 

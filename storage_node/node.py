@@ -22,6 +22,7 @@ from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops
 from runtime.process import Fatal, exit_now
+from runtime.refusals import BadRequest
 from storage_node import bootstrap
 from storage_node.apply_loop import ApplyLoop
 from storage_node.bookkeeping import Bookkeeping
@@ -190,7 +191,7 @@ class StorageNode:
         if not req.one_shard:
             return self._whole_snapshot()
         if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
-            raise ValueError(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
+            raise BadRequest(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
         at, ts, pairs = self.reads.shard_copy(req)
 
         def paced() -> Iterator[pb.SnapshotChunk]:

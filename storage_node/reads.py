@@ -22,7 +22,7 @@ from log.rocks_store import bounded_items
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Behind, Record
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 from storage_node import keys, shard_copy
 from storage_node.apply import apply
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_BYTES_DEFAULT, SHARD_SCAN_PAGE_MAX
@@ -82,7 +82,7 @@ def _items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
 
 def check_held(node_id: int, shard: int, shards: int, holds: Callable[[int], bool],
                field: str = "") -> None:
-    """ValueError for a shard the cluster does not have; Behind for one this node does not
+    """BadRequest for a shard the cluster does not have; Behind for one this node does not
     hold (catalog/replica_sets.py): another node may answer."""
     check_shard(shard, shards, field)
     if not holds(shard):
@@ -110,10 +110,10 @@ class Reads:
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
         """A read of this replica's current state, expiry judged by the log time it has
-        applied up to. ValueError names a bad field; Behind: not applied far enough yet."""
+        applied up to. BadRequest names a bad field; Behind: not applied far enough yet."""
         self._check_held(req.shard, field)
         if req.op.WhichOneof("op") not in ("get", "scan"):
-            raise ValueError(f"{field}op: only get and scan read a replica")
+            raise BadRequest(f"{field}op: only get and scan read a replica")
         log_id = log_of(req.shard, self.kv_logs)
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
@@ -188,7 +188,7 @@ class Reads:
         view at or after `req.min_position` is opened. Pages are read as they are sent: the
         memory a scan holds is a page, whatever the shard's size."""
         if not 1 <= req.page <= SHARD_SCAN_PAGE_MAX:
-            raise ValueError(f"page: {req.page}, must be between 1 and {SHARD_SCAN_PAGE_MAX}")
+            raise BadRequest(f"page: {req.page}, must be between 1 and {SHARD_SCAN_PAGE_MAX}")
         view, cur = self._view_for(req.cursor, req.dataset, req.shard, req.min_position, req.wait_ms,
                                    req.partition_key if req.HasField("partition_key") else None)
         try:
@@ -231,9 +231,9 @@ class Reads:
             try:
                 cur.ParseFromString(cursor)
             except Exception:
-                raise ValueError("cursor: not a scan cursor") from None
+                raise BadRequest("cursor: not a scan cursor") from None
             if cur.node != self.node_id or cur.dataset != dataset or cur.shard != shard:
-                raise ValueError(f"cursor: for storage node {cur.node}, shard {cur.shard}, not this "
+                raise BadRequest(f"cursor: for storage node {cur.node}, shard {cur.shard}, not this "
                                  f"scan's (node {self.node_id}, shard {shard})")
             try:
                 return self.views.get(cur.view), cur
@@ -293,11 +293,11 @@ class Reads:
 
     def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
         if not 0 <= req.log_id < self.kv_logs:
-            raise ValueError(f"log_id: log {req.log_id} carries no key-value data "
+            raise BadRequest(f"log_id: log {req.log_id} carries no key-value data "
                              f"(logs 0..{self.kv_logs - 1} do)")
         self.wait_applied(req.log_id, req.min_position, req.wait_ms)
         for i, r in enumerate(req.requests):
             if r.shard < self.kv().shards and log_of(r.shard, self.kv_logs) != req.log_id:
-                raise ValueError(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
+                raise BadRequest(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
         return pb.ReadManyResponse(
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])

@@ -10,82 +10,42 @@ from concurrent import futures
 from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from log import limits as log_limits
 from log.client import LocalAppends
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
-from record.model import Behind
-from runtime import inprocess, metrics, transport
+from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
-from runtime.refusals import BEHIND_TRAILER, Refusal, refuse
 from storage_node.callbacks import AnswerTaker
 from storage_node.node import StorageNode
 from storage_node.settings import Settings
 
 
 def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
-    def parse(cls: type, raw: bytes, ctx: grpc.ServicerContext) -> Any:
-        try:
-            return cls.FromString(raw)  # type: ignore[attr-defined]
-        except DecodeError:
-            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {cls.__name__}")
+    """The Storage service: each method through runtime/handlers.py, which turns the node's
+    refusals (Behind: another replica may answer; BadRequest naming the field; a shard
+    moved away or a position reclaimed, mid-stream too) into statuses."""
+    def unary(name: str, cls: Any, fn: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
+        return handlers.unary(name, cls, lambda req, ctx: fn(req))
 
-    def answer(fn: Callable[[], Any], ctx: grpc.ServicerContext) -> Any:
-        try:
-            return fn()
-        except Behind as e:
-            refuse(ctx, grpc.StatusCode.FAILED_PRECONDITION, str(e), trailers=(BEHIND_TRAILER,))
-        except Refusal as r:  # about the request or the shard: every replica would say the same
-            r.abort(ctx)
-        except ValueError as e:
-            refuse(ctx, grpc.StatusCode.INVALID_ARGUMENT, str(e))
-
-    def call(cls: type, fn: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
-        """A unary method: parse the request, call the node, map its refusals to statuses."""
-        def handle(raw: bytes, ctx: grpc.ServicerContext) -> Any:
-            req = parse(cls, raw, ctx)
-            return answer(lambda: fn(req), ctx)
-        return grpc.unary_unary_rpc_method_handler(
-            handle, request_deserializer=lambda b: b, response_serializer=lambda m: m.SerializeToString())
-
-    def snapshot(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.SnapshotChunk]:
-        req = parse(pb.SnapshotRequest, raw, ctx)
-        yield from answer(lambda: node.snapshot(req), ctx)
-
-    def scan_shard(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.ScanShardResponse]:
-        req = parse(pb.StorageScanShardRequest, raw, ctx)
-        yield from answer(lambda: node.scan_shard(req), ctx)
-
-    def watch(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.WatchResponse]:
-        req = parse(pb.StorageWatchRequest, raw, ctx)
-        stream = answer(lambda: node.watch(req), ctx)
-        try:
-            yield from stream
-        except Refusal as r:  # a position reclaimed or a shard moved away, mid-stream
-            r.abort(ctx)
+    def stream(name: str, cls: Any, fn: Callable[[Any], Iterator[Any]]) -> grpc.RpcMethodHandler:
+        return handlers.unary_stream(name, cls, lambda req, ctx: fn(req))
 
     return grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
-        "Watch": grpc.unary_stream_rpc_method_handler(
-            watch, request_deserializer=lambda b: b,
-            response_serializer=lambda m: m.SerializeToString()),
-        "ScanShard": grpc.unary_stream_rpc_method_handler(
-            scan_shard, request_deserializer=lambda b: b,
-            response_serializer=lambda m: m.SerializeToString()),
-        "ShardSplits": call(pb.StorageShardSplitsRequest, node.shard_splits),
-        "Read": call(pb.ReadRequest, node.read),
-        "ReadMany": call(pb.ReadManyRequest, node.read_many),
-        "Status": call(pb.NodeStatusRequest, lambda _: node.status()),
-        "CopyShard": call(pb.CopyShardRequest, node.copy_shard),
-        "LwwWrite": call(pb.LwwWriteRequest, node.lww_write),
-        "LwwRead": call(pb.LwwReadRequest, node.lww_read),
-        "LwwRange": call(pb.LwwRangeRequest, node.lww_range),
-        "LwwHashes": call(pb.LwwHashesRequest, lambda _: node.lww_hashes()),
-        "Snapshot": grpc.unary_stream_rpc_method_handler(
-            snapshot, request_deserializer=lambda b: b,
-            response_serializer=lambda m: m.SerializeToString()),
+        "Watch": stream("Watch", pb.StorageWatchRequest, node.watch),
+        "ScanShard": stream("ScanShard", pb.StorageScanShardRequest, node.scan_shard),
+        "ShardSplits": unary("ShardSplits", pb.StorageShardSplitsRequest, node.shard_splits),
+        "Read": unary("Read", pb.ReadRequest, node.read),
+        "ReadMany": unary("ReadMany", pb.ReadManyRequest, node.read_many),
+        "Status": unary("Status", pb.NodeStatusRequest, lambda _: node.status()),
+        "CopyShard": unary("CopyShard", pb.CopyShardRequest, node.copy_shard),
+        "LwwWrite": unary("LwwWrite", pb.LwwWriteRequest, node.lww_write),
+        "LwwRead": unary("LwwRead", pb.LwwReadRequest, node.lww_read),
+        "LwwRange": unary("LwwRange", pb.LwwRangeRequest, node.lww_range),
+        "LwwHashes": unary("LwwHashes", pb.LwwHashesRequest, lambda _: node.lww_hashes()),
+        "Snapshot": stream("Snapshot", pb.SnapshotRequest, node.snapshot),
     })
 
 

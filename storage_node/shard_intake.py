@@ -20,7 +20,7 @@ from catalog.routing import check_shard, log_of
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime import transport
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 from storage_node import keys
 from storage_node.state import NodeState
 
@@ -49,7 +49,7 @@ class Intake:
         s = self.state
         check_shard(req.shard, s.kv.shards)
         if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
-            raise ValueError(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
+            raise BadRequest(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
         if not self._busy.acquire(timeout=1):
             raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {s.node_id} is taking in another "
                           "copy; retry")

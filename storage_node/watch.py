@@ -18,7 +18,7 @@ import grpc
 from catalog import registry
 from catalog.routing import log_of
 from midtown_pb import kv_pb2 as pb
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 from storage_node import changes, keys
 from storage_node.store import NodeStore
 
@@ -60,19 +60,19 @@ class ChangeFeed:
                           f"held; its changes are kept from position {floor}")
 
     def watch(self, req: pb.StorageWatchRequest) -> Iterator[pb.WatchResponse]:
-        """Checks the request at once (ValueError names a bad field; Refusal), then streams."""
+        """Checks the request at once (BadRequest names a bad field; Refusal), then streams."""
         if not req.dataset:
-            raise ValueError("dataset: empty")
+            raise BadRequest("dataset: empty")
         if not getattr(req, "from"):
-            raise ValueError("from: no shard to watch")
+            raise BadRequest("from: no shard to watch")
         shards = self.kv().shards
         at = dict(getattr(req, "from"))
         for shard, p in at.items():
             if shard >= shards:
-                raise ValueError(f"from: shard {shard}, this cluster has shards 0..{shards - 1}")
+                raise BadRequest(f"from: shard {shard}, this cluster has shards 0..{shards - 1}")
             self._check(shard, p)
         if req.duration_ms > WATCH_DURATION_MS_MAX:
-            raise ValueError(f"duration_ms: {req.duration_ms}, the limit is {WATCH_DURATION_MS_MAX}")
+            raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is {WATCH_DURATION_MS_MAX}")
         pkey = req.partition_key if req.HasField("partition_key") else None
         end = time.monotonic() + (req.duration_ms or WATCH_DURATION_MS_DEFAULT) / 1000
         max_changes = req.max_changes or WATCH_CHANGES_DEFAULT

@@ -165,3 +165,29 @@ def test_importing_the_coordinator_loads_no_storage_node_module() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+SHELLS = ("log/server.py", "storage_node/server.py", "coordinator/server.py", "coordinator/replicas.py",
+          "midtown/cluster/host.py")
+
+
+def test_one_way_to_refuse() -> None:
+    """A status is made in runtime/ only (runtime/handlers.py, from a Refusal): no server
+    module aborts a call itself, and no server shell catches a ValueError to make one."""
+    bad = []
+    for pkg in PACKAGES:
+        if pkg == "runtime":
+            continue
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+                        and node.func.attr in ("abort", "abort_with_status")):  # not Barrier.abort()
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno} aborts a call")
+    for rel in SHELLS:
+        path = ROOT / rel
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                names = [n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)]
+                if "ValueError" in names:
+                    bad.append(f"{rel}:{node.lineno} catches ValueError")
+    assert bad == []

@@ -1,0 +1,112 @@
+"""How every gRPC method of the log servers, the storage nodes and the coordinators ends:
+the one place where a refusal becomes a status (issue 34).
+
+Each method is registered through `unary`, `unary_stream` or `stream_stream` here. The
+request is parsed from its bytes (INVALID_ARGUMENT "request: not a valid X" when it is not
+one) and handed to the method with the call's context. A `Refusal` (runtime/refusals.py)
+raised anywhere below ends the call with its code, its "field: message" text and its
+trailers; any other exception ends it with INTERNAL naming the method, and is logged with
+its traceback, never with gRPC's bare UNKNOWN. Nothing below refuses through the context:
+cores raise Refusal (BadRequest for what a client sent), shells let it through."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from runtime.refusals import BadRequest, Refusal
+
+log = logging.getLogger("midtown.handlers")
+
+# (method name, code name) of each call as it ends: a server's request counter.
+Outcome = Callable[[str, str], None]
+# The INTERNAL text for a method (a server may say more: what a client should do).
+Internal = Callable[[str], str]
+
+
+def _serialize(m: Any) -> bytes:
+    return m.SerializeToString()  # type: ignore[no-any-return]
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+def parse(cls: Any, raw: bytes) -> Any:
+    """A request message from its bytes; BadRequest naming the type when they are not one."""
+    try:
+        return cls.FromString(raw)
+    except DecodeError:
+        raise BadRequest(f"not a valid {cls.__name__}", field="request") from None
+
+
+def _internal_text(name: str) -> str:
+    return f"{name}: internal error (the server's log has the details)"
+
+
+def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Internal | None,
+        outcome: Outcome | None) -> NoReturn:
+    """End the call `ctx` for exception `e` raised by method `name`."""
+    if isinstance(e, Refusal):
+        if outcome:
+            outcome(name, e.code.name)
+        e.abort(ctx)
+    if ctx.code() is not None:  # grpc's own abort, or a status the method set: decided already
+        raise e
+    log.error("%s failed", name, exc_info=e)
+    if outcome:
+        outcome(name, "INTERNAL")
+    Refusal(grpc.StatusCode.INTERNAL, (internal or _internal_text)(name)).abort(ctx)
+
+
+def unary(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any], *,
+          internal: Internal | None = None, outcome: Outcome | None = None,
+          serialize: Callable[[Any], bytes] = _serialize) -> grpc.RpcMethodHandler:
+    """A unary method: `fn(request, ctx)` -> response."""
+    def handle(raw: bytes, ctx: grpc.ServicerContext) -> Any:
+        try:
+            out = fn(parse(cls, raw), ctx)
+        except Exception as e:
+            end(name, e, ctx, internal, outcome)
+        if outcome:
+            outcome(name, "OK")
+        return out
+    return grpc.unary_unary_rpc_method_handler(handle, request_deserializer=_identity,
+                                               response_serializer=serialize)
+
+
+def _streamed(name: str, parts: Callable[[], Iterable[Any]], ctx: grpc.ServicerContext,
+              internal: Internal | None, outcome: Outcome | None) -> Iterator[Any]:
+    try:
+        yield from parts()
+    except Exception as e:
+        end(name, e, ctx, internal, outcome)
+    if outcome:
+        outcome(name, "OK")
+
+
+def unary_stream(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Iterable[Any]], *,
+                 internal: Internal | None = None, outcome: Outcome | None = None,
+                 serialize: Callable[[Any], bytes] = _serialize) -> grpc.RpcMethodHandler:
+    """A method answering with a stream: `fn(request, ctx)` -> its messages. A refusal
+    before the first message or between two ends the stream with its status."""
+    def handle(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[Any]:
+        return _streamed(name, lambda: fn(parse(cls, raw), ctx), ctx, internal, outcome)
+    return grpc.unary_stream_rpc_method_handler(handle, request_deserializer=_identity,
+                                                response_serializer=serialize)
+
+
+def stream_stream(name: str, cls: Any,
+                  fn: Callable[[Iterator[Any], grpc.ServicerContext], Iterable[Any]], *,
+                  internal: Internal | None = None, outcome: Outcome | None = None,
+                  serialize: Callable[[Any], bytes] = _serialize) -> grpc.RpcMethodHandler:
+    """A method taking and answering streams: `fn(requests, ctx)` -> its messages, each
+    request parsed as it is taken (one that is not a `cls` ends the call)."""
+    def handle(raws: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[Any]:
+        return _streamed(name, lambda: fn((parse(cls, raw) for raw in raws), ctx), ctx, internal, outcome)
+    return grpc.stream_stream_rpc_method_handler(handle, request_deserializer=_identity,
+                                                 response_serializer=serialize)

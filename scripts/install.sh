@@ -33,9 +33,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.stamp-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
-    echo "install: pip install -e .[dev,spark]"
+    echo "install: pip install -e .[server,dev,spark]"
     .venv/bin/pip install -q --upgrade pip >/dev/null
-    .venv/bin/pip install -q -e '.[dev,spark]' --config-settings editable_mode=compat
+    .venv/bin/pip install -q -e '.[server,dev,spark]' --config-settings editable_mode=compat
     rm -f .venv/.stamp-*
     touch "$stamp"
 fi

@@ -191,3 +191,37 @@ def test_one_way_to_refuse() -> None:
                 if "ValueError" in names:
                     bad.append(f"{rel}:{node.lineno} catches ValueError")
     assert bad == []
+
+
+def test_importing_the_sdk_loads_no_server() -> None:
+    """`import midtown` is the client: it loads no module of the servers (storage node,
+    coordinator, the record contract, the log's server side), and neither RocksDB nor the
+    metrics and certificate libraries the servers use. (Its routing reads ZooKeeper, so the
+    catalog's readers and kazoo come with it.)"""
+    import subprocess
+    import sys
+
+    code = ("import sys, midtown; print(sorted({m for m in sys.modules if m.split('.')[0] in "
+            "('storage_node', 'coordinator', 'record', 'rocksdict', 'prometheus_client', 'cryptography', "
+            "'pyspark', 'spark_connector') or m in ('log.node', 'log.server', 'log.client', 'log.writer')}))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_client_and_the_command_line_work_without_the_server_libraries() -> None:
+    """What `pip install midtown` brings (pyproject.toml: grpcio, protobuf, kazoo) is enough
+    for `import midtown` and for the `midtown` command's parser: with RocksDB, the metrics,
+    health and reflection services and cryptography made unimportable, both load."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "for m in ('rocksdict', 'prometheus_client', 'grpc_health', 'grpc_reflection', 'cryptography'):\n"
+            "    sys.modules[m] = None\n"
+            "import midtown\n"
+            "from midtown.cli.main import parser\n"
+            "parser().parse_args(['get', 'd', 'p', 'l'])\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -20,7 +20,6 @@ from catalog import registry
 from catalog.replica_sets import REPLICAS_DEFAULT
 from log import limits
 from log import zk as zkpaths
-from midtown.cluster import certs
 from midtown.cluster.ports import free_ports
 from midtown.cluster.zookeeper import ZooKeeper, is_ok
 from runtime.transport import Credentials
@@ -263,12 +262,16 @@ class Cluster:
         internal services of a cluster with mutual TLS; None without TLS."""
         if not self.tls:
             return None
+        from midtown.cluster import certs  # cryptography: only for a cluster with TLS
+
         cert, key = certs.ensure_cert(self.tls_dir, name)
         return Credentials.load(str(self.tls_dir / "ca.pem"), str(cert), str(key))
 
     def _tls_flags(self, name: str) -> list[str]:
         if not self.tls:
             return []
+        from midtown.cluster import certs
+
         cert, key = certs.ensure_cert(self.tls_dir, name)
         return ["--tls-ca", str(self.tls_dir / "ca.pem"), "--tls-cert", str(cert), "--tls-key", str(key)]
 

@@ -14,64 +14,11 @@ from record.model import (
     OpStatus,
     Put,
     Record,
-    RecordResult,
     Scan,
-    Stored,
 )
 from storage_node import keys
-from storage_node.apply import DEDUP_WINDOW_MS, Event, apply
-
-
-class MemState:
-    def __init__(self) -> None:
-        self.values: dict[bytes, Stored] = {}
-        self.dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}
-        self.digests: dict[int, int] = {}
-        self.events: dict[tuple[int, str, bytes], Event] = {}
-
-    def held_events(self, shard: int, dataset: str, event_ids: list[bytes]) -> dict[bytes, Event]:
-        return {e: self.events[(shard, dataset, e)] for e in event_ids if (shard, dataset, e) in self.events}
-
-    def event_count(self, shard: int, dataset: str) -> int:
-        return sum(1 for (s, d, _) in self.events if (s, d) == (shard, dataset))
-
-    def oldest_events(self, shard: int, dataset: str, n: int,
-                      older_than: int | None = None) -> list[tuple[int, int, bytes, int]]:
-        mine = sorted((e.position, e.seq, k[2], e.ts_ms) for k, e in self.events.items()
-                      if k[:2] == (shard, dataset))
-        return mine[:n]
-
-    def get(self, key: bytes) -> Stored | None:
-        return self.values.get(key)
-
-    def scan(self, prefix: bytes, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, Stored]]:
-        rows = sorted((k[len(prefix):], v) for k, v in self.values.items() if k.startswith(prefix))
-        return [(k, v) for k, v in rows if k >= start and (not end or k < end)][:limit]
-
-    def dedup(self, shard: int, rid: bytes) -> tuple[int, RecordResult] | None:
-        return self.dedups.get((shard, rid))
-
-    def digest(self, shard: int) -> int:
-        return self.digests.get(shard, 0)
-
-    def run(self, rec: Record, pos: int, ts: int) -> RecordResult:
-        a = apply(self, rec, 0, pos, ts, node_id=1)
-        for k, v in a.writes.items():
-            if v is None:
-                self.values.pop(k, None)
-            else:
-                self.values[k] = v
-        self.digests[rec.shard] = a.digest
-        for eid, _, _ in a.events_gone:
-            del self.events[(rec.shard, rec.dataset, eid)]
-        for eid, e in a.events.items():
-            self.events[(rec.shard, rec.dataset, eid)] = e
-        if a.event_count >= 0:
-            assert a.event_count == self.event_count(rec.shard, rec.dataset)
-        if a.dedup and a.result is not None:
-            self.dedups[(rec.shard, rec.request_id)] = (ts, a.result)
-        assert a.result is not None
-        return a.result
+from storage_node.apply import DEDUP_WINDOW_MS
+from tests.sim.store import MemState
 
 
 def rec(*ops, rid: bytes = b"", ttl: int = 0) -> Record:  # type: ignore[no-untyped-def]

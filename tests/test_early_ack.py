@@ -11,7 +11,7 @@ from coordinator.appender import Placed
 from coordinator.node import early_result
 from record.model import Delete, Put, Record
 from storage_node import keys
-from tests.test_apply import MemState
+from tests.sim.store import MemState
 
 
 @given(position=st.integers(0, 2**40), ts=st.integers(1, 2**41), ttl=st.integers(0, 10**9),

@@ -19,7 +19,7 @@ from record import codec
 from record.model import Cas, Group, Incr, Put, Record, put_group
 from storage_node.apply import apply
 from storage_node.store import BatchView, NodeStore
-from tests.test_apply import MemState
+from tests.sim.store import MemState
 
 DS = "events#1"
 SHARD = 2

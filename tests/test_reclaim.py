@@ -17,7 +17,7 @@ from storage_node import keys
 from storage_node.apply import DEDUP_WINDOW_MS, apply
 from storage_node.reclaim import dedup_cutoff, expiry_cutoff
 from storage_node.store import BatchView, NodeStore
-from tests.test_apply import MemState
+from tests.sim.store import MemState
 
 W = DEDUP_WINDOW_MS
 KEYS = [b"a", b"b", b"c"]

@@ -20,7 +20,14 @@ Broken variants (Config.broken) show that the checks catch what they are for:
 "join-early" (a destination joins before its copy is installed), "no-hold" (the log is
 truncated while a copy is under way), "no-catch-up" (a destination whose tail is past the
 copy's position installs it without its records in between), "stale-position" (the copy is recorded before the
-destination publishes its position again, so one it published before, too high, counts)."""
+destination publishes its position again, so one it published before, too high, counts),
+"no-digest" (a copy's values are installed without its digest: only the storage node's own
+apply step, run beside the model, sees it).
+
+Beside the model, every node runs each record it applies through the storage node's own
+apply step (storage_node/apply.py) into the simulator's store (tests/sim/store.py), and a
+copy carries the shard's values and digest as that store holds them: each replica's digest
+must equal the one the apply step leaves after the shard's records below its position."""
 
 from __future__ import annotations
 
@@ -30,7 +37,18 @@ from dataclasses import dataclass, field, replace
 from catalog import shard_moves
 from catalog.routing import log_of
 from catalog.shard_moves import COPYING, JOINED, TAILING, Move
+from record.model import Incr, Put, Record, Stored
 from storage_node import shard_copy
+from tests.sim.store import MemState
+
+DATASET = "d#1"
+
+
+def record_of(shard: int, value: int) -> Record:
+    """The record a write of `value` to `shard` is: a counter that every record of the shard
+    increments and a value under one of four keys, so a record lost, repeated or applied out
+    of order changes the state the apply step leaves, and its digest."""
+    return Record(b"", "", DATASET, shard, b"p", (Incr(b"n", 1), Put(b"v%d" % (value % 4), b"%d" % value)))
 
 
 @dataclass(frozen=True)
@@ -40,7 +58,7 @@ class Config:
     logs: int = 2
     replicas: int = 3
     steps: int = 600
-    broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position"
+    broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position", "no-digest"
 
 
 @dataclass
@@ -52,6 +70,9 @@ class Node:
     # shard -> publications when its copy was installed
     installed_after: dict[int, int] = field(default_factory=dict)
     alive: bool = True
+    # The same records through the storage node's own apply step (storage_node/apply.py),
+    # kept in the simulator's store: its shards' values and digests.
+    store: MemState = field(default_factory=MemState)
 
 
 @dataclass
@@ -62,6 +83,7 @@ class Copy:  # in transit from a source to a destination
     at: int
     values: list[int]
     due: int  # the step it arrives at
+    store: tuple[dict[bytes, Stored], int] = ({}, 0)  # the shard's values and digest, as applied
 
 
 class MoveSim:
@@ -85,10 +107,19 @@ class MoveSim:
         self.trace: list[str] = []
         self.counts = {"moves": 0, "finished": 0, "aborted": 0, "copies": 0, "lost": 0, "caught_up": 0}
         self._value = 0
+        # Each shard's digests as the apply step leaves them, record by record, in a store of
+        # its own: (position, digest after it).
+        self._reference = MemState()
+        self.digests: dict[int, list[tuple[int, int]]] = {s: [] for s in range(c.shards)}
 
     # ------------------------------------------------------------ the model
     def _shards_of_log(self, lg: int) -> list[int]:
         return [s for s in range(self.cfg.shards) if log_of(s, self.cfg.logs) == lg]
+
+    def _digest_below(self, shard: int, below: int) -> int:
+        """The shard's digest once the apply step has taken its records below `below`."""
+        got = [d for p, d in self.digests[shard] if p < below]
+        return got[-1] if got else 0
 
     def _expected(self, shard: int, below: int) -> list[int]:
         lg = log_of(shard, self.cfg.logs)
@@ -136,7 +167,11 @@ class MoveSim:
     def _write(self) -> None:
         s = self.rng.randrange(self.cfg.shards)
         self._value += 1
-        self.log[log_of(s, self.cfg.logs)].append((s, self._value))
+        lg = log_of(s, self.cfg.logs)
+        self.log[lg].append((s, self._value))
+        pos = len(self.log[lg]) - 1
+        self._reference.run(record_of(s, self._value), pos, pos, lg)
+        self.digests[s].append((pos, self._reference.digest(s)))
 
     def _apply(self, n: int) -> None:
         node = self.nodes[n]
@@ -158,6 +193,7 @@ class MoveSim:
                 s, v = self.log[lg][pos]
                 if self._holds(n, s) and shard_copy.applies(node.marks, s, pos):
                     node.state.setdefault(s, []).append(v)
+                    node.store.run(record_of(s, v), pos, pos, lg)
             node.tails[lg] = end
 
     def _publish_and_truncate(self) -> None:
@@ -237,7 +273,8 @@ class MoveSim:
         lg = log_of(s, self.cfg.logs)
         at = shard_copy.effective(node.tails[lg], node.marks, s)
         self.in_transit.append(Copy(s, dest, src, at, list(node.state.get(s, [])),
-                                    self.step_no + self.rng.randint(1, 30)))
+                                    self.step_no + self.rng.randint(1, 30),
+                                    node.store.shard_copy(s, DATASET)))
         self.counts["copies"] += 1
 
     def _deliver(self) -> None:
@@ -266,6 +303,12 @@ class MoveSim:
                 values += [v for s, v in self.log[lg][forward.start:forward.stop] if s == c.shard]
             node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks, holds_others)
             node.state[c.shard] = values
+            copy = (c.store[0], 0) if self.cfg.broken == "no-digest" else c.store
+            node.store.install(c.shard, DATASET, copy)
+            for pos in forward:  # the records between the copy and the tail, as the apply loop does
+                s, v = self.log[lg][pos]
+                if s == c.shard:
+                    node.store.run(record_of(s, v), pos, pos, lg)
             node.installed_after[c.shard] = node.publications
 
     def _fail(self) -> None:
@@ -286,6 +329,7 @@ class MoveSim:
                 if not self._holds(n, s) and not moving_here:
                     del node.state[s]
                     node.marks.pop(s, None)
+                    node.store.drop(s, DATASET)
 
     # ------------------------------------------------------------ checks
     def _check(self) -> None:
@@ -296,6 +340,11 @@ class MoveSim:
                     continue
                 at = shard_copy.effective(node.tails[lg], node.marks, s)
                 got, want = node.state.get(s, []), self._expected(s, at)
+                if got == want and node.store.digest(s) != self._digest_below(s, at):
+                    self.violations.append(
+                        f"step {self.step_no}: node {n}'s apply step left shard {s} at {at} with digest "
+                        f"{node.store.digest(s):x}, not {self._digest_below(s, at):x}")
+                    return
                 if got != want:
                     diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
                                 min(len(got), len(want)))
@@ -321,3 +370,5 @@ class MoveSim:
                     self.violations.append(f"node {n}, a replica of shard {s}, does not tail log {lg}")
                 elif self.nodes[n].state.get(s, []) != self._expected(s, len(self.log[lg])):
                     self.violations.append(f"node {n}, a replica of shard {s}, does not hold all its records")
+                elif self.nodes[n].store.digest(s) != self._digest_below(s, len(self.log[lg])):
+                    self.violations.append(f"node {n}, a replica of shard {s}, ends with another digest")

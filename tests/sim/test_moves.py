@@ -10,7 +10,7 @@ import pytest
 
 from tests.sim.moves import Config, MoveSim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_MOVE_RUNS", "120"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_MOVE_RUNS", "80"))
 
 
 def test_moves_keep_every_replica_exact_across_seeds() -> None:
@@ -35,7 +35,7 @@ def test_replay_is_deterministic() -> None:
     assert a.run() == b.run() and a.trace == b.trace and a.counts == b.counts
 
 
-@pytest.mark.parametrize("broken", ["join-early", "no-hold", "no-catch-up"])
+@pytest.mark.parametrize("broken", ["join-early", "no-hold", "no-catch-up", "no-digest"])
 def test_broken_variants_are_caught(broken: str) -> None:
-    caught = sum(1 for seed in range(60) if MoveSim(seed, Config(broken=broken)).run())
-    assert caught >= 6, f"{broken}: caught in {caught} of 60 seeds"
+    caught = sum(1 for seed in range(40) if MoveSim(seed, Config(broken=broken)).run())
+    assert caught >= 4, f"{broken}: caught in {caught} of 40 seeds"

@@ -35,20 +35,35 @@ import random
 from dataclasses import dataclass, field, replace
 
 from catalog import shard_moves
-from catalog.routing import log_of
+from catalog.datasets import Dataset
+from catalog.routing import log_of, shard_of
 from catalog.shard_moves import COPYING, JOINED, TAILING, Move
-from record.model import Incr, Put, Record, Stored
+from coordinator.answers import Answers
+from coordinator.records import record_for
+from record.model import Incr, Put, Record
 from storage_node import shard_copy
-from tests.sim.store import MemState
+from tests.sim.store import MemState, ShardCopy
 
-DATASET = "d#1"
+DATASET = Dataset("d", incarnation=1)
 
 
-def record_of(shard: int, value: int) -> Record:
-    """The record a write of `value` to `shard` is: a counter that every record of the shard
+def partition_keys(shards: int) -> dict[int, bytes]:
+    """A partitioning key of the dataset in each shard."""
+    out: dict[int, bytes] = {}
+    i = 0
+    while len(out) < shards:
+        out.setdefault(shard_of(DATASET.id, b"p%d" % i, shards), b"p%d" % i)
+        i += 1
+    return out
+
+
+def record_of(shard: int, value: int, pkeys: dict[int, bytes]) -> Record:
+    """The record the coordinator's own request-to-record step (coordinator/records.py)
+    makes of a write of `value` to `shard`: a counter that every record of the shard
     increments and a value under one of four keys, so a record lost, repeated or applied out
     of order changes the state the apply step leaves, and its digest."""
-    return Record(b"", "", DATASET, shard, b"p", (Incr(b"n", 1), Put(b"v%d" % (value % 4), b"%d" % value)))
+    return record_for(DATASET, b"w%d" % value, "", pkeys[shard],
+                      (Incr(b"n", 1), Put(b"v%d" % (value % 4), b"%d" % value)), b"", len(pkeys))
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,7 @@ class Copy:  # in transit from a source to a destination
     at: int
     values: list[int]
     due: int  # the step it arrives at
-    store: tuple[dict[bytes, Stored], int] = ({}, 0)  # the shard's values and digest, as applied
+    store: ShardCopy = ShardCopy({}, 0)  # the shard's values, digest and request ids, as applied
 
 
 class MoveSim:
@@ -111,6 +126,13 @@ class MoveSim:
         # its own: (position, digest after it).
         self._reference = MemState()
         self.digests: dict[int, list[tuple[int, int]]] = {s: [] for s in range(c.shards)}
+        # The coordinator's side: each write's record is made by its request-to-record step,
+        # and the replicas' answers go to its Answers (coordinator/answers.py), which compares
+        # the digests of replicas that applied the same position and wakes the write's waiter.
+        self.pkeys = partition_keys(c.shards)
+        self.answers = Answers(lambda: range(c.nodes))
+        self.waiting: dict[int, tuple[int, object]] = {}  # value -> (the shard's count after it, its future)
+        self._count = [0] * c.shards
 
     # ------------------------------------------------------------ the model
     def _shards_of_log(self, lg: int) -> list[int]:
@@ -168,9 +190,14 @@ class MoveSim:
         s = self.rng.randrange(self.cfg.shards)
         self._value += 1
         lg = log_of(s, self.cfg.logs)
+        rec = record_of(s, self._value, self.pkeys)
+        assert rec.shard == s
+        [waiter] = self.answers.expect([(lg, s, rec.request_id)])
+        self._count[s] += 1
+        self.waiting[self._value] = (self._count[s], waiter)
         self.log[lg].append((s, self._value))
         pos = len(self.log[lg]) - 1
-        self._reference.run(record_of(s, self._value), pos, pos, lg)
+        self._reference.run(rec, pos, pos, lg)
         self.digests[s].append((pos, self._reference.digest(s)))
 
     def _apply(self, n: int) -> None:
@@ -193,7 +220,9 @@ class MoveSim:
                 s, v = self.log[lg][pos]
                 if self._holds(n, s) and shard_copy.applies(node.marks, s, pos):
                     node.state.setdefault(s, []).append(v)
-                    node.store.run(record_of(s, v), pos, pos, lg)
+                    r = node.store.run(record_of(s, v, self.pkeys), pos, pos, lg, node_id=n)
+                    if n in self.sets[s]:  # a replica answers the coordinator that appended it
+                        self.answers.deliver([r])
             node.tails[lg] = end
 
     def _publish_and_truncate(self) -> None:
@@ -274,7 +303,7 @@ class MoveSim:
         at = shard_copy.effective(node.tails[lg], node.marks, s)
         self.in_transit.append(Copy(s, dest, src, at, list(node.state.get(s, [])),
                                     self.step_no + self.rng.randint(1, 30),
-                                    node.store.shard_copy(s, DATASET)))
+                                    node.store.shard_copy(s, DATASET.id)))
         self.counts["copies"] += 1
 
     def _deliver(self) -> None:
@@ -303,12 +332,12 @@ class MoveSim:
                 values += [v for s, v in self.log[lg][forward.start:forward.stop] if s == c.shard]
             node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks, holds_others)
             node.state[c.shard] = values
-            copy = (c.store[0], 0) if self.cfg.broken == "no-digest" else c.store
-            node.store.install(c.shard, DATASET, copy)
+            copy = c.store._replace(digest=0) if self.cfg.broken == "no-digest" else c.store
+            node.store.install(c.shard, DATASET.id, copy)
             for pos in forward:  # the records between the copy and the tail, as the apply loop does
                 s, v = self.log[lg][pos]
                 if s == c.shard:
-                    node.store.run(record_of(s, v), pos, pos, lg)
+                    node.store.run(record_of(s, v, self.pkeys), pos, pos, lg, node_id=c.dest)
             node.installed_after[c.shard] = node.publications
 
     def _fail(self) -> None:
@@ -329,10 +358,14 @@ class MoveSim:
                 if not self._holds(n, s) and not moving_here:
                     del node.state[s]
                     node.marks.pop(s, None)
-                    node.store.drop(s, DATASET)
+                    node.store.drop(s, DATASET.id)
 
     # ------------------------------------------------------------ checks
     def _check(self) -> None:
+        if self.answers.divergences:
+            self.violations.append(f"step {self.step_no}: the coordinator saw replicas diverge "
+                                   f"({self.answers.divergences} answers)")
+            self.answers.divergences = 0
         for s in range(self.cfg.shards):
             lg = log_of(s, self.cfg.logs)
             for n, node in self.nodes.items():
@@ -359,6 +392,16 @@ class MoveSim:
         return all(t is None or t == len(self.log[lg]) for lg, t in node.tails.items())
 
     def _check_end(self) -> None:
+        for value, (count, waiter) in self.waiting.items():  # every write answered, and rightly
+            if not waiter.done():  # type: ignore[attr-defined]
+                self.violations.append(f"the write of {value} was never answered")
+                break
+            r = waiter.result()  # type: ignore[attr-defined]
+            got = int(r.results[0].value.value) if r.applied and r.results and r.results[0].value else None
+            if got != count:
+                self.violations.append(f"the write of {value} was answered with the counter at {got}, "
+                                       f"not {count}")
+                break
         if self.moves:
             self.violations.append(f"moves left at the end: {list(self.moves.values())}")
         for s in range(self.cfg.shards):

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from record.model import Record, RecordResult, Stored
 from storage_node import keys
 from storage_node.apply import Event, apply
@@ -44,10 +46,10 @@ class MemState:
     def digest(self, shard: int) -> int:
         return self.digests.get(shard, 0)
 
-    def run(self, rec: Record, pos: int, ts: int, log_id: int = 0) -> RecordResult:
+    def run(self, rec: Record, pos: int, ts: int, log_id: int = 0, node_id: int = 1) -> RecordResult:
         """Apply `rec` at log position `pos` and log time `ts` through the storage node's
         apply step, and keep its effects."""
-        a = apply(self, rec, log_id, pos, ts, node_id=1)
+        a = apply(self, rec, log_id, pos, ts, node_id=node_id)
         for k, v in a.writes.items():
             if v is None:
                 self.values.pop(k, None)
@@ -65,20 +67,30 @@ class MemState:
         assert a.result is not None
         return a.result
 
-    def shard_copy(self, shard: int, dataset: str) -> tuple[dict[bytes, Stored], int]:
-        """What a shard copy carries of `shard` (storage_node/shard_copy.py): its values and
-        its digest."""
+    def shard_copy(self, shard: int, dataset: str) -> ShardCopy:
+        """What a shard copy carries of `shard` (storage_node/shard_copy.py): its values, its
+        digest and the request ids it has seen."""
         prefix = keys.dataset_shard_prefix(shard, dataset)
-        return {k: v for k, v in self.values.items() if k.startswith(prefix)}, self.digest(shard)
+        return ShardCopy({k: v for k, v in self.values.items() if k.startswith(prefix)}, self.digest(shard),
+                         {k: v for k, v in self.dedups.items() if k[0] == shard})
 
-    def install(self, shard: int, dataset: str, copy: tuple[dict[bytes, Stored], int]) -> None:
+    def install(self, shard: int, dataset: str, copy: ShardCopy) -> None:
         """Replace `shard` by a copy."""
         self.drop(shard, dataset)
-        self.values.update(copy[0])
-        self.digests[shard] = copy[1]
+        self.values.update(copy.values)
+        self.digests[shard] = copy.digest
+        self.dedups.update(copy.dedups)
 
     def drop(self, shard: int, dataset: str) -> None:
         prefix = keys.dataset_shard_prefix(shard, dataset)
         for k in [k for k in self.values if k.startswith(prefix)]:
             del self.values[k]
         self.digests.pop(shard, None)
+        for k in [k for k in self.dedups if k[0] == shard]:
+            del self.dedups[k]
+
+
+class ShardCopy(NamedTuple):
+    values: dict[bytes, Stored]
+    digest: int
+    dedups: dict[tuple[int, bytes], tuple[int, RecordResult]] = {}

@@ -29,7 +29,7 @@ def mt(*args: str, env: dict | None = None, check: bool = True) -> subprocess.Co
     return p
 
 
-def test_cluster_and_log_commands(tmp_path: Path) -> None:
+def test_cluster_and_log_commands_and_the_supervisor(tmp_path: Path) -> None:
     d = str(tmp_path / "c")
     up = json.loads(mt("cluster", "up", "--dir", d, "--layout", "split", "--detach", "--json").stdout)
     try:
@@ -77,12 +77,50 @@ def test_cluster_and_log_commands(tmp_path: Path) -> None:
 
         cs = json.loads(mt("cluster", "status", "--dir", d, "--json").stdout)
         assert all(p["state"] == "running" for p in cs)
+        _supervised(tmp_path, d, up)
     finally:
         mt("cluster", "down", "--dir", d)
     cs = json.loads(mt("cluster", "status", "--dir", d, "--json").stdout)
     assert all(p["state"] == "stopped" for p in cs)
     for p in up["processes"]:
         assert not pid_alive(p["pid"])
+    assert not pid_alive(up["supervisor_pid"])
+    assert not any(pid_alive(p["pid"]) for p in cs if p["pid"])
+
+
+def _supervised(tmp_path: Path, d: str, up: dict) -> None:
+    """`cluster up` restarts a process that dies (logged, counted in `cluster status`), and
+    `cluster restart NAME` restarts one on request; the cluster serves through them."""
+    supervisor = up["supervisor_pid"]
+    assert supervisor and pid_alive(supervisor)
+    pids = {p["name"]: p["pid"] for p in up["processes"]}
+
+    def row(name: str) -> dict:
+        return next(r for r in json.loads(mt("cluster", "status", "--dir", d, "--json").stdout)
+                    if r["name"] == name)
+
+    os.kill(pids["storage-1"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        r = row("storage-1")
+        if r["state"] == "running" and r["pid"] != pids["storage-1"]:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"storage-1 was not restarted: {row('storage-1')}")
+    assert r["restarts"] == 1 and r["last_exit"] == -signal.SIGKILL
+    log = (Path(d) / "logs" / "supervisor.log").read_text()
+    assert "storage-1" in log and "restarting in" in log
+
+    again = json.loads(mt("cluster", "restart", "coordinator-0", "--dir", d, "--json").stdout)[0]
+    assert again["state"] == "running" and again["pid"] != pids["coordinator-0"]
+    assert again["restarts"] == 1
+    assert "RESTARTS" in mt("cluster", "status", "--dir", d).stdout
+    mt("dataset", "create", "sv", "--dir", d)
+    mt("put", "sv", "p", "l", "v", "--dir", d)
+    assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "v"
+    bad = mt("cluster", "restart", "nope", "--dir", d, check=False)
+    assert bad.returncode == 2 and "NAME" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_cluster_up_in_the_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
@@ -134,50 +172,6 @@ def test_bench_refuses_bad_rounds() -> None:
                         (("kv", "--etcd-api", "http"), "--etcd-api")):
         p = mt("bench", *args, check=False)
         assert p.returncode == 2 and field in p.stderr and "Traceback" not in p.stderr, p.stderr
-
-
-def test_a_supervised_cluster_restarts_what_dies(tmp_path: Path) -> None:
-    """`cluster up` restarts a process that dies (logged, counted in `cluster status`), and
-    `cluster restart NAME` restarts one on request."""
-    d = str(tmp_path / "sv")
-    up = json.loads(mt("cluster", "up", "--dir", d, "--layout", "split", "--detach", "--json").stdout)
-    supervisor = up["supervisor_pid"]
-    try:
-        assert supervisor and pid_alive(supervisor)
-        pids = {p["name"]: p["pid"] for p in up["processes"]}
-
-        def row(name: str) -> dict:
-            return next(r for r in json.loads(mt("cluster", "status", "--dir", d, "--json").stdout)
-                        if r["name"] == name)
-
-        os.kill(pids["storage-1"], signal.SIGKILL)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            r = row("storage-1")
-            if r["state"] == "running" and r["pid"] != pids["storage-1"]:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(f"storage-1 was not restarted: {row('storage-1')}")
-        assert r["restarts"] == 1 and r["last_exit"] == -signal.SIGKILL
-        log = (tmp_path / "sv" / "logs" / "supervisor.log").read_text()
-        assert "storage-1" in log and "restarting in" in log
-
-        again = json.loads(mt("cluster", "restart", "coordinator-0", "--dir", d, "--json").stdout)[0]
-        assert again["state"] == "running" and again["pid"] != pids["coordinator-0"]
-        assert again["restarts"] == 1
-        assert "RESTARTS" in mt("cluster", "status", "--dir", d).stdout
-        # The cluster serves through the restarted processes.
-        mt("dataset", "create", "sv", "--dir", d)
-        mt("put", "sv", "p", "l", "v", "--dir", d)
-        assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "v"
-        bad = mt("cluster", "restart", "nope", "--dir", d, check=False)
-        assert bad.returncode == 2 and "NAME" in bad.stderr and "Traceback" not in bad.stderr
-    finally:
-        mt("cluster", "down", "--dir", d)
-    assert not pid_alive(supervisor)
-    assert not any(pid_alive(p["pid"]) for p in json.loads(mt("cluster", "status", "--dir", d,
-                                                             "--json").stdout) if p["pid"])
 
 
 def _cluster_commands(load: Path) -> list[list[str]]:

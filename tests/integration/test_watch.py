@@ -146,7 +146,7 @@ def run(db: Client, o: tuple) -> None:
 
 # No shrinking: the cluster's state moves on between runs of an example, so a failure is
 # reported as generated (with the positions each shard was watched from).
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck),
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck),
           phases=(Phase.explicit, Phase.generate))
 @given(st.lists(op, min_size=5, max_size=40), st.lists(st.integers(0, 60), min_size=SHARDS, max_size=SHARDS))
 def test_changes_from_random_positions_equal_the_checkers(w: W, ops: list[tuple], back: list[int]) -> None:

@@ -57,6 +57,8 @@ def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Intern
         e.abort(ctx)
     if ctx.code() is not None:  # grpc's own abort, or a status the method set: decided already
         raise e
+    if not ctx.is_active():  # the call ended under the method (the client went away): no one to tell
+        raise e
     log.error("%s failed", name, exc_info=e)
     if outcome:
         outcome(name, "INTERNAL")

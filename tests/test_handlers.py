@@ -139,3 +139,28 @@ def test_no_request_ends_in_unknown(server: tuple[grpc.Channel, list[tuple[str, 
         assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                             grpc.StatusCode.INTERNAL), (e.code(), e.details())
         assert e.details()
+
+
+def test_a_client_that_goes_away_is_no_error(server: tuple[grpc.Channel, list[tuple[str, str]]],
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A stream of requests cancelled by its client (a writer's replication stream when the
+    writer stops) ends the method: nothing to answer, and nothing logged as a failure."""
+    import threading
+    import time
+
+    ch, _ = server
+    release = threading.Event()
+
+    def requests() -> Iterator[bytes]:
+        yield GET
+        release.wait(10)
+
+    call = ch.stream_stream(f"/{SERVICE}/Echo", request_serializer=lambda b: b,
+                            response_deserializer=pb.GetResponse.FromString)(requests(), timeout=10)
+    with caplog.at_level("ERROR", logger="midtown.handlers"):
+        assert next(call).found
+        call.cancel()
+        time.sleep(0.5)
+        release.set()
+        time.sleep(0.2)
+    assert [r.getMessage() for r in caplog.records if r.name == "midtown.handlers"] == []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_processes_picking_at_once_never_share_a_port() -> None:
+def test_processes_picking_at_once_never_share_a_port(tmp_path: Path) -> None:
+    """Six processes, each with a TMPDIR of its own (as the signal test's commands have),
+    pick 150 ports each at once."""
     code = "from midtown.cluster.ports import free_ports; print(' '.join(map(str, free_ports(150))))"
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-             for _ in range(6)]
+    for i in range(6):
+        (tmp_path / str(i)).mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp_path / str(i))})  # each its own
+             for i in range(6)]
     picked = []
     for p in procs:
         out, _ = p.communicate(timeout=120)

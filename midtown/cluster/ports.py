@@ -18,7 +18,8 @@ from pathlib import Path
 
 _LOW, _HIGH = 20000, 32000
 HELD_S = 300.0  # long enough for a cluster's processes to start and bind what they were given
-_GIVEN = Path(tempfile.gettempdir()) / "midtown-ports-given.json"
+# In /tmp itself, not $TMPDIR: processes with TMPDIRs of their own share the machine's ports.
+_GIVEN = (Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())) / "midtown-ports-given.json"
 
 
 def is_free(port: int, host: str = "127.0.0.1") -> bool:

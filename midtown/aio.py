@@ -215,9 +215,11 @@ class AsyncWatcher:
         while not state.closed:
             addr = b._pick(await self._c.coordinators(refresh=state.avoid is not None), failed=state.avoid)
             try:
-                self.call = self._c._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
-                                                      metadata=b._metadata)
-                async for m in self.call:
+                self.call = call = self._c._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
+                                                             metadata=b._metadata)
+                if state.closed:  # closed while the call was made: close() found none to cancel
+                    call.cancel()
+                async for m in call:
                     for change in state.take(m):
                         yield change
                     if state.done():

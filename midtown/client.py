@@ -756,9 +756,11 @@ class Client:
         while not state.closed:
             addr = self._pick(self.coordinators(refresh=state.avoid is not None), failed=state.avoid)
             try:
-                w.call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
-                                                metadata=self._metadata)
-                for m in w.call:
+                w.call = call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
+                                                       metadata=self._metadata)
+                if state.closed:  # closed while the call was made: close() found none to cancel
+                    call.cancel()
+                for m in call:
                     yield from state.take(m)
                     if state.done():
                         w.call.cancel()

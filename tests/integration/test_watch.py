@@ -99,7 +99,8 @@ class Collector:
             return self.error is not None or all(at.get(s, -1) >= e for s, e in ends.items())
         wait_for(caught_up, timeout_s, "the watch to catch up")
         self.watcher.close()
-        self.thread.join(30)
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "a closed watch still runs"
         assert self.error is None, self.error
         out: dict[int, list[tuple]] = {s: [] for s in ends}
         for c in self.got:

@@ -4,6 +4,7 @@ move finishes once failures stop; and broken variants of the protocol are caught
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -37,5 +38,10 @@ def test_replay_is_deterministic() -> None:
 
 @pytest.mark.parametrize("broken", ["join-early", "no-hold", "no-catch-up", "no-digest"])
 def test_broken_variants_are_caught(broken: str) -> None:
-    caught = sum(1 for seed in range(40) if MoveSim(seed, Config(broken=broken)).run())
-    assert caught >= 4, f"{broken}: caught in {caught} of 40 seeds"
+    quiet = logging.getLogger("midtown.coordinator")  # its Answers log every divergence they see
+    quiet.disabled = True
+    try:
+        caught = sum(1 for seed in range(25) if MoveSim(seed, Config(broken=broken)).run())
+    finally:
+        quiet.disabled = False
+    assert caught >= 3, f"{broken}: caught in {caught} of 25 seeds"

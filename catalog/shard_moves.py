@@ -1,7 +1,7 @@
 """Moving a shard's replica from one storage node to another, online (issue 32): the
 protocol's decisions, pure. The seeded simulator runs it (tests/sim/moves.py) through
-crashes of the mover, the source and the destination at every step; the servers do not
-run it yet (docs/storage.md).
+crashes of the mover, the source and the destination at every step; `midtown shard move`
+(midtown/cli/shards.py) runs it against the cluster (docs/storage.md).
 
 A move is kept in ZooKeeper beside the replica sets, one per shard at a time, and every
 step is a versioned write, so a mover that dies is replaced by any other, which reads the

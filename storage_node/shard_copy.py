@@ -1,7 +1,8 @@
 """A copy of one shard taken in by a storage node (a shard move's destination,
 catalog/shard_moves.py): where it stands, and what the node's tail of the shard's log
-and its skip marks become. Pure; the seeded simulator runs it (tests/sim/moves.py), the
-servers do not yet.
+and its skip marks become. Pure: the storage node's apply loop runs it
+(storage_node/apply_loop.py install), and the seeded simulator beside its model
+(tests/sim/moves.py).
 
 A node keeps one position per log (where its tail resumes) and, per shard, a *mark*: the
 shard's records below its mark are already in the node's state (they came with a copy)
@@ -21,7 +22,11 @@ records below p. To install it, where t is the node's tail of the log (if it tai
 The log holds p..t meanwhile: a log is not truncated while one of its shards is being
 copied (catalog/shard_moves.py truncation_point), and p was at or past the truncation
 point when the copy was taken. So each held shard's state is always that of its records
-below max(tail, mark)."""
+below max(tail, mark).
+
+A node that lost its state, when no peer holds every shard it holds, is rebuilt the same
+way, shard by shard (storage_node/rebuild.py): a copy of each of its shards, each taken at
+a position of its own, then one tail per log that starts at the lowest (rebuild)."""
 
 from __future__ import annotations
 
@@ -58,3 +63,15 @@ def applies(marks: Mapping[int, int], shard: int, position: int) -> bool:
 def effective(tail: int | None, marks: Mapping[int, int], shard: int) -> int:
     """The log position a held shard's state stands at: its records below it are applied."""
     return max(tail or 0, marks.get(shard, 0))
+
+
+def rebuild(copies: Mapping[int, int]) -> tuple[int, dict[int, int]]:
+    """(the tail, the marks) of a node rebuilt from copies of its shards of one log, taken
+    at the positions `copies` (shard -> position), with no state of the log before: the
+    tail starts at the lowest copy, and each shard is marked at its own, so its records
+    below it (in the copy) are skipped and the others applied. Every copy must be at or
+    past any position the node published before it lost its state, so the log is never
+    truncated past the tail (storage_node/rebuild.py asks its sources for that)."""
+    if not copies:
+        raise ValueError("copies: none")
+    return min(copies.values()), dict(copies)

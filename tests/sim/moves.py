@@ -24,6 +24,16 @@ destination publishes its position again, so one it published before, too high, 
 "no-digest" (a copy's values are installed without its digest: only the storage node's own
 apply step, run beside the model, sees it).
 
+Nodes also lose their disks. A node that lost its state is rebuilt shard by shard
+(storage_node/rebuild.py, storage_node/shard_copy.py rebuild): it asks a copy of each
+shard it holds (and of each shard moving to it whose copy was recorded) from another
+replica, at or past the head each log had when its rebuild began, so at or past any
+position it published before; once it has them all it tails each log from the lowest
+copy. It answers for nothing until then, and a crash starts its rebuild again. Broken
+variants: "rebuild-behind" (copies at whatever position their source stands at: the log
+may be truncated past the tail) and "rebuild-high" (the tail starts at the highest copy:
+the other shards' records between are never applied).
+
 Beside the model, every node runs each record it applies through the storage node's own
 apply step (storage_node/apply.py) into the simulator's store (tests/sim/store.py), and a
 copy carries the shard's values and digest as that store holds them: each replica's digest
@@ -73,7 +83,9 @@ class Config:
     logs: int = 2
     replicas: int = 3
     steps: int = 600
-    broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position", "no-digest"
+    broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position", "no-digest",
+    # "rebuild-behind", "rebuild-high"
+    disk_loss: bool = True  # nodes lose their state and are rebuilt shard by shard
 
 
 @dataclass
@@ -88,6 +100,10 @@ class Node:
     # The same records through the storage node's own apply step (storage_node/apply.py),
     # kept in the simulator's store: its shards' values and digests.
     store: MemState = field(default_factory=MemState)
+    # While it is rebuilt (it lost its disk): the copies that came, shard -> copy; None: whole.
+    rebuild: dict[int, Copy] | None = None
+    rebuild_from: dict[int, int] = field(default_factory=dict)  # log -> its head when the rebuild began
+    generation: int = 0  # a rebuild's copies asked before a crash are not taken after it
 
 
 @dataclass
@@ -99,6 +115,7 @@ class Copy:  # in transit from a source to a destination
     values: list[int]
     due: int  # the step it arrives at
     store: ShardCopy = ShardCopy({}, 0)  # the shard's values, digest and request ids, as applied
+    rebuild: int | None = None  # for the destination's rebuild of this generation (not a move)
 
 
 class MoveSim:
@@ -106,7 +123,8 @@ class MoveSim:
         self.rng = random.Random(seed)
         self.cfg = cfg
         c = cfg
-        self.log: list[list[tuple[int, int]]] = [[] for _ in range(c.logs)]  # (shard, value)
+        # (shard, value, whether it is a retry of a write appended before)
+        self.log: list[list[tuple[int, int, bool]]] = [[] for _ in range(c.logs)]
         self.truncated = [0] * c.logs  # positions below are gone
         members = list(range(c.nodes))
         self.sets = {s: tuple(sorted(members[(s * c.replicas + i) % c.nodes] for i in range(c.replicas)))
@@ -120,7 +138,8 @@ class MoveSim:
         self.step_no = 0
         self.violations: list[str] = []
         self.trace: list[str] = []
-        self.counts = {"moves": 0, "finished": 0, "aborted": 0, "copies": 0, "lost": 0, "caught_up": 0}
+        self.counts = {"moves": 0, "finished": 0, "aborted": 0, "copies": 0, "lost": 0, "caught_up": 0,
+                       "disks_lost": 0, "rebuilt": 0, "retried": 0}
         self._value = 0
         # Each shard's digests as the apply step leaves them, record by record, in a store of
         # its own: (position, digest after it).
@@ -133,6 +152,7 @@ class MoveSim:
         self.answers = Answers(lambda: range(c.nodes))
         self.waiting: dict[int, tuple[int, object]] = {}  # value -> (the shard's count after it, its future)
         self._count = [0] * c.shards
+        self.shard_of: dict[int, int] = {}  # value -> the shard it was written to
 
     # ------------------------------------------------------------ the model
     def _shards_of_log(self, lg: int) -> list[int]:
@@ -145,10 +165,17 @@ class MoveSim:
 
     def _expected(self, shard: int, below: int) -> list[int]:
         lg = log_of(shard, self.cfg.logs)
-        return [v for s, v in self.log[lg][:below] if s == shard]
+        return [v for s, v, again in self.log[lg][:below] if s == shard and not again]
+
+    def _whole(self, n: int) -> bool:
+        """Whether node n is up and not being rebuilt."""
+        return self.nodes[n].alive and self.nodes[n].rebuild is None
 
     def _holds(self, n: int, shard: int) -> bool:
-        """Whether node n keeps the shard's state up: a member, or a destination with a copy."""
+        """Whether node n keeps the shard's state up: a member, or a destination with a copy
+        (not while it is rebuilt)."""
+        if self.nodes[n].rebuild is not None:
+            return False
         m = self.moves.get(shard)
         return n in self.sets[shard] or (m is not None and m.dest == n and shard in self.nodes[n].marks
                                          and shard in self.nodes[n].state)
@@ -166,7 +193,7 @@ class MoveSim:
             self.mover_alive = True
             self._step(final=True)
             self._check()
-            if not self.moves and all(self._caught_up(n) for n in self.nodes):
+            if not self.moves and all(self._caught_up(n) for n in self.nodes) and not self._retry():
                 break
         self._check_end()
         return self.violations
@@ -189,13 +216,28 @@ class MoveSim:
     def _write(self) -> None:
         s = self.rng.randrange(self.cfg.shards)
         self._value += 1
-        lg = log_of(s, self.cfg.logs)
         rec = record_of(s, self._value, self.pkeys)
         assert rec.shard == s
-        [waiter] = self.answers.expect([(lg, s, rec.request_id)])
+        [waiter] = self.answers.expect([(log_of(s, self.cfg.logs), s, rec.request_id)])
         self._count[s] += 1
         self.waiting[self._value] = (self._count[s], waiter)
-        self.log[lg].append((s, self._value))
+        self.shard_of[self._value] = s
+        self._append(s, self._value, False)
+
+    def _retry(self) -> bool:
+        """The coordinator appends each write still unanswered again, with its request id
+        (a retry after its deadline): a replica that has it answers from its request ids.
+        Whether there was one."""
+        again = [v for v, (_, w) in self.waiting.items() if not w.done()]  # type: ignore[attr-defined]
+        for v in again:
+            self._append(self.shard_of[v], v, True)
+        self.counts["retried"] += len(again)
+        return bool(again)
+
+    def _append(self, s: int, value: int, again: bool) -> None:
+        lg = log_of(s, self.cfg.logs)
+        rec = record_of(s, value, self.pkeys)
+        self.log[lg].append((s, value, again))
         pos = len(self.log[lg]) - 1
         self._reference.run(rec, pos, pos, lg)
         self.digests[s].append((pos, self._reference.digest(s)))
@@ -217,9 +259,10 @@ class MoveSim:
                 continue
             end = min(len(self.log[lg]), tail + self.rng.randint(1, 5))
             for pos in range(tail, end):
-                s, v = self.log[lg][pos]
+                s, v, again = self.log[lg][pos]
                 if self._holds(n, s) and shard_copy.applies(node.marks, s, pos):
-                    node.state.setdefault(s, []).append(v)
+                    if not again:
+                        node.state.setdefault(s, []).append(v)
                     r = node.store.run(record_of(s, v, self.pkeys), pos, pos, lg, node_id=n)
                     if n in self.sets[s]:  # a replica answers the coordinator that appended it
                         self.answers.deliver([r])
@@ -256,10 +299,10 @@ class MoveSim:
             outside = [n for n in self.nodes if n not in self.sets[s]]
             if not outside:
                 return
-            dest, leaving = self.rng.choice(outside), self.rng.choice(self.sets[s])
-            self.moves[s] = shard_moves.start(self.sets[s], s, dest, leaving)
+            to, leaving = self.rng.choice(outside), self.rng.choice(self.sets[s])
+            self.moves[s] = shard_moves.start(self.sets[s], s, to, leaving)
             self.counts["moves"] += 1
-            self.trace.append(f"{self.step_no}: move shard {s} to {dest} from {leaving}")
+            self.trace.append(f"{self.step_no}: move shard {s} to {to} from {leaving}")
             return
         s, m = next(iter(self.moves.items()))
         dest = self.nodes[m.dest]
@@ -294,8 +337,8 @@ class MoveSim:
     def _ask_copy(self, s: int, dest: int) -> None:
         """The destination asks a live replica of the shard for a copy: the source's state
         of the shard and its tail position in the log, taken together."""
-        live = [n for n in self.sets[s] if self.nodes[n].alive and n != dest]
-        if not live or not self.nodes[dest].alive:
+        live = [n for n in self.sets[s] if self._whole(n) and n != dest]
+        if not live or not self.nodes[dest].alive or self.nodes[dest].rebuild is not None:
             return
         src = self.rng.choice(live)
         node = self.nodes[src]
@@ -312,7 +355,13 @@ class MoveSim:
             self.in_transit.remove(c)
             m = self.moves.get(c.shard)
             node = self.nodes[c.dest]
-            if m is None or m.dest != c.dest or m.phase != COPYING or not node.alive:
+            if c.rebuild is not None:
+                if node.alive and node.rebuild is not None and c.rebuild == node.generation:
+                    node.rebuild[c.shard] = c
+                else:
+                    self.counts["lost"] += 1
+                continue
+            if m is None or m.dest != c.dest or m.phase != COPYING or not self._whole(c.dest):
                 self.counts["lost"] += 1
                 continue
             lg = log_of(c.shard, self.cfg.logs)
@@ -329,22 +378,97 @@ class MoveSim:
                                            f"{c.shard} forward from {forward.start}, log {lg} truncated "
                                            f"below {self.truncated[lg]}")
                     return
-                values += [v for s, v in self.log[lg][forward.start:forward.stop] if s == c.shard]
+                values += [v for s, v, again in self.log[lg][forward.start:forward.stop]
+                           if s == c.shard and not again]
             node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks, holds_others)
             node.state[c.shard] = values
             copy = c.store._replace(digest=0) if self.cfg.broken == "no-digest" else c.store
             node.store.install(c.shard, DATASET.id, copy)
             for pos in forward:  # the records between the copy and the tail, as the apply loop does
-                s, v = self.log[lg][pos]
+                s, v, _ = self.log[lg][pos]
                 if s == c.shard:
                     node.store.run(record_of(s, v, self.pkeys), pos, pos, lg, node_id=c.dest)
             node.installed_after[c.shard] = node.publications
+        for n in self.nodes:
+            self._rebuild(n)
+
+    # ------------------------------------------------------------ a node rebuilt shard by shard
+    def _rebuild_wants(self, n: int) -> set[int]:
+        """The shards a rebuilt node must hold: those whose set names it, and those moving
+        to it whose copy was recorded (it would join one without holding it)."""
+        return {s for s in range(self.cfg.shards) if n in self.sets[s]
+                or (s in self.moves and self.moves[s].dest == n and self.moves[s].phase != COPYING)}
+
+    def _rebuild(self, n: int) -> None:
+        """Ask the copies a rebuilt node still lacks; once it has them all, install them."""
+        node = self.nodes[n]
+        if node.rebuild is None or not node.alive:
+            return
+        want = self._rebuild_wants(n)
+        missing = want - set(node.rebuild)
+        if not missing:
+            self._rebuilt(n, want)
+            return
+        asked = {c.shard for c in self.in_transit if c.dest == n and c.rebuild == node.generation}
+        for s in sorted(missing - asked):
+            lg = log_of(s, self.cfg.logs)
+            low = 0 if self.cfg.broken == "rebuild-behind" else node.rebuild_from[lg]
+            sources = [m for m in self.sets[s] if m != n and self._whole(m)
+                       and shard_copy.effective(self.nodes[m].tails[lg], self.nodes[m].marks, s) >= low]
+            if not sources:
+                continue  # it waits: a source is down, or not yet at the head
+            src_id = self.rng.choice(sources)
+            src = self.nodes[src_id]
+            at = shard_copy.effective(src.tails[lg], src.marks, s)
+            self.in_transit.append(Copy(s, n, src_id, at, list(src.state.get(s, [])),
+                                        self.step_no + self.rng.randint(1, 30),
+                                        src.store.shard_copy(s, DATASET.id), rebuild=node.generation))
+            self.counts["copies"] += 1
+
+    def _rebuilt(self, n: int, want: set[int]) -> None:
+        node = self.nodes[n]
+        assert node.rebuild is not None
+        copies = node.rebuild
+        for lg in range(self.cfg.logs):
+            mine = {s: copies[s].at for s in want if log_of(s, self.cfg.logs) == lg}
+            if not mine:
+                continue
+            tail, marks = shard_copy.rebuild(mine)
+            if self.cfg.broken == "rebuild-high":
+                tail = max(mine.values())
+            node.tails[lg] = tail
+            node.marks.update(marks)
+        for s in want:
+            node.state[s] = list(copies[s].values)
+            node.store.install(s, DATASET.id, copies[s].store)
+            node.installed_after[s] = node.publications
+        node.rebuild = None
+        self.counts["rebuilt"] += 1
+        self.trace.append(f"{self.step_no}: node {n} rebuilt: {sorted(want)}")
+
+    def _lose_disk(self, n: int) -> None:
+        """Node n loses its state (a new disk), if every shard it holds keeps another whole replica."""
+        node = self.nodes[n]
+        for s in self._rebuild_wants(n):
+            if not any(m != n and self.nodes[m].rebuild is None for m in self.sets[s]):
+                return
+        self.nodes[n] = Node({lg: None for lg in range(self.cfg.logs)}, publications=node.publications,
+                             alive=node.alive, rebuild={}, generation=node.generation + 1,
+                             rebuild_from={lg: len(self.log[lg]) for lg in range(self.cfg.logs)})
+        self.counts["disks_lost"] += 1
+        self.trace.append(f"{self.step_no}: node {n} lost its disk")
 
     def _fail(self) -> None:
         r = self.rng.random()
-        if r < 0.4:
+        if self.cfg.disk_loss and r < 0.05:
+            self._lose_disk(self.rng.randrange(self.cfg.nodes))
+        elif r < 0.4:
             n = self.rng.randrange(self.cfg.nodes)
-            self.nodes[n].alive = not self.nodes[n].alive  # a crash keeps what is durable
+            node = self.nodes[n]
+            node.alive = not node.alive  # a crash keeps what is durable
+            if node.alive and node.rebuild is not None:  # a rebuild starts again
+                node.rebuild, node.generation = {}, node.generation + 1
+                node.rebuild_from = {lg: len(self.log[lg]) for lg in range(self.cfg.logs)}
         elif r < 0.7:
             self.mover_alive = not self.mover_alive
         else:  # a copy lost in transit (its source or the network died)
@@ -389,7 +513,8 @@ class MoveSim:
 
     def _caught_up(self, n: int) -> bool:
         node = self.nodes[n]
-        return all(t is None or t == len(self.log[lg]) for lg, t in node.tails.items())
+        return node.rebuild is None and all(
+            t is None or t == len(self.log[lg]) for lg, t in node.tails.items())
 
     def _check_end(self) -> None:
         for value, (count, waiter) in self.waiting.items():  # every write answered, and rightly

@@ -402,9 +402,7 @@ class ApplyLoop:
         log_id = log_of(shard, s.kv_logs)
         with self._mutex:
             view = BatchView(s.store)
-            view.dropped.extend(keys.shard_prefixes(shard))
-            view.deletes.extend(s.store.index_entries_of(log_id, shard))
-            view.marks[shard] = None
+            view.drop_shard(shard, log_id)
             with s.commit_lock:
                 view.commit({})
                 s.marks.pop(shard, None)

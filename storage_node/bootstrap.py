@@ -12,7 +12,10 @@ position, and a member publishes only what it has applied), so the rest is in th
 
 The copy replaces the node's state in place: a marker key goes in first (synced), then
 everything else is deleted and the pairs written in batches; the marker goes last. A node
-that stops half-way finds the marker at its next start and bootstraps again."""
+that stops half-way finds the marker at its next start and bootstraps again.
+
+A node that holds shards no single member holds all of is rebuilt shard by shard instead,
+inside the same marker (storage_node/rebuild.py)."""
 
 from __future__ import annotations
 
@@ -80,10 +83,23 @@ def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None]) -> str:
                                                          " (no live peer)"))
 
 
-def _copy_one(db: Rdict, addr: str, sync: Callable[[], None]) -> int:
+def begin(db: Rdict, sync: Callable[[], None]) -> None:
+    """The marker in (synced), then the old state out: a node that stops before `finish`
+    copies again at its next start."""
     db.put(MARKER, b"1")
     sync()
     db.delete_range(STATE_FIRST, STATE_END)
+
+
+def finish(db: Rdict, sync: Callable[[], None]) -> None:
+    """The copy is whole: make it durable, then take the marker out."""
+    sync()
+    db.delete(MARKER)
+    sync()
+
+
+def _copy_one(db: Rdict, addr: str, sync: Callable[[], None]) -> int:
+    begin(db, sync)
     with transport.channel(addr) as channel:
         return _receive(db, kv_pb2_grpc.StorageStub(channel), sync)
 
@@ -103,8 +119,6 @@ def _receive(db: Rdict, stub: kv_pb2_grpc.StorageStub, sync: Callable[[], None])
         if chunk.last:
             if chunk.count != n:
                 raise BootstrapFailed(f"{n} keys received, the peer sent {chunk.count}")
-            sync()
-            db.delete(MARKER)
-            sync()
+            finish(db, sync)
             return n
     raise BootstrapFailed("the stream ended before its last chunk")

@@ -23,7 +23,7 @@ from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops
 from runtime.process import Fatal, exit_now
 from runtime.refusals import BadRequest
-from storage_node import bootstrap
+from storage_node import bootstrap, rebuild
 from storage_node.apply_loop import ApplyLoop
 from storage_node.bookkeeping import Bookkeeping
 from storage_node.callbacks import AnswerTaker
@@ -109,22 +109,30 @@ class StorageNode:
 
     def _bootstrap_if_needed(self) -> None:
         """Copy a peer's state first when this node is new or behind a truncation
-        (storage_node/bootstrap.py); otherwise resume from the saved positions."""
+        (storage_node/bootstrap.py), or its shards from their replicas when no member
+        holds them all (storage_node/rebuild.py); otherwise resume from the saved positions."""
         s = self.state
-        first = self._wait(self._first_available)
+        bounds = self._wait(self._log_bounds)
+        first = {lg: f for lg, (f, _) in bounds.items() if lg in s.tailed_logs()}
         marker = s.store._get(bootstrap.MARKER) is not None
         saved = {lg: p for lg, (p, _) in s.positions.items()}
         if not bootstrap.needed(saved, first, marker):
             return
-        log.info("bootstrapping from a peer (saved positions %s, first available %s%s)",
+        log.info("bootstrapping (saved positions %s, first available %s%s)",
                  saved, first, ", an earlier bootstrap did not finish" if marker else "")
         deadline = time.monotonic() + 300
         while True:
+            moves = {x: m for x, (m, _) in registry.read_moves(s.zk).items()}
+            shards, moving = rebuild.wanted(s.node_id, s.sets, moves)
             # A whole copy: from a member (a removed node may be behind the logs) that holds
             # every shard this node holds (replica sets); it applies only its own after.
-            peers = s.peers(members_only=True, shards=s.sets.shards_of(s.node_id))
+            peers = s.peers(members_only=True, shards=shards)
             try:
-                bootstrap.copy_from(s.store.db, peers, s.store.sync)
+                if moving or (shards and not peers):
+                    rebuild.by_shard(s, sorted({*shards, *moving}), {lg: h for lg, (_, h) in bounds.items()},
+                                     self.intake.receive, deadline)
+                else:
+                    bootstrap.copy_from(s.store.db, peers, s.store.sync)
                 break
             except bootstrap.BootstrapFailed as e:
                 if time.monotonic() > deadline:
@@ -135,15 +143,15 @@ class StorageNode:
             s.last_data[lg] = s.positions[lg][0]
         log.info("bootstrapped: positions %s", {lg: p for lg, (p, _) in s.positions.items()})
 
-    def _first_available(self) -> dict[int, int] | None:
-        """Each key-value log's first position still held (None: the logs do not answer)."""
+    def _log_bounds(self) -> dict[int, tuple[int, int]] | None:
+        """Each key-value log's (first position still held, next position to be written)
+        (None: the logs do not answer)."""
         try:
             rows = self.state.logs.status()
         except Exception:
             return None
-        tailed = self.state.tailed_logs()
-        out = {r["log"]: r["first"] for r in rows if r["log"] in tailed}
-        return out if len(out) == len(tailed) else None
+        out = {r["log"]: (r["first"], r["last"] + 1) for r in rows if r["log"] < self.state.kv_logs}
+        return out if len(out) == self.state.kv_logs else None
 
     def stop(self) -> None:
         self.state.stop.set()

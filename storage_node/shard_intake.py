@@ -75,7 +75,8 @@ class Intake:
         for n in order:
             self.applier.drop_shard(shard)  # what an earlier try left
             try:
-                at, ts, count, size = self._receive(live[n], shard, log_id, req.rate_mb_s)
+                at, ts, count, size = self.receive(live[n], shard, req.rate_mb_s,
+                                                   min_position=s.positions[log_id][0])
             except (grpc.RpcError, CopyFailed) as e:
                 msg = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError) else str(e)
                 log.warning("copying shard %d from node %d: %s", shard, n, msg)
@@ -111,12 +112,15 @@ class Intake:
             raise Refusal(grpc.StatusCode.UNAVAILABLE, "the copy is installed, but publishing this node's "
                           "position failed; retry")
 
-    def _receive(self, addr: str, shard: int, log_id: int, rate_mb_s: float) -> tuple[int, int, int, int]:
-        """Stream a copy from `addr` into the store: (its position, log time, pairs, bytes)."""
+    def receive(self, addr: str, shard: int, rate_mb_s: float,
+                min_position: int) -> tuple[int, int, int, int]:
+        """Stream a copy of `shard` from `addr` into the store, taken at `min_position` or
+        past it: (its position, log time, pairs, bytes). A move asks for this node's own
+        position in the log: a position it published before is then never above the
+        copy's (catalog/shard_moves.py may_record_copy); a rebuild asks for the log's head
+        (storage_node/rebuild.py)."""
         s = self.state
-        # At or past this node's own position in the log: a position it published
-        # before is then never above the copy's (catalog/shard_moves.py may_record_copy).
-        want = pb.SnapshotRequest(one_shard=True, shard=shard, min_position=s.positions[log_id][0],
+        want = pb.SnapshotRequest(one_shard=True, shard=shard, min_position=min_position,
                                   wait_ms=SOURCE_WAIT_MS, rate_mb_s=rate_mb_s)
         prefixes = keys.shard_prefixes(shard)
         count = size = 0

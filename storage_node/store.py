@@ -404,6 +404,12 @@ class BatchView:
             n += 1
         return n
 
+    def drop_shard(self, shard: int, log_id: int) -> None:
+        """Delete everything of `shard` (of log `log_id`) in this batch, with its mark."""
+        self.dropped.extend(keys.shard_prefixes(shard))
+        self.deletes.extend(self.store.index_entries_of(log_id, shard))
+        self.marks[shard] = None
+
     def commit(self, positions: dict[int, tuple[int, int]]) -> None:
         """Write the batch and each log's (next position, last timestamp), atomically."""
         wb = WriteBatch(raw_mode=True)

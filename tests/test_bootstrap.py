@@ -1,6 +1,7 @@
 """Bootstrapping a storage node's state from a peer (storage_node/bootstrap.py), over real
 gRPC on loopback from small Snapshot servers: a whole copy replaces the state exactly, a
-copy cut short leaves the marker that makes the next start try again."""
+copy cut short leaves the marker that makes the next start try again. And what a rebuild
+shard by shard takes and where it tails from (storage_node/rebuild.py, shard_copy.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import grpc
 import pytest
 from rocksdict import Options, Rdict
 
+from catalog.replica_sets import ReplicaSets
+from catalog.shard_moves import COPYING, JOINED, TAILING, Move
 from midtown_pb import kv_pb2 as pb
-from storage_node import bootstrap
+from storage_node import bootstrap, rebuild, shard_copy
 
 PEER = {b"K\x00\x00\x00\x01a": b"v1", b"P\x00\x00\x00\x00": b"\x00" * 16, b"D\x00\x00\x00\x01": b"d" * 8}
 
@@ -107,3 +110,21 @@ def test_a_checkpoint_copy_does_not_see_later_writes(tmp_path) -> None:  # type:
         assert not [p for p in tmp_path.iterdir() if p.name.startswith("checkpoint-")], "left behind"
     finally:
         store.close()
+
+
+def test_a_rebuild_takes_the_sets_shards_and_those_moving_in_past_their_copy() -> None:
+    sets = ReplicaSets(2, ((0, 1), (1, 2), (0, 2), (0, 1)))
+    moves = {1: Move(1, 0, 2, TAILING, 40), 2: Move(2, 3, 0, COPYING), 3: Move(3, 2, 1, JOINED, 9),
+             5: Move(5, 0, 1, COPYING)}
+    assert rebuild.wanted(0, sets, moves) == ([0, 2, 3], [1])  # not 5: its copy is not recorded yet
+    assert rebuild.wanted(2, sets, moves) == ([1, 2], [3])
+
+
+def test_a_rebuilt_log_is_tailed_from_its_lowest_copy_each_shard_from_its_own() -> None:
+    tail, marks = shard_copy.rebuild({4: 120, 7: 95, 9: 300})
+    assert tail == 95 and marks == {4: 120, 7: 95, 9: 300}
+    # A record of shard 4 at 100 is in its copy; at 120 it is not; shard 9's at 200 is in its.
+    assert not shard_copy.applies(marks, 4, 100) and shard_copy.applies(marks, 4, 120)
+    assert not shard_copy.applies(marks, 9, 200) and shard_copy.applies(marks, 7, 95)
+    with pytest.raises(ValueError, match="copies"):
+        shard_copy.rebuild({})

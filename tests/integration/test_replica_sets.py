@@ -6,6 +6,7 @@ positions of each log's holders."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -161,6 +162,60 @@ def test_linearizable_while_a_storage_node_is_killed_and_restarted(six: Cluster)
     shard = shard_of(d.id, b"h0", SHARDS)
     wait_for(lambda: _agree(six, shard, sets.of(shard)), 60,
              "the shard's replicas at one position with one digest")
+
+
+def test_a_node_that_lost_its_disk_is_rebuilt_shard_by_shard(six: Cluster) -> None:
+    """A storage node's data directory is lost while the logs were truncated past where it
+    starts, and no other node holds every shard it holds (each holds half): started again,
+    it takes each of its shards from that shard's replicas (storage_node/rebuild.py) while
+    writes go on, then tails the logs. Every one of its shards then agrees with its
+    replicas by digest, it holds every key written before and during the rebuild, and a
+    counter incremented throughout reads back its count."""
+    sets, _ = _sets(six)
+    victim = NODES - 1
+    covering = [n for n in range(NODES)
+                if n != victim and set(sets.shards_of(victim)) <= set(sets.shards_of(n))]
+    if covering:  # the first placement deals the shards to nodes in groups: give it one of another group's
+        x = next(x for x in range(SHARDS) if not set(sets.of(x)) & {victim, *covering})
+        _mt(six, "shard", "move", str(x), "--to", str(victim), "--from", str(sets.of(x)[0]))
+        sets, _ = _sets(six)
+    mine = set(sets.shards_of(victim))
+    assert not any(mine <= set(sets.shards_of(n)) for n in range(NODES) if n != victim)
+    d = _dataset(six, "t")
+    keys = [f"r{i}" for i in range(120)]
+    with Client(six.coordinator_addrs, timeout=20) as db, LogClient(six.zk_hosts) as logs:
+        for k in keys:
+            db.put("t", k, "l", k.encode())
+        wait_for(lambda: all(r["first"] > 0 for r in logs.status() if r["log"] < six.kv_logs), 60,
+                 "every key-value log to be truncated")
+        six.kill(f"storage-{victim}")
+        shutil.rmtree(six.dir / f"storage-{victim}")
+        counted = {"n": 0}
+        stop = threading.Event()
+
+        def incr() -> None:
+            while not stop.is_set():
+                db.incr("t", "rebuilt-counter", "n", 1)
+                counted["n"] += 1
+        writer = threading.Thread(target=incr)
+        writer.start()
+        try:
+            time.sleep(1)
+            six.restart(f"storage-{victim}")
+            wait_for(lambda: all(_agree(six, sh, sets.of(sh)) for sh in sorted(mine)), 120,
+                     "every shard of the rebuilt node to agree with its replicas")
+        finally:
+            stop.set()
+            writer.join(30)
+        assert db.incr("t", "rebuilt-counter", "n", 0) == counted["n"] > 0  # each acknowledged once
+    log = (six.dir / "logs" / f"storage-{victim}.log").read_text(errors="replace")
+    assert "rebuilt shard by shard" in log, log[-2000:]
+    for sh in sorted(mine):
+        want = sorted((k.encode(), b"l", k.encode()) for k in keys
+                      if shard_of(d.id, k.encode(), SHARDS) == sh)
+        got_rows = _scan(six, victim, d.id, sh)
+        assert isinstance(got_rows, list), got_rows
+        assert [r for r in got_rows if r[0].startswith(b"r") and r[1] == b"l"] == want, sh
 
 
 def _agree(c: Cluster, shard: int, nodes: tuple[int, ...]) -> bool:

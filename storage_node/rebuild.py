@@ -1,0 +1,97 @@
+"""Rebuilding a storage node shard by shard: for a node that must bootstrap (its state is
+gone, or a log was truncated past it) while no single member holds every shard it holds,
+as in a cluster of more than R nodes, or while a shard whose copy a move recorded is on
+its way to it (a whole copy would not mark it: storage_node/shard_copy.py).
+
+Inside the bootstrap's marker (storage_node/bootstrap.py begin/finish: a node that stops
+half-way starts again at its next start), the node deletes its state and takes a copy of
+each shard it is to hold from one of that shard's live replicas (the `Snapshot` stream a
+move's destination uses, storage_node/shard_intake.py), each taken at or past the head its
+log had when the rebuild began: so at or past any position this node published before, and
+the logs, held back for this node by that position, are never truncated past what it is to
+read. Then, per log, its tail starts at the lowest copy and each shard is marked at its own
+(storage_node/shard_copy.py rebuild), all written in one batch with the marker going last.
+The seeded simulator runs the same steps, with disks lost and nodes crashing mid-rebuild
+(tests/sim/moves.py), and catches a rebuild that takes copies from behind the head or
+starts a tail at the highest copy.
+
+What does not come: the published positions of the members (the next publications bring
+them; until then this node truncates nothing) and the eventual datasets' values of shards
+it did not copy (anti-entropy)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+
+import grpc
+
+from catalog import registry
+from catalog.replica_sets import ReplicaSets
+from catalog.routing import log_of
+from catalog.shard_moves import COPYING, Move
+from storage_node import bootstrap, shard_copy
+from storage_node.shard_intake import CopyFailed
+from storage_node.state import NodeState
+from storage_node.store import BatchView
+
+log = logging.getLogger("midtown.storage.rebuild")
+# (source address, shard, rate MB/s, minimum position) -> (position, log time, pairs, bytes)
+Receive = Callable[[str, int, float, int], tuple[int, int, int, int]]
+
+
+def wanted(node_id: int, sets: ReplicaSets, moves: Mapping[int, Move]) -> tuple[list[int], list[int]]:
+    """(the shards the sets name this node for, the shards moving to it whose copy was
+    recorded): a bootstrap must bring both, or it would join a shard without it."""
+    moving = sorted(s for s, m in moves.items() if m.dest == node_id and m.phase != COPYING)
+    return sorted(sets.shards_of(node_id)), moving
+
+
+def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int], receive: Receive,
+             deadline: float) -> None:
+    """Replace this node's state by a copy of each of `shards`, each at or past its log's
+    head in `heads` (log -> next position when the rebuild began). BootstrapFailed when a
+    shard has no replica that gives a whole copy by `deadline` (time.monotonic)."""
+    bootstrap.begin(s.store.db, s.store.sync)
+    copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
+    for i, shard in enumerate(shards):
+        copies[shard] = _copy(s, shard, heads[log_of(shard, s.kv_logs)], receive, deadline)
+        log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(shards), shard, copies[shard][0])
+    view = BatchView(s.store)
+    tails: dict[int, tuple[int, int]] = {}
+    for lg in sorted({log_of(x, s.kv_logs) for x in copies}):
+        mine = {x: p for x, (p, _) in copies.items() if log_of(x, s.kv_logs) == lg}
+        tail, marks = shard_copy.rebuild(mine)
+        tails[lg] = (tail, min(ts for p, ts in copies.values() if p == tail))
+        view.marks.update(marks)
+    with s.commit_lock:
+        view.commit(tails)
+    bootstrap.finish(s.store.db, s.store.sync)
+    log.info("rebuilt shard by shard: %d shards, tails %s", len(copies),
+             {lg: p for lg, (p, _) in tails.items()})
+
+
+def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float) -> tuple[int, int]:
+    """A copy of `shard` at or past `head` from one of its live replicas, into the store."""
+    errors: list[str] = []
+    while True:
+        live = registry.members(s.zk, registry.STORAGE_NODES)
+        sources = [n for n in s.sets.of(shard) if n != s.node_id and n in live]
+        random.shuffle(sources)
+        for n in sources:
+            try:
+                at, ts, _, _ = receive(live[n], shard, 0.0, head)
+                return at, ts
+            except (grpc.RpcError, CopyFailed) as e:
+                msg = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.RpcError) else str(e)
+                log.warning("rebuild: copying shard %d from node %d: %s", shard, n, msg)
+                errors.append(f"node {n}: {msg}")
+                view = BatchView(s.store)  # what the failed try left
+                view.drop_shard(shard, log_of(shard, s.kv_logs))
+                view.commit({})
+        if time.monotonic() > deadline:
+            raise bootstrap.BootstrapFailed(f"no replica of shard {shard} gave a whole copy ("
+                                            + ("; ".join(errors[-3:]) or "none is up") + ")")
+        time.sleep(1)

@@ -1,9 +1,10 @@
 """The items of one KV.Many call (a client's coalesced single-key operations) run as one
 batch behind the coordinator, not one thread and one log append each:
 
-* writes: every item's record is built as its own call would build it (coordinator/node.py
-  `plan`), then all records of one log go in one Append; the plain puts on a first attempt
-  are answered at the log's acknowledgement, the others when a storage node answers;
+* writes: through the one write path (coordinator/node.py `run_writes`, which runs a
+  single write as a batch of one): every item's record built as its own call would build
+  it, all records of one log in one Append; the plain puts on a first attempt answered at
+  the log's acknowledgement, the others when a storage node answers;
 * strong reads: one ReadIndex round per log for all of the call's reads of that log (the
   index asked after they all arrived bounds every write acknowledged before any of them),
   the logs' rounds at the same time; a read whose round failed goes through the log.
@@ -20,54 +21,17 @@ from typing import TypeAlias
 
 from catalog.datasets import Dataset
 from coordinator import limits
-from coordinator.node import STRONG_READS, Appending, Coordinator, early_result, read_header
+from coordinator.node import STRONG_READS, Coordinator, read_header
 from midtown_pb import kv_pb2 as pb
 from record import codec
-from record.model import Op, OpResult, Record, RecordResult
+from record.model import Op, OpResult
 from runtime.refusals import Refusal
 
-Write: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, list[Op]]  # dataset, header, partition key, ops
 Read: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, Op]  # dataset, header, partition key, a get
 
 # The logs' ReadIndex rounds of one call at the same time (a round waits on Tail calls
 # that run on the coordinator's own pool: not this one, so neither can starve the other).
 _ROUNDS = futures.ThreadPoolExecutor(max_workers=limits.MANY_ROUND_THREADS, thread_name_prefix="many-round")
-
-
-def run_writes(c: Coordinator, writes: Sequence[Write], deadline_s: float) -> list[RecordResult | Refusal]:
-    """Each write's result (as Coordinator.execute returns it) or the Refusal that ended it."""
-    out: list[RecordResult | Refusal | None] = [None] * len(writes)
-    planned: list[tuple[int, Record]] = []
-    appending: list[Appending] = []
-    for i, (d, header, pkey, ops) in enumerate(writes):
-        try:
-            rec, early = c.plan(d, header, pkey, ops)
-            appending.append(Appending(c.log_of(rec), rec.shard, rec.request_id, c.encode(rec), not early))
-        except Refusal as e:
-            out[i] = e
-            continue
-        planned.append((i, rec))
-    answers = c.append_and_wait(appending, deadline_s)
-    retried: list[Write] = []
-    retried_at: list[int] = []
-    for (i, rec), a, r in zip(planned, appending, answers):
-        if isinstance(r, Refusal):
-            out[i] = r
-        elif a.wait:
-            out[i] = c.outcome(rec, r)  # type: ignore[arg-type]
-        else:
-            d = writes[i][0]
-            known = early_result(rec, a.log_id, r, d.ttl_ms)  # type: ignore[arg-type]
-            if known is not None:
-                out[i] = known
-            else:  # appended more than once: the storage nodes know which copy counts
-                retried.append((d, pb.RequestHeader(dataset=d.name, request_id=rec.request_id),
-                                rec.partition_key, list(rec.ops)))
-                retried_at.append(i)
-    if retried:
-        for i, r in zip(retried_at, run_writes(c, retried, deadline_s)):
-            out[i] = r
-    return out  # type: ignore[return-value]
 
 
 def run_reads(c: Coordinator, reads: Sequence[Read],
@@ -98,7 +62,7 @@ def run_reads(c: Coordinator, reads: Sequence[Read],
     if through_log:
         STRONG_READS.labels(path="log").inc(len(through_log))
         writes = [(d, read_header(h), pkey, [op]) for d, h, pkey, op in (reads[i] for i in through_log)]
-        for i, r in zip(through_log, run_writes(c, writes, deadline_s)):
+        for i, r in zip(through_log, c.run_writes(writes, deadline_s)):
             out[i] = r if isinstance(r, Refusal) else (r.results[0], r.position)
     assert all(o is not None for o in out)
     return out  # type: ignore[return-value]

@@ -10,8 +10,10 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent import futures
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from prometheus_client import Counter
 
@@ -61,6 +63,9 @@ STRONG_READS = Counter("midtown_strong_reads_total",
 READ_ROUNDS = Counter("midtown_read_index_rounds_total",
                       "ReadIndex rounds (a read index asked, then one read at a replica for the "
                       "round's reads)")
+
+
+Write: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, list[Op]]  # dataset, header, partition key, ops
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,12 +195,54 @@ class Coordinator:
 
     def execute(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
                 deadline_s: float) -> RecordResult:
-        """Append one record for the shard of `pkey` and wait for its outcome (plan)."""
-        rec, early = self.plan(d, header, pkey, ops)
-        if early:
-            return self._execute_on_log_ack(d, rec, deadline_s)
-        r = self.run_records([(self.log_of(rec), rec.shard, rec.request_id, self.encode(rec))], deadline_s)[0]
-        return self.outcome(rec, r)
+        """One write: a batch of one (run_writes). Its Refusal is raised."""
+        r = self.run_writes([(d, header, pkey, ops)], deadline_s)[0]
+        if isinstance(r, Refusal):
+            raise r
+        return r
+
+    def run_writes(self, writes: Sequence[Write], deadline_s: float) -> list[RecordResult | Refusal]:
+        """The write path, for one write or a client's coalesced ones (coordinator/many.py):
+        each write's record is built (plan), all records of one log go in one Append, and
+        each write's result is taken at the log's acknowledgement (a plain put on a first
+        attempt) or from a storage node's answer. A write appended more than once (its log
+        writer retried) is asked again with its request id, within the same deadline: only
+        the storage nodes know which copy counts. Each write fails alone, with the Refusal
+        in its place."""
+        deadline = time.monotonic() + deadline_s
+        out: list[RecordResult | Refusal | None] = [None] * len(writes)
+        planned: list[tuple[int, Record]] = []
+        appending: list[Appending] = []
+        for i, (d, header, pkey, ops) in enumerate(writes):
+            try:
+                rec, early = self.plan(d, header, pkey, ops)
+                appending.append(Appending(self.log_of(rec), rec.shard, rec.request_id, self.encode(rec),
+                                           not early))
+            except Refusal as e:
+                out[i] = e
+                continue
+            planned.append((i, rec))
+        answers = self.append_and_wait(appending, deadline_s)
+        again: list[Write] = []
+        again_at: list[int] = []
+        for (i, rec), a, r in zip(planned, appending, answers):
+            if isinstance(r, Refusal):
+                out[i] = r
+            elif a.wait:
+                out[i] = self.outcome(rec, r)  # type: ignore[arg-type]
+            else:
+                d = writes[i][0]
+                known = early_result(rec, a.log_id, r, d.ttl_ms)  # type: ignore[arg-type]
+                if known is not None:
+                    out[i] = known
+                else:
+                    again.append((d, pb.RequestHeader(dataset=d.name, request_id=rec.request_id),
+                                  rec.partition_key, list(rec.ops)))
+                    again_at.append(i)
+        if again:
+            for i, r in zip(again_at, self.run_writes(again, max(0.0, deadline - time.monotonic()))):
+                out[i] = r
+        return out  # type: ignore[return-value]
 
     @staticmethod
     def outcome(rec: Record, r: RecordResult | pb.RecordResult) -> RecordResult:
@@ -284,18 +331,6 @@ class Coordinator:
             raise Refusal(Code.DEADLINE_EXCEEDED,
                         "the log did not take the request in time (it was not applied); retry "
                         "with the same header.request_id") from None
-
-    def _execute_on_log_ack(self, d: Dataset, rec: Record, deadline_s: float) -> RecordResult:
-        log_id = self.log_of(rec)
-        deadline = time.monotonic() + deadline_s
-        placed = self._append(log_id, self.encode(rec), deadline_s)
-        r = early_result(rec, log_id, placed, d.ttl_ms)
-        if r is not None:
-            return r
-        # Only the storage nodes know which copy was applied: ask them, with the same
-        # request id, which returns the first outcome.
-        return self.execute(d, pb.RequestHeader(dataset=d.name, request_id=rec.request_id), rec.partition_key,
-                            list(rec.ops), max(0.0, deadline - time.monotonic()))
 
     def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
         """Storage nodes' answers (coordinator/answers.py)."""

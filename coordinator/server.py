@@ -550,8 +550,8 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             else:
                 (reads if p.read else writes).append((i, which, p))
         deadline_s = kv._deadline(ctx)
-        for batch, run in ((writes, lambda: many_run.run_writes(
-                                c, [(p.d, p.header, p.pkey, p.ops) for _, _, p in writes], deadline_s)),
+        for batch, run in ((writes, lambda: c.run_writes(
+                                [(p.d, p.header, p.pkey, p.ops) for _, _, p in writes], deadline_s)),
                            (reads, lambda: many_run.run_reads(
                                 c, [(p.d, p.header, p.pkey, p.ops[0]) for _, _, p in reads], deadline_s))):
             if not batch:

@@ -467,68 +467,73 @@ class KVService:
                                next=o.next)
 
 
-def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHandler]:
-    """The KV service's handlers and the Callback service's."""
-    kv = KVService(c)
+class Shell:
+    """The coordinator's gRPC services: each RPC is a method here or on KVService, taken
+    through runtime/handlers.py (the request parsed, a Refusal made its status), admitted
+    (its dataset looked up once, its rate, rights and quota checked), timed and counted.
+    Many's items are admitted one by one; Deliver (the Callback service) is not."""
 
-    def internal_text(name: str) -> str:
-        return (f"coordinator {c.coord_id}: internal error in {name} (its log has the details); the "
+    def __init__(self, c: Coordinator) -> None:
+        self.c = c
+        self.kv = kv = KVService(c)
+        self.single = {"get": kv.get, "put": kv.put, "delete": kv.delete,
+                       "check_and_set": kv.check_and_set, "increment": kv.increment}
+        self.plans: dict[str, Callable[[Any, Dataset | None], Planned | None]] = {
+            "get": kv.plan_get, "put": kv.plan_put, "delete": kv.plan_delete,
+            "check_and_set": kv.plan_check_and_set, "increment": kv.plan_increment}
+        self.pool = futures.ThreadPoolExecutor(max_workers=limits.MANY_THREADS, thread_name_prefix="many")
+
+    # ------------------------------------------------------------ what every call goes through
+    def internal_text(self, name: str) -> str:
+        return (f"coordinator {self.c.coord_id}: internal error in {name} (its log has the details); the "
                 "outcome is unknown: retry with the same header.request_id")
 
-    def internal(name: str) -> Refusal:
-        log.exception("%s failed", name)
-        return Refusal(Code.INTERNAL, internal_text(name))
-
-    def guarded(name: str, thunk: Callable[[], Any]) -> Any:
+    def guarded(self, name: str, thunk: Callable[[], Any]) -> Any:
         """`thunk()`; whatever goes wrong in it is a Refusal."""
         try:
             return thunk()
         except (KazooException, KazooTimeoutError) as e:
             # ZooKeeper trouble (a lost session, a connection being re-established)
             # while looking up a dataset, a user or the members: nothing was appended.
-            raise Refusal(Code.UNAVAILABLE, f"coordinator {c.coord_id}: ZooKeeper is unavailable "
+            raise Refusal(Code.UNAVAILABLE, f"coordinator {self.c.coord_id}: ZooKeeper is unavailable "
                           f"({type(e).__name__}); the request was not applied; retry") from None
         except Refusal:
             raise
         except Exception:
-            raise internal(name) from None
+            log.exception("%s failed", name)
+            raise Refusal(Code.INTERNAL, self.internal_text(name)) from None
 
-    def admit(name: str, req: Any, ctx: grpc.ServicerContext) -> Dataset | None:
+    def admit(self, name: str, req: Any, ctx: grpc.ServicerContext) -> Dataset | None:
         """The request's dataset (looked up once, then every check and the call take it),
         once the request is admitted: its rate, its rights and its dataset's quota."""
-        d = c.admission.lookup(req.header)
-        c.admission.check_rate(d, ctx.peer())
-        c.admission.authorize(d, ctx, write=name not in ("get", "scan"))
-        c.admission.check_quota(d, req)
+        a = self.c.admission
+        d = a.lookup(req.header)
+        a.check_rate(d, ctx.peer())
+        a.authorize(d, ctx, write=name not in ("get", "scan"))
+        a.check_quota(d, req)
         return d
 
-    def admitted(fn: Callable[..., Any], req: Any, ctx: grpc.ServicerContext) -> Any:
+    def admitted(self, fn: Callable[..., Any], req: Any, ctx: grpc.ServicerContext) -> Any:
         """`fn(req, ctx, dataset)` once the request is admitted."""
-        return guarded(fn.__name__, lambda: fn(req, ctx, admit(fn.__name__, req, ctx)))
+        return self.guarded(fn.__name__, lambda: fn(req, ctx, self.admit(fn.__name__, req, ctx)))
 
-    many_fns = {"get": kv.get, "put": kv.put, "delete": kv.delete,
-                "check_and_set": kv.check_and_set, "increment": kv.increment}
-    many_plans: dict[str, Callable[[Any, Dataset | None], Planned | None]] = {
-        "get": kv.plan_get, "put": kv.plan_put, "delete": kv.plan_delete,
-        "check_and_set": kv.plan_check_and_set, "increment": kv.plan_increment}
-    many_pool = futures.ThreadPoolExecutor(max_workers=limits.MANY_THREADS, thread_name_prefix="many")
+    @staticmethod
+    def outcome(method: str, code: str) -> None:
+        REQUESTS.labels(method=method, code=code).inc()
 
-    def plan_admitted(which: str, req: Any,
-                      ctx: grpc.ServicerContext) -> tuple[Dataset | None, Planned | None]:
-        """A Many item admitted and planned (None: it runs as its own call would)."""
-        d = admit(many_fns[which].__name__, req, ctx)
-        return d, many_plans[which](req, d)
-
-    def many(req: pb.ManyRequest, ctx: grpc.ServicerContext) -> pb.ManyResponse:
-        """Each item admitted and checked as its own call would be, then run together
-        (coordinator/many.py): the writes in one append per log, the strong reads in one
-        ReadIndex round per log; items of eventual datasets (and eventual reads) on a pool,
-        as their own calls. One answer each, in order; one that fails fails alone."""
+    # ------------------------------------------------------------ KV.Many and Callback.Deliver
+    def many(self, req: pb.ManyRequest, ctx: grpc.ServicerContext) -> pb.ManyResponse:
+        """Each item admitted and checked as its own call would be, then run together: the
+        writes through the one write path (Coordinator.run_writes: one append per log), the
+        strong reads in one ReadIndex round per log (coordinator/many.py); items of eventual
+        datasets (and eventual reads) on a pool, as their own calls. One answer each, in
+        order; one that fails fails alone."""
         if not req.items:
             raise Refusal(Code.INVALID_ARGUMENT, "items: a call needs at least one item")
         if len(req.items) > limits.MANY_ITEMS_MAX:
             raise Refusal(Code.INVALID_ARGUMENT,
                           f"items: {len(req.items)} items, the limit is {limits.MANY_ITEMS_MAX}")
+        c = self.c
         answers: list[pb.ManyAnswer | None] = [None] * len(req.items)
         writes: list[tuple[int, str, Planned]] = []
         reads: list[tuple[int, str, Planned]] = []
@@ -539,17 +544,18 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
                 answers[i] = pb.ManyAnswer(code=Code.INVALID_ARGUMENT.value[0],
                                            message=f"items[{i}]: no call in it")
                 continue
-            fn, sub = many_fns[which], getattr(item, which)
+            fn, sub = self.single[which], getattr(item, which)
             try:
-                d, p = guarded(fn.__name__, lambda: plan_admitted(which, sub, ctx))
+                d, p = self.guarded(fn.__name__, partial(self._plan_admitted, which, sub, ctx))
             except Refusal as e:
-                answers[i] = many_answer(which, e)
+                answers[i] = self._many_answer(which, e)
                 continue
             if p is None:
-                alone.append((i, which, many_pool.submit(guarded, fn.__name__, partial(fn, sub, ctx, d))))
+                run_alone = partial(fn, sub, ctx, d)
+                alone.append((i, which, self.pool.submit(self.guarded, fn.__name__, run_alone)))
             else:
                 (reads if p.read else writes).append((i, which, p))
-        deadline_s = kv._deadline(ctx)
+        deadline_s = self.kv._deadline(ctx)
         for batch, run in ((writes, lambda: c.run_writes(
                                 [(p.d, p.header, p.pkey, p.ops) for _, _, p in writes], deadline_s)),
                            (reads, lambda: many_run.run_reads(
@@ -557,72 +563,80 @@ def _handlers(c: Coordinator) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHa
             if not batch:
                 continue
             try:
-                outcomes = guarded("many", run)
+                outcomes = self.guarded("many", run)
             except Refusal as e:  # the whole batch (too many requests in flight, say)
                 outcomes = [e] * len(batch)
             for (i, which, p), o in zip(batch, outcomes):
-                answers[i] = many_answer(which, o if isinstance(o, Refusal) else partial(p.finish, o))
+                answers[i] = self._many_answer(which, o if isinstance(o, Refusal) else partial(p.finish, o))
         for i, which, f in alone:
             try:
-                answers[i] = many_answer(which, f.result)
+                answers[i] = self._many_answer(which, f.result)
             except Refusal as e:
-                answers[i] = many_answer(which, e)
+                answers[i] = self._many_answer(which, e)
         return pb.ManyResponse(answers=answers)  # type: ignore[arg-type]  # each one set
 
-    def many_answer(which: str, out: Refusal | Callable[[], Any]) -> pb.ManyAnswer:
+    def _plan_admitted(self, which: str, req: Any,
+                       ctx: grpc.ServicerContext) -> tuple[Dataset | None, Planned | None]:
+        """A Many item admitted and planned (None: it runs as its own call would)."""
+        d = self.admit(self.single[which].__name__, req, ctx)
+        return d, self.plans[which](req, d)
+
+    def _many_answer(self, which: str, out: Refusal | Callable[[], Any]) -> pb.ManyAnswer:
         """An item's answer: its response (`out()`), or its Refusal (raised or given)."""
-        name = many_fns[which].__name__
+        name = self.single[which].__name__
         try:
             if isinstance(out, Refusal):
                 raise out
-            response = guarded(name, out)
+            response = self.guarded(name, out)
         except Refusal as e:
-            REQUESTS.labels(method=name, code=e.code.name).inc()
+            self.outcome(name, e.code.name)
             return pb.ManyAnswer(code=e.code.value[0], message=e.text,
                                  refused=dict(e.trailers).get(REFUSED, ""))
-        REQUESTS.labels(method=name, code="OK").inc()
+        self.outcome(name, "OK")
         a = pb.ManyAnswer()
         getattr(a, which).CopyFrom(response)
         return a
 
-    def outcome(method: str, code: str) -> None:
-        REQUESTS.labels(method=method, code=code).inc()
+    def deliver(self, req: pb.DeliverRequest, ctx: grpc.ServicerContext) -> pb.DeliverResponse:
+        """Storage nodes' answers to this coordinator's records."""
+        self.c.deliver(list(req.results))
+        return pb.DeliverResponse()
 
-    def wrap(cls: Any, fn: Callable[..., Any],  # (request, context[, dataset]) -> response
-             stream: bool = False) -> grpc.RpcMethodHandler:
-        """A method through runtime/handlers.py: admitted first (but Deliver and Many, whose
-        items are admitted one by one), timed, its outcome counted; a stream's refusal
-        before its first part or between two ends it with that status."""
+    # ------------------------------------------------------------ registration
+    def _method(self, cls: Any, fn: Callable[..., Any], admit: bool = True,
+                stream: bool = False) -> grpc.RpcMethodHandler:
+        """`fn` (request, context[, dataset]) -> response, registered through
+        runtime/handlers.py: admitted first (unless `admit` is false), timed, its outcome
+        counted; a stream's refusal before its first part or between two ends it with that
+        status."""
         name = fn.__name__
 
         def timed(req: Any, ctx: grpc.ServicerContext) -> Any:
             with LATENCY.labels(method=name).time():
-                return fn(req, ctx) if fn in (deliver, many) else admitted(fn, req, ctx)
-        if stream:
-            return handlers.unary_stream(name, cls, timed, internal=internal_text, outcome=outcome)
-        return handlers.unary(name, cls, timed, internal=internal_text, outcome=outcome)
+                return self.admitted(fn, req, ctx) if admit else fn(req, ctx)
+        register = handlers.unary_stream if stream else handlers.unary
+        return register(name, cls, timed, internal=self.internal_text, outcome=self.outcome)
 
-    def deliver(req: pb.DeliverRequest, ctx: grpc.ServicerContext) -> pb.DeliverResponse:
-        c.deliver(list(req.results))
-        return pb.DeliverResponse()
-
-    return (
-        grpc.method_handlers_generic_handler("midtown.kv.v1.KV", {
-            "Get": wrap(pb.GetRequest, kv.get), "Put": wrap(pb.PutRequest, kv.put),
-            "Delete": wrap(pb.DeleteRequest, kv.delete),
-            "CheckAndSet": wrap(pb.CheckAndSetRequest, kv.check_and_set),
-            "Increment": wrap(pb.IncrementRequest, kv.increment),
-            "Batch": wrap(pb.BatchRequest, kv.batch), "Scan": wrap(pb.ScanRequest, kv.scan),
-            "WriteMany": wrap(pb.WriteManyRequest, kv.write_many),
-            "Many": wrap(pb.ManyRequest, many),
-            "Shards": wrap(pb.ShardsRequest, kv.shards),
-            "ScanShard": wrap(pb.ScanShardRequest, kv.scan_shard, stream=True),
-            "ShardSplits": wrap(pb.ShardSplitsRequest, kv.shard_splits),
-            "Watch": wrap(pb.WatchRequest, kv.watch, stream=True),
-        }),
-        grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
-            "Deliver": wrap(pb.DeliverRequest, deliver)}),
-    )
+    def handlers(self) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHandler]:
+        """The KV service's handlers and the Callback service's."""
+        kv, m = self.kv, self._method
+        return (
+            grpc.method_handlers_generic_handler("midtown.kv.v1.KV", {
+                "Get": m(pb.GetRequest, kv.get), "Put": m(pb.PutRequest, kv.put),
+                "Delete": m(pb.DeleteRequest, kv.delete),
+                "CheckAndSet": m(pb.CheckAndSetRequest, kv.check_and_set),
+                "Increment": m(pb.IncrementRequest, kv.increment),
+                "Batch": m(pb.BatchRequest, kv.batch), "Scan": m(pb.ScanRequest, kv.scan),
+                "WriteMany": m(pb.WriteManyRequest, kv.write_many),
+                "Many": m(pb.ManyRequest, self.many, admit=False),
+                "Shards": m(pb.ShardsRequest, kv.shards),
+                "ScanShard": m(pb.ScanShardRequest, kv.scan_shard, stream=True),
+                "ShardSplits": m(pb.ShardSplitsRequest, kv.shard_splits),
+                "Watch": m(pb.WatchRequest, kv.watch, stream=True),
+            }),
+            grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
+                "Deliver": m(pb.DeliverRequest, self.deliver, admit=False)}),
+        )
 
 
 @dataclass
@@ -652,7 +666,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
     c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
     c.admission.client_rate_limit = client_rate_limit
-    kv, cb = _handlers(c)
+    kv, cb = Shell(c).handlers()
     internal.add_generic_rpc_handlers([cb])
     serve_health(internal, ["midtown.kv.v1.Callback"], c.ready, c.stopped)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=limits.CLIENT_THREADS), options=GRPC_OPTIONS,

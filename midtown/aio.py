@@ -5,36 +5,42 @@ grpc's asyncio API (no thread waits for a call).
         await db.put("users", "u42", "name", b"Ada")
         v = await db.get("users", "u42", "name")
 
-Each operation is checked and built exactly as Client builds it (the same code: an
-operation is a `_Call`, which Client runs on blocking stubs and this runs on grpc.aio
-stubs), so arguments, errors, retries (same request id, one deadline) and results are the
-same. The single-key operations of an event loop's coroutines are coalesced as a Client's
+Each operation is a typed coroutine with Client's signature, checked and built exactly as
+Client builds it (the same code: an operation is a `_Call`, which Client runs on blocking
+stubs and this runs on grpc.aio stubs), so arguments, errors and results are the same, and
+so are retries: one policy for both (midtown/retries.py: the same request id, one
+deadline). The single-key operations of an event loop's coroutines are coalesced as a Client's
 threads' are (midtown/coalescing.py, AsyncCoalescer): while a call is in flight, new ones
 queue and travel together in the next call."""
 
 from __future__ import annotations
 
 import asyncio
-import random
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
-from midtown import errors
 from midtown.client import (
     WATCH_STREAM_S,
+    BatchResult,
+    CasResult,
     Client,
     Item,
+    Key,
+    Op,
+    ScanPage,
     ShardPage,
+    ShardSplits,
+    Value,
+    Write,
+    WriteOutcome,
     _b,
     _Call,
-    _mark_retry,
     _PagedScan,
-    retry_or_raise,
 )
 from midtown.coalescing import AsyncCoalescer
+from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
@@ -78,23 +84,76 @@ class AsyncClient:
     async def __aexit__(self, *a: object) -> None:
         await self.close()
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        """Client's operations (get, put, delete, cas, incr, batch, write_many, shards,
-        scan), as coroutines."""
-        if name.startswith("_"):  # the methods of its own (scan_shard, scan_all, ...) come first
-            raise AttributeError(name)
-        build = getattr(self._b, name)
-        if not callable(build):
-            raise AttributeError(name)
+    # ------------------------------------------------------------ operations (as Client's)
+    async def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
+                  timeout: float | None = None) -> Value | None:
+        return await self._run(self._b.get(dataset, partition, local, consistency=consistency,
+                                           timeout=timeout))
 
-        async def operation(*args: Any, **kwargs: Any) -> Any:
-            c: _Call = build(*args, **kwargs)
-            to = self._b._route_of(c.method, c.req) if c.single else None
-            if c.single and self._coalescer is not None:
-                return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout), to))
-            return c.decode(await self._call(c.method, c.req, c.timeout, to))
+    async def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
+                  request_id: bytes | None = None, event_id: bytes | str | None = None,
+                  timeout: float | None = None) -> int:
+        """The new version (Client.put)."""
+        return await self._run(self._b.put(dataset, partition, local, value, ttl_ms=ttl_ms,
+                                           request_id=request_id, event_id=event_id, timeout=timeout))
 
-        return operation
+    async def delete(self, dataset: str, partition: Key, local: Key = b"", *,
+                     request_id: bytes | None = None, timeout: float | None = None) -> int:
+        """How many keys were deleted: 1, or 0 when there was none."""
+        return await self._run(self._b.delete(dataset, partition, local, request_id=request_id,
+                                              timeout=timeout))
+
+    async def cas(self, dataset: str, partition: Key, local: Key, new_value: bytes = b"", *,
+                  expected: bytes | None = None, expect_absent: bool = False, expected_version: int = 0,
+                  delete: bool = False, ttl_ms: int = 0, request_id: bytes | None = None,
+                  timeout: float | None = None) -> CasResult:
+        return await self._run(self._b.cas(dataset, partition, local, new_value, expected=expected,
+                                           expect_absent=expect_absent, expected_version=expected_version,
+                                           delete=delete, ttl_ms=ttl_ms, request_id=request_id,
+                                           timeout=timeout))
+
+    async def incr(self, dataset: str, partition: Key, local: Key, delta: int = 1, *, ttl_ms: int = 0,
+                   request_id: bytes | None = None, event_id: bytes | str | None = None,
+                   timeout: float | None = None) -> int:
+        """The new value (Client.incr)."""
+        return await self._run(self._b.incr(dataset, partition, local, delta, ttl_ms=ttl_ms,
+                                            request_id=request_id, event_id=event_id, timeout=timeout))
+
+    async def batch(self, dataset: str, ops: list[Op], *, request_id: bytes | None = None,
+                    event_id: bytes | str | None = None, timeout: float | None = None) -> BatchResult:
+        """Operations on one partitioning key, applied atomically: all or none."""
+        return await self._run(self._b.batch(dataset, ops, request_id=request_id, event_id=event_id,
+                                             timeout=timeout))
+
+    async def write_many(self, dataset: str, writes: list[Write], *, request_id: bytes | None = None,
+                         timeout: float | None = None) -> list[WriteOutcome]:
+        """Many independent writes in one call (Client.write_many)."""
+        return await self._run(self._b.write_many(dataset, writes, request_id=request_id, timeout=timeout))
+
+    async def shards(self, dataset: str, *, timeout: float | None = None) -> int:
+        return await self._run(self._b.shards(dataset, timeout=timeout))
+
+    async def shard_splits(self, dataset: str, shard: int, *, split_bytes: int = 0,
+                           consistency: str = "strong", partition_key: Key | None = None,
+                           timeout: float | None = None) -> ShardSplits:
+        return await self._run(self._b.shard_splits(dataset, shard, split_bytes=split_bytes,
+                                                    consistency=consistency, partition_key=partition_key,
+                                                    timeout=timeout))
+
+    async def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
+                   limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:
+        return await self._run(self._b.scan(dataset, partition, start=start, end=end, limit=limit,
+                                            consistency=consistency, timeout=timeout))
+
+    async def _run(self, built: object) -> Any:
+        """Run an operation Client built and checked (its _Call: _Builder returns it in
+        place of the result) on grpc.aio: coalesced if it is single-key."""
+        c = built
+        assert isinstance(c, _Call), c
+        to = self._b._route_of(c.method, c.req) if c.single else None
+        if c.single and self._coalescer is not None:
+            return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout), to))
+        return c.decode(await self._call(c.method, c.req, c.timeout, to))
 
     def coordinator_for(self, dataset: str, partition: str | bytes) -> str | None:
         """As Client.coordinator_for (no I/O: routes are read in the background)."""
@@ -119,26 +178,17 @@ class AsyncClient:
 
     async def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
         """Call with retries under one deadline; the request id stays the same (as Client._call)."""
-        deadline = time.monotonic() + self._b._timeout(timeout)
+        attempts = Attempts(method, self._b.retries, self._b._timeout(timeout))  # midtown/retries.py
         addr = to or self._b._pick(await self.coordinators())
-        backoff = 0.02
-        for attempt in range(self._b.retries + 1):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
+        while True:
+            left = attempts.start(req)
             try:
-                if attempt:
-                    _mark_retry(req)
                 return await getattr(self._stub(addr), method)(req, timeout=left, metadata=self._b._metadata)
             except grpc.RpcError as e:
-                if retry_or_raise(e, attempt, self._b.retries):
-                    if self._b._routes is not None:
-                        self._b._routes.failed(addr)
-                    addr = self._b._pick(await self.coordinators(refresh=True), failed=addr)
-                await asyncio.sleep(min(backoff * (1 + random.random()),
-                                        max(0.0, deadline - time.monotonic())))
-                backoff = min(backoff * 2, 1.0)
-        raise AssertionError("unreachable")
+                switch, pause = attempts.failed(e)
+                if switch:
+                    addr = self._b._switch(addr, await self.coordinators(refresh=True))
+                await asyncio.sleep(pause)
 
     # ------------------------------------------------------------ multi-call operations
     async def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,

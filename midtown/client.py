@@ -24,6 +24,7 @@ from catalog import connect as zkpaths
 from catalog import registry
 from midtown import errors
 from midtown.coalescing import Coalescer
+from midtown.retries import Attempts, read_retry_or_raise
 from midtown.routes import AVOID_S, ROUTED_METHODS, Routes
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2 as pb
@@ -35,9 +36,6 @@ T = TypeVar("T")
 DISCOVERY_TTL_S = 5.0
 # A watch's streams end after a minute (the coordinator's default), and are started again.
 WATCH_STREAM_S = 90.0
-_EARLIER_ATTEMPT = (" (this was a retry: an earlier attempt of the request may have been applied; "
-                    "read the key to know)")
-
 
 def _b(k: Key, field: str = "key") -> bytes:
     """A key (or an id) as bytes; a wrong type is InvalidArgument naming the field."""
@@ -85,16 +83,6 @@ def _consistency(c: str) -> Any:
     if c not in ("strong", "eventual"):
         raise errors.InvalidArgument(f"consistency: {c!r}; choose 'strong' or 'eventual'")
     return pb.EVENTUAL if c == "eventual" else pb.STRONG
-
-
-def _mark_retry(req: Any) -> None:
-    """A request sent again: its first attempt may have been applied (so a put waits for
-    the storage nodes' outcome instead of the log's acknowledgement)."""
-    if isinstance(req, pb.ManyRequest):
-        for item in req.items:
-            getattr(item, item.WhichOneof("call")).header.first_attempt = False
-    elif "header" in req.DESCRIPTOR.fields_by_name and req.HasField("header"):
-        req.header.first_attempt = False
 
 
 @dataclass(frozen=True)
@@ -344,22 +332,6 @@ class Watcher:
         self.close()
 
 
-def read_retry_or_raise(e: grpc.RpcError, attempt: int, retries: int, deadline: float) -> None:
-    """A read failed part-way: raise its error unless a retry may cure it and there is time."""
-    if e.code() not in errors.RETRYABLE or attempt == retries or time.monotonic() > deadline:
-        raise errors.from_rpc(e) from None
-
-
-def retry_or_raise(e: grpc.RpcError, attempt: int, retries: int) -> bool:
-    """After a failed attempt: raise its error if a retry cannot help (or none is left),
-    else whether to try another coordinator (it was unavailable)."""
-    if errors.refused_for_quota(e):  # retrying cannot help
-        raise errors.from_rpc(e, _EARLIER_ATTEMPT if attempt else "") from None
-    if e.code() not in errors.RETRYABLE or attempt == retries:
-        raise errors.from_rpc(e) from None
-    return bool(e.code() == grpc.StatusCode.UNAVAILABLE)
-
-
 class Client:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
@@ -510,16 +482,11 @@ class Client:
         """Call with retries under one deadline; the request id stays the same. `to`: the
         coordinator to try first (a route), else one at random. `first_message`: a streaming
         call, of which the first message is the answer (the rest is cancelled)."""
-        deadline = time.monotonic() + self._timeout(timeout)
+        attempts = Attempts(method, self.retries, self._timeout(timeout))  # midtown/retries.py
         addr = to or self._pick(self.coordinators())
-        backoff = 0.02
-        for attempt in range(self.retries + 1):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise errors.DeadlineExceeded(f"{method}: no answer within the deadline")
+        while True:
+            left = attempts.start(req)
             try:
-                if attempt:
-                    _mark_retry(req)  # the first attempt may have been applied
                 call = getattr(self._stub(addr), method)(req, timeout=left, metadata=self._metadata)
                 if not first_message:
                     return call
@@ -528,13 +495,16 @@ class Client:
                 finally:
                     call.cancel()
             except grpc.RpcError as e:
-                if retry_or_raise(e, attempt, self.retries):
-                    if self._routes is not None:
-                        self._routes.failed(addr)
-                    addr = self._pick(self.coordinators(refresh=True), failed=addr)
-                time.sleep(min(backoff * (1 + random.random()), max(0.0, deadline - time.monotonic())))
-                backoff = min(backoff * 2, 1.0)
-        raise AssertionError("unreachable")
+                switch, pause = attempts.failed(e)
+                if switch:
+                    addr = self._switch(addr, self.coordinators(refresh=True))
+                time.sleep(pause)
+
+    def _switch(self, failed: str, coordinators: list[str]) -> str:
+        """Another coordinator than `failed`, which was unavailable (and is no route now)."""
+        if self._routes is not None:
+            self._routes.failed(failed)
+        return self._pick(coordinators, failed=failed)
 
     def _do(self, c: _Call) -> Any:
         """Run a built operation (AsyncClient runs the same ones on grpc.aio)."""

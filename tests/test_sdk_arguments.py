@@ -65,3 +65,36 @@ def test_any_argument_is_a_clear_error_or_a_call(partition: Any, local: Any, val
                 assert e.message.split(":")[0] in ("partition", "local", "value", "ttl_ms", "delta")
             except MidtownError:
                 pass  # a well-formed call to an address where nothing listens
+
+
+# Client's operations that AsyncClient has as coroutines with the same parameters.
+OPERATIONS = ["get", "put", "delete", "cas", "incr", "batch", "write_many", "shards", "shard_splits", "scan"]
+
+
+def test_the_async_client_has_each_operation_typed_with_clients_parameters() -> None:
+    import inspect
+
+    from midtown import AsyncClient
+    assert "__getattr__" not in vars(AsyncClient)  # no dispatch by name: each is written out
+    for name in OPERATIONS:
+        sync, coro = getattr(Client, name), getattr(AsyncClient, name)
+        assert inspect.iscoroutinefunction(coro), name
+        assert inspect.signature(coro).parameters == inspect.signature(sync).parameters, name
+        assert inspect.signature(coro).return_annotation == inspect.signature(sync).return_annotation, name
+
+
+ASYNC_CASES = [c for c in CASES if c[0] not in ("shard", "scan page", "scan bytes", "scan token", "scan key")]
+
+
+@pytest.mark.parametrize("name,call,field", ASYNC_CASES, ids=[c[0] for c in ASYNC_CASES])
+def test_bad_arguments_to_the_async_client_name_their_field(name: str, call: Any, field: str) -> None:
+    import asyncio
+
+    from midtown import AsyncClient
+
+    async def run() -> None:
+        async with AsyncClient("127.0.0.1:1", timeout=1, retries=0) as c:
+            with pytest.raises(InvalidArgument) as ei:
+                await call(c)
+            assert ei.value.message.startswith(field), ei.value.message
+    asyncio.run(run())

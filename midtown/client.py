@@ -20,8 +20,6 @@ from typing import Any, NamedTuple, TypeVar
 
 import grpc
 
-from catalog import connect as zkpaths
-from catalog import registry
 from midtown import errors
 from midtown.coalescing import Coalescer
 from midtown.retries import Attempts, read_retry_or_raise
@@ -394,6 +392,7 @@ class Client:
         (looked up at most every DISCOVERY_TTL_S, or at once after a failure)."""
         found = self._known_coordinators(refresh)
         if found is None:
+            from catalog import registry  # ZooKeeper's client loads for a Client given zk= only
             zk = self._session()
             try:
                 found = list(registry.members(zk, registry.COORDINATORS).values())
@@ -416,6 +415,7 @@ class Client:
 
     def _session(self) -> Any:
         """The ZooKeeper session, connected on first use (Unavailable if it cannot be)."""
+        from catalog import connect as zkpaths  # ZooKeeper's client loads for a Client given zk= only
         with self._lock:
             if self._zk is None:
                 wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)

@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from catalog import datasets, registry
 from catalog.routing import log_of, shard_of
-from log import zk as log_zk
 
 # The operations routed: those that append a record. A strong read is not: it costs the
 # same from any coordinator (a ReadIndex round, then a storage node's read), and sent
@@ -69,7 +67,10 @@ def route(t: Table, dataset: str, partition_key: bytes) -> str | None:
 
 
 def read_table(zk: Any, names: Iterable[str]) -> Table:
-    """The routes as ZooKeeper has them now, for the datasets `names` (the I/O shell)."""
+    """The routes as ZooKeeper has them now, for the datasets `names` (the I/O shell; the
+    catalog's readers, and kazoo with them, load only for a Client given zk=)."""
+    from catalog import datasets, registry
+    from log import zk as log_zk
     kv, topology = registry.read_kv(zk), log_zk.read_topology(zk)
     if kv is None or topology is None:
         return EMPTY

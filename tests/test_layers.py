@@ -193,20 +193,26 @@ def test_one_way_to_refuse() -> None:
     assert bad == []
 
 
-def test_importing_the_sdk_loads_no_server() -> None:
-    """`import midtown` is the client: it loads no module of the servers (storage node,
-    coordinator, the record contract, the log's server side), and neither RocksDB nor the
-    metrics and certificate libraries the servers use. (Its routing reads ZooKeeper, so the
-    catalog's readers and kazoo come with it.)"""
+def test_importing_the_sdk_loads_the_client_only() -> None:
+    """`import midtown` is the client: its own modules, the generated protos, the pure key
+    routing (catalog/routing.py) and the runtime's transport, refusals and group commit,
+    nothing else of ours: no module of the servers (storage node, coordinator, the record
+    contract, the log), not the catalog's ZooKeeper readers, and neither kazoo (loaded by a
+    Client given zk= only) nor RocksDB, the metrics or certificate libraries, nor Spark."""
     import subprocess
     import sys
 
-    code = ("import sys, midtown; print(sorted({m for m in sys.modules if m.split('.')[0] in "
-            "('storage_node', 'coordinator', 'record', 'rocksdict', 'prometheus_client', 'cryptography', "
-            "'pyspark', 'spark_connector') or m in ('log.node', 'log.server', 'log.client', 'log.writer')}))")
+    ours = ("midtown", "midtown_pb", "catalog", "runtime", "log", "record", "storage_node", "coordinator",
+            "spark_connector", "kazoo", "rocksdict", "prometheus_client", "cryptography", "pyspark")
+    code = (f"import sys, midtown; print(sorted(m for m in sys.modules if m.split('.')[0] in {ours!r}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    loaded = set(ast.literal_eval(out.stdout))
+    allowed = {"catalog", "catalog.routing", "runtime", "runtime.transport", "runtime.refusals",
+               "runtime.group_commit"}
+    assert {m for m in loaded if m.split(".")[0] not in ("midtown", "midtown_pb")} <= allowed, loaded
+    assert not [m for m in loaded if m.split(".")[:2] in (["midtown", "cli"], ["midtown", "cluster"],
+                                                          ["midtown", "bench"])]
 
 
 def test_the_client_and_the_command_line_work_without_the_server_libraries() -> None:

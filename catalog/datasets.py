@@ -272,8 +272,11 @@ class DatasetCache:
         self._cache: dict[str, tuple[float, Dataset | None]] = {}
         self._lock = threading.Lock()
         self._emptied = 0  # times the watch emptied it: a lookup begun before is not kept
-        zk.ensure_path(ROOT)
-        zk.ChildrenWatch(ROOT, self._on_children)
+
+    def watch(self) -> None:
+        """Empty the cache whenever a dataset is created or dropped (from now on)."""
+        self.zk.ensure_path(ROOT)
+        self.zk.ChildrenWatch(ROOT, self._on_children)
 
     def _on_children(self, children: list[str]) -> None:
         with self._lock:

@@ -74,8 +74,11 @@ class UserCache:
         self._loaded = -1e9
         self._lock = threading.Lock()
         self._changed = True  # users added or removed since the last load
-        zk.ensure_path(ROOT)
-        zk.ChildrenWatch(ROOT, self._on_children)
+
+    def watch(self) -> None:
+        """Look again at once when a user is added or removed (from now on)."""
+        self.zk.ensure_path(ROOT)
+        self.zk.ChildrenWatch(ROOT, self._on_children)
 
     def _on_children(self, children: list[str]) -> None:
         self._changed = True

@@ -32,6 +32,11 @@ class Admission:
         self.limiter = RateLimiter()
         self.client_rate_limit = client_rate_limit
 
+    def start(self) -> None:
+        """Watch the datasets and users, so that changes are seen at once."""
+        self.datasets.watch()
+        self.users.watch()
+
     def lookup(self, header: pb.RequestHeader) -> Dataset | None:
         """The request's dataset (from the cache of the catalog), or None: looked up once
         per request by the service, which hands it to every check and call."""

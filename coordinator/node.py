@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from catalog import registry
 from catalog.datasets import Dataset
+from catalog.registry import KvTopology
 from catalog.routing import log_of, shard_of
 from coordinator import eventual, limits
 from coordinator.admission import Admission
@@ -80,23 +81,21 @@ class Appending:
 
 
 class Coordinator:
-    def __init__(self, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
-                 local_appends: LocalAppends | None = None,
-                 local_log: inprocess.Local[LocalLog] | None = None,
+    def __init__(self, coord_id: int, addr: str, logs: LogClient, log_count: int, kv: KvTopology,
+                 callback_addr: str = "", local_log: inprocess.Local[LocalLog] | None = None,
                  local_storage: inprocess.Local[LocalStorage] | None = None) -> None:
-        """`local_appends`: appends to a log writer in this process skip gRPC (host layout)."""
+        """A coordinator from its parts, with no I/O of its own (Coordinator.open opens
+        them): `logs`, the log client (and its ZooKeeper session, logs.zk); `log_count` and
+        `kv`, the topology as read at start."""
         self.coord_id = coord_id
         self.addr = addr  # where clients call it (registered in ZooKeeper)
         self.callback_addr = callback_addr or addr  # where storage nodes answer it
-        self.logs = LogClient(zk_hosts, local=local_appends)
+        self.logs = logs
         # The log server of this process, if any (the host layout); its storage node is
         # reached through self.replicas.
         self.local_log: inprocess.Local[LocalLog] = local_log or inprocess.Local()
         self.zk = self.logs.zk
-        self.log_count = self.logs.topology().logs
-        kv = registry.read_kv(self.zk)
-        if kv is None:
-            raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
+        self.log_count = log_count
         self.kv = kv
         self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
         self.admission = Admission(self.zk)
@@ -116,7 +115,21 @@ class Coordinator:
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.stopped = threading.Event()
 
+    @classmethod
+    def open(cls, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
+             local_appends: LocalAppends | None = None, local_log: inprocess.Local[LocalLog] | None = None,
+             local_storage: inprocess.Local[LocalStorage] | None = None) -> Coordinator:
+        """The shell: connect to ZooKeeper and the logs (`local_appends`: appends to a log
+        writer in this process skip gRPC, the host layout) and read the topology (exits if
+        the cluster has none)."""
+        logs = LogClient(zk_hosts, local=local_appends)
+        kv = registry.read_kv(logs.zk)
+        if kv is None:
+            raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
+        return cls(coord_id, addr, logs, logs.topology().logs, kv, callback_addr, local_log, local_storage)
+
     def start(self) -> None:
+        self.admission.start()
         # Beside a log server (the host layout), say which: clients send a key to the
         # coordinator beside its log's writer (midtown/routes.py), whose append is a call.
         beside = {"log": min(self.local_log.addrs)} if self.local_log.addrs else {}
@@ -251,7 +264,11 @@ class Coordinator:
         outcome."""
         r = r if isinstance(r, RecordResult) else codec.result_from_pb(r)
         if not rec.groups:
+            if len(r.results) != len(rec.ops):
+                raise reused_request_id()
             return r
+        if not r.groups:
+            raise reused_request_id()
         ops = rec.groups[0].ops
         g = r.groups[0]
         # A group's results leave out what the writer knows (storage_node/apply.py): a
@@ -500,6 +517,13 @@ class Coordinator:
         return [r for _, r in ok]
 
 # -------------------------------------------------------------------- validation
+def reused_request_id() -> Refusal:
+    """The first outcome kept for a request id does not answer this request: the id was
+    used before for another one (a client's bug: ids are per request, retries excepted)."""
+    return Refusal(Code.FAILED_PRECONDITION, "header.request_id: used before by another request, whose "
+                   "outcome is kept for it and does not answer this one; give each request its own id")
+
+
 def read_header(header: pb.RequestHeader) -> pb.RequestHeader:
     """A strong read sent through the log: its dataset and request id, no event id."""
     return pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)

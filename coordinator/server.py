@@ -40,7 +40,7 @@ from coordinator.checks import (
     check_value,
     validate_op,
 )
-from coordinator.node import Coordinator
+from coordinator.node import Coordinator, reused_request_id
 from coordinator.replicas import LocalStorage
 from log.client import LocalAppends
 from log.read_index import LocalLog
@@ -124,7 +124,10 @@ def _get_response(o: tuple[OpResult, int]) -> pb.GetResponse:
 
 
 def _put_response(r: RecordResult) -> pb.PutResponse:
-    return pb.PutResponse(version=single(r).value.version)
+    o = single(r)
+    if o.value is None:  # the outcome of another operation (a read, a delete) under this id
+        raise reused_request_id()
+    return pb.PutResponse(version=o.value.version)
 
 
 def _delete_response(r: RecordResult) -> pb.DeleteResponse:
@@ -142,6 +145,8 @@ def _increment_response(r: RecordResult) -> pb.IncrementResponse:
     o = single(r)
     if o.status is not OpStatus.DONE:
         raise op_error(o.status, "key")
+    if o.value is None or not o.value.value.lstrip(b"-").isdigit():  # another operation's outcome
+        raise reused_request_id()
     return pb.IncrementResponse(value=int(o.value.value), version=o.value.version)
 
 
@@ -664,7 +669,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
                            options=GRPC_OPTIONS)
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
-    c = Coordinator(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
+    c = Coordinator.open(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
     c.admission.client_rate_limit = client_rate_limit
     kv, cb = Shell(c).handlers()
     internal.add_generic_rpc_handlers([cb])

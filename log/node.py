@@ -43,20 +43,33 @@ WRITER_REFRESH_S = 5.0
 CATCHUP_POLL_S = 1.0
 
 
+def _wait_topology(zk: Any, server_id: int) -> zkpaths.Topology:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        topo = zkpaths.read_topology(zk)
+        if topo is not None:
+            if server_id not in topo.log_servers:
+                raise SystemExit(f"server id {server_id} is not in the topology {topo}")
+            return topo
+        time.sleep(0.2)
+    raise SystemExit("no topology in ZooKeeper: run `midtown cluster up` (or create it)")
+
+
 class Node:
-    def __init__(self, server_id: int, addr: str, zk_hosts: str, data_dir: str,
+    def __init__(self, server_id: int, addr: str, zk: Any, topo: zkpaths.Topology, store: RocksStore,
                  spare_linger_s: float = spares.SPARE_LINGER_S) -> None:
-        """`spare_linger_s`: how long a spare follower's copies of this server's writes may
-        wait to travel together (log/spares.py)."""
+        """A log server from its parts, with no I/O of its own (Node.open opens them): `zk`,
+        a connected ZooKeeper session; `topo`, the cluster's topology; `store`, its replica
+        store. `spare_linger_s`: how long a spare follower's copies of this server's writes
+        may wait to travel together (log/spares.py)."""
         self.server_id = server_id
         self.addr = addr
-        self.zk = zkpaths.connect(zk_hosts)
+        self.zk = zk
         self._zk_ok = threading.Event()
         self._zk_ok.set()
         self.zk.add_listener(self._on_zk_state)
-        self.topo = self._wait_topology()
-        os.makedirs(data_dir, exist_ok=True)
-        self.store = RocksStore(os.path.join(data_dir, "replica.db"))
+        self.topo = topo
+        self.store = store
         self.replica = ReplicaCore(server_id, self.store, self.topo.logs)
         # One lock over the replica side: every replica operation, and the group commit
         # that makes it durable, completes before the next starts (and before any reply).
@@ -74,18 +87,18 @@ class Node:
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,
                                 self.meta, self.writers, self.peers, self._stop)
 
-    # ------------------------------------------------------------ start/stop
-    def _wait_topology(self) -> zkpaths.Topology:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            topo = zkpaths.read_topology(self.zk)
-            if topo is not None:
-                if self.server_id not in topo.log_servers:
-                    raise SystemExit(f"server id {self.server_id} is not in the topology {topo}")
-                return topo
-            time.sleep(0.2)
-        raise SystemExit("no topology in ZooKeeper: run `midtown cluster up` (or create it)")
+    @classmethod
+    def open(cls, server_id: int, addr: str, zk_hosts: str, data_dir: str,
+             spare_linger_s: float = spares.SPARE_LINGER_S) -> Node:
+        """The shell: connect to ZooKeeper, wait for the topology (a minute at most; exits
+        if it never comes or does not name this server), open the store under `data_dir`."""
+        zk = zkpaths.connect(zk_hosts)
+        topo = _wait_topology(zk, server_id)
+        os.makedirs(data_dir, exist_ok=True)
+        store = RocksStore(os.path.join(data_dir, "replica.db"))
+        return cls(server_id, addr, zk, topo, store, spare_linger_s)
 
+    # ------------------------------------------------------------ start/stop
     def start(self) -> None:
         for log_id in range(self.topo.logs):
             self.catch_up.filled[log_id] = self.replica.first(log_id) - 1

@@ -13,8 +13,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from catalog import registry
+from catalog.registry import KvTopology
+from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
 from log import zk as logzk
 from log.client import LocalAppends, LogClient
@@ -41,32 +44,45 @@ from storage_node.watch import ChangeFeed
 log = logging.getLogger("midtown.storage.node")
 
 
+@dataclass(frozen=True)
+class Parts:
+    """What a storage node talks to, opened by its shell (StorageNode.open)."""
+    logs: LogClient  # the log servers, and the ZooKeeper session (logs.zk)
+    store: NodeStore
+    kv: KvTopology
+    log_count: int  # every log of the cluster
+    sets: ReplicaSets
+    data_dir: str  # where its store is, and its scans' checkpoints go
+
+
+def _wait(fn):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        v = fn()
+        if v is not None:
+            return v
+        time.sleep(0.2)
+    raise SystemExit("no cluster topology in ZooKeeper")
+
+
 class StorageNode:
-    def __init__(self, node_id: int, addr: str, zk_hosts: str, data_dir: str,
-                 settings: Settings | None = None, on_fatal: Fatal = exit_now,
-                 local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
+    def __init__(self, node_id: int, addr: str, parts: Parts, settings: Settings | None = None,
+                 on_fatal: Fatal = exit_now, local_log: inprocess.Local[Node] | None = None,
                  local_answers: inprocess.Local[AnswerTaker] | None = None) -> None:
-        """`on_fatal(code, why)`: what the process does when this node must not go on (it
-        exits, chosen where the process is wired; a test can record it instead).
+        """A storage node from its parts, with no I/O of its own (StorageNode.open opens
+        them). `on_fatal(code, why)`: what the process does when this node must not go on
+        (it exits, chosen where the process is wired; a test can record it instead).
         `local_log`, `local_answers`: the log server and the coordinator of this process, if
         any (the host layout)."""
         self.addr = addr
         settings = settings or Settings()
-        logs = LogClient(zk_hosts, local=local_appends)
-        log_count = self._wait(lambda: logzk.read_topology(logs.zk)).logs
-        kv = self._wait(lambda: registry.read_kv(logs.zk))
-        os.makedirs(data_dir, exist_ok=True)
-        self.data_dir = data_dir
-        for old in os.listdir(data_dir):  # checkpoints a crash left behind
-            if old.startswith("checkpoint-"):
-                shutil.rmtree(os.path.join(data_dir, old), ignore_errors=True)
-        store = NodeStore(os.path.join(data_dir, "state.db"))
-        sets = registry.read_replica_sets(logs.zk, kv)
-        self.state = s = NodeState(node_id, settings, logs, store, kv, log_count, min(kv.logs, log_count),
-                                   sets)
+        self.data_dir = parts.data_dir
+        store, logs, kv = parts.store, parts.logs, parts.kv
+        self.state = s = NodeState(node_id, settings, logs, store, kv, parts.log_count,
+                                   min(kv.logs, parts.log_count), parts.sets)
         s.reload_positions()
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
-        self.reads = Reads(node_id, store, data_dir, s.commit_lock, s.cond, s.positions,
+        self.reads = Reads(node_id, store, parts.data_dir, s.commit_lock, s.cond, s.positions,
                            lambda: s.kv, s.kv_logs, s.holds)
         self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.kv, s.kv_logs, s.holds, s.stop)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
@@ -75,6 +91,26 @@ class StorageNode:
                                  local_answers or inprocess.Local())
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual, self.applier)
         self.intake = Intake(s, self.applier, self.bookkeeping)
+
+    @classmethod
+    def open(cls, node_id: int, addr: str, zk_hosts: str, data_dir: str, settings: Settings | None = None,
+             on_fatal: Fatal = exit_now, local_appends: LocalAppends | None = None,
+             local_log: inprocess.Local[Node] | None = None,
+             local_answers: inprocess.Local[AnswerTaker] | None = None) -> StorageNode:
+        """The shell: connect to ZooKeeper and the logs (`local_appends`: to the writer of
+        this process), wait for the topology (a minute at most), remove the checkpoints a
+        crash left in `data_dir`, open the store, read the replica sets."""
+        logs = LogClient(zk_hosts, local=local_appends)
+        log_count = _wait(lambda: logzk.read_topology(logs.zk)).logs
+        kv = _wait(lambda: registry.read_kv(logs.zk))
+        os.makedirs(data_dir, exist_ok=True)
+        for old in os.listdir(data_dir):  # checkpoints a crash left behind
+            if old.startswith("checkpoint-"):
+                shutil.rmtree(os.path.join(data_dir, old), ignore_errors=True)
+        store = NodeStore(os.path.join(data_dir, "state.db"))
+        sets = registry.read_replica_sets(logs.zk, kv)
+        return cls(node_id, addr, Parts(logs, store, kv, log_count, sets, data_dir), settings, on_fatal,
+                   local_log, local_answers)
 
     @property
     def node_id(self) -> int:
@@ -85,16 +121,6 @@ class StorageNode:
         coordinator of this process may then have its records of that log answered by this
         node alone (Record.answered_beside)."""
         return self.applier.applies_in_process(log_id)
-
-    @staticmethod
-    def _wait(fn):  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            v = fn()
-            if v is not None:
-                return v
-            time.sleep(0.2)
-        raise SystemExit("no cluster topology in ZooKeeper")
 
     def start(self) -> None:
         s = self.state
@@ -112,7 +138,7 @@ class StorageNode:
         (storage_node/bootstrap.py), or its shards from their replicas when no member
         holds them all (storage_node/rebuild.py); otherwise resume from the saved positions."""
         s = self.state
-        bounds = self._wait(self._log_bounds)
+        bounds = _wait(self._log_bounds)
         first = {lg: f for lg, (f, _) in bounds.items() if lg in s.tailed_logs()}
         marker = s.store._get(bootstrap.MARKER) is not None
         saved = {lg: p for lg, (p, _) in s.positions.items()}

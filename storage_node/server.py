@@ -53,8 +53,8 @@ def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
           local_appends: LocalAppends | None = None, local_log: inprocess.Local[Node] | None = None,
           local_answers: inprocess.Local[AnswerTaker] | None = None) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
-    node = StorageNode(node_id, addr, zk_hosts, data_dir, Settings.from_env(), local_appends=local_appends,
-                       local_log=local_log, local_answers=local_answers)
+    node = StorageNode.open(node_id, addr, zk_hosts, data_dir, Settings.from_env(),
+                            local_appends=local_appends, local_log=local_log, local_answers=local_answers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node

@@ -207,6 +207,32 @@ def test_generated_storage_requests(kvc: Cluster, req: tuple[str, bytes]) -> Non
         assert msg
 
 
+def test_a_request_id_used_before_by_another_request_is_refused_naming_it(kvc: Cluster) -> None:
+    """A request id is kept with its request's first outcome. Used again by another kind of
+    request, that outcome cannot answer it: FAILED_PRECONDITION naming header.request_id,
+    never an internal error (found by the coalesced-calls test under load: a get through
+    the log, then an increment under the same id)."""
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(kvc.coordinator_addrs[0]))
+
+    def hdr(rid: bytes) -> pb.RequestHeader:
+        return pb.RequestHeader(dataset="d", request_id=rid)
+
+    def key(local: bytes = b"") -> pb.Key:
+        return pb.Key(partition=b"ru", local=local)
+    stub.Put(pb.PutRequest(header=hdr(b"reused-1"), key=key(b"a"), value=b"text"), timeout=15)
+    stub.Delete(pb.DeleteRequest(header=hdr(b"reused-2"), key=key(b"b")), timeout=15)
+    for call, req in ((stub.Increment, pb.IncrementRequest(header=hdr(b"reused-1"), key=key(), delta=1)),
+                      (stub.Put, pb.PutRequest(header=hdr(b"reused-2"), key=key(), value=b"v")),
+                      (stub.Increment, pb.IncrementRequest(header=hdr(b"reused-2"), key=key()))):
+        with pytest.raises(grpc.RpcError) as ei:
+            call(req, timeout=15)
+        assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION, ei.value.details()
+        assert (ei.value.details() or "").startswith("header.request_id: used before by another request")
+    # A retry of the same request under its id still gets its first outcome.
+    again = stub.Put(pb.PutRequest(header=hdr(b"reused-1"), key=key(b"a"), value=b"text"), timeout=15)
+    assert again.version > 0
+
+
 def test_still_serving_and_nothing_lost(kvc: Cluster, cl: Client) -> None:
     assert all(p.alive() for p in kvc.procs.values())
     assert cl.put("e", "keep", "k", b"safe") > 0 and cl.get("e", "keep", "k").value == b"safe"  # type: ignore[union-attr]
@@ -405,6 +431,7 @@ def test_a_dropped_dataset_leaves_the_cache_at_once(kvc: Cluster) -> None:
     zk.start(timeout=15)
     try:
         cache = datasets.DatasetCache(zk, ttl_s=600)
+        cache.watch()
         datasets.create(zk, "short-lived")
         assert cache.get("short-lived") is not None  # held for ten minutes, but for the watch
         datasets.drop(zk, "short-lived")
@@ -427,6 +454,7 @@ def test_a_new_users_token_is_known_at_once(kvc: Cluster) -> None:
     zk.start(timeout=15)
     try:
         cache = users.UserCache(zk, ttl_s=600, miss_s=60)
+        cache.watch()
         assert cache.user("mt_not-a-token") is None  # loaded now: the next miss waits a minute
         token = users.add(zk, "dora")
         wait_for(lambda: cache.user(token) == "dora", 10, "the new user's token")

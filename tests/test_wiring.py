@@ -1,0 +1,67 @@
+"""Each server's core is built from its parts, with no I/O of its own: its shell
+(`Node.open`, `StorageNode.open`, `Coordinator.open`) connects to ZooKeeper, waits for the
+topology and opens the disk, and the constructor takes what they gave. Here the parts are
+stand-ins that fail on any call, so a constructor that reached ZooKeeper, a log server or
+a peer would fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from catalog.registry import KvTopology
+from catalog.replica_sets import everyone
+
+
+class _NoCalls:
+    """Any method called on it fails (attributes may be read: a bound method kept for later)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self.listeners: list[Any] = []
+
+    def add_listener(self, fn: Any) -> None:  # kazoo's session-state listener: no I/O
+        self.listeners.append(fn)
+
+    def __getattr__(self, attr: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"{self._name}.{attr}() called while building")
+        return call
+
+
+class _Logs(_NoCalls):
+    def __init__(self) -> None:
+        super().__init__("logs")
+        self.zk = _NoCalls("zk")
+
+
+KV = KvTopology(shards=8, storage_nodes=(0, 1, 2), logs=2)
+
+
+def test_a_log_server_is_built_without_zookeeper_or_a_disk() -> None:
+    from log.node import Node
+    from log.store import MemStore
+    from log.zk import Topology
+
+    node = Node(0, "127.0.0.1:1", _NoCalls("zk"), Topology(2, (0, 1, 2)), MemStore())
+    assert node.replica.first(0) >= 0 and len(node.zk.listeners) == 1
+
+
+def test_a_coordinator_is_built_without_zookeeper_or_the_logs() -> None:
+    from coordinator.node import Coordinator
+
+    c = Coordinator(0, "127.0.0.1:1", _Logs(), 2, KV)  # type: ignore[arg-type]
+    assert c.kv_logs == 2 and c.answers is not None
+
+
+def test_a_storage_node_is_built_without_zookeeper_or_the_logs(tmp_path: Path) -> None:
+    from storage_node.node import Parts, StorageNode
+    from storage_node.store import NodeStore
+
+    store = NodeStore(str(tmp_path / "state.db"))
+    try:
+        parts = Parts(_Logs(), store, KV, 2, everyone(8, (0, 1, 2)), str(tmp_path))  # type: ignore[arg-type]
+        n = StorageNode(0, "127.0.0.1:1", parts)
+        assert n.state.positions == {0: (0, 0), 1: (0, 0)} and n.state.holds(3)
+    finally:
+        store.close()

@@ -37,7 +37,7 @@ _POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_nam
 
 class LocalStorage(Protocol):
     """The storage node of this process, as a coordinator calls it in place of its Storage
-    service (midtown/cluster/host.py binds one): the port, not the node."""
+    service (coordinator/host.py binds one): the port, not the node."""
     @property
     def node_id(self) -> int: ...
 

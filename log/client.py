@@ -63,7 +63,7 @@ Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, ep
 
 class LocalAppends(Protocol):
     """A shortcut to the log writers in this process (log/local.py), injected where the
-    process is wired (midtown/cluster/host.py): None when `addr` is not one of them."""
+    process is wired (coordinator/host.py): None when `addr` is not one of them."""
 
     def append(self, addr: str, log_id: int, payloads: list[bytes],
                timeout_s: float) -> Placement | AppendRefused | None: ...

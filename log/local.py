@@ -1,5 +1,5 @@
 """Appends to the log writers of this process, handed straight to them (the host layout,
-midtown/cluster/host.py): the LogClient's LocalAppends port. The same checks and outcomes
+coordinator/host.py): the LogClient's LocalAppends port. The same checks and outcomes
 as the Append call (log/server.py), as values; a log this server does not write goes
 through gRPC (the server answers with a redirect)."""
 

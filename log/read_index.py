@@ -35,7 +35,7 @@ class TailReply(NamedTuple):
 
 class LocalLog(Protocol):
     """The log server of this process, as a coordinator's read-index round asks it in place
-    of its Tail call (midtown/cluster/host.py binds one): the port, not the server."""
+    of its Tail call (coordinator/host.py binds one): the port, not the server."""
     def tail_hurrying(self, log_id: int) -> TailReply: ...
 
 

@@ -1,7 +1,7 @@
 """Sending each key's writes to the coordinator beside its log's writer (issue 12's
 lever 3, for the host layout; strong reads go to any coordinator: ROUTED_METHODS).
 
-In the host layout (midtown/cluster/host.py) a machine runs a log server, a storage node
+In the host layout (coordinator/host.py) a machine runs a log server, a storage node
 and a coordinator in one process, and the coordinator registers which log server it sits
 beside. A key's shard travels in one log (catalog/routing.py); the coordinator beside that
 log's writer appends with a function call and hears its own storage node's answer

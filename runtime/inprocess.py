@@ -1,6 +1,6 @@
 """Ports to the components that share this process, injected where the process is wired.
 
-`midtown.cluster.host` runs a log server, a storage node and a coordinator in one process (one
+`coordinator.host` runs a log server, a storage node and a coordinator in one process (one
 per machine). Every component still registers its gRPC address in ZooKeeper and serves
 it, so the others in the cluster see no difference; only calls between two components
 of the same process skip the network: a coordinator's append to a log this process

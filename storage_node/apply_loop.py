@@ -174,7 +174,7 @@ class ApplyLoop:
                 stream.cancel()
 
     def _tail_in_process(self, node: Node, log_id: int) -> bool:
-        """Tail a log whose writer runs in this process (midtown.cluster.host): its committed
+        """Tail a log whose writer runs in this process (coordinator.host): its committed
         entries straight from its store, no stream. Returns when it stops writing the log:
         whether it applied anything."""
         cond = node.conds[log_id]

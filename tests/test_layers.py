@@ -145,9 +145,14 @@ def test_the_check_sees_a_cycle() -> None:
 def test_the_coordinator_imports_nothing_of_the_storage_node() -> None:
     """The coordinator and the storage node meet in the record contract (record/) and in
     narrow ports (coordinator/replicas.py LocalStorage), never in each other's modules; nor
-    does the coordinator reach into the log server's (log/node.py, log/server.py)."""
+    does the coordinator reach into the log server's (log/node.py, log/server.py). One
+    module is the exception: coordinator/host.py, the host layout's process, which wires a
+    log server, a storage node and a coordinator together (the servers' processes start
+    from their own packages, and it is the highest server layer)."""
     bad = []
     for path in sorted((ROOT / "coordinator").rglob("*.py")):
+        if path.name == "host.py":
+            continue
         for line, target in imports(path):
             if target.split(".")[0] == "storage_node" or target.startswith(("log.node", "log.server")):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
@@ -168,7 +173,7 @@ def test_importing_the_coordinator_loads_no_storage_node_module() -> None:
 
 
 SHELLS = ("log/server.py", "storage_node/server.py", "coordinator/server.py", "coordinator/replicas.py",
-          "midtown/cluster/host.py")
+          "coordinator/host.py")
 
 
 def test_one_way_to_refuse() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 # `python -m MODULE` of the processes a Midtown cluster runs (midtown/cluster/runner.py).
 CLUSTER_MODULES = frozenset({"log.server", "storage_node.server", "coordinator.server",
-                             "midtown.cluster.host", "midtown.cluster.supervisor"})
+                             "coordinator.host", "midtown.cluster.supervisor"})
 BUSY_WARN = 0.2  # of the machine's CPU, in the second before the run
 
 

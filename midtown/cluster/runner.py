@@ -32,7 +32,7 @@ STORAGE_NODES = 3
 COORDINATORS = 1
 STATE = "cluster.json"
 # "split": one process per component; "host": ZooKeeper and one process per machine with a
-# log server, a storage node and a coordinator (midtown.cluster.host; docs/performance.md).
+# log server, a storage node and a coordinator (coordinator.host; docs/performance.md).
 LAYOUTS = ("split", "host")
 # What `midtown cluster up`, `make run`, `make demo` and the benchmarks start. Measured
 # (docs/performance.md, "The default layout: host"): host with routed clients meets every
@@ -54,7 +54,7 @@ class Proc:
     pid: int = 0
     server_id: int = -1
     metrics_port: int = 0  # coordinators: Prometheus metrics over HTTP
-    log_port: int = 0  # hosts only (midtown.cluster.host)
+    log_port: int = 0  # hosts only (coordinator.host)
     storage_port: int = 0  # hosts only
     restarts: int = 0  # by the supervisor (midtown/cluster/supervisor.py)
     last_exit: int | None = None  # the exit code it last ended with, when known
@@ -309,7 +309,7 @@ class Cluster:
                     str(p.port), "--zk", self.zk_hosts, "--metrics-port", str(p.metrics_port),
                     *self._rate_flags()]
         if p.kind == "host":
-            return [sys.executable, "-m", "midtown.cluster.host", "--id", str(p.server_id), "--zk",
+            return [sys.executable, "-m", "coordinator.host", "--id", str(p.server_id), "--zk",
                     self.zk_hosts, "--data", str(self.dir / p.name), "--log-port", str(p.log_port),
                     "--storage-port", str(p.storage_port), "--coordinator-port", str(p.port),
                     "--metrics-port", str(p.metrics_port), *self._rate_flags()]

@@ -1,4 +1,4 @@
-"""The `host` layout (midtown.cluster.host): a log server, a storage node and a coordinator in one
+"""The `host` layout (coordinator.host): a log server, a storage node and a coordinator in one
 process per machine, calling each other directly. A host is SIGKILLed whole, as a
 machine would fail: the log writer, a storage replica and a coordinator at once."""
 

@@ -7,7 +7,7 @@ one to the other (through the ports bound here: runtime/inprocess.py, log/local.
 instead of through gRPC: on the machine that writes a log, a strong write crosses the
 network once each way to its client and once to the other log replicas, and nothing else.
 
-Run: python -m midtown.cluster.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
+Run: python -m coordinator.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
      --coordinator-port P3"""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from storage_node.callbacks import AnswerTaker
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m midtown.cluster.host",
+    ap = argparse.ArgumentParser(prog="python -m coordinator.host",
                                  description="a log server, a storage node and a coordinator in one process")
     ap.add_argument("--id", type=int, required=True, help="the id of all three components")
     ap.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT")

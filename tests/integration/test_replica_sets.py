@@ -202,11 +202,14 @@ def test_a_node_that_lost_its_disk_is_rebuilt_shard_by_shard(six: Cluster) -> No
         try:
             time.sleep(1)
             six.restart(f"storage-{victim}")
-            wait_for(lambda: all(_agree(six, sh, sets.of(sh)) for sh in sorted(mine)), 120,
-                     "every shard of the rebuilt node to agree with its replicas")
+            wait_for(lambda: _holds_all(six, victim, mine), 120, "the node to serve its shards again")
+            time.sleep(1)  # writes go on while it tails the logs
         finally:
             stop.set()
             writer.join(30)
+        # Compared once the writes stopped: replicas are at one position only then.
+        wait_for(lambda: all(_agree(six, sh, sets.of(sh)) for sh in sorted(mine)), 120,
+                 "every shard of the rebuilt node to agree with its replicas")
         assert db.incr("t", "rebuilt-counter", "n", 0) == counted["n"] > 0  # each acknowledged once
     log = (six.dir / "logs" / f"storage-{victim}.log").read_text(errors="replace")
     assert "rebuilt shard by shard" in log, log[-2000:]
@@ -216,6 +219,15 @@ def test_a_node_that_lost_its_disk_is_rebuilt_shard_by_shard(six: Cluster) -> No
         got_rows = _scan(six, victim, d.id, sh)
         assert isinstance(got_rows, list), got_rows
         assert [r for r in got_rows if r[0].startswith(b"r") and r[1] == b"l"] == want, sh
+
+
+def _holds_all(c: Cluster, node: int, shards: set[int]) -> bool:
+    """Whether `node` answers its Status call listing each of `shards`."""
+    try:
+        st = _stub(c, node).Status(pb.NodeStatusRequest(), timeout=5)
+    except grpc.RpcError:
+        return False
+    return shards <= {s.shard for s in st.shards}
 
 
 def _agree(c: Cluster, shard: int, nodes: tuple[int, ...]) -> bool:

@@ -251,7 +251,15 @@ class MoveSim:
                 continue
             if tail < self.truncated[lg]:
                 if not any(self._holds(n, s) for s in self._shards_of_log(lg)):
-                    node.tails[lg] = None  # it left the log's shards: it tails it no more
+                    # It left the log's shards: it tails it no more, and what it kept of
+                    # them goes (the storage node stops, behind the truncation, and
+                    # bootstraps at its restart without them).
+                    node.tails[lg] = None
+                    for s in self._shards_of_log(lg):
+                        if s in node.state or s in node.marks:
+                            node.state.pop(s, None)
+                            node.marks.pop(s, None)
+                            node.store.drop(s, DATASET.id)
                     continue
                 self.violations.append(f"step {self.step_no}: node {n} needs log {lg} at {tail}, "
                                        f"truncated below {self.truncated[lg]}")
@@ -260,7 +268,9 @@ class MoveSim:
             end = min(len(self.log[lg]), tail + self.rng.randint(1, 5))
             for pos in range(tail, end):
                 s, v, again = self.log[lg][pos]
-                if self._holds(n, s) and shard_copy.applies(node.marks, s, pos):
+                # As the storage node's applies_shard: a shard it holds, or one it keeps a
+                # copy of (a mark) until it drops it.
+                if (self._holds(n, s) or s in node.marks) and shard_copy.applies(node.marks, s, pos):
                     if not again:
                         node.state.setdefault(s, []).append(v)
                     r = node.store.run(record_of(s, v, self.pkeys), pos, pos, lg, node_id=n)

@@ -34,6 +34,7 @@ from log.rocks_store import RocksStore
 from log.writer import Writer
 from runtime import loops
 from runtime.membership import Membership
+from runtime.process import wait_until
 from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.log.node")
@@ -41,18 +42,6 @@ log = logging.getLogger("midtown.log.node")
 ELECTION_POLL_S = 0.25
 WRITER_REFRESH_S = 5.0
 CATCHUP_POLL_S = 1.0
-
-
-def _wait_topology(zk: Any, server_id: int) -> zkpaths.Topology:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        topo = zkpaths.read_topology(zk)
-        if topo is not None:
-            if server_id not in topo.log_servers:
-                raise SystemExit(f"server id {server_id} is not in the topology {topo}")
-            return topo
-        time.sleep(0.2)
-    raise SystemExit("no topology in ZooKeeper: run `midtown cluster up` (or create it)")
 
 
 class Node:
@@ -93,7 +82,10 @@ class Node:
         """The shell: connect to ZooKeeper, wait for the topology (a minute at most; exits
         if it never comes or does not name this server), open the store under `data_dir`."""
         zk = zkpaths.connect(zk_hosts)
-        topo = _wait_topology(zk, server_id)
+        topo = wait_until(lambda: zkpaths.read_topology(zk),
+                          "no topology in ZooKeeper: run `midtown cluster up` (or create it)")
+        if server_id not in topo.log_servers:
+            raise SystemExit(f"server id {server_id} is not in the topology {topo}")
         os.makedirs(data_dir, exist_ok=True)
         store = RocksStore(os.path.join(data_dir, "replica.db"))
         return cls(server_id, addr, zk, topo, store, spare_linger_s)

@@ -145,10 +145,9 @@ class AsyncClient:
         return await self._run(self._b.scan(dataset, partition, start=start, end=end, limit=limit,
                                             consistency=consistency, timeout=timeout))
 
-    async def _run(self, built: object) -> Any:
+    async def _run(self, c: object) -> Any:
         """Run an operation Client built and checked (its _Call: _Builder returns it in
         place of the result) on grpc.aio: coalesced if it is single-key."""
-        c = built
         assert isinstance(c, _Call), c
         to = self._b._route_of(c.method, c.req) if c.single else None
         if c.single and self._coalescer is not None:

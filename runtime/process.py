@@ -7,12 +7,16 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 
 from runtime import transport
+
+T = TypeVar("T")
 
 
 def serve_until_signal(server: grpc.Server, listen: str, ready: str,
@@ -27,6 +31,18 @@ EXIT_APPLY_FAILED = 70  # a storage node could not apply a record: restart from 
 EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: restart to bootstrap
 
 Fatal = Callable[[int, str], None]
+
+
+def wait_until(fn: Callable[[], T | None], missing: str, timeout_s: float = 60.0) -> T:
+    """What `fn()` gives once it is not None, asked every 0.2 s; a process starting up
+    exits with `missing` (what it waited for, and what to do) if it never comes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = fn()
+        if v is not None:
+            return v
+        time.sleep(0.2)
+    raise SystemExit(missing)
 
 
 def exit_now(code: int, why: str) -> None:

@@ -24,7 +24,7 @@ from log.client import LocalAppends, LogClient
 from log.node import Node
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops
-from runtime.process import Fatal, exit_now
+from runtime.process import Fatal, exit_now, wait_until
 from runtime.refusals import BadRequest
 from storage_node import bootstrap, rebuild
 from storage_node.apply_loop import ApplyLoop
@@ -42,6 +42,7 @@ from storage_node.views import VIEW_REAP_S
 from storage_node.watch import ChangeFeed
 
 log = logging.getLogger("midtown.storage.node")
+NO_TOPOLOGY = "no cluster topology in ZooKeeper: run `midtown cluster init` (or `cluster up`)"
 
 
 @dataclass(frozen=True)
@@ -53,16 +54,6 @@ class Parts:
     log_count: int  # every log of the cluster
     sets: ReplicaSets
     data_dir: str  # where its store is, and its scans' checkpoints go
-
-
-def _wait(fn):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        v = fn()
-        if v is not None:
-            return v
-        time.sleep(0.2)
-    raise SystemExit("no cluster topology in ZooKeeper")
 
 
 class StorageNode:
@@ -101,8 +92,8 @@ class StorageNode:
         this process), wait for the topology (a minute at most), remove the checkpoints a
         crash left in `data_dir`, open the store, read the replica sets."""
         logs = LogClient(zk_hosts, local=local_appends)
-        log_count = _wait(lambda: logzk.read_topology(logs.zk)).logs
-        kv = _wait(lambda: registry.read_kv(logs.zk))
+        log_count = wait_until(lambda: logzk.read_topology(logs.zk), NO_TOPOLOGY).logs
+        kv = wait_until(lambda: registry.read_kv(logs.zk), NO_TOPOLOGY)
         os.makedirs(data_dir, exist_ok=True)
         for old in os.listdir(data_dir):  # checkpoints a crash left behind
             if old.startswith("checkpoint-"):
@@ -138,7 +129,8 @@ class StorageNode:
         (storage_node/bootstrap.py), or its shards from their replicas when no member
         holds them all (storage_node/rebuild.py); otherwise resume from the saved positions."""
         s = self.state
-        bounds = _wait(self._log_bounds)
+        bounds = wait_until(self._log_bounds, "the log servers did not say where the logs begin within "
+                            "a minute: start them, then this node")
         first = {lg: f for lg, (f, _) in bounds.items() if lg in s.tailed_logs()}
         marker = s.store._get(bootstrap.MARKER) is not None
         saved = {lg: p for lg, (p, _) in s.positions.items()}
@@ -148,6 +140,7 @@ class StorageNode:
                  saved, first, ", an earlier bootstrap did not finish" if marker else "")
         deadline = time.monotonic() + 300
         while True:
+            bounds = self._log_bounds() or bounds  # read again: a rebuild needs every head
             moves = {x: m for x, (m, _) in registry.read_moves(s.zk).items()}
             shards, moving = rebuild.wanted(s.node_id, s.sets, moves)
             # A whole copy: from a member (a removed node may be behind the logs) that holds
@@ -169,14 +162,15 @@ class StorageNode:
             s.last_data[lg] = s.positions[lg][0]
         log.info("bootstrapped: positions %s", {lg: p for lg, (p, _) in s.positions.items()})
 
-    def _log_bounds(self) -> dict[int, tuple[int, int]] | None:
-        """Each key-value log's (first position still held, next position to be written)
-        (None: the logs do not answer)."""
+    def _log_bounds(self) -> dict[int, tuple[int, int | None]] | None:
+        """Each key-value log's (first position still held, next position to be written:
+        None if no log server answered for it) (None: the logs do not answer)."""
         try:
             rows = self.state.logs.status()
         except Exception:
             return None
-        out = {r["log"]: (r["first"], r["last"] + 1) for r in rows if r["log"] < self.state.kv_logs}
+        out = {r["log"]: (r["first"], r["last"] + 1 if r["replicas"] else None)
+               for r in rows if r["log"] < self.state.kv_logs}
         return out if len(out) == self.state.kv_logs else None
 
     def stop(self) -> None:

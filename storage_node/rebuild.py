@@ -49,15 +49,28 @@ def wanted(node_id: int, sets: ReplicaSets, moves: Mapping[int, Move]) -> tuple[
     return sorted(sets.shards_of(node_id)), moving
 
 
-def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int], receive: Receive,
+def known_heads(shards: list[int], heads: Mapping[int, int | None], kv_logs: int) -> dict[int, int]:
+    """The heads of the logs that carry `shards`; BootstrapFailed naming the logs whose
+    head no log server told (a copy could then be taken behind a position this node
+    published before, and the log truncated past its tail)."""
+    logs = sorted({log_of(x, kv_logs) for x in shards})
+    unknown = [lg for lg in logs if heads.get(lg) is None]
+    if unknown:
+        raise bootstrap.BootstrapFailed(f"no log server answered with the head of logs {unknown}")
+    return {lg: heads[lg] for lg in logs}  # type: ignore[misc]
+
+
+def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], receive: Receive,
              deadline: float) -> None:
     """Replace this node's state by a copy of each of `shards`, each at or past its log's
-    head in `heads` (log -> next position when the rebuild began). BootstrapFailed when a
-    shard has no replica that gives a whole copy by `deadline` (time.monotonic)."""
+    head in `heads` (log -> next position when the rebuild began, None if unknown: then
+    BootstrapFailed before anything is deleted). BootstrapFailed when a shard has no
+    replica that gives a whole copy by `deadline` (time.monotonic)."""
+    known = known_heads(shards, heads, s.kv_logs)
     bootstrap.begin(s.store.db, s.store.sync)
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
     for i, shard in enumerate(shards):
-        copies[shard] = _copy(s, shard, heads[log_of(shard, s.kv_logs)], receive, deadline)
+        copies[shard] = _copy(s, shard, known[log_of(shard, s.kv_logs)], receive, deadline)
         log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(shards), shard, copies[shard][0])
     view = BatchView(s.store)
     tails: dict[int, tuple[int, int]] = {}

@@ -128,3 +128,10 @@ def test_a_rebuilt_log_is_tailed_from_its_lowest_copy_each_shard_from_its_own() 
     assert not shard_copy.applies(marks, 9, 200) and shard_copy.applies(marks, 7, 95)
     with pytest.raises(ValueError, match="copies"):
         shard_copy.rebuild({})
+
+
+def test_a_rebuild_needs_the_head_of_every_log_its_shards_are_in() -> None:
+    # Shards 0..5 over 3 logs (log = shard % 3): shards 1 and 4 are in log 1.
+    assert rebuild.known_heads([0, 4], {0: 10, 1: 20, 2: None}, 3) == {0: 10, 1: 20}
+    with pytest.raises(bootstrap.BootstrapFailed, match=r"head of logs \[1\]"):
+        rebuild.known_heads([0, 4], {0: 10, 1: None, 2: 30}, 3)

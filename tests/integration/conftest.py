@@ -184,6 +184,17 @@ def wait_for(cond, timeout_s: float, what: str, every_s: float = 0.05):  # type:
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def storage_status(addr: str) -> Any:
+    """The storage node at `addr`'s Status (a NodeStatusResponse), or None if it does not
+    answer within 5 s."""
+    from midtown_pb import kv_pb2, kv_pb2_grpc
+    with grpc.insecure_channel(addr) as ch:
+        try:
+            return kv_pb2_grpc.StorageStub(ch).Status(kv_pb2.NodeStatusRequest(), timeout=5)
+        except grpc.RpcError:
+            return None
+
+
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local Spark session for the whole test run (PITFALLS.md: it takes ~10 s and up

@@ -26,7 +26,7 @@ from midtown import Client
 from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from tests.integration.conftest import started, wait_for
+from tests.integration.conftest import started, storage_status, wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import check_per_key
 
@@ -223,11 +223,8 @@ def test_a_node_that_lost_its_disk_is_rebuilt_shard_by_shard(six: Cluster) -> No
 
 def _holds_all(c: Cluster, node: int, shards: set[int]) -> bool:
     """Whether `node` answers its Status call listing each of `shards`."""
-    try:
-        st = _stub(c, node).Status(pb.NodeStatusRequest(), timeout=5)
-    except grpc.RpcError:
-        return False
-    return shards <= {s.shard for s in st.shards}
+    st = storage_status(c.procs[f"storage-{node}"].addr)
+    return st is not None and shards <= {s.shard for s in st.shards}
 
 
 def _agree(c: Cluster, shard: int, nodes: tuple[int, ...]) -> bool:

@@ -12,7 +12,7 @@ import pytest
 
 from midtown import Client, Write, errors
 from midtown_pb import kv_pb2 as pb
-from tests.integration.conftest import started, wait_for
+from tests.integration.conftest import started, storage_status, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -143,19 +143,7 @@ def test_bad_and_stale_tokens_are_refused_naming_the_token(sc: tuple[object, Cli
     c.restart(node)  # type: ignore[attr-defined]
     # Once it serves again (a restart on a loaded machine outlasts the SDK's retries).
     addr = c.procs[node].addr  # type: ignore[attr-defined]
-    wait_for(lambda: _serves(addr), 60, f"{node} to serve again")
+    wait_for(lambda: storage_status(addr) is not None, 60, f"{node} to serve again")
     with pytest.raises(errors.FailedPrecondition, match="token: "):
         list(db.scan_shard("s", shard, token=first.next, timeout=30))
 
-
-def _serves(addr: str) -> bool:
-    """Whether the storage node at `addr` answers its Status call."""
-    import grpc
-
-    from midtown_pb import kv_pb2_grpc
-    with grpc.insecure_channel(addr) as ch:
-        try:
-            kv_pb2_grpc.StorageStub(ch).Status(pb.NodeStatusRequest(), timeout=2)
-            return True
-        except grpc.RpcError:
-            return False

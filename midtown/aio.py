@@ -16,18 +16,19 @@ queue and travel together in the next call."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
-from midtown.client import (
-    WATCH_STREAM_S,
+from midtown.checks import Key, to_bytes
+from midtown.client import WATCH_STREAM_S
+from midtown.coalescing import AsyncCoalescer
+from midtown.endpoints import Endpoints
+from midtown.model import (
     BatchResult,
     CasResult,
-    Client,
     Item,
-    Key,
     Op,
     ScanPage,
     ShardPage,
@@ -35,21 +36,18 @@ from midtown.client import (
     Value,
     Write,
     WriteOutcome,
-    _b,
-    _Call,
-    _PagedScan,
 )
-from midtown.coalescing import AsyncCoalescer
+from midtown.operations import Call, Operations, PagedScan
 from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
 from runtime.transport import GRPC_OPTIONS
 
 
-class _Builder(Client):
-    """Client's operations, built and checked but not run: each returns its _Call."""
+class _Builder(Operations):
+    """The operations, built and checked but not run: each returns its Call."""
 
-    def _do(self, c: _Call) -> Any:
+    def _do(self, c: Call) -> Any:
         return c
 
 
@@ -58,8 +56,9 @@ class AsyncClient:
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
                  tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True) -> None:
         """The same arguments as Client's."""
-        self._b = _Builder(coordinators, zk=zk, timeout=timeout, retries=retries, token=token,
-                           tls_ca=tls_ca, coalesce=False, route=route)
+        self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
+                                   tls_ca=tls_ca, route=route)
+        self._b = _Builder()
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._coalescer = AsyncCoalescer(self._call) if coalesce else None
@@ -73,10 +72,10 @@ class AsyncClient:
     async def close(self) -> None:
         for ch in self._channels:
             await ch.close()
-        if self._b._routes is not None:
-            self._b._routes.stop()
-        if self._b._zk is not None:
-            await asyncio.to_thread(self._b.close)
+        if self.endpoints.has_session:
+            await asyncio.to_thread(self.endpoints.close)  # a ZooKeeper session's close blocks
+        else:
+            self.endpoints.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -148,45 +147,55 @@ class AsyncClient:
     async def _run(self, c: object) -> Any:
         """Run an operation Client built and checked (its _Call: _Builder returns it in
         place of the result) on grpc.aio: coalesced if it is single-key."""
-        assert isinstance(c, _Call), c
-        to = self._b._route_of(c.method, c.req) if c.single else None
+        assert isinstance(c, Call), c
+        to = self.endpoints.route_of(c.method, c.req) if c.single else None
         if c.single and self._coalescer is not None:
-            return c.decode(await self._coalescer.call(c.method, c.req, self._b._timeout(c.timeout), to))
+            t = self.endpoints.deadline(c.timeout)
+            return c.decode(await self._coalescer.call(c.method, c.req, t, to))
         return c.decode(await self._call(c.method, c.req, c.timeout, to))
 
     def coordinator_for(self, dataset: str, partition: str | bytes) -> str | None:
         """As Client.coordinator_for (no I/O: routes are read in the background)."""
-        return self._b.coordinator_for(dataset, partition)
+        return self.endpoints.coordinator_for(dataset, partition)
 
     # ------------------------------------------------------------ plumbing
     async def coordinators(self, refresh: bool = False) -> list[str]:
-        found = self._b._known_coordinators(refresh)
+        found = self.endpoints.known(refresh)
         if found is not None:  # no thread hop while the list is fresh
             return found
-        return await asyncio.to_thread(self._b.coordinators, refresh)  # ZooKeeper: blocking
+        return await asyncio.to_thread(self.endpoints.coordinators, refresh)  # ZooKeeper: blocking
 
     def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
         s = self._stubs.get(addr)
         if s is None:
-            creds = self._b._creds
+            creds = self.endpoints.credentials
             ch = (grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS) if creds is None
                   else grpc.aio.secure_channel(addr, creds, options=GRPC_OPTIONS))
             self._channels.append(ch)
             s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
         return s
 
-    async def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None) -> Any:
-        """Call with retries under one deadline; the request id stays the same (as Client._call)."""
-        attempts = Attempts(method, self._b.retries, self._b._timeout(timeout))  # midtown/retries.py
-        addr = to or self._b._pick(await self.coordinators())
+    async def _call(self, method: str, req: Any, timeout: float | None, to: str | None = None,
+                    first_message: bool = False) -> Any:
+        """Call with retries under one deadline; the request id stays the same (as Client's).
+        `first_message`: a streaming call, of which the first message is the answer."""
+        ends = self.endpoints
+        attempts = Attempts(method, ends.retries, ends.deadline(timeout))  # midtown/retries.py
+        addr = to or ends.pick(await self.coordinators())
         while True:
             left = attempts.start(req)
             try:
-                return await getattr(self._stub(addr), method)(req, timeout=left, metadata=self._b._metadata)
+                call = getattr(self._stub(addr), method)(req, timeout=left, metadata=ends.metadata)
+                if not first_message:
+                    return await call
+                try:
+                    return await call.read()
+                finally:
+                    call.cancel()
             except grpc.RpcError as e:
                 switch, pause = attempts.failed(e)
                 if switch:
-                    addr = self._b._switch(addr, await self.coordinators(refresh=True))
+                    addr = ends.switch(addr, await self.coordinators(refresh=True))
                 await asyncio.sleep(pause)
 
     # ------------------------------------------------------------ multi-call operations
@@ -194,14 +203,15 @@ class AsyncClient:
                          max_bytes: int = 0, partition_key: str | bytes | None = None, token: bytes = b"",
                          timeout: float | None = None) -> AsyncIterator[ShardPage]:
         """As Client.scan_shard: the pages as they come."""
-        scan = _PagedScan(self._b._scan_shard_request(dataset, shard, consistency, page, max_bytes,
-                                                      partition_key, token),
-                          self._b.retries, timeout or max(self._b.timeout, 60.0))
+        ends = self.endpoints
+        scan = PagedScan(self._b.scan_shard_request(dataset, shard, consistency, page, max_bytes,
+                                                    partition_key, token),
+                         ends.retries, timeout or max(ends.timeout, 60.0))
         while True:
-            addr = self._b._pick(await self.coordinators(refresh=scan.attempt > 0))
+            addr = ends.pick(await self.coordinators(refresh=scan.attempt > 0))
             try:
                 async for m in self._stub(addr).ScanShard(scan.req, timeout=scan.wait_s,
-                                                          metadata=self._b._metadata):
+                                                          metadata=ends.metadata):
                     yield scan.page(m)
                     if scan.done:
                         return
@@ -211,25 +221,50 @@ class AsyncClient:
 
     async def positions(self, dataset: str, *, partition_key: str | bytes | None = None,
                         timeout: float | None = None) -> dict[int, int]:
-        """As Client.positions (one short call, made on a thread)."""
-        return await asyncio.to_thread(self._b.positions, dataset, partition_key=partition_key,
-                                       timeout=timeout)
+        """As Client.positions: the first message of a watch from now."""
+        req = self._b.positions_request(dataset, partition_key, self.endpoints.deadline(timeout))
+        return dict((await self._call("Watch", req, timeout, first_message=True)).positions)
 
     def watch(self, dataset: str, start: str | dict[int, int] = "now", *,
               partition_key: str | bytes | None = None, until: dict[int, int] | None = None,
               timeout: float | None = None) -> AsyncWatcher:
         """As Client.watch: `async for change in db.watch(...)`; the watcher's `positions`
         is the resume point, `close()` ends it."""
-        b = self._b
-        pk = None if partition_key is None else _b(partition_key, "partition_key")
-        return AsyncWatcher(self, WatchState(b._header(dataset, None), start, pk,
-                                             timeout or max(b.timeout, 60.0), until))
+        state = self._b.watch_state(dataset, start, partition_key, until,
+                                    timeout or max(self.endpoints.timeout, 60.0))
+        return AsyncWatcher(state, self._watch_streams)
+
+    async def _watch_streams(self, w: AsyncWatcher) -> AsyncIterator[Change]:
+        state, ends = w.state, self.endpoints
+        while not state.closed:
+            addr = ends.pick(await self.coordinators(refresh=state.avoid is not None), failed=state.avoid)
+            try:
+                w.call = call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
+                                                       metadata=ends.metadata)
+                if state.closed:  # closed while the call was made: close() found none to cancel
+                    call.cancel()
+                async for m in call:
+                    for change in state.take(m):
+                        yield change
+                    if state.done():
+                        w.call.cancel()
+                        return
+                state.avoid = None
+            except grpc.RpcError as e:
+                wait = state.failed(e, addr)
+                if wait is None:
+                    return
+                await asyncio.sleep(wait)
+            except asyncio.CancelledError:
+                if state.closed:
+                    return
+                raise
 
     async def scan_all(self, dataset: str, partition: str | bytes, *, start: str | bytes = b"",
                        end: str | bytes = b"", page: int = 100,
                        consistency: str = "strong") -> AsyncIterator[Item]:
         """As Client.scan_all: every item of a partition, page by page."""
-        cur = _b(start)
+        cur = to_bytes(start)
         while True:
             p = await self.scan(dataset, partition, start=cur, end=end, limit=page, consistency=consistency)
             for item in p.items:
@@ -242,10 +277,10 @@ class AsyncClient:
 class AsyncWatcher:
     """Client.watch's Watcher on asyncio: an async iterator of changes."""
 
-    def __init__(self, client: AsyncClient, state: WatchState) -> None:
-        self._c = client
+    def __init__(self, state: WatchState, streams: Callable[[AsyncWatcher], AsyncIterator[Change]]) -> None:
         self.state = state
         self.call: Any = None
+        self._streams = streams
 
     @property
     def positions(self) -> dict[int, int]:
@@ -257,30 +292,4 @@ class AsyncWatcher:
             self.call.cancel()
 
     def __aiter__(self) -> AsyncIterator[Change]:
-        return self._changes()
-
-    async def _changes(self) -> AsyncIterator[Change]:
-        state, b = self.state, self._c._b
-        while not state.closed:
-            addr = b._pick(await self._c.coordinators(refresh=state.avoid is not None), failed=state.avoid)
-            try:
-                self.call = call = self._c._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
-                                                             metadata=b._metadata)
-                if state.closed:  # closed while the call was made: close() found none to cancel
-                    call.cancel()
-                async for m in call:
-                    for change in state.take(m):
-                        yield change
-                    if state.done():
-                        self.call.cancel()
-                        return
-                state.avoid = None
-            except grpc.RpcError as e:
-                wait = state.failed(e, addr)
-                if wait is None:
-                    return
-                await asyncio.sleep(wait)
-            except asyncio.CancelledError:
-                if state.closed:
-                    return
-                raise
+        return self._streams(self)

@@ -236,3 +236,40 @@ def test_the_client_and_the_command_line_work_without_the_server_libraries() -> 
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def private_reaches(source: str) -> list[str]:
+    """Where code uses another object's private name: `x._name` with x not self or cls, or
+    `from module import _name` (a module's own `os._exit`-style calls of the standard
+    library are named in ALLOWED_PRIVATE)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if ast.unparse(node) in ALLOWED_PRIVATE:
+                continue
+            bad.append(f"{node.lineno}: {ast.unparse(node)}")
+        if isinstance(node, ast.ImportFrom):
+            bad += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return bad
+
+
+ALLOWED_PRIVATE = {"os._exit"}
+
+
+def test_the_sdk_uses_no_private_name_of_another_object() -> None:
+    """Client and AsyncClient share the operations (midtown/operations.py), where calls go
+    (midtown/endpoints.py) and the retry policy through their public faces; neither reaches
+    into the other's fields, as AsyncClient once did into thirteen of a Client subclass's."""
+    bad = []
+    for path in sorted((ROOT / "midtown").rglob("*.py")):
+        bad += [f"{path.relative_to(ROOT)}:{b}" for b in private_reaches(path.read_text())]
+    assert bad == []
+
+
+def test_the_private_name_check_sees_a_reach() -> None:
+    assert private_reaches("def f(c):\n    return c._routes\n") == ["2: c._routes"]
+    assert private_reaches("from midtown.client import _b\n") == ["1: from midtown.client import _b"]
+    assert private_reaches("class A:\n    def f(self):\n        return self._x\n") == []

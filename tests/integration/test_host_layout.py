@@ -183,7 +183,7 @@ def test_no_routes_in_the_split_layout(tmp_path: Path) -> None:
         c.create_dataset("t")
         with Client(zk=c.zk_hosts, timeout=20) as db:
             db.put("t", "p", "l", b"v")
-            r = db._routes
+            r = db.endpoints.routes
             assert r is not None
             wait_for(lambda: r.reads >= 2, 15, "routes read")
             assert db.coordinator_for("t", "p") is None

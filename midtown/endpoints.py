@@ -1,0 +1,136 @@
+"""Where an SDK call goes: the coordinators (the addresses given, or those registered in
+ZooKeeper), which one a call tries first (a key's route, else one at random, passing over
+those just found unreachable), and what every call carries (credentials, the bearer token,
+the default deadline and retries). Shared by Client and AsyncClient; it sends nothing
+itself, and reads ZooKeeper only for a client given zk=."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import grpc
+
+from midtown import errors
+from midtown.checks import Key, to_bytes, to_dataset
+from midtown.routes import AVOID_S, ROUTED_METHODS, Routes
+
+DISCOVERY_TTL_S = 5.0
+
+
+class Endpoints:
+    def __init__(self, coordinators: str | list[str] | None, zk: str | None, *, timeout: float,
+                 retries: int, token: str | None, tls_ca: bytes | str | None, route: bool) -> None:
+        if coordinators is None and zk is None:
+            raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
+        self.credentials: grpc.ChannelCredentials | None = None
+        if tls_ca is not None:
+            if isinstance(tls_ca, str):
+                try:
+                    with open(tls_ca, "rb") as f:
+                        tls_ca = f.read()
+                except OSError as e:
+                    raise ValueError(f"tls_ca: {e}") from None
+            self.credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca)
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.timeout = timeout
+        self.retries = retries
+        self.zk_hosts = zk
+        self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
+        self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (pick)
+        self._zk: Any = None
+        self._found: tuple[float, list[str]] = (0.0, [])
+        self._lock = threading.Lock()
+        self.routes = Routes(self.session) if zk is not None and route and not self._fixed else None
+
+    def close(self) -> None:
+        if self.routes is not None:
+            self.routes.stop()
+        if self._zk is not None:
+            self._zk.stop()
+            self._zk.close()
+
+    @property
+    def has_session(self) -> bool:
+        """Whether a ZooKeeper session was opened (closing it blocks)."""
+        return self._zk is not None
+
+    def deadline(self, timeout: float | None) -> float:
+        """A call's timeout: the one given (checked), else the client's."""
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
+            raise errors.InvalidArgument(f"timeout: {timeout!r}, must be a number of seconds above 0")
+        return timeout or self.timeout
+
+    def coordinators(self, refresh: bool = False) -> list[str]:
+        """The coordinators to use: the addresses given, or those registered in ZooKeeper
+        (looked up at most every DISCOVERY_TTL_S, or at once after a failure). Blocks on
+        ZooKeeper when it looks them up."""
+        found = self.known(refresh)
+        if found is None:
+            from catalog import registry  # ZooKeeper's client loads for a Client given zk= only
+            zk = self.session()
+            try:
+                found = list(registry.members(zk, registry.COORDINATORS).values())
+            except Exception as e:  # the session is being re-established: a retryable error
+                raise errors.Unavailable(f"ZooKeeper at {self.zk_hosts} did not answer "
+                                         f"({type(e).__name__}); retry") from None
+            with self._lock:
+                self._found = (time.monotonic(), found)
+        if not found:
+            raise errors.Unavailable("no coordinator is registered in ZooKeeper")
+        return found
+
+    def known(self, refresh: bool = False) -> list[str] | None:
+        """The coordinators given, or unless `refresh` those found in ZooKeeper less than
+        DISCOVERY_TTL_S ago (None: they must be looked up)."""
+        if self._fixed:
+            return self._fixed
+        at, found = self._found
+        return found if not refresh and found and time.monotonic() - at <= DISCOVERY_TTL_S else None
+
+    def session(self) -> Any:
+        """The ZooKeeper session, connected on first use (Unavailable if it cannot be)."""
+        from catalog import connect as zkpaths  # ZooKeeper's client loads for a Client given zk= only
+        with self._lock:
+            if self._zk is None:
+                wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)
+                try:
+                    self._zk = zkpaths.connect(self.zk_hosts, connect_timeout_s=wait)  # type: ignore[arg-type]
+                except Exception:
+                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self.zk_hosts} within "
+                                             f"{wait:g}s") from None
+            return self._zk
+
+    def pick(self, addrs: list[str], failed: str | None = None) -> str:
+        """A coordinator at random, passing over those a call could not reach in the last
+        AVOID_S while others remain (`failed`: one just now). A paused coordinator is found
+        out by keepalive in about 2 s (runtime/transport.py), and a new call to it would
+        wait on its connection until the deadline."""
+        now = time.monotonic()
+        if failed is not None:
+            self._unreached[failed] = now + AVOID_S
+        ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now]
+        return random.choice(ok or addrs)
+
+    def switch(self, failed: str, coordinators: list[str]) -> str:
+        """Another coordinator than `failed`, which was unavailable (and is no route now)."""
+        if self.routes is not None:
+            self.routes.failed(failed)
+        return self.pick(coordinators, failed=failed)
+
+    def route_of(self, method: str, req: Any) -> str | None:
+        """The coordinator a single-key request goes to first (None: any): routes are for
+        the operations that append (ROUTED_METHODS)."""
+        r = self.routes
+        if r is None or method not in ROUTED_METHODS:
+            return None
+        return r.coordinator_for(req.header.dataset, req.key.partition)
+
+    def coordinator_for(self, dataset: str, partition: Key) -> str | None:
+        """The coordinator the writes on `partition` of `dataset` go to first: the one
+        beside its log's writer (host layout), or None (any). Routes are read in the
+        background: None at first."""
+        r = self.routes
+        return None if r is None else r.coordinator_for(to_dataset(dataset), to_bytes(partition, "partition"))

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent import futures
 from concurrent.futures import Future
 from typing import Any
@@ -21,8 +21,8 @@ import grpc
 from prometheus_client import Counter
 
 from coordinator import limits
-from midtown_pb import kv_pb2 as pb
-from record.model import RecordResult
+from record import answer
+from record.answer import Answer
 from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.coordinator")
@@ -36,9 +36,6 @@ REFUSED_ANSWERS = Counter(
     "Answers delivered to the callback service that match no record this coordinator sent "
     "(or come from no member storage node, or lack the record's answer secret): dropped")
 
-Answer = RecordResult | pb.RecordResult  # a storage node in this process answers with model objects
-
-
 def answer_expected(sent: tuple[int, int] | None, members: Any, m: Answer, secret: int | None) -> bool:
     """Whether an answer delivered to the callback service can come from a storage node
     applying a record this coordinator sent: `sent` is that record's (log, shard), None if
@@ -47,7 +44,7 @@ def answer_expected(sent: tuple[int, int] | None, members: Any, m: Answer, secre
     storage node in this process). Anything else (a forged or misdirected Deliver, even one
     naming a real request id) must neither wake a waiter nor be compared."""
     return (sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
-            and (secret is None or secret == getattr(m, "answer_secret", None)))
+            and (secret is None or secret == answer.secret_of(m)))
 
 
 class Answers:
@@ -94,7 +91,7 @@ class Answers:
                     if not ws:
                         del self._waiters[rid]
 
-    def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
+    def deliver(self, results: Sequence[Answer]) -> None:
         """Storage nodes' answers: every one is digest-checked; only one that a request
         still waits for is decoded (the second replica's answer usually is not). A storage
         node in this process hands over its results undecoded (its local_answers port)."""
@@ -102,8 +99,8 @@ class Answers:
         for m in results:
             with self._lock:
                 sent = self._sent.get(m.request_id)
-            over_network = not isinstance(m, RecordResult)
-            if not answer_expected(sent, members, m, self.secret(m.request_id) if over_network else None):
+            secret = self.secret(m.request_id) if answer.over_network(m) else None
+            if not answer_expected(sent, members, m, secret):
                 self.refused += 1
                 REFUSED_ANSWERS.inc()
                 continue

@@ -23,7 +23,7 @@ from catalog.registry import KvTopology
 from catalog.routing import log_of, shard_of
 from coordinator import eventual, limits
 from coordinator.admission import Admission
-from coordinator.answers import Answer, Answers
+from coordinator.answers import Answers
 from coordinator.appender import Appender, Placed
 from coordinator.checks import (
     Code,
@@ -39,7 +39,8 @@ from log.metadata import LogMetadata
 from log.read_index import LocalLog
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import log_pb2
-from record import codec
+from record import answer, codec
+from record.answer import Answer
 from record.model import (
     Op,
     OpResult,
@@ -258,11 +259,11 @@ class Coordinator:
         return out  # type: ignore[return-value]
 
     @staticmethod
-    def outcome(rec: Record, r: RecordResult | pb.RecordResult) -> RecordResult:
+    def outcome(rec: Record, a: Answer) -> RecordResult:
         """A storage node's answer to a single-key record, as the request's result: a
         record of one group (an event id) says whether it was a duplicate, with the first
         outcome."""
-        r = r if isinstance(r, RecordResult) else codec.result_from_pb(r)
+        r = answer.decoded(a)
         if not rec.groups:
             if len(r.results) != len(rec.ops):
                 raise reused_request_id()
@@ -281,10 +282,9 @@ class Coordinator:
                             g.applied, g.duplicate, results)
 
     def run_records(self, records: list[tuple[int, int, bytes, bytes]],
-                    deadline_s: float) -> list[RecordResult | pb.RecordResult]:
+                    deadline_s: float) -> list[Answer]:
         """Append records (log, shard, request id, encoded record) that name this
-        coordinator's callback, and wait for a storage node's answer to each: as it came (a
-        storage node in this process answers with model objects, others with protobuf).
+        coordinator's callback, and wait for a storage node's answer to each (record/answer.py).
         All records of one log go in one append. The first failure is raised."""
         out = self.append_and_wait([Appending(*r) for r in records], deadline_s)
         for o in out:
@@ -349,7 +349,7 @@ class Coordinator:
                         "the log did not take the request in time (it was not applied); retry "
                         "with the same header.request_id") from None
 
-    def deliver(self, results: list[pb.RecordResult] | list[RecordResult]) -> None:
+    def deliver(self, results: Sequence[Answer]) -> None:
         """Storage nodes' answers (coordinator/answers.py)."""
         self.answers.deliver(results)
 

@@ -45,7 +45,8 @@ from coordinator.replicas import LocalStorage
 from log.client import LocalAppends
 from log.read_index import LocalLog
 from midtown_pb import kv_pb2 as pb
-from record import codec
+from record import answer, codec
+from record.answer import Answer
 from record.model import (
     Delete,
     Get,
@@ -70,16 +71,12 @@ LATENCY = Histogram("midtown_kv_request_seconds", "KV request latency, by method
                     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 
 
-def _put_outcomes(r: RecordResult | pb.RecordResult, rows: list[int], status: list[Any],
-                  position: list[int]) -> None:
+def _put_outcomes(a: Answer, rows: list[int], status: list[Any], position: list[int]) -> None:
     """A record of puts' answer, into the response's columns at `rows`."""
-    if isinstance(r, pb.RecordResult) and r.groups_all_applied:
-        for i in rows:
-            position[i] = r.position
-        return
-    for i, g in zip(rows, r.groups):
-        status[i] = pb.DUPLICATE if g.duplicate else pb.APPLIED
-        position[i] = g.position
+    for i, (duplicate, at) in zip(rows, answer.group_heads(a)):
+        if duplicate:
+            status[i] = pb.DUPLICATE
+        position[i] = at
 
 
 def _lww_value(v: pb.LwwValue) -> pb.Value:
@@ -324,9 +321,7 @@ class KVService:
             if p.indexes[0] >= first:  # a record of puts
                 _put_outcomes(r, [i - first for i in p.indexes], status, position)
                 continue
-            groups = (codec.groups_of(r) if isinstance(r, pb.RecordResult) else
-                      [codec.group_result_to_pb(g) for g in r.groups])
-            for i, g in zip(p.indexes, groups):
+            for i, g in zip(p.indexes, answer.groups_pb(r)):
                 outcomes[i] = bulk.outcome(g)
         assert all(o is not None for o in outcomes) and all(p >= 0 for p in position)
         return pb.WriteManyResponse(outcomes=outcomes,  # type: ignore[arg-type]

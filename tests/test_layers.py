@@ -273,3 +273,12 @@ def test_the_private_name_check_sees_a_reach() -> None:
     assert private_reaches("def f(c):\n    return c._routes\n") == ["2: c._routes"]
     assert private_reaches("from midtown.client import _b\n") == ["1: from midtown.client import _b"]
     assert private_reaches("class A:\n    def f(self):\n        return self._x\n") == []
+
+
+def test_the_coordinator_reads_answers_through_the_record_contract() -> None:
+    """A storage node's answer comes as a model object (in the same process) or as protobuf
+    (over the network); the coordinator reads either through record/answer.py and never asks
+    which it holds (`RecordResult | pb.RecordResult` once ran through three of its files)."""
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "coordinator").rglob("*.py"))
+           for i, line in enumerate(p.read_text().splitlines(), 1) if "pb.RecordResult" in line]
+    assert bad == []

@@ -27,8 +27,8 @@ def results(draw: st.DrawFn) -> RecordResult:
         for _ in range(draw(st.integers(0, 4))))
     return RecordResult(draw(st.binary(min_size=1, max_size=16)), draw(st.integers(0, 64)), position,
                         draw(st.integers(0, 1024)), draw(st.integers(0, 2**64 - 1)), draw(st.integers(0, 9)),
-                        draw(st.booleans()), draw(st.booleans()), tuple(draw(st.lists(op_results, max_size=3))),
-                        groups)
+                        draw(st.booleans()), draw(st.booleans()),
+                        tuple(draw(st.lists(op_results, max_size=3))), groups)
 
 
 @given(results())
@@ -44,7 +44,8 @@ def test_both_forms_read_alike(r: RecordResult) -> None:
 
 
 def test_the_short_form_is_read_as_every_group_applied() -> None:
-    r = RecordResult(b"rid", 1, 7, 3, 0, 2, True, groups=tuple(GroupResult(True, False, (), 7) for _ in range(3)))
+    r = RecordResult(b"rid", 1, 7, 3, 0, 2, True,
+                     groups=tuple(GroupResult(True, False, (), 7) for _ in range(3)))
     m = codec.result_to_pb(r)
     assert m.groups_all_applied == 3 and not m.groups
     assert list(answer.group_heads(m)) == [(False, 7)] * 3

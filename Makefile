@@ -31,10 +31,11 @@ test-fast: proto
 
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
 # (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
-# shard move simulation, BROKEN=no-hold one of its broken variants)
+# shard move simulation, BROKEN=no-hold one of its broken variants; CLUSTER=1: real storage
+# nodes beside the log, BROKEN=truncate-ahead)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
-		$(if $(MOVES),--moves) $(if $(BROKEN),--broken $(BROKEN)) \
+		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule))
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
@@ -45,6 +46,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 200000 --runs 5000 --servers 5
 	$(PY) -m tests.sim.run --seed 300000 --runs 5000 --moves
 	$(PY) -m tests.sim.run --seed 400000 --runs 5000 --takeover
+	$(PY) -m tests.sim.run --seed 500000 --runs 2000 --cluster
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 

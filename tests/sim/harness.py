@@ -307,10 +307,14 @@ class Sim:
         wid = min(live) if self.rng.random() < 0.3 else self.rng.choice(live)
         tok = self.next_token
         self.next_token += 1
-        payloads = [f"p{tok}.{i}".encode() for i in range(self.rng.randrange(1, 4))]
+        payloads = self.new_payloads(tok)
         self.tokens[tok] = payloads
         self.writers[wid].append(tok, payloads, self.now + self.rng.randrange(-50, 50) + 1000)
         self._drain(wid)
+
+    def new_payloads(self, tok: int) -> list[bytes]:
+        """What an append carries (a subclass appends real records)."""
+        return [f"p{tok}.{i}".encode() for i in range(self.rng.randrange(1, 4))]
 
     def tick(self) -> None:
         self.now += 1 + self.rng.randrange(100)
@@ -471,8 +475,9 @@ class Sim:
             self.trace.append(f"t={self.now} segment {mv.epoch} re-replicated from {mv.dead} to {mv.target}")
 
     # ------------------------------------------------------------ the run
-    def run(self) -> list[str]:
-        events = [
+    def events(self) -> list[tuple[Callable[[], None], float]]:
+        """What may happen at a step, with its weight (a subclass adds its own)."""
+        events: list[tuple[Callable[[], None], float]] = [
             (self.deliver, 60), (self.append, 15), (self.tick, 8), (self.elect, 0.7),
             (self.crash_replica, 0.5), (self.restart_replica, 1), (self.crash_writer, 0.4),
             (self.seal, 3), (self.read, 8), (self.truncate, 0.3), (self.read_index_probe, 3),
@@ -481,6 +486,10 @@ class Sim:
             events.append((self.rereplicate, 1))
         if self.cfg.takeover:
             events += [(self.watch_writer, 6), (self.pause_writer, 0.4)]
+        return events
+
+    def run(self) -> list[str]:
+        events = self.events()
         fns = [f for f, _ in events]
         weights = [w for _, w in events]
         self.elect()

@@ -1,6 +1,8 @@
 """Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
   [--takeover [--takeover-claim skip-fence]]: followers take the log over (log/takeover.py)
-Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]"""
+Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
+Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
+  [--broken truncate-ahead]"""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import logging
 import sys
 import time
 
-from tests.sim import moves
+from tests.sim import cluster, moves
 from tests.sim.harness import Config, Sim
 
 
@@ -25,7 +27,10 @@ def main() -> int:
                     help="followers take the log over from writers they lost; writers pause")
     ap.add_argument("--takeover-claim", default="rule", help="with --takeover: 'skip-fence' (broken)")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
-    ap.add_argument("--broken", default="", help="with --moves: a broken variant (tests/sim/moves.py)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="the log simulation with real storage nodes beside it")
+    ap.add_argument("--broken", default="",
+                    help="with --moves or --cluster: a broken variant (tests/sim/moves.py, cluster.py)")
     a = ap.parse_args()
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
         logging.disable(logging.CRITICAL)
@@ -35,9 +40,10 @@ def main() -> int:
     for seed in range(a.seed, a.seed + a.runs):
         cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim)
         sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken)) if a.moves
+                                    else cluster.ClusterSim(seed, cfg, a.broken) if a.cluster
                                     else Sim(seed, cfg))
         v = sim.run()
-        if isinstance(sim, moves.MoveSim):
+        if isinstance(sim, moves.MoveSim | cluster.ClusterSim):
             for k, n in sim.counts.items():
                 counts[k] = counts.get(k, 0) + n
         if a.trace:
@@ -47,7 +53,7 @@ def main() -> int:
             print(f"seed {seed}: {len(v)} violations, first: {v[0]}")
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s)"
-          + (f"; moves: {counts}" if counts else ""))
+          + (f"; {'moves' if a.moves else 'cluster'}: {counts}" if counts else ""))
     return 1 if bad else 0
 
 

@@ -24,9 +24,16 @@ Invariants, beside the log's:
   (4) no node finds the next position it needs truncated;
   (5) at the end, every replica of each shard has the model's digest and values.
 
+And strong reads as the coordinator makes them (coordinator/node.py read_request and
+read_round): a ReadIndex round over the log's replicas (log/read_index.py, with metadata
+cached a while ago), then the storage node's read (storage_node/reads.py) at a replica
+that has applied past the index, or none if it has not:
+  (6) a strong read sees every write answered before it began.
+
 Broken variants, for the checker to catch: "truncate-ahead" truncates anywhere below the
 highest acknowledged position (ignoring the nodes); "retry-new-id" retries a write under a
-new request id."""
+new request id; "read-anywhere" reads a replica without asking it to have applied past the
+read index."""
 
 from __future__ import annotations
 
@@ -41,12 +48,14 @@ from catalog.datasets import Dataset
 from catalog.registry import KvTopology
 from catalog.replica_sets import spread
 from coordinator.answers import Answers
+from coordinator.node import Coordinator
 from coordinator.records import record_for
 from log import reading
 from log.entry import Entry
+from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.answer import Answer
-from record.model import Cas, Incr, Position, Put, Record, RecordResult
+from record.model import Behind, Cas, Get, Incr, Position, Put, Record, RecordResult
 from runtime import inprocess
 from storage_node import keys
 from storage_node.node import Parts, StorageNode
@@ -62,7 +71,7 @@ KV = KvTopology(shards=SHARDS, storage_nodes=NODES, logs=1)
 SETS = replace(spread(SHARDS, NODES, 3), version=1)  # each node holds some of the shards
 COORDINATOR = "sim-coordinator"  # the records' callback: the answers come to the sim's Answers
 PKEYS = [b"k%d" % i for i in range(10)]
-BROKEN = ("truncate-ahead", "retry-new-id")
+BROKEN = ("truncate-ahead", "retry-new-id", "read-anywhere")
 
 
 @dataclass
@@ -75,14 +84,22 @@ class Write:
     answered: bool = False
 
 
+def counted(w: Write, i: int) -> bool:
+    """Whether write `i` increments its own key, n<i> (a check-and-set alone does not)."""
+    return any(isinstance(op, Incr) and op.local_key == b"n%d" % i for op in w.record.ops)
+
+
 class _NoLogs:
-    """A storage node's log client where the simulation carries the log: never called."""
+    """A component's log client (and ZooKeeper session) where the simulation carries the
+    log: never called."""
 
     def __init__(self) -> None:
-        self.zk = None
+        self.zk = self
 
     def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"the simulated storage node called its log client's {name}")
+        def call(*a: Any, **k: Any) -> Any:
+            raise AssertionError(f"a simulated component called its log client's {name}")
+        return call
 
 
 class _Taker:
@@ -146,6 +163,7 @@ class ClusterSim(Sim):
         self.broken = broken
         self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-"))
         self.answers = Answers(lambda: NODES)
+        self.coordinator = Coordinator(0, COORDINATOR, _NoLogs(), 1, KV)  # type: ignore[arg-type]
         self.answer_port: inprocess.Local[Any] = inprocess.Local().bind([COORDINATOR], _Taker(self))
         self.answered: dict[bytes, list[RecordResult]] = {}
         self.writes: list[Write] = []
@@ -155,7 +173,8 @@ class ClusterSim(Sim):
         self.retry_next: list[bytes] = []  # payloads the next append carries instead of new ones
         self.nodes = {n: SimNode(self, n) for n in NODES}
         self.counts = {"writes": 0, "retries": 0, "node crashes": 0, "published": 0, "truncations": 0,
-                       "applied chunks": 0}
+                       "applied chunks": 0, "strong reads": 0}
+        self.reading: list[tuple[int, pb.ReadRequest, int, int]] = []  # strong reads waiting at a replica
 
     # ------------------------------------------------------------ the coordinator's side
     def new_payloads(self, tok: int) -> list[bytes]:
@@ -309,9 +328,52 @@ class ClusterSim(Sim):
             if core is not None:
                 core.truncate(LOG, low)
 
+    def strong_read(self) -> None:
+        """A strong read of a write answered before it began: the coordinator's ReadIndex
+        round, then a replica's read from past the index (storage_node/reads.py), which
+        waits until the replica has applied that far (finish_reads)."""
+        done = [i for i, w in enumerate(self.writes) if self.waiters[w.request_id].done() and counted(w, i)]
+        if not done:
+            return
+        i = self.rng.choice(done)
+        cached = self.rng.choice(self.zk.history[-4:])  # the coordinator's metadata, maybe stale
+        idx = self._read_index(cached, fresh=False)
+        if idx == "stale":
+            idx = self._read_index(self.zk.meta, fresh=True)
+        if idx is None or isinstance(idx, str):
+            return  # too few replicas answered: the read goes through the log
+        w = self.writes[i]
+        log_id, req = self.coordinator.read_request(DATASET, w.record.partition_key, Get(b"n%d" % i))
+        assert log_id == LOG
+        req.min_position = 0 if self.broken == "read-anywhere" else idx + 1
+        holders = [sn.node_id for sn in self.nodes.values() if sn.alive and sn.node_id in SETS.of(req.shard)]
+        if holders:
+            self.reading.append((i, req, self.rng.choice(holders), idx))
+
+    def finish_reads(self) -> None:
+        """Waiting reads, at their replicas: answered once it has applied past the index;
+        given up (the coordinator asks another) if the replica crashed."""
+        waiting = []
+        for i, req, node_id, idx in self.reading:
+            sn = self.nodes[node_id]
+            if sn.node is None:
+                continue
+            try:
+                r = sn.node.reads.read(req)
+            except Behind:
+                waiting.append((i, req, node_id, idx))
+                continue
+            self.counts["strong reads"] += 1
+            if not r.result.found or r.result.value.value != b"1":  # (6)
+                self.violations.append(f"a strong read at node {node_id} (position {r.position}, index "
+                                       f"{idx}) missed write {self.writes[i].request_id!r}, answered "
+                                       f"before it")
+        self.reading = waiting
+
     def events(self) -> list[tuple[Callable[[], None], float]]:
-        return super().events() + [(self.node_tail, 20), (self.crash_node, 0.4), (self.restart_node, 1),
-                                   (self.publish, 6), (self.truncate, 1.5), (self.retry, 1.5)]
+        return super().events() + [
+            (self.node_tail, 20), (self.crash_node, 0.4), (self.restart_node, 1), (self.publish, 6),
+            (self.truncate, 1.5), (self.retry, 1.5), (self.strong_read, 3), (self.finish_reads, 3)]
 
     # ------------------------------------------------------------ the end
     def run(self) -> list[str]:
@@ -346,6 +408,7 @@ class ClusterSim(Sim):
                 self._apply(sn, entries)
         if self.violations:
             return
+        self.finish_reads()  # every node has applied the whole log: what waits for more never comes
         model = MemState()
         first: dict[bytes, RecordResult] = {}
         for p in range(end + 1):
@@ -384,7 +447,7 @@ class ClusterSim(Sim):
 
     def _check_once(self, model: MemState) -> None:
         for i, w in enumerate(self.writes):  # (2)
-            if not any(isinstance(op, Incr) and op.local_key == b"n%d" % i for op in w.record.ops):
+            if not counted(w, i):
                 continue
             v = model.get(keys.value_key(w.record.shard, DATASET.id, w.record.partition_key, b"n%d" % i))
             n = 0 if v is None else int(v.value)

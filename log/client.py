@@ -49,12 +49,11 @@ class Appended:
 @dataclass(frozen=True)
 class AppendRefused:
     """An append that did not succeed, as its server (or the network) said: the status
-    code and message, the writer to ask instead (a redirect), and whether the request
-    surely never reached a server."""
+    code and message, the writer to ask instead (a redirect), and the reason its server
+    gave in the refusal trailer, if any."""
     code: grpc.StatusCode
     message: str
     redirect: str = ""
-    not_sent: bool = False
     reason: str = ""  # runtime/refusals.py: not-writer, no-writer
 
 
@@ -186,7 +185,7 @@ class LogClient:
                     refresh = True
                 continue
             unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-            if unknown and (retry_unknown or got.reason == refusals.NO_WRITER or got.not_sent):
+            if unknown and (retry_unknown or got.reason == refusals.NO_WRITER):
                 time.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
@@ -212,12 +211,11 @@ class LogClient:
                     if now is not None and now != addr:  # taken over: the new writer decides
                         fut.cancel()
                         return AppendRefused(grpc.StatusCode.UNAVAILABLE,
-                                             f"log {log_id}: its writer changed to {now} meanwhile", "",
-                                             False, "")
+                                             f"log {log_id}: its writer changed to {now} meanwhile")
         except grpc.RpcError as e:
             trailers = dict(e.trailing_metadata() or ())
             return AppendRefused(e.code(), e.details() or "", trailers.get(refusals.WRITER_TRAILER_KEY, ""),
-                                 _not_sent(e), refusals.reason(e.trailing_metadata()))
+                                 refusals.reason(e.trailing_metadata()))
         return r.first_position, r.count, r.timestamp_ms, r.epoch
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
@@ -279,11 +277,3 @@ class LogClient:
                 for rp in ls.replicas:
                     row["replicas"][rp.server_id] = rp.position
         return [rows[k] for k in sorted(rows)]
-
-
-def _not_sent(e: grpc.RpcError) -> bool:
-    """Connection refused: the request never reached a server. (gRPC says so only in its
-    own message: the one text we read, and it is gRPC's, not ours.)"""
-    d = (e.details() or "").lower()
-    return "connection refused" in d or "failed to connect" in d
-

@@ -282,3 +282,46 @@ def test_the_coordinator_reads_answers_through_the_record_contract() -> None:
     bad = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "coordinator").rglob("*.py"))
            for i, line in enumerate(p.read_text().splitlines(), 1) if "pb.RecordResult" in line]
     assert bad == []
+
+
+def text_decisions(source: str) -> list[str]:
+    """Where code compares an error's message text (`.details()`, `.debug_error_string()`,
+    or a name given one of them) to decide something."""
+    def reads_text(node: ast.AST, names: set[str]) -> bool:
+        for n in ast.walk(node):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in ("details", "debug_error_string")):
+                return True
+            if isinstance(n, ast.Name) and n.id in names:
+                return True
+        return False
+
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        names: set[str] = set()
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and reads_text(n.value, set()):
+                names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Compare) and reads_text(n, names):
+                bad.append(f"{n.lineno}: {ast.unparse(n)}")
+    return bad
+
+
+def test_no_module_decides_on_an_errors_text() -> None:
+    """Refusals travel as codes and trailers (runtime/refusals.py); messages are for people.
+    The log client once read gRPC's "connection refused" text (log/client.py _not_sent)."""
+    bad = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            bad += [f"{path.relative_to(ROOT)}:{b}" for b in text_decisions(path.read_text())]
+    assert bad == []
+
+
+def test_the_text_check_sees_a_decision() -> None:
+    src = ("def f(e):\n    d = (e.details() or '').lower()\n    return 'connection refused' in d\n"
+           "def g(e):\n    return e.details() == 'x'\n"
+           "def h(e):\n    raise ValueError(e.details())\n")
+    assert [b.split(":")[0] for b in text_decisions(src)] == ["3", "5"]

@@ -2,7 +2,11 @@
 the signal becomes a KeyboardInterrupt in the main thread, so the same `finally` blocks
 stop the clusters, etcd and Spark a command started and remove its temporary directories.
 Once one has arrived, further SIGTERM and SIGHUP are ignored, so that the clean-up itself
-is not cut short (SIGKILL still ends the command at once)."""
+is not cut short (SIGKILL still ends the command at once).
+
+SIGINT is taken too when the command started with it ignored (a shell starts background
+jobs so, and Python then leaves it ignored): `kill -INT` stops a command run with `&` as
+it stops one in the foreground, as Go's signal.Notify does for etcd."""
 
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 
 def interrupt_on_stop_signals() -> None:
-    """From now on SIGTERM and SIGHUP interrupt the main thread as SIGINT does."""
+    """From now on SIGINT, SIGTERM and SIGHUP interrupt the main thread, whatever the
+    command inherited."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for s in STOP_SIGNALS:
         signal.signal(s, _raise)
 

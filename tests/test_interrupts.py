@@ -1,0 +1,37 @@
+"""A command stops on SIGINT, SIGTERM and SIGHUP even when it started with them ignored
+(midtown/cli/interrupts.py): a shell starts background jobs with SIGINT ignored, and a
+suite run in the background once left `bench log` running on SIGINT."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = """
+import os, signal, sys, time
+from midtown.cli.interrupts import exit_code, interrupt_on_stop_signals
+interrupt_on_stop_signals()
+try:
+    os.kill(os.getpid(), int(sys.argv[1]))
+    time.sleep(30)
+except KeyboardInterrupt as e:
+    print(exit_code(e))
+"""
+
+
+def _ignoring_every_stop_signal() -> None:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_interrupts_a_command_that_inherited_it_ignored(sig: signal.Signals) -> None:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(int(sig))], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, preexec_fn=_ignoring_every_stop_signal)
+    assert out.returncode == 0 and out.stdout.strip() == str(128 + sig), out.stderr[-2000:]

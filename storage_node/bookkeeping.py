@@ -186,10 +186,13 @@ class Bookkeeping:
 
     def usage_round(self) -> float:
         """Now and every usage interval: note that this node is up, count what each dataset
-        takes here and publish it for the quota checks (coordinator/quotas.py), and purge
+        takes here and publish it for the quota checks (coordinator/quotas.py), then purge
         the eventual tombstones and expired values older than the grace, seen on the way.
-        Purging comes before publishing, so a ZooKeeper outage does not hold it back. The
-        count rests as it reads (loops.Spread); returns the seconds it was busy."""
+        Publishing comes first: its time is what a node coming back compares with its own
+        last time up to judge whether tombstones it missed may be gone
+        (eventual_service.py drop_if_outlived), so no purge as of a time precedes the report
+        of that time; a ZooKeeper outage holds purging back. The count rests as it reads
+        (loops.Spread); returns the seconds it was busy."""
         s = self.state
         now_ms = int(time.time() * 1000)
         s.store.set_last_up(now_ms)
@@ -204,7 +207,7 @@ class Bookkeeping:
         spread = loops.Spread(USAGE_DUTY, USAGE_SPREAD_S, self._usage_busy_s, s.stop.wait)
         counts, shard_bytes = usage.tally(watch(usage.data_items(s.store, spread.piece_done)))
         self._usage_busy_s = spread.busy_s
-        self.eventual.purged += self.lww.purge(old)
         if s.node_id in s.kv.storage_nodes:  # a removed node's data is behind
             usage_reports.publish(s.zk, s.node_id, counts, now_ms, shard_bytes)
+        self.eventual.purged += self.lww.purge(old)
         return spread.busy_s

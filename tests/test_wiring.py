@@ -65,3 +65,36 @@ def test_a_storage_node_is_built_without_zookeeper_or_the_logs(tmp_path: Path) -
         assert n.state.positions == {0: (0, 0), 1: (0, 0)} and n.state.holds(3)
     finally:
         store.close()
+
+
+def test_no_tombstone_is_purged_before_the_report_of_its_time(tmp_path: Path) -> None:
+    """A node coming back judges from its peers' usage reports whether they may have purged
+    tombstones it missed (storage_node/eventual_service.py drop_if_outlived): a purge as of
+    a time must come after the report of that time is in ZooKeeper, so a round whose report
+    cannot be written purges nothing (it once purged first, then published)."""
+    import time
+
+    from midtown_pb import kv_pb2 as pb
+    from storage_node import lww
+    from storage_node.node import Parts, StorageNode
+    from storage_node.settings import Settings
+    from storage_node.store import NodeStore
+
+    store = NodeStore(str(tmp_path / "state.db"))
+    try:
+        parts = Parts(_Logs(), store, KV, 2, everyone(8, (0, 1, 2)), str(tmp_path))  # type: ignore[arg-type]
+        n = StorageNode(0, "127.0.0.1:1", parts, Settings(tombstone_grace_s=1))
+        old_ms = int(time.time() * 1000) - 60_000
+        assert n.lww.write(pb.LwwWriteRequest(dataset="d", shard=3, partition_key=b"p", local_key=b"gone",
+                                              value=pb.LwwValue(version=old_ms << 22, deleted=True)))
+        def tombstones() -> int:
+            now = int(time.time() * 1000)
+            return sum(1 for _, v in store.under(b"E") if lww.purgeable(v, now, 1000))
+        assert tombstones() == 1
+        try:
+            n.bookkeeping.usage_round()  # ZooKeeper (a stand-in that fails every call) is away
+        except AssertionError:
+            pass
+        assert n.eventual.purged == 0 and tombstones() == 1
+    finally:
+        store.close()

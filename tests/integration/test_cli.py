@@ -127,7 +127,7 @@ def test_cluster_up_in_the_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
     """What `make run` does: foreground, Ctrl-C stops everything cleanly; data survives
     a restart of the same directory."""
     d = str(tmp_path / "fg")
-    proc = subprocess.Popen([sys.executable, "-m", "midtown", "cluster", "up", "--dir", d],
+    proc = subprocess.Popen([sys.executable, "-m", "midtown", "cluster", "up", "--dir", d, "--logs", "4"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
     assert proc.stdout is not None
@@ -227,7 +227,7 @@ def test_no_command_ends_in_a_traceback_and_zookeeper_errors_come_within_the_tim
 
 def test_values_from_files_and_stdin_deletes_counted_and_the_log_readable(tmp_path: Path) -> None:
     d = str(tmp_path / "v")
-    mt("cluster", "up", "--dir", d, "--detach")
+    mt("cluster", "up", "--dir", d, "--detach", "--logs", "4")
     try:
         mt("dataset", "create", "files", "--dir", d)
         big = os.urandom(300 * 1024)  # beyond what one command-line argument can hold
@@ -328,7 +328,8 @@ def test_commands_stop_what_they_started_on_each_signal(tmp_path: Path) -> None:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
     for sig in (signal.SIGTERM, signal.SIGHUP):
         where = tmp_path / f"up-{sig.name}"
-        runs.append((sig, where, ["cluster", "up", "--dir", str(where / "c")], "Ctrl-C stops everything", 0))
+        runs.append((sig, where, ["cluster", "up", "--dir", str(where / "c"), "--logs", "4"],
+                     "Ctrl-C stops everything", 0))
     with ThreadPoolExecutor(len(runs)) as pool:
         done = [pool.submit(_stopped_by, sig, args, ready, where, code)
                 for sig, where, args, ready, code in runs]

@@ -12,7 +12,7 @@ import pytest
 
 from tests.sim.cluster import ClusterSim
 
-RUNS = int(os.environ.get("MIDTOWN_SIM_CLUSTER_RUNS", "12"))
+RUNS = int(os.environ.get("MIDTOWN_SIM_CLUSTER_RUNS", "8"))
 
 
 @pytest.fixture(autouse=True)

@@ -30,6 +30,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+# What a move copies at unless told (MB/s; 0: no limit), as production stores pace their
+# rebalancing copies by default (CockroachDB's kv.snapshot_rebalance.max_rate, Cassandra's
+# stream throughput): `midtown bench moves` on this 2-core machine measured a steady
+# workload's put p99 during an unpaced move at 2.7x and 4.9x its p99 without, and 1.0x and
+# 1.8x at 32 MB/s (docs/operations.md).
+RATE_MB_S_DEFAULT = 32.0
+
 COPYING, TAILING, JOINED, DONE = "copying", "tailing", "joined", "done"
 
 

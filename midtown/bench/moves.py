@@ -1,10 +1,12 @@
 """`midtown bench moves`: what moving shards costs, on a fresh local cluster of four storage
 nodes (eight shards of three replicas each, split layout). Measured, in one run:
 
-- a shard move's copy rate (MB/s, no rate limit), with one shard loaded with --mb MB, and
-  the time 1 GB would take at that rate;
 - the put latency of a steady workload (--clients threads putting small values over every
-  shard) while that move runs, against the same workload just before (p50, p99, ratio);
+  shard) while one shard, loaded with --mb MB, moves at --rate MB/s (the moves' default,
+  catalog/shard_moves.py), against the same workload just before (p50, p99, ratio), and
+  that move's rate;
+- a shard move's copy rate with no limit (the same shard moved back, no workload), and
+  the time 1 GB would take at that rate;
 - the time `midtown node decommission` takes to drain a node (its six shards, the big one
   among them when it holds it).
 
@@ -112,7 +114,7 @@ def run(a: argparse.Namespace) -> int:
 
             def mover() -> None:
                 got.update(_mt(c.zk_hosts, "shard", "move", str(shard), "--to", str(dest),
-                               "--from", str(holders[0])))
+                               "--from", str(holders[0]), "--rate", str(a.rate)))
                 done_at.append(time.monotonic())
                 stop.set()
             move_t0 = time.monotonic()
@@ -121,20 +123,26 @@ def run(a: argparse.Namespace) -> int:
             during_all = _workload(db, a.clients, stop)
             th.join()
             during = [lat for t, lat in during_all if move_t0 <= t <= done_at[0]]
+        log("moving it back with no rate limit...")
+        back = _mt(c.zk_hosts, "shard", "move", str(shard), "--to", str(holders[0]), "--from", str(dest),
+                   "--rate", "0")
         log("draining a node (midtown node decommission)...")
         t0 = time.monotonic()
         drained = _mt(c.zk_hosts, "node", "decommission", str(holders[1]))
         drain_s = time.monotonic() - t0
-        mb = got["copied_bytes"] / 1e6
-        rate = mb / got["copy_seconds"] if got.get("copy_seconds") else float("nan")
+        def copy_rate(m: dict[str, Any]) -> float:
+            return m["copied_bytes"] / 1e6 / m["copy_seconds"] if m.get("copy_seconds") else float("nan")
+        paced, rate = copy_rate(got), copy_rate(back)
         def lat(xs: list[float]) -> str:
             return f"{_p(xs, .5):.2f} / {_p(xs, .99):.2f} ms ({len(xs)} puts)"
         rows = [
             {"what": "shard loaded", "value": f"{got['copied_bytes'] / 2**20:.1f} MiB copied "
                                               f"({got['copied_keys']} keys, values and first outcomes)"},
-            {"what": "move: copy rate", "value": f"{rate:.1f} MB/s"},
-            {"what": "move: whole move", "value": f"{got['seconds']:.2f} s"},
-            {"what": "move: 1 GB at that rate", "value": f"{1000 / rate:.0f} s"},
+            {"what": f"move at --rate {a.rate:g}: copy rate", "value": f"{paced:.1f} MB/s"},
+            {"what": f"move at --rate {a.rate:g}: whole move", "value": f"{got['seconds']:.2f} s"},
+            {"what": "move, no limit: copy rate", "value": f"{rate:.1f} MB/s"},
+            {"what": "move, no limit: whole move", "value": f"{back['seconds']:.2f} s"},
+            {"what": "move, no limit: 1 GB at that rate", "value": f"{1000 / rate:.0f} s"},
             {"what": "puts without a move: p50 / p99", "value": lat(before)},
             {"what": "puts during the move: p50 / p99", "value": lat(during)},
             {"what": "p99 during / without", "value": f"{_p(during, .99) / _p(before, .99):.2f}x"},
@@ -142,7 +150,8 @@ def run(a: argparse.Namespace) -> int:
              "value": f"{drain_s:.1f} s"},
         ]
         if a.json:
-            emit({"rows": rows, "copy_mb_s": rate, "p99_ratio": _p(during, .99) / _p(before, .99),
+            emit({"rows": rows, "copy_mb_s": rate, "paced_mb_s": paced,
+                  "p99_ratio": _p(during, .99) / _p(before, .99),
                   "p50_before_ms": statistics.median(before) * 1000 if before else None,
                   "drain_s": drain_s}, True)
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from catalog import registry
+from catalog import registry, shard_moves
 from midtown.cli.arguments import ascending_arg, at_least_one_arg, positive_arg, subset_arg
 from midtown.cluster import LAYOUT_DEFAULT, LAYOUTS
 
@@ -139,6 +139,8 @@ def add_parser(sub: Any) -> None:
     bm.add_argument("--seconds", type=positive_arg("--seconds"), default=10.0,
                     help="the steady workload alone, before the move")
     bm.add_argument("--clients", type=at_least_one_arg("--clients"), default=4)
+    bm.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT,
+                    help="the rate of the move under the workload, MB/s (default: the moves' default)")
     bm.add_argument("--json", action="store_true")
     bm.set_defaults(fn=cmd_bench_moves)
     bs = bns.add_parser("spread", help="per storage node, records applied/s and bytes held with 3 nodes and "

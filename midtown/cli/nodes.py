@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from catalog import registry
+from catalog import registry, shard_moves
 from midtown.cli.arguments import common_options, nonneg_arg
 from midtown.cli.connect import CliError, log_client, zk_client
 from midtown.output import emit
@@ -158,7 +158,9 @@ def add_parser(sub: Any) -> Any:
     na.add_argument("id", type=nonneg_arg("ID"))
     na.add_argument("--rebalance", action="store_true",
                     help="then move shards onto it until every member holds as many (replica sets)")
-    na.add_argument("--rate", type=float, default=0.0, help="with --rebalance: copy at most this many MB/s")
+    na.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT,
+                    help=f"with --rebalance: copy at most this many MB/s (default "
+                         f"{shard_moves.RATE_MB_S_DEFAULT:g}; 0: no limit)")
     common_options(na, timeout_s=600.0)
     na.set_defaults(fn=cmd_node_add)
     return nds

@@ -18,6 +18,9 @@ from midtown.output import emit
 
 POLL_S = 0.2
 
+RATE_HELP = (f"copy at most this many MB/s (default {shard_moves.RATE_MB_S_DEFAULT:g}, "
+             "catalog/shard_moves.py; 0: no limit)")
+
 
 def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.Namespace], Any]) -> None:
     sp = sub.add_parser("shard", help="where each shard lives; move a shard's replica to another node")
@@ -28,7 +31,7 @@ def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.
     mv.add_argument("--to", type=int, required=True, help="the storage node that takes the shard in")
     mv.add_argument("--from", dest="leaving", type=int,
                     help="the replica that leaves once the new one is in (default: none, one more copy)")
-    mv.add_argument("--rate", type=float, default=0.0, help="copy at most this many MB/s (default: no limit)")
+    mv.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT, help=RATE_HELP)
     ab = sps.add_parser("abort", help="give up a move of SHARD that has not joined yet")
     ab.add_argument("shard", type=int, metavar="SHARD")
     common(ls)
@@ -326,7 +329,6 @@ def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
     dc.add_argument("id", type=int, metavar="ID")
     for p, fn in ((rb, cmd_rebalance), (dc, cmd_decommission)):
         p.add_argument("--dry-run", action="store_true", help="print the moves, make none")
-        p.add_argument("--rate", type=float, default=0.0,
-                       help="copy at most this many MB/s (default: no limit)")
+        p.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT, help=RATE_HELP)
         common(p, timeout_s=600.0)
         p.set_defaults(fn=lambda a, fn=fn: fn(a, zk_of))

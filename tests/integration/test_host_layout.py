@@ -149,12 +149,13 @@ def test_the_node_beside_a_new_writer_tails_it_in_process(hosts: Cluster) -> Non
     w = writer_of(hosts, "t", "p")
     name, path = f"host-{w}", f"{logzk.SERVERS}/{w}"
 
-    def new_writer() -> int | None:
+    def new_writer() -> tuple[int] | None:
+        """(the new writer,): a one-tuple, as host 0 is a writer too (wait_for wants a truthy value)."""
         try:
             now = writer_of(hosts, "t", "p")
         except AssertionError:  # none named yet
             return None
-        return now if now != w else None
+        return (now,) if now != w else None
 
     def tails_in_process(db: Client, host: int, before: float) -> bool:
         db.put("t", "p", "after", b"v")
@@ -164,14 +165,14 @@ def test_the_node_beside_a_new_writer_tails_it_in_process(hosts: Cluster) -> Non
         hosts.signal(name, signal.SIGSTOP)
         try:
             wait_for(lambda: logs.zk.exists(path) is None, 60, f"the session of {name} to expire")
-            w2 = wait_for(new_writer, 60, "a new writer")
+            (w2,) = wait_for(new_writer, 60, "a new writer")
             before = _counted(_metrics(hosts, f"host-{w2}"), "tail")
             wait_for(lambda: tails_in_process(db, w2, before), 30,
                      f"host-{w2}'s storage node to tail its own writer, {name} stopped")
         finally:
             hosts.signal(name, signal.SIGCONT)
         wait_for(lambda: logs.zk.exists(path) is not None, 30, f"{name} to register again")
-        w3 = wait_for(lambda: writer_of(hosts, "t", "p"), 30, "the log's writer")
+        (w3,) = wait_for(lambda: (writer_of(hosts, "t", "p"),), 30, "the log's writer")
         before = _counted(_metrics(hosts, f"host-{w3}"), "tail")
         wait_for(lambda: tails_in_process(db, w3, before), 30,
                  f"host-{w3}'s storage node to tail its own writer, {name} back")

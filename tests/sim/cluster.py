@@ -125,7 +125,6 @@ class SimNode:
         self.dir.mkdir()
         self.node: StorageNode | None = None
         self.published = -1  # the highest position it published (after a sync)
-        self.restarts = 0
         self.start()
 
     def start(self) -> None:
@@ -167,7 +166,6 @@ class ClusterSim(Sim):
         self.answer_port: inprocess.Local[Any] = inprocess.Local().bind([COORDINATOR], _Taker(self))
         self.answered: dict[bytes, list[RecordResult]] = {}
         self.writes: list[Write] = []
-        self.by_payload: dict[bytes, Write] = {}
         self.waiters: dict[bytes, Any] = {}
         self.committed: dict[int, Entry] = {}  # what the nodes read, by position
         self.retry_next: list[bytes] = []  # payloads the next append carries instead of new ones
@@ -196,7 +194,6 @@ class ClusterSim(Sim):
             w = Write(rid, rec, payload, tok)
             [self.waiters[rid]] = self.answers.expect([(LOG, rec.shard, rid)])
             self.writes.append(w)
-            self.by_payload[payload] = w
             out.append(payload)
         self.counts["writes"] += len(out)
         return out
@@ -212,12 +209,17 @@ class ClusterSim(Sim):
         if self.broken == "retry-new-id":
             rec = replace(w.record, request_id=w.request_id + b"'")
             payload = codec.record_to_bytes(rec)
+        if self._append(payload):
+            self.counts["retries"] += 1
+
+    def _append(self, payload: bytes) -> bool:
+        """Append `payload` alone through a live writer, as the log's append event does
+        (False: no writer took it)."""
         self.retry_next = [payload]
         self.append()
-        if self.retry_next:  # no writer took it
-            self.retry_next = []
-        else:
-            self.counts["retries"] += 1
+        taken = not self.retry_next
+        self.retry_next = []
+        return taken
 
     # ------------------------------------------------------------ the storage nodes
     def _live_replica(self) -> int | None:
@@ -284,7 +286,6 @@ class ClusterSim(Sim):
         if dead:
             sn = self.rng.choice(dead)
             sn.start()
-            sn.restarts += 1
             self.trace.append(f"t={self.now} restart node {sn.node_id} at {sn.position}")
 
     def publish(self) -> None:
@@ -299,10 +300,7 @@ class ClusterSim(Sim):
             return
         s.store.sync()  # only a durable position is published
         at = s.positions[LOG][0]
-        self.retry_next = [codec.record_to_bytes(Record(b"", "", "", 0, b"", (Position(sn.node_id, at),)))]
-        self.append()
-        if self.retry_next:
-            self.retry_next = []
+        if not self._append(codec.record_to_bytes(Record(b"", "", "", 0, b"", (Position(sn.node_id, at),)))):
             return
         sn.published = max(sn.published, at)
         self.counts["published"] += 1
@@ -473,7 +471,3 @@ class ClusterSim(Sim):
                                                f"the model {v}")
                         return
 
-
-def run(seed: int, cfg: Config | None = None, broken: str = "") -> tuple[list[str], dict[str, int]]:
-    sim = ClusterSim(seed, cfg, broken)
-    return sim.run(), sim.counts

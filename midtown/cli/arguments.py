@@ -40,13 +40,17 @@ _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_duration_ms(s: str, name: str) -> int:
-    """'500ms', '30s', '5m', '2h', '7d', or plain milliseconds."""
+    """'500ms', '30s', '5m', '2h', '7d', or 0. A number without its unit is refused: `--ttl
+    3` read as 3 ms was a surprise where 3 s or 3 h was meant (etcd's and Go's durations
+    refuse it too)."""
     s = s.strip()
     for unit in ("ms", "s", "m", "h", "d"):
         if s.endswith(unit) and s[: -len(unit)].isdigit():
             return int(s[: -len(unit)]) * _UNITS[unit]
+    if s.isdigit() and int(s) == 0:
+        return 0
     if s.isdigit():
-        return int(s)
+        raise CliError(f"{name}: {s!r} has no unit; say {s}ms, {s}s, {s}m, {s}h or {s}d")
     raise CliError(f"{name}: {s!r} is not a duration (examples: 500ms, 30s, 5m, 2h, 7d)")
 
 

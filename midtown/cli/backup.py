@@ -44,11 +44,12 @@ WRITE_BATCH_BYTES = 2 * 1024 * 1024
 
 def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.Namespace], Any]) -> None:
     bk = sub.add_parser("backup", help="write every shard's data at one position of its log to DIR")
-    bk.add_argument("dir", metavar="DIR", help="a directory that does not exist yet, or is empty")
+    # Its own name: --dir (the common option) names the cluster's directory.
+    bk.add_argument("backup_dir", metavar="DIR", help="a directory that does not exist yet, or is empty")
     bk.add_argument("--rate", type=float, default=0.0,
                     help="read at most this many MB/s per shard (0: no limit)")
     rs = sub.add_parser("restore", help="write a backup's values into a cluster whose datasets are new")
-    rs.add_argument("dir", metavar="DIR")
+    rs.add_argument("backup_dir", metavar="DIR", help="a backup's directory (midtown backup DIR)")
     rs.add_argument("--coordinator", help="coordinator HOST:PORT (default: discover)")
     rs.add_argument("--token", help="a user's token (default: $MIDTOWN_TOKEN)")
     rs.add_argument("--tls-ca", help="call over TLS, trusting this CA's PEM file")
@@ -70,7 +71,7 @@ def backup(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) ->
     from midtown_pb import kv_pb2_grpc
     from runtime import transport
 
-    out = Path(a.dir)
+    out = Path(a.backup_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CliError(f"DIR: {out} exists and is not an empty directory")
     check_rate(a.rate)
@@ -170,7 +171,7 @@ def restore(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -
     from midtown.client import Write
     from storage_node import keys, lww
 
-    src = Path(a.dir)
+    src = Path(a.backup_dir)
     say = _say(a)
     zk = zk_of(a)
     try:

@@ -56,7 +56,18 @@ def parser() -> argparse.ArgumentParser:
 
     watch_cli.add_parser(sub, common_options)
     benches_cli.add_parser(sub)
+    _name_commands(p)
     return p
+
+
+def _name_commands(p: argparse.ArgumentParser) -> None:
+    """Every level's command is called COMMAND, so a mistake reads `argument COMMAND:
+    invalid choice: 'x' (choose from ...)`, not argparse's name for where it keeps it."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.metavar = action.metavar or "COMMAND"
+            for child in set(action.choices.values()):
+                _name_commands(child)
 
 
 def version() -> str:

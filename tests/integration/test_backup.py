@@ -5,6 +5,7 @@ different shard count; refusals name what is wrong."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -23,9 +24,18 @@ def _mt(zk: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
+def _as_readme(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command as the README writes it: no --zk, the cluster found as ./run/local or by
+    --dir, run from `cwd` (MIDTOWN_ZK unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "MIDTOWN_ZK"}
+    return subprocess.run([sys.executable, "-m", "midtown", *args, "--json"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_a_backup_restored_into_a_new_cluster_reads_back_equal(tmp_path: Path) -> None:
     keys = [(f"p{i % 7}", f"l{i}") for i in range(120)]
-    with started(tmp_path / "a", shards=8, kv_logs=1, logs=4) as a:
+    # Cluster a is where `make run` puts one (./run/local), so `midtown backup DIR` finds it.
+    with started(tmp_path / "run" / "local", shards=8, kv_logs=1, logs=4) as a:
         a.create_dataset("s", ttl_ms=0)
         a.create_dataset("ev", consistency="eventual")
         with Client(a.coordinator_addrs, timeout=20) as db:
@@ -39,7 +49,7 @@ def test_a_backup_restored_into_a_new_cluster_reads_back_equal(tmp_path: Path) -
                 db.put("ev", f"e{i}", "l", b"%d" % i)
             db.delete("ev", "e0", "l")  # a tombstone: not restored
         out = tmp_path / "backup"
-        p = _mt(a.zk_hosts, "backup", str(out))
+        p = _as_readme(tmp_path, "backup", "backup")
         assert p.returncode == 0, p.stderr
         got = json.loads(p.stdout)
         assert got["shards"] == 8 and got["datasets"] == ["ev", "s"]
@@ -47,12 +57,12 @@ def test_a_backup_restored_into_a_new_cluster_reads_back_equal(tmp_path: Path) -
         assert [c["shard"] for c in manifest["shard_copies"]] == list(range(8))
         assert all(c["position"] > 0 for c in manifest["shard_copies"])
         # Refused: a directory in use, and a second restore into the same cluster.
-        again = _mt(a.zk_hosts, "backup", str(out))
+        again = _as_readme(tmp_path, "backup", "backup", "--dir", "run/local")
         assert again.returncode == 2 and "DIR: " in again.stderr and "not an empty directory" in again.stderr
-        same = _mt(a.zk_hosts, "restore", str(out))
+        same = _as_readme(tmp_path, "restore", "backup")
         assert same.returncode == 2 and "dataset 'ev' exists in this cluster already" in same.stderr
     with started(tmp_path / "b", shards=16, kv_logs=1, logs=4) as b:
-        p = _mt(b.zk_hosts, "restore", str(out))
+        p = _as_readme(tmp_path, "restore", "backup", "--dir", "b")
         assert p.returncode == 0, p.stderr
         restored = json.loads(p.stdout)
         # "short" expired: left out (or reclaimed by the nodes before the backup took it).

@@ -1,0 +1,72 @@
+"""The `midtown` command's parser: a positional argument never shares where it is kept
+with an option (the backup directory and --dir once did, and `midtown backup bk` read
+`bk` as the cluster's directory), durations carry their unit, and a mistaken command is
+named as one."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from midtown.cli.arguments import parse_duration_ms
+from midtown.cli.connect import CliError
+from midtown.cli.main import parser
+
+
+def _parsers(p: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[
+        tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    yield path, p
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, child in a.choices.items():
+                yield from _parsers(child, path + (name,))
+
+
+def test_no_argument_of_a_command_is_kept_where_another_is() -> None:
+    clashes = []
+    for path, p in _parsers(parser()):
+        seen: dict[str, str] = {}
+        for a in p._actions:
+            name = "/".join(a.option_strings) or a.metavar or a.dest
+            if a.dest in seen and a.dest != argparse.SUPPRESS:
+                clashes.append(f"midtown {' '.join(path)}: {seen[a.dest]} and {name} -> {a.dest}")
+            seen[a.dest] = str(name)
+    assert not clashes, clashes
+
+
+@pytest.mark.parametrize("args", [
+    ["backup", "bk", "--dir", "run/local"],
+    ["--dir", "run/local", "backup", "bk"],
+    ["restore", "bk", "--dir", "run/local"],
+])
+def test_a_backup_directory_and_the_cluster_directory_are_two_things(args: list[str]) -> None:
+    from midtown.cli.main import hoist_common
+
+    a = parser().parse_args(hoist_common(args))
+    assert a.backup_dir == "bk" and a.dir == "run/local"
+
+
+def test_an_unknown_command_is_called_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["bogus"], ["dataset", "bogus"]):
+        with pytest.raises(SystemExit) as e:
+            parser().parse_args(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument COMMAND: invalid choice: 'bogus'" in err and "group" not in err and "cmd" not in err
+
+
+@given(st.integers(1, 10**9))
+def test_a_duration_without_its_unit_is_refused_naming_the_option(n: int) -> None:
+    with pytest.raises(CliError, match=rf"^--ttl: '{n}' has no unit; say {n}ms, {n}s"):
+        parse_duration_ms(str(n), "--ttl")
+
+
+@given(st.integers(0, 10**6), st.sampled_from([("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000),
+                                                 ("d", 86_400_000)]))
+def test_a_duration_with_its_unit_is_read(n: int, unit: tuple[str, int]) -> None:
+    assert parse_duration_ms(f"{n}{unit[0]}", "--ttl") == n * unit[1]
+    assert parse_duration_ms("0", "--ttl") == 0

@@ -54,10 +54,11 @@ class _Builder(Operations):
 class AsyncClient:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
-                 tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True) -> None:
+                 tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True,
+                 known_down_s: float | None = None) -> None:
         """The same arguments as Client's."""
         self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
-                                   tls_ca=tls_ca, route=route)
+                                   tls_ca=tls_ca, route=route, known_down_s=known_down_s)
         self._b = _Builder()
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.aio.Channel] = []
@@ -180,7 +181,8 @@ class AsyncClient:
         """Call with retries under one deadline; the request id stays the same (as Client's).
         `first_message`: a streaming call, of which the first message is the answer."""
         ends = self.endpoints
-        attempts = Attempts(method, ends.retries, ends.deadline(timeout))  # midtown/retries.py
+        # midtown/retries.py
+        attempts = Attempts(method, ends.retries, ends.deadline(timeout), ends.known_down_s)
         addr = to or ends.pick(await self.coordinators())
         while True:
             left = attempts.start(req)
@@ -193,7 +195,9 @@ class AsyncClient:
                 finally:
                     call.cancel()
             except grpc.RpcError as e:
-                switch, pause = attempts.failed(e)
+                down = (await asyncio.to_thread(ends.known_down, addr, e)
+                        if ends.known_down_s is not None else None)
+                switch, pause = attempts.failed(e, down)
                 if switch:
                     addr = ends.switch(addr, await self.coordinators(refresh=True))
                 await asyncio.sleep(pause)

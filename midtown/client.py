@@ -84,15 +84,20 @@ class Watcher:
 class Client(Operations):
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
-                 tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True) -> None:
+                 tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True,
+                 known_down_s: float | None = None) -> None:
         """`token`: a user's token (`midtown user add`), for datasets with an access list.
         `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file).
         `coalesce`: single-key operations that threads issue while a call is in flight go
         together in the next call (midtown/coalescing.py); a lone caller is not delayed.
         `route` (with `zk`): send a key's operations to the coordinator beside its log's
-        writer where there is one (the host layout; midtown/routes.py)."""
+        writer where there is one (the host layout; midtown/routes.py).
+        `known_down_s`: raise Unavailable once ZooKeeper, or every coordinator tried, has
+        refused connections for this long (a wrong address, a stopped cluster), as the
+        `midtown` command does with 1 s; by default (None) a call retries until its deadline,
+        riding out a coordinator's restart. A server that does not answer is waited for."""
         self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
-                                   tls_ca=tls_ca, route=route)
+                                   tls_ca=tls_ca, route=route, known_down_s=known_down_s)
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.Channel] = []
         self._lock = threading.Lock()
@@ -165,7 +170,8 @@ class Client(Operations):
         coordinator to try first (a route), else one at random. `first_message`: a streaming
         call, of which the first message is the answer (the rest is cancelled)."""
         ends = self.endpoints
-        attempts = Attempts(method, ends.retries, ends.deadline(timeout))  # midtown/retries.py
+        # midtown/retries.py
+        attempts = Attempts(method, ends.retries, ends.deadline(timeout), ends.known_down_s)
         addr = to or ends.pick(ends.coordinators())
         while True:
             left = attempts.start(req)
@@ -178,7 +184,7 @@ class Client(Operations):
                 finally:
                     call.cancel()
             except grpc.RpcError as e:
-                switch, pause = attempts.failed(e)
+                switch, pause = attempts.failed(e, ends.known_down(addr, e))
                 if switch:
                     addr = ends.switch(addr, ends.coordinators(refresh=True))
                 time.sleep(pause)

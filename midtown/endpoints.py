@@ -16,13 +16,15 @@ import grpc
 from midtown import errors
 from midtown.checks import Key, to_bytes, to_dataset
 from midtown.routes import AVOID_S, ROUTED_METHODS, Routes
+from runtime import reach
 
 DISCOVERY_TTL_S = 5.0
 
 
 class Endpoints:
     def __init__(self, coordinators: str | list[str] | None, zk: str | None, *, timeout: float,
-                 retries: int, token: str | None, tls_ca: bytes | str | None, route: bool) -> None:
+                 retries: int, token: str | None, tls_ca: bytes | str | None, route: bool,
+                 known_down_s: float | None = None) -> None:
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
         self.credentials: grpc.ChannelCredentials | None = None
@@ -37,6 +39,9 @@ class Endpoints:
         self.metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.timeout = timeout
         self.retries = retries
+        if known_down_s is not None and not (isinstance(known_down_s, int | float) and known_down_s >= 0):
+            raise ValueError(f"known_down_s: {known_down_s!r}, must be a number of seconds, 0 or more")
+        self.known_down_s = known_down_s
         self.zk_hosts = zk
         self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
         self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (pick)
@@ -97,11 +102,23 @@ class Endpoints:
             if self._zk is None:
                 wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)
                 try:
-                    self._zk = zkpaths.connect(self.zk_hosts, connect_timeout_s=wait)  # type: ignore[arg-type]
+                    self._zk = zkpaths.connect(self.zk_hosts, connect_timeout_s=wait,  # type: ignore[arg-type]
+                                               refused_retry_s=self.known_down_s)
+                except reach.KnownDown as e:
+                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self.zk_hosts} ({e})") from None
                 except Exception:
                     raise errors.Unavailable(f"cannot reach ZooKeeper at {self.zk_hosts} within "
                                              f"{wait:g}s") from None
             return self._zk
+
+    def known_down(self, addr: str, e: grpc.RpcError) -> str | None:
+        """Why `addr` is known to be down now (it refuses connections, say), after a call
+        to it failed UNAVAILABLE; None if the client waits out its deadline for every
+        failure (no `known_down_s`) or the server may be there (runtime/reach.py)."""
+        if self.known_down_s is None or e.code() != grpc.StatusCode.UNAVAILABLE:
+            return None
+        why = reach.down_now(addr)
+        return None if why is None else f"{addr}: {why}"
 
     def pick(self, addrs: list[str], failed: str | None = None) -> str:
         """A coordinator at random, passing over those a call could not reach in the last

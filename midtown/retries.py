@@ -29,12 +29,17 @@ class Attempts:
     pause = a.failed(e)` (raises what a retry cannot cure), then another coordinator if
     `switch`, and a sleep of `pause`."""
 
-    def __init__(self, method: str, retries: int, timeout_s: float) -> None:
+    def __init__(self, method: str, retries: int, timeout_s: float,
+                 known_down_s: float | None = None) -> None:
+        """`known_down_s`: give up (Unavailable) once every attempt for this long failed on
+        coordinators known to be down (refusing connections); None: retry until the deadline."""
         self.method = method
         self.retries = retries
         self.deadline = time.monotonic() + timeout_s
         self.attempt = -1
         self._backoff = BACKOFF_FIRST_S
+        self.known_down_s = known_down_s
+        self._down_since: float | None = None  # the first of the failures in a row on a known-down one
 
     def start(self, req: Any) -> float:
         self.attempt += 1
@@ -45,11 +50,25 @@ class Attempts:
             mark_retry(req)
         return left
 
-    def failed(self, e: grpc.RpcError) -> tuple[bool, float]:
-        """(whether to try another coordinator, the pause first), or the error raised."""
+    def failed(self, e: grpc.RpcError, down: str | None = None) -> tuple[bool, float]:
+        """(whether to try another coordinator, the pause first), or the error raised.
+        `down`: why the coordinator tried is known to be down (Endpoints.known_down)."""
         switch = retry_or_raise(e, self.attempt, self.retries)
-        pause = min(self._backoff * (1 + random.random()), max(0.0, self.deadline - time.monotonic()))
+        now = time.monotonic()
+        pause = min(self._backoff * (1 + random.random()), max(0.0, self.deadline - now))
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+        if down is None:
+            self._down_since = None
+        elif self._down_since is None:
+            self._down_since = now
+        if down is not None and self.known_down_s is not None:
+            assert self._down_since is not None
+            left = self._down_since + self.known_down_s - now
+            if left <= 0:
+                took = now - self._down_since
+                raise errors.Unavailable(f"{self.method}: {down} (attempt {self.attempt + 1}, "
+                                         f"{took:.1f}s after the first; is the cluster up?)")
+            pause = min(pause, left)
         return switch, pause
 
 

@@ -200,7 +200,8 @@ def test_one_way_to_refuse() -> None:
 
 def test_importing_the_sdk_loads_the_client_only() -> None:
     """`import midtown` is the client: its own modules, the generated protos, the pure key
-    routing (catalog/routing.py) and the runtime's transport, refusals and group commit,
+    routing (catalog/routing.py) and the runtime's transport, refusals, group commit and
+    reach (is an address known to be down),
     nothing else of ours: no module of the servers (storage node, coordinator, the record
     contract, the log), not the catalog's ZooKeeper readers, and neither kazoo (loaded by a
     Client given zk= only) nor RocksDB, the metrics or certificate libraries, nor Spark."""
@@ -214,7 +215,7 @@ def test_importing_the_sdk_loads_the_client_only() -> None:
     assert out.returncode == 0, out.stderr
     loaded = set(ast.literal_eval(out.stdout))
     allowed = {"catalog", "catalog.routing", "runtime", "runtime.transport", "runtime.refusals",
-               "runtime.group_commit"}
+               "runtime.group_commit", "runtime.reach"}
     assert {m for m in loaded if m.split(".")[0] not in ("midtown", "midtown_pb")} <= allowed, loaded
     assert not [m for m in loaded if m.split(".")[:2] in (["midtown", "cli"], ["midtown", "cluster"],
                                                           ["midtown", "bench"])]

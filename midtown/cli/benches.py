@@ -69,7 +69,7 @@ def cmd_bench_log(a: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """bench log|kv|placements|ingest: the benchmarks."""
     bn = sub.add_parser("bench", help="benchmarks")
-    bns = bn.add_subparsers(dest="cmd", required=True)
+    bns = bn.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     bl = bns.add_parser("log", help="append throughput, latency and failover time")
     bl.add_argument("--seconds", type=float, default=5.0, help="per workload")
     bl.add_argument("--dir", help="benchmark this running cluster instead of a fresh one")

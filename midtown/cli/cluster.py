@@ -225,7 +225,7 @@ def add_parser(sub: Any) -> Any:
     """cluster up|init|down|status|restart: a local cluster (and rebalance, added by
     midtown/cli/shards.py); returns the group's subparsers."""
     cl = sub.add_parser("cluster", help="start, stop and inspect a local cluster")
-    cls = cl.add_subparsers(dest="cmd", required=True)
+    cls = cl.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     up = cls.add_parser("up", help="start a local cluster (ZooKeeper and the servers) on loopback")
     up.add_argument("--dir", default=str(DEFAULT_DIR))
     up.add_argument("--detach", action="store_true", help="return once ready")

@@ -53,6 +53,7 @@ def _use_local(a: argparse.Namespace, c: Any) -> str:
 def kv_client(a: argparse.Namespace) -> Any:
     """A `Client` for the data commands: --coordinator, or discovered through the cluster."""
     from midtown.client import Client
+    from runtime import reach
 
     token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
     zk = None if a.coordinator else zk_hosts(a)  # a local cluster may set the CA
@@ -61,9 +62,12 @@ def kv_client(a: argparse.Namespace) -> Any:
         ca = Path(ca_file).read_bytes() if ca_file else None
     except OSError as e:
         raise CliError(f"--tls-ca: cannot read {ca_file}: {e.strerror}") from None
+    # A refused address is said at once (exit 5), as etcdctl does; a server that does not
+    # answer is waited for until --timeout.
+    known_down_s = reach.REFUSED_RETRY_S
     if a.coordinator:
-        return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca)
-    return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca)
+        return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca, known_down_s=known_down_s)
+    return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca, known_down_s=known_down_s)
 
 
 ZK_CONNECT_MAX_S = 30.0
@@ -72,13 +76,17 @@ ZK_CONNECT_MAX_S = 30.0
 def zk_client(a: argparse.Namespace) -> Any:
     """A ZooKeeper client, or a one-line error naming the address within --timeout."""
     from log import zk as zkpaths
+    from runtime import reach
 
     hosts = zk_hosts(a)
     # At most ZK_CONNECT_MAX_S: commands that run long (a shard move, a backup) take a
     # --timeout of minutes for their work, not for finding ZooKeeper.
     wait = min(float(getattr(a, "timeout", 10.0) or 10.0), ZK_CONNECT_MAX_S)
     try:
-        return zkpaths.connect(hosts, connect_timeout_s=wait)
+        return zkpaths.connect(hosts, connect_timeout_s=wait, refused_retry_s=reach.REFUSED_RETRY_S)
+    except reach.KnownDown as e:
+        raise Unreachable(f"cannot reach ZooKeeper at {hosts} ({e}; --zk, --dir or $MIDTOWN_ZK "
+                          "name it)") from None
     except Exception:
         raise Unreachable(f"cannot reach ZooKeeper at {hosts} within {wait:g}s (--zk, --dir or "
                           "$MIDTOWN_ZK name it)") from None

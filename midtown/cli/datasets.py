@@ -74,7 +74,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """dataset create|dedup|quota|grant|list|describe|drop."""
     ds = sub.add_parser("dataset", help="create, list, describe and drop datasets")
-    dss = ds.add_subparsers(dest="cmd", required=True)
+    dss = ds.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     dc = dss.add_parser("create", help="create a dataset")
     dc.add_argument("name")
     dc.add_argument("--consistency", default="strong", choices=["strong", "eventual"])

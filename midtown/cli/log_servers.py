@@ -25,7 +25,7 @@ POLL_S = 0.5
 
 def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.Namespace], Any]) -> None:
     lp = sub.add_parser("log-server", help="the pool of log servers: list, add, decommission")
-    lps = lp.add_subparsers(dest="cmd", required=True)
+    lps = lp.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ls = lps.add_parser("list", help="each log server: live, leaving, segments it holds, logs it writes")
     ad = lps.add_parser("add", help="put a log server id in the pool (then start the server)")
     dc = lps.add_parser("decommission",

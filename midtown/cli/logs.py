@@ -128,7 +128,7 @@ def cmd_log_truncate(a: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """log append|read|status|truncate: the replicated logs."""
     lg = sub.add_parser("log", help="operate the replicated logs")
-    lgs = lg.add_subparsers(dest="cmd", required=True)
+    lgs = lg.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ap = lgs.add_parser("append", help="append entries to a log")
     ap.add_argument("log", type=nonneg_arg("LOG"))
     ap.add_argument("data", nargs="+", metavar="DATA")

@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
                "codes: 0 done, 1 refused by the store, 2 bad command line, 3 get found nothing, 4 cas "
                "did not succeed, 5 cluster unreachable or no answer in time, 128+N signal N.")
     p.add_argument("--version", action="version", version=f"midtown {version()}")
-    sub = p.add_subparsers(dest="group", required=True)
+    sub = p.add_subparsers(dest="group", metavar="COMMAND", required=True)
     cluster = cluster_cli.add_parser(sub)
     for group in (logs_cli, datasets_cli, users_cli, data_cli):
         group.add_parser(sub)
@@ -56,18 +56,7 @@ def parser() -> argparse.ArgumentParser:
 
     watch_cli.add_parser(sub, common_options)
     benches_cli.add_parser(sub)
-    _name_commands(p)
     return p
-
-
-def _name_commands(p: argparse.ArgumentParser) -> None:
-    """Every level's command is called COMMAND, so a mistake reads `argument COMMAND:
-    invalid choice: 'x' (choose from ...)`, not argparse's name for where it keeps it."""
-    for action in p._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            action.metavar = action.metavar or "COMMAND"
-            for child in set(action.choices.values()):
-                _name_commands(child)
 
 
 def version() -> str:

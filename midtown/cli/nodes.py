@@ -144,7 +144,7 @@ def add_parser(sub: Any) -> Any:
     """node status|remove|add: storage node administration (and decommission, added by
     midtown/cli/shards.py); returns the group's subparsers."""
     nd = sub.add_parser("node", help="storage node administration")
-    nds = nd.add_subparsers(dest="cmd", required=True)
+    nds = nd.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ns = nds.add_parser("status", help="storage nodes: up, entries behind, diverged shards")
     common_options(ns)
     ns.set_defaults(fn=cmd_node_status)

@@ -69,7 +69,7 @@ def run(a: argparse.Namespace, client: Any) -> int:
 
 def add_parser(sub: Any, common: Any) -> None:
     pp = sub.add_parser("placement", help="time-bounded shard placements of tenants (docs/placements.md)")
-    pps = pp.add_subparsers(dest="cmd", required=True)
+    pps = pp.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     sh = pps.add_parser("show", help="a tenant's placements (creates the current one if missing)")
     sh.add_argument("tenant")
     sh.add_argument("--at", type=int, help="a time in ms (default: now)")

@@ -24,7 +24,7 @@ RATE_HELP = (f"copy at most this many MB/s (default {shard_moves.RATE_MB_S_DEFAU
 
 def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.Namespace], Any]) -> None:
     sp = sub.add_parser("shard", help="where each shard lives; move a shard's replica to another node")
-    sps = sp.add_subparsers(dest="cmd", required=True)
+    sps = sp.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ls = sps.add_parser("list", help="each shard's log, replicas and move under way")
     mv = sps.add_parser("move", help="move a replica of SHARD to node --to (from node --from), online")
     mv.add_argument("shard", type=int, metavar="SHARD")

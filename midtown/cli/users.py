@@ -36,7 +36,7 @@ def cmd_user(a: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """user add|list|remove: users and their tokens."""
     us = sub.add_parser("user", help="users and their tokens, for datasets with an access list")
-    uss = us.add_subparsers(dest="cmd", required=True)
+    uss = us.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     for name, helptext in (("add", "create a user and print its token (shown once)"),
                            ("list", "list users"), ("remove", "remove a user (its token stops "
                                                               "working within 5 s)")):

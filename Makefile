@@ -51,7 +51,6 @@ soak: proto
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 
 bench: proto
-	MIDTOWN_WITH_ETCD=1 scripts/install.sh
 	.venv/bin/midtown bench log
 	.venv/bin/midtown bench kv
 	.venv/bin/midtown bench ingest

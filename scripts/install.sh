@@ -14,9 +14,9 @@ command -v iptables >/dev/null 2>&1 || need_apt+=(iptables)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # The power-loss test mounts a FUSE filesystem that drops unsynced writes (tests/faults).
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
-if [ "${MIDTOWN_WITH_ETCD:-0}" = 1 ] && ! command -v etcd >/dev/null 2>&1; then
-    need_apt+=(etcd-server etcd-client)
-fi
+# etcd: the benchmarks' opponent, and the suite starts it (a stop signal during a
+# benchmark's start-up of etcd stops what was started: tests/integration/test_bench_signals.py).
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server etcd-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "install: need root to apt-get install ${need_apt[*]}" >&2

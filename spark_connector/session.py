@@ -4,7 +4,9 @@ retries, on loopback only, the workers on this interpreter, the data source regi
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from typing import Any
 
 
@@ -16,6 +18,12 @@ def local_session(app: str, log_level: str = "ERROR") -> Any:
 
     from spark_connector.source import register
 
+    # SparkContext puts its own SIGINT handler in place (it cancels the jobs, then raises
+    # KeyboardInterrupt); the command's own handler is put back, which holds a signal while
+    # a process is being started and recorded (runtime/children.py) and stops the session's
+    # JVM with the rest. Python sets handlers from the main thread only.
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main_thread else None
     s = (SparkSession.builder.master("local[2, 4]").appName(app)  # 2 cores, 4 attempts per task
          .config("spark.ui.enabled", "false")
          .config("spark.driver.host", "127.0.0.1")
@@ -24,6 +32,8 @@ def local_session(app: str, log_level: str = "ERROR") -> Any:
          .config("spark.driver.memory", "1g")
          .config("spark.sql.python.filterPushdown.enabled", "true")
          .getOrCreate())
+    if main_thread and before is not None:
+        signal.signal(signal.SIGINT, before)
     s.sparkContext.setLogLevel(log_level)
     register(s)
     return s

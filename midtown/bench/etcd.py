@@ -24,6 +24,7 @@ from typing import Protocol
 import grpc
 
 from midtown.cluster.ports import free_ports
+from runtime import children
 
 APIS = ("grpc", "json")
 
@@ -59,17 +60,19 @@ class Etcd:
                       "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[i]}",
                       "--initial-cluster", cluster, "--initial-cluster-state", "new",
                       "--initial-cluster-token", "midtown-bench"] for i in range(3)]
-        self.procs = [self._start(i) for i in range(3)]
+        self.procs: list[subprocess.Popen[bytes]] = []
         self._channels: dict[int, grpc.Channel] = {}
         self._lock = threading.Lock()
-        try:
+        try:  # whatever ends the start-up (a stop signal too) stops the members started
+            for i in range(3):
+                self.procs.append(self._start(i))
             self.wait_healthy(60)
-        except SystemExit:
+        except BaseException:
             self.stop()
             raise
 
     def _start(self, i: int) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.cmds[i], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return children.start(self.cmds[i], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _gateway(self, i: int, path: str, body: dict | None = None, timeout_s: float = 2.0) -> dict:
         c = http.client.HTTPConnection("127.0.0.1", self.client_ports[i], timeout=timeout_s)

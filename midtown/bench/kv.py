@@ -28,6 +28,7 @@ from midtown.client import Client
 from midtown.cluster import Cluster
 from midtown.cluster.ports import free_ports
 from midtown.output import emit
+from runtime import children
 
 VALUE = b"v" * 64
 # A system's workloads: op name -> make(client index) -> op(n).
@@ -218,10 +219,13 @@ class EchoFloor:
         cmd = [sys.executable, "-m", "midtown.bench.echo", "--port", str(port)]
         cmd += ["--data", str(data)] if data else []
         cmd += ["--follower", follower] if follower else []
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        if "listening" not in (self.proc.stdout.readline() if self.proc.stdout else ""):
+        self.proc = children.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:  # whatever ends the wait (a stop signal too) stops the server
+            if "listening" not in (self.proc.stdout.readline() if self.proc.stdout else ""):
+                raise SystemExit("the echo floor server did not start")
+        except BaseException:
             self.stop()
-            raise SystemExit("the echo floor server did not start")
+            raise
 
     def ops(self) -> Ops:
         make = lambda i: echo.caller(self.addr, VALUE)  # noqa: E731  (same call whatever the op)
@@ -268,6 +272,7 @@ def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout, a.kv_logs) as (cluster, etcd):
         with contextlib.ExitStack() as floors:  # every floor started is stopped
+            log("starting the floors (echo servers)...")
             floor = floors.enter_context(EchoFloor())
             # The replicated floor: a second echo server, making each call durable on itself
             # and on a follower (synced RocksDB writes) before it answers.

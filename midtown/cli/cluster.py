@@ -75,13 +75,16 @@ def _start_detached(c: Any, progress: bool) -> Any:
     import subprocess
 
     from midtown.cluster import Cluster
+    from runtime import children
 
     c.plan()
     log_path = c.dir / "logs" / "supervisor.log"
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "midtown.cluster.supervisor", "--dir", str(c.dir)],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = children.start([sys.executable, "-m", "midtown.cluster.supervisor", "--dir", str(c.dir)],
+                              stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                              start_new_session=True)
+    # Until it is up, the supervisor is the command's to stop (a stop signal meanwhile stops
+    # it, and it stops what it started); once up, it runs on its own.
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -89,9 +92,9 @@ def _start_detached(c: Any, progress: bool) -> Any:
             raise CliError(f"the cluster did not start: {' / '.join(tail)} (see {log_path})")
         loaded = Cluster.load(c.dir)
         if loaded.supervisor_pid == proc.pid:
+            children.release(proc)
             return loaded
         time.sleep(0.2)
-    proc.terminate()
     raise CliError(f"the cluster was not ready after 120 s (see {log_path})")
 
 

@@ -6,12 +6,18 @@ is not cut short (SIGKILL still ends the command at once).
 
 SIGINT is taken too when the command started with it ignored (a shell starts background
 jobs so, and Python then leaves it ignored): `kill -INT` stops a command run with `&` as
-it stops one in the foreground, as Go's signal.Notify does for etcd."""
+it stops one in the foreground, as Go's signal.Notify does for etcd.
+
+A stop signal that lands while a process is being started and recorded
+(runtime/children.py) waits until that is done, so no process starts without its record:
+whatever the command started, it stops."""
 
 from __future__ import annotations
 
 import signal
 from types import FrameType
+
+from runtime import children
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -25,6 +31,10 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
+    if children.hold(signum):
+        return  # sent again once the process being started is recorded
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     raise Interrupted(signum)
@@ -33,8 +43,7 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 def interrupt_on_stop_signals() -> None:
     """From now on SIGINT, SIGTERM and SIGHUP interrupt the main thread, whatever the
     command inherited."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for s in STOP_SIGNALS:
+    for s in (signal.SIGINT, *STOP_SIGNALS):
         signal.signal(s, _raise)
 
 

@@ -22,6 +22,7 @@ from midtown.cli import users as users_cli
 from midtown.cli.arguments import common_options
 from midtown.cli.connect import CliError, Unreachable, zk_client
 from midtown.cli.interrupts import exit_code, interrupt_on_stop_signals
+from runtime import children
 from runtime.forking import restart_without_grpc_fork_handlers
 
 
@@ -130,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
 
     interrupt_on_stop_signals()  # what a command started, it stops on SIGTERM and SIGHUP too
     try:
-        return int(a.fn(a))
+        try:
+            return int(a.fn(a))
+        finally:
+            # Whatever the command started and did not stop or hand over (a stop signal
+            # that cut a start-up short) is stopped now (midtown/cli/children.py).
+            children.stop_all()
     except Unreachable as e:
         print(f"midtown: {e}", file=sys.stderr)
         return EXIT_UNREACHABLE

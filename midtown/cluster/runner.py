@@ -22,6 +22,7 @@ from log import limits
 from log import zk as zkpaths
 from midtown.cluster.ports import free_ports
 from midtown.cluster.zookeeper import ZooKeeper, is_ok
+from runtime import children
 from runtime.transport import Credentials
 
 if TYPE_CHECKING:
@@ -332,8 +333,8 @@ class Cluster:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        proc = subprocess.Popen(self.command(name), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = children.start(self.command(name), stdout=out, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         p.pid = proc.pid
         self._popen[name] = proc
 

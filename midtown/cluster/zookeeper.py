@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from log import limits
+from runtime import children
 
 CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -77,10 +78,8 @@ class ZooKeeper:
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text(config_text(self.data_dir, self.port, self.host))
         out = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            command(cfg), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        self.proc = children.start(command(cfg), stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

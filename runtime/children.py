@@ -1,0 +1,90 @@
+"""Every process a command starts (a cluster's processes, ZooKeeper, etcd, the echo floor,
+a detached supervisor), recorded the moment it starts, so that the command stops whatever
+it started when it ends, wherever a stop signal landed: in a constructor before its object
+was bound to a name, between two starts, or in a wait for readiness.
+
+A process is started and recorded with stop signals held: the command's signal handler
+(midtown/cli/interrupts.py) asks `hold` first, and a signal that lands inside `held()` is
+sent again on the way out, so no signal falls between the start and the record. The record
+is the `Popen` object itself: until it is reaped its pid cannot be reused, so signalling it
+can never reach another program. `release` hands a process over for good (a detached
+cluster's supervisor, once it is up)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+_lock = threading.Lock()
+_started: list[subprocess.Popen[Any]] = []
+_depth = 0  # held() blocks the main thread is in (signal handlers run in the main thread)
+_pending: list[int] = []  # stop signals that landed in one
+
+
+def hold(signum: int) -> bool:
+    """For a stop signal's handler: True if the signal is to wait (inside `held()`, which
+    sends it again on the way out), and the handler is to return at once."""
+    if _depth:
+        _pending.append(signum)
+        return True
+    return False
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Stop signals that land inside wait until its end, then take effect."""
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if not _depth and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            signal.raise_signal(signum)
+
+
+def start(cmd: list[str], **popen: Any) -> subprocess.Popen[Any]:
+    """`subprocess.Popen(cmd, **popen)`, recorded before any stop signal can act."""
+    with held():
+        p: subprocess.Popen[Any] = subprocess.Popen(cmd, **popen)
+        with _lock:
+            _started.append(p)
+    return p
+
+
+def release(p: subprocess.Popen[Any]) -> None:
+    """`p` is to outlive the command: `stop_all` leaves it."""
+    with _lock:
+        if p in _started:
+            _started.remove(p)
+
+
+def running() -> list[subprocess.Popen[Any]]:
+    """The recorded processes that have not exited."""
+    with _lock:
+        return [p for p in _started if p.poll() is None]
+
+
+def stop_all(grace_s: float = 10.0) -> list[int]:
+    """SIGCONT and SIGTERM to every recorded process still running, SIGKILL to those not
+    gone after `grace_s`, each reaped. The pids it had to stop (normally none: the command's
+    own clean-up stopped them)."""
+    left = running()
+    for p in left:
+        p.send_signal(signal.SIGCONT)
+        p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in left:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return [p.pid for p in left]

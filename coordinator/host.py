@@ -6,6 +6,8 @@ registers in ZooKeeper under its own address. Calls between the three go straigh
 one to the other (through the ports bound here: runtime/inprocess.py, log/local.py)
 instead of through gRPC: on the machine that writes a log, a strong write crosses the
 network once each way to its client and once to the other log replicas, and nothing else.
+A host whose log server left the pool (`midtown log-server decommission`) runs its storage
+node and coordinator alone, calling the log servers over gRPC as the split layout does.
 
 Run: python -m coordinator.host --id 0 --zk ZK --data DIR --log-port P1 --storage-port P2
      --coordinator-port P3"""
@@ -21,11 +23,12 @@ from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from coordinator.replicas import LocalStorage
 from log import server as log_server
+from log import zk as zkpaths
 from log.local import NodeAppends
 from log.node import Node
 from log.read_index import LocalLog
 from runtime import inprocess, metrics, transport
-from runtime.process import Part, serve_all, tune_runtime
+from runtime.process import Part, serve_all, tune_runtime, wait_until
 from storage_node import server as storage_server
 from storage_node.callbacks import AnswerTaker
 
@@ -56,25 +59,47 @@ def main(argv: list[str] | None = None) -> None:
     name = a.advertise or a.host
     log_addr, storage_addr, coord_addr = (f"{name}:{port}" for port in
                                           (a.log_port, a.storage_port, a.coordinator_port))
-    ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
-    log_server.add_health(ls, node)
-    local_log = inprocess.Local[Node]().bind([log_addr], node)
+    parts: list[Part] = []
+    node: Node | None = None
+    if in_the_pool(a.zk, a.id):
+        ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
+        log_server.add_health(ls, node)
+        parts.append(Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0))
+    else:  # decommissioned (midtown log-server decommission): the rest of the host serves on
+        logging.getLogger("coordinator.host").warning(
+            "log server %d is not in the log servers' pool (decommissioned, or never added): this host "
+            "runs its storage node and coordinator only (midtown log-server add %d, then a restart, "
+            "brings it back)", a.id, a.id)
+    local_log = inprocess.Local[Node]().bind([log_addr], node) if node is not None else None
     local_answers = inprocess.Local[AnswerTaker]()  # bound once the coordinator is built
-    appends = NodeAppends(node)  # the coordinator's and the storage node's appends to this writer
+    # The coordinator's and the storage node's appends to this writer, if it is one.
+    appends = NodeAppends(node) if node is not None else None
     ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), appends,
                                           local_log, local_answers)
     storage_server.add_health(ss, storage)
-    b = coordinator_server.build(a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}",
-                                 a.client_rate_limit, local_appends=appends,
-                                 local_log=inprocess.Local[LocalLog]().bind([log_addr], node),
-                                 local_storage=inprocess.Local[LocalStorage]().bind([storage_addr], storage))
+    b = coordinator_server.build(
+        a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}", a.client_rate_limit, local_appends=appends,
+        local_log=inprocess.Local[LocalLog]().bind([log_addr], node) if node is not None else None,
+        local_storage=inprocess.Local[LocalStorage]().bind([storage_addr], storage))
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
-    serve_all([Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0),
-               Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
-               Part(b.internal, "", lambda: None, lambda: None),
-               Part(b.client, "", b.coordinator.start, b.coordinator.stop)],
-              f"host {a.id} ready: log server on {log_addr}, storage node on {storage_addr}, "
-              f"coordinator on {coord_addr}")
+    parts += [Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
+              Part(b.internal, "", lambda: None, lambda: None),
+              Part(b.client, "", b.coordinator.start, b.coordinator.stop)]
+    serve_all(parts, f"host {a.id} ready: log server on {log_addr if node is not None else '(none)'}, "
+                     f"storage node on {storage_addr}, coordinator on {coord_addr}")
+
+
+def in_the_pool(zk_hosts: str, server_id: int) -> bool:
+    """Whether `server_id` is in the log servers' pool (waiting, as a log server does, for a
+    topology to exist). A host whose log server was decommissioned runs without it."""
+    zk = zkpaths.connect(zk_hosts)
+    try:
+        topo = wait_until(lambda: zkpaths.read_topology(zk),
+                          "no topology in ZooKeeper: run `midtown cluster up` (or create it)")
+        return server_id in topo.log_servers
+    finally:
+        zk.stop()
+        zk.close()
 
 
 if __name__ == "__main__":

@@ -252,9 +252,11 @@ class LogClient:
             raise LogError(e.code(), e.details() or "") from None
 
     def status(self) -> list[dict]:
-        """Per log: writer, epoch, first and last position, and each replica's position."""
+        """Per log: writer, epoch, first and last position, and the position of each replica
+        of its last segment."""
         topo = self.topology()
         rows: dict[int, dict] = {}
+        ensembles: dict[int, set[int]] = {}
         for log_id in range(topo.logs):
             meta, _ = zkpaths.read_metadata(self.zk, log_id)
             w = zkpaths.read_writer(self.zk, log_id)
@@ -263,6 +265,8 @@ class LogClient:
                 "first": 0, "last": -1, "replicas": {},
                 "segments": len(meta.segments),
             }
+            last = meta.last_segment
+            ensembles[log_id] = set(last.replicas) if last is not None else set()
         for _sid, addr in sorted(self.servers().items()):
             try:
                 st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
@@ -274,6 +278,7 @@ class LogClient:
                     continue
                 row["first"] = max(row["first"], ls.first_position)
                 row["last"] = max(row["last"], ls.last_position)
-                for rp in ls.replicas:
-                    row["replicas"][rp.server_id] = rp.position
+                for rp in ls.replicas:  # the servers of its last segment (not those that left)
+                    if rp.server_id in ensembles[ls.log_id]:
+                        row["replicas"][rp.server_id] = rp.position
         return [rows[k] for k in sorted(rows)]

@@ -63,9 +63,10 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
 
 
 def held(zk: Any, topo: zkpaths.Topology) -> list[dict[str, Any]]:
-    """One row per log server of the pool, registered or leaving: the segments naming it
-    that still hold entries (above the log's truncation point), the open ones among them,
-    and the logs it writes."""
+    """One row per log server of the pool, registered, or named by a segment that still
+    holds entries (above the log's truncation point): those segments, the open ones among
+    them, and the logs it writes. A server that left (out of the pool, holding and writing
+    nothing) and is not running is gone: no row."""
     live = zkpaths.servers(zk)
     leaving = zkpaths.leaving(zk)
     ids = sorted(set(topo.log_servers) | set(live) | leaving)
@@ -86,7 +87,8 @@ def held(zk: Any, topo: zkpaths.Topology) -> list[dict[str, Any]]:
         w = zkpaths.read_writer(zk, log_id)
         if w is not None and w["server"] in rows:
             rows[w["server"]]["writes"] += 1
-    return [rows[i] for i in sorted(rows)]
+    return [r for _, r in sorted(rows.items())
+            if r["in_pool"] or r["live"] or r["segments"] or r["writes"]]
 
 
 def check_enough_stay(server: int, pool: Iterable[int], leaving: Iterable[int], live: Iterable[int]) -> None:

@@ -344,17 +344,22 @@ class Cluster:
         last = ""
         while True:
             regs = zkpaths.servers(zk)  # type: ignore[arg-type]
+            # The log servers of the pool: one decommissioned is not started (its host runs
+            # without it: coordinator/host.py), so none is waited for.
+            topo = zkpaths.read_topology(zk)  # type: ignore[arg-type]
+            pool = set(topo.log_servers) if topo is not None else set()
+            want_l = sum(1 for p in self.playing("log-server") if p.server_id in pool)
             writers = sum(1 for i in range(self.logs) if zkpaths.writer_is_live(zk, i))  # type: ignore[arg-type]
             storage = len(registry.members(zk, registry.STORAGE_NODES))  # type: ignore[arg-type]
             coords = len(registry.members(zk, registry.COORDINATORS))  # type: ignore[arg-type]
             want_s, want_c = len(self.playing("storage-node")), len(self.playing("coordinator"))
-            msg = (f"log servers up: {len(regs)}/{self.log_server_count}, logs with a writer: "
+            msg = (f"log servers up: {len(regs)}/{want_l}, logs with a writer: "
                    f"{writers}/{self.logs}, storage nodes: {storage}/{want_s}, "
                    f"coordinators: {coords}/{want_c}")
             if progress and msg != last:
                 print(msg, file=sys.stderr, flush=True)
                 last = msg
-            if (len(regs) >= self.log_server_count and writers == self.logs and storage >= want_s
+            if (len(regs) >= want_l and writers == self.logs and storage >= want_s
                     and coords >= want_c):
                 return
             for p in self.procs.values():

@@ -242,3 +242,59 @@ def test_cluster_up_with_the_host_layout(tmp_path: Path) -> None:
         mt("cluster", "down", "--dir", d)
     for p in up["processes"]:
         assert not pid_alive(p["pid"])
+
+
+def test_a_host_whose_log_server_left_the_pool_serves_on(tmp_path: Path) -> None:
+    """`midtown log-server decommission 3` on four hosts, then host-3 restarted (as the
+    supervisor or `cluster restart` does): it runs its storage node and coordinator without
+    its log server (once it exited: 'server id 3 is not in the topology', and its shards ran
+    on two copies). Its node serves every shard it holds, equal to its peers; its
+    coordinator answers; `log-server list` and `log status` no longer name server 3."""
+    import subprocess
+    import sys
+
+    from catalog import registry
+
+    def mt(*args: str) -> object:
+        p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts, "--json"],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return json.loads(p.stdout)
+
+    with started(tmp_path / "c", layout="host", log_server_count=4, storage_nodes=4, kv_logs=1) as c:
+        c.create_dataset("t")
+        keys = [(f"p{i % 9}", f"k{i}") for i in range(60)]
+        with Client(zk=c.zk_hosts, timeout=30) as db:
+            for p, k in keys:
+                db.put("t", p, k, k.encode())
+        out = mt("log-server", "decommission", "3")
+        assert out["removed"] and 3 not in out["pool"]  # type: ignore[index]
+        old = c.procs["host-3"].pid
+        c.terminate("host-3")
+        c.restart("host-3")
+        zk = logzk.connect(c.zk_hosts)
+        try:
+            wait_for(lambda: 3 in registry.members(zk, registry.STORAGE_NODES)
+                     and 3 in registry.members(zk, registry.COORDINATORS), 60,
+                     "host-3's storage node and coordinator registered again")
+            assert 3 not in logzk.servers(zk)  # its log server is not started
+        finally:
+            zk.stop()
+            zk.close()
+        assert c.procs["host-3"].pid != old and c.running("host-3")
+
+        def settled() -> object:
+            rows = {r["node"]: r for r in mt("node", "status")}  # type: ignore[attr-defined]
+            n3 = rows.get(3)
+            return (n3 is not None and n3["state"] == "up" and n3["shards"] > 0 and n3["behind"] == 0
+                    and all(r["diverged_shards"] == 0 for r in rows.values()))
+        wait_for(settled, 60, "node 3 up, caught up, and equal to its peers", every_s=1.0)
+        with Client(c.procs["host-3"].addr, timeout=30) as db:  # its own coordinator
+            for p, k in keys:
+                got = db.get("t", p, k)
+                assert got is not None and got.value == k.encode(), (p, k)
+            db.put("t", "after", "k", b"1")
+            assert db.get("t", "after", "k").value == b"1"
+        assert 3 not in [r["server"] for r in mt("log-server", "list")]  # type: ignore[attr-defined]
+        assert all("3" not in r["replicas"] for r in mt("log", "status"))  # type: ignore[attr-defined]
+        assert c.running("host-3")

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from spark_connector.options import ChangeOptions, Connection, OptionError
+from spark_connector.options import INTERNAL_PARTITION_PREFIX, ChangeOptions, Connection, OptionError
 
 
 def schema(decode: bool) -> str:
@@ -64,6 +64,11 @@ class MidtownChangeReader(DataSourceStreamReader):
         if o.start is not None and max(o.start) >= shards:
             raise OptionError(f"startingPositions: shard {max(o.start)}, this cluster has shards "
                               f"0..{shards - 1}")
+        # Per shard, positions [lo, hi) known to hold no change of the dataset (of
+        # partition_key, if given): checked on the driver, so a batch's read of that shard
+        # starts at hi. The offset a query stands at stays put while its shards are quiet.
+        self.quiet: dict[int, tuple[int, int]] = {}
+        self._last: dict[int, int] | None = None  # the offset last returned (Spark < 4.2 passes no start)
 
     def _now(self) -> dict[int, int]:
         return _driver_client(self.o.conn).positions(self.o.dataset, partition_key=self.o.partition_key)
@@ -72,16 +77,60 @@ class MidtownChangeReader(DataSourceStreamReader):
         return _offset(self.o.start if self.o.start is not None else self._now())
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        """Where each shard stands now (no read limit: a batch takes every change so far).
-        Spark 4.2 passes the start and a limit; earlier versions neither."""
-        return _offset(self._now())
+        """Where each shard stands now if the dataset changed since `start` (no read limit: a
+        batch takes every change so far), else `start` itself: the log moves with other
+        datasets' writes, the sink's commits and the writer's time marks, and an offset that
+        moved with them made Spark plan an empty batch on every trigger (a task per shard),
+        so `processAllAvailable()` never returned. Spark 4.2 passes the start and a limit;
+        earlier versions neither (the offset last returned is the start then)."""
+        now = self._now()
+        base = {int(k): int(v) for k, v in start.items()} if start is not None else self._last
+        if base is None:
+            self._last = now
+            return _offset(now)
+        check: dict[int, int] = {}
+        for s, p in now.items():
+            b = base.get(s, p)
+            lo, hi = self.quiet.get(s, (b, b))
+            frm = hi if lo <= b <= hi else b
+            if p > frm:
+                check[s] = frm
+            if not lo <= b <= hi:
+                self.quiet[s] = (b, b)
+        first = self._first_changes(check, now)
+        for s, frm in check.items():
+            lo, _ = self.quiet.get(s, (base.get(s, frm), frm))
+            self.quiet[s] = (lo, first.get(s, now[s]))
+        out = dict(now) if first else {s: base.get(s, p) for s, p in now.items()}
+        self._last = out
+        return _offset(out)
+
+    def _first_changes(self, frm: dict[int, int], until: dict[int, int]) -> dict[int, int]:
+        """The position of the first change of the dataset in [frm, until) of each shard of
+        `frm` that has one (the connector's own bookkeeping rows are not changes)."""
+        if not frm:
+            return {}
+        first: dict[int, int] = {}
+        db = _driver_client(self.o.conn)
+        ends = {s: until[s] for s in frm}
+        with db.watch(self.o.dataset, dict(frm), until=ends, partition_key=self.o.partition_key) as w:
+            for c in w:
+                if not c.partition_key.startswith(INTERNAL_PARTITION_PREFIX):
+                    first.setdefault(c.shard, c.position)
+                at = w.positions
+                if all(s in first or at.get(s, 0) >= e for s, e in ends.items()):
+                    break
+        return first
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         out: list[InputPartition] = []
         for s, e in sorted(end.items(), key=lambda kv: int(kv[0])):
-            b = int(start.get(s, e))
-            if int(e) > b:
-                out.append(ChangesPartition(int(s), b, int(e)))
+            shard, b, e = int(s), int(start.get(s, e)), int(e)
+            lo, hi = self.quiet.get(shard, (b, b))
+            if lo <= b < hi:
+                b = min(hi, e)  # nothing of the dataset below hi: not read again
+            if e > b:
+                out.append(ChangesPartition(shard, b, e))
         return out
 
     def read(self, partition: InputPartition) -> Any:
@@ -92,6 +141,8 @@ class MidtownChangeReader(DataSourceStreamReader):
             for c in db.watch(o.dataset, {p.shard: p.start}, until={p.shard: p.end},
                               partition_key=o.partition_key):
                 pk, lk = c.partition_key, c.local_key
+                if pk.startswith(INTERNAL_PARTITION_PREFIX):
+                    continue  # a sink's bookkeeping rows (its streaming commits): no change of the data
                 value = c.value
                 if o.decode:
                     pk, lk = pk.decode(errors="replace"), lk.decode(errors="replace")  # type: ignore[assignment]

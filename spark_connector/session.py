@@ -30,7 +30,6 @@ def local_session(app: str, log_level: str = "ERROR") -> Any:
          .config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.sql.shuffle.partitions", "4")
          .config("spark.driver.memory", "1g")
-         .config("spark.sql.python.filterPushdown.enabled", "true")
          .getOrCreate())
     if main_thread and before is not None:
         signal.signal(signal.SIGINT, before)

@@ -41,34 +41,63 @@ log = logging.getLogger("midtown.spark")
 STREAM_STATE_PARTITION = b"\x00midtown-streams"
 
 
-def register(spark: Any) -> None:
+# Spark refuses to plan a read of a Python source that implements pushFilters unless this
+# is on (off by default in Spark 4.1-4.3); register() turns it on in the session it is given.
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def register(spark: Any, source: type[DataSource] | None = None) -> None:
     """Make `spark.read.format("midtown")` and `df.write.format("midtown")` (and their
-    streaming forms) available, from any thread of the session."""
-    spark.dataSource.register(MidtownDataSource)
+    streaming forms) available, from any thread of the session, in a session built the
+    plain way: filter pushdown is turned on in it (PUSHDOWN_CONF), a save with no mode
+    appends (the only mode the source takes), and the name is taken in any case. Again is
+    harmless. `source`: a variant of the source under a name of its own (`make demo`'s)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        spark.dataSource.register(source or MidtownDataSource)
+    except AnalysisException as e:  # registered before: sessions of one context share sources
+        if e.getCondition() != "DATA_SOURCE_ALREADY_EXISTS":
+            raise
+    spark.conf.set(PUSHDOWN_CONF, "true")
     _found_from_any_thread()
 
 
 def _found_from_any_thread() -> None:
     """Spark finds a Python data source through the calling thread's *active* session (a
     JVM thread-local), which a thread started after the session lacks: saving from such a
-    thread failed with DATA_SOURCE_NOT_FOUND. So `format("midtown")` on a reader or writer
-    makes its own session the thread's active one first (as createDataFrame does). Done
-    once per process; other formats are untouched."""
+    thread failed with DATA_SOURCE_NOT_FOUND. So `format("midtown")` (in any case, as
+    Spark's own names are) on a reader or writer makes its own session the thread's active
+    one first (as createDataFrame does), with pushdown on; on a batch writer whose mode was
+    not set, it sets append (Spark's default, ErrorIfExists, is refused with a message
+    offering Overwrite, which the source refuses too). Done once per process; other formats
+    are untouched."""
     from pyspark.sql.readwriter import DataFrameReader, DataFrameWriter
     from pyspark.sql.streaming.readwriter import DataStreamReader, DataStreamWriter
 
+    if getattr(DataFrameWriter.mode, "midtown_mode_kept", False):
+        return
+    original_mode = DataFrameWriter.mode
+
+    def mode(self: Any, saveMode: Any) -> Any:
+        self._midtown_mode_set = True
+        return original_mode(self, saveMode)
+
+    mode.midtown_mode_kept = True  # type: ignore[attr-defined]
+    mode.__doc__ = original_mode.__doc__
+    DataFrameWriter.mode = mode  # type: ignore[method-assign]
     for cls in (DataFrameReader, DataFrameWriter, DataStreamReader, DataStreamWriter):
         original = cls.format
-        if getattr(original, "midtown_active_session", False):
-            continue
 
         def format(self: Any, source: str, _original: Any = original) -> Any:
-            if source == MidtownDataSource.name():
+            if isinstance(source, str) and source.lower() == MidtownDataSource.name():
                 spark = self._spark
                 spark._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
+                spark.conf.set(PUSHDOWN_CONF, "true")
+                if isinstance(self, DataFrameWriter) and not getattr(self, "_midtown_mode_set", False):
+                    original_mode(self, "append")
             return _original(self, source)
 
-        format.midtown_active_session = True  # type: ignore[attr-defined]
         format.__doc__ = original.__doc__
         cls.format = format  # type: ignore[method-assign]
 
@@ -119,7 +148,7 @@ class MidtownDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise OptionError("mode: 'overwrite' is refused: the midtown data source does not replace "
-                              "a dataset's contents; use mode('append') (docs/spark.md)")
+                              "a dataset's contents; use mode('append'), or no mode (docs/spark.md)")
         o = opt.write_options(self.options)
         check_schema(o, _fields(schema))
         _check_dataset(o.conn, o.dataset)
@@ -229,7 +258,7 @@ class MidtownReader(DataSourceReader):
             for page in db.scan_shard(o.dataset, partition.shard, consistency=o.consistency,
                                       page=o.page_rows, token=token):
                 rows = [(i.partition_key, i.local_key, i.value) for i in page.items
-                        if not i.partition_key.startswith(b"\x00midtown-")]
+                        if not i.partition_key.startswith(opt.INTERNAL_PARTITION_PREFIX)]
                 if rows:
                     yield _batch(rows, o.decode)
 

@@ -19,24 +19,29 @@ KEY_CHARS_MAX = 40
 @dataclass
 class Counts:
     """What happened to a task's (or a job's) rows. Failures are kept by reason, each with
-    how many rows it refused and the keys of the first few (REASONS_KEPT reasons)."""
+    how many rows it refused and the keys of the first few distinct ones, with how many of
+    its rows each had (REASONS_KEPT reasons, KEYS_KEPT keys each)."""
     rows: int = 0
     applied: int = 0
     duplicates: int = 0
     failed: int = 0
-    reasons: dict[str, tuple[int, list[str]]] = field(default_factory=dict)
+    reasons: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
 
     def fail(self, reason: str, keys: str) -> None:
         """One row refused for `reason`; `keys` says which row (its keys)."""
         self.failed += 1
-        self._note(reason, 1, [keys])
+        self._note(reason, 1, {keys: 1})
 
-    def _note(self, reason: str, n: int, keys: list[str]) -> None:
+    def _note(self, reason: str, n: int, keys: dict[str, int]) -> None:
         have = self.reasons.get(reason)
         if have is None and len(self.reasons) >= REASONS_KEPT:
             return
-        count, kept = have or (0, [])
-        self.reasons[reason] = (count + n, (kept + keys)[:KEYS_KEPT])
+        count, kept = have or (0, {})
+        kept = dict(kept)
+        for k, rows in keys.items():
+            if k in kept or len(kept) < KEYS_KEPT:
+                kept[k] = kept.get(k, 0) + rows
+        self.reasons[reason] = (count + n, kept)
 
     def add(self, other: Counts) -> None:
         self.rows += other.rows
@@ -47,11 +52,14 @@ class Counts:
             self._note(reason, n, keys)
 
     def failures(self) -> str:
-        """The reasons, each with its rows: "REASON (3 rows: u1/n, u2/n and 1 more)"."""
+        """The reasons, each with its rows: "REASON (3 rows: u1/n, u2/n and 1 more)", a key
+        named once however many of the rows had it ("t029/calls 3 times")."""
         out = []
         for reason, (n, keys) in self.reasons.items():
-            more = f" and {n - len(keys)} more" if n > len(keys) else ""
-            out.append(f"{reason} ({n} row{'s' if n != 1 else ''}: {', '.join(keys)}{more})")
+            shown = ", ".join(k if c == 1 else f"{k} {c} times" for k, c in keys.items())
+            rest = n - sum(keys.values())
+            more = f" and {rest} more" if rest > 0 else ""
+            out.append(f"{reason} ({n} row{'s' if n != 1 else ''}: {shown}{more})")
         return "; ".join(out)
 
     def write_report(self, path: str, outcome: str) -> None:
@@ -64,7 +72,7 @@ class Counts:
         with open(tmp, "w") as f:
             json.dump({"outcome": outcome, "rows": self.rows, "applied": self.applied,
                        "duplicates": self.duplicates, "failed": self.failed,
-                       "reasons": [{"reason": r, "rows": n, "keys": k}
+                       "reasons": [{"reason": r, "rows": n, "keys": list(k)}
                                    for r, (n, k) in self.reasons.items()]}, f)
         os.replace(tmp, path)
 

@@ -67,6 +67,20 @@ def test_failures_are_counted_by_reason_naming_a_few_rows() -> None:
     assert "(5 rows: u0/n, u1/n, u2/n and 2 more)" in text and "(1 row: u9/n)" in text
 
 
+def test_a_key_refused_in_many_rows_is_named_once() -> None:
+    """18 increments of one key onto text, then two of others: the key once, with its count
+    (it was listed three times, 't029/calls, t029/calls, t029/calls and 15 more')."""
+    a, b = Counts(), Counts()
+    for _ in range(18):
+        a.fail("not a decimal integer", "t029/calls")
+    b.fail("not a decimal integer", "t030/calls")
+    b.fail("not a decimal integer", "t031/calls")
+    b.fail("not a decimal integer", "t032/calls")
+    a.add(b)
+    assert a.failures() == ("not a decimal integer (21 rows: t029/calls 18 times, t030/calls, t031/calls "
+                            "and 1 more)")
+
+
 def test_abort_advice_fits_the_job() -> None:
     refused = Counts(rows=3, applied=2)
     refused.fail("value: too big", "k/l")
@@ -87,3 +101,13 @@ def test_a_query_id_is_held_by_its_lease() -> None:
     assert claim(state, "q", "spark-b", now, 5, False) is False, "lease ran out: stopped"
     assert claim(state, "q", "spark-b", now, 60, True) is False, "taken over on request"
     assert claim({"owner": "old", "batch": 1}, "q", "spark-b", now, 60, False) is False
+
+
+def test_a_large_shard_is_read_by_several_tasks_by_default() -> None:
+    """A shard of 2,000,000 keys of 100-byte values (about 240 MB) was read by one task with
+    the old default (512 MB): the default cuts it for at least the two cores of a worker."""
+    from spark_connector.options import read_options
+
+    o = read_options({"zk": "h:1", "dataset": "d"})
+    assert 240 * 2**20 // o.split_bytes >= 2
+    assert read_options({"zk": "h:1", "dataset": "d", "split.sizeInMB": "512"}).split_bytes == 512 * 2**20

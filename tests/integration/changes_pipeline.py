@@ -12,7 +12,8 @@ from typing import Any
 from runtime.forking import without_grpc_fork_handlers
 
 
-def start(spark: Any, zk: str, src: str, dst: str, checkpoint: str, positions: str) -> Any:
+def start(spark: Any, zk: str, src: str, dst: str, checkpoint: str, positions: str,
+          trigger: str = "1 second") -> Any:
     """The query, started (a restarted one goes on from its checkpoint)."""
     changes = (spark.readStream.format("midtown").option("zk", zk).option("dataset", src)
                .option("changes", "true").option("decode", "utf8").option("startingPositions", positions)
@@ -21,7 +22,7 @@ def start(spark: Any, zk: str, src: str, dst: str, checkpoint: str, positions: s
                                                       "CAST(1 AS BIGINT) AS value", "change_id")
     return (counts.writeStream.format("midtown").option("zk", zk).option("dataset", dst)
             .option("operation", "increment").option("id_column", "change_id")
-            .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+            .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
 
 
 def main(argv: list[str]) -> None:

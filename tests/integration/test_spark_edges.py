@@ -49,6 +49,50 @@ def test_saves_from_two_threads_at_once(spark: Any, ec: Cluster) -> None:
     assert counters(ec, "threads") == dict(wanted)
 
 
+def test_a_session_built_the_plain_way_reads_writes_and_pushes_down(spark: Any, ec: Cluster) -> None:
+    """The README's lines on a session as a user builds it (the run's session sets nothing
+    of Midtown's: spark_connector/session.py; filter pushdown off, as Spark 4 leaves it):
+    register() (twice is harmless) turns pushdown on; a save with no mode appends; a read
+    with `where(partition_key = ...)` pushes the key down (it failed:
+    DATA_SOURCE_PUSHDOWN_DISABLED), even where pushdown was turned off again after
+    register(); format("Midtown") from a thread started after the session saves and reads
+    (it failed: DATA_SOURCE_NOT_FOUND, the name matched in lower case only)."""
+    from spark_connector import register
+    from spark_connector.source import PUSHDOWN_CONF
+
+    spark.conf.unset(PUSHDOWN_CONF)
+    assert spark.conf.get(PUSHDOWN_CONF) == "false"
+    register(spark)
+    assert spark.conf.get(PUSHDOWN_CONF) == "true"
+    spark.conf.unset(PUSHDOWN_CONF)
+    ec.create_dataset("plain")
+    rows = [(f"p{i % 7}", f"l{i:03d}", f"v{i}") for i in range(210)]
+    df = spark.createDataFrame(rows, "partition_key string, local_key string, value string")
+    df.write.format("midtown").option("zk", ec.zk_hosts).option("dataset", "plain").save()  # no mode
+    spark.conf.unset(PUSHDOWN_CONF)
+    got = (spark.read.format("midtown").option("zk", ec.zk_hosts).option("dataset", "plain")
+           .option("decode", "utf8").load().where("partition_key = 'p3' AND local_key >= 'l100'").collect())
+    assert sorted((r.partition_key, r.local_key, r.value) for r in got) == sorted(
+        r for r in rows if r[0] == "p3" and r[1] >= "l100")
+    with pytest.raises(Exception, match="mode: 'overwrite' is refused"):
+        (df.write.format("midtown").option("zk", ec.zk_hosts).option("dataset", "plain")
+         .mode("overwrite").save())
+    outcome: list[object] = []
+
+    def in_a_thread() -> None:
+        try:
+            (df.write.format("Midtown").option("zk", ec.zk_hosts).option("dataset", "plain")
+             .option("local_key_column", "value").save())
+            outcome.append(spark.read.format("MIDTOWN").option("zk", ec.zk_hosts)
+                           .option("dataset", "plain").load().count())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            outcome.append(e)
+    t = threading.Thread(target=in_a_thread)
+    t.start()
+    t.join(300)
+    assert outcome == [420], str(outcome)[:2000]
+
+
 def test_a_shard_larger_than_a_split_is_read_by_several_tasks(spark: Any, ec: Cluster) -> None:
     """A shard holding more than split.sizeInMB is cut into key ranges, each its own Spark
     partition, all read from one view of the shard (one position; test_shard_scans.py

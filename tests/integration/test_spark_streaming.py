@@ -106,3 +106,62 @@ def test_a_pipeline_counts_each_change_once_across_a_driver_kill(spark: Any, tmp
         finally:
             stop.set()
             kill(p)
+
+
+def _returns(q: Any, within_s: float) -> bool:
+    """Whether q.processAllAvailable() returns within `within_s` (it is stopped if not);
+    the query's failure is raised."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            q.processAllAvailable()
+        except BaseException as e:  # noqa: BLE001 - raised below
+            failed.append(e)
+        finally:
+            done.set()
+    threading.Thread(target=wait, daemon=True).start()
+    if not done.wait(within_s):
+        q.stop()
+        return False
+    if failed:
+        raise failed[0]
+    return True
+
+
+def test_an_idle_stream_rests(spark: Any, tmp_path: Path) -> None:
+    """A change stream whose dataset does not change plans no batch, however the log moves
+    (another dataset's writes, the sink's own commits in the same log, the writer's time
+    marks), so processAllAvailable() returns; its offsets stay put. Once the dataset
+    changes, one batch takes the change. (The offsets once moved with the log: every
+    trigger planned an empty batch with a task per shard, and processAllAvailable() never
+    returned.)"""
+    with started(tmp_path / "c", shards=8) as c, Client(c.coordinator_addrs, timeout=30) as db:
+        for name in ("src", "other", "dst"):
+            c.create_dataset(name)
+        start = db.positions("src")
+        for i in range(10):
+            db.put("src", f"u{i % 3}", f"l{i}", b"v")
+        checkpoint = tmp_path / "checkpoint"
+        q = changes_pipeline.start(spark, c.zk_hosts, "src", "dst", str(checkpoint), json.dumps(start),
+                                   trigger="0.5 seconds")
+        try:
+            assert _returns(q, 120), "processAllAvailable() did not return with the changes read"
+            assert sum(counted(db).values()) == 10
+            batches = sorted(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+            offsets = (checkpoint / "offsets" / str(batches[-1])).read_text()
+            for i in range(50):  # the log moves; src does not change
+                db.put("other", f"o{i}", "l", b"x")
+            time.sleep(3)  # six triggers, and three time marks
+            assert _returns(q, 60), "processAllAvailable() did not return on an idle stream"
+            now = sorted(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+            assert now == batches, f"batches planned while src was idle: {now[len(batches):]}"
+            assert (checkpoint / "offsets" / str(batches[-1])).read_text() == offsets
+            db.put("src", "u0", "later", b"v")
+            assert _returns(q, 120)
+            assert sum(counted(db).values()) == 11
+            after = sorted(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+            assert len(after) == len(batches) + 1
+        finally:
+            q.stop()

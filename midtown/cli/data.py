@@ -30,6 +30,8 @@ def cmd_data(a: argparse.Namespace) -> int:
                 else:
                     print("(not found)")
                 return 3
+            if a.output is not None:
+                return _write_value(a, lk, v)
             emit({"found": True, **_value_row(lk, v)}, a.json,
                  ["local_key", "value", "version", "expires_at_ms"])
         elif a.group == "put":
@@ -69,6 +71,27 @@ def cmd_data(a: argparse.Namespace) -> int:
     return 0
 
 
+def _write_value(a: argparse.Namespace, local: bytes, v: Any) -> int:
+    """`get --output FILE`: the value's bytes as stored, written to FILE (`-`: standard
+    output, and nothing else there, as `etcdctl get --print-value-only`); the row, with the
+    value's size in place of the value, on standard output (or standard error with `-`)."""
+    import sys
+
+    if a.output == "-":
+        sys.stdout.buffer.write(v.value)
+        sys.stdout.flush()
+        return 0
+    try:
+        with open(a.output, "wb") as f:
+            f.write(v.value)
+    except OSError as e:
+        raise CliError(f"--output: cannot write {a.output}: {e.strerror}") from None
+    emit({"found": True, "local_key": _show_payload(local), "bytes": len(v.value), "output": a.output,
+          "version": v.version, "expires_at_ms": v.expires_at_ms or None}, a.json,
+         ["local_key", "bytes", "output", "version", "expires_at_ms"])
+    return 0
+
+
 def add_parser(sub: Any) -> None:
     """get, put, delete, cas, incr, scan: the data."""
     def data(name: str, helptext: str, local: str = "required") -> argparse.ArgumentParser:
@@ -92,6 +115,8 @@ def add_parser(sub: Any) -> None:
 
     g = data("get", "read a value", "optional")
     g.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
+    g.add_argument("--output", metavar="FILE", help="write the value's bytes, as stored, to FILE "
+                   "(-: standard output, the value alone); the row shows its size instead")
     pt = data("put", "write a value")
     pt.add_argument("value", help="the value; @FILE reads a file, - standard input (up to ~960 KiB)")
     pt.add_argument("--ttl", help="expire after (30s, 5m, 2h, 7d)")

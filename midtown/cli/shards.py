@@ -306,10 +306,17 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
                 print(f"{'would place' if a.dry_run else 'placed'} the shards on {kv.replicas} of the "
                       f"{len(members)} nodes each: {dropped} copies {'to be ' if a.dry_run else ''}dropped")
             emit(rows, False, ["shard", "from", "to", "shard_bytes", "seconds", "copied_bytes"])
-            held = ", ".join(f"{n}: {counts.get(n, 0)} ({held_bytes[n]:,} B)" for n in kv.storage_nodes)
-            gone = f"; node {drain} removed" if drain is not None and not a.dry_run else ""
-            print(f"{len(rows)} moves{' planned (dry run: nothing moved)' if a.dry_run else ''}; "
-                  f"shards per node now {held}{gone}")
+            def per_node(c: dict[int, int], b: dict[int, int]) -> str:
+                return ", ".join(f"{n}: {c.get(n, 0)} ({b[n]:,} B)" for n in kv.storage_nodes)
+            held = per_node(counts, held_bytes)
+            if a.dry_run:  # nothing moved: now is as before; the plan's outcome is "after"
+                now = replica_sets.counts(sets)
+                now_bytes = {n: sum(sizes.get(s, 0) for s in sets.shards_of(n)) for n in kv.storage_nodes}
+                print(f"{len(rows)} moves planned (dry run: nothing moved); shards per node now "
+                      f"{per_node(now, now_bytes)}; after these moves {held}")
+            else:
+                gone = f"; node {drain} removed" if drain is not None else ""
+                print(f"{len(rows)} moves; shards per node now {held}{gone}")
         return 0
     finally:
         zk.stop()

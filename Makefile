@@ -1,7 +1,6 @@
 # Midtown developer targets. `make run` and `make test` install everything they need first.
 PY := .venv/bin/python
 PROTOS := $(wildcard proto/midtown_pb/*.proto)
-GEN := $(patsubst proto/midtown_pb/%.proto,midtown_pb/%_pb2.py,$(PROTOS))
 DIR ?= run/local
 SEED ?= 1
 RUNS ?= 200
@@ -12,13 +11,13 @@ SERVERS ?= 3
 install:
 	@scripts/install.sh
 
-# Generated protobuf code: produced here, never edited by hand, not committed.
-proto: install $(GEN)
+# Generated protobuf code: produced here (and by the package build: setup.py), never
+# edited by hand, not committed.
+proto: install midtown_pb/.generated
 
-midtown_pb/%_pb2.py: proto/midtown_pb/%.proto
-	@mkdir -p midtown_pb
-	@touch midtown_pb/__init__.py
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --grpc_python_out=. --pyi_out=. $<
+midtown_pb/.generated: $(PROTOS) scripts/gen_proto.py
+	$(PY) scripts/gen_proto.py .
+	@touch $@
 
 run: proto
 	.venv/bin/midtown cluster up --dir $(DIR)

@@ -114,7 +114,8 @@ def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
                                capture_output=True, text=True, timeout=600)
             got = p.stdout.splitlines()
             if record:
-                print(f"$ {step.command}\n" + "\n".join(got) + (f"\n(exit {p.returncode})" if p.returncode else ""))
+                code = f"\n(exit {p.returncode})" if p.returncode else ""
+                print(f"$ {step.command}\n" + "\n".join(got) + code)
                 continue
             if p.returncode != step.exit_code or not matches(step.expected, got):
                 failures.append(f"$ {step.command}\n  exit {p.returncode} (README: {step.exit_code})\n"

@@ -31,11 +31,13 @@ test-fast: proto
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
 # (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
 # shard move simulation, BROKEN=no-hold one of its broken variants; CLUSTER=1: real storage
-# nodes beside the log, BROKEN=truncate-ahead)
+# nodes beside the log, BROKEN=truncate-ahead; ENSEMBLE=past-lac or no-fence: a broken
+# ensemble change, off: none)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(BROKEN),--broken $(BROKEN)) \
-		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule))
+		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule)) \
+		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE))
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
 # simulation seeds. make soak ROUNDS=30

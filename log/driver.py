@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from log import limits
+from log.ensemble_change import Copies
 from log.metadata import LogMetadata
-from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, EPOCH
-from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
+from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
+from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
 
 
 class WriterHost(Protocol):
@@ -29,6 +30,7 @@ class WriterHost(Protocol):
     def notify(self, log_id: int) -> None: ...
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None: ...
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None: ...
+    def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]: ...
 
 log = logging.getLogger("midtown.log.driver")
 
@@ -72,6 +74,11 @@ class WriterDriver:
         self._qlock = threading.Lock()
         self.failed = threading.Event()
         self.started_at = time.monotonic()
+        # Its open segment's copies, as answers come back (log/ensemble_change.py): written
+        # by this writer's thread, read by the election's.
+        self.copies = Copies()
+        self._copies_lock = threading.Lock()
+        self._changing_since = 0.0
         self.thread = threading.Thread(target=self._run, name=f"writer-{self.log_id}", daemon=True)
 
     @property
@@ -104,6 +111,17 @@ class WriterDriver:
     def reply(self, replica: int, req: Any, rep: Any) -> None:
         self.inbox.put(("reply", replica, req, rep))
 
+    def change_ensemble(self, replicas: tuple[int, ...]) -> None:
+        """Move the open segment to `replicas` (the election decided: a copy is lost)."""
+        self.inbox.put(("change", replicas))
+
+    def lost_copies(self, now: float, me: int, gone: frozenset[int]) -> set[int]:
+        """The copies of the open segment that stopped answering (log/ensemble_change.py)."""
+        with self._copies_lock:
+            if self.core.state is not State.WRITING:
+                return set()
+            return self.copies.lost(now, me, gone)
+
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
         core = self.core
@@ -130,6 +148,11 @@ class WriterDriver:
                     self._handle(ev)
                 if core.state is State.WRITING:
                     self._append_waiting()
+                elif core.state is State.CHANGING:
+                    if time.monotonic() - self._changing_since > limits.RECOVERY_TIMEOUT_S:
+                        # No fence quorum of the old segment's replicas: another writer's
+                        # recovery, of the segment already opened on live servers, goes on.
+                        core.fail("ensemble change timed out (the old segment's replicas did not answer)")
                 elif (core.state is not State.FAILED
                       and time.monotonic() - self.started_at > limits.RECOVERY_TIMEOUT_S):
                     core.fail("recovery timed out (no quorum of replicas answered)")
@@ -185,7 +208,19 @@ class WriterDriver:
             self._waiting.append((ev[1], ev[2]))
         elif kind == "reply":
             _, replica, req, rep = ev
+            with self._copies_lock:
+                self.copies.answered(replica)
+            was = self.core.state
             self.node.dispatch_reply(self.core, replica, req, rep)
+            if was is State.CHANGING and self.core.state is State.WRITING:
+                self._opened()
+                ENSEMBLE_CHANGES.labels(log=str(self.log_id)).inc()
+                log.warning("log %d: segment moved to %s at epoch %d (ensemble change)", self.log_id,
+                            self.core.replicas, self.core.epoch)
+        elif kind == "change":
+            if self.core.state is State.WRITING and tuple(ev[1]) != tuple(self.core.replicas):
+                self._changing_since = time.monotonic()
+                self.core.change_ensemble(tuple(ev[1]))
         elif kind == "stop":
             self.core.fail(ev[1])
 
@@ -215,12 +250,17 @@ class WriterDriver:
                 return
             for o in out:
                 if isinstance(o, Send):
+                    with self._copies_lock:
+                        self.copies.sent(o.to, time.monotonic())
                     self.node.send(self, o.to, o.msg)
                 elif isinstance(o, WriteMetadata):
                     ok, v = self.node.write_metadata(o.metadata, o.expected_version)
                     self.core.on_metadata_written(ok, v)
                     if self.core.state is State.WRITING:
-                        self.node.announce_writer(self.log_id, self.core.epoch)
+                        self._opened()
+                elif isinstance(o, ChangeEnsemble):
+                    new, v = self.node.change_ensemble(self.log_id, o)
+                    self.core.on_ensemble_changed(new, v)
                 elif isinstance(o, Acked):
                     self._done(o.token)
                     if not self.node.zk_ok():
@@ -235,6 +275,14 @@ class WriterDriver:
                 elif isinstance(o, Failed):
                     self._done(o.token)
                     o.token.set_exception(WriterFailed(o.reason))
+
+    def _opened(self) -> None:
+        """The writer's segment is open for appends (recovered, or moved): say so, and
+        watch its copies from now."""
+        with self._copies_lock:
+            self.copies.open(self.core.replicas, time.monotonic())
+        EPOCH.labels(log=str(self.log_id)).set(self.core.epoch)
+        self.node.announce_writer(self.log_id, self.core.epoch)
 
     def _done(self, fut: Future[AppendResult]) -> None:
         with self._qlock:

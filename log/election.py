@@ -49,17 +49,24 @@ WRITER_REFRESH_S = 5.0
 # only after this long: the preferred writers' ensembles (log/ensemble.py ring) then spread
 # over every server of a cluster that starts at once, not over the first ones up.
 STARTUP_GRACE_S = 3.0
+# A server a writer found lost is left out of new segments this long: longer than a ZooKeeper
+# session (catalog/connect.py), so a killed server's registration is gone by then, and
+# short enough that one that was only paused is used again soon.
+LOST_EXCLUDED_S = 10.0
 
 
 class Election:
     def __init__(self, server_id: int, addr: str, zk: KazooClient, topo: zkpaths.Topology,
                  writers: dict[int, WriterDriver], meta: dict[int, LogMetadata],
                  zk_ok: Callable[[], bool], new_driver: Callable[[Writer], WriterDriver],
-                 stop: threading.Event, peer: Callable[[int], Any] = lambda _: None) -> None:
+                 stop: threading.Event, peer: Callable[[int], Any] = lambda _: None,
+                 ensemble_changes: bool = True) -> None:
         """`writers`, `meta`: the server's writers and the logs' metadata as last seen,
         shared with it (this adds and removes writers); `new_driver`: a driver for a
         writer core, wired to the server; `peer(server)`: a Replica stub for a server
-        (None: unknown), to probe a writer."""
+        (None: unknown), to probe a writer; `ensemble_changes`: a writer moves its open
+        segment off copies that stop answering (log/ensemble_change.py)."""
+        self.ensemble_changes = ensemble_changes
         self.server_id = server_id
         self.addr = addr
         self.zk = zk
@@ -73,6 +80,11 @@ class Election:
         # Each log's writer node as last seen by a watch (no entry: not seen yet).
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
+        self.registered: frozenset[int] | None = None  # servers registered now (a watch; None: not yet)
+        self._change_refused: dict[int, float] = {}  # log -> when a lost copy last found no replacement
+        # Servers a writer here found lost, and until when new segments leave them out: a
+        # killed server stays registered until its session expires.
+        self._lost_until: dict[int, float] = {}
         self.peer = peer
         self.takeover = takeover.Takeover()  # the followers' rule; heard/lost from the shell
         self._probes: dict[int, tuple[float, bool]] = {}  # server -> (when, answered)
@@ -81,6 +93,11 @@ class Election:
 
     def leaving_watch(self, children: list[str]) -> None:
         self.leaving = frozenset(int(c) for c in children)
+        self._wake.set()
+
+    def servers_watch(self, children: list[str]) -> None:
+        """A ZooKeeper children watch on the registered servers."""
+        self.registered = frozenset(int(c) for c in children if c.isdigit())
         self._wake.set()
 
     def writer_watch(self, log_id: int) -> Callable[[bytes | None, Any], None]:
@@ -125,6 +142,8 @@ class Election:
             gone = (set(d.core.replicas) | {self.server_id}) & self.leaving
             if gone:
                 d.stop(f"log server {min(gone)} is leaving: a new segment goes on servers that stay")
+            elif self.ensemble_changes:
+                self._watch_copies(log_id, d, now)
         if log_id in self.writer_cache:
             w = self.writer_cache[log_id]
         else:
@@ -171,6 +190,41 @@ class Election:
             self.takeover.forget(log_id)
             self._take_over(log_id, w)
 
+    def _watch_copies(self, log_id: int, d: WriterDriver, now: float) -> None:
+        """As the writer of `log_id`, move its open segment off copies that stopped
+        answering (log/ensemble_change.py): onto live servers of the pool, if there are
+        enough for a whole ensemble and enough of the old copies answer to fence it;
+        otherwise the segment goes on, on an ack quorum of what lives, as before."""
+        registered = self.registered
+        unregistered = frozenset(set(d.core.replicas) - registered) if registered is not None else frozenset()
+        lost = d.lost_copies(now, self.server_id, unregistered)
+        if not lost:
+            return
+        old = d.core.replicas
+        answering = len([r for r in old if r not in lost])
+        why = ""
+        if answering < limits.fence_quorum(len(old), d.core.ack_quorum):
+            why = f"only {answering} of its copies answer, too few to close it"
+        else:
+            try:
+                new = self._ensemble(log_id, exclude=lost)
+            except NoEnsemble as e:
+                new, why = (), str(e)
+            live = set(self.registered or ()) - set(lost) - self._lost_now(now)
+            if not why and not set(new) <= live:
+                why = f"no {limits.ENSEMBLE_SIZE} live servers without {sorted(lost)}"
+        if why:
+            if now - self._change_refused.get(log_id, -60.0) >= 60.0:  # say it once a minute
+                self._change_refused[log_id] = now
+                log.warning("log %d: copies %s of its open segment %s stopped answering; the segment "
+                            "stays (%s)", log_id, sorted(lost), old, why)
+            return
+        log.warning("log %d: copies %s of its open segment %s stopped answering: it moves to %s",
+                    log_id, sorted(lost), old, new)
+        for r in lost:
+            self._lost_until[r] = now + LOST_EXCLUDED_S
+        d.change_ensemble(new)
+
     def _probe(self, server: int, log_id: int, seg_epoch: int, position: int) -> bool:
         """Whether the writer's server answers a call at all within PROBE_TIMEOUT_S (any
         status but UNAVAILABLE or DEADLINE_EXCEEDED is an answer)."""
@@ -199,12 +253,12 @@ class Election:
         log.warning("server %d takes log %d over from server %d (lost: no answer to two probes)",
                     self.server_id, log_id, w["server"])
         self.writer_cache.pop(log_id, None)
-        self._claim(log_id, exclude=w["server"])
+        self._claim(log_id, exclude={w["server"]})
 
     def _pool_registered(self) -> bool:
         return set(self.topo.log_servers) - self.leaving <= set(zkpaths.servers(self.zk))
 
-    def _ensemble(self, log_id: int, exclude: int | None = None) -> tuple[int, ...]:
+    def _ensemble(self, log_id: int, exclude: set[int] | None = None) -> tuple[int, ...]:
         """The ensemble of a segment this server opens now (log/ensemble.py): itself and the
         least loaded of the pool's live servers, by the open segments and writers it last
         saw (with too few live, the others); the log's preferred writer takes the servers
@@ -213,13 +267,18 @@ class Election:
         are not in it."""
         topo = zkpaths.read_topology(self.zk) or self.topo
         pool = [s for s in topo.log_servers if s not in self.leaving]
+        exclude = set(exclude or ()) | self._lost_now(time.monotonic())
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
-        live = [s for s in zkpaths.servers(self.zk) if s in pool and s != exclude]
+        live = [s for s in zkpaths.servers(self.zk) if s in pool and s not in (exclude or ())]
         if topo.preferred_rank(log_id, self.server_id) == 0:
             return ensemble.ring(self.server_id, live, pool)
         open_segments, writers = self._loads(topo.logs)
         return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers), pool=pool)
+
+    def _lost_now(self, now: float) -> set[int]:
+        """Servers a writer here found lost within LOST_EXCLUDED_S."""
+        return {s for s, until in self._lost_until.items() if until > now}
 
     def _loads(self, logs: int) -> tuple[list[tuple[int, ...]], list[int]]:
         """Every log's open segment's replicas and writer, read from ZooKeeper now (all the
@@ -258,7 +317,7 @@ class Election:
         except Exception as e:  # the session is going away: the election loop cleans up
             log.warning("announcing writer of log %d: %s", log_id, e)
 
-    def _claim(self, log_id: int, exclude: int | None = None) -> None:
+    def _claim(self, log_id: int, exclude: set[int] | None = None) -> None:
         """Claim the log; `exclude`: a server the new segment should leave out (a writer
         taken over, whose session may still be registered)."""
         body = {"server": self.server_id, "addr": self.addr, "state": "recovering"}

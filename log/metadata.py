@@ -75,6 +75,19 @@ class LogMetadata:
         segs.append(Segment(new_epoch, first, tuple(replicas), base_ts=last_ts))
         return replace(self, segments=tuple(segs))
 
+    def ensemble_changed(self, epoch: int, end: int, last_ts: int,
+                         replicas: tuple[int, ...]) -> LogMetadata | None:
+        """The writer of `epoch` closes its open segment at `end` (its last acknowledged
+        entry, at `last_ts`) and opens the next segment, epoch + 1, on `replicas` (an
+        ensemble change: BookKeeper's, for a copy that stopped answering), or None if the
+        log has moved on from that writer (another claimed a higher epoch, or its segment
+        is no longer the open one): then the change must not be made."""
+        last = self.last_segment
+        if self.epoch != epoch or last is None or last.sealed or last.epoch != epoch:
+            return None
+        assert end >= last.first - 1, "an ensemble change never cuts below the segment's first"
+        return replace(self, epoch=epoch + 1).seal_and_open(end, last_ts, epoch + 1, replicas)
+
     def without_segments_below(self, position: int) -> LogMetadata:
         """Drop sealed segments that lie wholly below a truncation point."""
         segs = [s for s in self.segments if not (s.sealed and s.end is not None

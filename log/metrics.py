@@ -13,3 +13,5 @@ EPOCH = Gauge("midtown_log_writer_epoch", "The epoch of each log this server wri
               ["log"])
 COMMIT_LAG = Gauge("midtown_log_commit_lag_entries",
                    "Entries a writer has sent that a quorum has not acknowledged yet", ["log"])
+ENSEMBLE_CHANGES = Counter("midtown_log_ensemble_changes_total",
+                           "Open segments a writer moved off copies that stopped answering", ["log"])

@@ -31,7 +31,7 @@ from log.replica import ReplicaCore
 from log.rereplicator import INTERVAL_S as REREPLICATE_S
 from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
-from log.writer import Writer
+from log.writer import ChangeEnsemble, Writer
 from runtime import loops
 from runtime.membership import Membership
 from runtime.process import wait_until
@@ -46,7 +46,7 @@ CATCHUP_POLL_S = 1.0
 
 class Node:
     def __init__(self, server_id: int, addr: str, zk: Any, topo: zkpaths.Topology, store: RocksStore,
-                 spare_linger_s: float = spares.SPARE_LINGER_S) -> None:
+                 spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True) -> None:
         """A log server from its parts, with no I/O of its own (Node.open opens them): `zk`,
         a connected ZooKeeper session; `topo`, the cluster's topology; `store`, its replica
         store. `spare_linger_s`: how long a spare follower's copies of this server's writes
@@ -72,13 +72,14 @@ class Node:
         self._watches: list[Any] = []
         self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop, spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
-                                 lambda core: WriterDriver(self, core), self._stop, self.peers.stub)
+                                 lambda core: WriterDriver(self, core), self._stop, self.peers.stub,
+                                 ensemble_changes)
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,
                                 self.meta, self.writers, self.peers, self._stop)
 
     @classmethod
     def open(cls, server_id: int, addr: str, zk_hosts: str, data_dir: str,
-             spare_linger_s: float = spares.SPARE_LINGER_S) -> Node:
+             spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True) -> Node:
         """The shell: connect to ZooKeeper, wait for the topology (a minute at most; exits
         if it never comes or does not name this server), open the store under `data_dir`."""
         zk = zkpaths.connect(zk_hosts)
@@ -88,7 +89,7 @@ class Node:
             raise SystemExit(f"server id {server_id} is not in the topology {topo}")
         os.makedirs(data_dir, exist_ok=True)
         store = RocksStore(os.path.join(data_dir, "replica.db"))
-        return cls(server_id, addr, zk, topo, store, spare_linger_s)
+        return cls(server_id, addr, zk, topo, store, spare_linger_s, ensemble_changes)
 
     # ------------------------------------------------------------ start/stop
     def start(self) -> None:
@@ -105,6 +106,8 @@ class Node:
             )
         self.zk.ensure_path(zkpaths.LEAVING)
         self._watches.append(self.zk.ChildrenWatch(zkpaths.LEAVING, self.election.leaving_watch))
+        self.zk.ensure_path(zkpaths.SERVERS)
+        self._watches.append(self.zk.ChildrenWatch(zkpaths.SERVERS, self.election.servers_watch))
         self.membership = Membership(
             self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
             lambda: json.dumps({"addr": self.addr, "pid": os.getpid()}).encode())
@@ -213,6 +216,28 @@ class Node:
             return False, -1
         self.meta[meta.log_id] = meta
         return True, v
+
+    def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]:
+        """An ensemble change's metadata write (Writer.change_ensemble): the log's metadata
+        as it is now, sealed at the change's end with the next segment opened, by a
+        versioned write; read again and retried when something else changed it meanwhile
+        (a sealed segment's re-replication). None when the log moved on from the writer."""
+        for _ in range(5):
+            if not self.zk_ok():
+                return None, -1
+            try:
+                meta, version = zkpaths.read_metadata(self.zk, log_id)
+                new = meta.ensemble_changed(change.epoch, change.end, change.last_ts, change.replicas)
+                if new is None:
+                    return None, -1
+                v = zkpaths.cas_metadata(self.zk, new, version)
+            except Exception as e:
+                log.warning("ensemble change of log %d failed: %s", log_id, e)
+                return None, -1
+            if v is not None:
+                self.meta[log_id] = new
+                return new, v
+        return None, -1
 
     # ------------------------------------------------------------ election (log/election.py)
     def announce_writer(self, log_id: int, epoch: int) -> None:

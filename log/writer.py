@@ -37,6 +37,7 @@ class State(Enum):
     REPLICATING = "replicating"  # copying the recovered tail to an ack quorum
     SEALING = "sealing"  # the versioned metadata write is in flight
     WRITING = "writing"  # appending
+    CHANGING = "changing"  # closing its segment at the LAC, opening the next on new replicas
     FAILED = "failed"  # fenced, superseded, or stopped: never acknowledges again
 
 
@@ -45,7 +46,8 @@ TRANSITIONS: dict[State, set[State]] = {
     State.READING: {State.REPLICATING, State.FAILED},
     State.REPLICATING: {State.SEALING, State.FAILED},
     State.SEALING: {State.WRITING, State.FAILED},
-    State.WRITING: {State.FAILED},
+    State.WRITING: {State.CHANGING, State.FAILED},
+    State.CHANGING: {State.WRITING, State.FAILED},
     State.FAILED: set(),
 }
 
@@ -77,7 +79,19 @@ class Failed:
     reason: str  # "fenced" | "stopped" ...: the outcome of the append is unknown
 
 
-Output = Send | WriteMetadata | Acked | Failed
+@dataclass(frozen=True, slots=True)
+class ChangeEnsemble:
+    """Close the writer's segment (`epoch`) at `end`, its LAC (the entry there stamped
+    `last_ts`), and open the next, epoch + 1, on `replicas`: the shell applies
+    LogMetadata.ensemble_changed to the metadata as it is now, writes it by a versioned
+    write, and answers on_ensemble_changed."""
+    epoch: int
+    end: int
+    last_ts: int
+    replicas: tuple[int, ...]
+
+
+Output = Send | WriteMetadata | Acked | Failed | ChangeEnsemble
 
 
 @dataclass
@@ -121,10 +135,13 @@ class Writer:
     next_position: int = 0
     last_ts: int = 0
     lac: int = NONE
+    lac_ts: int = 0  # the timestamp of the entry at the LAC
+    changes: int = 0  # ensemble changes made
     _tracker: AckTracker | None = None
     _pending: deque[_Pending] = field(default_factory=deque)
     _unacked: dict[int, _Unacked] = field(default_factory=dict)  # by first position
     _lac_pushed: int = NONE
+    _changed_from: Segment | None = None  # during an ensemble change: the segment it closed
     _outbox: list[Output] = field(default_factory=list)
     _now_ms: int = 0
 
@@ -182,6 +199,9 @@ class Writer:
         return seg.last_ts
 
     def on_fence_reply(self, replica: int, reply: FenceReply) -> None:
+        if self.state is State.CHANGING:
+            self._fenced_old(replica, reply)
+            return
         if self.state is not State.FENCING:
             return
         if reply.result is not Result.OK:
@@ -267,6 +287,7 @@ class Writer:
         self.next_position = end + 1
         self.last_ts = last_ts
         self.lac = end
+        self.lac_ts = last_ts
         new = self.metadata.seal_and_open(end, last_ts, self.epoch, self.replicas)
         self._outbox.append(WriteMetadata(new, self.version))
         self.metadata = new
@@ -346,6 +367,10 @@ class Writer:
                 self._seal(self._decision.end, self._decision.last_ts)
             return
         if lac > self.lac:
+            for p in self._pending:  # in position order: the timestamp of the entry at the LAC
+                if p.first > lac:
+                    break
+                self.lac_ts = p.ts
             self.lac = lac
             # Committed chunks need no more resends: a replica that missed them fills the
             # gap from its peers (the catch-up loop), as BookKeeper's re-replication does.
@@ -354,6 +379,71 @@ class Writer:
             while self._pending and self._pending[0].first + self._pending[0].count - 1 <= lac:
                 p = self._pending.popleft()
                 self._outbox.append(Acked(p.token, p.first, p.count, p.ts, self.epoch))
+
+    # ---------------------------------------------------------------- ensemble change
+    def change_ensemble(self, replicas: tuple[int, ...]) -> None:
+        """A copy of the open segment stopped answering: close the segment at the LAC and
+        open the next on `replicas` (BookKeeper's ensemble change), without a writer
+        change. What is past the LAC was never acknowledged and is not in the log: the old
+        segment ends at the LAC, whatever some replica holds beyond it, and the appends it
+        carried get an unknown outcome (their clients retry, with their request ids).
+
+        Two steps, then appends again: (1) the versioned metadata write seals the segment
+        and opens the next at epoch + 1 (it fails, and this writer stops, if anyone has
+        claimed a newer epoch); (2) a fence quorum of the old segment's replicas is fenced
+        at the new epoch, as any new writer does, so that a ReadIndex round asked of the
+        old segment's replicas from a stale cache sees the newer epoch (a copy thought lost
+        may only have been slow, and answer that round). Every entry up to the LAC is on an
+        ack quorum of the old segment, which re-replication completes as for any sealed
+        one. The rule for when: log/ensemble_change.py."""
+        assert self.state is State.WRITING, "an ensemble change starts from WRITING"
+        assert self.ack_quorum <= len(replicas) and len(set(replicas)) == len(replicas)
+        self._to(State.CHANGING)
+        while self._pending:
+            p = self._pending.popleft()
+            self._outbox.append(Failed(p.token, "ensemble change: outcome unknown, retry"))
+        self._unacked.clear()
+        self.next_position = self.lac + 1
+        self._changed_from = None
+        self._outbox.append(ChangeEnsemble(self.epoch, self.lac, self.lac_ts, tuple(replicas)))
+
+    def on_ensemble_changed(self, new: LogMetadata | None, version: int = -1) -> None:
+        """The shell's answer to ChangeEnsemble: the metadata written (the next segment
+        open, at the next epoch), or None if the log had moved on: this writer stops."""
+        if self.state is not State.CHANGING or self._changed_from is not None:
+            return
+        if new is None:
+            self.fail("superseded: the log moved on before the ensemble change")
+            return
+        seg = new.last_segment
+        assert seg is not None and not seg.sealed and seg.first == self.lac + 1
+        assert new.epoch == seg.epoch == self.epoch + 1
+        old = self.metadata.last_segment
+        assert old is not None
+        self._changed_from = old
+        self.metadata, self.version, self.epoch, self.replicas = new, version, new.epoch, seg.replicas
+        self._fenced = {}
+        for r in old.replicas:
+            self._outbox.append(Send(r, Fence(self.log_id, self.epoch, old.epoch)))
+
+    def _fenced_old(self, replica: int, reply: FenceReply) -> None:
+        """A fence reply of the old segment's replica during an ensemble change."""
+        old = self._changed_from
+        if old is None or replica not in old.replicas:
+            return
+        if reply.result is not Result.OK:
+            self.highest_epoch_seen = max(self.highest_epoch_seen, reply.fenced_epoch)
+            self.fail(f"superseded at the ensemble change's fence (replica {replica} at epoch "
+                      f"{reply.fenced_epoch})")
+            return
+        self._fenced[replica] = reply
+        if len(self._fenced) < limits.fence_quorum(len(old.replicas), self.ack_quorum):
+            return
+        self._changed_from = None
+        self.changes += 1
+        self._to(State.WRITING)
+        self._tracker = AckTracker(self.ack_quorum, self.lac)
+        self._lac_pushed = NONE  # the new replicas learn the LAC at once
 
     def push_lac(self, force: bool = False) -> None:
         """Tell the replicas the LAC promptly, so tailing readers see new entries without
@@ -368,7 +458,12 @@ class Writer:
     def tick(self, now_ms: int) -> None:
         """Resend what replicas have not answered (lost messages, restarted replicas)."""
         self._now_ms = max(self._now_ms, now_ms)
-        if self.state is State.FENCING:
+        if self.state is State.CHANGING and self._changed_from is not None:
+            old = self._changed_from
+            for r in old.replicas:
+                if r not in self._fenced:
+                    self._outbox.append(Send(r, Fence(self.log_id, self.epoch, old.epoch)))
+        elif self.state is State.FENCING:
             seg = self.recovering_segment
             assert seg is not None
             for r in seg.replicas:

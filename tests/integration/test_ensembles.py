@@ -274,3 +274,87 @@ def _stored_by_their_replicas_only(pool: Cluster, zk: Any, acked: list[tuple[int
     for o, log_id, seg_epoch, lo, hi, replicas in others:
         assert _held(pool, o, log_id, seg_epoch, lo, hi) == set(), \
             f"server {o} stores log {log_id}'s segment {seg_epoch} on {replicas}"
+
+
+def test_a_dead_copy_leaves_the_open_segment_and_a_second_death_stalls_nothing(tmp_path: Path) -> None:
+    """Five log servers, appends going on to one log (issue 48): a follower of its open
+    segment is SIGKILLed for good, and the writer moves the segment to live servers itself
+    (an ensemble change: log/ensemble_change.py, Writer.change_ensemble), with no writer
+    change; then a follower of the new segment is SIGKILLed too, and the segment moves
+    again. Appends never stop for long (once, a second death left a log on one live copy
+    until the next writer change, and it stalled); after both servers come back every
+    acknowledged entry reads back where it was acknowledged."""
+    from log.client import LogClient
+
+    with started(tmp_path / "c", log_server_count=5, logs=4, kv_logs=1) as c:
+        log_id = c.kv_logs  # a log no storage node truncates: every entry stays to be read
+        zk = zkpaths.connect(c.zk_hosts)
+        stop = threading.Event()
+        acked: list[tuple[float, bytes, Any]] = []
+        errors: list[BaseException] = []
+        killed: list[int] = []
+
+        def append() -> None:
+            with LogClient(c.zk_hosts) as logs:
+                i = 0
+                while not stop.is_set():
+                    try:
+                        a = logs.append(log_id, [b"e-%d" % i], timeout_s=30)
+                    except BaseException as e:  # noqa: BLE001 (reported below)
+                        errors.append(e)
+                        return
+                    acked.append((time.monotonic(), b"e-%d" % i, a))
+                    i += 1
+                    time.sleep(0.005)
+
+        def open_segment() -> Any:
+            seg = zkpaths.read_metadata(zk, log_id)[0].last_segment
+            assert seg is not None
+            return seg
+
+        def kill_a_follower() -> tuple[float, Any]:
+            seg = open_segment()
+            writer = int(zkpaths.read_writer(zk, log_id)["server"])  # type: ignore[index]
+            victim = next(r for r in seg.replicas if r != writer and r not in killed)
+            killed.append(victim)
+            c.kill(f"log-{victim}")
+            return time.monotonic(), seg
+
+        t = threading.Thread(target=append)
+        try:
+            writer0 = int(wait_for(lambda: zkpaths.read_writer(zk, log_id), 30, "a writer")["server"])
+            t.start()
+            wait_for(lambda: len(acked) > 50 or errors, 60, "appends before the first kill")
+            moves = []
+            for _ in range(2):
+                at, before = kill_a_follower()
+                moved = wait_for(lambda: (s := open_segment()).epoch > before.epoch and s, 30,
+                                 f"the open segment off server {killed[-1]}")
+                moves.append((time.monotonic() - at, before.replicas, moved.replicas))
+                assert not set(moved.replicas) & set(killed), moves
+                n = len(acked)
+                wait_for(lambda: len(acked) > n + 50 or errors, 60, "appends after the move")
+        finally:
+            stop.set()
+            t.join(60)
+        try:
+            assert errors == [], errors[:1]
+            # The writer never changed: it moved its own segment.
+            assert int(zkpaths.read_writer(zk, log_id)["server"]) == writer0  # type: ignore[index]
+            times = [a[0] for a in acked]
+            gaps = sorted((b - a for a, b in zip(times, times[1:])), reverse=True)
+            print(f"ensemble changes {[(round(s, 2), b, a) for s, b, a in moves]}, longest gaps between "
+                  f"acknowledged appends {[round(g, 3) for g in gaps[:3]]} s")
+            assert gaps[0] < 5.0, f"the log stalled for {gaps[0]:.1f} s"
+            for k in killed:
+                c.restart(f"log-{k}")
+            with LogClient(c.zk_hosts) as logs:
+                last = max(a.first_position for _, _, a in acked)
+                first = min(a.first_position for _, _, a in acked)
+                got = {e.position: e.payload for e in logs.read(log_id, first, max_entries=last - first + 1,
+                                                                 timeout_s=60)}
+            lost = [(a.first_position, p) for _, p, a in acked if got.get(a.first_position) != p]
+            assert lost == [], f"{len(lost)} acknowledged entries not read back: {lost[:3]}"
+        finally:
+            zk.stop()
+            zk.close()

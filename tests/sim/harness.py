@@ -19,13 +19,13 @@ from log import reading, rereplicate
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
 from log.limits import ACK_QUORUM, ENSEMBLE_SIZE, fence_quorum
-from log.messages import AddEntries, Fence, ReadRange
+from log.messages import AddEntries, Fence, FenceReply, ReadRange, Result
 from log.metadata import LogMetadata
 from log.read_index import Stale, TailReply, read_index, replicas_to_ask
 from log.replica import ReplicaCore
 from log.store import MemStore
 from log.takeover import Takeover
-from log.writer import Acked, Failed, Send, State, WriteMetadata, Writer
+from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
 
 LOG = 0
 
@@ -89,6 +89,14 @@ class Config:
     # the last segment where its own replica's LAC says, without fencing or recovering
     # (broken, for the checker: the old writer goes on acknowledging).
     takeover_claim: str = "rule"
+    # A writer moves its open segment off a copy that is down (log/ensemble_change.py,
+    # Writer.change_ensemble): "rule" closes it at the LAC and opens the next on live
+    # servers, now and then on a false alarm too (the copy was only slow); "past-lac"
+    # closes it at the last entry sent instead, as if all were acknowledged (broken, for
+    # the checker); "no-fence" appends in the new segment without fencing the old one's
+    # replicas at the new epoch (broken: a ReadIndex from a stale cache misses entries);
+    # "off": never.
+    ensemble_change: str = "rule"
 
 
 class _SkipsFence(Writer):
@@ -103,6 +111,28 @@ class _SkipsFence(Writer):
             return
         self._now_ms = now_ms
         self._seal(max(self.seal_at, seg.first - 1), 0)
+
+
+class _ChangesPastLac(Writer):
+    """Broken (Config.ensemble_change "past-lac"): an ensemble change closes the segment
+    at the last entry sent, not at the last one acknowledged."""
+
+    def change_ensemble(self, replicas: tuple[int, ...]) -> None:
+        self.lac, self.lac_ts = self.next_position - 1, self.last_ts
+        super().change_ensemble(replicas)
+
+
+class _ChangesWithoutFence(Writer):
+    """Broken (Config.ensemble_change "no-fence"): after the metadata write of an ensemble
+    change, appends at once, without fencing the old segment's replicas at the new epoch."""
+
+    def on_ensemble_changed(self, new: LogMetadata | None, version: int = -1) -> None:
+        super().on_ensemble_changed(new, version)
+        if self.state is State.CHANGING and self._changed_from is not None:
+            self._outbox = [o for o in self._outbox if not (isinstance(o, Send) and isinstance(o.msg, Fence))]
+            old = self._changed_from
+            for r in old.replicas[: 2]:
+                self._fenced_old(r, FenceReply(Result.OK, self.epoch))  # as if they answered
 
 
 @dataclass
@@ -128,7 +158,8 @@ class Sim:
         self.writers: dict[int, Writer] = {}  # alive writers by id
         self.next_writer_id = 0
         self.net: list[_Msg] = []
-        self.pending_seals: list[tuple[int, int, WriteMetadata]] = []
+        self.pending_seals: list[tuple[int, int, WriteMetadata | ChangeEnsemble]] = []
+        self.ensemble_changes = 0
         self.tokens: dict[int, list[bytes]] = {}
         self.next_token = 0
         self.acks: list[Ack] = []
@@ -171,7 +202,7 @@ class Sim:
         for out in w.take_outbox():
             if isinstance(out, Send):
                 self._send("req", wid, out.to, out.msg)
-            elif isinstance(out, WriteMetadata):
+            elif isinstance(out, WriteMetadata | ChangeEnsemble):
                 self.pending_seals.append((self.now + 1 + self.rng.randrange(10), wid, out))
             elif isinstance(out, Acked):
                 self.acks.append(Ack(out.epoch, out.first_position, self.tokens[out.token],
@@ -221,8 +252,20 @@ class Sim:
         self.pending_seals.sort(key=lambda t: t[0])
         at, wid, out = self.pending_seals.pop(0)
         self.now = max(self.now, at)
-        ok, v = self.zk.cas(out.metadata, out.expected_version)
         w = self.writers.get(wid)
+        if isinstance(out, ChangeEnsemble):
+            # The shell's read-check-write (log/node.py): the metadata as it is now.
+            new = self.zk.meta.ensemble_changed(out.epoch, out.end, out.last_ts, out.replicas)
+            ok = new is not None and self.zk.cas(new, self.zk.version)[0]
+            if ok:
+                self.ensemble_changes += 1
+                self.trace.append(f"t={self.now} ensemble change: segment {out.epoch} sealed at "
+                                  f"{out.end}, epoch {out.epoch + 1} on {out.replicas}")
+            if w is not None:
+                w.on_ensemble_changed(new if ok else None, self.zk.version)
+                self._drain(wid)
+            return
+        ok, v = self.zk.cas(out.metadata, out.expected_version)
         if w is not None:
             w.on_metadata_written(ok, v)
             self._drain(wid)
@@ -249,6 +292,9 @@ class Sim:
         if seal_at is not None:
             w: Writer = _SkipsFence(LOG, meta.epoch, meta, v, ensemble, time_marks=True)
             w.seal_at = seal_at
+        elif self.cfg.ensemble_change in ("past-lac", "no-fence"):
+            cls = _ChangesPastLac if self.cfg.ensemble_change == "past-lac" else _ChangesWithoutFence
+            w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True)
         else:
             w = (self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
                  if self.cfg.writer_factory else
@@ -298,6 +344,32 @@ class Sim:
                 skip = self.cfg.takeover_claim == "skip-fence"
                 self.elect(server=f, seal_at=core.lac(LOG, seg.epoch) if skip else None)
                 return
+
+    def change_ensemble(self) -> None:
+        """A writer whose open segment has a copy down moves the segment to live servers
+        (log/ensemble_change.py decides when; here, whenever a copy is down, and now and
+        then on a false alarm): it closes the segment at its LAC and opens the next."""
+        live_writers = [wid for wid, w in self.writers.items()
+                        if w.state is State.WRITING and not self._paused(wid)]
+        if not live_writers:
+            return
+        wid = self.rng.choice(live_writers)
+        w = self.writers[wid]
+        down = {r for r in w.replicas if self.replicas[r] is None}
+        if not down and self.rng.random() > 0.2:
+            return
+        live = [x for x in self.servers if self.replicas[x] is not None and x not in down]
+        load = {x: self.rng.randrange(4) for x in self.servers}
+        try:
+            ensemble = choose(self.server_of.get(wid, w.replicas[0]), live, load)
+        except NoEnsemble:
+            return
+        if any(self.replicas[x] is None for x in ensemble):
+            return  # no whole ensemble of live servers: it stays on what lives
+        self.trace.append(f"t={self.now} writer {wid} changes ensemble {w.replicas} -> {ensemble}"
+                          f" (down: {sorted(down)})")
+        w.change_ensemble(ensemble)
+        self._drain(wid)
 
     def append(self) -> None:
         live = [wid for wid, w in self.writers.items() if w.state is State.WRITING and not self._paused(wid)]
@@ -486,6 +558,8 @@ class Sim:
             events.append((self.rereplicate, 1))
         if self.cfg.takeover:
             events += [(self.watch_writer, 6), (self.pause_writer, 0.4)]
+        if self.cfg.ensemble_change != "off":
+            events.append((self.change_ensemble, 1.5))
         return events
 
     def run(self) -> list[str]:

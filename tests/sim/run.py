@@ -1,5 +1,6 @@
 """Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
   [--takeover [--takeover-claim skip-fence]]: followers take the log over (log/takeover.py)
+  [--ensemble-change rule|past-lac|no-fence|off]: writers move segments off lost copies
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
   [--broken truncate-ahead]"""
@@ -26,6 +27,9 @@ def main() -> int:
     ap.add_argument("--takeover", action="store_true",
                     help="followers take the log over from writers they lost; writers pause")
     ap.add_argument("--takeover-claim", default="rule", help="with --takeover: 'skip-fence' (broken)")
+    ap.add_argument("--ensemble-change", default="rule", choices=("rule", "past-lac", "no-fence", "off"),
+                    help="writers move open segments off lost copies (log/ensemble_change.py); "
+                         "past-lac and no-fence are broken variants")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
     ap.add_argument("--cluster", action="store_true",
                     help="the log simulation with real storage nodes beside it")
@@ -38,7 +42,8 @@ def main() -> int:
     bad = 0
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim)
+        cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim,
+                     ensemble_change=a.ensemble_change)
         sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken)) if a.moves
                                     else cluster.ClusterSim(seed, cfg, a.broken) if a.cluster
                                     else Sim(seed, cfg))

@@ -12,6 +12,7 @@ cluster's supervisor, once it is up)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -88,3 +89,49 @@ def stop_all(grace_s: float = 10.0) -> list[int]:
             p.kill()
             p.wait()
     return [p.pid for p in left]
+
+
+# ---------------------------------------------------------------- a process from a record
+# A pid written down earlier (cluster.json, a supervisor's) may belong to another program by
+# now: pid_max is 32768 here and a busy machine wraps it in minutes (PITFALLS.md). A process
+# is the one recorded only if its start time (/proc/PID/stat field 22, clock ticks since
+# boot) is the one recorded with it; it is signalled through a pidfd opened before that
+# check, so that it cannot be replaced between the check and the signal.
+
+def start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), or None if there is none (or
+    it is a zombie: it has exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])  # field 22 of the line; fields[0] is field 3
+
+
+def is_recorded(pid: int, started: int) -> bool:
+    """Whether `pid` is still the process recorded with start time `started` (0: none was
+    recorded, so it cannot be told apart from another: no)."""
+    return pid > 0 and started > 0 and start_ticks(pid) == started
+
+
+def signal_recorded(pid: int, started: int, sig: int) -> bool:
+    """Send `sig` to the process recorded as (`pid`, `started`) if it is still that one;
+    False (and nothing sent) if it has gone, whatever holds its pid now."""
+    if pid <= 0 or started <= 0:
+        return False
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if start_ticks(pid) != started:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(fd)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import time
@@ -24,7 +23,7 @@ from midtown.output import emit
 def cmd_cluster_up(a: argparse.Namespace) -> int:
     """Start a local cluster under a supervisor (midtown/cluster/supervisor.py) that restarts a
     process that dies: in the foreground, or in a process of its own with --detach."""
-    from midtown.cluster import Cluster, ClusterError, pid_alive
+    from midtown.cluster import Cluster, ClusterError
 
     d = Path(a.dir)
     try:
@@ -33,7 +32,7 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
                     log_server_count=a.hosts, storage_nodes=a.hosts, replicas=a.replicas)
     except ClusterError as e:
         raise CliError(str(e)) from None
-    if c.supervisor_pid and pid_alive(c.supervisor_pid):
+    if c.supervisor_alive():
         raise CliError(f"cluster in {d} is already running (supervisor pid {c.supervisor_pid}); "
                        f"stop it with `midtown cluster down --dir {d}`")
     t0 = time.monotonic()
@@ -172,17 +171,19 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(a: argparse.Namespace) -> int:
-    from midtown.cluster import pid_alive
+    """Stop the cluster: its supervisor (which stops what it supervises), then whatever is
+    left. Only processes that are the ones recorded (pid and start time) are signalled: a
+    pid in cluster.json that another program holds now (after a crash or a reboot) is not."""
+    from runtime import children
 
     c = _load_cluster(a.dir)
-    if c.supervisor_pid and pid_alive(c.supervisor_pid):
-        os.kill(c.supervisor_pid, signal.SIGTERM)  # it stops the processes it supervises
+    if children.signal_recorded(c.supervisor_pid, c.supervisor_started, signal.SIGTERM):
         deadline = time.monotonic() + 90
-        while pid_alive(c.supervisor_pid) and time.monotonic() < deadline:
+        while c.supervisor_alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         c = _load_cluster(a.dir)
     c.stop()  # whatever is left (no supervisor, or one that did not finish)
-    c.supervisor_pid = 0
+    c.supervisor_pid, c.supervisor_started = 0, 0
     c.save()
     emit(c.status(), a.json, ["name", "addr", "state"])
     return 0
@@ -197,14 +198,13 @@ def cmd_cluster_status(a: argparse.Namespace) -> int:
 def cmd_cluster_restart(a: argparse.Namespace) -> int:
     """Restart one process: through the supervisor when one runs (it counts it), else
     directly. Returns once the process runs again."""
-    from midtown.cluster import pid_alive
     from midtown.cluster.supervisor import request_restart
 
     c = _load_cluster(a.dir)
     if a.name not in c.procs:
         raise CliError(f"NAME: no process {a.name!r} in {a.dir}; choose one of {', '.join(c.procs)}")
     old = c.procs[a.name].pid
-    if c.supervisor_pid and pid_alive(c.supervisor_pid):
+    if c.supervisor_alive():
         request_restart(c.dir, a.name)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -53,6 +53,7 @@ class Proc:
     kind: str  # "zookeeper" | "log-server" | "storage-node" | "coordinator" | "host"
     port: int  # a host's: its coordinator's
     pid: int = 0
+    started: int = 0  # its start time (clock ticks since boot): with the pid, which process it is
     server_id: int = -1
     metrics_port: int = 0  # coordinators: Prometheus metrics over HTTP
     log_port: int = 0  # hosts only (coordinator.host)
@@ -80,10 +81,14 @@ class Proc:
         return f"{self.host}:{self.port}"
 
     def alive(self) -> bool:
-        return self.pid > 0 and pid_alive(self.pid)
+        """Whether the process recorded (pid and start time) still runs: a pid that another
+        program holds now is not it (runtime/children.py)."""
+        return children.is_recorded(self.pid, self.started)
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether some process holds `pid` (not a zombie). Not whether it is one we started:
+    for that, Proc.alive (the pid with its start time)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -114,6 +119,7 @@ class Cluster:
     log_server_count: int = LOG_SERVERS
     tls: bool = False  # mutual TLS between the processes, TLS for clients (midtown/cluster/certs.py)
     supervisor_pid: int = 0  # `cluster up --detach`: the supervisor that runs it
+    supervisor_started: int = 0  # its start time (runtime/children.py)
     # Each coordinator's --client-rate-limit (requests/s per client connection; 0: none);
     # None: the coordinator's default. The benchmarks measure capacity, without the limit.
     client_rate_limit: float | None = None
@@ -153,6 +159,7 @@ class Cluster:
             "log_server_count": self.log_server_count,
             "tls": self.tls,
             "supervisor_pid": self.supervisor_pid,
+            "supervisor_started": self.supervisor_started,
             "client_rate_limit": self.client_rate_limit,
             "zk": self.zk_hosts,
             "processes": [p.__dict__ for p in self.procs.values()],
@@ -176,6 +183,7 @@ class Cluster:
                     layout=d.get("layout", "split"), tls=d.get("tls", False),
                     log_server_count=d.get("log_server_count", LOG_SERVERS),
                     supervisor_pid=d.get("supervisor_pid", 0),
+                    supervisor_started=d.get("supervisor_started", 0),
                     client_rate_limit=d.get("client_rate_limit"))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
@@ -327,7 +335,7 @@ class Cluster:
             z = ZooKeeper(self.dir / "zk", p.port, log_path=self.dir / "logs" / "zookeeper.log", host=p.host)
             z.start()
             assert z.proc is not None
-            p.pid = z.proc.pid
+            p.pid, p.started = z.proc.pid, children.start_ticks(z.proc.pid) or 0
             self._popen[name] = z.proc
             return
         env = dict(os.environ)
@@ -335,7 +343,7 @@ class Cluster:
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         proc = children.start(self.command(name), stdout=out, stderr=subprocess.STDOUT,
                               stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        p.pid = proc.pid
+        p.pid, p.started = proc.pid, children.start_ticks(proc.pid) or 0
         self._popen[name] = proc
 
     def wait_ready(self, zk: object, timeout_s: float, progress: bool = False) -> None:
@@ -370,9 +378,20 @@ class Cluster:
             time.sleep(0.2)
 
     def signal(self, name: str, sig: int) -> None:
+        """Signal the process `name`, only if it is the one started: through its Popen when
+        this object started it (not reaped yet, so its pid is still its own), else by its
+        recorded pid and start time (a pid another program holds now is left alone)."""
+        proc = self._popen.get(name)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+            return
         p = self.procs[name]
-        if p.alive():
-            os.kill(p.pid, sig)
+        children.signal_recorded(p.pid, p.started, sig)
+
+    def supervisor_alive(self) -> bool:
+        """Whether the supervisor recorded in cluster.json still runs (pid and start time)."""
+        return children.is_recorded(self.supervisor_pid, self.supervisor_started)
 
     def kill(self, name: str) -> None:
         """SIGKILL and reap."""
@@ -437,7 +456,7 @@ class Cluster:
                     self.signal(name, signal.SIGKILL)
                     self.wait_exit(name, 5)
         for p in self.procs.values():
-            p.pid = 0
+            p.pid, p.started = 0, 0
             p.state = ""
         if (self.dir / STATE).exists():
             self.save()

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         c = Cluster.load(Path(a.dir))
-        c.supervisor_pid = 0
+        c.supervisor_pid, c.supervisor_started = 0, 0
         c.start()
     except ClusterError as e:
         say(f"cannot start: {e}")
@@ -141,12 +141,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import os
 
-    c.supervisor_pid = os.getpid()
+    from runtime import children
+
+    c.supervisor_pid, c.supervisor_started = os.getpid(), children.start_ticks(os.getpid()) or 0
     c.save()
     say("cluster ready; supervising")
     supervise(c, stop, say)
     say("stopping")
-    c.supervisor_pid = 0
+    c.supervisor_pid, c.supervisor_started = 0, 0
     c.stop()
     say("stopped")
     return 0

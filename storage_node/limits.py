@@ -40,3 +40,7 @@ USAGE_INTERVAL_MAX_S = 60.0
 # Results queued for one coordinator, and sent in one call at most (storage_node/callbacks.py).
 CALLBACK_BATCH_MAX = 5000
 CALLBACK_QUEUE_MAX = 100_000  # beyond it the oldest are dropped: their callers time out and retry
+# A dataset's id in a request (its name and incarnation, `name#3`): the key layout keeps its
+# length in one byte (storage_node/keys.py). The catalog's names are far shorter (64
+# characters and the incarnation); a longer one comes only from a broken or hostile caller.
+DATASET_ID_BYTES_MAX = 255

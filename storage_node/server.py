@@ -18,20 +18,22 @@ from midtown_pb import kv_pb2 as pb
 from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
+from storage_node import checks
 from storage_node.callbacks import AnswerTaker
 from storage_node.node import StorageNode
 from storage_node.settings import Settings
 
 
 def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
-    """The Storage service: each method through runtime/handlers.py, which turns the node's
-    refusals (Behind: another replica may answer; BadRequest naming the field; a shard
-    moved away or a position reclaimed, mid-stream too) into statuses."""
+    """The Storage service: each request checked at the edge (storage_node/checks.py), then
+    each method through runtime/handlers.py, which turns the node's refusals (Behind:
+    another replica may answer; BadRequest naming the field; a shard moved away or a
+    position reclaimed, mid-stream too) into statuses."""
     def unary(name: str, cls: Any, fn: Callable[[Any], Any]) -> grpc.RpcMethodHandler:
-        return handlers.unary(name, cls, lambda req, ctx: fn(req))
+        return handlers.unary(name, cls, lambda req, ctx: fn(checks.request(req)))
 
     def stream(name: str, cls: Any, fn: Callable[[Any], Iterator[Any]]) -> grpc.RpcMethodHandler:
-        return handlers.unary_stream(name, cls, lambda req, ctx: fn(req))
+        return handlers.unary_stream(name, cls, lambda req, ctx: fn(checks.request(req)))
 
     return grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
         "Watch": stream("Watch", pb.StorageWatchRequest, node.watch),

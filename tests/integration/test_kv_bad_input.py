@@ -178,8 +178,9 @@ def test_generated_coalesced_calls(kvc: Cluster, req: pb.ManyRequest, garbage: b
 def _gen_storage_request() -> st.SearchStrategy[tuple[str, bytes]]:
     value = st.builds(pb.LwwValue, value=st.binary(max_size=20), version=st.integers(0, 2**64 - 1),
                       expires_at_ms=st.integers(0, 2**64 - 1), deleted=st.booleans())
-    common = dict(dataset=st.text(max_size=10), shard=st.integers(0, 2**32 - 1),
-                  partition_key=st.binary(max_size=20))
+    # Dataset ids past the key layout's 255 bytes too (they once ended in INTERNAL).
+    dataset = st.one_of(st.text(max_size=10), st.text(min_size=200, max_size=300))
+    common = dict(dataset=dataset, shard=st.integers(0, 2**32 - 1), partition_key=st.binary(max_size=20))
     return st.one_of(
         st.tuples(st.just("LwwWrite"), st.builds(
             lambda r: r.SerializeToString(),
@@ -193,7 +194,22 @@ def _gen_storage_request() -> st.SearchStrategy[tuple[str, bytes]]:
             lambda r: r.SerializeToString(),
             st.builds(pb.LwwRangeRequest, shard=st.integers(0, 2**32 - 1), after=st.binary(max_size=12),
                       limit=st.integers(0, 2**32 - 1)))),
-        st.tuples(st.sampled_from(["LwwWrite", "LwwRead", "LwwRange", "Read", "ReadMany", "Status"]),
+        st.tuples(st.just("ShardSplits"), st.builds(
+            lambda r: r.SerializeToString(),
+            st.builds(pb.StorageShardSplitsRequest, dataset=dataset, shard=st.integers(0, 2**32 - 1),
+                      split_bytes=st.integers(0, 2**64 - 1), wait_ms=st.integers(0, 100)))),
+        st.tuples(st.just("ScanShard"), st.builds(
+            lambda r: r.SerializeToString(),
+            st.builds(pb.StorageScanShardRequest, dataset=dataset, shard=st.integers(0, 2**32 - 1),
+                      page=st.integers(0, 2**32 - 1), wait_ms=st.integers(0, 100),
+                      cursor=st.binary(max_size=20)))),
+        st.tuples(st.just("Read"), st.builds(
+            lambda r: r.SerializeToString(),
+            st.builds(pb.ReadRequest, dataset=dataset, shard=st.integers(0, 2**32 - 1),
+                      partition_key=st.binary(max_size=20),
+                      op=st.just(pb.Op(get=pb.GetOp(local_key=b"k")))))),
+        st.tuples(st.sampled_from(["LwwWrite", "LwwRead", "LwwRange", "Read", "ReadMany", "Status",
+                                   "ShardSplits", "ScanShard", "Watch", "Snapshot", "CopyShard"]),
                   st.binary(max_size=100)),
     )
 
@@ -287,6 +303,12 @@ def test_storage_reads_refuse_bad_input(kvc: Cluster) -> None:
         ("LwwRange", pb.LwwRangeRequest(shard=0, limit=0).SerializeToString(), "limit"),
         ("LwwRange", pb.LwwRangeRequest(shard=10_000, limit=5).SerializeToString(), "shard"),
         ("LwwRange", pb.LwwRangeRequest(shard=0, after=b"Kxyz", limit=5).SerializeToString(), "after"),
+        # A dataset id longer than a key keeps (storage_node/checks.py): it was INTERNAL.
+        ("LwwRead", pb.LwwReadRequest(dataset="x" * 300, shard=0).SerializeToString(), "dataset: 300 bytes"),
+        ("ShardSplits", pb.StorageShardSplitsRequest(dataset="é" * 200, shard=0).SerializeToString(),
+         "dataset: 400 bytes"),
+        ("ReadMany", pb.ReadManyRequest(log_id=0, requests=[
+            pb.ReadRequest(dataset="y" * 256, shard=0, op=get)]).SerializeToString(), "requests[0].dataset"),
     ]
     for method, body, field in cases:
         code, msg = _raw(addr, method, body, service="Storage")

@@ -130,7 +130,8 @@ class Node:
             self.zk.close()
         except Exception:
             pass
-        self.store.close()
+        with self.rlock:  # after any replica write under way (catch-up fills included)
+            self.store.close()
 
     # ------------------------------------------------------------ ZooKeeper
     def zk_ok(self) -> bool:

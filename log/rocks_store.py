@@ -14,11 +14,13 @@ import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import grpc
 from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from log.entry import Entry
 from log.metrics import FSYNC
 from log.store import Batch, ReplicaLogMeta, SegmentMeta
+from runtime.refusals import Refusal
 
 _E = struct.Struct(">cIQQ")
 _M = struct.Struct(">cI")
@@ -35,6 +37,14 @@ def _below(hi: bytes | None) -> ReadOptions:
     if hi is not None:
         opts.set_iterate_upper_bound(hi)  # (not its lower-bound twin: PITFALLS.md)
     return opts
+
+
+class Stopping(Refusal):
+    """A write to a store that has closed: the server is stopping; the caller retries
+    elsewhere or later."""
+
+    def __init__(self) -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, "the server is stopping; retry")
 
 
 class SyncedDb:
@@ -60,6 +70,7 @@ class SyncedDb:
             opts.set_memtable_prefix_bloom_ratio(0.02)
         self.db = Rdict(path, opts)
         self._nosync = WriteOptions()
+        self.closed = False
 
     def items(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) of each key in [lo, hi), in order (hi None: to the last key).
@@ -69,16 +80,28 @@ class SyncedDb:
         on the way. A log's newest entry is followed in key order by the next log's
         oldest, which truncation deleted by the thousand; an unbounded read of one entry
         there took 8.5 ms instead of 4 us (docs/performance.md, "Reads bounded")."""
-        yield from bounded_items(self.db, lo, hi)
+        self._open()
+        try:
+            yield from bounded_items(self.db, lo, hi)
+        except Exception:
+            self._open()  # closed under the read: Stopping
+            raise
 
     def keys(self, lo: bytes, hi: bytes | None) -> Iterator[bytes]:
         """Each key in [lo, hi), in order, bounded as `items` is."""
-        for k in self.db.keys(from_key=lo, read_opt=_below(hi)):
-            assert isinstance(k, bytes)
-            yield k
+        self._open()
+        try:
+            for k in self.db.keys(from_key=lo, read_opt=_below(hi)):
+                assert isinstance(k, bytes)
+                yield k
+        except Exception:
+            self._open()
+            raise
 
     def write(self, wb: WriteBatch, sync: bool = True) -> None:
-        """Atomic; durable on return when `sync` (otherwise once `sync()` has run)."""
+        """Atomic; durable on return when `sync` (otherwise once `sync()` has run).
+        Closed: Stopping (the caller serialises its writes with the close)."""
+        self._open()
         self.db.write(wb, self._nosync)
         if sync:
             with FSYNC.time():
@@ -86,9 +109,30 @@ class SyncedDb:
 
     def sync(self) -> None:
         """Every write made before this call is durable when it returns."""
+        self._open()
         self.db.flush_wal(True)
 
+    def get(self, key: bytes) -> bytes | None:
+        """The value of `key`, or None."""
+        self._open()
+        try:
+            v = self.db.get(key)
+        except Exception:
+            self._open()
+            raise
+        assert v is None or isinstance(v, bytes)
+        return v
+
+    def _open(self) -> None:
+        """Stopping if the database has closed (a read that failed under the close ends so)."""
+        if self.closed:
+            raise Stopping()
+
     def close(self) -> None:
+        """Close the database; a write after it is refused (Stopping). The caller makes sure
+        no write is under way: rocksdict's close during one fails ('Already mutably
+        borrowed')."""
+        self.closed = True
         self.db.close()
 
 
@@ -121,7 +165,7 @@ class RocksStore:
             self._group = None
 
     def close(self) -> None:
-        self.db.close()
+        self.synced.close()
 
     def commit(self, batch: Batch) -> None:
         wb = self._group if self._group is not None else WriteBatch(raw_mode=True)
@@ -150,7 +194,7 @@ class RocksStore:
             self.synced.write(wb)
 
     def get(self, log_id: int, segment_epoch: int, position: int) -> Entry | None:
-        v = self.db.get(_ekey(log_id, segment_epoch, position))
+        v = self.synced.get(_ekey(log_id, segment_epoch, position))
         if v is None:
             return None
         return Entry(position, segment_epoch, _TS.unpack_from(v)[0], bytes(v[8:]))

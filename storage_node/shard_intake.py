@@ -44,6 +44,9 @@ class Intake:
         self.applier = applier
         self.bookkeeping = bookkeeping
         self._busy = threading.Lock()  # one copy at a time
+        # shard -> the answer of the call that installed its copy: a mover that retries (the
+        # call in flight was cut, this node went on) is told what that copy took.
+        self._installed: dict[int, pb.CopyShardResponse] = {}
 
     def copy(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
         s = self.state
@@ -64,7 +67,11 @@ class Intake:
         log_id = log_of(shard, s.kv_logs)
         if shard in s.marks:  # installed by an earlier call: publish again and say so
             self._publish(log_id)
-            return pb.CopyShardResponse(position=s.marks[shard])
+            done = pb.CopyShardResponse(position=s.marks[shard], installed_before=True)
+            earlier = self._installed.get(shard)
+            if earlier is not None and earlier.position == s.marks[shard]:
+                done.keys, done.bytes, done.source = earlier.keys, earlier.bytes, earlier.source
+            return done
         kv = registry.read_kv(s.zk) or s.kv
         holders = registry.read_replica_sets(s.zk, kv).of(shard)
         live = registry.members(s.zk, registry.STORAGE_NODES)
@@ -87,7 +94,9 @@ class Intake:
             self._publish(log_id)
             log.info("took in shard %d from node %d: %d keys, %d bytes, at %d",
                      shard, n, count, size, position)
-            return pb.CopyShardResponse(position=position, keys=count, bytes=size, source=live[n])
+            done = pb.CopyShardResponse(position=position, keys=count, bytes=size, source=live[n])
+            self._installed[shard] = done
+            return done
         self.applier.drop_shard(shard)
         raise Refusal(grpc.StatusCode.UNAVAILABLE, f"no replica of shard {shard} gave a whole copy"
                       + (f" ({'; '.join(errors)})" if errors else " (none is up)") + "; retry")

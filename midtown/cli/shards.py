@@ -153,7 +153,10 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
                 if resp is None:
                     time.sleep(POLL_S * 5)
                     continue
-                out.update(copied_keys=resp.keys, copied_bytes=resp.bytes, copy_source=resp.source,
+                # A copy installed by an earlier call, on a node restarted since: not known.
+                known = not resp.installed_before or bool(resp.source)
+                out.update(copied_keys=resp.keys if known else None,
+                           copied_bytes=resp.bytes if known else None, copy_source=resp.source or None,
                            copy_seconds=round(time.monotonic() - t0, 3), copied_at=resp.position)
                 if resp.keys:
                     progress(f"shard {shard}: copied {resp.keys} keys, {resp.bytes} bytes from {resp.source}")

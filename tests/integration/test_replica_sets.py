@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -303,6 +304,43 @@ def test_a_shard_moves_online_while_its_source_is_killed_mid_copy(six: Cluster) 
     # The node that left drops its copy (at its restart, or its next look at the sets).
     wait_for(lambda: _scan(six, leaving, d.id, shard).startswith("FAILED_PRECONDITION"), 30,  # type: ignore[union-attr]
              "the node that left to refuse the shard")
+
+
+def test_a_move_whose_destination_paused_mid_copy_reports_what_was_copied(six: Cluster) -> None:
+    """The destination of a move is SIGSTOPped while it takes the copy in: the mover's call
+    fails (keepalive), the destination finishes the copy by itself once it resumes, and the
+    mover's next call is told the copy is installed already. `shard move --json` reports
+    that copy's keys and bytes (it reported 0 bytes, issue 48), and the copy's bytes are
+    those of every key family the shard holds: more than its values."""
+    six.create_dataset("paused")
+    d = _dataset(six, "paused")
+    shard = shard_of(d.id, b"q0", SHARDS)
+    key = next(k for k in (f"q{i}" for i in range(400)) if shard_of(d.id, k.encode(), SHARDS) == shard)
+    holders = _sets(six)[0].of(shard)
+    dest = next(n for n in range(NODES) if n not in holders)
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        for i in range(30):  # 1.5 MB of values (and more of their change history) to copy
+            db.put("paused", key, f"bulk{i}", bytes([i]) * 50_000)
+    p = subprocess.Popen([sys.executable, "-m", "midtown", "shard", "move", str(shard), "--to", str(dest),
+                          "--from", str(holders[0]), "--rate", "0.5", "--zk", six.zk_hosts, "--json",
+                          "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    zk = zkpaths.connect(six.zk_hosts)
+    try:
+        wait_for(lambda: registry.read_moves(zk).get(shard) is not None, 30, "the move to start")
+    finally:
+        zk.stop()
+        zk.close()
+    time.sleep(1.0)  # the copy is 3 MB or more at 0.5 MB/s: it is coming in
+    six.signal(f"storage-{dest}", signal.SIGSTOP)
+    try:
+        time.sleep(4.0)  # the mover's call fails meanwhile (keepalive: about 2 s)
+    finally:
+        six.signal(f"storage-{dest}", signal.SIGCONT)
+    out, err = p.communicate(timeout=150)
+    assert p.returncode == 0, out + err
+    moved = json.loads(out)
+    assert moved["copied_keys"] > 30 and moved["copied_bytes"] > 1_500_000, moved
+    assert moved["copy_source"], moved
 
 
 def test_eventual_datasets_live_on_their_shards_replicas(six: Cluster) -> None:

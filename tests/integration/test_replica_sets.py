@@ -253,6 +253,20 @@ def _dataset(c: Cluster, name: str) -> Any:
         zk.close()
 
 
+def _slow_move(c: Cluster, shard: int, dest: int, leaving: int) -> subprocess.Popen[str]:
+    """`midtown shard move` at 0.5 MB/s, started: once the move is recorded in ZooKeeper."""
+    p = subprocess.Popen([sys.executable, "-m", "midtown", "shard", "move", str(shard), "--to", str(dest),
+                          "--from", str(leaving), "--rate", "0.5", "--zk", c.zk_hosts, "--json",
+                          "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        wait_for(lambda: registry.read_moves(zk).get(shard) is not None, 30, "the move to start")
+    finally:
+        zk.stop()
+        zk.close()
+    return p
+
+
 def test_a_shard_moves_online_while_its_source_is_killed_mid_copy(six: Cluster) -> None:
     """`midtown shard move` adds a replica to a shard and takes another out while puts,
     strong gets, check-and-sets and deletes go on on the shard's keys, and the replica
@@ -272,16 +286,7 @@ def test_a_shard_moves_online_while_its_source_is_killed_mid_copy(six: Cluster) 
         moved: dict[str, Any] = {}
 
         def disturb() -> None:
-            p = subprocess.Popen([sys.executable, "-m", "midtown", "shard", "move", str(shard),
-                                  "--to", str(dest), "--from", str(leaving), "--rate", "0.5",
-                                  "--zk", six.zk_hosts, "--json", "--timeout", "120"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            zk = zkpaths.connect(six.zk_hosts)
-            try:
-                wait_for(lambda: registry.read_moves(zk).get(shard) is not None, 30, "the move to start")
-            finally:
-                zk.stop()
-                zk.close()
+            p = _slow_move(six, shard, dest, leaving)
             time.sleep(1.5)  # the source sends 3 MB at 0.5 MB/s: it is still sending
             six.kill(f"storage-{leaving}")
             out, err = p.communicate(timeout=150)
@@ -321,15 +326,7 @@ def test_a_move_whose_destination_paused_mid_copy_reports_what_was_copied(six: C
     with Client(six.coordinator_addrs, timeout=20) as db:
         for i in range(30):  # 1.5 MB of values (and more of their change history) to copy
             db.put("paused", key, f"bulk{i}", bytes([i]) * 50_000)
-    p = subprocess.Popen([sys.executable, "-m", "midtown", "shard", "move", str(shard), "--to", str(dest),
-                          "--from", str(holders[0]), "--rate", "0.5", "--zk", six.zk_hosts, "--json",
-                          "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    zk = zkpaths.connect(six.zk_hosts)
-    try:
-        wait_for(lambda: registry.read_moves(zk).get(shard) is not None, 30, "the move to start")
-    finally:
-        zk.stop()
-        zk.close()
+    p = _slow_move(six, shard, dest, holders[0])
     time.sleep(1.0)  # the copy is 3 MB or more at 0.5 MB/s: it is coming in
     six.signal(f"storage-{dest}", signal.SIGSTOP)
     try:

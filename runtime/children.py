@@ -135,3 +135,25 @@ def signal_recorded(pid: int, started: int, sig: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def wait_stopped(pid: int, timeout_s: float = 5.0) -> bool:
+    """Whether every thread of `pid` is stopped (SIGSTOP has taken effect) within
+    `timeout_s`. kill() returns once the signal is sent; each thread stops when it next runs
+    in the kernel, a few milliseconds later on a loaded machine, and meanwhile it can still
+    answer a request sent right after the kill (a ZooKeeper 'paused' by a test once answered
+    a lookup so: issue 48)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            states = []
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            return False  # gone
+        if states and all(s in ("T", "t") for s in states):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)

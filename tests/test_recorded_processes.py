@@ -76,3 +76,31 @@ def test_a_cluster_never_signals_a_pid_someone_else_holds_now(tmp_path: Path,
     assert c.procs["host-0"].alive() and c.supervisor_alive()
     c.signal("host-0", signal.SIGTERM)
     assert stranger.wait(10) == -signal.SIGTERM
+
+
+def test_a_sigstop_returns_once_every_thread_is_stopped(tmp_path: Path) -> None:
+    """Cluster.signal(SIGSTOP) returns with the process paused, not a few milliseconds
+    later: a ZooKeeper 'paused' by a test once answered a request sent right after the kill
+    on a loaded machine (issue 48, 5)."""
+    import os
+    import time
+
+    code = ("import threading, time\n"
+            "for _ in range(8): threading.Thread(target=time.sleep, args=(300,)).start()\n")
+    p = subprocess.Popen([sys.executable, "-c", code + "time.sleep(300)"])
+    try:
+        ticks = children.start_ticks(p.pid)
+        assert ticks is not None
+        c = _cluster_naming(tmp_path, p.pid, ticks)
+        deadline = time.monotonic() + 30
+        while len(os.listdir(f"/proc/{p.pid}/task")) < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)  # its threads started
+        for _ in range(20):
+            c.signal("host-0", signal.SIGSTOP)
+            states = [(Path(f"/proc/{p.pid}/task") / t / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                      for t in os.listdir(f"/proc/{p.pid}/task")]
+            assert len(states) >= 9 and set(states) <= {"T", "t"}, states
+            c.signal("host-0", signal.SIGCONT)
+    finally:
+        p.kill()
+        p.wait()

@@ -380,14 +380,18 @@ class Cluster:
     def signal(self, name: str, sig: int) -> None:
         """Signal the process `name`, only if it is the one started: through its Popen when
         this object started it (not reaped yet, so its pid is still its own), else by its
-        recorded pid and start time (a pid another program holds now is left alone)."""
+        recorded pid and start time (a pid another program holds now is left alone). A
+        SIGSTOP returns once the process is stopped."""
         proc = self._popen.get(name)
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(sig)
-            return
         p = self.procs[name]
-        children.signal_recorded(p.pid, p.started, sig)
+        if proc is not None:
+            if proc.poll() is not None:
+                return
+            proc.send_signal(sig)
+        elif not children.signal_recorded(p.pid, p.started, sig):
+            return
+        if sig == signal.SIGSTOP:  # paused when this returns, not a few ms later
+            children.wait_stopped(p.pid)
 
     def supervisor_alive(self) -> bool:
         """Whether the supervisor recorded in cluster.json still runs (pid and start time)."""

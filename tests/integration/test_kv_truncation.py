@@ -4,6 +4,7 @@ lowest position of every member, and not past a member that is down."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -30,9 +31,21 @@ def tc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _applied(c: Cluster, name: str, log_id: int) -> int:
+    """The storage node's applied position in `log_id`, once it answers: a node just
+    restarted may not listen yet, and on a heavily loaded machine a Status call can take
+    longer than one 5 s deadline (a single call once failed the test with a raw
+    DEADLINE_EXCEEDED: issue 48). Asked again until 60 s have passed."""
     p = c.procs[name]
-    st = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr)).Status(
-        pb.NodeStatusRequest(), timeout=5, wait_for_ready=True)
+    stub = kv_pb2_grpc.StorageStub(grpc.insecure_channel(p.addr))
+
+    def ask() -> Any:
+        try:
+            return stub.Status(pb.NodeStatusRequest(), timeout=5, wait_for_ready=True)
+        except grpc.RpcError as e:
+            if e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                raise
+            return None
+    st = wait_for(ask, 60, f"{name} to answer its status", every_s=0.2)
     return int(st.log_positions[log_id])
 
 

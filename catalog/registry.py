@@ -22,7 +22,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import replica_sets, shard_moves
+from catalog import machines, replica_sets, shard_moves
+from catalog.failure_domains import Domains
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from runtime.membership import Membership
@@ -70,7 +71,7 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
     zk.ensure_path(COORDINATORS)
     try:
         if len(storage_nodes) > replicas:  # before the topology: a reader never sees one without it
-            _write_sets(zk, replica_sets.spread(shards, storage_nodes, replicas), None,
+            _write_sets(zk, replica_sets.spread(shards, storage_nodes, replicas, *placement_rule(zk)), None,
                         "placed at cluster creation")
         zk.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
                                   "logs": logs, "replicas": replicas}).encode(), makepath=True)
@@ -79,6 +80,12 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
     t = read_kv(zk)
     assert t is not None
     return t
+
+
+def placement_rule(zk: KazooClient) -> tuple[Domains, bool]:
+    """What the placement rule needs (catalog/failure_domains.py): the storage nodes'
+    machines as recorded, and whether the cluster says it runs on one machine."""
+    return machines.domains(zk, machines.STORAGE_NODES), machines.one_machine(zk)
 
 
 def read_kv(zk: KazooClient) -> KvTopology | None:
@@ -113,7 +120,7 @@ def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> Replic
     sets = read_replica_sets(zk, kv)
     if sets.version >= 0:
         return sets
-    first = replica_sets.first_sets(kv.shards, kv.storage_nodes, kv.replicas, joining)
+    first = replica_sets.first_sets(kv.shards, kv.storage_nodes, kv.replicas, joining, *placement_rule(zk))
     if first is None:
         return sets
     try:
@@ -278,8 +285,7 @@ def register(zk: KazooClient, parent: str, member_id: int, addr: str, **more: st
     """Register a member under `parent` for as long as the process lives: registered again
     whenever a lost ZooKeeper session took the ephemeral node away (runtime/membership.py).
     `more`: other fields of its entry (a coordinator's "log")."""
-    data = json.dumps({"addr": addr, **more}).encode()
-    m = Membership(zk, f"{parent}/{member_id}", lambda: data)
+    m = Membership(zk, f"{parent}/{member_id}", lambda: {"addr": addr, **more})
     m.start()
     return m
 

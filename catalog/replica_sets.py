@@ -17,6 +17,8 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from catalog import failure_domains
+from catalog.failure_domains import Domains, PlacementError
 from catalog.routing import log_of
 
 REPLICAS_DEFAULT = 3
@@ -65,25 +67,39 @@ def everyone(shards: int, members: Iterable[int]) -> ReplicaSets:
     return ReplicaSets(len(nodes), tuple(nodes for _ in range(shards)))
 
 
-def spread(shards: int, members: Sequence[int], replicas: int) -> ReplicaSets:
+def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domains | None = None,
+           one_machine: bool = False) -> ReplicaSets:
     """The first placement: the shards' S*R copies dealt round the sorted members in turn,
-    each shard's R copies to R members in a row (distinct, as R <= N), so every member
-    holds S*R/N shards, give or take one."""
+    each shard's R copies to R members (distinct, as R <= N) that hold fewest so far, in
+    the turn's order, so every member holds S*R/N shards, give or take one. With
+    `domain_of`, the placement rule picks among them (catalog/failure_domains.py: never two
+    copies on one machine, spread over localities); PlacementError when it cannot hold."""
     check_replicas(replicas, len(members))
     nodes = sorted(members)
     n = len(nodes)
-    return ReplicaSets(replicas, tuple(tuple(sorted(nodes[(s * replicas + i) % n] for i in range(replicas)))
-                                       for s in range(shards)))
+    dom = domain_of or failure_domains.unknown
+    held = {m: 0 for m in nodes}
+    out = []
+    for s in range(shards):
+        turn = [nodes[(s * replicas + i) % n] for i in range(n)]
+        order = sorted(turn, key=lambda m: (held[m], turn.index(m)))
+        picked = failure_domains.pick(replicas, order, dom, one_machine=one_machine,
+                                      what=f"copies of shard {s}")
+        for m in picked:
+            held[m] += 1
+        out.append(tuple(sorted(picked)))
+    return ReplicaSets(replicas, tuple(out))
 
 
-def first_sets(shards: int, members: Sequence[int], replicas: int, joining: int = 0) -> ReplicaSets | None:
+def first_sets(shards: int, members: Sequence[int], replicas: int, joining: int = 0,
+               domain_of: Domains | None = None, one_machine: bool = False) -> ReplicaSets | None:
     """The replica sets to write for a cluster that has none (every member holds every
     shard), or None while it has `replicas` members or fewer, with `joining` more about to
     join (nothing to place). Each shard keeps R of the members that hold it (spread), so
     placing moves no data: the other members drop their copies."""
     if len(members) + joining <= replicas:
         return None
-    return spread(shards, members, replicas)
+    return spread(shards, members, replicas, domain_of, one_machine)
 
 
 def check_replicas(replicas: int, members: int) -> None:
@@ -128,7 +144,8 @@ def byte_slack(loads: Iterable[int]) -> int:
 
 def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] = (),
                max_moves: int | None = None,
-               sizes: Mapping[int, int] | None = None) -> list[tuple[int, int, int]]:
+               sizes: Mapping[int, int] | None = None, domain_of: Domains | None = None,
+               one_machine: bool = False) -> list[tuple[int, int, int]]:
     """The moves (shard, to, from) that take every replica off the `drain` nodes, then even
     out how many shards each member holds (to within one), then, given each shard's bytes
     (`sizes`), how many bytes each holds: between the members with the widest gap, a shard
@@ -136,11 +153,21 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
     smaller shard swapped between them (two moves), while that narrows the gap by more than
     the slack (byte_slack). Counts stay within one. Each move goes to the
     member that holds fewest (then fewest bytes) among those without a copy of the shard.
-    Deterministic; the moves are planned one after another on the sets as each leaves them."""
+    Deterministic; the moves are planned one after another on the sets as each leaves them.
+
+    With `domain_of`, every move keeps the placement rule (catalog/failure_domains.py): no
+    move puts a copy on a machine that holds another copy of the shard, and, before the
+    evening, a shard whose copies share a machine (laid out before the rule) has the
+    extra ones moved to machines without one. A drain that cannot keep the rule raises
+    PlacementError naming the shard (unless `one_machine`)."""
     gone = set(drain)
     targets = sorted(set(members) - gone)
     cur = [set(s) for s in sets.sets]
     size = (lambda s: sizes.get(s, 0)) if sizes else (lambda s: 0)
+    dom = domain_of or failure_domains.unknown
+
+    def ok(shard: int, to: int, frm: int) -> bool:
+        return failure_domains.allowed(cur[shard], to, frm, dom, one_machine)
     held = {n: 0 for n in targets}
     load = {n: 0 for n in targets}
     for shard, nodes in enumerate(cur):
@@ -166,15 +193,30 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
     for shard, nodes in enumerate(cur):
         for frm in sorted(nodes & gone):
             free = [n for n in targets if n not in nodes]
-            if free:
-                move(shard, min(free, key=lambda n: (held[n], load[n], n)), frm)
+            fits = [n for n in free if ok(shard, n, frm)]
+            if free and not fits:
+                stay = sorted(nodes - {frm})
+                raise PlacementError(
+                    f"shard {shard}: its copy on node {frm} has nowhere to go without two copies on "
+                    f"one machine (it stays on {', '.join(f'{n} ({dom(n).label()})' for n in stay)}; "
+                    f"the others run on {', '.join(sorted({dom(n).machine for n in free}))}): "
+                    f"add a storage node on another machine first")
+            if fits:
+                move(shard, min(fits, key=lambda n: (held[n], load[n], n)), frm)
+    if not one_machine:  # repair: copies that share a machine, extras to machines without one
+        for shard, nodes in enumerate(cur):
+            for ids in failure_domains.shared(sorted(nodes), dom).values():
+                for frm in ids[1:]:
+                    fits = [n for n in targets if ok(shard, n, frm)]
+                    if fits and room():
+                        move(shard, min(fits, key=lambda n: (held[n], load[n], n)), frm)
     while targets and room():
         hi = max(targets, key=lambda n: (held[n], load[n], -n))
         lo = min(targets, key=lambda n: (held[n], load[n], n))
         if held[hi] - held[lo] <= 1:
             break
         gap = load[hi] - load[lo]
-        pick = min((s for s, nodes in enumerate(cur) if hi in nodes and lo not in nodes),
+        pick = min((s for s, nodes in enumerate(cur) if hi in nodes and ok(s, lo, hi)),
                    key=lambda s: (abs(gap - 2 * size(s)), s), default=None)
         if pick is None:
             break
@@ -182,7 +224,7 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
     if sizes and targets:
         slack = byte_slack(load.values())
         for _ in range(4 * len(cur) + 16):  # each step narrows the loads' spread; a bound all the same
-            step = byte_step(cur, targets, held, load, size, slack) if room() else None
+            step = byte_step(cur, targets, held, load, size, slack, ok) if room() else None
             if step is None:
                 break
             for shard, to, frm in step:
@@ -192,10 +234,11 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
 
 def byte_step(cur: Sequence[set[int]], targets: Sequence[int], held: Mapping[int, int],
               load: Mapping[int, int], size: Callable[[int], int],
-              slack: int) -> list[tuple[int, int, int]] | None:
+              slack: int, ok: Callable[[int, int, int], bool]) -> list[tuple[int, int, int]] | None:
     """The next byte-evening step of plan_moves: for the pairs of members by widest gap
     first, the move or swap between them that brings their bytes nearest equal, if it
-    narrows their gap by more than `slack`; None when no pair has one."""
+    narrows their gap by more than `slack`; None when no pair has one. `ok(shard, to,
+    frm)`: whether the placement rule lets that copy move."""
     order = sorted(targets, key=lambda n: (load[n], n))
     pairs = sorted(((hi, lo) for i, lo in enumerate(order) for hi in order[i + 1:]
                     if load[hi] - load[lo] > slack), key=lambda p: (-(load[p[0]] - load[p[1]]), p))
@@ -204,8 +247,8 @@ def byte_step(cur: Sequence[set[int]], targets: Sequence[int], held: Mapping[int
 
         def gain(d: int) -> int:  # how much a transfer of d bytes from hi to lo narrows the gap
             return gap - abs(gap - 2 * d)
-        mine = sorted((size(s), s) for s, nodes in enumerate(cur) if hi in nodes and lo not in nodes)
-        theirs = sorted((size(s), s) for s, nodes in enumerate(cur) if lo in nodes and hi not in nodes)
+        mine = sorted((size(s), s) for s, nodes in enumerate(cur) if hi in nodes and ok(s, lo, hi))
+        theirs = sorted((size(s), s) for s, nodes in enumerate(cur) if lo in nodes and ok(s, hi, lo))
         best: tuple[int, list[tuple[int, int, int]]] | None = None
         if held[hi] > held[lo]:
             for d, s in mine:

@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 
+from catalog import machines
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from coordinator.replicas import LocalStorage
@@ -48,8 +49,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--client-rate-limit", type=float, default=kv_limits.CLIENT_RATE_LIMIT_DEFAULT,
                     help="requests/s per client connection (0: none)")
     transport.add_flags(ap)
+    machines.add_flags(ap)
     a = ap.parse_args(argv)
     transport.use_flags(ap, a)
+    domain = machines.flags_domain(ap, a)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s host-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
@@ -61,7 +64,10 @@ def main(argv: list[str] | None = None) -> None:
                                           (a.log_port, a.storage_port, a.coordinator_port))
     parts: list[Part] = []
     node: Node | None = None
-    if in_the_pool(a.zk, a.id):
+    pooled = in_the_pool(a.zk, a.id)
+    machines.claim_at_start(a.zk, [*([(machines.LOG_SERVERS, a.id)] if pooled else []),
+                                   (machines.STORAGE_NODES, a.id)], domain)
+    if pooled:
         ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
         log_server.add_health(ls, node)
         parts.append(Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0))

@@ -32,7 +32,7 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import registry
+from catalog import failure_domains, machines, registry
 from log import codec, ensemble, limits, takeover
 from log import zk as zkpaths
 from log.driver import WriterDriver
@@ -53,6 +53,8 @@ STARTUP_GRACE_S = 3.0
 # session (catalog/connect.py), so a killed server's registration is gone by then, and
 # short enough that one that was only paused is used again soon.
 LOST_EXCLUDED_S = 10.0
+# How often a writer looks whether its open segment's servers share a machine (_keep_apart).
+KEEP_APART_S = 5.0
 
 
 class Election:
@@ -81,6 +83,7 @@ class Election:
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
         self.registered: frozenset[int] | None = None  # servers registered now (a watch; None: not yet)
+        self._apart_checked: dict[int, float] = {}  # log -> when _keep_apart last looked
         self._change_refused: dict[int, float] = {}  # log -> when a lost copy last found no replacement
         # Servers a writer here found lost, and until when new segments leave them out: a
         # killed server stays registered until its session expires.
@@ -144,6 +147,7 @@ class Election:
                 d.stop(f"log server {min(gone)} is leaving: a new segment goes on servers that stay")
             elif self.ensemble_changes:
                 self._watch_copies(log_id, d, now)
+                self._keep_apart(log_id, d, now)
         if log_id in self.writer_cache:
             w = self.writer_cache[log_id]
         else:
@@ -225,6 +229,33 @@ class Election:
             self._lost_until[r] = now + LOST_EXCLUDED_S
         d.change_ensemble(new)
 
+    def _keep_apart(self, log_id: int, d: WriterDriver, now: float) -> None:
+        """As the writer of `log_id`, move its open segment off servers that share a
+        machine (placed before the rule, or before their machines were recorded) once a
+        placement that keeps them apart exists (catalog/failure_domains.py): an ensemble
+        change with every old copy answering. Looked at every KEEP_APART_S per log."""
+        if now - self._apart_checked.get(log_id, -KEEP_APART_S) < KEEP_APART_S:
+            return
+        self._apart_checked[log_id] = now
+        where = machines.domains(self.zk, machines.LOG_SERVERS)
+        old = d.core.replicas
+        together = failure_domains.shared(old, where)
+        if not together or machines.one_machine(self.zk):
+            return
+        try:
+            new = self._ensemble(log_id)
+        except NoEnsemble as e:
+            if now - self._change_refused.get(log_id, -60.0) >= 60.0:
+                self._change_refused[log_id] = now
+                log.warning("log %d: servers %s of its open segment share machine(s) %s; it stays (%s)",
+                            log_id, old, ", ".join(sorted(together)), e)
+            return
+        if failure_domains.shared(new, where) or not set(new) <= set(self.registered or ()):
+            return  # not apart yet, or on servers not registered: the next look
+        log.warning("log %d: servers %s of its open segment share machine(s) %s: it moves to %s", log_id, old,
+                    ", ".join(sorted(together)), new)
+        d.change_ensemble(new)
+
     def _probe(self, server: int, log_id: int, seg_epoch: int, position: int) -> bool:
         """Whether the writer's server answers a call at all within PROBE_TIMEOUT_S (any
         status but UNAVAILABLE or DEADLINE_EXCEEDED is an answer)."""
@@ -271,10 +302,15 @@ class Election:
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
         live = [s for s in zkpaths.servers(self.zk) if s in pool and s not in (exclude or ())]
+        # The placement rule (catalog/failure_domains.py): the servers' machines, read now
+        # (a segment opens rarely).
+        where = machines.domains(self.zk, machines.LOG_SERVERS)
+        one = machines.one_machine(self.zk)
         if topo.preferred_rank(log_id, self.server_id) == 0:
-            return ensemble.ring(self.server_id, live, pool)
+            return ensemble.ring(self.server_id, live, pool, domain_of=where, one_machine=one)
         open_segments, writers = self._loads(topo.logs)
-        return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers), pool=pool)
+        return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers), pool=pool,
+                               domain_of=where, one_machine=one)
 
     def _lost_now(self, now: float) -> set[int]:
         """Servers a writer here found lost within LOST_EXCLUDED_S."""

@@ -6,21 +6,26 @@ BookKeeper's ensemble placement, simplified: the claimant's own server first (it
 counts toward the ack quorum, and costs no network hop), then the live servers that hold
 the fewest segments and write the fewest logs, ties broken by id from the claimant's. A dead server drops out
 at the next segment of each log it held (an ensemble change); a new server is filled by
-the next segments opened."""
+the next segments opened. Within that order the placement rule picks
+(catalog/failure_domains.py): never two of a segment's servers on one machine, spread over
+localities, so that an ack quorum is always on two machines."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from catalog import failure_domains
+from catalog.failure_domains import Domains, PlacementError
 from log import limits
 
 
 class NoEnsemble(Exception):
-    """Fewer live servers than an ensemble needs: no segment can open now."""
+    """Fewer live servers (or machines) than an ensemble needs: no segment can open now."""
 
 
 def choose(claimant: int, live: Iterable[int], load: Mapping[int, int],
-           size: int = limits.ENSEMBLE_SIZE, pool: Iterable[int] = ()) -> tuple[int, ...]:
+           size: int = limits.ENSEMBLE_SIZE, pool: Iterable[int] = (),
+           domain_of: Domains = failure_domains.unknown, one_machine: bool = False) -> tuple[int, ...]:
     """The ensemble of a segment `claimant` opens: `size` distinct servers, the claimant
     first, then live servers by `load` (segments held, writers run; a server missing from
     it has none), equal loads in id order from the claimant's. With too few live servers,
@@ -35,10 +40,18 @@ def choose(claimant: int, live: Iterable[int], load: Mapping[int, int],
     span = max(live | set(pool) | {claimant}) + 1
     others = sorted(live - {claimant}, key=lambda s: (load.get(s, 0), (s - claimant) % span))
     others += sorted(set(pool) - live - {claimant})
-    picked = (claimant, *others[: size - 1])
-    if len(picked) < size:
-        raise NoEnsemble(f"{len(picked)} log servers, an ensemble needs {size}")
-    return picked
+    return _placed(claimant, others, size, domain_of, one_machine)
+
+
+def _placed(claimant: int, order: Sequence[int], size: int, domain_of: Domains,
+            one_machine: bool) -> tuple[int, ...]:
+    if 1 + len(order) < size:
+        raise NoEnsemble(f"{1 + len(order)} log servers, an ensemble needs {size}")
+    try:
+        return failure_domains.pick(size, order, domain_of, fixed=(claimant,), one_machine=one_machine,
+                                    what="servers of a segment")
+    except PlacementError as e:
+        raise NoEnsemble(str(e)) from None
 
 
 def loads(ensembles: Iterable[tuple[int, ...]], writers: Iterable[int] = ()) -> dict[int, int]:
@@ -54,7 +67,8 @@ def loads(ensembles: Iterable[tuple[int, ...]], writers: Iterable[int] = ()) -> 
 
 
 def ring(claimant: int, live: Iterable[int], pool: Sequence[int],
-         size: int = limits.ENSEMBLE_SIZE) -> tuple[int, ...]:
+         size: int = limits.ENSEMBLE_SIZE, domain_of: Domains = failure_domains.unknown,
+         one_machine: bool = False) -> tuple[int, ...]:
     """The ensemble of a log's preferred writer (its rank 0 in the pool's order): itself and
     the live servers that follow it in the pool's order, wrapping around (with too few
     live, the others, as `choose`). Logs' preferred writers rotate through the pool, so
@@ -65,7 +79,13 @@ def ring(claimant: int, live: Iterable[int], pool: Sequence[int],
     assert claimant in pool
     i = list(pool).index(claimant)
     after = [*pool[i + 1:], *pool[:i]]
-    picked = (claimant, *[s for s in after if s in live], *[s for s in after if s not in live])[:size]
-    if len(picked) < size:
-        raise NoEnsemble(f"{len(picked)} log servers, an ensemble needs {size}")
-    return picked
+    # The servers of each machine take turns by the claimant's place: with two servers on
+    # each machine, the logs whose preferred writers follow each other take the first and
+    # the second server of the next machines in turn, so every server holds as many.
+    groups: dict[str, list[int]] = {}
+    for s in after:
+        groups.setdefault(domain_of(s).machine, []).append(s)
+    if len(groups) > 1:  # (on one machine, the pool's order as it is)
+        after = [s for g in groups.values() for s in g[i % len(g):] + g[:i % len(g)]]
+    return _placed(claimant, [*[s for s in after if s in live], *[s for s in after if s not in live]],
+                   size, domain_of, one_machine)

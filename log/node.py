@@ -110,7 +110,7 @@ class Node:
         self._watches.append(self.zk.ChildrenWatch(zkpaths.SERVERS, self.election.servers_watch))
         self.membership = Membership(
             self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
-            lambda: json.dumps({"addr": self.addr, "pid": os.getpid()}).encode())
+            lambda: {"addr": self.addr, "pid": os.getpid()})
         self.membership.start()
         loops.forever("election", self.election.loop, self._stop)
         loops.forever("catch-up", self.catch_up.loop, self._stop)

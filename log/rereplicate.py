@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from catalog import failure_domains
+from catalog.failure_domains import Domains
 from log.entry import Entry
 from log.metadata import LogMetadata, Segment
 
@@ -26,18 +28,28 @@ class Move:
     target: int
 
 
-def plan(meta: LogMetadata, live: Iterable[int], load: Mapping[int, int]) -> list[Move]:
+def plan(meta: LogMetadata, live: Iterable[int], load: Mapping[int, int],
+         domain_of: Domains = failure_domains.unknown, one_machine: bool = False) -> list[Move]:
     """One move for each sealed segment with a replica that is not live: to the least
-    loaded live server that holds no copy of it (none when there is no such server)."""
+    loaded live server that holds no copy of it, on a machine that holds none of the
+    copies that stay (the placement rule, catalog/failure_domains.py; spread over
+    localities first); none when there is no such server."""
     live = set(live)
     out = []
     for seg in meta.segments:
         if not seg.sealed:
             continue
         dead = [r for r in seg.replicas if r not in live]
+        if not dead:
+            continue
+        stay = [r for r in seg.replicas if r != dead[0]]
         spare = sorted(live - set(seg.replicas), key=lambda s: (load.get(s, 0), s))
-        if dead and spare:
-            out.append(Move(seg.epoch, dead[0], spare[0]))
+        try:
+            picked = failure_domains.pick(len(stay) + 1, spare, domain_of, fixed=stay,
+                                          one_machine=one_machine)
+        except failure_domains.PlacementError:
+            continue  # nowhere to go by the rule: the segment waits for a machine
+        out.append(Move(seg.epoch, dead[0], picked[-1]))
     return out
 
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from catalog import machines
 from log import codec, limits, rereplicate
 from log import zk as zkpaths
 from log.entry import Entry
@@ -73,7 +74,8 @@ class ReReplicator:
         for seg in meta.segments:
             for r in seg.replicas:
                 load[r] = load.get(r, 0) + 1
-        for move in rereplicate.plan(meta, stay, load):
+        where = machines.domains(self.host.zk, machines.LOG_SERVERS)
+        for move in rereplicate.plan(meta, stay, load, where, machines.one_machine(self.host.zk)):
             seg = next(s for s in meta.segments if s.epoch == move.epoch)
             trunc = self.first(log_id)
             sources = [r for r in seg.replicas if r in registered]

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from catalog import machines
 from log import codec, ensemble_change, limits, linger, reading, spares
 from log import zk as zkpaths
 from log.catch_up import Unavailable
@@ -295,8 +296,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     transport.add_flags(ap)
+    machines.add_flags(ap)
     a = ap.parse_args(argv)
     transport.use_flags(ap, a)
+    domain = machines.flags_domain(ap, a)
     metrics.serve(a.metrics_port, a.host)
     logging.basicConfig(
         level=a.log_level, format=f"%(asctime)s log-server-{a.id} %(name)s %(levelname)s %(message)s",
@@ -306,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     # Hand the GIL over sooner: a woken thread (an RPC reply, an ack) otherwise waits up
     # to the default 5 ms while another thread computes.
     tune_runtime()
+    machines.claim_at_start(a.zk, [(machines.LOG_SERVERS, a.id)], domain)
     serve(a.id, a.port, a.zk, a.data, a.host, a.advertise)
 
 

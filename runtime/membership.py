@@ -8,15 +8,22 @@ and creates it again, retrying with backoff until it holds or the process stops.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from runtime import children
 from runtime.loops import Backoff
+from runtime.process import StartRefused
 
 log = logging.getLogger("midtown.membership")
 
@@ -24,19 +31,56 @@ log = logging.getLogger("midtown.membership")
 CHECK_S = 10.0
 
 
+# The machine this process says it runs on (catalog/machines.py sets it from --machine):
+# with the pid and its start time, which process holds a registration.
+machine = socket.gethostname() or "localhost"
+# How long a starting process waits for another process's node to go (a previous run of
+# it, killed, whose session has not expired yet) before it says the id is taken.
+TAKEN_WAIT_S = 12.0
+
+
+class IdTaken(StartRefused):
+    """Another live process is registered under this id."""
+
+
+def instance() -> dict[str, Any]:
+    """This process: its machine, pid and start time (runtime/children.py start_ticks)."""
+    return {"machine": machine, "pid": os.getpid(), "started": children.start_ticks(os.getpid()) or 0}
+
+
+def is_gone(other: Mapping[str, Any]) -> bool:
+    """Whether the process `other` (an instance()) is known to have ended: it ran on this
+    machine and its pid is not that process any more. One on another machine is not known
+    to have ended until its ZooKeeper session expires."""
+    if other.get("machine") != machine:
+        return False
+    return not children.is_recorded(int(other.get("pid", 0)), int(other.get("started", 0)))
+
+
 class Membership:
-    def __init__(self, zk: KazooClient, path: str, data: Callable[[], bytes]) -> None:
+    def __init__(self, zk: KazooClient, path: str, data: Callable[[], dict[str, Any]]) -> None:
+        """`data()`: the node's JSON fields; the process's instance() is added to them."""
         self.zk = zk
         self.path = path
-        self.data = data
+        self.me: dict[str, Any] = instance()
+        self.data = lambda: json.dumps({**data(), "instance": self.me}).encode()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.registrations = 0  # times the node was created (1 + one per lost session)
 
     def start(self) -> None:
-        """Create the node now (raising if ZooKeeper refuses), then keep it."""
-        self._ensure()
+        """Create the node now (raising if ZooKeeper refuses, or IdTaken if another live
+        process holds it still after TAKEN_WAIT_S), then keep it."""
+        deadline = time.monotonic() + TAKEN_WAIT_S
+        while True:
+            try:
+                self._ensure()
+                break
+            except IdTaken:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
         self.zk.add_listener(self._on_state)
         self._thread = threading.Thread(target=self._keep, name=f"membership {self.path}",
                                         daemon=True)
@@ -76,7 +120,11 @@ class Membership:
             data, stat = self.zk.get(self.path)
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 return  # ours, in this session
-            self.zk.delete(self.path, version=stat.version)  # a previous session's: replace it
+            other = _instance_of(data)
+            if other and other != self.me and not is_gone(other):
+                raise IdTaken(f"{self.path} is held by another process: pid {other.get('pid')} on machine "
+                              f"{other.get('machine')!r}; two processes cannot share an id")
+            self.zk.delete(self.path, version=stat.version)  # ours from before, or a dead one's
         except NoNodeError:
             pass
         try:
@@ -88,3 +136,11 @@ class Membership:
         self.registrations += 1
         if self.registrations > 1:
             log.info("registered %s again (the ZooKeeper session was lost)", self.path)
+
+
+def _instance_of(data: bytes) -> dict[str, Any]:
+    try:
+        got = json.loads(data).get("instance")
+    except (ValueError, AttributeError):
+        got = None
+    return got if isinstance(got, dict) else {}

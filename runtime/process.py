@@ -29,6 +29,12 @@ def serve_until_signal(server: grpc.Server, listen: str, ready: str,
 # (midtown/cluster/supervisor.py) reads them.
 EXIT_APPLY_FAILED = 70  # a storage node could not apply a record: restart from its positions
 EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: restart to bootstrap
+EXIT_CONFIG = 78  # (sysexits' EX_CONFIG) it cannot start as configured: another machine than its
+#                   data's, an id another live process holds. Restarting would not help.
+
+
+class StartRefused(Exception):
+    """A server cannot start as configured (EXIT_CONFIG): the message says what to do."""
 
 Fatal = Callable[[int, str], None]
 
@@ -72,7 +78,10 @@ def serve_all(parts: list[Part], ready: str) -> None:
         if p.listen:
             transport.listen(p.server, p.listen)
         p.server.start()
-        p.on_start()
+        try:
+            p.on_start()
+        except StartRefused as e:
+            exit_now(EXIT_CONFIG, str(e))
     print(ready, flush=True)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

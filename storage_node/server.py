@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from catalog import machines
 from log import limits as log_limits
 from log.client import LocalAppends
 from log.node import Node
@@ -77,13 +78,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--advertise")
     ap.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics (0: off)")
     transport.add_flags(ap)
+    machines.add_flags(ap)
     a = ap.parse_args(argv)
     transport.use_flags(ap, a)
+    domain = machines.flags_domain(ap, a)
     metrics.serve(a.metrics_port, a.host)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     tune_runtime()
+    machines.claim_at_start(a.zk, [(machines.STORAGE_NODES, a.id)], domain)
     listen = f"{a.host}:{a.port}"
     server, node = build(a.id, a.advertise or listen, a.zk, a.data)
     add_health(server, node)

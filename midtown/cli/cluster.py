@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from catalog import registry, replica_sets
+from catalog import machines, registry, replica_sets
 from catalog.replica_sets import REPLICAS_DEFAULT
 from midtown.cli.arguments import at_least_one_arg, nonneg_arg, positive_arg
 from midtown.cli.connect import DEFAULT_DIR, CliError, zk_client
@@ -102,6 +102,7 @@ def _print_up(a: argparse.Namespace, c: Any, took_s: float) -> None:
     if a.json:
         emit({"dir": str(c.dir), "zk": c.zk_hosts, "coordinators": c.coordinator_addrs,
               "tls_ca": str(c.tls_ca) if c.tls_ca else None, "supervisor_pid": c.supervisor_pid or None,
+              "one_machine": c.one_machine(),
               "processes": rows}, True)
         return
     print(f"cluster up in {took_s:.1f}s, data in {c.dir}")
@@ -115,6 +116,11 @@ def _print_up(a: argparse.Namespace, c: Any, took_s: float) -> None:
               "beside its log's writer)")
     else:
         print(f"clients: midtown.Client(\"{c.coordinator_addrs[0]}\"{tls})")
+    if c.one_machine():  # said once, here: every copy of this cluster shares the machine
+        here = c.machine_of(c.playing("log-server")[0])
+        print(f"placement: every server runs on one machine ({here}), "
+              "so every copy of a shard or a log segment is on it; a cluster laid over machines keeps "
+              "copies on distinct ones (docs/operations.md)")
     if c.tls_ca:
         print(f"TLS: clients trust {c.tls_ca}; the processes call each other with mutual TLS")
     if c.supervisor_pid:
@@ -149,6 +155,7 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
         raise CliError(f"--{e}") from None
     zk = zk_client(a)
     try:
+        machines.set_one_machine(zk, a.one_machine)
         topo = zkpaths.create_cluster(zk, a.logs, ids)
     except ValueError as e:
         raise CliError(str(e)) from None
@@ -265,6 +272,10 @@ def add_parser(sub: Any) -> Any:
     it.add_argument("--kv-logs", type=nonneg_arg("--kv-logs"), default=registry.KV_LOGS_DEFAULT,
                     help="logs the key-value store spreads its shards over (default %(default)s: "
                          "one for each log server to write)")
+    it.add_argument("--one-machine", action="store_true",
+                    help="the servers share one machine: place their copies on it anyway (a test or demo "
+                         "cluster; that machine's loss loses every copy). Without it, copies go to distinct "
+                         "machines, and what cannot is refused")
     it.add_argument("--json", action="store_true")
     it.set_defaults(fn=cmd_cluster_init)
     down = cls.add_parser("down", help="stop a local cluster")

@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     shards_cli.add_parser(sub, common_options, zk_client)
     # cluster rebalance, node decommission
     shards_cli.add_balance_parsers(cluster, node, common_options, zk_client)
+    from midtown.cli import machines as machines_cli
+
+    machines_cli.add_parser(cluster, common_options, zk_client)  # cluster check
     from midtown.cli import log_servers as log_servers_cli
 
     log_servers_cli.add_parser(sub, common_options, zk_client)

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from catalog import registry, replica_sets, shard_moves, usage
+from catalog import failure_domains, registry, replica_sets, shard_moves, usage
+from catalog.failure_domains import PlacementError
 from catalog.routing import log_of
 from midtown.cli.connect import CliError
 from midtown.output import emit
@@ -61,25 +62,48 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
         zk.close()
 
 
+def check_rule(zk: Any, copies: tuple[int, ...], shard: int, dest: int, leaving: int | None) -> None:
+    """CliError naming --to when a move of `shard` to `dest` would put two of its copies on
+    one machine (catalog/failure_domains.py), unless the cluster runs on one machine."""
+    where, one = registry.placement_rule(zk)
+    if failure_domains.allowed(copies, dest, leaving, where, one) or dest in copies:
+        return
+    machine = where(dest).machine
+    beside = [c for c in copies if c != leaving and where(c).machine == machine]
+    raise CliError(f"--to: storage node {dest} runs on machine {machine!r}, which holds shard {shard}'s "
+                   f"copy on node {', '.join(map(str, beside))} already: two copies on one machine are lost "
+                   f"together; choose a node on another machine")
+
+
 def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
     sets = registry.read_replica_sets(zk, kv)
     moves = registry.read_moves(zk)
+    where, _ = registry.placement_rule(zk)
     rows: list[dict[str, Any]] = []
     for shard in range(kv.shards):
         got = moves.get(shard)
         m = None if got is None else got[0]
-        rows.append({"shard": shard, "log": log_of(shard, kv.logs), "replicas": list(sets.of(shard)),
+        copies = sets.of(shard)
+        rows.append({"shard": shard, "log": log_of(shard, kv.logs), "replicas": list(copies),
+                     "machines": [where(n).label() for n in copies],
+                     "shared_machines": sorted(failure_domains.shared(copies, where)),
                      "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})
+    shared = sum(1 for r in rows if r["shared_machines"])
     if a.json:
-        emit({"version": sets.version, "replicas": sets.replicas, "shards": rows}, True)
+        emit({"version": sets.version, "replicas": sets.replicas, "shards": rows,
+              "shards_sharing_a_machine": shared}, True)
         return 0
     table = []
     for r, shard in zip(rows, range(kv.shards)):
         got = moves.get(shard)
         said = "" if got is None else f"{got[0].phase}: to {got[0].dest}" + (
             f" from {got[0].leaving}" if got[0].leaving is not None else "")
-        table.append({**r, "replicas": ",".join(str(n) for n in r["replicas"]), "move": said})
-    emit(table, False, ["shard", "log", "replicas", "move"])
+        table.append({**r, "replicas": ",".join(str(n) for n in r["replicas"]),
+                      "machines": ",".join(r["machines"]), "shared": ",".join(r["shared_machines"]),
+                      "move": said})
+    emit(table, False, ["shard", "log", "replicas", "machines", "shared", "move"])
+    print(f"{shared} of {kv.shards} shards have copies that share a machine"
+          + (" (midtown cluster rebalance moves them apart)" if shared else ""))
     return 0
 
 
@@ -125,6 +149,7 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
                                "add places the shards when it grows past that)")
             if dest not in kv.storage_nodes:
                 raise CliError(f"--to: storage node {dest} is not a member (midtown node add {dest})")
+            check_rule(zk, sets.of(shard), shard, dest, leaving)
             try:
                 m = shard_moves.start(sets.of(shard), shard, dest, leaving)
             except ValueError as e:
@@ -266,16 +291,27 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
                            "or abort them first (midtown shard list)")
         # A cluster with more members than R and no replica sets (made before them) is
         # placed first: each shard stays on R of the nodes that hold it, the others drop it.
-        first = replica_sets.first_sets(kv.shards, members, kv.replicas) if sets.version < 0 else None
+        where, one = registry.placement_rule(zk)  # the placement rule: never two copies on one machine
+        try:
+            first = (replica_sets.first_sets(kv.shards, members, kv.replicas, 0, where, one)
+                     if sets.version < 0 else None)
+        except PlacementError as e:
+            raise CliError(str(e)) from None
         dropped = 0
         if first is not None:
             dropped = sum(len(a) - len(b) for a, b in zip(sets.sets, first.sets))
             sets = first if a.dry_run else registry.place(zk, kv, "placed by cluster rebalance")
         sizes = usage.shard_sizes(usage.read_reports(zk), sets)  # as the nodes last counted them
-        if drain is not None:
-            plan = [m for m in replica_sets.plan_moves(sets, members, [drain], sizes=sizes) if m[2] == drain]
-        else:
-            plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves, sizes=sizes)
+        try:
+            if drain is not None:
+                plan = [m for m in replica_sets.plan_moves(sets, members, [drain], sizes=sizes,
+                                                           domain_of=where, one_machine=one) if m[2] == drain]
+            else:
+                plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves, sizes=sizes,
+                                               domain_of=where, one_machine=one)
+        except PlacementError as e:
+            raise CliError(f"ID: node {drain} cannot be decommissioned: {e}" if drain is not None
+                           else str(e)) from None
         rows: list[dict[str, Any]] = [{"shard": s, "from": f, "to": t} for s, t, f in plan]
         say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
         if not a.dry_run:

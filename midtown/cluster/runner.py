@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from catalog import registry
+from catalog import failure_domains, machines, registry
+from catalog.failure_domains import Domain
 from catalog.replica_sets import REPLICAS_DEFAULT
 from log import limits
 from log import zk as zkpaths
@@ -63,6 +64,8 @@ class Proc:
     state: str = ""  # the supervisor's word: "restarting", "exited" (not restarted)
     host: str = "127.0.0.1"  # where it listens and is reached
     netns: str = ""  # a network namespace it runs in (tests of partitions), or none
+    machine: str = ""  # the machine it says it runs on ("": this host's name)
+    locality: str = ""  # zone=...,rack=... (catalog/failure_domains.py)
 
     def addr_of(self, role: str) -> str:
         """Where this process serves `role` (a host serves each on its own port)."""
@@ -126,6 +129,9 @@ class Cluster:
     # Where some processes run, by name: (network namespace or "", address). Tests of
     # network partitions put log servers in namespaces of their own.
     places: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The machine (and locality) some processes say they run on, by name: (machine,
+    # locality). The others run on this host's name.
+    where: dict[str, tuple[str, str]] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -204,6 +210,8 @@ class Cluster:
         self._plan_ports()
         for name, (netns, host) in self.places.items():
             self.procs[name].netns, self.procs[name].host = netns, host
+        for name, (machine, locality) in self.where.items():
+            self.procs[name].machine, self.procs[name].locality = machine, locality
 
     def _plan_ports(self) -> None:
         if self.layout not in LAYOUTS:
@@ -240,6 +248,7 @@ class Cluster:
         self.save()
         zk = zkpaths.connect(self.zk_hosts)
         try:
+            self._record_machines(zk)
             zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.playing("log-server")])
             registry.create_kv(zk, self.shards, [p.server_id for p in self.playing("storage-node")],
                                self.kv_logs, self.replicas)
@@ -255,6 +264,24 @@ class Cluster:
         finally:
             zk.stop()
             zk.close()
+
+    def machine_of(self, p: Proc) -> str:
+        return p.machine or machines.this_machine()
+
+    def one_machine(self) -> bool:
+        """Whether every server of the cluster runs on one machine (a local cluster: this
+        one), so that its copies share it. Servers given machines of their own
+        (Proc.machine) are placed by the rule, and what it cannot place is refused."""
+        return len({self.machine_of(p) for p in self.procs.values() if p.kind != "zookeeper"}) <= 1
+
+    def _record_machines(self, zk: Any) -> None:
+        """Before placing anything: where each server runs (catalog/machines.py), and, for
+        a cluster whose servers share machines, that it runs so (its copies share them)."""
+        machines.set_one_machine(zk, self.one_machine())
+        for role, kind in ((machines.LOG_SERVERS, "log-server"), (machines.STORAGE_NODES, "storage-node")):
+            for p in self.playing(kind):
+                machines.record(zk, role, p.server_id,
+                                Domain(self.machine_of(p), failure_domains.parse_locality(p.locality)))
 
     # ------------------------------------------------------------ TLS
     @property
@@ -301,7 +328,9 @@ class Cluster:
     def command(self, name: str) -> list[str]:
         p = self.procs[name]
         netns = ["ip", "netns", "exec", p.netns] if p.netns else []
-        return netns + self._command(name) + ["--host", p.host] + self._tls_flags(name)
+        where = ["--machine", self.machine_of(p)] + (["--locality", p.locality] if p.locality else [])
+        return (netns + self._command(name) + ["--host", p.host] + self._tls_flags(name)
+                + (where if p.kind != "coordinator" else []))
 
     def _command(self, name: str) -> list[str]:
         p = self.procs[name]

@@ -8,7 +8,9 @@ of its own (`python -m midtown.cluster.supervisor --dir DIR`), which `cluster do
 
 What is not restarted: a storage node that exits with EXIT_BEHIND_TRUNCATION (the logs were
 truncated past it: it was removed from the membership, and `node add` then a restart, or
-`cluster restart NAME`, is the operator's call), and a process stopped by `cluster down`."""
+`cluster restart NAME`, is the operator's call), a server that exits with EXIT_CONFIG (it
+cannot start as configured: started on another machine than its data's, or under an id
+another live process holds), and a process stopped by `cluster down`."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.process import EXIT_BEHIND_TRUNCATION  # noqa: E402 (storage_node/node.py exits so)
+from runtime.process import EXIT_BEHIND_TRUNCATION, EXIT_CONFIG  # noqa: E402 (servers exit so)
 
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 30.0
@@ -46,7 +48,7 @@ class RestartPolicy:
 
     def exited(self, name: str, code: int | None, now: float) -> float | None:
         """The time to start `name` again, or None to leave it stopped."""
-        if code == EXIT_BEHIND_TRUNCATION:
+        if code in (EXIT_BEHIND_TRUNCATION, EXIT_CONFIG):
             return None
         ran = now - self._started.get(name, now)
         wait = self.first_s if ran >= self.healthy_s else self._next_s.get(name, self.first_s)
@@ -85,8 +87,10 @@ def supervise(c: object, stop: threading.Event, say: Callable[[str], None]) -> N
             when = policy.exited(name, code, now)
             p.last_exit = code
             if when is None:
-                say(f"{name} (pid {p.pid}) exited with code {code}: not restarted (behind a log "
-                    f"truncation; see docs/operations.md)")
+                why = ("behind a log truncation" if code == EXIT_BEHIND_TRUNCATION else
+                       "it cannot start as configured: its log says why")
+                say(f"{name} (pid {p.pid}) exited with code {code}: not restarted ({why}; see "
+                    f"docs/operations.md and {c.dir / 'logs' / (name + '.log')})")
                 p.state = "exited"
                 p.pid = 0
                 c.save()

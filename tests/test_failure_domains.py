@@ -1,0 +1,157 @@
+"""The placement rule (catalog/failure_domains.py) wherever copies are placed: replica sets
+at creation and in moves (catalog/replica_sets.py), segment ensembles (log/ensemble.py)
+and re-replication (log/rereplicate.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from catalog import failure_domains as fd
+from catalog import replica_sets
+from catalog.failure_domains import Domain, PlacementError
+from log import ensemble, rereplicate
+from log.metadata import LogMetadata, Segment
+
+
+def layout(machines: int, per: int, zones: int = 0) -> dict[int, Domain]:
+    """`per` servers on each of `machines` machines (ids in machine order), the machines
+    dealt round `zones` zones."""
+    return {m * per + i: Domain(f"m{m}", (("zone", f"z{m % zones}"),) if zones else ())
+            for m in range(machines) for i in range(per)}
+
+
+def no_shared(copies: tuple[int, ...], where: dict[int, Domain]) -> bool:
+    return not fd.shared(copies, fd.lookup(where))
+
+
+@settings(max_examples=60, deadline=None)
+@given(machines=st.integers(3, 6), per=st.integers(1, 4), shards=st.integers(1, 48),
+       replicas=st.integers(1, 3))
+def test_the_first_placement_never_puts_two_copies_on_one_machine(machines: int, per: int, shards: int,
+                                                                  replicas: int) -> None:
+    where = layout(machines, per)
+    sets = replica_sets.spread(shards, sorted(where), replicas, fd.lookup(where))
+    assert all(no_shared(s, where) for s in sets.sets)
+    counts = replica_sets.counts(sets)
+    # Even enough that a rebalance has little to do: within two of each other.
+    assert max(counts.values()) - min(counts.get(n, 0) for n in where) <= 2
+
+
+def test_without_machines_the_first_placement_is_the_old_one() -> None:
+    """Members with no machine recorded each count as a machine: the dealing is unchanged
+    (a cluster made before machines were places as it did)."""
+    for n, r, s in ((4, 3, 16), (5, 2, 7), (7, 3, 64)):
+        sets = replica_sets.spread(s, list(range(n)), r)
+        assert sets.sets == tuple(tuple(sorted((i * r + j) % n for j in range(r))) for i in range(s))
+
+
+def test_three_zones_get_one_copy_each_and_too_few_machines_are_named() -> None:
+    where = layout(6, 2, zones=3)  # m0,m3 in z0; m1,m4 in z1; m2,m5 in z2
+    dom = fd.lookup(where)
+    for s in replica_sets.spread(24, sorted(where), 3, dom).sets:
+        assert sorted(dom(n).locality[0][1] for n in s) == ["z0", "z1", "z2"]
+    two = layout(2, 3)
+    with pytest.raises(PlacementError, match=r"3 copies of shard 0 need 3 distinct machines; the candidates "
+                                             r"run on 2 \(m0: 0, 1, 2; m1: 3, 4, 5\)"):
+        replica_sets.spread(4, sorted(two), 3, fd.lookup(two))
+    # A cluster that says it runs on one machine places anyway, spread as far as it can.
+    sets = replica_sets.spread(4, sorted(two), 3, fd.lookup(two), one_machine=True)
+    assert all(len(fd.machines(s, fd.lookup(two))) == 2 for s in sets.sets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(machines=st.integers(3, 5), per=st.integers(2, 3), shards=st.integers(4, 32), seed=st.randoms())
+def test_rebalance_moves_apart_copies_laid_out_before_the_rule(machines: int, per: int, shards: int,
+                                                               seed) -> None:  # type: ignore[no-untyped-def]
+    where = layout(machines, per)
+    members = sorted(where)
+    old = replica_sets.spread(shards, members, 3)  # by count alone: neighbours share machines
+    plan = replica_sets.plan_moves(old, members, domain_of=fd.lookup(where))
+    after = old
+    for shard, to, frm in plan:
+        assert frm in after.of(shard) and to not in after.of(shard)
+        after = replica_sets.with_set(after, shard, (set(after.of(shard)) - {frm}) | {to})
+    assert all(no_shared(s, where) for s in after.sets)
+    counts = replica_sets.counts(after)
+    assert max(counts.get(n, 0) for n in members) - min(counts.get(n, 0) for n in members) <= 2
+    # And a plan from there keeps it so.
+    assert replica_sets.plan_moves(after, members, domain_of=fd.lookup(where)) == [] or all(
+        fd.allowed(after.of(s), to, frm, fd.lookup(where)) for s, to, frm in
+        replica_sets.plan_moves(after, members, domain_of=fd.lookup(where)))
+
+
+def test_a_drain_that_would_put_two_copies_on_one_machine_is_refused() -> None:
+    # Machines m0 (nodes 0, 1), m1 (2), m2 (3): draining 3 leaves only m0 and m1 for shard 0's copies.
+    where = {0: Domain("m0"), 1: Domain("m0"), 2: Domain("m1"), 3: Domain("m2")}
+    sets = replica_sets.ReplicaSets(3, ((0, 2, 3),), 1)
+    with pytest.raises(PlacementError, match=r"shard 0: its copy on node 3 has nowhere to go without two "
+                                             r"copies on one machine"):
+        replica_sets.plan_moves(sets, sorted(where), [3], domain_of=fd.lookup(where))
+    assert replica_sets.plan_moves(sets, sorted(where), [3], domain_of=fd.lookup(where), one_machine=True) \
+        == [(0, 1, 3)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(machines=st.integers(3, 6), per=st.integers(1, 3), claimant=st.integers(0, 17), data=st.data())
+def test_segment_ensembles_and_their_replacements_keep_machines_apart(machines: int, per: int, claimant: int,
+                                                                      data) -> None:  # type: ignore[no-untyped-def]
+    where = layout(machines, per)
+    dom = fd.lookup(where)
+    pool = sorted(where)
+    claimant %= len(pool)
+    live = data.draw(st.sets(st.sampled_from(pool)))
+    load = data.draw(st.dictionaries(st.sampled_from(pool), st.integers(0, 9)))
+    for ens in (ensemble.choose(claimant, live, load, pool=pool, domain_of=dom),
+                ensemble.ring(claimant, live, pool, domain_of=dom)):
+        assert ens[0] == claimant and len(ens) == 3 and no_shared(ens, where)
+    # A sealed segment that lost a server is re-replicated onto a machine that holds none of it.
+    seg = Segment(1, 0, ensemble.choose(claimant, live, load, pool=pool, domain_of=dom), 0, end=9, last_ts=9)
+    meta = LogMetadata(0, 2, (seg, Segment(2, 10, seg.replicas, 9)))
+    dead = seg.replicas[1]
+    for move in rereplicate.plan(meta, set(pool) - {dead}, load, dom):
+        assert move.dead == dead
+        assert no_shared(tuple(r if r != dead else move.target for r in seg.replicas), where)
+
+
+def test_an_ensemble_on_two_machines_is_refused_naming_them() -> None:
+    where = layout(2, 2)
+    with pytest.raises(ensemble.NoEnsemble, match=r"3 servers of a segment need 3 distinct machines; the "
+                                                  r"candidates run on 2 \(m0: 0, 1; m1: 2, 3\)"):
+        ensemble.choose(0, [0, 1, 2, 3], {}, pool=[0, 1, 2, 3], domain_of=fd.lookup(where))
+    ens = ensemble.ring(0, [0, 1, 2, 3], [0, 1, 2, 3], domain_of=fd.lookup(where), one_machine=True)
+    assert ens == (0, 2, 1)  # the other machine first: spread as far as it can go
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80))
+def test_a_locality_is_parsed_or_refused_naming_the_field(text: str) -> None:
+    try:
+        tiers = fd.parse_locality(text)
+    except ValueError as e:
+        assert str(e).startswith("locality: ")
+        return
+    assert fd.parse_locality(fd.locality_text(tiers)) == tiers
+
+
+@pytest.mark.parametrize("text, says", [
+    ("zone", "'zone' in 'zone' is not tier=value"),
+    ("Zone=a", "tier 'Zone'"),
+    ("zone=", "value '' of zone"),
+    ("zone=a,zone=b", "tier 'zone' twice"),
+    ("zone=a b", "value 'a b' of zone"),
+])
+def test_malformed_localities(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match="locality: ") as e:
+        fd.parse_locality(text)
+    assert says in str(e.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_a_machine_name_is_taken_or_refused_naming_the_field(name: str) -> None:
+    try:
+        assert fd.check_machine(name) == name
+    except ValueError as e:
+        assert str(e).startswith("machine: ")

@@ -32,12 +32,15 @@ test-fast: proto
 # (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
 # shard move simulation, BROKEN=no-hold one of its broken variants; CLUSTER=1: real storage
 # nodes beside the log, BROKEN=truncate-ahead; ENSEMBLE=past-lac or no-fence: a broken
-# ensemble change, off: none)
+# ensemble change, off: none; MACHINES=3 SERVERS=6: the servers on three machines,
+# PLACEMENT=by-load placing without them, or with MOVES=1 BROKEN=by-load)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule)) \
-		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE))
+		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE)) \
+		$(if $(MACHINES),--machines $(MACHINES)) \
+		$(if $(PLACEMENT),--placement $(PLACEMENT))
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
 # simulation seeds. make soak ROUNDS=30

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from catalog import failure_domains
+from catalog.failure_domains import Domain
 from log import reading, rereplicate
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
@@ -97,6 +99,12 @@ class Config:
     # replicas at the new epoch (broken: a ReadIndex from a stale cache misses entries);
     # "off": never.
     ensemble_change: str = "rule"
+    # Machines the pool's servers run on (server s on machine s % machines; 0: each its
+    # own). Ensembles, ensemble changes and re-replication place by the placement rule
+    # (catalog/failure_domains.py), and after every step no segment has two servers on one
+    # machine; "by-load" places by load alone (broken, for the check).
+    machines: int = 0
+    placement: str = "rule"
 
 
 class _SkipsFence(Writer):
@@ -153,6 +161,11 @@ class Sim:
         self.seq = 0
         self.zk = FakeZK()
         self.servers = tuple(range(self.cfg.servers))
+        # Where each server runs (the truth, for the check), and what placement is told.
+        self.machine_of = (failure_domains.lookup({x: Domain(f"m{x % self.cfg.machines}")
+                                                   for x in self.servers})
+                           if self.cfg.machines else failure_domains.unknown)
+        self.where = self.machine_of if self.cfg.placement == "rule" else failure_domains.unknown
         self.stores = {s: MemStore() for s in self.servers}
         self.replicas: dict[int, ReplicaCore | None] = {s: self._new_replica(s) for s in self.servers}
         self.writers: dict[int, Writer] = {}  # alive writers by id
@@ -280,7 +293,7 @@ class Sim:
         seen = [x for x in self.servers if self.replicas[x] is not None or self.rng.random() < 0.2]
         load = {x: self.rng.randrange(4) for x in self.servers}  # other logs' segments
         try:
-            ensemble = choose(server, seen, load, pool=self.servers)
+            ensemble = choose(server, seen, load, pool=self.servers, domain_of=self.where)
         except NoEnsemble:
             return
         ok, v = self.zk.cas(meta.bump(server), version)
@@ -361,7 +374,7 @@ class Sim:
         live = [x for x in self.servers if self.replicas[x] is not None and x not in down]
         load = {x: self.rng.randrange(4) for x in self.servers}
         try:
-            ensemble = choose(self.server_of.get(wid, w.replicas[0]), live, load)
+            ensemble = choose(self.server_of.get(wid, w.replicas[0]), live, load, domain_of=self.where)
         except NoEnsemble:
             return
         if any(self.replicas[x] is None for x in ensemble):
@@ -514,7 +527,7 @@ class Sim:
         copy, and the move recorded by a versioned write; the mover may die part-way."""
         meta, version = self.zk.meta, self.zk.version
         live = [x for x, c in self.replicas.items() if c is not None]
-        moves = rereplicate.plan(meta, live, {})
+        moves = rereplicate.plan(meta, live, {}, self.where)
         if not moves:
             return
         mv = self.rng.choice(moves)
@@ -576,9 +589,18 @@ class Sim:
             if f == self.append and not self.writers and self.rng.random() < 0.2:
                 f = self.elect  # nobody is writing: a server notices and takes over
             f()
+            self._check_machines()
         self._settle()
         self._check()
         return self.violations
+
+    def _check_machines(self) -> None:
+        """The placement rule: no segment, open or sealed, with two servers on one machine."""
+        for seg in self.zk.meta.segments:
+            if failure_domains.shared(seg.replicas, self.machine_of):
+                self.violations.append(f"t={self.now} segment {seg.epoch}'s servers {seg.replicas} share a "
+                                       f"machine")
+                return
 
     def _settle(self) -> None:
         """Heal: restart every server, stop losing messages, elect a final writer, and let

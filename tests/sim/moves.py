@@ -44,8 +44,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field, replace
 
-from catalog import shard_moves
+from catalog import failure_domains, shard_moves
 from catalog.datasets import Dataset
+from catalog.failure_domains import Domain
+from catalog.replica_sets import spread
 from catalog.routing import log_of, shard_of
 from catalog.shard_moves import COPYING, JOINED, TAILING, Move
 from coordinator.answers import Answers
@@ -84,8 +86,13 @@ class Config:
     replicas: int = 3
     steps: int = 600
     broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position", "no-digest",
-    # "rebuild-behind", "rebuild-high"
+    # "rebuild-behind", "rebuild-high", "by-load"
     disk_loss: bool = True  # nodes lose their state and are rebuilt shard by shard
+    # Machines the nodes run on (node n on machine n % machines; 0: each its own). The mover
+    # places by the placement rule (catalog/failure_domains.py), and after every step no
+    # shard has two of the copies that stay on one machine; the broken variant "by-load"
+    # moves to any node without a copy, as placement by load alone would.
+    machines: int = 0
 
 
 @dataclass
@@ -127,8 +134,9 @@ class MoveSim:
         self.log: list[list[tuple[int, int, bool]]] = [[] for _ in range(c.logs)]
         self.truncated = [0] * c.logs  # positions below are gone
         members = list(range(c.nodes))
-        self.sets = {s: tuple(sorted(members[(s * c.replicas + i) % c.nodes] for i in range(c.replicas)))
-                     for s in range(c.shards)}
+        self.where = (failure_domains.lookup({n: Domain(f"m{n % c.machines}") for n in members})
+                      if c.machines else failure_domains.unknown)
+        self.sets = dict(enumerate(spread(c.shards, members, c.replicas, self.where).sets))
         self.moves: dict[int, Move] = {}
         self.nodes = {n: Node({lg: (0 if any(n in self.sets[s] for s in self._shards_of_log(lg)) else None)
                                for lg in range(c.logs)}) for n in members}
@@ -306,10 +314,13 @@ class MoveSim:
             if final or self.rng.random() < 0.5:
                 return
             s = self.rng.randrange(self.cfg.shards)
-            outside = [n for n in self.nodes if n not in self.sets[s]]
+            leaving = self.rng.choice(self.sets[s])
+            by_load = self.cfg.broken == "by-load"
+            outside = [n for n in self.nodes if n not in self.sets[s] and (
+                by_load or failure_domains.allowed(self.sets[s], n, leaving, self.where))]
             if not outside:
                 return
-            to, leaving = self.rng.choice(outside), self.rng.choice(self.sets[s])
+            to = self.rng.choice(outside)
             self.moves[s] = shard_moves.start(self.sets[s], s, to, leaving)
             self.counts["moves"] += 1
             self.trace.append(f"{self.step_no}: move shard {s} to {to} from {leaving}")
@@ -496,6 +507,11 @@ class MoveSim:
 
     # ------------------------------------------------------------ checks
     def _check(self) -> None:
+        for s, nodes in self.sets.items():  # the placement rule: the copies that stay, apart
+            m = self.moves.get(s)
+            stay = [n for n in nodes if m is None or n != m.leaving]
+            if failure_domains.shared(stay, self.where):
+                self.violations.append(f"step {self.step_no}: shard {s}'s copies {stay} share a machine")
         if self.answers.divergences:
             self.violations.append(f"step {self.step_no}: the coordinator saw replicas diverge "
                                    f"({self.answers.divergences} answers)")

@@ -1,7 +1,9 @@
 """Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
   [--takeover [--takeover-claim skip-fence]]: followers take the log over (log/takeover.py)
   [--ensemble-change rule|past-lac|no-fence|off]: writers move segments off lost copies
+  [--machines 3 [--placement by-load]]: the servers on machines; no segment on two of one
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
+  [--machines 3 [--broken by-load]]
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
   [--broken truncate-ahead]"""
 
@@ -30,6 +32,11 @@ def main() -> int:
     ap.add_argument("--ensemble-change", default="rule", choices=("rule", "past-lac", "no-fence", "off"),
                     help="writers move open segments off lost copies (log/ensemble_change.py); "
                          "past-lac and no-fence are broken variants")
+    ap.add_argument("--machines", type=int, default=0,
+                    help="the servers (nodes) on this many machines: no segment (shard) has two "
+                         "copies on one")
+    ap.add_argument("--placement", default="rule", choices=("rule", "by-load"),
+                    help="with --machines, the log's: by-load ignores machines (broken)")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
     ap.add_argument("--cluster", action="store_true",
                     help="the log simulation with real storage nodes beside it")
@@ -43,8 +50,10 @@ def main() -> int:
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
         cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim,
-                     ensemble_change=a.ensemble_change)
-        sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken)) if a.moves
+                     ensemble_change=a.ensemble_change, machines=a.machines, placement=a.placement)
+        sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken, machines=a.machines,
+                                                                     nodes=max(5, 2 * a.machines)))
+                                    if a.moves
                                     else cluster.ClusterSim(seed, cfg, a.broken) if a.cluster
                                     else Sim(seed, cfg))
         v = sim.run()

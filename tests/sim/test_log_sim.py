@@ -10,7 +10,7 @@ from log import fencing
 from log.quorum import AckTracker
 from log.replica import ReplicaCore
 from log.writer import State, Writer
-from tests.sim.harness import Config, Sim
+from tests.sim.harness import Config, Sim, run
 
 RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "200"))  # make soak runs 20,000
 
@@ -218,3 +218,15 @@ def test_checker_catches_an_ensemble_change_without_its_fence() -> None:
     replicas at the new epoch: a ReadIndex round from a stale cache, answered by old copies
     that never heard of the new epoch (one thought lost but only slow), misses entries."""
     assert len(_caught(Config(servers=5, takeover=True, ensemble_change="no-fence"), 400, want=2)) >= 2
+
+
+def test_no_segment_has_two_servers_on_one_machine_and_placement_by_load_is_caught() -> None:
+    """Six servers on three machines (catalog/failure_domains.py): ensembles, ensemble
+    changes and re-replication keep every segment's servers on distinct machines after
+    every step, through crashes; placing by load alone puts two on one machine."""
+    for seed in range(15):
+        assert run(seed, Config(servers=6, machines=3, steps=600)) == [], seed
+    caught = sum(any("share a machine" in v for v in run(seed, Config(servers=6, machines=3, steps=600,
+                                                                      placement="by-load")))
+                 for seed in range(15))
+    assert caught >= 10, caught

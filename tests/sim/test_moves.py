@@ -54,3 +54,15 @@ def test_broken_variants_are_caught(broken: str) -> None:
     finally:
         quiet.disabled = False
     assert caught >= 3, f"{broken}: caught in {caught} of {tried} seeds"
+
+
+def test_moves_keep_copies_on_distinct_machines_and_moving_by_load_is_caught() -> None:
+    """Six nodes on three machines: every move keeps the copies that stay on distinct
+    machines after every step, through crashes and rebuilds; a mover that ignores machines
+    (placement by load alone) is caught."""
+    for seed in range(15):
+        assert MoveSim(seed, Config(nodes=6, machines=3)).run() == [], seed
+    caught = sum(any("share a machine" in v for v in MoveSim(seed, Config(nodes=6, machines=3,
+                                                                          broken="by-load")).run())
+                 for seed in range(15))
+    assert caught >= 8, caught

@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from catalog import machines, replica_sets, shard_moves
-from catalog.failure_domains import Domains
+from catalog.failure_domains import Domains, PlacementError
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from runtime.membership import Membership
@@ -120,7 +120,13 @@ def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> Replic
     sets = read_replica_sets(zk, kv)
     if sets.version >= 0:
         return sets
-    first = replica_sets.first_sets(kv.shards, kv.storage_nodes, kv.replicas, joining, *placement_rule(zk))
+    try:
+        first = replica_sets.first_sets(kv.shards, kv.storage_nodes, kv.replicas, joining,
+                                        *placement_rule(zk))
+    except PlacementError:
+        # The members so far cannot hold R copies on distinct machines (machines still
+        # joining): every member keeps every shard until they can (cluster rebalance).
+        return sets
     if first is None:
         return sets
     try:

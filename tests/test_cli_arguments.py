@@ -70,3 +70,25 @@ def test_a_duration_without_its_unit_is_refused_naming_the_option(n: int) -> Non
 def test_a_duration_with_its_unit_is_read(n: int, unit: tuple[str, int]) -> None:
     assert parse_duration_ms(f"{n}{unit[0]}", "--ttl") == n * unit[1]
     assert parse_duration_ms("0", "--ttl") == 0
+
+
+@pytest.mark.parametrize("args, says", [
+    ([], "--tls-dir: mutual TLS between machines is the default"),
+    (["--plaintext", "--tls-dir", "/nonexistent"], "--tls-dir: mutual TLS between machines is the default"),
+    (["--tls-dir", "/nonexistent", "--machine", "m1"], "--tls-dir: no ca.pem in /nonexistent (midtown cluster "
+                                                       "certs --dir /nonexistent --machine m1"),
+    (["--plaintext", "--machine", "a b"], "--machine: 'a b' is not a machine name"),
+    (["--plaintext", "--locality", "zone"], "--locality: 'zone' in 'zone' is not tier=value"),
+    (["--plaintext", "--zk", ""], "--zk: the cluster's ZooKeeper"),
+])
+def test_machine_up_refuses_what_it_cannot_run_naming_the_flag(args: list[str], says: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before anything starts: no TLS and no --plaintext (what plaintext exposes is the
+    operator's explicit choice), certificates missing, a malformed machine or locality."""
+    monkeypatch.setenv("MIDTOWN_ZK", "127.0.0.1:1")
+    if "--zk" in args:
+        monkeypatch.delenv("MIDTOWN_ZK")
+    a = parser().parse_args(["machine", "up", *args])
+    with pytest.raises(CliError) as e:
+        a.fn(a)
+    assert says in str(e.value)

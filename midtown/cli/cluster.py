@@ -7,6 +7,7 @@ import argparse
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,24 +41,32 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
         c = _start_detached(c, progress=not a.json)
         _print_up(a, c, time.monotonic() - t0)
         return 0
+    supervise_foreground(c, lambda: c.start(progress=not a.json),
+                         lambda: _print_up(a, c, time.monotonic() - t0))
+    return 0
+
+
+def supervise_foreground(c: Any, start: Callable[[], None], say_up: Callable[[], None]) -> None:
+    """Start `c`'s processes (`start`), say so, and supervise them until SIGINT, SIGTERM or
+    SIGHUP; then stop them. Whatever stops the command once it has begun to start
+    processes (a stop signal while they start: a KeyboardInterrupt; after, the handlers
+    below, installed before anything says the cluster is up), the `finally` stops them. A
+    signal that came between that line and the handlers used to end the command and leave
+    the cluster running (found by the signal test running its commands at once)."""
     import threading
 
+    from midtown.cluster import ClusterError
     from midtown.cluster.supervisor import supervise
 
-    # Whatever stops the command once it has begun to start processes (a stop signal while
-    # they start: a KeyboardInterrupt; after, the handlers below, installed before anything
-    # says the cluster is up), the `finally` stops them. A signal that came between that line
-    # and the handlers used to end the command and leave the cluster running (found by the
-    # signal test running its commands at once).
     stop = threading.Event()
     try:
         try:
-            c.start(progress=not a.json)
+            start()
         except ClusterError as e:
             raise CliError(str(e)) from None
         for sig in (signal.SIGINT, *STOP_SIGNALS):
             signal.signal(sig, lambda *_: stop.set())
-        _print_up(a, c, time.monotonic() - t0)
+        say_up()
         print("running in the foreground, restarting a process that dies; Ctrl-C stops everything",
               flush=True)
         supervise(c, stop, lambda msg: print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True))
@@ -65,7 +74,6 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
         print("stopping...", flush=True)
         c.stop()
         print("stopped", flush=True)
-    return 0
 
 
 def _start_detached(c: Any, progress: bool) -> Any:
@@ -142,11 +150,11 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
     from log import zk as zkpaths
 
     try:
-        ids = [int(x) for x in a.log_servers.split(",")]
+        ids = [] if a.by_machines else [int(x) for x in a.log_servers.split(",")]
     except ValueError:
         raise CliError(f"--log-servers: expected ids like 0,1,2, got {a.log_servers!r}") from None
     try:
-        nodes = [int(x) for x in a.storage_nodes.split(",")]
+        nodes = [] if a.by_machines else [int(x) for x in a.storage_nodes.split(",")]
     except ValueError:
         raise CliError(f"--storage-nodes: expected ids like 0,1,2, got {a.storage_nodes!r}") from None
     try:
@@ -272,6 +280,9 @@ def add_parser(sub: Any) -> Any:
     it.add_argument("--kv-logs", type=nonneg_arg("--kv-logs"), default=registry.KV_LOGS_DEFAULT,
                     help="logs the key-value store spreads its shards over (default %(default)s: "
                          "one for each log server to write)")
+    it.add_argument("--by-machines", action="store_true",
+                    help="no servers yet: each `midtown machine up` adds its workers, with ids from "
+                         "ZooKeeper (--log-servers and --storage-nodes are not used)")
     it.add_argument("--one-machine", action="store_true",
                     help="the servers share one machine: place their copies on it anyway (a test or demo "
                          "cluster; that machine's loss loses every copy). Without it, copies go to distinct "

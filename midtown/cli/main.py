@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 
 from midtown.cli import benches as benches_cli
 from midtown.cli import cluster as cluster_cli
@@ -49,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     shards_cli.add_balance_parsers(cluster, node, common_options, zk_client)
     from midtown.cli import machines as machines_cli
 
-    machines_cli.add_parser(cluster, common_options, zk_client)  # cluster check
+    machines_cli.add_parser(cluster, common_options, zk_client, sub)  # cluster check, machine up
     from midtown.cli import log_servers as log_servers_cli
 
     log_servers_cli.add_parser(sub, common_options, zk_client)
@@ -61,6 +62,23 @@ def parser() -> argparse.ArgumentParser:
     watch_cli.add_parser(sub, common_options)
     benches_cli.add_parser(sub)
     return p
+
+
+def use_internal_credentials(env: Mapping[str, str]) -> None:
+    """The certificate the command's calls on internal services carry in a cluster with
+    mutual TLS (`machine up --tls-dir`): $MIDTOWN_TLS_CERT and $MIDTOWN_TLS_KEY, signed by
+    the CA in $MIDTOWN_TLS_CA (a local cluster's, with --dir, is found by itself)."""
+    cert, key = env.get("MIDTOWN_TLS_CERT"), env.get("MIDTOWN_TLS_KEY")
+    if not cert and not key:
+        return
+    if not (cert and key):
+        raise CliError("MIDTOWN_TLS_CERT and MIDTOWN_TLS_KEY go together")
+    from runtime import transport
+
+    try:
+        transport.use(transport.Credentials.load(env.get("MIDTOWN_TLS_CA"), cert, key))
+    except ValueError as e:
+        raise CliError(f"$MIDTOWN_TLS_CA/CERT/KEY: {e}") from None
 
 
 def version() -> str:
@@ -135,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupt_on_stop_signals()  # what a command started, it stops on SIGTERM and SIGHUP too
     try:
         try:
+            use_internal_credentials(os.environ)
             return int(a.fn(a))
         finally:
             # Whatever the command started and did not stop or hand over (a stop signal

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from catalog import registry, shard_moves
+from catalog import failure_domains, registry, shard_moves
 from midtown.cli.arguments import common_options, nonneg_arg
 from midtown.cli.connect import CliError, log_client, zk_client
 from midtown.output import emit
@@ -49,6 +49,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
             raise CliError("no key-value topology in this cluster")
         live = registry.members(logs.zk, registry.STORAGE_NODES)
         sets = registry.read_replica_sets(logs.zk, kv)
+        where, _ = registry.placement_rule(logs.zk)
         ends = {r["log"]: r["last"] for r in logs.status()}
         states = node_states(logs.zk)
         counted = usage.read_reports(logs.zk)  # what each node last counted it holds
@@ -64,8 +65,12 @@ def cmd_node_status(a: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     for nid in kv.storage_nodes:
         st = states.get(nid)
+        # Where it runs, and how many of its shards have another copy on its machine.
+        place = {"machine": where(nid).label(),
+                 "sharing": sum(1 for s in sets.shards_of(nid)
+                                if where(nid).machine in failure_domains.shared(sets.of(s), where))}
         if st is None:
-            rows.append({"node": nid, "addr": live.get(nid), "state": "down",
+            rows.append({"node": nid, **place, "addr": live.get(nid), "state": "down",
                          "shards": len(sets.shards_of(nid)), "bytes": _held(counted, nid),
                          "moving": moving.get(nid, 0), "behind": None,
                          "max_lag": None, "diverged_shards": None, "reclaimed": None,
@@ -75,14 +80,15 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)
                 if i in sets.logs_of(nid, len(st.log_positions))]  # the logs it tails
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
-        rows.append({"node": nid, "addr": live.get(nid), "state": "up", "shards": len(st.shards),
+        rows.append({"node": nid, **place, "addr": live.get(nid), "state": "up", "shards": len(st.shards),
                      "bytes": _held(counted, nid), "moving": moving.get(nid, 0), "behind": sum(lags),
                      "max_lag": max(lags, default=0), "diverged_shards": diverged,
                      "reclaimed": st.reclaimed, "anti_entropy_taken": st.lww_repaired,
                      "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
                      "event_ids": sum(e.ids for e in st.event_ids),
                      "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
-    emit(rows, a.json, ["node", "addr", "state", "shards", "bytes", "moving", "behind", "max_lag",
+    emit(rows, a.json, ["node", "machine", "addr", "state", "shards", "sharing", "bytes", "moving", "behind",
+                        "max_lag",
                         "diverged_shards",
                         "reclaimed", "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1

@@ -281,9 +281,12 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         kv, sets = topology(zk)
         if drain is not None and drain not in kv.storage_nodes:
             raise CliError(f"ID: storage node {drain} is not a member")
-        members = list(kv.storage_nodes)
+        # Copies go to nodes that are up: a member that is down (its machine lost, say)
+        # would hold a move at its copy until it came back.
+        live = registry.members(zk, registry.STORAGE_NODES)
+        members = [n for n in kv.storage_nodes if n in live or n == drain]
         if drain is not None and len(members) - 1 < kv.replicas:
-            raise CliError(f"ID: the other {len(members) - 1} members cannot hold {kv.replicas} "
+            raise CliError(f"ID: the other {len(members) - 1} members that are up cannot hold {kv.replicas} "
                            "replicas of each shard")
         under_way = registry.read_moves(zk)
         if under_way:
@@ -293,7 +296,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         # placed first: each shard stays on R of the nodes that hold it, the others drop it.
         where, one = registry.placement_rule(zk)  # the placement rule: never two copies on one machine
         try:
-            first = (replica_sets.first_sets(kv.shards, members, kv.replicas, 0, where, one)
+            first = (replica_sets.first_sets(kv.shards, list(kv.storage_nodes), kv.replicas, 0, where, one)
                      if sets.version < 0 else None)
         except PlacementError as e:
             raise CliError(str(e)) from None

@@ -66,6 +66,7 @@ class Proc:
     netns: str = ""  # a network namespace it runs in (tests of partitions), or none
     machine: str = ""  # the machine it says it runs on ("": this host's name)
     locality: str = ""  # zone=...,rack=... (catalog/failure_domains.py)
+    advertise: str = ""  # the name others reach it by, when not `host` (a machine's: 0.0.0.0)
 
     def addr_of(self, role: str) -> str:
         """Where this process serves `role` (a host serves each on its own port)."""
@@ -133,12 +134,18 @@ class Cluster:
     # locality). The others run on this host's name.
     where: dict[str, tuple[str, str]] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
+    # The ZooKeeper of a cluster this one's processes join (a machine's workers,
+    # midtown/cluster/machine.py); "": its own, started as the process "zookeeper".
+    zk_external: str = ""
+    # With tls: the CA, certificate and key every process uses (a machine's, made by
+    # `midtown cluster certs`); none: a certificate per process made in DIR/tls.
+    tls_files: list[str] = field(default_factory=list)
     _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ state file
     @property
     def zk_hosts(self) -> str:
-        return self.procs["zookeeper"].addr
+        return self.zk_external or self.procs["zookeeper"].addr
 
     def log_servers(self) -> list[Proc]:
         return [p for p in self.procs.values() if p.kind == "log-server"]
@@ -168,6 +175,8 @@ class Cluster:
             "supervisor_started": self.supervisor_started,
             "client_rate_limit": self.client_rate_limit,
             "zk": self.zk_hosts,
+            "zk_external": self.zk_external,
+            "tls_files": self.tls_files,
             "processes": [p.__dict__ for p in self.procs.values()],
         }
         tmp = self.dir / (STATE + ".tmp")
@@ -190,7 +199,8 @@ class Cluster:
                     log_server_count=d.get("log_server_count", LOG_SERVERS),
                     supervisor_pid=d.get("supervisor_pid", 0),
                     supervisor_started=d.get("supervisor_started", 0),
-                    client_rate_limit=d.get("client_rate_limit"))
+                    client_rate_limit=d.get("client_rate_limit"), zk_external=d.get("zk_external", ""),
+                    tls_files=d.get("tls_files", []))
         for p in d["processes"]:
             c.procs[p["name"]] = Proc(**p)
         return c
@@ -291,6 +301,8 @@ class Cluster:
     @property
     def tls_ca(self) -> Path | None:
         """The CA clients trust to call this cluster's coordinators (None: plaintext)."""
+        if self.tls_files:
+            return Path(self.tls_files[0])
         return self.tls_dir / "ca.pem" if self.tls else None
 
     def credentials(self, name: str = "admin") -> Credentials | None:
@@ -298,6 +310,8 @@ class Cluster:
         internal services of a cluster with mutual TLS; None without TLS."""
         if not self.tls:
             return None
+        if self.tls_files:
+            return Credentials.load(*self.tls_files)
         from midtown.cluster import certs  # cryptography: only for a cluster with TLS
 
         cert, key = certs.ensure_cert(self.tls_dir, name)
@@ -306,6 +320,9 @@ class Cluster:
     def _tls_flags(self, name: str) -> list[str]:
         if not self.tls:
             return []
+        if self.tls_files:
+            return [f for flag, path in zip(("--tls-ca", "--tls-cert", "--tls-key"), self.tls_files)
+                    for f in (flag, path)]
         from midtown.cluster import certs
 
         cert, key = certs.ensure_cert(self.tls_dir, name)
@@ -328,7 +345,8 @@ class Cluster:
     def command(self, name: str) -> list[str]:
         p = self.procs[name]
         netns = ["ip", "netns", "exec", p.netns] if p.netns else []
-        where = ["--machine", self.machine_of(p)] + (["--locality", p.locality] if p.locality else [])
+        where = ["--machine", self.machine_of(p)] + (["--locality", p.locality] if p.locality else []) + (
+            ["--advertise", p.advertise] if p.advertise and p.kind == "host" else [])
         return (netns + self._command(name) + ["--host", p.host] + self._tls_flags(name)
                 + (where if p.kind != "coordinator" else []))
 

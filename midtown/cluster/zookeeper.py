@@ -35,9 +35,15 @@ def is_ok(host: str, port: int) -> bool:
         return False
 
 
-def config_text(data_dir: Path, port: int, host: str = "127.0.0.1") -> str:
+def config_text(data_dir: Path, port: int, host: str = "127.0.0.1", peers: list[str] | None = None) -> str:
+    """zoo.cfg of a standalone server, or of a member of the ensemble `peers` (each
+    HOST:PEER_PORT:ELECTION_PORT, member i+1 being the i-th: its myid file says which)."""
+    ensemble = ["initLimit=10", "syncLimit=5", "reconfigEnabled=false", "standaloneEnabled=false",
+                "quorumListenOnAllIPs=true",
+                *(f"server.{i + 1}={p}" for i, p in enumerate(peers))] if peers else []
     return "\n".join(
         [
+            *ensemble,
             f"tickTime={limits.ZK_TICK_MS}",
             f"dataDir={data_dir}",
             f"clientPort={port}",
@@ -113,11 +119,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=2181)
     ap.add_argument("--data", required=True)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--peers", default="",
+                    help="a member of an ensemble: every member's HOST:PEER_PORT:ELECTION_PORT, comma-"
+                         "separated, the same list on each (three: one member may be lost)")
+    ap.add_argument("--id", type=int, default=0, help="with --peers: this member's place in it, from 1")
     a = ap.parse_args(argv)
+    peers = [p for p in a.peers.split(",") if p]
+    if peers and not 1 <= a.id <= len(peers):
+        ap.error(f"--id: {a.id}, must be this member's place in --peers (1 to {len(peers)})")
+    for p in peers:
+        if len(p.split(":")) != 3:
+            ap.error(f"--peers: {p!r} is not HOST:PEER_PORT:ELECTION_PORT")
     data = Path(a.data)
     data.mkdir(parents=True, exist_ok=True)
+    if peers:
+        (data / "myid").write_text(f"{a.id}\n")
     cfg = data / "zoo.cfg"
-    cfg.write_text(config_text(data, a.port, a.host))
+    cfg.write_text(config_text(data, a.port, a.host, peers))
     os.execvp("java", command(cfg))
 
 

@@ -9,8 +9,6 @@ Needs root, `ip netns` and iptables (scripts/install.sh installs iptables)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 from log import zk as logzk
 from log.client import LogClient
 from midtown import Client
+from tests.integration import netns
 from tests.integration.conftest import Appenders, started, verify_logs, wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import check_per_key
@@ -29,38 +28,14 @@ pytestmark = pytest.mark.integration
 SUBNET = "10.201.{}.{}"  # addresses of this test's own namespaces only
 
 
-def sh(*args: str) -> None:
-    subprocess.run(list(args), check=True, capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def hosts() -> Iterator[dict[str, tuple[str, str]]]:
     """Three namespaces (one per log server) on a bridge whose root-side address is where
     ZooKeeper listens. Removed afterwards, whatever happened."""
-    tag = f"{os.getpid() % 10000}"
-    net = int(tag) % 200 + 20
-    bridge = f"mtbr{tag}"
-    names = [f"mt{tag}n{i}" for i in range(3)]
-    places = {}
-    try:
-        sh("ip", "link", "add", bridge, "type", "bridge")
-        sh("ip", "addr", "add", SUBNET.format(net, 1) + "/24", "dev", bridge)
-        sh("ip", "link", "set", bridge, "up")
-        for i, ns in enumerate(names):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "link", "add", f"mt{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns)
-            sh("ip", "link", "set", f"mt{tag}v{i}", "master", bridge, "up")
-            ip = SUBNET.format(net, 10 + i)
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", ip + "/24", "dev", "eth0")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            places[f"log-{i}"] = (ns, ip)
-        places["zookeeper"] = ("", SUBNET.format(net, 1))
+    with netns.namespaces(3, SUBNET) as (made, bridge_ip):
+        places = {f"log-{i}": (ns.name, ns.ip) for i, ns in enumerate(made)}
+        places["zookeeper"] = ("", bridge_ip)
         yield places
-    finally:
-        for ns in names:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
 
 
 def partition(places: dict[str, tuple[str, str]], victim: str, zk_port: int) -> None:
@@ -73,11 +48,11 @@ def partition(places: dict[str, tuple[str, str]], victim: str, zk_port: int) -> 
         if name.startswith("log-") and name != victim:
             rules += [["OUTPUT", "-d", ip], ["INPUT", "-s", ip]]
     for r in rules:
-        sh("ip", "netns", "exec", ns, "iptables", "-A", *r, "-j", "DROP")
+        netns.sh("ip", "netns", "exec", ns, "iptables", "-A", *r, "-j", "DROP")
 
 
 def heal(places: dict[str, tuple[str, str]], victim: str) -> None:
-    sh("ip", "netns", "exec", places[victim][0], "iptables", "-F")
+    netns.sh("ip", "netns", "exec", places[victim][0], "iptables", "-F")
 
 
 def test_writer_partitioned_from_followers_and_zookeeper(tmp_path: Path,

@@ -1,0 +1,85 @@
+"""Machines played by network namespaces: N namespaces on a bridge, each with an address of
+its own (10.X.Y.10+i; the bridge, on the root side, 10.X.Y.1), removed afterwards with
+every process still in them. Needs root, `ip netns` and iptables (scripts/install.sh)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+
+def sh(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, timeout=30)
+
+
+def can_make() -> str | None:
+    """None if namespaces can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    try:
+        p = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    except FileNotFoundError:
+        return "no `ip` command (iproute2)"
+    return None if p.returncode == 0 else f"`ip netns` fails here: {p.stderr.strip()}"
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    ip: str
+
+    def run(self, *cmd: str) -> list[str]:
+        """`cmd` as run inside this namespace."""
+        return ["ip", "netns", "exec", self.name, *cmd]
+
+    def pids(self) -> list[int]:
+        """Every process in the namespace (ours: the namespace is this test's)."""
+        p = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True, timeout=10)
+        return [int(x) for x in p.stdout.split()]
+
+    def kill_all(self) -> int:
+        """SIGKILL every process in the namespace at once, as a machine that loses power."""
+        pids = self.pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
+    def link(self, up: bool) -> None:
+        """The machine's network interface up or down (a partition of the whole machine)."""
+        sh("ip", "netns", "exec", self.name, "ip", "link", "set", "eth0", "up" if up else "down")
+
+
+@contextmanager
+def namespaces(n: int, subnet: str, tag: str = "") -> Iterator[tuple[list[Namespace], str]]:
+    """`n` namespaces on a bridge, and the bridge's (root side) address. `subnet`: a format
+    with two places (the net, the host), as "10.201.{}.{}"."""
+    tag = tag or f"{os.getpid() % 10000}"
+    net = int(tag) % 200 + 20
+    bridge = f"mtbr{tag}"
+    made: list[Namespace] = []
+    try:
+        sh("ip", "link", "add", bridge, "type", "bridge")
+        sh("ip", "addr", "add", subnet.format(net, 1) + "/24", "dev", bridge)
+        sh("ip", "link", "set", bridge, "up")
+        for i in range(n):
+            ns = Namespace(f"mt{tag}n{i}", subnet.format(net, 10 + i))
+            sh("ip", "netns", "add", ns.name)
+            made.append(ns)
+            sh("ip", "link", "add", f"mt{tag}v{i}", "type", "veth", "peer", "name", "eth0", "netns", ns.name)
+            sh("ip", "link", "set", f"mt{tag}v{i}", "master", bridge, "up")
+            sh(*ns.run("ip", "addr", "add", ns.ip + "/24", "dev", "eth0"))
+            sh(*ns.run("ip", "link", "set", "eth0", "up"))
+            sh(*ns.run("ip", "link", "set", "lo", "up"))
+        yield made, subnet.format(net, 1)
+    finally:
+        for ns in made:
+            ns.kill_all()
+            subprocess.run(["ip", "netns", "del", ns.name], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)

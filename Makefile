@@ -54,11 +54,18 @@ soak: proto
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 
+# Four machines played by network namespaces (root): ROUNDS rounds of a machine killed whole
+# and one cut off, under the linearizability checker, then one gone for good.
+soak-machines: proto
+	MIDTOWN_NETNS_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
+		tests/integration/test_netns.py
+
 bench: proto
 	.venv/bin/midtown bench log
 	.venv/bin/midtown bench kv
 	.venv/bin/midtown bench ingest
 	.venv/bin/midtown bench failover
+	.venv/bin/midtown bench machines
 
 # Exactly-once ingestion through Spark, checked by eye (on the cluster in $(DIR), started if
 # it does not run).

@@ -75,8 +75,8 @@ def test_a_duration_with_its_unit_is_read(n: int, unit: tuple[str, int]) -> None
 @pytest.mark.parametrize("args, says", [
     ([], "--tls-dir: mutual TLS between machines is the default"),
     (["--plaintext", "--tls-dir", "/nonexistent"], "--tls-dir: mutual TLS between machines is the default"),
-    (["--tls-dir", "/nonexistent", "--machine", "m1"], "--tls-dir: no ca.pem in /nonexistent (midtown cluster "
-                                                       "certs --dir /nonexistent --machine m1"),
+    (["--tls-dir", "/nonexistent", "--machine", "m1"],
+     "--tls-dir: no ca.pem in /nonexistent (midtown cluster certs --dir /nonexistent --machine m1"),
     (["--plaintext", "--machine", "a b"], "--machine: 'a b' is not a machine name"),
     (["--plaintext", "--locality", "zone"], "--locality: 'zone' in 'zone' is not tier=value"),
     (["--plaintext", "--zk", ""], "--zk: the cluster's ZooKeeper"),

@@ -58,12 +58,13 @@ def etcd_ops(e: Etcd, api: str = "grpc") -> Ops:
     return {"put": put, "get": get, "cas": cas}
 
 
-def midtown_ops(addrs: list[str], coalesce: bool = True, zk: str | None = None) -> Ops:
+def midtown_ops(addrs: list[str], coalesce: bool = True, zk: str | None = None,
+                tls_ca: str | None = None) -> Ops:
     """The workloads' operations, every thread on one shared Client, as an application's
     threads would share one; with `coalesce`, their operations travel together while a
     call is in flight (midtown/coalescing.py). With `zk`, the Client finds the coordinators
     there and sends each key to the one beside its log's writer (midtown/routes.py)."""
-    shared = Client(None if zk else addrs, zk=zk, timeout=30, coalesce=coalesce)
+    shared = Client(None if zk else addrs, zk=zk, timeout=30, coalesce=coalesce, tls_ca=tls_ca)
 
     def client() -> Client:
         return shared

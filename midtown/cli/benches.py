@@ -48,6 +48,12 @@ def cmd_bench_failover(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_machines(a: argparse.Namespace) -> int:
+    from midtown.bench.machines import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_spark_read(a: argparse.Namespace) -> int:
     from midtown.bench.spark_read import run as bench
 
@@ -88,6 +94,16 @@ def add_parser(sub: Any) -> None:
     bf.add_argument("--no-etcd", action="store_true", help="measure Midtown only")
     bf.add_argument("--json", action="store_true")
     bf.set_defaults(fn=cmd_bench_failover)
+    bmc = bns.add_parser("machines", help="three machines played on this one, with one and two workers each "
+                                          "and with mutual TLS: puts, CPU per put, a machine killed, "
+                                          "placement counts")
+    bmc.add_argument("--seconds", type=positive_arg("--seconds"), default=5.0,
+                     help="each workload's length")
+    bmc.add_argument("--clients", type=at_least_one_arg("--clients"), default=64)
+    bmc.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
+                     help="machines killed, per layout")
+    bmc.add_argument("--json", action="store_true")
+    bmc.set_defaults(fn=cmd_bench_machines)
     br = bns.add_parser("spark-read", help="a whole dataset read through the Spark data source: rows/s and "
                                            "the Python workers' peak memory, beside Parquet on local disk")
     br.add_argument("--keys", type=ascending_arg("--keys"), default=(1_000_000, 5_000_000),

@@ -22,8 +22,14 @@ midtown_pb/.generated: $(PROTOS) scripts/gen_proto.py
 run: proto
 	.venv/bin/midtown cluster up --dir $(DIR)
 
+# The suite on TEST_WORKERS pytest-xdist workers: a module's tests in one worker, the Spark
+# modules together in one (one Spark session), those first (tests/conftest.py). Part of a
+# real-process test's time is waiting (sessions expiring, takeovers, Spark's scheduler):
+# two workers overlap it on two cores (three overloaded this machine: 1,269 s against
+# about 1,070, and tests timed out).
+TEST_WORKERS ?= 2
 test: proto
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) tests
 
 test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"

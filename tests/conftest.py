@@ -4,3 +4,30 @@ from runtime.forking import without_grpc_fork_handlers
 
 # The test run starts one Spark session in a process with live gRPC calls (runtime/forking.py).
 without_grpc_fork_handlers()
+
+
+# `make test` runs the suite on two pytest-xdist workers (`-n 2`): the tests of one module
+# always run in one worker, one after another (they share its module-scoped clusters), and
+# every test of the Spark modules in one worker, so the run starts one Spark session
+# (PITFALLS.md: ~10 s and up to 2 GB each). Those go first: they take the longest, and the
+# other worker takes the rest meanwhile.
+SPARK_MODULES = ("tests/integration/test_spark.py", "tests/integration/test_spark_edges.py",
+                 "tests/integration/test_spark_streaming.py")
+
+
+def _scope(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return "spark" if module in SPARK_MODULES else module
+
+
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    items.sort(key=lambda i: _scope(i.nodeid) != "spark")  # stable: modules stay whole
+
+
+def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+    return ByModule(config, log)

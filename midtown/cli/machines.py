@@ -15,7 +15,7 @@ from typing import Any
 
 from catalog import failure_domains, machines, registry
 from log import zk as zkpaths
-from midtown.cli.connect import CliError
+from midtown.cli.connect import CliError, zk_client
 from midtown.output import emit
 
 
@@ -115,6 +115,10 @@ def cmd_machine_up(a: argparse.Namespace) -> int:
     except ValueError as e:
         raise CliError(f"--{e}") from None
     tls = tls_files(Path(a.tls_dir), name) if a.tls_dir else None
+    a.zk = zk_hosts
+    probe = zk_client(a)  # unreachable: said within --timeout (exit 5), before anything is allocated
+    probe.stop()
+    probe.close()
     advertise = a.advertise or (a.host if a.host != "0.0.0.0" else name)
     t0 = time.monotonic()
     try:

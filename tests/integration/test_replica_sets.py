@@ -477,6 +477,10 @@ def test_three_nodes_grow_to_four_then_one_is_decommissioned_added_back_and_reba
             assert all(3 not in sets.of(s) for s in range(8))
             all_read(db)
             mt("node", "add", "3")
+            # The shards moved off node 3 weigh what their new holders count next (node 3's
+            # report went with it): wait for that count, under load too.
+            counted_ms = int(time.time() * 1000)
+            wait_for(lambda: _counted_since(c, counted_ms, range(3)), 30, "a usage count of nodes 0-2")
             dry = mt("cluster", "rebalance", "--dry-run")
             assert len(dry["moves"]) == 6 and all(m["to"] == 3 for m in dry["moves"]) and dry["dry_run"]
             assert _sets(c)[0] == sets  # a dry run moves nothing

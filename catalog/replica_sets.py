@@ -77,7 +77,10 @@ def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domain
     check_replicas(replicas, len(members))
     nodes = sorted(members)
     n = len(nodes)
-    dom = domain_of or failure_domains.unknown
+    if domain_of is None:  # every member a machine of its own: the plain dealing
+        return ReplicaSets(replicas, tuple(tuple(sorted(nodes[(s * replicas + i) % n]
+                                                        for i in range(replicas))) for s in range(shards)))
+    dom = domain_of
     held = {m: 0 for m in nodes}
     out = []
     for s in range(shards):

@@ -202,6 +202,6 @@ def test_window_and_cap_age_ids_out_on_every_replica(ic: Cluster) -> None:
         return json.loads(out)  # type: ignore[no-any-return]
 
     # The nodes publish what they hold every few seconds: describe shows it once published.
-    desc = wait_for(lambda: (d := describe())["effective_dedup_window_ms"] < 1500 and d, 60,
+    desc = wait_for(lambda: (d := describe())["effective_dedup_window_ms"] < 1500 and d, 180,
                     "describe to show the window the cap left", every_s=1)
     assert desc["dedup_max_ids"] == 40

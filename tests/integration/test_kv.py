@@ -52,7 +52,15 @@ def _storage_status(cluster: Cluster) -> dict[int, pb.NodeStatusResponse]:
 
 
 def _converged(cluster: Cluster) -> bool:
-    st = _storage_status(cluster)
+    """Whether every storage node holds the same shards at the same positions and digests
+    (a node that does not answer its status within 5 s, one restarting or bootstrapping on
+    a loaded machine: not yet)."""
+    try:
+        st = _storage_status(cluster)
+    except grpc.RpcError as e:
+        if e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):  # type: ignore[attr-defined]
+            return False
+        raise
     views = [([s.position for s in x.shards], [s.digest for s in x.shards]) for x in st.values()]
     return all(v == views[0] for v in views)
 

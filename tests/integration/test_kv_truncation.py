@@ -105,7 +105,7 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         tc.restart("storage-2")
         for i in range(90, 100):
             db.put("t", "k", str(i), b"w")
-        wait_for(lambda: _converged(tc), 60, "the bootstrapped node level with its peers")
+        wait_for(lambda: _converged(tc), 180, "the bootstrapped node level with its peers", every_s=0.5)
         assert "bootstrapped from" in (tc.dir / "logs" / "storage-2.log").read_text()
         assert _applied(tc, "storage-2", log_id) > p2
         items = _scan_on(tc, "storage-2", d.id, shard_of(d.id, b"k", 64))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,11 +58,14 @@ class Namespace:
 
 
 @contextmanager
-def namespaces(n: int, subnet: str, tag: str = "") -> Iterator[tuple[list[Namespace], str]]:
+def namespaces(n: int, subnet: str, kind: str) -> Iterator[tuple[list[Namespace], str]]:
     """`n` namespaces on a bridge, and the bridge's (root side) address. `subnet`: a format
-    with two places (the net, the host), as "10.201.{}.{}"."""
-    tag = tag or f"{os.getpid() % 10000}"
-    net = int(tag) % 200 + 20
+    with two places (the net, the host), as "10.201.{}.{}"; `kind`: a letter of the
+    caller's own in every name (two users in one process must not meet a link the other
+    left being torn down)."""
+    num = os.getpid() % 10000
+    tag = f"{kind}{num}"
+    net = num % 200 + 20
     bridge = f"mtbr{tag}"
     made: list[Namespace] = []
     try:
@@ -81,5 +85,8 @@ def namespaces(n: int, subnet: str, tag: str = "") -> Iterator[tuple[list[Namesp
     finally:
         for ns in made:
             ns.kill_all()
+            deadline = time.monotonic() + 15
+            while ns.pids() and time.monotonic() < deadline:  # gone before their namespace
+                time.sleep(0.05)
             subprocess.run(["ip", "netns", "del", ns.name], capture_output=True, timeout=30)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)

@@ -142,7 +142,7 @@ class Machines:
 
 @pytest.fixture(scope="module")
 def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machines]:
-    with netns.namespaces(MACHINES, SUBNET) as (spaces, _):
+    with netns.namespaces(MACHINES, SUBNET, "m") as (spaces, _):
         m = Machines(spaces, Path(tmp_path_factory.mktemp("machines")))
         m.make_certs()
         for i in range(ZK_MEMBERS):

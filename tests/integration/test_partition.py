@@ -32,7 +32,7 @@ SUBNET = "10.201.{}.{}"  # addresses of this test's own namespaces only
 def hosts() -> Iterator[dict[str, tuple[str, str]]]:
     """Three namespaces (one per log server) on a bridge whose root-side address is where
     ZooKeeper listens. Removed afterwards, whatever happened."""
-    with netns.namespaces(3, SUBNET) as (made, bridge_ip):
+    with netns.namespaces(3, SUBNET, "p") as (made, bridge_ip):
         places = {f"log-{i}": (ns.name, ns.ip) for i, ns in enumerate(made)}
         places["zookeeper"] = ("", bridge_ip)
         yield places

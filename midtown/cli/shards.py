@@ -281,10 +281,11 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         kv, sets = topology(zk)
         if drain is not None and drain not in kv.storage_nodes:
             raise CliError(f"ID: storage node {drain} is not a member")
-        # Copies go to nodes that are up: a member that is down (its machine lost, say)
-        # would hold a move at its copy until it came back.
+        # A decommission moves copies to nodes that are up: a member that is down (its
+        # machine lost with the one drained, say) would hold a move at its copy until it came
+        # back. A rebalance plans onto every member (one just added may still be starting).
         live = registry.members(zk, registry.STORAGE_NODES)
-        members = [n for n in kv.storage_nodes if n in live or n == drain]
+        members = [n for n in kv.storage_nodes if drain is None or n in live or n == drain]
         if drain is not None and len(members) - 1 < kv.replicas:
             raise CliError(f"ID: the other {len(members) - 1} members that are up cannot hold {kv.replicas} "
                            "replicas of each shard")

@@ -150,9 +150,12 @@ def machine_kills(zk_hosts: str, machines: list[Cluster], n: int, ca: str | None
             try:
                 def kill() -> tuple[float, Any]:
                     w = None
-                    while w is None:
+                    deadline = time.monotonic() + 60
+                    while w is None and time.monotonic() < deadline:
                         w = zkpaths.read_writer(zk, log_id)
                         time.sleep(0.05 if w is None else 0)
+                    if w is None:
+                        raise RuntimeError(f"log {log_id} had no writer for 60 s")
                     m = next(c for c in machines if any(p.server_id == int(w["server"])
                                                         for p in c.procs.values()))
                     t0 = time.monotonic()

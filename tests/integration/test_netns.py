@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -33,7 +32,8 @@ from typing import Any
 
 import pytest
 
-from midtown import Client, errors
+from midtown import Client
+from midtown.bench.failover import Prober
 from midtown.cluster.zookeeper import four_letter
 from tests.integration import netns
 from tests.integration.conftest import wait_for
@@ -166,32 +166,11 @@ def check(m: Machines) -> dict[str, Any]:
     return json.loads(p.stdout)
 
 
-class Probe:
-    """Puts on one key every 50 ms, each acknowledgement's time kept: when writes went on."""
-
-    def __init__(self, db: Client) -> None:
-        self.db = db
-        self.acked: list[float] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            try:
-                self.db.put("t", "probe", "n", str(n).encode(), timeout=10)
-                self.acked.append(time.monotonic())
-            except (errors.Unavailable, errors.DeadlineExceeded):
-                pass
-            self.stop.wait(0.05)
-
-    def first_after(self, t: float, within_s: float = 120) -> float:
-        """Seconds from `t` to the first put acknowledged after it (waiting for one)."""
-        got = wait_for(lambda: next((a for a in self.acked if a > t), None), within_s,
-                       "a put acknowledged", every_s=0.05)
-        return got - t
+def first_after(prober: Prober, t: float) -> float:
+    """Seconds from `t` to the first put started after it being acknowledged."""
+    at = prober.first_ack_after(t, 120)
+    assert at is not None, "no put acknowledged within 120 s"
+    return at - t
 
 
 def test_every_address_is_a_namespaces_and_copies_are_on_distinct_machines(machines: Machines) -> None:
@@ -240,20 +219,20 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
     m = machines
     gaps: dict[str, list[float]] = {"kill": [], "partition": []}
     with Client(zk=m.zk, timeout=30, tls_ca=m.ca) as db:
-        probe = Probe(db)
+        probe = Prober(lambda n: db.put("t", "probe", "n", str(n).encode(), timeout=10))
 
         def disturb() -> None:
             for _ in range(ROUNDS):
                 time.sleep(1)
                 t = time.monotonic()
                 m.kill(1)  # every process of m1 at once, its ZooKeeper member too
-                gaps["kill"].append(probe.first_after(t))
+                gaps["kill"].append(first_after(probe, t))
                 time.sleep(2)
                 m.bring_back(1)
                 time.sleep(1)
                 t = time.monotonic()
                 m.spaces[2].link(False)  # m2 cut off: its ZooKeeper member, its workers
-                gaps["partition"].append(probe.first_after(t))
+                gaps["partition"].append(first_after(probe, t))
                 time.sleep(6)
                 m.spaces[2].link(True)
                 wait_for(lambda: not any(r["down"] for r in check(m)["machines"]), 120,
@@ -270,8 +249,7 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
         try:
             history = run_history(db, ["h0", "h1", "h2"], disturb)
         finally:
-            probe.stop.set()
-            probe.thread.join(15)
+            probe.stop()
     assert check_per_key(history) == [], "a linearizability violation"
     out = check(m)
     assert [r["machine"] for r in out["machines"]] == ["m0", "m1", "m2"]

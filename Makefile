@@ -46,7 +46,8 @@ sim: proto
 		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule)) \
 		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE)) \
 		$(if $(MACHINES),--machines $(MACHINES)) \
-		$(if $(PLACEMENT),--placement $(PLACEMENT))
+		$(if $(PLACEMENT),--placement $(PLACEMENT)) \
+		$(if $(LEASE),--lease $(LEASE) --steps 4000)
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000
 # simulation seeds. make soak ROUNDS=30

@@ -56,7 +56,6 @@ def run_reads(c: Coordinator, reads: Sequence[Read],
         if answers is None:
             through_log.extend(i for i, _ in items)
             continue
-        STRONG_READS.labels(path="read_index").inc(len(items))
         for (i, _), rr in zip(items, answers):
             out[i] = (codec.op_result_from_pb(rr.result), rr.position)
     if through_log:

@@ -60,7 +60,8 @@ log = logging.getLogger("midtown.coordinator")
 EVENTUAL_REPAIRS = Counter("midtown_eventual_read_repairs_total",
                            "Replicas of an eventual dataset sent a newer value by a read")
 STRONG_READS = Counter("midtown_strong_reads_total",
-                       "Strong reads, by path: read index (no log append) or through the log",
+                       "Strong reads, by path: the log writer's read lease (lease), a ReadIndex "
+                       "round (read_index; neither appends to the log) or through the log (log)",
                        ["path"])
 READ_ROUNDS = Counter("midtown_read_index_rounds_total",
                       "ReadIndex rounds (a read index asked, then one read at a replica for the "
@@ -358,6 +359,20 @@ class Coordinator:
         return dict(self._log_servers.get())
 
     def read_index(self, log_id: int) -> int | None:
+        return self.read_index_by(log_id)[0]
+
+    def read_index_by(self, log_id: int) -> tuple[int | None, str]:
+        """A strong read's index and how it was had: by the read lease of the log's writer
+        when it is in this process and holds one (log/lease.py: one look, no call), else by
+        a ReadIndex round (read_index_round)."""
+        node = self.local_log.component
+        if node is not None:
+            idx = node.lease_index(log_id)
+            if idx is not None:
+                return idx, "lease"
+        return self.read_index_round(log_id), "read_index"
+
+    def read_index_round(self, log_id: int) -> int | None:
         """The ReadIndex rule (DESIGN.md, log/read_index.py): the highest position stored by
         any of a fence quorum of the log's last segment's replicas, asked now, with the
         metadata read again when one of them has seen a newer writer. Every write
@@ -429,8 +444,7 @@ class Coordinator:
         to the read index, then read it there. Falls back to a read through the log."""
         log_id, req = self.read_request(d, pkey, op)
         rr = self._reads.get(log_id, req)
-        if rr is not None:
-            STRONG_READS.labels(path="read_index").inc()
+        if rr is not None:  # (counted by read_round)
             return codec.op_result_from_pb(rr.result), rr.position
         STRONG_READS.labels(path="log").inc()
         r = self.execute(d, read_header(header), pkey, [op], deadline_s)
@@ -447,7 +461,7 @@ class Coordinator:
         """One ReadIndex round for the reads of one log: the index, then one ReadMany at a
         replica that has applied that far (another if one fails)."""
         READ_ROUNDS.inc()
-        idx = self.read_index(log_id)
+        idx, path = self.read_index_by(log_id)
         if idx is None:
             return None
         # One ReadMany per replica set among the reads (one in all unless replica sets
@@ -467,6 +481,7 @@ class Coordinator:
                 return None
             for i, resp in zip(idxs, got.responses):
                 out[i] = resp
+        STRONG_READS.labels(path=path).inc(len(reqs))
         return out  # type: ignore[return-value]
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,

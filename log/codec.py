@@ -37,18 +37,19 @@ def fence_from_pb(m: pb.FenceRequest) -> Fence:
 def fence_reply_to_pb(r: FenceReply) -> pb.FenceResponse:
     return pb.FenceResponse(
         result=r.result.name, fenced_epoch=r.fenced_epoch, lac=r.lac, last=r.last,
-        first=r.first, first_ts=r.first_ts,
+        first=r.first, first_ts=r.first_ts, lease_wait_ms=r.lease_wait_ms,
     )
 
 
 def fence_reply_from_pb(m: pb.FenceResponse) -> FenceReply:
-    return FenceReply(Result(m.result), m.fenced_epoch, m.lac, m.last, m.first, m.first_ts)
+    return FenceReply(Result(m.result), m.fenced_epoch, m.lac, m.last, m.first, m.first_ts,
+                      m.lease_wait_ms)
 
 
 def add_to_pb(a: AddEntries) -> pb.AddEntriesRequest:
     return pb.AddEntriesRequest(
         log_id=a.log_id, epoch=a.epoch, segment_epoch=a.segment_epoch,
-        entries=[entry_to_pb(e) for e in a.entries], lac=a.lac,
+        entries=[entry_to_pb(e) for e in a.entries], lac=a.lac, lease_ms=a.lease_ms,
     )
 
 
@@ -56,7 +57,8 @@ def add_from_pb(m: pb.AddEntriesRequest) -> AddEntries:
     if m.epoch < 1:
         raise BadRequest("epoch: must be >= 1")
     return AddEntries(
-        m.log_id, m.epoch, m.segment_epoch, tuple(entry_from_pb(e) for e in m.entries), m.lac
+        m.log_id, m.epoch, m.segment_epoch, tuple(entry_from_pb(e) for e in m.entries), m.lac,
+        m.lease_ms,
     )
 
 

@@ -18,6 +18,7 @@ from log.ensemble_change import Copies
 from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
+from runtime.clock import lease_clock
 
 
 class WriterHost(Protocol):
@@ -134,6 +135,8 @@ class WriterDriver:
         try:
             while core.state is not State.FAILED:
                 timeout = max(0.0, min(next_tick, lac_due) - time.monotonic())
+                if core.sealing_after is not None:  # a recovery waits out the old writer's lease
+                    timeout = max(0.0, min(timeout, core.sealing_after - lease_clock()))
                 try:
                     events = [self.inbox.get(timeout=timeout)]
                 except queue.Empty:
@@ -146,6 +149,9 @@ class WriterDriver:
                 lac0 = core.lac
                 for ev in events:
                     self._handle(ev)
+                core.poll()
+                if core.lease_s and core.lease_renewal_due(lease_clock()):
+                    core.push_lac(force=True)  # readers use the lease: keep it (log/lease.py)
                 if core.state is State.WRITING:
                     self._append_waiting()
                 elif core.state is State.CHANGING:

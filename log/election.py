@@ -40,6 +40,7 @@ from log.ensemble import NoEnsemble
 from log.messages import ReadRange
 from log.metadata import LogMetadata
 from log.writer import State, Writer
+from runtime.clock import lease_clock
 
 log = logging.getLogger("midtown.log.election")
 
@@ -62,13 +63,16 @@ class Election:
                  writers: dict[int, WriterDriver], meta: dict[int, LogMetadata],
                  zk_ok: Callable[[], bool], new_driver: Callable[[Writer], WriterDriver],
                  stop: threading.Event, peer: Callable[[int], Any] = lambda _: None,
-                 ensemble_changes: bool = True) -> None:
+                 ensemble_changes: bool = True, lease_s: float = 0.0) -> None:
         """`writers`, `meta`: the server's writers and the logs' metadata as last seen,
         shared with it (this adds and removes writers); `new_driver`: a driver for a
         writer core, wired to the server; `peer(server)`: a Replica stub for a server
         (None: unknown), to probe a writer; `ensemble_changes`: a writer moves its open
-        segment off copies that stop answering (log/ensemble_change.py)."""
+        segment off copies that stop answering (log/ensemble_change.py); `lease_s`: the read
+        lease its writers of key-value logs hold while strong reads ask for it (log/lease.py;
+        0: none)."""
         self.ensemble_changes = ensemble_changes
+        self.lease_s = lease_s
         self.server_id = server_id
         self.addr = addr
         self.zk = zk
@@ -384,8 +388,10 @@ class Election:
         self.meta[log_id] = new
         # A log that carries key-value shards gets time marks when idle: its storage nodes
         # judge expiry by its time (Writer.time_marks).
-        core = Writer(log_id, new.epoch, new, v, replicas,
-                      time_marks=kv is not None and log_id < kv.logs)
+        # Strong reads ask the key-value logs' writers for their lease (log/lease.py).
+        is_kv = kv is not None and log_id < kv.logs
+        core = Writer(log_id, new.epoch, new, v, replicas, time_marks=is_kv,
+                      lease_s=self.lease_s if is_kv else 0.0, clock=lease_clock)
         d = self.new_driver(core)
         self.writers[log_id] = d
         log.info("server %d writes log %d at epoch %d", self.server_id, log_id, new.epoch)

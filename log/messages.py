@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from log import limits
+from log import lease, limits
 from log.entry import Entry
 from runtime.refusals import BadRequest
 
 NONE = -1  # "no position": no LAC known, no entry stored
+LEASE_MS_MAX = int(lease.LEASE_S_MAX * 1000)
 
 
 class Result(Enum):
@@ -46,6 +47,9 @@ class FenceReply:
     last: int = NONE
     first: int = 0  # the replica's truncation point: everything below was committed
     first_ts: int = 0  # the highest timestamp truncated away
+    # What is left of the replica's lease promise (log/lease.py): the fencing writer makes
+    # nothing visible until this long after it has the reply.
+    lease_wait_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +59,16 @@ class AddEntries:
     segment_epoch: int
     entries: tuple[Entry, ...]
     lac: int = NONE
+    # The read lease the writer may hold once this is acknowledged (log/lease.py; 0: none).
+    lease_ms: int = 0
+    # The writer's clock when it sent this: kept by the writer for the acknowledgement,
+    # never on the wire.
+    sent_at: float = 0.0
 
     def __post_init__(self) -> None:
         _check_epochs(self.epoch, self.segment_epoch)
+        if not 0 <= self.lease_ms <= LEASE_MS_MAX:
+            raise BadRequest(f"lease_ms: {self.lease_ms} is out of range (0..{LEASE_MS_MAX})")
         if not NONE <= self.lac <= limits.POSITION_MAX:
             raise BadRequest(f"lac: {self.lac} is out of range ({NONE}..{limits.POSITION_MAX})")
         if len(self.entries) > limits.INFLIGHT_ENTRIES_MAX:

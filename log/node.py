@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from kazoo.protocol.states import KazooState
 
-from log import spares
+from log import lease, spares
 from log import zk as zkpaths
 from log.catch_up import CatchUp
 from log.driver import WriterDriver
@@ -33,6 +33,7 @@ from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
 from log.writer import ChangeEnsemble, Writer
 from runtime import loops
+from runtime.clock import lease_clock
 from runtime.membership import Membership
 from runtime.process import wait_until
 from runtime.refusals import Refusal
@@ -46,11 +47,13 @@ CATCHUP_POLL_S = 1.0
 
 class Node:
     def __init__(self, server_id: int, addr: str, zk: Any, topo: zkpaths.Topology, store: RocksStore,
-                 spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True) -> None:
+                 spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True,
+                 lease_s: float = lease.LEASE_S_DEFAULT) -> None:
         """A log server from its parts, with no I/O of its own (Node.open opens them): `zk`,
         a connected ZooKeeper session; `topo`, the cluster's topology; `store`, its replica
         store. `spare_linger_s`: how long a spare follower's copies of this server's writes
-        may wait to travel together (log/spares.py)."""
+        may wait to travel together (log/spares.py); `lease_s`, its writers' read lease
+        (log/lease.py; 0: none)."""
         self.server_id = server_id
         self.addr = addr
         self.zk = zk
@@ -59,7 +62,8 @@ class Node:
         self.zk.add_listener(self._on_zk_state)
         self.topo = topo
         self.store = store
-        self.replica = ReplicaCore(server_id, self.store, self.topo.logs)
+        self.lease_s = lease_s
+        self.replica = ReplicaCore(server_id, self.store, self.topo.logs, lease_clock, lease_s)
         # One lock over the replica side: every replica operation, and the group commit
         # that makes it durable, completes before the next starts (and before any reply).
         self.rlock = threading.Lock()
@@ -73,13 +77,14 @@ class Node:
         self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop, spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
                                  lambda core: WriterDriver(self, core), self._stop, self.peers.stub,
-                                 ensemble_changes)
+                                 ensemble_changes, lease_s)
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,
                                 self.meta, self.writers, self.peers, self._stop)
 
     @classmethod
     def open(cls, server_id: int, addr: str, zk_hosts: str, data_dir: str,
-             spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True) -> Node:
+             spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True,
+             lease_s: float = lease.LEASE_S_DEFAULT) -> Node:
         """The shell: connect to ZooKeeper, wait for the topology (a minute at most; exits
         if it never comes or does not name this server), open the store under `data_dir`."""
         zk = zkpaths.connect(zk_hosts)
@@ -89,7 +94,7 @@ class Node:
             raise SystemExit(f"server id {server_id} is not in the topology {topo}")
         os.makedirs(data_dir, exist_ok=True)
         store = RocksStore(os.path.join(data_dir, "replica.db"))
-        return cls(server_id, addr, zk, topo, store, spare_linger_s, ensemble_changes)
+        return cls(server_id, addr, zk, topo, store, spare_linger_s, ensemble_changes, lease_s)
 
     # ------------------------------------------------------------ start/stop
     def start(self) -> None:
@@ -279,6 +284,13 @@ class Node:
         with c:
             c.notify_all()
         self.lingering.committed(log_id, lambda: self.committed_end(log_id))
+
+    def lease_index(self, log_id: int) -> int | None:
+        """A strong read's index by the read lease of this server's writer of the log
+        (log/lease.py), or None: no writer here, or no lease held now (the caller then asks
+        the replicas: tail_hurrying)."""
+        d = self.writers.get(log_id)
+        return d.core.lease_index(lease_clock()) if d is not None else None
 
     def tail_hurrying(self, log_id: int) -> TailReply:
         """This replica's last stored position and the highest writer epoch it has seen (a

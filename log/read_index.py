@@ -37,6 +37,7 @@ class LocalLog(Protocol):
     """The log server of this process, as a coordinator's read-index round asks it in place
     of its Tail call (coordinator/host.py binds one): the port, not the server."""
     def tail_hurrying(self, log_id: int) -> TailReply: ...
+    def lease_index(self, log_id: int) -> int | None: ...
 
 
 class Stale(Exception):

@@ -4,7 +4,10 @@ simulation); every reply is built only after the store has made its batch durabl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from log import fencing, limits
+from log.lease import Promise
 from log.messages import (
     AddEntries,
     AddReply,
@@ -18,11 +21,17 @@ from log.store import Batch, EntryStore, ReplicaLogMeta, SegmentMeta
 
 
 class ReplicaCore:
-    def __init__(self, server_id: int, store: EntryStore, log_count: int) -> None:
+    def __init__(self, server_id: int, store: EntryStore, log_count: int,
+                 clock: Callable[[], float] | None = None, lease_s: float = 0.0) -> None:
+        """`clock` (log/lease.py's; none: a clock that stands still) times the read-lease
+        promises this replica gives; `lease_s` is the lease it assumes it promised before it
+        started."""
         self.server_id = server_id
         self.store = store
         self.log_count = log_count
         self.logs: dict[int, ReplicaLogMeta] = store.load()
+        self.clock = clock or (lambda: 0.0)
+        self.promise = Promise(self.clock(), lease_s)
 
     def _admit(self, log_id: int, epoch: int) -> tuple[ReplicaLogMeta, fencing.Admission, bool]:
         meta = self.logs.setdefault(log_id, ReplicaLogMeta())
@@ -57,6 +66,7 @@ class ReplicaCore:
         return FenceReply(
             Result.OK, meta.fenced_epoch, lac=seg.lac, last=seg.last,
             first=meta.first, first_ts=meta.first_ts,
+            lease_wait_ms=self.promise.wait_ms(req.log_id, self.clock()),
         )
 
     def on_add(self, req: AddEntries) -> AddReply:
@@ -82,6 +92,8 @@ class ReplicaCore:
         if fresh or raised:
             self.store.commit(Batch(req.log_id, entries=fresh, meta=new))
         self.logs[req.log_id] = new  # a LAC alone is persisted with the next batch
+        if req.lease_ms:
+            self.promise.acked(req.log_id, self.clock(), req.lease_ms)
         return AddReply(Result.OK, new.fenced_epoch)
 
     def on_read_range(self, req: ReadRange) -> ReadRangeReply:

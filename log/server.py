@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from catalog import machines
-from log import codec, ensemble_change, limits, linger, reading, spares
+from log import codec, ensemble_change, lease, limits, linger, reading, spares
 from log import zk as zkpaths
 from log.catch_up import Unavailable
 from log.driver import Busy, WriterFailed
@@ -262,7 +262,7 @@ def build(server_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=limits.GRPC_OPTIONS,
                          maximum_concurrent_rpcs=2000)
     node = Node.open(server_id, addr, zk_hosts, data_dir, spares.linger_s_from_env(os.environ),
-                     ensemble_change.enabled_from_env(os.environ))
+                     ensemble_change.enabled_from_env(os.environ), lease.lease_s_from_env(os.environ))
     server.add_generic_rpc_handlers(_handlers(Services(node)))
     return server, node
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from log import limits
+from runtime.env import seconds as env_seconds
 
 SPARE_LINGER_S = 0.02  # how long a spare copy may wait to travel with others
 # The most MIDTOWN_SPARE_LINGER_S may ask: half the writer's resend interval, so that a
@@ -77,13 +78,4 @@ def followers_needed(replicas: Iterable[int], me: int, ack_quorum: int) -> int:
 def linger_s_from_env(env: Mapping[str, str]) -> float:
     """MIDTOWN_SPARE_LINGER_S (seconds; 0 sends every copy at once), else the default.
     ValueError naming the variable if it is not a number from 0 to SPARE_LINGER_MAX_S."""
-    raw = env.get("MIDTOWN_SPARE_LINGER_S")
-    if raw is None:
-        return SPARE_LINGER_S
-    try:
-        v = float(raw)
-    except ValueError:
-        raise ValueError(f"MIDTOWN_SPARE_LINGER_S: {raw!r} is not a number of seconds") from None
-    if not 0 <= v <= SPARE_LINGER_MAX_S:
-        raise ValueError(f"MIDTOWN_SPARE_LINGER_S: {raw} is out of range (0 to {SPARE_LINGER_MAX_S:g} s)")
-    return v
+    return env_seconds(env, "MIDTOWN_SPARE_LINGER_S", SPARE_LINGER_S, SPARE_LINGER_MAX_S)

@@ -9,12 +9,14 @@ States and their transitions live in one table, TRANSITIONS."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from log import limits, recovery
+from log import lease, limits, recovery
 from log.entry import Entry
 from log.messages import (
     NONE,
@@ -121,6 +123,9 @@ class Writer:
     # carry key-value shards, whose readers judge expiry by it; other logs hold only what
     # their appenders appended.
     time_marks: bool = False
+    # The read lease (log/lease.py): its length (0: none) and the clock it is timed on.
+    lease_s: float = 0.0
+    clock: Callable[[], float] | None = None
     state: State = State.FENCING
     failure: str = ""
     highest_epoch_seen: int = 0  # from FENCED replies: the next claim must go past it
@@ -144,10 +149,19 @@ class Writer:
     _changed_from: Segment | None = None  # during an ensemble change: the segment it closed
     _outbox: list[Output] = field(default_factory=list)
     _now_ms: int = 0
+    # lease
+    lease_wanted_until: float = -math.inf  # readers asked for the lease until then
+    visible_after: float = -math.inf  # a new writer's wait: no seal before (its clock)
+    _seal_due: tuple[int, int] | None = None  # the seal that waits for it
+    _lease_sent: float = -math.inf  # when the last message carrying the lease left
+    _holder: lease.Holder = field(init=False)
 
     def __post_init__(self) -> None:
         assert self.metadata.epoch == self.epoch, "start a writer only after its epoch bump"
         assert 1 <= self.ack_quorum <= len(self.replicas)
+        assert self.lease_s == 0 or self.clock is not None, "a lease needs a clock"
+        # (Whole milliseconds, as the messages carry it: the replicas promise no more.)
+        self._holder = lease.Holder(round(self.lease_s * 1000) / 1000, self.ack_quorum)
 
     # ---------------------------------------------------------------- plumbing
     def _to(self, state: State) -> None:
@@ -168,6 +182,7 @@ class Writer:
         outcome: they may or may not be in the log."""
         if self.state is State.FAILED:
             return
+        self._holder.drop()
         self._to(State.FAILED)
         self.failure = reason
         while self._pending:
@@ -209,6 +224,8 @@ class Writer:
             self.fail(f"superseded at fence (replica {replica} at epoch {reply.fenced_epoch})")
             return
         self._fenced[replica] = reply
+        if reply.lease_wait_ms and self.clock is not None:  # the old writer's lease, waited out
+            self.visible_after = max(self.visible_after, self.clock() + reply.lease_wait_ms / 1000)
         need = limits.fence_quorum(len(self.recovering_segment.replicas), self.ack_quorum)  # type: ignore[union-attr]
         if len(self._fenced) < need:
             return
@@ -279,10 +296,27 @@ class Writer:
 
     def _send_entries(self, seg: Segment, chunk: tuple[Entry, ...], lac: int) -> None:
         self._unacked[chunk[0].position] = _Unacked(chunk, set(seg.replicas), self._now_ms)
-        for r in seg.replicas:
-            self._outbox.append(Send(r, AddEntries(self.log_id, self.epoch, seg.epoch, chunk, lac)))
+        self._send_all(seg.replicas, seg.epoch, chunk, lac)
+
+    def _send_all(self, replicas: tuple[int, ...], seg_epoch: int, chunk: tuple[Entry, ...],
+                  lac: int) -> None:
+        """One AddEntries to each of `replicas`, carrying the lease while readers want it."""
+        lease_ms, sent_at = 0, 0.0
+        if self.lease_s and self.state is State.WRITING:
+            sent_at = self.clock()  # type: ignore[misc]  # before it is sent: log/lease.py
+            if sent_at < self.lease_wanted_until:
+                lease_ms = round(self.lease_s * 1000)
+                self._lease_sent = sent_at
+        msg = AddEntries(self.log_id, self.epoch, seg_epoch, chunk, lac, lease_ms, sent_at)
+        for r in replicas:
+            self._outbox.append(Send(r, msg))
 
     def _seal(self, end: int, last_ts: int) -> None:
+        if (self.state is State.REPLICATING and self.clock is not None
+                and self.clock() < self.visible_after):
+            self._seal_due = (end, last_ts)  # the old writer's lease first: poll()
+            return
+        self._seal_due = None
         self._to(State.SEALING)
         self.next_position = end + 1
         self.last_ts = last_ts
@@ -301,6 +335,7 @@ class Writer:
             return
         self.version = new_version
         self._to(State.WRITING)
+        self._holder.open(self.replicas)
         self._unacked.clear()
         self._tracker = AckTracker(self.ack_quorum, self.lac)
         self._lac_pushed = self.lac
@@ -346,6 +381,8 @@ class Writer:
             self.highest_epoch_seen = max(self.highest_epoch_seen, reply.fenced_epoch)
             self.fail(f"fenced (replica {replica} at epoch {reply.fenced_epoch})")
             return
+        if req.lease_ms and self.state is State.WRITING and req.segment_epoch == self.epoch:
+            self._holder.acked(replica, req.sent_at)
         if not req.entries or self._tracker is None:
             return
         if self.state is State.REPLICATING:
@@ -398,6 +435,7 @@ class Writer:
         one. The rule for when: log/ensemble_change.py."""
         assert self.state is State.WRITING, "an ensemble change starts from WRITING"
         assert self.ack_quorum <= len(replicas) and len(set(replicas)) == len(replicas)
+        self._holder.drop()  # the new segment's replicas have promised nothing yet
         self._to(State.CHANGING)
         while self._pending:
             p = self._pending.popleft()
@@ -442,6 +480,7 @@ class Writer:
         self._changed_from = None
         self.changes += 1
         self._to(State.WRITING)
+        self._holder.open(self.replicas)
         self._tracker = AckTracker(self.ack_quorum, self.lac)
         self._lac_pushed = NONE  # the new replicas learn the LAC at once
 
@@ -452,12 +491,43 @@ class Writer:
         if self.state is not State.WRITING or (self.lac <= self._lac_pushed and not force):
             return
         self._lac_pushed = self.lac
-        for r in self.replicas:
-            self._outbox.append(Send(r, AddEntries(self.log_id, self.epoch, self.epoch, (), self.lac)))
+        self._send_all(self.replicas, self.epoch, (), self.lac)
+
+    # ---------------------------------------------------------------- read lease
+    def lease_index(self, now: float) -> int | None:
+        """A strong read's index by the lease (log/lease.py), `now` read on the lease's clock
+        after the read arrived: the LAC, which covers every entry any writer has
+        acknowledged while the lease holds; None when it does not (the caller asks the
+        replicas: log/read_index.py). Called from readers' threads: it reads two values
+        the writer's thread replaces whole, the expiry before the LAC."""
+        if not self.lease_s:
+            return None
+        self.lease_wanted_until = now + lease.WANTED_S
+        if not now < self._holder.expiry:
+            return None
+        return self.lac
+
+    @property
+    def sealing_after(self) -> float | None:
+        """When a recovery that waits out the old writer's lease may seal (its clock), or
+        None when none waits."""
+        return self.visible_after if self._seal_due is not None else None
+
+    def lease_renewal_due(self, now: float) -> bool:
+        """Whether an idle writer should send its replicas a message now, so that the lease
+        readers want does not lapse."""
+        return (self.state is State.WRITING and now < self.lease_wanted_until
+                and now - self._lease_sent >= lease.renew_every(self.lease_s))
+
+    def poll(self) -> None:
+        """Seal, once the old writer's lease has run out, a recovery that waits for it."""
+        if self._seal_due is not None and self.state is State.REPLICATING:
+            self._seal(*self._seal_due)
 
     def tick(self, now_ms: int) -> None:
         """Resend what replicas have not answered (lost messages, restarted replicas)."""
         self._now_ms = max(self._now_ms, now_ms)
+        self.poll()
         if self.state is State.CHANGING and self._changed_from is not None:
             old = self._changed_from
             for r in old.replicas:
@@ -480,7 +550,4 @@ class Writer:
                 if now_ms - u.sent_ms < limits.RESEND_INTERVAL_MS:
                     continue
                 u.sent_ms = now_ms
-                for r in sorted(u.waiting):
-                    self._outbox.append(
-                        Send(r, AddEntries(self.log_id, self.epoch, seg.epoch, u.entries, self.lac))
-                    )
+                self._send_all(tuple(sorted(u.waiting)), seg.epoch, u.entries, self.lac)

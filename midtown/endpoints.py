@@ -15,7 +15,7 @@ import grpc
 
 from midtown import errors
 from midtown.checks import Key, to_bytes, to_dataset
-from midtown.routes import AVOID_S, ROUTED_METHODS, Routes
+from midtown.routes import AVOID_S, Routes, routed
 from runtime import reach
 
 DISCOVERY_TTL_S = 5.0
@@ -139,9 +139,9 @@ class Endpoints:
 
     def route_of(self, method: str, req: Any) -> str | None:
         """The coordinator a single-key request goes to first (None: any): routes are for
-        the operations that append (ROUTED_METHODS)."""
+        the operations that append, and strong gets (midtown/routes.py: routed)."""
         r = self.routes
-        if r is None or method not in ROUTED_METHODS:
+        if r is None or not routed(method, req):
             return None
         return r.coordinator_for(req.header.dataset, req.key.partition)
 

@@ -1,5 +1,6 @@
 """Sending each key's writes to the coordinator beside its log's writer (issue 12's
-lever 3, for the host layout; strong reads go to any coordinator: ROUTED_METHODS).
+lever 3, for the host layout; and its strong reads, which the writer answers by its read
+lease: routed()).
 
 In the host layout (coordinator/host.py) a machine runs a log server, a storage node
 and a coordinator in one process, and the coordinator registers which log server it sits
@@ -27,12 +28,18 @@ from typing import Any, NamedTuple
 
 from catalog.routing import log_of, shard_of
 
-# The operations routed: those that append a record. A strong read is not: it costs the
-# same from any coordinator (a ReadIndex round, then a storage node's read), and sent
-# beside the writer, every client's reads land on one process. `midtown bench kv --layout
-# host`, 64 clients, strong get routed: 6,102 ops/s, p99 54.7 ms (etcd 46.0); sent to any
-# coordinator: 10,081 ops/s, p99 11.8 ms, same run; one client: 1.32 against 1.35 ms.
+# The operations routed: those that append a record, and strong gets (routed()).
 ROUTED_METHODS = frozenset({"Put", "Delete", "CheckAndSet", "Increment", "Batch"})
+
+
+def routed(method: str, req: Any) -> bool:
+    """Whether a single-key call goes to the coordinator beside its log's writer: a write,
+    or a strong get. The coordinator there answers a strong get by the writer's read lease
+    (log/lease.py), with no call to another process but the client's; any other one needs a
+    ReadIndex round to the log's replicas first. (Before the lease, strong gets went to any
+    coordinator: routed, every client's reads landed on one process for no gain.)"""
+    return method in ROUTED_METHODS or (method == "Get" and getattr(req, "consistency", None) == _STRONG)
+_STRONG = 0  # kv.proto: Consistency.STRONG
 ROUTES_TTL_S = 2.0  # how often routes are read again
 AVOID_S = 5.0  # a coordinator a call could not reach gets no routed call for this long
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from catalog import failure_domains
 from catalog.failure_domains import Domain
-from log import reading, rereplicate
+from log import lease, reading, rereplicate
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
 from log.limits import ACK_QUORUM, ENSEMBLE_SIZE, fence_quorum
@@ -105,6 +105,13 @@ class Config:
     # machine; "by-load" places by load alone (broken, for the check).
     machines: int = 0
     placement: str = "rule"
+    # Read leases (log/lease.py): writers answer strong reads by their LAC while their
+    # lease holds (lease_probe), every server's clock running at its own rate within
+    # lease.DRIFT_MAX of the simulation's. "rule" as built; "no-wait" lets a new writer seal
+    # without waiting out the replicas' promises, "expired" serves after the lease ran out
+    # (both broken, for the checker); "off": no leases.
+    lease: str = "off"
+    lease_s: float = 1.0  # 1,000 units of `now`: longer than a takeover takes (300 quiet)
 
 
 class _SkipsFence(Writer):
@@ -143,6 +150,23 @@ class _ChangesWithoutFence(Writer):
                 self._fenced_old(r, FenceReply(Result.OK, self.epoch))  # as if they answered
 
 
+class _NoLeaseWait(Writer):
+    """Broken (Config.lease "no-wait"): ignores the replicas' lease promises when it fences."""
+
+    def on_fence_reply(self, replica: int, reply: FenceReply) -> None:
+        super().on_fence_reply(replica, replace(reply, lease_wait_ms=0))
+
+
+class _ServesExpired(Writer):
+    """Broken (Config.lease "expired"): answers by its LAC once it has held a lease,
+    whether or not it still does."""
+
+    def lease_index(self, now: float) -> int | None:
+        held = super().lease_index(now) is not None or getattr(self, "_held", False)
+        self._held = held
+        return self.lac if held and self.state is State.WRITING else None
+
+
 @dataclass
 class Ack:
     epoch: int
@@ -166,6 +190,12 @@ class Sim:
                                                    for x in self.servers})
                            if self.cfg.machines else failure_domains.unknown)
         self.where = self.machine_of if self.cfg.placement == "rule" else failure_domains.unknown
+        # Each server's clock (seconds): its own rate, at either end of the drift allowed.
+        # (Drawn from a generator of their own: the runs without leases stay as they were.)
+        d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
+        self.rates = {x: clocks.choice((1 - d, 1 + d)) for x in self.servers}
+        self.offsets = {x: clocks.uniform(0, 1000) for x in self.servers}
+        self.lease_s = self.cfg.lease_s if self.cfg.lease != "off" else 0.0
         self.stores = {s: MemStore() for s in self.servers}
         self.replicas: dict[int, ReplicaCore | None] = {s: self._new_replica(s) for s in self.servers}
         self.writers: dict[int, Writer] = {}  # alive writers by id
@@ -189,11 +219,17 @@ class Sim:
         self.server_of: dict[int, int] = {}  # writer id -> the server it runs on
         self.paused_until: dict[int, int] = {}  # writer id -> when it wakes
         self.taken_over = 0
+        self.lease_reads = 0  # strong reads a writer answered by its lease
+        self.isolated_until: dict[int, int] = {}  # writer id -> when its network comes back
 
     # ------------------------------------------------------------ components
+    def clock(self, server: int) -> Callable[[], float]:
+        """`server`'s lease clock: seconds at its own rate (`now` counts milliseconds)."""
+        return lambda: self.offsets[server] + self.rates[server] * self.now / 1000
+
     def _new_replica(self, s: int) -> ReplicaCore:
-        f = self.cfg.replica_factory or (lambda sid, st: ReplicaCore(sid, st, log_count=1))
-        core = f(s, self.stores[s])
+        core = (self.cfg.replica_factory(s, self.stores[s]) if self.cfg.replica_factory else
+                ReplicaCore(s, self.stores[s], log_count=1, clock=self.clock(s), lease_s=self.lease_s))
         # On start a server applies the truncation point it finds in ZooKeeper.
         if hasattr(self, "zk") and self.zk.truncated_before:
             core.truncate(LOG, self.zk.truncated_before)
@@ -201,6 +237,8 @@ class Sim:
 
     def _send(self, kind: str, writer_id: int, replica: int, req: Any, rep: Any = None) -> None:
         if self.lossy and self.rng.random() < self.cfg.drop:
+            return
+        if self._isolated(writer_id):
             return
         copies = 2 if self.lossy and self.rng.random() < self.cfg.duplicate else 1
         for _ in range(copies):
@@ -248,7 +286,7 @@ class Sim:
             self._send("rep", m.writer_id, m.replica, m.req, rep)
             return
         w = self.writers.get(m.writer_id)
-        if w is None:
+        if w is None or self._isolated(m.writer_id):
             return
         if self._paused(m.writer_id):  # it reads its replies when it wakes
             heapq.heappush(self.net, replace(m, at=self.paused_until[m.writer_id]))
@@ -308,10 +346,12 @@ class Sim:
         elif self.cfg.ensemble_change in ("past-lac", "no-fence"):
             cls = _ChangesPastLac if self.cfg.ensemble_change == "past-lac" else _ChangesWithoutFence
             w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True)
+        elif self.cfg.writer_factory:
+            w = self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
         else:
-            w = (self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
-                 if self.cfg.writer_factory else
-                 Writer(LOG, meta.epoch, meta, v, ensemble, time_marks=True))
+            cls = {"no-wait": _NoLeaseWait, "expired": _ServesExpired}.get(self.cfg.lease, Writer)
+            w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True, lease_s=self.lease_s,
+                    clock=self.clock(server))
         self.writers[wid] = w
         self.server_of[wid] = server
         self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch} ensemble {ensemble}")
@@ -320,6 +360,19 @@ class Sim:
 
     def _paused(self, wid: int) -> bool:
         return self.paused_until.get(wid, -1) > self.now
+
+    def _isolated(self, wid: int) -> bool:
+        return self.isolated_until.get(wid, -1) > self.now
+
+    def isolate_writer(self) -> None:
+        """A writer's network goes (a partition): it runs on, and whatever it sends or is
+        sent is lost, until it comes back."""
+        live = [wid for wid, w in self.writers.items()
+                if w.state is State.WRITING and not self._isolated(wid)]
+        if live:
+            wid = self.rng.choice(live)
+            self.isolated_until[wid] = self.now + self.rng.randrange(100, 3000)
+            self.trace.append(f"t={self.now} isolate writer {wid} until {self.isolated_until[wid]}")
 
     def pause_writer(self) -> None:
         """A writer's process stops (SIGSTOP, a long GC) and wakes up later: meanwhile it
@@ -347,7 +400,8 @@ class Sim:
             t.writing(LOG, writer, now_s)
             if not t.probe_due(LOG, now_s):
                 continue
-            answered = (any(not self._paused(wid) for wid in current) and self.rng.random() > 0.05)
+            answered = (any(not self._paused(wid) and not self._isolated(wid) for wid in current)
+                        and self.rng.random() > 0.05)
             if t.probed(LOG, answered, now_s):
                 t.forget(LOG)
                 self.taken_over += 1
@@ -417,6 +471,8 @@ class Sim:
                 w.append(tok, [b""], self.now + 1000)
             if self.rng.random() < 0.5:
                 w.push_lac()
+            if self.lease_s and w.lease_renewal_due(self.clock(self.server_of[wid])()):
+                w.push_lac(force=True)
             self._drain(wid)
 
     def crash_replica(self) -> None:
@@ -503,6 +559,28 @@ class Sim:
             self.violations.append(f"read index {p} misses acknowledged position {last} "
                                    f"(cached epoch {cached.epoch}, now {self.zk.meta.epoch})")
 
+    def lease_probe(self) -> None:
+        """A strong read at a writer that is running: by its lease, if it holds one (log/
+        lease.py). The index must cover every entry acknowledged, and every entry another
+        writer has made visible by sealing a segment, before the read."""
+        live = [wid for wid, w in self.writers.items() if w.state is State.WRITING and not self._paused(wid)]
+        if not live:
+            return
+        # A replaced writer that has not noticed yet is the dangerous one: favour it.
+        wid = min(live) if self.rng.random() < 0.5 else self.rng.choice(live)
+        w = self.writers[wid]
+        p = w.lease_index(self.clock(self.server_of[wid])())
+        self._drain(wid)
+        if p is None:
+            return
+        self.lease_reads += 1
+        sealed = [seg.end for seg in self.zk.meta.segments if seg.end is not None]
+        for what, last in (("acknowledged", self.acked_last), ("sealed", max(sealed, default=-1))):
+            if last >= self.zk.truncated_before and last > p:
+                self.violations.append(f"t={self.now} writer {wid} (epoch {w.epoch}) answered by its lease "
+                                       f"at {p}, missing {what} position {last} (log epoch "
+                                       f"{self.zk.meta.epoch})")
+
     def _read_index(self, meta: LogMetadata, fresh: bool) -> int | None | str:
         how = self.cfg.read_index
         ask = self.servers if how == "any-servers" else replicas_to_ask(meta)
@@ -573,6 +651,11 @@ class Sim:
             events += [(self.watch_writer, 6), (self.pause_writer, 0.4)]
         if self.cfg.ensemble_change != "off":
             events.append((self.change_ensemble, 1.5))
+        if self.lease_s:
+            # Metadata writes quicker than the lease: a new writer could seal within the old
+            # writer's lease, if it did not wait.
+            events = [(f, 12 if f == self.seal else w) for f, w in events]
+            events += [(self.lease_probe, 4), (self.isolate_writer, 0.6)]
         return events
 
     def run(self) -> list[str]:
@@ -611,6 +694,7 @@ class Sim:
                 self.replicas[s] = self._new_replica(s)
         self.writers.clear()
         self.paused_until.clear()
+        self.isolated_until.clear()
         self.net.clear()
         self.pending_seals.clear()
         while True:

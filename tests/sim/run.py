@@ -2,6 +2,7 @@
   [--takeover [--takeover-claim skip-fence]]: followers take the log over (log/takeover.py)
   [--ensemble-change rule|past-lac|no-fence|off]: writers move segments off lost copies
   [--machines 3 [--placement by-load]]: the servers on machines; no segment on two of one
+  [--lease rule|no-wait|expired]: writers answer strong reads by a read lease (log/lease.py)
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
   [--machines 3 [--broken by-load]]
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
@@ -37,6 +38,9 @@ def main() -> int:
                          "copies on one")
     ap.add_argument("--placement", default="rule", choices=("rule", "by-load"),
                     help="with --machines, the log's: by-load ignores machines (broken)")
+    ap.add_argument("--lease", default="off", choices=("off", "rule", "no-wait", "expired"),
+                    help="writers answer strong reads by their read lease (log/lease.py); no-wait "
+                         "and expired are broken variants")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
     ap.add_argument("--cluster", action="store_true",
                     help="the log simulation with real storage nodes beside it")
@@ -50,7 +54,8 @@ def main() -> int:
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
         cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim,
-                     ensemble_change=a.ensemble_change, machines=a.machines, placement=a.placement)
+                     ensemble_change=a.ensemble_change, machines=a.machines, placement=a.placement,
+                     lease=a.lease)
         sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken, machines=a.machines,
                                                                      nodes=max(5, 2 * a.machines)))
                                     if a.moves

@@ -127,7 +127,7 @@ def coroutines(ops: dict[str, AsyncMakeOp], connect: Callable[[], AsyncClient]) 
 
 # CPU per operation, by kind of process: the benchmark's own process (the client) and the
 # cluster's processes, from /proc (user + system time) around each Midtown run.
-CPU_KINDS = ("client", "coordinator", "log-server", "storage-node", "host", "zookeeper")
+CPU_KINDS = ("client", "coordinator", "log-server", "storage-node", "host", "zookeeper", "etcd")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -164,6 +164,11 @@ def cluster_pids(cluster: Cluster) -> dict[str, list[int]]:
         if p.pid:
             out.setdefault(p.kind, []).append(p.pid)
     return out
+
+
+def etcd_pids(etcd: Etcd) -> dict[str, list[int]]:
+    """This process (the client) and etcd's members, measured as Midtown's processes are."""
+    return {"client": [os.getpid()], "etcd": [p.pid for p in etcd.procs if p.poll() is None]}
 
 
 def log(message: str) -> None:
@@ -287,7 +292,8 @@ def run(a: argparse.Namespace) -> int:
             addrs = cluster.coordinator_addrs
             zk = cluster.zk_hosts if a.layout == "host" else None
             systems = {"midtown": with_cpu(threads(midtown_ops(addrs, zk=zk)), pids),
-                       "etcd": threads(etcd_ops(etcd, a.etcd_api)), "floor": threads(floor.ops()),
+                       "etcd": with_cpu(threads(etcd_ops(etcd, a.etcd_api)), lambda: etcd_pids(etcd)),
+                       "floor": threads(floor.ops()),
                        "floor_replicated": threads(leader.ops()),
                        "solo": with_cpu(threads(midtown_ops(addrs, coalesce=False, zk=zk)), pids),
                        "async": coroutines(*midtown_async_ops(addrs, zk=zk)),
@@ -297,6 +303,10 @@ def run(a: argparse.Namespace) -> int:
             if zk:
                 systems["unrouted"] = with_cpu(threads(midtown_ops(addrs)), pids)
             rows = [_row(a, systems, op, int(clients)) for op in a.ops for clients in a.clients]
+    for r in rows:  # the servers' CPU per operation, without the benchmark's client
+        for name in ("midtown", "etcd"):
+            r[f"{name}_cpu_servers_us"] = r[f"{name}_cpu_total_us"] - r[f"{name}_cpu_client_us"]
+        r["cpu_servers_ratio"] = round(r["midtown_cpu_servers_us"] / max(1, r["etcd_cpu_servers_us"]), 2)
     if a.json:
         emit(rows, True)
     else:
@@ -308,9 +318,12 @@ def run(a: argparse.Namespace) -> int:
                            *(["unrouted_ops_per_s", "unrouted_p50_ms", "unrouted_p99_ms"]
                              if a.layout == "host" else [])])
         kinds = [k for k in CPU_KINDS if f"midtown_cpu_{k}_us" in rows[0]]
-        print("\nCPU per operation, µs, by kind of process (Midtown coalesced; solo's total beside it)")
+        print("\nCPU per operation, µs, by kind of process (Midtown coalesced; solo's total beside it; "
+              "etcd's three members measured the same way, from /proc around each of its runs)")
         emit(rows, False, ["op", "clients", *(f"midtown_cpu_{k}_us" for k in kinds), "midtown_cpu_total_us",
-                           "solo_cpu_total_us", *(["unrouted_cpu_total_us"] if a.layout == "host" else [])])
+                           "solo_cpu_total_us", *(["unrouted_cpu_total_us"] if a.layout == "host" else []),
+                           "etcd_cpu_client_us", "etcd_cpu_etcd_us", "midtown_cpu_servers_us",
+                           "etcd_cpu_servers_us", "cpu_servers_ratio"])
         print("\nratios are Midtown / etcd: throughput above 1 and latency below 1 favour Midtown")
         print("floor: a Python gRPC server that answers at once (midtown/bench/echo.py), same harness and "
               "run; every Midtown operation pays at least that call; floor_many: the same server called "

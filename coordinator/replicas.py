@@ -64,8 +64,10 @@ class Replicas:
         self.zk = zk
         self.local = local
         self._stubs: dict[str, Any] = {}
-        self._members: Refreshed[dict[int, str]] = Refreshed(
-            lambda: registry.members(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
+        # Each registered node's entry: its address, and in the host layout the log server
+        # beside it ("log").
+        self._entries: Refreshed[dict[int, Any]] = Refreshed(
+            lambda: registry.children_json(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
             initial={})
         self._sets: Refreshed[ReplicaSets | None] = Refreshed(self._read_sets, limits.MEMBERS_CACHE_S,
                                                               initial=None)
@@ -101,13 +103,25 @@ class Replicas:
     def members(self) -> dict[int, str]:
         """Registered storage nodes by id, looked up in ZooKeeper at most once a second (by
         one request; the others meanwhile take the last list)."""
-        return self._members.get()
+        return _addrs(self._entries.get())
 
     def members_or_last(self) -> dict[int, str]:
         try:
             return self.members()
         except Exception:  # ZooKeeper unavailable: the last list seen
-            return self._members.last()
+            return _addrs(self._entries.last())
+
+    def beside(self, log_addr: str | None) -> str | None:
+        """The address of the storage node in the process of the log server at `log_addr`
+        (the host layout), if one is registered."""
+        if log_addr is None:
+            return None
+        try:
+            entries = self._entries.get()
+        except Exception:
+            entries = self._entries.last()
+        return next((e["addr"] for e in entries.values() if isinstance(e, dict) and e.get("log") == log_addr
+                     and isinstance(e.get("addr"), str)), None)
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         """A Storage call, made directly when the storage node runs in this process."""
@@ -180,10 +194,11 @@ class Replicas:
             return _stream_from(first, it)
         raise Refusal(Code.UNAVAILABLE, "no storage node could scan the shard; retry")
 
-    def watch(self, req: pb.StorageWatchRequest, deadline_s: float,
-              active: Callable[[], bool]) -> Iterator[pb.WatchResponse]:
-        """The changes of req's shards from one replica of each (the one in this process
-        first), one stream per storage node, relayed as they come. Each stream's first
+    def watch(self, req: pb.StorageWatchRequest, deadline_s: float, active: Callable[[], bool],
+              prefer: Callable[[int], str | None] = lambda _: None) -> Iterator[pb.WatchResponse]:
+        """The changes of req's shards from one replica of each (`prefer(shard)` first, if
+        it holds the shard, then the one in this process), one stream per storage node,
+        relayed as they come. Each stream's first
         message is taken here, so a refusal (a position no longer held) reaches the client
         as its status, and a replica that cannot start is passed over. If one stream fails
         later, the watch ends UNAVAILABLE: the client goes on from the positions it got.
@@ -191,7 +206,7 @@ class Replicas:
         starts again for every shard), or `active()` turns false."""
         streams: list[tuple[Iterator[pb.WatchResponse], Any]] = []
         try:
-            for _, it, call in self._watch_streams(req, deadline_s):
+            for _, it, call in self._watch_streams(req, deadline_s, prefer):
                 streams.append((it, call))
         except BaseException:
             _cancel_all(streams)
@@ -200,8 +215,9 @@ class Replicas:
         # knows where each shard stands ("now" is fixed here).
         return _chain(pb.WatchResponse(positions=dict(getattr(req, "from"))), _merged(streams, active))
 
-    def _watch_streams(self, req: pb.StorageWatchRequest,
-                       deadline_s: float) -> Iterator[tuple[dict[int, int], Iterator[Any], Any]]:
+    def _watch_streams(self, req: pb.StorageWatchRequest, deadline_s: float,
+                       prefer: Callable[[int], str | None]) -> Iterator[tuple[dict[int, int], Iterator[Any],
+                                                                             Any]]:
         """(shards and positions, the stream with its first message first, its call) per
         storage node, the shards spread over their replicas."""
         left = dict(getattr(req, "from"))
@@ -209,7 +225,9 @@ class Replicas:
         while left:
             groups: dict[str, dict[int, int]] = {}
             for shard, at in left.items():
+                first = prefer(shard)
                 addrs = [a for a in self._order(shard) if a not in tried[shard]]
+                addrs.sort(key=lambda a: a != first)
                 if not addrs:
                     raise Refusal(Code.UNAVAILABLE, f"no storage node could stream shard {shard}'s changes; "
                                 "retry")
@@ -346,3 +364,9 @@ def _stream_from(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     except grpc.RpcError as e:  # the replica went away mid-stream: the caller starts again
         raise Refusal(Code.UNAVAILABLE, f"the storage node stopped answering ({e.code().name}); "
                     "scan the shard again") from None
+
+
+def _addrs(entries: dict[int, Any]) -> dict[int, str]:
+    """Registered storage nodes' addresses by id, from their registry entries."""
+    return {i: e["addr"] for i, e in entries.items()
+            if isinstance(e, dict) and isinstance(e.get("addr"), str)}

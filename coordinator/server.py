@@ -407,7 +407,11 @@ class KVService:
         getattr(sreq, "from").update(starts)
         if only is not None:
             sreq.partition_key = req.partition_key
-        return self.c.replicas.watch(sreq, self._deadline(ctx), lambda: ctx.is_active())
+        # Each shard from the replica beside its log's writer where there is one (the host
+        # layout): it applies as the writer commits, where the others' Read streams linger.
+        return self.c.replicas.watch(
+            sreq, self._deadline(ctx), lambda: ctx.is_active(),
+            lambda shard: self.c.replicas.beside(self.c.logs.writer_addr(log_of(shard, self.c.kv_logs))))
 
     def _shard_read(self, header: pb.RequestHeader, shard: int, d: Dataset | None,
                     token: bytes) -> tuple[Dataset, pb.ScanCursor | None]:

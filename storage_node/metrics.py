@@ -14,3 +14,5 @@ LAG = Gauge("midtown_storage_lag_entries", "Entries the log's writer holds beyon
 DIVERGED = Gauge("midtown_storage_diverged_shards",
                  "Shards whose digest differs from a peer's at the same position (last comparison)")
 EVENT_IDS = Gauge("midtown_storage_event_ids", "Event ids held (the dedup table), by dataset", ["dataset"])
+WATCH_STREAMS = Counter("midtown_storage_watch_streams_total",
+                        "Watch streams this node served (a coordinator relays each to its client)")

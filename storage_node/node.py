@@ -33,6 +33,7 @@ from storage_node.callbacks import AnswerTaker
 from storage_node.eventual_service import EventualService
 from storage_node.limits import HEALTH_LAG_MAX
 from storage_node.lww import LwwReplica
+from storage_node.metrics import WATCH_STREAMS
 from storage_node.reads import Reads
 from storage_node.settings import Settings
 from storage_node.shard_intake import RATE_MB_S_MAX, SHARD_CHUNK_BYTES, Intake
@@ -122,7 +123,11 @@ class StorageNode:
                     s.stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
         self.applier.start()
         loops.every("scan views", VIEW_REAP_S, self.reads.views.reap, s.stop)
-        self.membership = registry.register(s.zk, registry.STORAGE_NODES, s.node_id, self.addr)
+        # In the host layout, the log server beside it too: a watch is served from the
+        # replica beside its log's writer (coordinator/replicas.py).
+        log_addrs = self.applier.local_log.addrs
+        beside = {"log": min(log_addrs)} if log_addrs else {}
+        self.membership = registry.register(s.zk, registry.STORAGE_NODES, s.node_id, self.addr, **beside)
 
     def _bootstrap_if_needed(self) -> None:
         """Copy a peer's state first when this node is new or behind a truncation
@@ -205,6 +210,7 @@ class StorageNode:
         return self.reads.scan_shard(req)
 
     def watch(self, req: pb.StorageWatchRequest) -> Iterator[pb.WatchResponse]:
+        WATCH_STREAMS.inc()
         return self.feed.watch(req)
 
     def shard_splits(self, req: pb.StorageShardSplitsRequest) -> pb.ShardSplitsResponse:

@@ -67,6 +67,25 @@ def test_three_processes_serve_every_role(hosts: Cluster) -> None:
     delivered = _kv_requests(hosts, f"host-{w}", "deliver") - before
     assert 1 <= delivered <= 64 // 4, delivered
     wait_for(lambda: _converged(hosts), 30, "every replica at the same positions and digests")
+    # A watch through another host's coordinator is served by the storage node beside the
+    # log's writer, which applies as the writer commits (the others' Read streams linger).
+    streams = {h: _counter(hosts, h, "midtown_storage_watch_streams_total") for h in _served(hosts)}
+    with Client(far, timeout=15) as db:
+        watcher = db.watch("t")  # (from "now": when the first change is asked for)
+        later = threading.Timer(1.0, lambda: db.put("t", "p", "watched", b"1"))
+        later.start()
+        try:
+            assert next(iter(watcher)).local_key == b"watched"
+        finally:
+            later.join()
+            watcher.close()
+    served = {h: _counter(hosts, h, "midtown_storage_watch_streams_total") - n for h, n in streams.items()}
+    assert served[f"host-{w}"] >= 1 and sum(served.values()) == served[f"host-{w}"], served
+
+
+def _counter(hosts: Cluster, name: str, metric: str) -> float:
+    return sum(float(line.split()[-1]) for line in _metrics(hosts, name).splitlines()
+               if line.startswith(metric + " ") or line.startswith(metric + "{"))
 
 
 def _counted(metrics: str, path: str) -> float:

@@ -344,7 +344,7 @@ class KVService:
                         f"{limits.SHARD_SCAN_BYTES_MAX}")
         sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
                                           page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT,
-                                          max_bytes=req.max_bytes, cursor=req.token)
+                                          max_bytes=req.max_bytes, cursor=req.token, arrow=req.arrow)
         if cursor is not None:
             return self.c.replicas.scan_shard(sreq, self._deadline(ctx), node=cursor.node)
         if req.HasField("partition_key"):

@@ -205,11 +205,11 @@ class AsyncClient:
     # ------------------------------------------------------------ multi-call operations
     async def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
                          max_bytes: int = 0, partition_key: str | bytes | None = None, token: bytes = b"",
-                         timeout: float | None = None) -> AsyncIterator[ShardPage]:
+                         timeout: float | None = None, arrow: bool = False) -> AsyncIterator[ShardPage]:
         """As Client.scan_shard: the pages as they come."""
         ends = self.endpoints
         scan = PagedScan(self._b.scan_shard_request(dataset, shard, consistency, page, max_bytes,
-                                                    partition_key, token),
+                                                    partition_key, token, arrow),
                          ends.retries, timeout or max(ends.timeout, 60.0))
         while True:
             addr = ends.pick(await self.coordinators(refresh=scan.attempt > 0))

@@ -192,7 +192,7 @@ class Client(Operations):
     # ------------------------------------------------------------ operations of many calls
     def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
                    max_bytes: int = 0, partition_key: Key | None = None, token: bytes = b"",
-                   timeout: float | None = None) -> Iterator[ShardPage]:
+                   timeout: float | None = None, arrow: bool = False) -> Iterator[ShardPage]:
         """Every live key of `dataset` in `shard` (of `partition_key` only, if given), page by
         page, all from one replica's view of its state at one log position (each page says
         it). Strong: that position is at or after every write acknowledged before the call.
@@ -200,9 +200,11 @@ class Client(Operations):
         they are consumed, so memory stays at a page whatever the shard's size. A broken
         stream goes on from the last page's `next` (while the view lasts: 5 minutes idle);
         `token`: go on from a page's `next`, or read one split of `shard_splits`.
-        `timeout`: how long to wait for a page (60 s at least by default)."""
+        `timeout`: how long to wait for a page (60 s at least by default). `arrow`: each page's
+        items as one pyarrow.RecordBatch (`ShardPage.arrow`: partition_key, local_key, value,
+        version, expires_at, null when none), built by the storage node, instead of `items`."""
         return self._shard_pages(PagedScan(self.scan_shard_request(dataset, shard, consistency, page,
-                                                                   max_bytes, partition_key, token),
+                                                                   max_bytes, partition_key, token, arrow),
                                            self.retries, timeout or max(self.timeout, 60.0)))
 
     def _shard_pages(self, scan: PagedScan) -> Iterator[ShardPage]:

@@ -160,6 +160,13 @@ def shard_items(m: pb.ScanShardResponse) -> list[ShardItem]:
     return [ShardItem(i.partition_key, i.local_key, Value.of(i.value)) for i in m.items]
 
 
+def arrow_batch(data: bytes) -> Any:
+    """The pyarrow.RecordBatch of a page's `arrow` bytes (ScanShardResponse.arrow)."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(data).read_next_batch()
+
+
 @dataclass(frozen=True)
 class ShardPage:
     """One page of a shard scan: the log position its state stands at, its items in key
@@ -167,6 +174,9 @@ class ShardPage:
     position: int
     items: list[ShardItem]
     next: bytes
+    # With scan_shard(arrow=True), the items as one pyarrow.RecordBatch instead (`items` is
+    # then empty): columns partition_key, local_key, value (binary), version, expires_at.
+    arrow: Any = None
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from midtown.model import (
     Value,
     Write,
     WriteOutcome,
+    arrow_batch,
     outcomes,
     shard_items,
 )
@@ -77,6 +78,8 @@ class PagedScan:
             self.req.token = m.next
         else:
             self.done = True
+        if self.req.arrow:
+            return ShardPage(m.position, [], m.next, arrow_batch(m.arrow))
         return ShardPage(m.position, shard_items(m), m.next)
 
     def failed(self, e: grpc.RpcError) -> float:
@@ -242,11 +245,15 @@ class Operations:
         return self._do(Call("ShardSplits", req, timeout, ShardSplits.of))
 
     def scan_shard_request(self, dataset: str, shard: int, consistency: str, page: int, max_bytes: int,
-                            partition_key: Key | None, token: bytes) -> pb.ScanShardRequest:
+                            partition_key: Key | None, token: bytes,
+                            arrow: bool = False) -> pb.ScanShardRequest:
+        if not isinstance(arrow, bool):
+            raise errors.InvalidArgument(f"arrow: {arrow!r} is not True or False")
         req = pb.ScanShardRequest(header=self.header(dataset, None), shard=to_shard(shard),
                                   page=to_int(page, "page", 1, 2**32 - 1),
                                   max_bytes=to_int(max_bytes, "max_bytes", 0, 2**32 - 1),
-                                  token=to_bytes(token, "token"), consistency=to_consistency(consistency))
+                                  token=to_bytes(token, "token"), consistency=to_consistency(consistency),
+                                  arrow=arrow)
         if partition_key is not None:
             req.partition_key = to_bytes(partition_key, "partition_key")
         return req

@@ -12,7 +12,6 @@ exactly once end to end."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,16 +40,8 @@ class ChangesPartition(InputPartition):  # type: ignore[misc]
     end: int
 
 
-_CLIENTS: dict[Connection, Any] = {}  # on the driver: one client per cluster, for the offsets
-_LOCK = threading.Lock()
-
-
 def _driver_client(conn: Connection) -> Any:
-    with _LOCK:
-        db = _CLIENTS.get(conn)
-        if db is None:
-            db = _CLIENTS[conn] = conn.client()
-        return db
+    return conn.shared()  # on the driver: one client per cluster, for the offsets
 
 
 def _offset(positions: dict[int, int]) -> dict[str, int]:
@@ -137,18 +128,18 @@ class MidtownChangeReader(DataSourceStreamReader):
         assert isinstance(partition, ChangesPartition)
         o = self.o
         p = partition
-        with o.conn.client() as db:
-            for c in db.watch(o.dataset, {p.shard: p.start}, until={p.shard: p.end},
-                              partition_key=o.partition_key):
-                pk, lk = c.partition_key, c.local_key
-                if pk.startswith(INTERNAL_PARTITION_PREFIX):
-                    continue  # a sink's bookkeeping rows (its streaming commits): no change of the data
-                value = c.value
-                if o.decode:
-                    pk, lk = pk.decode(errors="replace"), lk.decode(errors="replace")  # type: ignore[assignment]
-                    value = value.decode(errors="replace") if value is not None else None  # type: ignore[assignment]
-                yield (c.shard, c.position, c.kind, pk, lk, value, c.version, c.expires_at_ms, c.log_time_ms,
-                       change_id(c.shard, c.position, c.kind, c.partition_key, c.local_key))
+        db = o.conn.shared()
+        for c in db.watch(o.dataset, {p.shard: p.start}, until={p.shard: p.end},
+                          partition_key=o.partition_key):
+            pk, lk = c.partition_key, c.local_key
+            if pk.startswith(INTERNAL_PARTITION_PREFIX):
+                continue  # a sink's bookkeeping rows (its streaming commits): no change of the data
+            value = c.value
+            if o.decode:
+                pk, lk = pk.decode(errors="replace"), lk.decode(errors="replace")  # type: ignore[assignment]
+                value = value.decode(errors="replace") if value is not None else None  # type: ignore[assignment]
+            yield (c.shard, c.position, c.kind, pk, lk, value, c.version, c.expires_at_ms, c.log_time_ms,
+                   change_id(c.shard, c.position, c.kind, c.partition_key, c.local_key))
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the changes stay for the retention whatever is read."""

@@ -4,8 +4,11 @@ write: a bad option fails the job before any task runs, with a message naming it
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 OPERATIONS = ("put", "increment", "insert_if_absent")
 CONSISTENCIES = ("strong", "eventual")
@@ -53,10 +56,26 @@ class Connection:
                       timeout=self.timeout_s if timeout_s is None else timeout_s,
                       token=self.token or None, tls_ca=self.tls_ca or None)
 
+    def shared(self):  # type: ignore[no-untyped-def]
+        """This process's Client for this connection, made on first use and kept: Spark runs a
+        job's tasks one after another in the same Python workers, and a Client made per
+        task cost each one a ZooKeeper session, route lookups and new connections. (A
+        worker forked from a process that held one makes its own.)"""
+        with _SHARED_LOCK:
+            pid, db = _SHARED.get(self, (0, None))
+            if db is None or pid != os.getpid():
+                db = self.client()
+                _SHARED[self] = (os.getpid(), db)
+            return db
+
     def where(self) -> str:
         """The address tried, for messages."""
         return (f"ZooKeeper at {self.zk}" if self.zk else
                 f"coordinators {', '.join(self.coordinators)}")
+
+
+_SHARED: dict[Connection, tuple[int, Any]] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)

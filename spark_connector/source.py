@@ -169,6 +169,13 @@ class ShardPartition(InputPartition):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
+class ShardsPartition(InputPartition):  # type: ignore[misc]
+    """Whole shards read one after another by one task, each from a view it opens: small
+    shards packed together (pack_shards), so that a task is not spent per small shard."""
+    shards: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class SplitPartition(InputPartition):  # type: ignore[misc]
     """A key range of a shard larger than split.sizeInMB, from the view the driver's plan
     opened (every split of the shard reads the same position)."""
@@ -231,36 +238,86 @@ class MidtownReader(DataSourceReader):
             plans = list(pool.map(lambda s: db.shard_splits(o.dataset, s, split_bytes=o.split_bytes,
                                                              consistency=o.consistency), range(self.shards)))
         out: list[InputPartition] = []
+        whole: dict[int, int] = {}
         for shard, p in enumerate(plans):
             if len(p.splits) == 1:
-                out.append(ShardPartition(shard))
+                whole[shard] = p.splits[0].bytes
             else:
                 out += [SplitPartition(shard, s.token) for s in p.splits]
-        return out
+        return [ShardsPartition(g) for g in pack_shards(whole, o.split_bytes, MIN_PARTITIONS)] + out
 
     def read(self, partition: InputPartition) -> Any:
         """Arrow record batches, one per page read (fetch.sizeInRows rows at most)."""
         o = self.o
-        with o.conn.client() as db:
-            if isinstance(partition, KeyPartition):
-                rows: list[tuple[bytes, bytes, Any]] = []
-                for it in db.scan_all(o.dataset, partition.partition_key, start=o.start, end=o.end,
-                                      page=o.page_rows, consistency=o.consistency):
-                    rows.append((partition.partition_key, it.local_key, it.value))
-                    if len(rows) >= o.page_rows:
-                        yield _batch(rows, o.decode)
-                        rows = []
-                if rows:
+        db = o.conn.shared()  # kept for the worker's next tasks
+        if isinstance(partition, KeyPartition):
+            rows: list[tuple[bytes, bytes, Any]] = []
+            for it in db.scan_all(o.dataset, partition.partition_key, start=o.start, end=o.end,
+                                  page=o.page_rows, consistency=o.consistency):
+                rows.append((partition.partition_key, it.local_key, it.value))
+                if len(rows) >= o.page_rows:
                     yield _batch(rows, o.decode)
-                return
-            assert isinstance(partition, ShardPartition | SplitPartition)
-            token = partition.token if isinstance(partition, SplitPartition) else b""
-            for page in db.scan_shard(o.dataset, partition.shard, consistency=o.consistency,
-                                      page=o.page_rows, token=token):
-                rows = [(i.partition_key, i.local_key, i.value) for i in page.items
-                        if not i.partition_key.startswith(opt.INTERNAL_PARTITION_PREFIX)]
-                if rows:
-                    yield _batch(rows, o.decode)
+                    rows = []
+            if rows:
+                yield _batch(rows, o.decode)
+            return
+        assert isinstance(partition, ShardsPartition | ShardPartition | SplitPartition)
+        parts = ([(s, b"") for s in partition.shards] if isinstance(partition, ShardsPartition) else
+                 [(partition.shard, partition.token if isinstance(partition, SplitPartition) else b"")])
+        for shard, token in parts:
+            # Each page comes as an Arrow record batch built by the storage node: no row is
+            # handled alone from there to Spark.
+            for page in db.scan_shard(o.dataset, shard, consistency=o.consistency,
+                                      page=o.page_rows, token=token, arrow=True):
+                batch = _ours(page.arrow)
+                if batch.num_rows:
+                    yield _decoded(batch) if o.decode else batch
+
+
+# Whole shards are packed into partitions of about split.sizeInMB, into no fewer than this
+# many (fewer only with fewer shards), so that a small dataset is still read by several tasks.
+MIN_PARTITIONS = 4
+
+
+def pack_shards(sizes: dict[int, int], split_bytes: int, least: int) -> list[tuple[int, ...]]:
+    """Shards (id -> bytes) in groups of about `split_bytes` each, at least `least` groups
+    (or one per shard, if fewer), the largest shards placed first, each into the group
+    holding least so far (of equal ones, the one with fewest shards); each group in shard
+    order. Pure."""
+    if not sizes:
+        return []
+    total = sum(sizes.values())
+    n = min(len(sizes), max(least, -(-total // max(1, split_bytes))))
+    bins: list[tuple[int, list[int]]] = [(0, []) for _ in range(n)]
+    for shard in sorted(sizes, key=lambda s: (-sizes[s], s)):
+        i = min(range(n), key=lambda j: (bins[j][0], len(bins[j][1]), j))
+        bins[i] = (bins[i][0] + sizes[shard], bins[i][1] + [shard])
+    return [tuple(sorted(b)) for _, b in bins if b]
+
+
+def _ours(batch: Any) -> Any:
+    """The batch without the sink's own bookkeeping rows (partitioning keys starting with
+    INTERNAL_PARTITION_PREFIX)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not batch.num_rows:
+        return batch
+    internal = pc.starts_with(batch.column(0).cast(pa.binary()), pattern=opt.INTERNAL_PARTITION_PREFIX)
+    return batch.filter(pc.invert(internal)) if pc.any(internal).as_py() else batch
+
+
+def _decoded(batch: Any) -> Any:
+    """The batch with its keys and value as strings (the `decode` option): cast at once when
+    they are valid UTF-8, else row by row with replacement characters, as _batch does."""
+    import pyarrow as pa
+
+    try:
+        cols = [batch.column(i).cast(pa.string()) for i in range(3)]
+    except pa.ArrowInvalid:
+        cols = [pa.array([x.decode(errors="replace") for x in batch.column(i).to_pylist()], type=pa.string())
+                for i in range(3)]
+    return pa.RecordBatch.from_arrays([*cols, batch.column(3), batch.column(4)], names=batch.schema.names)
 
 
 def _batch(rows: list[tuple[bytes, bytes, Any]], decode: bool) -> Any:
@@ -306,8 +363,8 @@ class MidtownWriter(DataSourceWriter):
         self.o = o
 
     def write(self, iterator: Any) -> MidtownCommitMessage:
-        with self.o.conn.client() as db:
-            counts = write_rows(self.o, rows_of(iterator), lambda ws: db.write_many(self.o.dataset, ws))
+        db = self.o.conn.shared()  # kept for the worker's next tasks
+        counts = write_rows(self.o, rows_of(iterator), lambda ws: db.write_many(self.o.dataset, ws))
         return MidtownCommitMessage(counts)
 
     def commit(self, messages: list[Any]) -> None:

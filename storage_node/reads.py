@@ -23,7 +23,7 @@ from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Behind, Record
 from runtime.refusals import BadRequest, Refusal
-from storage_node import keys, shard_copy
+from storage_node import arrow_pages, keys, shard_copy
 from storage_node.apply import apply
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_BYTES_DEFAULT, SHARD_SCAN_PAGE_MAX
 from storage_node.store import BatchView, NodeStore
@@ -192,7 +192,7 @@ class Reads:
         view, cur = self._view_for(req.cursor, req.dataset, req.shard, req.min_position, req.wait_ms,
                                    req.partition_key if req.HasField("partition_key") else None)
         try:
-            pages = self._pages(view, cur, req.page, req.max_bytes or SHARD_SCAN_BYTES_DEFAULT)
+            pages = self._pages(view, cur, req.page, req.max_bytes or SHARD_SCAN_BYTES_DEFAULT, req.arrow)
             first = next(pages)
         except BaseException:
             self.views.release(view)
@@ -254,26 +254,38 @@ class Reads:
         return view, pb.ScanCursor(node=self.node_id, view=view.id, dataset=dataset, shard=shard,
                                    position=view.position(log_id)[0], start=start, end=end)
 
-    def _pages(self, view: View, cur: pb.ScanCursor, page: int,
-               max_bytes: int) -> Iterator[pb.ScanShardResponse]:
+    def _pages(self, view: View, cur: pb.ScanCursor, page: int, max_bytes: int,
+               arrow: bool = False) -> Iterator[pb.ScanShardResponse]:
         """The live items from `cur.start` to `cur.end` in `view`, page by page; each page's
-        `next` is a cursor at the key after its last (at least one message)."""
+        `next` is a cursor at the key after its last (at least one message). `arrow`: each
+        page's items as one Arrow record batch (storage_node/arrow_pages.py)."""
         prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
         n = len(prefix)
         ts = view.position(log_of(cur.shard, self.kv_logs))[1]
         items: list[pb.ShardItem] = []
+        cols = arrow_pages.Columns()
         size = 0
+
+        def message(nxt: bytes = b"") -> pb.ScanShardResponse:
+            if arrow:
+                return pb.ScanShardResponse(arrow=cols.ipc(), position=cur.position, next=nxt)
+            return pb.ScanShardResponse(items=items, position=cur.position, next=nxt)
+
         for k, v in bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end)):
             s = keys.decode_stored(v)
             if s.live_at(ts):
                 pkey, lkey = keys.split_value_key(k, n)
-                items.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
+                if arrow:
+                    cols.add(pkey, lkey, s.value, s.version, s.expires_at_ms)
+                else:
+                    items.append(pb.ShardItem(partition_key=pkey, local_key=lkey,
+                                              value=codec.stored_to_pb(s)))
                 size += len(k) + len(v)
-            if len(items) >= page or size >= max_bytes:
-                nxt = _cursor_at(cur, k[n:] + b"\x00", cur.end)  # from the least key after k
-                yield pb.ScanShardResponse(items=items, position=cur.position, next=nxt)
-                items, size = [], 0
-        yield pb.ScanShardResponse(items=items, position=cur.position)
+            if len(items) + len(cols) >= page or size >= max_bytes:
+                # (the next page from the least key after k)
+                yield message(_cursor_at(cur, k[n:] + b"\x00", cur.end))
+                items, cols, size = [], arrow_pages.Columns(), 0
+        yield message()
 
     def _check_held(self, shard: int, field: str = "") -> None:
         check_held(self.node_id, shard, self.kv().shards, self.holds, field)

@@ -147,3 +147,25 @@ def test_bad_and_stale_tokens_are_refused_naming_the_token(sc: tuple[object, Cli
     with pytest.raises(errors.FailedPrecondition, match="token: "):
         list(db.scan_shard("s", shard, token=first.next, timeout=30))
 
+
+
+def test_arrow_pages_hold_what_item_pages_hold(sc: tuple[object, Client]) -> None:
+    """scan_shard(arrow=True): each page's items as one Arrow record batch built by the
+    storage node (the Spark data source reads these): the same rows, values, versions and
+    expiries, in the same pages, as the item pages of the same view."""
+    _, db = sc
+    shard = largest(db)
+    db.write_many("s", [Write.put(f"p{i}", "ttl-key", b"expiring", ttl_ms=3_600_000) for i in range(50)])
+    split = db.shard_splits("s", shard, split_bytes=1 << 30).splits[0].token  # one view for both
+    items = list(db.scan_shard("s", shard, page=90, max_bytes=5000, token=split))
+    batches = list(db.scan_shard("s", shard, page=90, max_bytes=5000, token=split, arrow=True))
+    assert len(items) == len(batches) > 3
+    for ip, ap in zip(items, batches):
+        assert ap.items == [] and ap.position == ip.position and ap.next == ip.next
+        assert ap.arrow.schema.names == ["partition_key", "local_key", "value", "version", "expires_at"]
+        rows = list(zip(*(ap.arrow.column(i).to_pylist() for i in range(5))))
+        assert rows == [(i.partition_key, i.local_key, i.value.value, i.value.version,
+                         i.value.expires_at_ms or None) for i in ip.items]
+    assert any(r.value.expires_at_ms for p in items for r in p.items), "expiring keys are compared too"
+    with pytest.raises(errors.InvalidArgument, match="arrow"):
+        next(db.scan_shard("s", shard, arrow="yes"))  # type: ignore[arg-type]

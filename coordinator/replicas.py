@@ -106,22 +106,22 @@ class Replicas:
         return _addrs(self._entries.get())
 
     def members_or_last(self) -> dict[int, str]:
+        return _addrs(self._entries_or_last())
+
+    def _entries_or_last(self) -> dict[int, Any]:
         try:
-            return self.members()
-        except Exception:  # ZooKeeper unavailable: the last list seen
-            return _addrs(self._entries.last())
+            return self._entries.get()
+        except Exception:  # ZooKeeper unavailable: the last ones seen
+            return self._entries.last()
 
     def beside(self, log_addr: str | None) -> str | None:
         """The address of the storage node in the process of the log server at `log_addr`
         (the host layout), if one is registered."""
         if log_addr is None:
             return None
-        try:
-            entries = self._entries.get()
-        except Exception:
-            entries = self._entries.last()
-        return next((e["addr"] for e in entries.values() if isinstance(e, dict) and e.get("log") == log_addr
-                     and isinstance(e.get("addr"), str)), None)
+        return next((e["addr"] for e in self._entries_or_last().values()
+                     if isinstance(e, dict) and e.get("log") == log_addr and isinstance(e.get("addr"), str)),
+                    None)
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         """A Storage call, made directly when the storage node runs in this process."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from log.entry import Entry
 from log.messages import (
+    LEASE_WAIT_MS_MAX,
     AddEntries,
     AddReply,
     Fence,
@@ -42,6 +43,8 @@ def fence_reply_to_pb(r: FenceReply) -> pb.FenceResponse:
 
 
 def fence_reply_from_pb(m: pb.FenceResponse) -> FenceReply:
+    if m.lease_wait_ms > LEASE_WAIT_MS_MAX:  # a broken peer: no promise lasts that long
+        raise BadRequest(f"lease_wait_ms: {m.lease_wait_ms}, no promise is longer than {LEASE_WAIT_MS_MAX}")
     return FenceReply(Result(m.result), m.fenced_epoch, m.lac, m.last, m.first, m.first_ts,
                       m.lease_wait_ms)
 

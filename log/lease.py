@@ -81,8 +81,7 @@ class Holder:
 
     def drop(self) -> None:
         """No lease from now (the writer stopped, or it is moving its segment)."""
-        self.expiry = -math.inf
-        self.replicas, self._acked = (), {}
+        self.open(())
 
     def acked(self, replica: int, sent_at: float) -> None:
         """`replica` acknowledged a lease message the writer sent at `sent_at` (its clock)."""

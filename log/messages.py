@@ -5,6 +5,7 @@ simulation only ever see these."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
@@ -14,6 +15,8 @@ from runtime.refusals import BadRequest
 
 NONE = -1  # "no position": no LAC known, no entry stored
 LEASE_MS_MAX = int(lease.LEASE_S_MAX * 1000)
+# The longest wait a replica's fence reply can ask for: the promise of the longest lease.
+LEASE_WAIT_MS_MAX = math.ceil(lease.guard(lease.LEASE_S_MAX) * 1000)
 
 
 class Result(Enum):

@@ -29,6 +29,7 @@ from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import loops, transport
 from runtime.call_stream import CallStream, StreamFailed, watch
+from runtime.refusals import BadRequest
 
 log = logging.getLogger("midtown.log.peers")
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
@@ -107,6 +108,9 @@ class Peers:
             except grpc.RpcError as e:
                 if e.code() == grpc.StatusCode.UNAVAILABLE:
                     self.forget(to)  # it may have restarted on a new address
+                return
+            except BadRequest as e:  # as if it had not answered: the writer asks again
+                log.warning("log server %d sent a reply that cannot be: %s", to, e)
                 return
             driver.reply(to, msg, rep)
 

@@ -503,9 +503,7 @@ class Writer:
         if not self.lease_s:
             return None
         self.lease_wanted_until = now + lease.WANTED_S
-        if not now < self._holder.expiry:
-            return None
-        return self.lac
+        return self.lac if self._holder.valid(now) else None
 
     @property
     def sealing_after(self) -> float | None:

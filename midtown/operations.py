@@ -6,6 +6,7 @@ so arguments, errors and results are the same."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import uuid
 from collections.abc import Callable
@@ -249,6 +250,9 @@ class Operations:
                             arrow: bool = False) -> pb.ScanShardRequest:
         if not isinstance(arrow, bool):
             raise errors.InvalidArgument(f"arrow: {arrow!r} is not True or False")
+        if arrow and importlib.util.find_spec("pyarrow") is None:
+            raise errors.InvalidArgument("arrow: pages as Arrow batches need pyarrow in this Python "
+                                         "(pip install pyarrow)")
         req = pb.ScanShardRequest(header=self.header(dataset, None), shard=to_shard(shard),
                                   page=to_int(page, "page", 1, 2**32 - 1),
                                   max_bytes=to_int(max_bytes, "max_bytes", 0, 2**32 - 1),

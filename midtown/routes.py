@@ -30,6 +30,7 @@ from catalog.routing import log_of, shard_of
 
 # The operations routed: those that append a record, and strong gets (routed()).
 ROUTED_METHODS = frozenset({"Put", "Delete", "CheckAndSet", "Increment", "Batch"})
+_STRONG = 0  # kv.proto: Consistency.STRONG
 
 
 def routed(method: str, req: Any) -> bool:
@@ -39,7 +40,8 @@ def routed(method: str, req: Any) -> bool:
     ReadIndex round to the log's replicas first. (Before the lease, strong gets went to any
     coordinator: routed, every client's reads landed on one process for no gain.)"""
     return method in ROUTED_METHODS or (method == "Get" and getattr(req, "consistency", None) == _STRONG)
-_STRONG = 0  # kv.proto: Consistency.STRONG
+
+
 ROUTES_TTL_S = 2.0  # how often routes are read again
 AVOID_S = 5.0  # a coordinator a call could not reach gets no routed call for this long
 

@@ -298,12 +298,11 @@ def pack_shards(sizes: dict[int, int], split_bytes: int, least: int) -> list[tup
 def _ours(batch: Any) -> Any:
     """The batch without the sink's own bookkeeping rows (partitioning keys starting with
     INTERNAL_PARTITION_PREFIX)."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not batch.num_rows:
         return batch
-    internal = pc.starts_with(batch.column(0).cast(pa.binary()), pattern=opt.INTERNAL_PARTITION_PREFIX)
+    internal = pc.starts_with(batch.column(0), pattern=opt.INTERNAL_PARTITION_PREFIX)
     return batch.filter(pc.invert(internal)) if pc.any(internal).as_py() else batch
 
 

@@ -40,4 +40,3 @@ class Columns:
         with pa.ipc.new_stream(sink, batch.schema) as w:
             w.write_batch(batch)
         return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
-

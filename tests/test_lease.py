@@ -89,3 +89,26 @@ def test_the_lease_setting_is_checked() -> None:
     for bad in ("x", "-1", "3", "nan"):
         with pytest.raises(ValueError, match="MIDTOWN_READ_LEASE_S"):
             lease.lease_s_from_env({"MIDTOWN_READ_LEASE_S": bad})
+
+
+def test_a_lease_or_a_wait_no_server_would_send_is_refused_naming_its_field() -> None:
+    """A writer's lease_ms over the most a lease may be, and a fence reply asking a wait longer
+    than any promise: both refused at the edge (log/codec.py), never taken as given."""
+    from log import codec
+    from log.messages import LEASE_MS_MAX, LEASE_WAIT_MS_MAX
+    from midtown_pb import log_pb2 as pb
+    from runtime.refusals import BadRequest
+
+    top = pb.AddEntriesRequest(log_id=0, epoch=1, lease_ms=LEASE_MS_MAX)
+    assert codec.add_from_pb(top).lease_ms == LEASE_MS_MAX
+    with pytest.raises(BadRequest, match="lease_ms"):
+        codec.add_from_pb(pb.AddEntriesRequest(log_id=0, epoch=1, lease_ms=LEASE_MS_MAX + 1))
+    ok = pb.FenceResponse(result="OK", fenced_epoch=1, lease_wait_ms=LEASE_WAIT_MS_MAX)
+    assert codec.fence_reply_from_pb(ok).lease_wait_ms == LEASE_WAIT_MS_MAX
+    with pytest.raises(BadRequest, match="lease_wait_ms"):
+        codec.fence_reply_from_pb(pb.FenceResponse(result="OK", fenced_epoch=1,
+                                                   lease_wait_ms=LEASE_WAIT_MS_MAX + 1))
+    # What a replica promises never reaches that bound.
+    p = Promise(started_at=0.0, lease_s=lease.LEASE_S_MAX)
+    p.acked(0, 0.0, LEASE_MS_MAX)
+    assert p.wait_ms(0, 0.0) <= LEASE_WAIT_MS_MAX

@@ -34,6 +34,7 @@ CASES: list[tuple[str, Any, str]] = [
     ("scan bytes", lambda c: c.scan_shard("d", 0, max_bytes=-1), "max_bytes"),
     ("scan token", lambda c: c.scan_shard("d", 0, token=5), "token"),  # type: ignore[arg-type]
     ("scan key", lambda c: c.scan_shard("d", 0, partition_key=1.5), "partition_key"),  # type: ignore[arg-type]
+    ("scan arrow", lambda c: c.scan_shard("d", 0, arrow="yes"), "arrow"),  # type: ignore[arg-type]
     ("split bytes", lambda c: c.shard_splits("d", 0, split_bytes=-1), "split_bytes"),
     ("split shard", lambda c: c.shard_splits("d", 2**32), "shard"),
 ]
@@ -83,7 +84,8 @@ def test_the_async_client_has_each_operation_typed_with_clients_parameters() -> 
         assert inspect.signature(coro).return_annotation == inspect.signature(sync).return_annotation, name
 
 
-ASYNC_CASES = [c for c in CASES if c[0] not in ("shard", "scan page", "scan bytes", "scan token", "scan key")]
+ASYNC_CASES = [c for c in CASES if c[0] not in ("shard", "scan page", "scan bytes", "scan token", "scan key",
+                                                 "scan arrow")]
 
 
 @pytest.mark.parametrize("name,call,field", ASYNC_CASES, ids=[c[0] for c in ASYNC_CASES])
@@ -98,3 +100,14 @@ def test_bad_arguments_to_the_async_client_name_their_field(name: str, call: Any
                 await call(c)
             assert ei.value.message.startswith(field), ei.value.message
     asyncio.run(run())
+
+
+def test_arrow_pages_without_pyarrow_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    with Client("127.0.0.1:1", timeout=1) as c, \
+            pytest.raises(InvalidArgument, match="arrow: .*pip install pyarrow"):
+        c.scan_shard("d", 0, arrow=True)

@@ -1,4 +1,5 @@
-"""`midtown bench kv --rounds N` reports each figure's median over the rounds."""
+"""Benchmarks' figures from their rounds: `midtown bench kv --rounds N` reports each figure's
+median; `bench spark-read` each source's first and fastest round."""
 
 from __future__ import annotations
 
@@ -58,3 +59,15 @@ def test_bench_kv_runs_the_workloads_and_client_counts_asked() -> None:
         conv("put,delete")
     with pytest.raises(Exception, match="--ops: give one or more of put,get,cas"):
         conv(" , ")
+
+
+def test_the_spark_read_table_shows_each_sources_first_and_fastest_round() -> None:
+    from midtown.bench.spark_read import COLUMNS, figures
+
+    row = figures(300_000, [10.0, 3.0, 4.0], [1.0, 0.5, 0.6], 2048 * 1024, 4)
+    assert set(row) == set(COLUMNS)
+    assert row["midtown_first_rows_per_s"] == 30_000 and row["parquet_first_rows_per_s"] == 300_000
+    assert row["first_ratio"] == 0.1
+    assert row["midtown_best_rows_per_s"] == 100_000 and row["midtown_best_s"] == 3.0
+    assert row["parquet_best_rows_per_s"] == 600_000 and row["best_ratio"] == round(0.5 / 3.0, 3)
+    assert row["worker_peak_mb"] == 2048 and row["partitions"] == 4

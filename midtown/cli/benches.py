@@ -109,6 +109,8 @@ def add_parser(sub: Any) -> None:
     br.add_argument("--keys", type=ascending_arg("--keys"), default=(1_000_000, 5_000_000),
                     help="dataset sizes, comma-separated, ascending (default 1000000,5000000)")
     br.add_argument("--value-bytes", type=at_least_one_arg("--value-bytes"), default=100)
+    br.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
+                    help="reads of each source per size, alternating (default 3)")
     br.add_argument("--json", action="store_true")
     br.set_defaults(fn=cmd_bench_spark_read, starts_spark=True)
     bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "

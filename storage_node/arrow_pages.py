@@ -1,42 +1,103 @@
-"""A shard scan's page as one Arrow record batch (ScanShardRequest.arrow): the items go in
-columns, so nothing after the storage node handles them one by one. The coordinator
+"""A shard scan's page as one Arrow record batch (ScanShardRequest.arrow): the stored keys
+and values are gathered as they are read, then cut into columns with array operations
+(numpy over the Arrow buffers), so no item is handled alone in Python after RocksDB's
+iterator, and nothing after the storage node handles them one by one. The coordinator
 relays the page as bytes, and the Spark data source hands the batch to Spark as it came
-(spark_connector/source.py). pyarrow is imported on the first such page only."""
+(spark_connector/source.py). pyarrow and numpy are imported on the first such page only.
+
+Measured (300,000 items of 100-byte values, one process): 1.8 µs an item against 3.9-6.9
+when each item was decoded into Python objects first (docs/spark.md)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 NAMES = ("partition_key", "local_key", "value", "version", "expires_at")
+HEADER = 16  # a stored value starts with its version and expiry, 8 bytes each, big-endian
+LENGTH = 4  # a value key's partitioning key is preceded by its length, 4 bytes big-endian
 
 
-class Columns:
-    """A page's items, gathered column by column."""
+class Page:
+    """A page's stored entries (value key, stored value), as read: `ipc` turns them into
+    the page's record batch."""
 
     def __init__(self) -> None:
-        self.pkeys: list[bytes] = []
-        self.lkeys: list[bytes] = []
+        self.keys: list[bytes] = []
         self.values: list[bytes] = []
-        self.versions: list[int] = []
-        self.expiries: list[int | None] = []
 
     def __len__(self) -> int:
-        return len(self.pkeys)
+        return len(self.keys)
 
-    def add(self, pkey: bytes, lkey: bytes, value: bytes, version: int, expires_at_ms: int) -> None:
-        self.pkeys.append(pkey)
-        self.lkeys.append(lkey)
-        self.values.append(value)
-        self.versions.append(version)
-        self.expiries.append(expires_at_ms or None)
+    def add(self, key: bytes, stored: bytes) -> None:
+        self.keys.append(key)
+        self.values.append(stored)
 
-    def ipc(self) -> bytes:
-        """The page as an Arrow IPC stream of one record batch."""
+    def ipc(self, prefix_len: int, log_time_ms: int) -> bytes:
+        """The live entries at `log_time_ms` (storage_node/keys.py's value key after a
+        dataset-and-shard prefix of `prefix_len` bytes; keys.decode_stored's value) as an
+        Arrow IPC stream of one record batch."""
         import pyarrow as pa
 
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(self.pkeys, pa.binary()), pa.array(self.lkeys, pa.binary()),
-             pa.array(self.values, pa.binary()), pa.array(self.versions, pa.int64()),
-             pa.array(self.expiries, pa.int64())], names=list(NAMES))
+        batch = columns(self.keys, self.values, prefix_len, log_time_ms)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema) as w:
             w.write_batch(batch)
         return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+
+
+def columns(keys: list[bytes], values: list[bytes], prefix_len: int, log_time_ms: int) -> Any:
+    """The record batch of the entries live at `log_time_ms` (an expiry of 0: none; else
+    live while after the log time, as record.model.Stored.live_at)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(keys)
+    karr, varr = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+    k_off, k_data = _buffers(karr, n)
+    v_off, v_data = _buffers(varr, n)
+    version = _u64(v_data, v_off[:-1])
+    expiry = _u64(v_data, v_off[:-1] + 8)
+    at = k_off[:-1] + prefix_len
+    pk_len = _uint(v=k_data, starts=at, width=LENGTH)
+    pk_start = at + LENGTH
+    lk_start = pk_start + pk_len
+    batch = pa.RecordBatch.from_arrays(
+        [_gather(k_data, pk_start, pk_len), _gather(k_data, lk_start, k_off[1:] - lk_start),
+         _gather(v_data, v_off[:-1] + HEADER, np.diff(v_off) - HEADER),
+         pa.array(version.astype(np.int64)), pa.array(expiry.astype(np.int64), mask=expiry == 0)],
+        names=list(NAMES))
+    live = (expiry == 0) | (expiry > log_time_ms)
+    return batch if live.all() else batch.filter(pa.array(live))
+
+
+def _buffers(arr: Any, n: int) -> tuple[Any, Any]:
+    """(offsets as int64, data bytes) of a binary array built from a list."""
+    import numpy as np
+
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, count=n + 1).astype(np.int64)
+    data = arr.buffers()[2]
+    return offsets, np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+
+
+def _uint(v: Any, starts: Any, width: int) -> Any:
+    """The big-endian unsigned integers of `width` bytes at each of `starts` in `v`."""
+    import numpy as np
+
+    raw = v[starts[:, None] + np.arange(width)] if len(starts) else np.zeros((0, width), np.uint8)
+    return raw.copy().view(f">u{width}").ravel().astype(np.int64 if width < 8 else np.uint64)
+
+
+def _u64(v: Any, starts: Any) -> Any:
+    return _uint(v, starts, 8)
+
+
+def _gather(data: Any, starts: Any, lengths: Any) -> Any:
+    """A binary array of the byte ranges (starts[i], lengths[i]) of `data`."""
+    import numpy as np
+    import pyarrow as pa
+
+    offsets = np.zeros(len(starts) + 1, np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    return pa.Array.from_buffers(pa.binary(), len(starts),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data[idx].tobytes())])

@@ -263,28 +263,29 @@ class Reads:
         n = len(prefix)
         ts = view.position(log_of(cur.shard, self.kv_logs))[1]
         items: list[pb.ShardItem] = []
-        cols = arrow_pages.Columns()
+        raw = arrow_pages.Page()
         size = 0
 
         def message(nxt: bytes = b"") -> pb.ScanShardResponse:
             if arrow:
-                return pb.ScanShardResponse(arrow=cols.ipc(), position=cur.position, next=nxt)
+                return pb.ScanShardResponse(arrow=raw.ipc(n, ts), position=cur.position, next=nxt)
             return pb.ScanShardResponse(items=items, position=cur.position, next=nxt)
 
         for k, v in bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end)):
-            s = keys.decode_stored(v)
-            if s.live_at(ts):
-                pkey, lkey = keys.split_value_key(k, n)
-                if arrow:
-                    cols.add(pkey, lkey, s.value, s.version, s.expires_at_ms)
-                else:
+            if arrow:  # expired ones are left out when the page is cut into columns
+                raw.add(k, v)
+                size += len(k) + len(v)
+            else:
+                s = keys.decode_stored(v)
+                if s.live_at(ts):
+                    pkey, lkey = keys.split_value_key(k, n)
                     items.append(pb.ShardItem(partition_key=pkey, local_key=lkey,
                                               value=codec.stored_to_pb(s)))
-                size += len(k) + len(v)
-            if len(items) + len(cols) >= page or size >= max_bytes:
+                    size += len(k) + len(v)
+            if len(items) + len(raw) >= page or size >= max_bytes:
                 # (the next page from the least key after k)
                 yield message(_cursor_at(cur, k[n:] + b"\x00", cur.end))
-                items, cols, size = [], arrow_pages.Columns(), 0
+                items, raw, size = [], arrow_pages.Page(), 0
         yield message()
 
     def _check_held(self, shard: int, field: str = "") -> None:

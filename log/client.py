@@ -11,7 +11,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
@@ -80,6 +80,7 @@ class LogClient:
         self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method
         self._writers: dict[int, str] = {}
         self._watched: set[int] = set()  # logs whose writer node this client watches
+        self._on_writer: dict[int, list[Callable[[str | None], None]]] = {}  # on_writer_change
         self._lock = threading.Lock()
         self._topology: zkpaths.Topology | None = None
 
@@ -142,16 +143,30 @@ class LogClient:
             self._watched.add(log_id)
 
         def changed(data: bytes | None, stat: Any) -> None:
+            addr = None
             if data:
                 try:
-                    self._writers[log_id] = json.loads(data)["addr"]
+                    addr = self._writers[log_id] = json.loads(data)["addr"]
                 except (ValueError, KeyError):
                     pass
+            for fn in list(self._on_writer.get(log_id, ())):
+                fn(addr)
         try:
             self.zk.DataWatch(zkpaths.writer_path(log_id), changed)
         except Exception:  # ZooKeeper away: appends still find the writer by reading it
             with self._lock:
                 self._watched.discard(log_id)
+
+    def on_writer_change(self, log_id: int, fn: Callable[[str | None], None]) -> None:
+        """Call `fn(addr)` whenever the log's writer node changes (ZooKeeper's watch on it,
+        in ZooKeeper's event thread: `fn` must not block): the writer's address, or None
+        while it has none; once at once with the current one."""
+        with self._lock:
+            self._on_writer.setdefault(log_id, []).append(fn)
+            watched = log_id in self._watched
+        if watched:
+            fn(self._writers.get(log_id))
+        self._watch_writer(log_id)
 
     def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0,
                retry_unknown: bool = True) -> Appended:

@@ -45,9 +45,13 @@ from storage_node.state import NodeState
 from storage_node.store import BatchView
 
 log = logging.getLogger("midtown.storage.apply")
-# How often the Read streams' servers are checked against the logs' writers in ZooKeeper
-# (a read per stream).
-WRITER_RECHECK_S = 1.0
+# A Read stream whose server stopped being the log's writer is cancelled as soon as
+# ZooKeeper's watch on the writer node says so (LogClient.on_writer_change); every
+# WRITER_RECHECK_S the streams are also checked against the writer nodes (a read per
+# stream), a net under the watches. Polling alone, every second, was measured: a host
+# that took a log over began applying it 0.7 s after its takeover (`bench failover`), and
+# the polls were most of an idle cluster's ZooKeeper requests.
+WRITER_RECHECK_S = 10.0
 # Entries from a Read stream, or straight from the log server in this process.
 Entries = list[log_pb2.Entry] | list[Entry]
 
@@ -89,6 +93,7 @@ class ApplyLoop:
     def _start_tail(self, log_id: int) -> None:
         if log_id not in self._tailing:
             self._tailing.add(log_id)
+            self.state.logs.on_writer_change(log_id, functools.partial(self._writer_is, log_id))
             loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
 
     def _answers_for(self, shard: int) -> bool:
@@ -140,6 +145,7 @@ class ApplyLoop:
                                         linger_ms=self.linger_ms())
                 )
                 self._streams[log_id] = (addr, stream)
+                self._writer_is(log_id, self.state.logs.writer_addr(log_id))  # moved meanwhile?
                 try:
                     for resp in stream:
                         if self.state.stop.is_set():
@@ -166,12 +172,17 @@ class ApplyLoop:
         answered beside it). A server that stopped writing would otherwise keep the stream:
         paused past its session, it holds it silent until it resumes, and then serves it as
         a follower, its commit point behind the new writer's."""
-        for log_id, (addr, stream) in list(self._streams.items()):
-            now = self.state.logs.writer_addr(log_id, refresh=True)
-            if now is not None and now != addr and self._streams.get(log_id, (None,))[0] == addr:
-                log.info("log %d: the writer moved from %s to %s; following it", log_id, addr, now)
-                self._moved.add(log_id)
-                stream.cancel()
+        for log_id in list(self._streams):
+            self._writer_is(log_id, self.state.logs.writer_addr(log_id, refresh=True))
+
+    def _writer_is(self, log_id: int, now: str | None) -> None:
+        """The log's writer is at `now` (None: none named): a stream from another server
+        is cancelled, and its tail follows the writer at once."""
+        addr, stream = self._streams.get(log_id, (None, None))
+        if now is not None and stream is not None and now != addr:
+            log.info("log %d: the writer moved from %s to %s; following it", log_id, addr, now)
+            self._moved.add(log_id)
+            stream.cancel()
 
     def _tail_in_process(self, node: Node, log_id: int) -> bool:
         """Tail a log whose writer runs in this process (coordinator.host): its committed

@@ -53,7 +53,10 @@ def _taken_over_while_registered(c: Cluster, how: str) -> None:
     acked: list[tuple[bytes, Any]] = []
     errors: list[BaseException] = []
     t = _appending(c, stop, acked, errors)
+    heard: list[str | None] = []  # what LogClient.on_writer_change told (storage nodes follow it)
+    watcher = LogClient(c.zk_hosts)
     try:
+        watcher.on_writer_change(LOG, heard.append)
         w = wait_for(lambda: zkpaths.writer_is_live(zk, LOG) and zkpaths.read_writer(zk, LOG), 60, "a writer")
         old = int(w["server"])
         wait_for(lambda: len(acked) > 20, 30, "appends")
@@ -69,6 +72,7 @@ def _taken_over_while_registered(c: Cluster, how: str) -> None:
             # The lost writer's session has not expired yet: nobody waited for it.
             assert zk.exists(registration) is not None, "the takeover waited for the session to expire"
             assert int(new["server"]) != old
+            wait_for(lambda: new["addr"] in heard, 10, "the writer watch to name the new writer")
             n = len(acked)
             wait_for(lambda: len(acked) > n + 20, 30, "appends to the new writer")
         finally:
@@ -86,6 +90,7 @@ def _taken_over_while_registered(c: Cluster, how: str) -> None:
         assert all(got.get(a.first_position) == data for data, a in acked)
     finally:
         stop.set()
+        watcher.close()
         zk.stop()
         zk.close()
 

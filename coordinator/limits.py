@@ -46,10 +46,6 @@ DIGESTS_KEPT = 200_000
 # How stale the coordinator's view of the registered storage nodes and log servers may be
 # (ZooKeeper is read at most this often; a node that left is skipped on its first failure).
 MEMBERS_CACHE_S = 1.0
-# ReadIndex: each log replica's Tail call, and the wait for a fence quorum of them. A
-# replica slower than this is passed over (another one answers).
-TAIL_CALL_TIMEOUT_S = 1.0
-TAIL_QUORUM_WAIT_S = 1.5
 # A strong read waits at a replica for it to apply up to the read index at most this long
 # (it is usually there already: positions advance continuously), within the whole call's.
 READ_APPLY_WAIT_MS = 500
@@ -60,10 +56,9 @@ REPAIR_TIMEOUT_S = 5.0
 # tombstones and expired values that merging drops.
 EVENTUAL_SCAN_SLACK = 65
 # Threads: the client port's handlers, the callback port's (answers from storage nodes,
-# each carrying many), ReadIndex's Tail calls and read repairs.
+# each carrying many) and read repairs (ReadIndex's Tail calls: log/limits.py).
 CLIENT_THREADS = 128
 CALLBACK_THREADS = 16
-TAIL_THREADS = 16
 REPAIR_THREADS = 32
 # A coalesced call (KV.Many): at most this many items (the SDK sends at most
 # midtown.coalescing.ITEMS_MAX). Its writes and strong reads run together

@@ -32,13 +32,9 @@ from coordinator.checks import (
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
 from coordinator.replicas import LocalStorage, Replicas
-from log import read_index as ri
-from log import zk as zkpaths
 from log.client import LocalAppends, LogClient, LogError
-from log.metadata import LogMetadata
 from log.read_index import LocalLog
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import log_pb2
 from record import answer, codec
 from record.answer import Answer
 from record.model import (
@@ -51,7 +47,6 @@ from record.model import (
 )
 from runtime import inprocess
 from runtime.group_commit import GroupTimeout
-from runtime.refreshed import Refreshed
 from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.coordinator")
@@ -108,11 +103,6 @@ class Coordinator:
         # log and shard. An answer for anything else did not come from a storage node
         # applying our record, and is dropped before it can wake a waiter or be compared.
         self.answers = Answers(self.replicas.members_or_last)
-        self._log_servers: Refreshed[dict[int, str]] = Refreshed(
-            self.logs.servers, limits.MEMBERS_CACHE_S, initial={})
-        # Each log's metadata as last read: whose replicas a ReadIndex round asks. Read again
-        # when a replica shows a newer writer (log/read_index.py).
-        self._log_meta: dict[int, LogMetadata] = {}
         self._reads = ReadBatcher(self.read_round)
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.stopped = threading.Event()
@@ -124,7 +114,7 @@ class Coordinator:
         """The shell: connect to ZooKeeper and the logs (`local_appends`: appends to a log
         writer in this process skip gRPC, the host layout) and read the topology (exits if
         the cluster has none)."""
-        logs = LogClient(zk_hosts, local=local_appends)
+        logs = LogClient(zk_hosts, local=local_appends, local_log=local_log)
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
@@ -354,89 +344,20 @@ class Coordinator:
         """Storage nodes' answers (coordinator/answers.py)."""
         self.answers.deliver(results)
 
-    def log_servers(self) -> dict[int, str]:
-        """Registered log servers' addresses by id, read from ZooKeeper at most once a second."""
-        return dict(self._log_servers.get())
-
     def read_index(self, log_id: int) -> int | None:
         return self.read_index_by(log_id)[0]
 
     def read_index_by(self, log_id: int) -> tuple[int | None, str]:
         """A strong read's index and how it was had: by the read lease of the log's writer
         when it is in this process and holds one (log/lease.py: one look, no call), else by
-        a ReadIndex round (read_index_round)."""
+        a ReadIndex round (LogClient.read_index)."""
         node = self.local_log.component
         if node is not None:
             idx = node.lease_index(log_id)
             if idx is not None:
                 return idx, "lease"
-        return self.read_index_round(log_id), "read_index"
+        return self.logs.read_index(log_id), "read_index"
 
-    def read_index_round(self, log_id: int) -> int | None:
-        """The ReadIndex rule (DESIGN.md, log/read_index.py): the highest position stored by
-        any of a fence quorum of the log's last segment's replicas, asked now, with the
-        metadata read again when one of them has seen a newer writer. Every write
-        acknowledged before this call is at or below it. None when not enough replicas
-        answered (the read then goes through the log)."""
-        meta, fresh = self._log_meta.get(log_id), False
-        for _ in range(3):
-            if meta is None:
-                meta, fresh = self._read_log_meta(log_id), True
-            try:
-                index = ri.read_index(meta, self._tails(log_id, meta), fresh)
-            except ri.Stale:
-                meta = None
-                continue
-            if index is not None or fresh:
-                return index
-            meta = None  # too few of a cached segment's replicas answered: has it changed?
-        return None
-
-    def _read_log_meta(self, log_id: int) -> LogMetadata:
-        """The log's metadata as ZooKeeper's leader has it now (sync, then read): it names
-        every segment opened before this call."""
-        path = zkpaths.log_path(log_id)
-        # Within the round's wait: a ZooKeeper that does not answer fails the round (the
-        # read then goes through the log), never holds it.
-        self.zk.sync_async(path).get(timeout=limits.TAIL_QUORUM_WAIT_S)
-        data, _ = self.zk.get_async(path).get(timeout=limits.TAIL_QUORUM_WAIT_S)
-        meta = LogMetadata.from_json(data)
-        self._log_meta[log_id] = meta
-        return meta
-
-    def _tails(self, log_id: int, meta: LogMetadata) -> dict[int, ri.TailReply]:
-        """The Tail answers of the last segment's replicas, until a fence quorum of them
-        answered (or the wait is over): the log server in this process asked directly."""
-        want = ri.replicas_to_ask(meta)
-        addrs = self.log_servers()
-        replies: dict[int, ri.TailReply] = {}
-        remote = []
-        for r in want:
-            a = addrs.get(r)
-            node = self.local_log.at(a) if a is not None else None
-            if node is not None:
-                inprocess.used("read_index")
-                replies[r] = node.tail_hurrying(log_id)
-            elif a is not None:
-                remote.append((r, a))
-        if ri.enough(meta, replies) or not remote:
-            return replies
-        req = log_pb2.TailRequest(log_id=log_id)
-        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
-        calls = {_TAIL_POOL.submit(self.logs.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S): r
-                 for r, a in remote}
-        try:
-            for f in futures.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
-                try:
-                    t = f.result()
-                except Exception:
-                    continue
-                replies[calls[f]] = ri.TailReply(int(t.last), int(t.epoch))
-                if ri.enough(meta, replies):
-                    break
-        except futures.TimeoutError:
-            pass
-        return replies
 
     def strong_read(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, op: Op,
                     deadline_s: float) -> tuple[OpResult, int]:
@@ -562,4 +483,3 @@ def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) 
     return RecordResult(rec.request_id, log_id, placed.position, rec.shard, 0, -1, True, False, (res,))
 
 
-_TAIL_POOL = futures.ThreadPoolExecutor(max_workers=limits.TAIL_THREADS, thread_name_prefix="tail")

@@ -12,16 +12,21 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 import grpc
 from kazoo.client import KazooClient
 
+from log import limits
+from log import read_index as ri
 from log import zk as zkpaths
+from log.metadata import LogMetadata
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import refusals, transport
+from runtime import inprocess, refusals, transport
+from runtime.refreshed import Refreshed
 
 # An append waiting on a writer looks this often whether the log's writer node names another
 # server now (a takeover, log/takeover.py): then it gives that writer up and asks the new one.
@@ -70,10 +75,13 @@ class LocalAppends(Protocol):
 
 class LogClient:
     def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None,
-                 own_zk: bool = False, local: LocalAppends | None = None) -> None:
-        """`local`: appends to a writer in this process skip gRPC (the host layout)."""
+                 own_zk: bool = False, local: LocalAppends | None = None,
+                 local_log: inprocess.Local[ri.LocalLog] | None = None) -> None:
+        """`local`: appends to a writer in this process skip gRPC (the host layout);
+        `local_log`: the log server of this process, asked in place of its Tail call."""
         assert zk_hosts or zk
         self.local = local
+        self.local_log: inprocess.Local[ri.LocalLog] = local_log or inprocess.Local()
         self._own_zk = zk is None or own_zk  # closed with this client
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
         self._channels: dict[str, grpc.Channel] = {}
@@ -82,6 +90,11 @@ class LogClient:
         self._watched: set[int] = set()  # logs whose writer node this client watches
         self._on_writer: dict[int, list[Callable[[str | None], None]]] = {}  # on_writer_change
         self._lock = threading.Lock()
+        # Each log's metadata as last read: whose replicas a ReadIndex round asks; read
+        # again when a replica shows a newer writer (log/read_index.py).
+        self._log_meta: dict[int, LogMetadata] = {}
+        self._servers: Refreshed[dict[int, str]] = Refreshed(self.servers, limits.SERVERS_CACHE_S,
+                                                             initial={})
         self._topology: zkpaths.Topology | None = None
 
     def close(self) -> None:
@@ -157,6 +170,74 @@ class LogClient:
             with self._lock:
                 self._watched.discard(log_id)
 
+    # ------------------------------------------------------------------ ReadIndex
+    def read_index(self, log_id: int) -> int | None:
+        """The ReadIndex rule (DESIGN.md, log/read_index.py): the highest position stored by
+        any of a fence quorum of the log's last segment's replicas, asked now, with the
+        metadata read again when one of them has seen a newer writer. Every entry
+        acknowledged before this call is at or below it. None when not enough replicas
+        answered (a reader then goes through the log)."""
+        meta, fresh = self._log_meta.get(log_id), False
+        for _ in range(3):
+            if meta is None:
+                meta, fresh = self._read_log_meta(log_id), True
+            try:
+                index = ri.read_index(meta, self._tails(log_id, meta), fresh)
+            except ri.Stale:
+                meta = None
+                continue
+            if index is not None or fresh:
+                return index
+            meta = None  # too few of a cached segment's replicas answered: has it changed?
+        return None
+
+    def _read_log_meta(self, log_id: int) -> LogMetadata:
+        """The log's metadata as ZooKeeper's leader has it now (sync, then read): it names
+        every segment opened before this call."""
+        path = zkpaths.log_path(log_id)
+        # Within the round's wait: a ZooKeeper that does not answer fails the round (the
+        # read then goes through the log), never holds it.
+        self.zk.sync_async(path).get(timeout=limits.TAIL_QUORUM_WAIT_S)
+        data, _ = self.zk.get_async(path).get(timeout=limits.TAIL_QUORUM_WAIT_S)
+        meta = LogMetadata.from_json(data)
+        self._log_meta[log_id] = meta
+        return meta
+
+    def _tails(self, log_id: int, meta: LogMetadata) -> dict[int, ri.TailReply]:
+        """The Tail answers of the last segment's replicas, until a fence quorum of them
+        answered (or the wait is over): the log server in this process asked directly."""
+        want = ri.replicas_to_ask(meta)
+        addrs = self._servers.get()
+        replies: dict[int, ri.TailReply] = {}
+        remote = []
+        for r in want:
+            a = addrs.get(r)
+            node = self.local_log.at(a) if a is not None else None
+            if node is not None:
+                inprocess.used("read_index")
+                replies[r] = node.tail_hurrying(log_id)
+            elif a is not None:
+                remote.append((r, a))
+        if ri.enough(meta, replies) or not remote:
+            return replies
+        req = pb.TailRequest(log_id=log_id)
+        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
+        calls = {_TAIL_POOL.submit(self.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S): r
+                 for r, a in remote}
+        try:
+            for f in futures.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
+                try:
+                    t = f.result()
+                except Exception:
+                    continue
+                replies[calls[f]] = ri.TailReply(int(t.last), int(t.epoch))
+                if ri.enough(meta, replies):
+                    break
+        except futures.TimeoutError:
+            pass
+        return replies
+
+    # ------------------------------------------------------------------ writers
     def on_writer_change(self, log_id: int, fn: Callable[[str | None], None]) -> None:
         """Call `fn(addr)` whenever the log's writer node changes (ZooKeeper's watch on it,
         in ZooKeeper's event thread: `fn` must not block): the writer's address, or None
@@ -297,3 +378,8 @@ class LogClient:
                     if rp.server_id in ensembles[ls.log_id]:
                         row["replicas"][rp.server_id] = rp.position
         return [rows[k] for k in sorted(rows)]
+
+
+# ReadIndex's Tail calls, for every LogClient of the process.
+_TAIL_POOL = futures.ThreadPoolExecutor(max_workers=limits.TAIL_THREADS, thread_name_prefix="tail")
+

@@ -72,3 +72,13 @@ def fence_quorum(ensemble: int, ack_quorum: int) -> int:
 # peer sends one) is refused before it can fence a replica out of reach of any writer.
 EPOCH_MAX = 2**62
 POSITION_MAX = 2**62
+
+# ReadIndex rounds (LogClient.read_index): each replica's Tail call, and the wait for a
+# fence quorum of them (a replica slower than this is passed over: another one answers);
+# the Tail calls in flight at once, per process; how stale a client's view of the
+# registered log servers may be (ZooKeeper read at most this often).
+TAIL_CALL_TIMEOUT_S = 1.0
+TAIL_QUORUM_WAIT_S = 1.5
+TAIL_THREADS = 16
+SERVERS_CACHE_S = 1.0
+

@@ -25,9 +25,9 @@ from coordinator import server as coordinator_server
 from coordinator.replicas import LocalStorage
 from log import server as log_server
 from log import zk as zkpaths
+from log.client import LocalLog
 from log.local import NodeAppends
 from log.node import Node
-from log.read_index import LocalLog
 from runtime import inprocess, metrics, transport
 from runtime.process import Part, serve_all, tune_runtime, wait_until
 from storage_node import server as storage_server

@@ -32,8 +32,7 @@ from coordinator.checks import (
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
 from coordinator.replicas import LocalStorage, Replicas
-from log.client import LocalAppends, LogClient, LogError
-from log.read_index import LocalLog
+from log.client import LocalAppends, LocalLog, LogClient, LogError
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
 from record.answer import Answer
@@ -348,16 +347,9 @@ class Coordinator:
         return self.read_index_by(log_id)[0]
 
     def read_index_by(self, log_id: int) -> tuple[int | None, str]:
-        """A strong read's index and how it was had: by the read lease of the log's writer
-        when it is in this process and holds one (log/lease.py: one look, no call), else by
-        a ReadIndex round (LogClient.read_index)."""
-        node = self.local_log.component
-        if node is not None:
-            idx = node.lease_index(log_id)
-            if idx is not None:
-                return idx, "lease"
-        return self.logs.read_index(log_id), "read_index"
-
+        """A strong read's index and how it was had: the lease or a round
+        (LogClient.read_index_by)."""
+        return self.logs.read_index_by(log_id)
 
     def strong_read(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, op: Op,
                     deadline_s: float) -> tuple[OpResult, int]:

@@ -42,8 +42,7 @@ from coordinator.checks import (
 )
 from coordinator.node import Coordinator, reused_request_id
 from coordinator.replicas import LocalStorage
-from log.client import LocalAppends
-from log.read_index import LocalLog
+from log.client import LocalAppends, LocalLog
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
 from record.answer import Answer

@@ -65,6 +65,14 @@ class AppendRefused:
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
 
 
+class LocalLog(Protocol):
+    """The log server of this process, asked in place of its Tail call in a ReadIndex round,
+    and for its writers' read leases (coordinator/host.py binds one): the port, not the
+    server."""
+    def tail_hurrying(self, log_id: int) -> ri.TailReply: ...
+    def lease_index(self, log_id: int) -> int | None: ...
+
+
 class LocalAppends(Protocol):
     """A shortcut to the log writers in this process (log/local.py), injected where the
     process is wired (coordinator/host.py): None when `addr` is not one of them."""
@@ -76,12 +84,12 @@ class LocalAppends(Protocol):
 class LogClient:
     def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None,
                  own_zk: bool = False, local: LocalAppends | None = None,
-                 local_log: inprocess.Local[ri.LocalLog] | None = None) -> None:
+                 local_log: inprocess.Local[LocalLog] | None = None) -> None:
         """`local`: appends to a writer in this process skip gRPC (the host layout);
         `local_log`: the log server of this process, asked in place of its Tail call."""
         assert zk_hosts or zk
         self.local = local
-        self.local_log: inprocess.Local[ri.LocalLog] = local_log or inprocess.Local()
+        self.local_log: inprocess.Local[LocalLog] = local_log or inprocess.Local()
         self._own_zk = zk is None or own_zk  # closed with this client
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
         self._channels: dict[str, grpc.Channel] = {}
@@ -171,6 +179,17 @@ class LogClient:
                 self._watched.discard(log_id)
 
     # ------------------------------------------------------------------ ReadIndex
+    def read_index_by(self, log_id: int) -> tuple[int | None, str]:
+        """A strong read's index and how it was had: "lease", by the read lease of the log's
+        writer when it is in this process and holds one (log/lease.py: one look, no call),
+        else "read_index", by a ReadIndex round (read_index)."""
+        node = self.local_log.component
+        if node is not None:
+            idx = node.lease_index(log_id)
+            if idx is not None:
+                return idx, "lease"
+        return self.read_index(log_id), "read_index"
+
     def read_index(self, log_id: int) -> int | None:
         """The ReadIndex rule (DESIGN.md, log/read_index.py): the highest position stored by
         any of a fence quorum of the log's last segment's replicas, asked now, with the

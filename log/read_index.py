@@ -23,7 +23,7 @@ No segment yet, or too few answers: None (the caller reads through the log inste
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from log import limits
 from log.metadata import LogMetadata
@@ -32,13 +32,6 @@ from log.metadata import LogMetadata
 class TailReply(NamedTuple):
     last: int  # the replica's last stored position of the log (-1: none)
     epoch: int  # the highest writer epoch it has seen for the log
-
-
-class LocalLog(Protocol):
-    """The log server of this process, as a coordinator's read-index round asks it in place
-    of its Tail call (coordinator/host.py binds one): the port, not the server."""
-    def tail_hurrying(self, log_id: int) -> TailReply: ...
-    def lease_index(self, log_id: int) -> int | None: ...
 
 
 class Stale(Exception):

@@ -326,3 +326,33 @@ def test_the_text_check_sees_a_decision() -> None:
            "def g(e):\n    return e.details() == 'x'\n"
            "def h(e):\n    raise ValueError(e.details())\n")
     assert [b.split(":")[0] for b in text_decisions(src)] == ["3", "5"]
+
+
+# Allowed edges into the log (issue 51): outside log/, a module uses the log through its
+# client (and its limits); only the modules that wire a process together (a host's or a
+# log server's start-up) reach its server parts. The storage node does not keep to it yet
+# (it still tails the log itself: issue 51's LogClient.follow).
+LOG_USERS_ALLOWED = {"coordinator": ("log.client", "log.limits")}
+WIRING = {"coordinator.host"}
+
+
+def log_edges_not_allowed(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for module, targets in sorted(graph.items()):
+        allowed = next((a for pkg, a in LOG_USERS_ALLOWED.items()
+                        if module == pkg or module.startswith(pkg + ".")), None)
+        if allowed is None or module in WIRING:
+            continue
+        bad += [f"{module} imports {t}" for t in sorted(targets)
+                if (t == "log" or t.startswith("log.")) and t not in allowed]
+    return bad
+
+
+def test_the_coordinator_uses_the_log_through_its_client() -> None:
+    assert log_edges_not_allowed(module_graph()) == []
+
+
+def test_the_check_sees_a_coordinator_reaching_into_the_log() -> None:
+    graph = {"coordinator.node": {"log.client", "log.read_index"}, "coordinator.host": {"log.node"},
+             "storage_node.apply_loop": {"log.node"}}
+    assert log_edges_not_allowed(graph) == ["coordinator.node imports log.read_index"]

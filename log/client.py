@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import grpc
 from kazoo.client import KazooClient
@@ -25,8 +25,11 @@ from log import zk as zkpaths
 from log.metadata import LogMetadata
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import inprocess, refusals, transport
+from runtime import refusals, transport
 from runtime.refreshed import Refreshed
+
+if TYPE_CHECKING:  # the client alone (`pip install .`) has no prometheus_client, which inprocess uses
+    from runtime import inprocess
 
 # An append waiting on a writer looks this often whether the log's writer node names another
 # server now (a takeover, log/takeover.py): then it gives that writer up and asks the new one.
@@ -89,7 +92,7 @@ class LogClient:
         `local_log`: the log server of this process, asked in place of its Tail call."""
         assert zk_hosts or zk
         self.local = local
-        self.local_log: inprocess.Local[LocalLog] = local_log or inprocess.Local()
+        self.local_log = local_log  # None: no log server in this process
         self._own_zk = zk is None or own_zk  # closed with this client
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
         self._channels: dict[str, grpc.Channel] = {}
@@ -183,7 +186,7 @@ class LogClient:
         """A strong read's index and how it was had: "lease", by the read lease of the log's
         writer when it is in this process and holds one (log/lease.py: one look, no call),
         else "read_index", by a ReadIndex round (read_index)."""
-        node = self.local_log.component
+        node = self.local_log.component if self.local_log is not None else None
         if node is not None:
             idx = node.lease_index(log_id)
             if idx is not None:
@@ -231,8 +234,10 @@ class LogClient:
         remote = []
         for r in want:
             a = addrs.get(r)
-            node = self.local_log.at(a) if a is not None else None
+            node = self.local_log.at(a) if a is not None and self.local_log is not None else None
             if node is not None:
+                from runtime import inprocess  # only where a log server runs in this process
+
                 inprocess.used("read_index")
                 replies[r] = node.tail_hurrying(log_id)
             elif a is not None:

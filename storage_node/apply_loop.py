@@ -49,8 +49,7 @@ log = logging.getLogger("midtown.storage.apply")
 # ZooKeeper's watch on the writer node says so (LogClient.on_writer_change); every
 # WRITER_RECHECK_S the streams are also checked against the writer nodes (a read per
 # stream), a net under the watches. Polling alone, every second, was measured: a host
-# that took a log over began applying it 0.7 s after its takeover (`bench failover`), and
-# the polls were most of an idle cluster's ZooKeeper requests.
+# that took a log over began applying it 0.7 s after its takeover (`bench failover`).
 WRITER_RECHECK_S = 10.0
 # Entries from a Read stream, or straight from the log server in this process.
 Entries = list[log_pb2.Entry] | list[Entry]

@@ -223,8 +223,10 @@ def test_importing_the_sdk_loads_the_client_only() -> None:
 
 def test_the_client_and_the_command_line_work_without_the_server_libraries() -> None:
     """What `pip install midtown` brings (pyproject.toml: grpcio, protobuf, kazoo) is enough
-    for `import midtown` and for the `midtown` command's parser: with RocksDB, the metrics,
-    health and reflection services and cryptography made unimportable, both load."""
+    for `import midtown`, for the `midtown` command's parser and for the log client its
+    commands load: with RocksDB, the metrics, health and reflection services and
+    cryptography made unimportable, all three load (the log client once pulled in the
+    metrics through runtime/inprocess.py, and `midtown put` failed in a client-only install)."""
     import subprocess
     import sys
 
@@ -234,6 +236,7 @@ def test_the_client_and_the_command_line_work_without_the_server_libraries() -> 
             "import midtown\n"
             "from midtown.cli.main import parser\n"
             "parser().parse_args(['get', 'd', 'p', 'l'])\n"
+            "import log.client  # what every command loads to run (midtown/cli/main.py)\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from storage_node.keys import PARTITION_LENGTH_BYTES, STORED_HEADER_BYTES
+
 NAMES = ("partition_key", "local_key", "value", "version", "expires_at")
-HEADER = 16  # a stored value starts with its version and expiry, 8 bytes each, big-endian
-LENGTH = 4  # a value key's partitioning key is preceded by its length, 4 bytes big-endian
 
 
 class Page:
@@ -55,15 +55,15 @@ def columns(keys: list[bytes], values: list[bytes], prefix_len: int, log_time_ms
     karr, varr = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
     k_off, k_data = _buffers(karr, n)
     v_off, v_data = _buffers(varr, n)
-    version = _u64(v_data, v_off[:-1])
-    expiry = _u64(v_data, v_off[:-1] + 8)
+    version = _uint(v_data, v_off[:-1], 8)
+    expiry = _uint(v_data, v_off[:-1] + 8, 8)
     at = k_off[:-1] + prefix_len
-    pk_len = _uint(v=k_data, starts=at, width=LENGTH)
-    pk_start = at + LENGTH
+    pk_len = _uint(k_data, at, PARTITION_LENGTH_BYTES)
+    pk_start = at + PARTITION_LENGTH_BYTES
     lk_start = pk_start + pk_len
     batch = pa.RecordBatch.from_arrays(
         [_gather(k_data, pk_start, pk_len), _gather(k_data, lk_start, k_off[1:] - lk_start),
-         _gather(v_data, v_off[:-1] + HEADER, np.diff(v_off) - HEADER),
+         _gather(v_data, v_off[:-1] + STORED_HEADER_BYTES, np.diff(v_off) - STORED_HEADER_BYTES),
          pa.array(version.astype(np.int64)), pa.array(expiry.astype(np.int64), mask=expiry == 0)],
         names=list(NAMES))
     live = (expiry == 0) | (expiry > log_time_ms)
@@ -85,10 +85,6 @@ def _uint(v: Any, starts: Any, width: int) -> Any:
 
     raw = v[starts[:, None] + np.arange(width)] if len(starts) else np.zeros((0, width), np.uint8)
     return raw.copy().view(f">u{width}").ravel().astype(np.int64 if width < 8 else np.uint64)
-
-
-def _u64(v: Any, starts: Any) -> Any:
-    return _uint(v, starts, 8)
 
 
 def _gather(data: Any, starts: Any, lengths: Any) -> Any:

@@ -38,6 +38,11 @@ _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _VH = struct.Struct(">QQ")
 _SEQ = struct.Struct(">IH")
+# The layout facts a page cut into columns reads (storage_node/arrow_pages.py): a stored
+# value starts with its version and expiry (encode_stored), and a value key's partitioning
+# key is preceded by its length (partition_prefix), all big-endian.
+STORED_HEADER_BYTES = _VH.size
+PARTITION_LENGTH_BYTES = _I.size
 
 
 def partition_prefix(shard: int, dataset: str, pkey: bytes) -> bytes:

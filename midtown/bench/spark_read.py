@@ -9,9 +9,9 @@ checked against the keys loaded. The same rows, written to Parquet beforehand (u
 are read with the same query. While each read runs, the resident memory of every Python
 worker of the Spark session is sampled (VmHWM, from /proc, every 0.2 s): the largest is
 reported. Parquet is read by the JVM alone (no Python worker). Each size is read
-`--rounds` times from each source, alternating: the first round shows a session's first
-read (Midtown's starts Spark's Python workers and fills the nodes' caches), the fastest
-one a read in a running session."""
+`--rounds` times from each source, alternating: the first round at the first size is the
+session's first read (Midtown's starts Spark's Python workers and fills the nodes'
+caches), the fastest one a read in a running session."""
 
 from __future__ import annotations
 
@@ -142,10 +142,10 @@ def run(a: argparse.Namespace) -> int:
         return 0
     emit(rows, False, COLUMNS)
     print(f"\nboth: count(*) and sum(length(value)) over every row, on the same 2-core local Spark, "
-          f"{a.rounds} rounds alternating; first: the session's first read of each (Midtown's starts "
-          "the Python workers), best: the fastest round; worker_peak_mb: the largest peak resident "
-          "memory of a Spark Python worker during the Midtown reads (Parquet is read by the JVM "
-          "alone); each count is checked")
+          f"{a.rounds} rounds alternating; first: the first round at each size (at the first size, "
+          "the session's first read of each: Midtown's starts the Python workers), best: the "
+          "fastest round; worker_peak_mb: the largest peak resident memory of a Spark Python "
+          "worker during the Midtown reads (Parquet is read by the JVM alone); each count is checked")
     return 0
 
 

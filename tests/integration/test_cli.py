@@ -169,7 +169,8 @@ def test_bench_refuses_bad_rounds() -> None:
         assert p.returncode == 2 and "--layout" in p.stderr and "Traceback" not in p.stderr, p.stderr
     for args, field in ((("failover", "--rounds", "0"), "--rounds"), (("failover", "--pause-seconds", "-1"),
                         "--pause-seconds"), (("failover", "--deadline", "x"), "--deadline"),
-                        (("kv", "--etcd-api", "http"), "--etcd-api")):
+                        (("kv", "--etcd-api", "http"), "--etcd-api"),
+                        (("spark-read", "--rounds", "0"), "--rounds")):
         p = mt("bench", *args, check=False)
         assert p.returncode == 2 and field in p.stderr and "Traceback" not in p.stderr, p.stderr
 

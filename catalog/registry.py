@@ -108,6 +108,18 @@ def read_replica_sets(zk: KazooClient, kv: KvTopology) -> ReplicaSets:
     return replica_sets.from_json(json.loads(data), stat.version)
 
 
+def watch_replica_sets(zk: KazooClient, seen: Callable[[ReplicaSets], None]) -> None:
+    """Call `seen` with the replica sets each time ZooKeeper's change (and after a session
+    is re-established: kazoo's DataWatch reads again); nothing while none are written. The
+    znode is never deleted, so its version only grows: a reader keeps the newest it saw."""
+
+    def changed(data: bytes | None, stat: Any) -> None:
+        if data is not None and stat is not None:
+            seen(replica_sets.from_json(json.loads(data), stat.version))
+
+    zk.DataWatch(REPLICA_SETS, changed)
+
+
 def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> ReplicaSets:
     """The replica sets, written first if none are and the members are more than
     `kv.replicas`, with `joining` about to join (replica_sets.first_sets: the shards spread

@@ -65,7 +65,7 @@ class Bookkeeping:
         # The moves first, then the sets: a move that finished between the two reads is
         # seen in the sets it wrote (a copy is dropped only when neither names it).
         s.moves = {shard: m for shard, (m, _) in registry.read_moves(s.zk).items()}
-        s.sets = registry.read_replica_sets(s.zk, s.kv)
+        s.learn_sets(registry.read_replica_sets(s.zk, s.kv))
         self._drop_shards_not_held()
         self._append_drops()
         durable = {i: p for i, (p, _) in s.positions.items()}

@@ -116,6 +116,10 @@ class StorageNode:
 
     def start(self) -> None:
         s = self.state
+        # A move's destination answers for its shard, and the node that left stops, as soon
+        # as the sets name them, not at the next bookkeeping round (which a slow publish
+        # after a lost session can hold up for seconds).
+        registry.watch_replica_sets(s.zk, s.learn_sets)
         self._bootstrap_if_needed()
         self.eventual.drop_if_outlived()
         self.bookkeeping.start()

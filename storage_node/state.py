@@ -34,7 +34,7 @@ class NodeState:
     kv: KvTopology  # shards, members and logs; re-read by the bookkeeping rounds
     log_count: int  # every log of the cluster
     kv_logs: int  # the logs that carry shards (the first kv_logs of them)
-    sets: ReplicaSets  # which nodes hold each shard; re-read with kv
+    sets: ReplicaSets  # which nodes hold each shard; watched, and re-read with kv (learn_sets)
     # log -> (next position to apply, log time of the last applied entry), as durable as
     # the last batch committed.
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -64,6 +64,12 @@ class NodeState:
         self.member_positions.update(self.store.member_positions())
         self.marks.clear()
         self.marks.update(self.store.marks())
+
+    def learn_sets(self, sets: ReplicaSets) -> None:
+        """Keep `sets` if they are newer than the ones held: the watch on them and the
+        bookkeeping round's read race, and an older read must not undo a newer one."""
+        if sets.version >= self.sets.version:
+            self.sets = sets
 
     def holds(self, shard: int) -> bool:
         """Whether this node holds `shard`: it is in its replica set, and answers for it."""

@@ -108,6 +108,26 @@ def test_a_node_applies_its_shards_records_positions_and_its_part_of_drops() -> 
     assert loop._mine(drop, 10, only=3).ops == (Drop((3,)),)  # type: ignore[union-attr]
 
 
+def test_a_node_keeps_the_newest_sets_whichever_read_lands_last() -> None:
+    """NodeState.learn_sets: the watch on the sets and the bookkeeping round's read race;
+    an older version landing after a newer one does not undo it (a move's destination
+    would stop answering for the shard it just took in)."""
+    from catalog.registry import KvTopology
+    from storage_node.settings import Settings
+    from storage_node.state import NodeState
+
+    old = replica_sets.ReplicaSets(1, ((0,), (1,)), version=3)
+    new = replica_sets.ReplicaSets(1, ((0,), (0,)), version=4)
+    state = NodeState(0, Settings(), None, None, KvTopology(2, (0, 1), 1), 1, 1, old)  # type: ignore[arg-type]
+    assert not state.holds(1)
+    state.learn_sets(new)
+    assert state.holds(1)
+    state.learn_sets(old)
+    assert state.holds(1) and state.sets.version == 4
+    state.learn_sets(replica_sets.ReplicaSets(1, ((1,), (0,)), version=4))  # the same version again
+    assert not state.holds(0)
+
+
 def test_a_published_position_leaves_no_trace_of_shard_0(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A position record names shard 0; a node that does not hold shard 0 keeps nothing of
     it (else it would find shard 0's data, drop it, and find it again at the next one)."""

@@ -316,7 +316,8 @@ def test_a_move_whose_destination_paused_mid_copy_reports_what_was_copied(six: C
     fails (keepalive), the destination finishes the copy by itself once it resumes, and the
     mover's next call is told the copy is installed already. `shard move --json` reports
     that copy's keys and bytes (it reported 0 bytes, issue 48), and the copy's bytes are
-    those of every key family the shard holds: more than its values."""
+    those of every key family the shard holds: more than its values. A watch on the sets,
+    as each storage node keeps (catalog/registry.py watch_replica_sets), is told of them."""
     six.create_dataset("paused")
     d = _dataset(six, "paused")
     shard = shard_of(d.id, b"q0", SHARDS)
@@ -326,23 +327,37 @@ def test_a_move_whose_destination_paused_mid_copy_reports_what_was_copied(six: C
     with Client(six.coordinator_addrs, timeout=20) as db:
         for i in range(30):  # 1.5 MB of values (and more of their change history) to copy
             db.put("paused", key, f"bulk{i}", bytes([i]) * 50_000)
-    p = _slow_move(six, shard, dest, holders[0])
-    time.sleep(1.0)  # the copy is 3 MB or more at 0.5 MB/s: it is coming in
-    six.signal(f"storage-{dest}", signal.SIGSTOP)
+    seen: list[int] = []  # the versions a watch on the sets was told of (storage nodes keep one)
+    zk = zkpaths.connect(six.zk_hosts)
     try:
-        time.sleep(4.0)  # the mover's call fails meanwhile (keepalive: about 2 s)
+        registry.watch_replica_sets(zk, lambda sets: seen.append(sets.version))
+        p = _slow_move(six, shard, dest, holders[0])
+        time.sleep(1.0)  # the copy is 3 MB or more at 0.5 MB/s: it is coming in
+        six.signal(f"storage-{dest}", signal.SIGSTOP)
+        try:
+            time.sleep(4.0)  # the mover's call fails meanwhile (keepalive: about 2 s)
+        finally:
+            six.signal(f"storage-{dest}", signal.SIGCONT)
+        out, err = p.communicate(timeout=150)
+        assert p.returncode == 0, out + err
+        moved = json.loads(out)
+        assert moved["copied_keys"] > 30 and moved["copied_bytes"] > 1_500_000, moved
+        assert moved["copy_source"], moved
+        # The watch was told of the sets before the move, then of the move's last (done).
+        after = _sets(six)[0].version
+        wait_for(lambda: seen[-1] == after, 10, "the watch to see the move's sets")
+        assert seen[0] == after - 2, seen  # joined, then done (a watch may skip the middle one)
     finally:
-        six.signal(f"storage-{dest}", signal.SIGCONT)
-    out, err = p.communicate(timeout=150)
-    assert p.returncode == 0, out + err
-    moved = json.loads(out)
-    assert moved["copied_keys"] > 30 and moved["copied_bytes"] > 1_500_000, moved
-    assert moved["copy_source"], moved
+        zk.stop()
+        zk.close()
 
 
 def test_eventual_datasets_live_on_their_shards_replicas(six: Cluster) -> None:
     """An eventual dataset's write goes to its shard's three replicas (a majority of them
-    acknowledges), never to the other nodes; a read takes a majority of the same three."""
+    acknowledges), never to the other nodes; a read takes a majority of the same three.
+    Run after a move whose destination lost its session: each node knows the sets that move
+    wrote from its watch on them, not at its next bookkeeping round (which failed once here
+    with a replica refusing its shard: storage_node/node.py start)."""
     d = six.create_dataset("ev", consistency="eventual")
     sets, _ = _sets(six)
     with Client(six.coordinator_addrs, timeout=20) as db:

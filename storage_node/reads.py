@@ -18,10 +18,10 @@ from rocksdict import Checkpoint, Options, Rdict
 
 from catalog import registry
 from catalog.routing import check_shard, log_of
-from log.rocks_store import bounded_items
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Behind, Record
+from runtime.disk import bounded_items
 from runtime.refusals import BadRequest, Refusal
 from storage_node import arrow_pages, keys, shard_copy
 from storage_node.apply import apply

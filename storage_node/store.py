@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 
 from rocksdict import WriteBatch
 
-from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import GroupResult, RecordResult, Stored
+from runtime.disk import SyncedDb
 from storage_node import changes, keys
 from storage_node.apply import Applied, Event
 

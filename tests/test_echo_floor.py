@@ -11,10 +11,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from log.rocks_store import SyncedDb
 from midtown.bench import echo
 from midtown.bench.kv import EchoFloor
 from midtown.bench.loadgen import run_workload
+from runtime.disk import SyncedDb
 
 
 def test_the_floor_answers_every_client_and_stops_cleanly() -> None:

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from rocksdict import WriteBatch
 
 from log.entry import Entry
-from log.rocks_store import RocksStore, SyncedDb
+from log.rocks_store import RocksStore
 from log.store import Batch, ReplicaLogMeta, SegmentMeta
+from runtime.disk import SyncedDb
 from storage_node.keys import prefix_end
 from storage_node.store import NodeStore
 

@@ -29,8 +29,8 @@ from google.protobuf.message import Message
 from rocksdict import WriteBatch
 
 from log import limits as log_limits
-from log.rocks_store import SyncedDb
 from midtown_pb import kv_pb2 as pb
+from runtime.disk import SyncedDb
 from runtime.process import Part, serve_all, tune_runtime
 
 METHOD = "/midtown.bench.v1.Echo/Echo"

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             "log server %d is not in the log servers' pool (decommissioned, or never added): this host "
             "runs its storage node and coordinator only (midtown log-server add %d, then a restart, "
             "brings it back)", a.id, a.id)
-    local_log = inprocess.Local[Node]().bind([log_addr], node) if node is not None else None
+    # The log server of this process, as its storage node and coordinator reach it (one port).
+    local_log = inprocess.Local[LocalLog]().bind([log_addr], node) if node is not None else None
     local_answers = inprocess.Local[AnswerTaker]()  # bound once the coordinator is built
     # The coordinator's and the storage node's appends to this writer, if it is one.
     appends = NodeAppends(node) if node is not None else None
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     storage_server.add_health(ss, storage)
     b = coordinator_server.build(
         a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}", a.client_rate_limit, local_appends=appends,
-        local_log=inprocess.Local[LocalLog]().bind([log_addr], node) if node is not None else None,
+        local_log=local_log,
         local_storage=inprocess.Local[LocalStorage]().bind([storage_addr], storage))
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
     parts += [Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),

@@ -11,7 +11,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -23,12 +23,18 @@ from log import limits
 from log import read_index as ri
 from log import zk as zkpaths
 from log.metadata import LogMetadata
+
+# The ports this client's users reach the log through, named here for them (log/ports.py).
+from log.ports import FollowedEntry as FollowedEntry
+from log.ports import Following as Following
+from log.ports import LocalLog as LocalLog
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, transport
 from runtime.refreshed import Refreshed
 
 if TYPE_CHECKING:  # the client alone (`pip install .`) has no prometheus_client, which inprocess uses
+    from log.follow import Follow
     from runtime import inprocess
 
 # An append waiting on a writer looks this often whether the log's writer node names another
@@ -68,14 +74,6 @@ class AppendRefused:
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
 
 
-class LocalLog(Protocol):
-    """The log server of this process, asked in place of its Tail call in a ReadIndex round,
-    and for its writers' read leases (coordinator/host.py binds one): the port, not the
-    server."""
-    def tail_hurrying(self, log_id: int) -> ri.TailReply: ...
-    def lease_index(self, log_id: int) -> int | None: ...
-
-
 class LocalAppends(Protocol):
     """A shortcut to the log writers in this process (log/local.py), injected where the
     process is wired (coordinator/host.py): None when `addr` is not one of them."""
@@ -107,6 +105,7 @@ class LogClient:
         self._servers: Refreshed[dict[int, str]] = Refreshed(self.servers, limits.SERVERS_CACHE_S,
                                                              initial={})
         self._topology: zkpaths.Topology | None = None
+        self._follows: list[Follow] = []  # LogClient.follow
 
     def close(self) -> None:
         for ch in self._channels.values():
@@ -131,13 +130,18 @@ class LogClient:
                 stub = self._stubs[addr] = log_pb2_grpc.LogStub(ch)
         return stub
 
-    def topology(self) -> zkpaths.Topology:
+    def read_topology(self) -> zkpaths.Topology | None:
+        """The cluster's logs as ZooKeeper holds them; None while none are written (a
+        cluster starting up)."""
         if self._topology is None:
-            t = zkpaths.read_topology(self.zk)
-            if t is None:
-                raise LogError(grpc.StatusCode.UNAVAILABLE, "no Midtown cluster in this ZooKeeper")
-            self._topology = t
+            self._topology = zkpaths.read_topology(self.zk)
         return self._topology
+
+    def topology(self) -> zkpaths.Topology:
+        t = self.read_topology()
+        if t is None:
+            raise LogError(grpc.StatusCode.UNAVAILABLE, "no Midtown cluster in this ZooKeeper")
+        return t
 
     def check_log(self, log_id: int) -> None:
         n = self.topology().logs
@@ -260,6 +264,30 @@ class LogClient:
         except futures.TimeoutError:
             pass
         return replies
+
+    # ------------------------------------------------------------------ following
+    def follow(self, log_id: int, position: Callable[[], int],
+               deliver: Callable[[Sequence[FollowedEntry]], None], behind: Callable[[str], None],
+               stop: threading.Event, linger_ms: int = 0) -> Following:
+        """Follow a log from its writer in a thread of its own until `stop` (log/follow.py):
+        `deliver(entries)` gets its committed entries in order from `position()`,
+        straight from the log server of this process when that is the writer; `behind(why)`
+        is called when `position()` is below what the log still holds."""
+        from log.follow import WRITER_RECHECK_S, Follow
+        from runtime import loops
+
+        f = Follow(self, log_id, position, deliver, behind, stop, linger_ms, self.local_log)
+        with self._lock:
+            self._follows.append(f)
+            first = len(self._follows) == 1
+        loops.forever(f"follow-{log_id}", f.run, stop)
+        if first:
+            loops.every("writer-recheck", WRITER_RECHECK_S, self._recheck_follows, stop)
+        return f
+
+    def _recheck_follows(self) -> None:
+        for f in list(self._follows):
+            f.recheck()
 
     # ------------------------------------------------------------------ writers
     def on_writer_change(self, log_id: int, fn: Callable[[str | None], None]) -> None:

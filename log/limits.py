@@ -20,6 +20,10 @@ from runtime.transport import GRPC_MESSAGE_BYTES_MAX, GRPC_OPTIONS  # noqa: E402
 # wait: it bounds memory and the tail that a recovering writer has to read back.
 INFLIGHT_ENTRIES_MAX = 50_000
 
+# The longest a Read stream may ask its server to hold entries back to send them together
+# (log/linger.py).
+LINGER_MS_MAX = 1_000
+
 # Entries a replication or recovery read message carries at most.
 MESSAGE_ENTRIES_MAX = 2_000
 

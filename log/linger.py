@@ -29,7 +29,8 @@ import itertools
 import threading
 from collections.abc import Callable
 
-LINGER_MS_MAX = 1_000  # the longest linger a Read may ask for
+from log.limits import LINGER_MS_MAX  # noqa: F401  (the longest linger a Read may ask for)
+
 LINGER_ENTRIES_MAX = 256  # entries that go at once, whatever the linger
 
 

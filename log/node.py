@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from kazoo.protocol.states import KazooState
 
-from log import lease, spares
+from log import lease, limits, reading, spares
 from log import zk as zkpaths
 from log.catch_up import CatchUp
 from log.driver import WriterDriver
@@ -325,3 +325,27 @@ class Node:
     def read_committed(self, log_id: int, lo: int, hi: int) -> list[Entry]:
         """Committed entries [lo, hi] (the caller checked hi <= committed end)."""
         return self.catch_up.read_committed(log_id, lo, hi)
+
+    def wait_committed(self, log_id: int, position: int, timeout_s: float) -> None:
+        """Return once `position` is committed here, or after `timeout_s`."""
+        cond = self.conds[log_id]
+        with cond:
+            if self.committed_end(log_id) < position:
+                cond.wait(timeout_s)
+
+    def writes(self, log_id: int) -> bool:
+        """Whether this server is the log's writer now (and its writer has not failed)."""
+        d = self.writers.get(log_id)
+        return d is not None and not d.failed.is_set()
+
+    def read_from(self, log_id: int, position: int, wait_s: float) -> list[Entry]:
+        """The log's committed entries from `position` (READ_BATCH_ENTRIES_MAX at most), or
+        [] when none is committed there within `wait_s`: what a follow in this process
+        reads (log/follow.py). reading.Truncated below the first position held;
+        catch_up.Unavailable when they cannot be read here."""
+        reading.check_position(position, self.replica.first(log_id))
+        end = self.committed_end(log_id)
+        if position > end:
+            self.wait_committed(log_id, position, wait_s)
+            return []
+        return self.read_committed(log_id, position, min(end, position + limits.READ_BATCH_ENTRIES_MAX - 1))

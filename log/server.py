@@ -100,7 +100,6 @@ class Services:
         linger_s = req.linger_ms / 1000 if req.follow else 0.0
         pos, sent = req.from_position, 0
         since: float | None = None  # when the entries waiting to be sent were first seen
-        cond = node.conds[log_id]
         while ctx.is_active():
             first = node.replica.first(log_id)
             try:
@@ -134,9 +133,7 @@ class Services:
                 continue
             if not req.follow:
                 return
-            with cond:
-                if node.committed_end(log_id) < pos:
-                    cond.wait(0.5)
+            node.wait_committed(log_id, pos, 0.5)
 
     def truncate(self, req: pb.TruncateRequest, ctx: grpc.ServicerContext) -> pb.TruncateResponse:
         self._check_log(req.log_id)

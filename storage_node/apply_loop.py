@@ -1,5 +1,5 @@
-"""A storage node's apply loop: a thread per log tails it (a Read stream from its writer,
-or straight from the writer's store when that runs in this process), and one applier, run
+"""A storage node's apply loop: a thread per log follows it (LogClient.follow: a Read stream
+from its writer, or straight from the writer's store when that runs in this process), and one applier, run
 by the tail threads themselves (group commit), applies every log's new entries strictly in
 order and persists each batch's effects with each log's new position in one atomic write
 batch, synced before the positions are published (storage_node/bookkeeping.py publishes
@@ -17,24 +17,20 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import grpc
 
 from catalog.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
-from log import linger
-from log.catch_up import Unavailable
-from log.entry import Entry
-from log.node import Node
+from log.client import FollowedEntry, Following, LocalLog
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import log_pb2
 from record import codec
 from record.model import Drop, Position, Record, RecordResult, Stored
-from runtime import inprocess, loops
+from runtime import inprocess
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
+from runtime.refusals import Refusal
 from storage_node import changes, keys, reclaim, shard_copy
 from storage_node.apply import Applied, apply
 from storage_node.callbacks import AnswerTaker, Callbacks
@@ -45,14 +41,8 @@ from storage_node.state import NodeState
 from storage_node.store import BatchView
 
 log = logging.getLogger("midtown.storage.apply")
-# A Read stream whose server stopped being the log's writer is cancelled as soon as
-# ZooKeeper's watch on the writer node says so (LogClient.on_writer_change); every
-# WRITER_RECHECK_S the streams are also checked against the writer nodes (a read per
-# stream), a net under the watches. Polling alone, every second, was measured: a host
-# that took a log over began applying it 0.7 s after its takeover (`bench failover`).
-WRITER_RECHECK_S = 10.0
 # Entries from a Read stream, or straight from the log server in this process.
-Entries = list[log_pb2.Entry] | list[Entry]
+Entries = Sequence[FollowedEntry]
 
 
 def answers_now(answered_beside: bool, position: int) -> bool:
@@ -65,7 +55,7 @@ def answers_now(answered_beside: bool, position: int) -> bool:
 
 class ApplyLoop:
     def __init__(self, state: NodeState, lww: LwwReplica, on_fatal: Fatal,
-                 local_log: inprocess.Local[Node], local_answers: inprocess.Local[AnswerTaker]) -> None:
+                 local_log: inprocess.Local[LocalLog], local_answers: inprocess.Local[AnswerTaker]) -> None:
         """`lww`: the eventual datasets' replica (a dropped dataset's values go by ranges);
         `local_log`, `local_answers`: the log server and the coordinator of this process, if
         any (the host layout); `on_fatal(code, why)`: when the node must not go on."""
@@ -76,24 +66,23 @@ class ApplyLoop:
         self.local_answers = local_answers
         self.callbacks = Callbacks()
         self._next_reclaim = 0.0
-        self._in_process: set[int] = set()  # logs tailed straight from this process's writer
-        self._streams: dict[int, tuple[str, Any]] = {}  # log -> (server, Read stream) being tailed
-        self._moved: set[int] = set()  # logs whose stream _watch_writers cancelled
+        self._follows: dict[int, Following] = {}  # log -> its follow (LogClient.follow)
         self._mutex = threading.Lock()  # a batch, a copy's install and a shard's drop: one at a time
-        self._tailing: set[int] = set()  # logs a tail thread follows
         self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
     def start(self) -> None:
         for log_id in self.state.tailed_logs():  # the logs that carry its shards; the others, never
             self._start_tail(log_id)
-        loops.every("writer-watch", WRITER_RECHECK_S, self._watch_writers, self.state.stop)
 
     def _start_tail(self, log_id: int) -> None:
-        if log_id not in self._tailing:
-            self._tailing.add(log_id)
-            self.state.logs.on_writer_change(log_id, functools.partial(self._writer_is, log_id))
-            loops.forever(f"tail-{log_id}", functools.partial(self.tail, log_id), self.state.stop)
+        """Follow the log from its writer (LogClient.follow, in a thread of its own), from
+        this node's position in it; its entries are applied by group commit."""
+        if log_id not in self._follows:
+            self._follows[log_id] = self.state.logs.follow(
+                log_id, lambda: self.state.positions[log_id][0],
+                functools.partial(self._apply_entries, log_id),
+                functools.partial(self._behind_truncation, log_id), self.state.stop, self.linger_ms())
 
     def _answers_for(self, shard: int) -> bool:
         """Whether this node sends the results of `shard`'s records to their coordinators."""
@@ -109,109 +98,14 @@ class ApplyLoop:
         else 0 (log/linger.py)."""
         if self.local_log.component is None:
             return 0
-        return min(linger.LINGER_MS_MAX, round(self.state.settings.read_linger_s * 1000))
+        return min(log_limits.LINGER_MS_MAX, round(self.state.settings.read_linger_s * 1000))
 
     def applies_in_process(self, log_id: int) -> bool:
         """Whether this node applies `log_id` straight from the log's writer in this process,
         as it commits (then a coordinator of this process may name it the record's only
         answerer: Record.answered_beside)."""
-        return log_id in self._in_process
-
-    def tail(self, log_id: int) -> None:
-        backoff = 0.1
-        while not self.state.stop.is_set():
-            pos = self.state.positions[log_id][0]
-            addr = self.state.logs.writer_addr(log_id, refresh=True)
-            if addr is None:
-                time.sleep(backoff)
-                continue
-            local = self.local_log.at(addr)
-            if local is not None:
-                self._in_process.add(log_id)
-                try:
-                    applied = self._tail_in_process(local, log_id)
-                finally:
-                    self._in_process.discard(log_id)
-                if applied:
-                    backoff = 0.1
-                else:
-                    time.sleep(backoff)  # ZooKeeper still names it, but it stopped writing
-                    backoff = min(backoff * 2, 1.0)
-                continue
-            try:
-                stream = self.state.logs.stub(addr).Read(
-                    log_pb2.ReadRequest(log_id=log_id, from_position=pos, follow=True,
-                                        linger_ms=self.linger_ms())
-                )
-                self._streams[log_id] = (addr, stream)
-                self._writer_is(log_id, self.state.logs.writer_addr(log_id))  # moved meanwhile?
-                try:
-                    for resp in stream:
-                        if self.state.stop.is_set():
-                            stream.cancel()
-                            return
-                        if resp.entries:
-                            self._apply_entries(log_id, list(resp.entries))
-                        backoff = 0.1
-                finally:
-                    self._streams.pop(log_id, None)
-            except grpc.RpcError as e:
-                if log_id in self._moved:
-                    self._moved.discard(log_id)
-                    continue  # the writer moved (_watch_writers): follow it at once
-                if e.code() == grpc.StatusCode.OUT_OF_RANGE:
-                    self._behind_truncation(log_id, e.details())
-                else:
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 1.0)
-
-    def _watch_writers(self) -> None:
-        """Cancel each Read stream whose server ZooKeeper no longer names the log's writer:
-        its tail then follows the writer (in this process when it is here, and records are
-        answered beside it). A server that stopped writing would otherwise keep the stream:
-        paused past its session, it holds it silent until it resumes, and then serves it as
-        a follower, its commit point behind the new writer's."""
-        for log_id in list(self._streams):
-            self._writer_is(log_id, self.state.logs.writer_addr(log_id, refresh=True))
-
-    def _writer_is(self, log_id: int, now: str | None) -> None:
-        """The log's writer is at `now` (None: none named): a stream from another server
-        is cancelled, and its tail follows the writer at once."""
-        addr, stream = self._streams.get(log_id, (None, None))
-        if now is not None and stream is not None and now != addr:
-            log.info("log %d: the writer moved from %s to %s; following it", log_id, addr, now)
-            self._moved.add(log_id)
-            stream.cancel()
-
-    def _tail_in_process(self, node: Node, log_id: int) -> bool:
-        """Tail a log whose writer runs in this process (coordinator.host): its committed
-        entries straight from its store, no stream. Returns when it stops writing the log:
-        whether it applied anything."""
-        cond = node.conds[log_id]
-        applied = False
-        while not self.state.stop.is_set():
-            d = node.writers.get(log_id)
-            if d is None or d.failed.is_set():
-                return applied  # the writer moved: look it up again
-            pos = self.state.positions[log_id][0]
-            if pos < node.replica.first(log_id):
-                self._behind_truncation(log_id, f"position {pos} is truncated")
-            end = node.committed_end(log_id)
-            if pos > end:
-                with cond:
-                    if node.committed_end(log_id) < pos:
-                        cond.wait(0.5)
-                continue
-            try:
-                entries = node.read_committed(
-                    log_id, pos, min(end, pos + log_limits.READ_BATCH_ENTRIES_MAX - 1))
-            except Unavailable as e:
-                log.warning("log %d: %s", log_id, e)
-                return applied
-            inprocess.used("tail")
-            self._apply_entries(log_id, entries)
-            applied = True
-        return applied
+        f = self._follows.get(log_id)
+        return f is not None and f.in_process
 
     def _behind_truncation(self, log_id: int, why: str) -> None:
         """A holder of a log's shards is never truncated past (it publishes its positions);
@@ -242,6 +136,8 @@ class ApplyLoop:
     def _apply_entries(self, log_id: int, entries: Entries) -> None:
         """Apply what a tail thread received; returns once it is written. Entries that
         other logs' tail threads received meanwhile are applied in the same batch."""
+        if self.applies_in_process(log_id):
+            inprocess.used("tail")
         try:
             self._group.call((log_id, entries))
         except Exception:
@@ -358,7 +254,7 @@ class ApplyLoop:
         s = self.state
         log_id = log_of(shard, s.kv_logs)
         with self._mutex:
-            tail = s.positions[log_id][0] if log_id in self._tailing else None
+            tail = s.positions[log_id][0] if log_id in self._follows else None
             others = any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)
                          if x != shard)
             view = BatchView(s.store)
@@ -373,10 +269,10 @@ class ApplyLoop:
                 s.positions.update(moved)
                 s.marks[shard] = marks[shard]
             s.store.sync()
-        if log_id not in self._tailing:
+        if log_id not in self._follows:
             self._start_tail(log_id)
         elif moved:
-            self._restart_stream(log_id)  # it read on from a tail that meant nothing
+            self._follows[log_id].restart()  # it read on from a tail that meant nothing
         log.info("installed a copy of shard %d at log %d position %d (tail %s -> %d, %d brought forward)",
                  shard, log_id, marks[shard], tail, new_tail, len(forward))
         return marks[shard]
@@ -403,7 +299,8 @@ class ApplyLoop:
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
                 recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
         if got < len(forward):
-            raise Unavailable(f"log {log_id} gave {got} of the {len(forward)} entries from {forward.start}")
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log {log_id} gave {got} of the {len(forward)} "
+                          f"entries from {forward.start}; retry")
 
     def drop_shard(self, shard: int) -> None:
         """Delete everything of `shard` here (a copy whose move was given up, or a shard
@@ -417,13 +314,6 @@ class ApplyLoop:
                 view.commit({})
                 s.marks.pop(shard, None)
         log.info("dropped shard %d", shard)
-
-    def _restart_stream(self, log_id: int) -> None:
-        """Make a log's tail read again from its position (it moved under the stream)."""
-        got = self._streams.get(log_id)
-        if got is not None:
-            self._moved.add(log_id)
-            got[1].cancel()
 
     def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
         """Now and then, delete in this batch the dedup entries no record can match and the

@@ -19,9 +19,7 @@ from catalog import registry
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
-from log import zk as logzk
-from log.client import LocalAppends, LogClient
-from log.node import Node
+from log.client import LocalAppends, LocalLog, LogClient
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops
 from runtime.process import Fatal, exit_now, wait_until
@@ -59,7 +57,7 @@ class Parts:
 
 class StorageNode:
     def __init__(self, node_id: int, addr: str, parts: Parts, settings: Settings | None = None,
-                 on_fatal: Fatal = exit_now, local_log: inprocess.Local[Node] | None = None,
+                 on_fatal: Fatal = exit_now, local_log: inprocess.Local[LocalLog] | None = None,
                  local_answers: inprocess.Local[AnswerTaker] | None = None) -> None:
         """A storage node from its parts, with no I/O of its own (StorageNode.open opens
         them). `on_fatal(code, why)`: what the process does when this node must not go on
@@ -87,13 +85,13 @@ class StorageNode:
     @classmethod
     def open(cls, node_id: int, addr: str, zk_hosts: str, data_dir: str, settings: Settings | None = None,
              on_fatal: Fatal = exit_now, local_appends: LocalAppends | None = None,
-             local_log: inprocess.Local[Node] | None = None,
+             local_log: inprocess.Local[LocalLog] | None = None,
              local_answers: inprocess.Local[AnswerTaker] | None = None) -> StorageNode:
         """The shell: connect to ZooKeeper and the logs (`local_appends`: to the writer of
         this process), wait for the topology (a minute at most), remove the checkpoints a
         crash left in `data_dir`, open the store, read the replica sets."""
-        logs = LogClient(zk_hosts, local=local_appends)
-        log_count = wait_until(lambda: logzk.read_topology(logs.zk), NO_TOPOLOGY).logs
+        logs = LogClient(zk_hosts, local=local_appends, local_log=local_log)
+        log_count = wait_until(logs.read_topology, NO_TOPOLOGY).logs
         kv = wait_until(lambda: registry.read_kv(logs.zk), NO_TOPOLOGY)
         os.makedirs(data_dir, exist_ok=True)
         for old in os.listdir(data_dir):  # checkpoints a crash left behind

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from log.linger import LINGER_MS_MAX
+from log.limits import LINGER_MS_MAX
 
 # Upper bounds of the settings that have one, in seconds.
 _MAX_S = {"read_linger_s": LINGER_MS_MAX / 1000}  # what a Read may ask for

@@ -331,11 +331,12 @@ def test_the_text_check_sees_a_decision() -> None:
     assert [b.split(":")[0] for b in text_decisions(src)] == ["3", "5"]
 
 
-# Allowed edges into the log (issue 51): outside log/, a module uses the log through its
-# client (and its limits); only the modules that wire a process together (a host's or a
-# log server's start-up) reach its server parts. The storage node does not keep to it yet
-# (it still tails the log itself: issue 51's LogClient.follow).
-LOG_USERS_ALLOWED = {"coordinator": ("log.client", "log.limits")}
+# Allowed edges into the log (issue 51): outside log/, the servers use the log through its
+# client (and its limits): the coordinator appends and asks ReadIndex rounds
+# (LogClient.read_index_by), the storage node follows the logs (LogClient.follow). Only the
+# module that wires a host's process together reaches the log server's parts.
+LOG_USERS_ALLOWED = {"coordinator": ("log.client", "log.limits"),
+                     "storage_node": ("log.client", "log.limits")}
 WIRING = {"coordinator.host"}
 
 
@@ -351,11 +352,12 @@ def log_edges_not_allowed(graph: dict[str, set[str]]) -> list[str]:
     return bad
 
 
-def test_the_coordinator_uses_the_log_through_its_client() -> None:
+def test_the_coordinator_and_the_storage_node_use_the_log_through_its_client() -> None:
     assert log_edges_not_allowed(module_graph()) == []
 
 
-def test_the_check_sees_a_coordinator_reaching_into_the_log() -> None:
+def test_the_check_sees_a_server_reaching_into_the_log() -> None:
     graph = {"coordinator.node": {"log.client", "log.read_index"}, "coordinator.host": {"log.node"},
-             "storage_node.apply_loop": {"log.node"}}
-    assert log_edges_not_allowed(graph) == ["coordinator.node imports log.read_index"]
+             "storage_node.apply_loop": {"log.client", "log.node"}, "storage_node.reads": {"log.limits"}}
+    assert log_edges_not_allowed(graph) == ["coordinator.node imports log.read_index",
+                                            "storage_node.apply_loop imports log.node"]

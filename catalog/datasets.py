@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from decimal import Decimal
@@ -19,6 +18,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from catalog import limits
 from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
 from catalog.users import check_user
+from runtime import world
 
 ROOT = "/midtown/datasets"
 DROPPED = "/midtown/dropped"  # dataset id -> when it was dropped
@@ -96,7 +96,7 @@ def create(zk: KazooClient, name: str, consistency: str = "strong", replication:
     _wait_out_a_recent_drop(zk, name)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
-            "rate_limit": rate_limit, "created_ms": int(time.time() * 1000), "acl": acl or {},
+            "rate_limit": rate_limit, "created_ms": world.wall_ms(), "acl": acl or {},
             "quota_bytes": quota_bytes, "dedup_window_ms": dedup_window_ms,
             "dedup_max_ids": dedup_max_ids, "dedup_warn_below_ms": dedup_warn_below_ms}
     try:
@@ -112,12 +112,12 @@ def _wait_out_a_recent_drop(zk: KazooClient, name: str) -> None:
     """A dataset dropped under this name less than two cache lifetimes ago may still be
     in a coordinator's cache: a write sent to the new one could land in the old one and
     be deleted with it. Wait until no coordinator can still hold it."""
-    now_ms = time.time() * 1000
+    now_ms = world.wall_ms()
     for dataset_id, at in dropped(zk):
         if dataset_id.rsplit("#", 1)[0] == name:
             wait_s = (at + 2 * CACHE_TTL_S * 1000 - now_ms) / 1000
             if wait_s > 0:
-                time.sleep(min(wait_s, 2 * CACHE_TTL_S))
+                world.sleep(min(wait_s, 2 * CACHE_TTL_S))
 
 
 def get(zk: KazooClient, name: str) -> Dataset | None:
@@ -209,7 +209,7 @@ def drop(zk: KazooClient, name: str) -> None:
         raise DatasetError(f"name: no dataset {name!r}")
     tx = zk.transaction()
     tx.delete(f"{ROOT}/{name}")
-    tx.create(f"{DROPPED}/{d.id}", json.dumps({"dropped_ms": int(time.time() * 1000)}).encode())
+    tx.create(f"{DROPPED}/{d.id}", json.dumps({"dropped_ms": world.wall_ms()}).encode())
     zk.ensure_path(DROPPED)
     if any(isinstance(r, Exception) for r in tx.commit()):
         raise DatasetError(f"name: dataset {name!r} changed meanwhile; try again")
@@ -284,7 +284,7 @@ class DatasetCache:
             self._emptied += 1
 
     def get(self, name: str) -> Dataset | None:
-        now = time.monotonic()
+        now = world.monotonic()
         with self._lock:
             hit, emptied = self._cache.get(name), self._emptied
         if hit is not None and now - hit[0] < self.ttl_s and hit[1] is not None:

@@ -14,7 +14,6 @@ log/zk.py):
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +25,7 @@ from catalog import machines, replica_sets, shard_moves
 from catalog.failure_domains import Domains, PlacementError
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
+from runtime import world
 from runtime.membership import Membership
 
 KV = "/midtown/kv"
@@ -177,7 +177,7 @@ def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: st
         tx.create(REPLICA_SETS, data)
     else:
         tx.set_data(REPLICA_SETS, data, version=version)
-    entry = {"version": 0 if version is None else version + 1, "at_ms": int(time.time() * 1000),
+    entry = {"version": 0 if version is None else version + 1, "at_ms": world.wall_ms(),
              "why": why, **replica_sets.to_json(sets)}
     tx.create(f"{REPLICA_SETS_HISTORY}/change-", json.dumps(entry).encode(), sequence=True)
     if move is not None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
@@ -15,6 +14,7 @@ from kazoo.exceptions import NoNodeError
 
 from catalog import registry
 from catalog.replica_sets import ReplicaSets
+from runtime import world
 
 USAGE = "/midtown/usage"
 CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
@@ -115,7 +115,7 @@ class UsageCache:
 
     def reports(self) -> View:
         """view(), at most `ttl_s` old."""
-        now = time.monotonic()
+        now = world.monotonic()
         if now - self._at >= self.ttl_s:
             with self._lock:
                 if now - self._at >= self.ttl_s:

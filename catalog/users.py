@@ -8,10 +8,11 @@ import json
 import re
 import secrets
 import threading
-import time
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from runtime import world
 
 USER = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
@@ -85,7 +86,7 @@ class UserCache:
 
     def user(self, token: str) -> str | None:
         h = token_hash(token)
-        now = time.monotonic()
+        now = world.monotonic()
         age = now - self._loaded
         if age > self.ttl_s or (h not in self._by_hash and (self._changed or age > self.miss_s)):
             self._reload(now)

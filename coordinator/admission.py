@@ -6,7 +6,6 @@ storage quota (coordinator/quotas.py). Each refusal is an Refusal naming what re
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import grpc
@@ -19,6 +18,7 @@ from coordinator import acl, limits, quotas
 from coordinator.checks import Code
 from coordinator.ratelimit import RateLimiter
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 from runtime.refusals import Refusal
 
 
@@ -53,7 +53,7 @@ class Admission:
 
     def check_rate(self, d: Dataset | None, peer: str) -> None:
         """Over a limit: RESOURCE_EXHAUSTED, naming which."""
-        now = time.monotonic()
+        now = world.monotonic()
         if not self.limiter.allow(("client", peer), self.client_rate_limit, now):
             raise Refusal(Code.RESOURCE_EXHAUSTED,
                         f"client: over the limit of {self.client_rate_limit:g} requests/s per "
@@ -72,7 +72,7 @@ class Admission:
         if d is None or not written:
             return
         counted, at_ms = usage.used(self.usage.reports(), d.id)
-        now_ms = int(time.time() * 1000)
+        now_ms = world.wall_ms()
         with self._quota_lock:
             holds = counted + self._recent.since(d.id, at_ms - quotas.APPLY_SLACK_MS, now_ms)
             if not quotas.over(d.quota_bytes, holds):

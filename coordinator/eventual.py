@@ -19,10 +19,10 @@ Pure logic here; the calls to the replicas are made by coordinator/node.py."""
 from __future__ import annotations
 
 import threading
-import time
 
 from midtown_pb import kv_pb2 as pb
 from record.versions import COUNTER_BITS, ID_BITS, version_millis
+from runtime import world
 
 
 def quorum(n: int) -> int:
@@ -38,7 +38,7 @@ class HybridClock:
         if not 0 <= coord_id < 1 << ID_BITS:
             raise ValueError(f"coordinator id: {coord_id}; eventual datasets need ids 0..255")
         self.coord_id = coord_id
-        self._now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self._now_ms = now_ms or world.wall_ms
         self._last = 0  # (ms << COUNTER_BITS) | counter
         self._lock = threading.Lock()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from concurrent import futures
@@ -44,7 +43,7 @@ from record.model import (
     RecordResult,
     Stored,
 )
-from runtime import inprocess
+from runtime import inprocess, world
 from runtime.group_commit import GroupTimeout
 from runtime.refusals import Refusal
 
@@ -213,7 +212,7 @@ class Coordinator:
         writer retried) is asked again with its request id, within the same deadline: only
         the storage nodes know which copy counts. Each write fails alone, with the Refusal
         in its place."""
-        deadline = time.monotonic() + deadline_s
+        deadline = world.monotonic() + deadline_s
         out: list[RecordResult | Refusal | None] = [None] * len(writes)
         planned: list[tuple[int, Record]] = []
         appending: list[Appending] = []
@@ -244,7 +243,7 @@ class Coordinator:
                                   rec.partition_key, list(rec.ops)))
                     again_at.append(i)
         if again:
-            for i, r in zip(again_at, self.run_writes(again, max(0.0, deadline - time.monotonic()))):
+            for i, r in zip(again_at, self.run_writes(again, max(0.0, deadline - world.monotonic()))):
                 out[i] = r
         return out  # type: ignore[return-value]
 
@@ -290,7 +289,7 @@ class Coordinator:
         waiting = [i for i, r in enumerate(records) if r.wait]
         waiters = self.answers.expect([(records[i].log_id, records[i].shard, records[i].request_id)
                                        for i in waiting])
-        deadline = time.monotonic() + deadline_s
+        deadline = world.monotonic() + deadline_s
         out: list[Answer | Placed | Refusal | None] = [None] * len(records)
         try:
             by_log: dict[int, list[int]] = {}
@@ -302,7 +301,7 @@ class Coordinator:
                         placed = [self._append(log_id, records[idx[0]].payload, deadline_s)]
                     else:
                         placed = self._append_many(log_id, [records[i].payload for i in idx],
-                                                   max(0.0, deadline - time.monotonic()))
+                                                   max(0.0, deadline - world.monotonic()))
                 except Refusal as e:
                     for i in idx:
                         out[i] = e
@@ -314,7 +313,7 @@ class Coordinator:
                 if out[i] is not None:  # its append failed
                     continue
                 try:
-                    out[i] = w.result(max(0.0, deadline - time.monotonic()))
+                    out[i] = w.result(max(0.0, deadline - world.monotonic()))
                 except futures.TimeoutError:
                     out[i] = Refusal(Code.DEADLINE_EXCEEDED,
                                    "outcome unknown: no storage node answered in time; retry with the "

@@ -6,6 +6,7 @@ shard scan from the first node that can start one."""
 
 from __future__ import annotations
 
+import functools
 import queue
 import random
 import threading
@@ -23,7 +24,7 @@ from coordinator.checks import Code
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from record.model import Behind
-from runtime import inprocess, transport
+from runtime import inprocess, transport, world
 from runtime.refreshed import Refreshed
 from runtime.refusals import BEHIND_TRAILER, Refusal, reason
 
@@ -328,7 +329,7 @@ def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
             put(("failed", e))
 
     for it, _ in streams:
-        threading.Thread(target=pump, args=(it,), name="watch-relay", daemon=True).start()
+        world.spawn("watch-relay", functools.partial(pump, it))
     try:
         while True:
             try:

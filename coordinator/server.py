@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -57,7 +56,7 @@ from record.model import (
     RecordResult,
     Scan,
 )
-from runtime import handlers, inprocess, metrics, transport
+from runtime import handlers, inprocess, metrics, transport, world
 from runtime.health import serve_health
 from runtime.process import Part, serve_all, tune_runtime
 from runtime.refusals import REFUSED, BadRequest, Refusal
@@ -240,7 +239,7 @@ class KVService:
             answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
                                            self._deadline(ctx))
             v = eventual.winner(answers)
-            if not eventual.live(v, int(time.time() * 1000)):
+            if not eventual.live(v, world.wall_ms()):
                 return pb.GetResponse(found=False)
             assert v is not None
             return pb.GetResponse(found=True, value=_lww_value(v))
@@ -270,7 +269,7 @@ class KVService:
         before = eventual.winner(self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
                                                       self._deadline(ctx)))
         self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
-        return pb.DeleteResponse(deleted=int(eventual.live(before, int(time.time() * 1000))))
+        return pb.DeleteResponse(deleted=int(eventual.live(before, world.wall_ms())))
 
     def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext,
                       d: Dataset | None) -> pb.CheckAndSetResponse:
@@ -458,7 +457,7 @@ class KVService:
                 ed, req.partition_key,
                 pb.LwwReadRequest(scan=True, start=req.start, end=req.end, limit=asked),
                 self._deadline(ctx))
-            page, nxt = eventual.scan_page(answers, asked, op.limit, int(time.time() * 1000))
+            page, nxt = eventual.scan_page(answers, asked, op.limit, world.wall_ms())
             return pb.ScanResponse(items=[pb.Item(local_key=it.local_key, value=_lww_value(it.value))
                                           for it in page], next=nxt)
         if req.consistency == pb.EVENTUAL:

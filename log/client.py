@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from log.ports import Following as Following
 from log.ports import LocalLog as LocalLog
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import refusals, transport
+from runtime import refusals, transport, world
 from runtime.refreshed import Refreshed
 
 if TYPE_CHECKING:  # the client alone (`pip install .`) has no prometheus_client, which inprocess uses
@@ -305,19 +304,19 @@ class LogClient:
                retry_unknown: bool = True) -> Appended:
         self.check_log(log_id)
         self._watch_writer(log_id)
-        deadline = time.monotonic() + timeout_s
+        deadline = world.monotonic() + timeout_s
         attempts = 0
         refresh = False
         backoff = 0.05
         while True:
             attempts += 1
             addr = self.writer_addr(log_id, refresh=refresh)
-            left = deadline - time.monotonic()
+            left = deadline - world.monotonic()
             if left <= 0:
                 raise LogError(grpc.StatusCode.DEADLINE_EXCEEDED,
                                f"log {log_id}: no acknowledged append within {timeout_s}s")
             if addr is None:
-                time.sleep(min(backoff, left))
+                world.sleep(min(backoff, left))
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue
@@ -334,7 +333,7 @@ class LogClient:
                 continue
             unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
             if unknown and (retry_unknown or got.reason == refusals.NO_WRITER):
-                time.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
+                world.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from log.ensemble_change import Copies
 from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
+from runtime import world
 from runtime.clock import lease_clock
 
 
@@ -74,20 +74,20 @@ class WriterDriver:
         self._queued = 0
         self._qlock = threading.Lock()
         self.failed = threading.Event()
-        self.started_at = time.monotonic()
+        self.started_at = world.monotonic()
         # Its open segment's copies, as answers come back (log/ensemble_change.py): written
         # by this writer's thread, read by the election's.
         self.copies = Copies()
         self._copies_lock = threading.Lock()
         self._changing_since = 0.0
-        self.thread = threading.Thread(target=self._run, name=f"writer-{self.log_id}", daemon=True)
+        self.thread: world.Task | None = None  # its thread, once started
 
     @property
     def epoch(self) -> int:
         return self.core.epoch
 
     def start(self) -> None:
-        self.thread.start()
+        self.thread = world.spawn(f"writer-{self.log_id}", self._run)
 
     def assigned_end(self) -> int:
         """The last position this writer has given an entry (read from another thread:
@@ -129,12 +129,12 @@ class WriterDriver:
         EPOCH.labels(log=str(self.log_id)).set(core.epoch)
         core.start(self._now_ms())
         self._flush()
-        next_tick = time.monotonic() + TICK_S
-        next_heartbeat = time.monotonic() + LAC_HEARTBEAT_S
+        next_tick = world.monotonic() + TICK_S
+        next_heartbeat = world.monotonic() + LAC_HEARTBEAT_S
         lac_due = float("inf")
         try:
             while core.state is not State.FAILED:
-                timeout = max(0.0, min(next_tick, lac_due) - time.monotonic())
+                timeout = max(0.0, min(next_tick, lac_due) - world.monotonic())
                 if core.sealing_after is not None:  # a recovery waits out the old writer's lease
                     timeout = max(0.0, min(timeout, core.sealing_after - lease_clock()))
                 try:
@@ -155,19 +155,19 @@ class WriterDriver:
                 if core.state is State.WRITING:
                     self._append_waiting()
                 elif core.state is State.CHANGING:
-                    if time.monotonic() - self._changing_since > limits.RECOVERY_TIMEOUT_S:
+                    if world.monotonic() - self._changing_since > limits.RECOVERY_TIMEOUT_S:
                         # No fence quorum of the old segment's replicas: another writer's
                         # recovery, of the segment already opened on live servers, goes on.
                         core.fail("ensemble change timed out (the old segment's replicas did not answer)")
                 elif (core.state is not State.FAILED
-                      and time.monotonic() - self.started_at > limits.RECOVERY_TIMEOUT_S):
+                      and world.monotonic() - self.started_at > limits.RECOVERY_TIMEOUT_S):
                     core.fail("recovery timed out (no quorum of replicas answered)")
-                if time.monotonic() >= next_tick:
+                if world.monotonic() >= next_tick:
                     core.tick(self._now_ms())
-                    next_tick = time.monotonic() + TICK_S
+                    next_tick = world.monotonic() + TICK_S
                     if not self._waiting and core.time_mark_due(self._now_ms()):
                         self._mark_time()
-                now = time.monotonic()
+                now = world.monotonic()
                 if now >= next_heartbeat:
                     core.push_lac(force=True)
                     next_heartbeat = now + LAC_HEARTBEAT_S
@@ -182,7 +182,7 @@ class WriterDriver:
                 if core.lac != lac0:
                     self.node.notify(self.log_id)
                     if lac_due == float("inf"):
-                        lac_due = time.monotonic() + LAC_PUSH_DELAY_S
+                        lac_due = world.monotonic() + LAC_PUSH_DELAY_S
         except Exception:  # a bug: stop writing rather than risk anything
             log.exception("writer for log %d crashed", self.log_id)
             core.fail("internal error in the writer")
@@ -225,7 +225,7 @@ class WriterDriver:
                             self.core.replicas, self.core.epoch)
         elif kind == "change":
             if self.core.state is State.WRITING and tuple(ev[1]) != tuple(self.core.replicas):
-                self._changing_since = time.monotonic()
+                self._changing_since = world.monotonic()
                 self.core.change_ensemble(tuple(ev[1]))
         elif kind == "stop":
             self.core.fail(ev[1])
@@ -257,7 +257,7 @@ class WriterDriver:
             for o in out:
                 if isinstance(o, Send):
                     with self._copies_lock:
-                        self.copies.sent(o.to, time.monotonic())
+                        self.copies.sent(o.to, world.monotonic())
                     self.node.send(self, o.to, o.msg)
                 elif isinstance(o, WriteMetadata):
                     ok, v = self.node.write_metadata(o.metadata, o.expected_version)
@@ -286,7 +286,7 @@ class WriterDriver:
         """The writer's segment is open for appends (recovered, or moved): say so, and
         watch its copies from now."""
         with self._copies_lock:
-            self.copies.open(self.core.replicas, time.monotonic())
+            self.copies.open(self.core.replicas, world.monotonic())
         EPOCH.labels(log=str(self.log_id)).set(self.core.epoch)
         self.node.announce_writer(self.log_id, self.core.epoch)
 
@@ -296,4 +296,4 @@ class WriterDriver:
 
     @staticmethod
     def _now_ms() -> int:
-        return int(time.time() * 1000)
+        return world.wall_ms()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from log.ensemble import NoEnsemble
 from log.messages import ReadRange
 from log.metadata import LogMetadata
 from log.writer import State, Writer
+from runtime import world
 from runtime.clock import lease_clock
 
 log = logging.getLogger("midtown.log.election")
@@ -96,7 +96,7 @@ class Election:
         self.takeover = takeover.Takeover()  # the followers' rule; heard/lost from the shell
         self._probes: dict[int, tuple[float, bool]] = {}  # server -> (when, answered)
         self._wake = threading.Event()
-        self.started = time.monotonic()
+        self.started = world.monotonic()
 
     def leaving_watch(self, children: list[str]) -> None:
         self.leaving = frozenset(int(c) for c in children)
@@ -124,7 +124,7 @@ class Election:
             self._wake.clear()
             if not self.zk_ok():
                 continue
-            now = time.monotonic()
+            now = world.monotonic()
             if now >= next_refresh:  # a safety net under the watches
                 self.writer_cache.clear()
                 next_refresh = now + WRITER_REFRESH_S
@@ -184,7 +184,7 @@ class Election:
                 or w.get("epoch") != seg.epoch or self.server_id in self.leaving):
             self.takeover.forget(log_id)
             return
-        now = time.monotonic()
+        now = world.monotonic()
         self.takeover.writing(log_id, w["server"], now)
         if not self.takeover.probe_due(log_id, now):
             return
@@ -193,8 +193,8 @@ class Election:
         at, answered = self._probes.get(w["server"], (-1.0, False))
         if now - at >= takeover.PROBE_GAP_S:
             answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
-            self._probes[w["server"]] = (time.monotonic(), answered)
-        if self.takeover.probed(log_id, answered, time.monotonic()):
+            self._probes[w["server"]] = (world.monotonic(), answered)
+        if self.takeover.probed(log_id, answered, world.monotonic()):
             self.takeover.forget(log_id)
             self._take_over(log_id, w)
 
@@ -302,7 +302,7 @@ class Election:
         are not in it."""
         topo = zkpaths.read_topology(self.zk) or self.topo
         pool = [s for s in topo.log_servers if s not in self.leaving]
-        exclude = set(exclude or ()) | self._lost_now(time.monotonic())
+        exclude = set(exclude or ()) | self._lost_now(world.monotonic())
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
         live = [s for s in zkpaths.servers(self.zk) if s in pool and s not in (exclude or ())]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +24,7 @@ from log.catch_up import Unavailable
 from log.ports import FollowedEntry, LocalLog
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
+from runtime import world
 
 if TYPE_CHECKING:
     from runtime import inprocess
@@ -76,7 +76,7 @@ class Follow:
         while not self.stop.is_set():
             addr = self.client.writer_addr(self.log_id, refresh=True)
             if addr is None:
-                time.sleep(backoff)
+                world.sleep(backoff)
                 continue
             node = self.local.at(addr) if self.local is not None else None
             if node is not None:
@@ -88,7 +88,7 @@ class Follow:
                 if read:
                     backoff = BACKOFF_FIRST_S
                 else:  # ZooKeeper still names it, but it stopped writing
-                    time.sleep(backoff)
+                    world.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
             try:
@@ -101,7 +101,7 @@ class Follow:
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
                     self.behind(e.details() or "truncated")
                 else:
-                    time.sleep(backoff)
+                    world.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def _read_stream(self, addr: str) -> None:

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 import grpc
@@ -32,7 +31,7 @@ from log.rereplicator import INTERVAL_S as REREPLICATE_S
 from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
 from log.writer import ChangeEnsemble, Writer
-from runtime import loops
+from runtime import loops, world
 from runtime.clock import lease_clock
 from runtime.membership import Membership
 from runtime.process import wait_until
@@ -129,7 +128,8 @@ class Node:
         for d in list(self.writers.values()):
             d.stop("server stopping")
         for d in list(self.writers.values()):
-            d.thread.join(2)
+            if d.thread is not None:
+                d.thread.join(2)
         try:
             self.zk.stop()
             self.zk.close()
@@ -264,7 +264,7 @@ class Node:
                     replies.append(self.replica.on_add(msg))
                 else:
                     replies.append(self.replica.on_read_range(msg))
-        now = time.monotonic()
+        now = world.monotonic()
         for msg, rep in zip(msgs, replies):
             if isinstance(msg, AddEntries) and rep.result is Result.OK:
                 self.election.takeover.heard(msg.log_id, now)  # the writer is alive

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +26,7 @@ from log.driver import WriterDriver
 from log.messages import AddEntries, Fence
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import loops, transport
+from runtime import loops, transport, world
 from runtime.call_stream import CallStream, StreamFailed, watch
 from runtime.refusals import BadRequest
 
@@ -126,7 +125,7 @@ class Peers:
             return True  # a recovering segment's replica
         followers = tuple(r for r in replicas if r != self.server_id)
         need = spares.followers_needed(replicas, self.server_id, driver.core.ack_quorum)
-        now = time.monotonic()
+        now = world.monotonic()
         with self._lock:
             since = {f: o.waiting_since for f in followers if (o := self._outlets.get(f)) is not None}
             eager = self._eager_now[followers] = spares.eager(
@@ -180,12 +179,12 @@ class Outlet:
         self.stream: CallStream | None = None  # to a peer (runtime/call_stream.py)
         # Calls in flight per replica (the writer copes with replies in any order).
         for i in range(OUTLET_CALLS_IN_FLIGHT):
-            threading.Thread(target=self._run, name=f"outlet-{to}-{i}", daemon=True).start()
+            world.spawn(f"outlet-{to}-{i}", self._run)
 
     def put(self, driver: WriterDriver, msg: AddEntries, eager: bool = True) -> None:
         with self._cv:
             first = not self._q
-            self._q.append((driver, msg, eager, time.monotonic()))
+            self._q.append((driver, msg, eager, world.monotonic()))
             self._eager += eager
             self._entries += len(msg.entries)
             # Wake the thread for its first message, or to end a linger (not per spare copy).
@@ -199,7 +198,7 @@ class Outlet:
                 if self.peers.stop.is_set():
                     return []
             while not self.peers.stop.is_set():
-                left = linger.linger_left(time.monotonic(), self._q[0][3], self.peers.spare_linger_s,
+                left = linger.linger_left(world.monotonic(), self._q[0][3], self.peers.spare_linger_s,
                                           self._entries, self._eager > 0)
                 if left <= 0:
                     break
@@ -220,7 +219,7 @@ class Outlet:
             if not items:
                 continue
             msgs = [m for _, m in items]
-            sent = self.waiting_since = time.monotonic()
+            sent = self.waiting_since = world.monotonic()
             try:
                 if self.to == self.peers.server_id:
                     replies: list[Any] | None = self.peers.local_batch(msgs)
@@ -231,7 +230,7 @@ class Outlet:
                 replies = None
             self.waiting_since = None
             if self.to != self.peers.server_id:
-                self.peers.answered(self.to, None if replies is None else time.monotonic() - sent)
+                self.peers.answered(self.to, None if replies is None else world.monotonic() - sent)
             if replies is None:
                 continue  # lost: the writers resend on their tick
             for (driver, msg), rep in zip(items, replies):

@@ -10,7 +10,6 @@ import argparse
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -25,7 +24,7 @@ from log.driver import Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node
 from midtown_pb import log_pb2 as pb
-from runtime import handlers, metrics, refusals, transport
+from runtime import handlers, metrics, refusals, transport, world
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from runtime.refusals import BadRequest, Refusal
@@ -111,7 +110,7 @@ class Services:
                 return
             if pos <= end:
                 if linger_s:
-                    now = time.monotonic()
+                    now = world.monotonic()
                     since = now if since is None else since
                     left = linger.linger_left(now, since, linger_s, end - pos + 1,
                                               node.lingering.hurried(log_id, pos))

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
+
+from runtime import world
 
 log = logging.getLogger("midtown.loops")
 
@@ -57,7 +58,7 @@ class Spread:
     not rest)."""
 
     def __init__(self, duty: float, max_s: float, expected_busy_s: float,
-                 wait: Callable[[float], object], clock: Callable[[], float] = time.monotonic) -> None:
+                 wait: Callable[[float], object], clock: Callable[[], float] = world.monotonic) -> None:
         assert 0 < duty <= 1 and max_s > 0
         rest = 1 / duty - 1
         if expected_busy_s > 0:
@@ -81,7 +82,7 @@ class Spread:
 
 def every(name: str, interval_s: float, body: Callable[[], float | None], stop: threading.Event,
           first_at_once: bool = False, duty: float = 0.0,
-          max_interval_s: float = float("inf")) -> threading.Thread:
+          max_interval_s: float = float("inf")) -> world.Task:
     """Run `body` every `interval_s` until `stop` is set, in a daemon thread; with `duty`,
     less often when a run is long (paced_wait: on the seconds the body says it was busy,
     if it rests while it runs and returns them, else on its time). A failure is logged and
@@ -92,7 +93,7 @@ def every(name: str, interval_s: float, body: Callable[[], float | None], stop: 
         backoff = Backoff(max_s=max(BACKOFF_FIRST_S, min(BACKOFF_MAX_S, interval_s)))
         wait = 0.0 if first_at_once else interval_s
         while not stop.wait(wait):
-            started = time.monotonic()
+            started = world.monotonic()
             try:
                 busy = body()
             except Exception:
@@ -100,15 +101,13 @@ def every(name: str, interval_s: float, body: Callable[[], float | None], stop: 
                 log.warning("%s failed; retrying in %.1f s", name, wait, exc_info=True)
                 continue
             backoff.succeeded()
-            took = busy if busy is not None else time.monotonic() - started
+            took = busy if busy is not None else world.monotonic() - started
             wait = paced_wait(interval_s, took, duty, max_interval_s)
 
-    t = threading.Thread(target=run, name=name, daemon=True)
-    t.start()
-    return t
+    return world.spawn(name, run)
 
 
-def forever(name: str, body: Callable[[], None], stop: threading.Event) -> threading.Thread:
+def forever(name: str, body: Callable[[], None], stop: threading.Event) -> world.Task:
     """Run `body` (which loops until `stop` on its own) in a daemon thread; if it returns
     or raises before `stop` is set, log it and start it again after a backoff."""
 
@@ -125,6 +124,4 @@ def forever(name: str, body: Callable[[], None], stop: threading.Event) -> threa
             backoff.succeeded()
             stop.wait(BACKOFF_FIRST_S)  # returned by itself: go round again, gently
 
-    t = threading.Thread(target=run, name=name, daemon=True)
-    t.start()
-    return t
+    return world.spawn(name, run)

@@ -16,7 +16,6 @@ import functools
 import heapq
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -27,7 +26,7 @@ from log.client import FollowedEntry, Following, LocalLog
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Drop, Position, Record, RecordResult, Stored
-from runtime import inprocess
+from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from runtime.refusals import Refusal
@@ -119,7 +118,7 @@ class ApplyLoop:
                 first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
             except Exception as e:  # the logs do not answer now: the tail tries again
                 log.warning("log %d: %s; its first position is unknown (%s)", log_id, why, e)
-                time.sleep(1)
+                world.sleep(1)
                 return
             with self._mutex:
                 if not any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)):
@@ -318,7 +317,7 @@ class ApplyLoop:
     def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
         """Now and then, delete in this batch the dedup entries no record can match and the
         values no read can see any more (storage_node/reclaim.py)."""
-        now = time.monotonic()
+        now = world.monotonic()
         if now < self._next_reclaim:
             return
         self._next_reclaim = now + reclaim.RECLAIM_INTERVAL_S

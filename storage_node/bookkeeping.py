@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Iterator
 
 from catalog import datasets, registry, shard_moves
@@ -21,7 +20,7 @@ from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc, log_pb2
 from record import codec
 from record.model import Drop, Position, Record
-from runtime import loops, transport
+from runtime import loops, transport, world
 from storage_node import lww, usage
 from storage_node.apply_loop import ApplyLoop
 from storage_node.eventual_service import EventualService
@@ -115,7 +114,7 @@ class Bookkeeping:
         changed, and every minute in any case."""
         s = self.state
         seen = (s.sets.version, tuple(sorted((sh, m.dest, m.phase) for sh, m in s.moves.items())))
-        now = time.monotonic()
+        now = world.monotonic()
         if seen == self._cleaned[0] and now - self._cleaned[1] < 60:
             return
         self._cleaned = (seen, now)
@@ -143,7 +142,7 @@ class Bookkeeping:
         s = self.state
         try:
             due = [i for i, at in datasets.dropped(s.zk)
-                   if time.time() * 1000 - at >= s.settings.drop_delay_s * 1000]
+                   if world.wall_ms() - at >= s.settings.drop_delay_s * 1000]
             for dataset_id in due:
                 pending = [lg for lg in range(s.kv_logs)
                            if not s.store.drop_applied(lg, dataset_id)]
@@ -194,7 +193,7 @@ class Bookkeeping:
         of that time; a ZooKeeper outage holds purging back. The count rests as it reads
         (loops.Spread); returns the seconds it was busy."""
         s = self.state
-        now_ms = int(time.time() * 1000)
+        now_ms = world.wall_ms()
         s.store.set_last_up(now_ms)
         old: list[tuple[bytes, bytes]] = []
 

@@ -14,7 +14,7 @@ import grpc
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from record.model import RecordResult
-from runtime import transport
+from runtime import transport, world
 from storage_node.limits import CALLBACK_BATCH_MAX, CALLBACK_QUEUE_MAX
 
 log = logging.getLogger("midtown.storage.callbacks")
@@ -45,7 +45,7 @@ class _Outlet:
         self.stub = kv_pb2_grpc.CallbackStub(transport.channel(addr))
         self._q: deque[pb.RecordResult] = deque(maxlen=CALLBACK_QUEUE_MAX)
         self._cv = threading.Condition()
-        threading.Thread(target=self._run, name=f"callback-{addr}", daemon=True).start()
+        world.spawn(f"callback-{addr}", self._run)
 
     def put(self, results: list[pb.RecordResult]) -> None:
         with self._cv:

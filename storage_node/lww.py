@@ -31,12 +31,12 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-import time
 
 from rocksdict import WriteBatch
 
 from midtown_pb import kv_pb2 as pb
 from record.versions import version_millis
+from runtime import world
 from runtime.group_commit import GroupCommit
 from runtime.refusals import BadRequest
 from storage_node import keys
@@ -162,7 +162,7 @@ class LwwReplica:
         """Keep what a peer holds that is newer than this replica's; returns how many."""
         if len(resp.keys) != len(resp.values):
             raise BadRequest("keys and values differ in number")
-        now_ms = int(time.time() * 1000)
+        now_ms = world.wall_ms()
         # Nothing already past the grace: this replica may have purged it on purpose.
         items = [(k, v) for k, v in zip(resp.keys, resp.values)
                  if k.startswith(b"E") and v.version

@@ -11,7 +11,6 @@ import contextlib
 import logging
 import os
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
 from log.client import LocalAppends, LocalLog, LogClient
 from midtown_pb import kv_pb2 as pb
-from runtime import inprocess, loops
+from runtime import inprocess, loops, world
 from runtime.process import Fatal, exit_now, wait_until
 from runtime.refusals import BadRequest
 from storage_node import bootstrap, rebuild
@@ -145,7 +144,7 @@ class StorageNode:
             return
         log.info("bootstrapping (saved positions %s, first available %s%s)",
                  saved, first, ", an earlier bootstrap did not finish" if marker else "")
-        deadline = time.monotonic() + 300
+        deadline = world.monotonic() + 300
         while True:
             bounds = self._log_bounds() or bounds  # read again: a rebuild needs every head
             moves = {x: m for x, (m, _) in registry.read_moves(s.zk).items()}
@@ -161,9 +160,9 @@ class StorageNode:
                     bootstrap.copy_from(s.store.db, peers, s.store.sync)
                 break
             except bootstrap.BootstrapFailed as e:
-                if time.monotonic() > deadline:
+                if world.monotonic() > deadline:
                     raise SystemExit(f"storage node {s.node_id}: cannot bootstrap: {e}") from None
-                time.sleep(1)
+                world.sleep(1)
         s.reload_positions()  # in place: the apply loop, the reads and the rounds hold them
         for lg in range(s.kv_logs):  # report the new positions at the next interval
             s.last_data[lg] = s.positions[lg][0]
@@ -184,7 +183,7 @@ class StorageNode:
         self.state.stop.set()
         if hasattr(self, "membership"):
             self.membership.stop()
-        time.sleep(0.1)
+        world.sleep(0.1)
         try:
             self.state.logs.close()
         finally:
@@ -231,13 +230,13 @@ class StorageNode:
         at, ts, pairs = self.reads.shard_copy(req)
 
         def paced() -> Iterator[pb.SnapshotChunk]:
-            t0, sent = time.monotonic(), 0
+            t0, sent = world.monotonic(), 0
             for chunk in bootstrap.chunks(pairs, SHARD_CHUNK_BYTES):
                 chunk.position, chunk.log_time_ms = at, ts
                 if req.rate_mb_s:  # the source paces: its disk and network are the ones spared
-                    ahead = sent / (req.rate_mb_s * 1e6) - (time.monotonic() - t0)
+                    ahead = sent / (req.rate_mb_s * 1e6) - (world.monotonic() - t0)
                     if ahead > 0:
-                        time.sleep(ahead)
+                        world.sleep(ahead)
                     sent += chunk.ByteSize()
                 yield chunk
         return paced()

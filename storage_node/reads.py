@@ -9,7 +9,6 @@ import contextlib
 import os
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 
@@ -21,6 +20,7 @@ from catalog.routing import check_shard, log_of
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Behind, Record
+from runtime import world
 from runtime.disk import bounded_items
 from runtime.refusals import BadRequest, Refusal
 from storage_node import arrow_pages, keys, shard_copy
@@ -106,7 +106,7 @@ class Reads:
         self.kv = kv
         self.kv_logs = kv_logs
         self.holds = holds
-        self.views = Views(data_dir, self._take_checkpoint, time.monotonic)
+        self.views = Views(data_dir, self._take_checkpoint, world.monotonic)
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
         """A read of this replica's current state, expiry judged by the log time it has
@@ -204,7 +204,7 @@ class Reads:
         into key ranges of about `req.split_bytes` (keys and values) each: a token per
         range, which scan_shard reads. A range is cut at a key, so one key larger than
         split_bytes is a range of its own; no keys: one empty range."""
-        until = time.monotonic() + req.time_left_ms / 1000 if req.time_left_ms else float("inf")
+        until = world.monotonic() + req.time_left_ms / 1000 if req.time_left_ms else float("inf")
         view, cur = self._view_for(b"", req.dataset, req.shard, req.min_position, req.wait_ms,
                                    req.partition_key if req.HasField("partition_key") else None)
         try:
@@ -212,7 +212,7 @@ class Reads:
             items = bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end))
             try:
                 cut = cut_splits(items, len(prefix), cur.start, cur.end, req.split_bytes,
-                                 lambda: time.monotonic() > until)
+                                 lambda: world.monotonic() > until)
             except TimeoutError as e:
                 raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, str(e)) from None
             return pb.ShardSplitsResponse(position=cur.position, splits=[
@@ -295,10 +295,10 @@ class Reads:
         """Until this replica has applied `log_id` up to `min_position` (exclusive)."""
         if not min_position:
             return
-        deadline = time.monotonic() + min(wait_ms, READ_WAIT_MS_MAX) / 1000
+        deadline = world.monotonic() + min(wait_ms, READ_WAIT_MS_MAX) / 1000
         with self.cond:
             while self.positions[log_id][0] < min_position:
-                left = deadline - time.monotonic()
+                left = deadline - world.monotonic()
                 if left <= 0:
                     raise Behind(f"replica {self.node_id} has applied log {log_id} up to "
                                  f"{self.positions[log_id][0]}, not {min_position}")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 
 import grpc
@@ -32,6 +31,7 @@ from catalog import registry
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
 from catalog.shard_moves import COPYING, Move
+from runtime import world
 from storage_node import bootstrap, shard_copy
 from storage_node.shard_intake import CopyFailed
 from storage_node.state import NodeState
@@ -65,7 +65,7 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     """Replace this node's state by a copy of each of `shards`, each at or past its log's
     head in `heads` (log -> next position when the rebuild began, None if unknown: then
     BootstrapFailed before anything is deleted). BootstrapFailed when a shard has no
-    replica that gives a whole copy by `deadline` (time.monotonic)."""
+    replica that gives a whole copy by `deadline` (world.monotonic)."""
     known = known_heads(shards, heads, s.kv_logs)
     bootstrap.begin(s.store.db, s.store.sync)
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
@@ -104,7 +104,7 @@ def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float
                 view = BatchView(s.store)  # what the failed try left
                 view.drop_shard(shard, log_of(shard, s.kv_logs))
                 view.commit({})
-        if time.monotonic() > deadline:
+        if world.monotonic() > deadline:
             raise bootstrap.BootstrapFailed(f"no replica of shard {shard} gave a whole copy ("
                                             + ("; ".join(errors[-3:]) or "none is up") + ")")
-        time.sleep(1)
+        world.sleep(1)

@@ -5,9 +5,9 @@ them, spread over up to USAGE_SPREAD_S (storage_node/limits.py)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 
+from runtime import world
 from storage_node import keys
 from storage_node.store import NodeStore
 
@@ -39,11 +39,11 @@ def data_items(store: NodeStore, piece_done: Callable[[float], None] = lambda to
     for prefix in DATA_PREFIXES:
         start = b""
         while True:
-            t0 = time.monotonic()
+            t0 = world.monotonic()
             page = store.local_range(prefix, start, b"", piece)
             for lkey, v in page:
                 yield prefix + lkey, v
-            piece_done(time.monotonic() - t0)
+            piece_done(world.monotonic() - t0)
             if len(page) < piece:
                 break
             start = page[-1][0] + b"\x00"

@@ -86,7 +86,7 @@ def to_close(views: list[View], now: float, room_for: int = 0) -> list[View]:
 
 class Views:
     """The open views of one node. `checkpoint(path)` takes one (under the node's commit
-    lock); `clock` is time.monotonic in the node."""
+    lock); `clock` is world.monotonic in the node (runtime/world.py)."""
 
     def __init__(self, data_dir: str, checkpoint: Callable[[str], None], clock: Callable[[], float]) -> None:
         self.data_dir = data_dir

@@ -10,7 +10,6 @@ keeps (OUT_OF_RANGE, naming the first one held), or a shard the node no longer h
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -18,6 +17,7 @@ import grpc
 from catalog import registry
 from catalog.routing import log_of
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 from runtime.refusals import BadRequest, Refusal
 from storage_node import changes, keys
 from storage_node.store import NodeStore
@@ -74,7 +74,7 @@ class ChangeFeed:
         if req.duration_ms > WATCH_DURATION_MS_MAX:
             raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is {WATCH_DURATION_MS_MAX}")
         pkey = req.partition_key if req.HasField("partition_key") else None
-        end = time.monotonic() + (req.duration_ms or WATCH_DURATION_MS_DEFAULT) / 1000
+        end = world.monotonic() + (req.duration_ms or WATCH_DURATION_MS_DEFAULT) / 1000
         max_changes = req.max_changes or WATCH_CHANGES_DEFAULT
         return self._stream(req.dataset, at, pkey, end, max_changes)
 
@@ -99,7 +99,7 @@ class ChangeFeed:
                 out.extend(change_to_pb(shard, c) for c in got)
                 at[shard] = upto if nxt is None else nxt
                 more = more or nxt is not None
-            now = time.monotonic()
+            now = world.monotonic()
             if out or first or now - sent >= PROGRESS_S:
                 first = False
                 sent = now

@@ -361,3 +361,37 @@ def test_the_check_sees_a_server_reaching_into_the_log() -> None:
              "storage_node.apply_loop": {"log.client", "log.node"}, "storage_node.reads": {"log.limits"}}
     assert log_edges_not_allowed(graph) == ["coordinator.node imports log.read_index",
                                             "storage_node.apply_loop imports log.node"]
+
+
+SERVER_PACKAGES = ("log", "storage_node", "coordinator", "catalog", "record")
+
+
+def world_escapes(source: str) -> list[str]:
+    """Where a module reads the clock, sleeps or starts a thread other than through
+    runtime/world.py: an import of `time`, or a `threading.Thread`/`threading.Timer`."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "time" for a in node.names):
+            bad.append(f"{node.lineno}: import time")
+        elif isinstance(node, ast.ImportFrom) and node.module == "time":
+            bad.append(f"{node.lineno}: from time import ...")
+        elif (isinstance(node, ast.Attribute) and node.attr in ("Thread", "Timer")
+              and isinstance(node.value, ast.Name) and node.value.id == "threading"):
+            bad.append(f"{node.lineno}: threading.{node.attr}")
+    return bad
+
+
+def test_the_servers_read_the_clock_and_start_tasks_through_the_world_port() -> None:
+    """runtime/world.py is the servers' clock, sleep and task spawner (issue 51's
+    environment port): a simulation that installs its own backend owns them all."""
+    bad = []
+    for pkg in SERVER_PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            bad += [f"{path.relative_to(ROOT)}:{b}" for b in world_escapes(path.read_text())]
+    assert bad == []
+
+
+def test_the_world_check_sees_an_escape() -> None:
+    src = ("import time\nimport threading\nfrom time import monotonic\n"
+           "def f():\n    threading.Thread(target=f).start()\n    return threading.Event()\n")
+    assert world_escapes(src) == ["1: import time", "3: from time import ...", "5: threading.Thread"]

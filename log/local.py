@@ -1,17 +1,14 @@
 """Appends to the log writers of this process, handed straight to them (the host layout,
-coordinator/host.py): the LogClient's LocalAppends port. The same checks and outcomes
-as the Append call (log/server.py), as values; a log this server does not write goes
-through gRPC (the server answers with a redirect)."""
+coordinator/host.py): the LogClient's LocalAppends port. The Append call's own core
+(log/append.py), its outcomes as values; a log this server does not write goes through
+gRPC (the server answers with a redirect)."""
 
 from __future__ import annotations
 
-from concurrent.futures import TimeoutError as FutureTimeout
-
 import grpc
 
+from log import append
 from log.client import AppendRefused, Placement
-from log.driver import Busy, WriterFailed
-from log.entry import validate_batch
 from log.node import Node
 from runtime import inprocess
 
@@ -24,21 +21,11 @@ class NodeAppends:
                timeout_s: float) -> Placement | AppendRefused | None:
         if addr != self.node.addr:
             return None
-        d = self.node.writers.get(log_id)
-        if d is None or d.failed.is_set():
-            return None  # not writing it here: the server answers with a redirect
         try:
-            validate_batch(payloads)
-        except ValueError as e:
+            r = append.append(self.node, log_id, payloads, timeout_s, hurry=False)
+        except ValueError as e:  # a batch over a limit (BadRequest)
             return AppendRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        if r is None or isinstance(r, AppendRefused):
+            return r  # None: not writing it here, the server answers with a redirect
         inprocess.used("append")
-        try:
-            r = d.submit(payloads).result(timeout=timeout_s)
-        except Busy as e:
-            return AppendRefused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later")
-        except WriterFailed as e:
-            return AppendRefused(grpc.StatusCode.UNAVAILABLE,
-                                 f"log {log_id}: outcome unknown, the writer stopped ({e})")
-        except FutureTimeout:
-            return AppendRefused(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {log_id}: outcome unknown")
         return r.first_position, r.count, r.timestamp_ms, r.epoch

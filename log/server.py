@@ -17,11 +17,10 @@ from typing import Any
 import grpc
 
 from catalog import machines
-from log import codec, ensemble_change, lease, limits, linger, reading, spares
+from log import append, codec, ensemble_change, lease, limits, linger, reading, spares
 from log import zk as zkpaths
 from log.catch_up import Unavailable
-from log.driver import Busy, WriterFailed
-from log.entry import validate_batch
+from log.client import AppendRefused
 from log.node import Node
 from midtown_pb import log_pb2 as pb
 from runtime import handlers, metrics, refusals, transport, world
@@ -46,30 +45,14 @@ class Services:
     # ---------------------------------------------------------------- Log
     def append(self, req: pb.AppendRequest, ctx: grpc.ServicerContext) -> pb.AppendResponse:
         self._check_log(req.log_id)
-        payloads = list(req.payloads)
-        validate_batch(payloads)
-        d = self.node.writers.get(req.log_id)
-        if d is None or d.failed.is_set():
-            self._redirect(req.log_id, ctx)
-        assert d is not None
-        try:
-            fut = d.submit(payloads)
-        except Busy as e:
-            raise Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later") from None
-        except WriterFailed as e:
-            raise Refusal(grpc.StatusCode.UNAVAILABLE,
-                          f"log {req.log_id}: writer stopped ({e}); retry") from None
         remaining = ctx.time_remaining()
-        try:
-            r = fut.result(timeout=remaining if remaining is not None else 60)
-        except WriterFailed as e:
-            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log {req.log_id}: outcome unknown, the writer "
-                          f"stopped ({e}); retry through the new writer") from None
-        except futures.TimeoutError:
-            raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {req.log_id}: outcome unknown") from None
-        # Its coordinator, in another process, may wait for a replica's answer: the log's
-        # lingering Read streams send these entries at once (log/linger.py).
-        self.node.lingering.hurry(req.log_id, r.first_position + r.count - 1)
+        r = append.append(self.node, req.log_id, list(req.payloads),
+                          remaining if remaining is not None else 60, hurry=True)
+        if r is None:
+            self._redirect(req.log_id, ctx)
+        if isinstance(r, AppendRefused):
+            raise Refusal(r.code, r.message)
+        assert r is not None
         return pb.AppendResponse(
             first_position=r.first_position, count=r.count, timestamp_ms=r.timestamp_ms, epoch=r.epoch
         )

@@ -32,7 +32,8 @@ from runtime.refusals import BEHIND_TRAILER, Refusal, reason
 # counted in midtown_in_process_calls_total (none for eventual datasets' calls).
 _IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
                "ShardSplits": ("shard_splits", ""),
-               "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", "")}
+               "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", ""),
+               "ScanShard": ("scan_shard", ""), "Watch": ("watch", "")}  # the last two: streams
 _POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
 
 
@@ -134,6 +135,15 @@ class Replicas:
             inprocess.used(path)
         return getattr(local, name)(req)
 
+    def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
+        """A Storage stream (its messages, and its gRPC call to cancel, None in process),
+        read directly when the storage node runs in this process."""
+        local = self.local.at(addr)
+        if local is None:
+            call = getattr(self._stub(addr), method)(req, timeout=timeout_s)
+            return iter(call), call
+        return iter(getattr(local, _IN_PROCESS[method][0])(req)), None
+
     def first_answer(self, method: str, req: Any, timeout_s: float, shard: int) -> Any:
         """The answer of the first storage node holding `shard` that gives one (None: none
         did). A refusal that another node would give too reaches the client as it came
@@ -184,10 +194,8 @@ class Replicas:
                             "scan's view, is not serving; start the scan again")
             addrs = [addr]
         for addr in addrs:
-            local = self.local.at(addr)
             try:
-                it = iter(local.scan_shard(req) if local is not None else
-                          self._stub(addr).ScanShard(req, timeout=deadline_s))
+                it, _ = self.stream(addr, "ScanShard", req, deadline_s)
                 first = next(it, None)
             except (grpc.RpcError, Refusal) as e:
                 refused_by_all(e)
@@ -238,14 +246,8 @@ class Replicas:
                 sub.CopyFrom(req)
                 sub.ClearField("from")
                 getattr(sub, "from").update(starts)
-                local = self.local.at(addr)
-                call = None
                 try:
-                    if local is not None:
-                        it = iter(local.watch(sub))
-                    else:
-                        call = self._stub(addr).Watch(sub, timeout=deadline_s)
-                        it = iter(call)
+                    it, call = self.stream(addr, "Watch", sub, deadline_s)
                     first = next(it, None)
                 except (grpc.RpcError, Refusal) as e:
                     refused_by_all(e)

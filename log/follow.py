@@ -68,6 +68,7 @@ class Follow:
         self.in_process = False  # reading straight from this process's writer now
         self._stream: tuple[str, Any] | None = None  # (server, Read stream) being read
         self._moved = False  # the stream was cancelled for a new writer
+        self._delivered = False  # the stream being read has delivered entries
         client.on_writer_change(log_id, self.writer_is)
 
     def run(self) -> None:
@@ -91,10 +92,13 @@ class Follow:
                     world.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
                 continue
+            self._delivered = False
             try:
                 self._read_stream(addr)
                 backoff = BACKOFF_FIRST_S
             except grpc.RpcError as e:
+                if self._delivered:  # the stream worked a while: a new failure starts low
+                    backoff = BACKOFF_FIRST_S
                 if self._moved:
                     self._moved = False
                     continue  # the writer moved (writer_is): follow it at once
@@ -117,6 +121,7 @@ class Follow:
                     return
                 if resp.entries:
                     self.deliver(list(resp.entries))
+                    self._delivered = True
         finally:
             self._stream = None
 

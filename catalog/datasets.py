@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from decimal import Decimal
@@ -270,7 +269,7 @@ class DatasetCache:
         self.zk = zk
         self.ttl_s = ttl_s
         self._cache: dict[str, tuple[float, Dataset | None]] = {}
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._emptied = 0  # times the watch emptied it: a lookup begun before is not kept
 
     def watch(self) -> None:

@@ -6,7 +6,6 @@ coordinators' quota checks (coordinator/quotas.py says how they are used):
 from __future__ import annotations
 
 import json
-import threading
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
@@ -111,7 +110,7 @@ class UsageCache:
         self.ttl_s = ttl_s
         self._at = -float("inf")
         self._view: View = ({}, (), 0)
-        self._lock = threading.Lock()
+        self._lock = world.lock()
 
     def reports(self) -> View:
         """view(), at most `ttl_s` old."""

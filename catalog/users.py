@@ -7,7 +7,6 @@ import hashlib
 import json
 import re
 import secrets
-import threading
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -73,7 +72,7 @@ class UserCache:
         self.ttl_s, self.miss_s = ttl_s, miss_s
         self._by_hash: dict[str, str] = {}
         self._loaded = -1e9
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._changed = True  # users added or removed since the last load
 
     def watch(self) -> None:

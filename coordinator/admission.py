@@ -5,7 +5,6 @@ storage quota (coordinator/quotas.py). Each refusal is an Refusal naming what re
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import grpc
@@ -28,7 +27,7 @@ class Admission:
         self.usage = usage.UsageCache(zk)
         self.users = UserCache(zk)
         self._recent = quotas.Recent()  # bytes let into datasets with a quota since the last count
-        self._quota_lock = threading.Lock()
+        self._quota_lock = world.lock()
         self.limiter = RateLimiter()
         self.client_rate_limit = client_rate_limit
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from concurrent import futures
@@ -23,6 +22,7 @@ from prometheus_client import Counter
 from coordinator import limits
 from record import answer
 from record.answer import Answer
+from runtime import world
 from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.coordinator")
@@ -52,7 +52,7 @@ class Answers:
         """`members`: the registered storage node ids (as last seen)."""
         self.members = members
         self._key = os.urandom(16)  # this process's: answer secrets cannot be guessed
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._waiters: dict[bytes, list[Future[Answer]]] = {}
         self._sent: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
         self._digests: OrderedDict[tuple[int, int, int], tuple[int, int]] = OrderedDict()

@@ -18,8 +18,6 @@ Pure logic here; the calls to the replicas are made by coordinator/node.py."""
 
 from __future__ import annotations
 
-import threading
-
 from midtown_pb import kv_pb2 as pb
 from record.versions import COUNTER_BITS, ID_BITS, version_millis
 from runtime import world
@@ -40,7 +38,7 @@ class HybridClock:
         self.coord_id = coord_id
         self._now_ms = now_ms or world.wall_ms
         self._last = 0  # (ms << COUNTER_BITS) | counter
-        self._lock = threading.Lock()
+        self._lock = world.lock()
 
     def next(self) -> int:
         with self._lock:

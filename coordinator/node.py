@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import uuid
 from collections.abc import Sequence
 from concurrent import futures
@@ -96,14 +95,14 @@ class Coordinator:
         self.admission = Admission(self.zk)
         self.replicas = Replicas(self.zk, local_storage or inprocess.Local())
         self._appenders: dict[int, Appender] = {}
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         # Records this coordinator appended with its callback address, by request id: their
         # log and shard. An answer for anything else did not come from a storage node
         # applying our record, and is dropped before it can wake a waiter or be compared.
         self.answers = Answers(self.replicas.members_or_last)
         self._reads = ReadBatcher(self.read_round)
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
-        self.stopped = threading.Event()
+        self.stopped = world.event()
 
     @classmethod
     def open(cls, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",

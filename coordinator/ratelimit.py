@@ -3,9 +3,10 @@ passed in); over the limit a request gets RESOURCE_EXHAUSTED naming the limit.""
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from runtime import world
 
 BUCKETS_MAX = 100_000  # clients remembered at once; the least recently seen are forgotten
 
@@ -32,7 +33,7 @@ class RateLimiter:
 
     def __init__(self) -> None:
         self._buckets: OrderedDict[object, TokenBucket] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = world.lock()
 
     def allow(self, key: object, rate: float, now: float) -> bool:
         if rate <= 0:

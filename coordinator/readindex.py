@@ -9,10 +9,10 @@ The reading threads run the rounds themselves (runtime/group_commit.py)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from runtime import world
 from runtime.group_commit import GroupCommit, GroupTimeout
 
 ROUND_TIMEOUT_S = 2.0
@@ -23,7 +23,7 @@ class ReadBatcher:
         """`run_round(log_id, items)` asks the read index *now* and answers every item (a
         list in the same order), or None when the round failed."""
         self.run_round = run_round
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._groups: dict[int, GroupCommit[Any, Any]] = {}
 
     def get(self, log_id: int, item: Any, timeout_s: float = ROUND_TIMEOUT_S * 2) -> Any:

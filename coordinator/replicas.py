@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import queue
 import random
-import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any, Protocol
@@ -311,7 +310,7 @@ def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
     """Each stream's messages as they come (a thread per stream, a bounded queue between),
     until one ends (then the whole ends) or fails (then the whole fails, UNAVAILABLE)."""
     q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=limits.WATCH_QUEUE_MAX)
-    stop = threading.Event()
+    stop = world.event()
 
     def pump(it: Iterator[pb.WatchResponse]) -> None:
         def put(item: tuple[str, Any]) -> None:

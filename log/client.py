@@ -97,7 +97,7 @@ class LogClient:
         self._writers: dict[int, str] = {}
         self._watched: set[int] = set()  # logs whose writer node this client watches
         self._on_writer: dict[int, list[Callable[[str | None], None]]] = {}  # on_writer_change
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         # Each log's metadata as last read: whose replicas a ReadIndex round asks; read
         # again when a replica shows a newer writer (log/read_index.py).
         self._log_meta: dict[int, LogMetadata] = {}

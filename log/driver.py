@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -72,13 +71,13 @@ class WriterDriver:
         self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._waiting: deque[tuple[Future[AppendResult], list[bytes]]] = deque()
         self._queued = 0
-        self._qlock = threading.Lock()
-        self.failed = threading.Event()
+        self._qlock = world.lock()
+        self.failed = world.event()
         self.started_at = world.monotonic()
         # Its open segment's copies, as answers come back (log/ensemble_change.py): written
         # by this writer's thread, read by the election's.
         self.copies = Copies()
-        self._copies_lock = threading.Lock()
+        self._copies_lock = world.lock()
         self._changing_since = 0.0
         self.thread: world.Task | None = None  # its thread, once started
 

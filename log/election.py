@@ -95,7 +95,7 @@ class Election:
         self.peer = peer
         self.takeover = takeover.Takeover()  # the followers' rule; heard/lost from the shell
         self._probes: dict[int, tuple[float, bool]] = {}  # server -> (when, answered)
-        self._wake = threading.Event()
+        self._wake = world.event()
         self.started = world.monotonic()
 
     def leaving_watch(self, children: list[str]) -> None:

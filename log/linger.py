@@ -26,10 +26,10 @@ follower's copy of entries nobody waits on, by at most the linger."""
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable
 
 from log.limits import LINGER_MS_MAX  # noqa: F401  (the longest linger a Read may ask for)
+from runtime import world
 
 LINGER_ENTRIES_MAX = 256  # entries that go at once, whatever the linger
 
@@ -47,7 +47,7 @@ class Lingering:
     must go at once, and where to wake the streams that wait."""
 
     def __init__(self, logs: int) -> None:
-        self._conds = [threading.Condition() for _ in range(logs)]
+        self._conds = [world.condition() for _ in range(logs)]
         self._hurried = [-1] * logs
         self._waiting: list[dict[int, int]] = [{} for _ in range(logs)]  # ticket -> next position
         self._tickets = itertools.count()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from typing import Any
 
 import grpc
@@ -56,7 +55,7 @@ class Node:
         self.server_id = server_id
         self.addr = addr
         self.zk = zk
-        self._zk_ok = threading.Event()
+        self._zk_ok = world.event()
         self._zk_ok.set()
         self.zk.add_listener(self._on_zk_state)
         self.topo = topo
@@ -65,13 +64,13 @@ class Node:
         self.replica = ReplicaCore(server_id, self.store, self.topo.logs, lease_clock, lease_s)
         # One lock over the replica side: every replica operation, and the group commit
         # that makes it durable, completes before the next starts (and before any reply).
-        self.rlock = threading.Lock()
-        self.conds = [threading.Condition() for _ in range(self.topo.logs)]
+        self.rlock = world.lock()
+        self.conds = [world.condition() for _ in range(self.topo.logs)]
         self.lingering = Lingering(self.topo.logs)
         self.read_cache = ReadCache()
         self.meta: dict[int, LogMetadata] = {}
         self.writers: dict[int, WriterDriver] = {}
-        self._stop = threading.Event()
+        self._stop = world.event()
         self._watches: list[Any] = []
         self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop, spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,

@@ -47,7 +47,7 @@ class Peers:
         self.local_batch = local_batch
         self.stop = stop
         self._stubs: dict[int, tuple[str, Any]] = {}
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._outlets: dict[int, Outlet] = {}
         self.spare_linger_s = spare_linger_s
         self._answer_s: dict[int, float] = {}  # smoothed round trip of each peer's replies
@@ -174,7 +174,7 @@ class Outlet:
         self._q: deque[tuple[WriterDriver, AddEntries, bool, float]] = deque()
         self._eager = 0  # eager messages queued
         self._entries = 0  # entries queued
-        self._cv = threading.Condition()
+        self._cv = world.condition()
         self.waiting_since: float | None = None  # when the call in flight was sent
         self.stream: CallStream | None = None  # to a peer (runtime/call_stream.py)
         # Calls in flight per replica (the writer copes with replies in any order).

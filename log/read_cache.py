@@ -7,12 +7,12 @@ its entries' chunks. Only committed entries are cached: they never change."""
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
 from log.entry import Entry
 from midtown_pb import log_pb2 as pb
+from runtime import world
 
 _ENTRIES_FIELD = b"\x0a"  # field 1, wire type 2
 
@@ -36,7 +36,7 @@ def encode(e: Entry) -> bytes:
 class ReadCache:
     def __init__(self, per_log: int = 20_000) -> None:
         self.per_log = per_log
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._logs: dict[int, OrderedDict[int, bytes]] = {}
 
     def chunks(self, log_id: int, lo: int, hi: int,

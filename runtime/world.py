@@ -6,9 +6,9 @@ backend of a real process (`Threads`, the default); a simulation installs its ow
 `use`, one that owns the clock and runs the tasks in an order it chooses, and every server
 component then reads its time and starts its loops there.
 
-Still outside the port: the blocking primitives (events, conditions, locks, futures and
-thread pools, gRPC's servers), which the servers use from `threading` and
-`concurrent.futures` directly; they come next."""
+The locks, conditions and events the servers make come from the backend too (their type
+is threading's: a simulation's objects have the same methods). Still outside the port:
+queues, futures and thread pools, and gRPC's servers."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ class Backend(Protocol):
     def sleep(self, seconds: float) -> None: ...
     def spawn(self, name: str, fn: Callable[[], None]) -> Task:
         """Run `fn` in the background (a daemon: it does not hold the process up)."""
+    def lock(self) -> threading.Lock: ...
+    def condition(self) -> threading.Condition: ...
+    def event(self) -> threading.Event: ...
 
 
 class Threads:
@@ -51,6 +54,15 @@ class Threads:
         t = threading.Thread(target=fn, name=name, daemon=True)
         t.start()
         return t
+
+    def lock(self) -> threading.Lock:
+        return threading.Lock()
+
+    def condition(self) -> threading.Condition:
+        return threading.Condition()
+
+    def event(self) -> threading.Event:
+        return threading.Event()
 
 
 _backend: Backend = Threads()
@@ -82,3 +94,16 @@ def sleep(seconds: float) -> None:
 
 def spawn(name: str, fn: Callable[[], None]) -> Task:
     return _backend.spawn(name, fn)
+
+
+def lock() -> threading.Lock:
+    """A mutex (the backend's: a simulation's lets another task run while one waits)."""
+    return _backend.lock()
+
+
+def condition() -> threading.Condition:
+    return _backend.condition()
+
+
+def event() -> threading.Event:
+    return _backend.event()

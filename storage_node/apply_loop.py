@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import heapq
 import logging
-import threading
 from collections.abc import Callable, Sequence
 
 import grpc
@@ -66,7 +65,7 @@ class ApplyLoop:
         self.callbacks = Callbacks()
         self._next_reclaim = 0.0
         self._follows: dict[int, Following] = {}  # log -> its follow (LogClient.follow)
-        self._mutex = threading.Lock()  # a batch, a copy's install and a shard's drop: one at a time
+        self._mutex = world.lock()  # a batch, a copy's install and a shard's drop: one at a time
         self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 

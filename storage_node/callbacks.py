@@ -5,7 +5,6 @@ loses its results, and its clients retry (the dedup table answers them)."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections import deque
 from typing import Protocol
 
@@ -29,7 +28,7 @@ class AnswerTaker(Protocol):
 class Callbacks:
     def __init__(self) -> None:
         self._outlets: dict[str, _Outlet] = {}
-        self._lock = threading.Lock()
+        self._lock = world.lock()
 
     def send(self, addr: str, results: list[pb.RecordResult]) -> None:
         with self._lock:
@@ -44,7 +43,7 @@ class _Outlet:
         self.addr = addr
         self.stub = kv_pb2_grpc.CallbackStub(transport.channel(addr))
         self._q: deque[pb.RecordResult] = deque(maxlen=CALLBACK_QUEUE_MAX)
-        self._cv = threading.Condition()
+        self._cv = world.condition()
         world.spawn(f"callback-{addr}", self._run)
 
     def put(self, results: list[pb.RecordResult]) -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import threading
 
 from rocksdict import WriteBatch
 
@@ -104,7 +103,7 @@ class LwwReplica:
         self.store = store
         self.grace_ms = grace_ms
         self._group: GroupCommit[tuple[bytes, pb.LwwValue], bool] = GroupCommit(self._write_batch)
-        self._lock = threading.Lock()  # one compare-and-store at a time: writes and merges
+        self._lock = world.lock()  # one compare-and-store at a time: writes and merges
         if not self._has_hashes():  # eventual values stored before there were shard hashes
             self.rehash(None)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from typing import Any
 
 import grpc
@@ -19,7 +18,7 @@ from catalog import registry
 from catalog.routing import check_shard, log_of
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from runtime import transport
+from runtime import transport, world
 from runtime.refusals import BadRequest, Refusal
 from storage_node import keys
 from storage_node.state import NodeState
@@ -43,7 +42,7 @@ class Intake:
         self.state = state
         self.applier = applier
         self.bookkeeping = bookkeeping
-        self._busy = threading.Lock()  # one copy at a time
+        self._busy = world.lock()  # one copy at a time
         # shard -> the answer of the call that installed its copy: a mover that retries (the
         # call in flight was cut, this node went on) is told what that copy took.
         self._installed: dict[int, pb.CopyShardResponse] = {}

@@ -21,6 +21,7 @@ from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
 from catalog.shard_moves import Move
 from log.client import LogClient
+from runtime import world
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 
@@ -47,9 +48,9 @@ class NodeState:
     last_data: dict[int, int] = field(default_factory=dict)  # log -> position of the last data record
     reclaimed: int = 0  # dedup entries reclaimed since start
     lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
-    cond: threading.Condition = field(default_factory=threading.Condition)  # notified after each batch
-    commit_lock: threading.Lock = field(default_factory=threading.Lock)  # a batch commits whole
-    stop: threading.Event = field(default_factory=threading.Event)
+    cond: threading.Condition = field(default_factory=world.condition)  # notified after each batch
+    commit_lock: threading.Lock = field(default_factory=world.lock)  # a batch commits whole
+    stop: threading.Event = field(default_factory=world.event)
 
     @property
     def zk(self) -> KazooClient:

@@ -23,12 +23,12 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rocksdict import Options, Rdict
 
+from runtime import world
 from storage_node import keys
 
 SHARE_S = 1.0
@@ -92,7 +92,7 @@ class Views:
         self.data_dir = data_dir
         self._checkpoint = checkpoint
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._views: dict[bytes, View] = {}
         for old in os.listdir(data_dir):  # views of an earlier run of this node
             if old.startswith(PREFIX):

@@ -366,24 +366,40 @@ def test_the_check_sees_a_server_reaching_into_the_log() -> None:
 SERVER_PACKAGES = ("log", "storage_node", "coordinator", "catalog", "record")
 
 
+PRIMITIVES = ("Lock", "RLock", "Condition", "Event", "Semaphore")
+
+
 def world_escapes(source: str) -> list[str]:
-    """Where a module reads the clock, sleeps or starts a thread other than through
-    runtime/world.py: an import of `time`, or a `threading.Thread`/`threading.Timer`."""
+    """Where a module reads the clock, sleeps, starts a thread or makes a lock, condition or
+    event other than through runtime/world.py: an import of `time`, a
+    `threading.Thread`/`threading.Timer`, or a `threading.Lock()` (and the like) made or
+    handed to a dataclass as its factory. threading's names as types are fine."""
+    def threading_attr(node: ast.AST, names: tuple[str, ...]) -> str | None:
+        if (isinstance(node, ast.Attribute) and node.attr in names
+                and isinstance(node.value, ast.Name) and node.value.id == "threading"):
+            return node.attr
+        return None
+
     bad = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import) and any(a.name == "time" for a in node.names):
             bad.append(f"{node.lineno}: import time")
-        elif isinstance(node, ast.ImportFrom) and node.module == "time":
-            bad.append(f"{node.lineno}: from time import ...")
-        elif (isinstance(node, ast.Attribute) and node.attr in ("Thread", "Timer")
-              and isinstance(node.value, ast.Name) and node.value.id == "threading"):
-            bad.append(f"{node.lineno}: threading.{node.attr}")
-    return bad
+        elif isinstance(node, ast.ImportFrom) and node.module in ("time", "threading"):
+            bad.append(f"{node.lineno}: from {node.module} import ...")
+        elif (name := threading_attr(node, ("Thread", "Timer"))) is not None:
+            bad.append(f"{node.lineno}: threading.{name}")
+        elif isinstance(node, ast.Call) and (name := threading_attr(node.func, PRIMITIVES)) is not None:
+            bad.append(f"{node.lineno}: threading.{name}()")
+        elif isinstance(node, ast.keyword) and node.arg == "default_factory" and \
+                (name := threading_attr(node.value, PRIMITIVES)) is not None:
+            bad.append(f"{node.value.lineno}: threading.{name} as a factory")
+    return sorted(bad, key=lambda b: int(b.split(":")[0]))
 
 
 def test_the_servers_read_the_clock_and_start_tasks_through_the_world_port() -> None:
-    """runtime/world.py is the servers' clock, sleep and task spawner (issue 51's
-    environment port): a simulation that installs its own backend owns them all."""
+    """runtime/world.py is the servers' clock, sleep, task spawner and maker of locks,
+    conditions and events (issue 51's environment port): a simulation that installs its
+    own backend owns them all."""
     bad = []
     for pkg in SERVER_PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
@@ -393,5 +409,7 @@ def test_the_servers_read_the_clock_and_start_tasks_through_the_world_port() -> 
 
 def test_the_world_check_sees_an_escape() -> None:
     src = ("import time\nimport threading\nfrom time import monotonic\n"
-           "def f():\n    threading.Thread(target=f).start()\n    return threading.Event()\n")
-    assert world_escapes(src) == ["1: import time", "3: from time import ...", "5: threading.Thread"]
+           "def f(stop: threading.Event) -> threading.Lock:\n    threading.Thread(target=f).start()\n"
+           "    c = field(default_factory=threading.Condition)\n    return threading.Lock()\n")
+    assert world_escapes(src) == ["1: import time", "3: from time import ...", "5: threading.Thread",
+                                  "6: threading.Condition as a factory", "7: threading.Lock()"]

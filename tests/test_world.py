@@ -1,5 +1,5 @@
-"""runtime/world.py, the environment port: a backend installed with `use` is the clock
-and the task spawner of the servers' code (here a loop of runtime/loops.py and a storage
+"""runtime/world.py, the environment port: a backend installed with `use` is the clock,
+the task spawner and the maker of locks of the servers' code (here a loop of runtime/loops.py and a storage
 node's hybrid clock), and putting the old one back restores the real one."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ class Manual:
     def __init__(self) -> None:
         self.now = 1000.0
         self.tasks: list[tuple[str, Callable[[], None]]] = []
+        self.made: list[str] = []  # the primitives the code asked it for
 
     def monotonic(self) -> float:
         return self.now
@@ -29,6 +30,18 @@ class Manual:
     def spawn(self, name: str, fn: Callable[[], None]) -> world.Task:
         self.tasks.append((name, fn))
         return threading.Thread()  # never started: the backend runs `fn` when it chooses
+
+    def lock(self) -> threading.Lock:
+        self.made.append("lock")
+        return threading.Lock()
+
+    def condition(self) -> threading.Condition:
+        self.made.append("condition")
+        return threading.Condition()
+
+    def event(self) -> threading.Event:
+        self.made.append("event")
+        return threading.Event()
 
 
 def test_an_installed_backend_owns_the_clock_and_the_tasks() -> None:
@@ -48,6 +61,7 @@ def test_an_installed_backend_owns_the_clock_and_the_tasks() -> None:
         stop.set()
         m.tasks[0][1]()  # the backend runs it: the stop is set, so it returns at once
         assert version_millis(HybridClock(1).next()) == 1_002_500  # the hybrid clock reads the port
+        assert m.made == ["lock"]  # and its lock came from the backend
     finally:
         assert world.use(old) is m
     assert isinstance(world.use(old), world.Threads)  # the real one again

@@ -25,6 +25,7 @@ from log.ports import FollowedEntry, LocalLog
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import world
+from runtime.loops import Backoff
 
 if TYPE_CHECKING:
     from runtime import inprocess
@@ -73,11 +74,11 @@ class Follow:
 
     def run(self) -> None:
         """Follow the log until `stop` is set (the caller's thread)."""
-        backoff = BACKOFF_FIRST_S
+        backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S)
         while not self.stop.is_set():
             addr = self.client.writer_addr(self.log_id, refresh=True)
             if addr is None:
-                world.sleep(backoff)
+                world.sleep(backoff.next_s)
                 continue
             node = self.local.at(addr) if self.local is not None else None
             if node is not None:
@@ -87,26 +88,24 @@ class Follow:
                 finally:
                     self.in_process = False
                 if read:
-                    backoff = BACKOFF_FIRST_S
+                    backoff.succeeded()
                 else:  # ZooKeeper still names it, but it stopped writing
-                    world.sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    world.sleep(backoff.failed())
                 continue
             self._delivered = False
             try:
                 self._read_stream(addr)
-                backoff = BACKOFF_FIRST_S
+                backoff.succeeded()
             except grpc.RpcError as e:
                 if self._delivered:  # the stream worked a while: a new failure starts low
-                    backoff = BACKOFF_FIRST_S
+                    backoff.succeeded()
                 if self._moved:
                     self._moved = False
                     continue  # the writer moved (writer_is): follow it at once
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
                     self.behind(e.details() or "truncated")
                 else:
-                    world.sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    world.sleep(backoff.failed())
 
     def _read_stream(self, addr: str) -> None:
         stream = self.client.stub(addr).Read(

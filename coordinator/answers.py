@@ -67,7 +67,7 @@ class Answers:
     def expect(self, records: list[tuple[int, int, bytes]]) -> list[Future[Answer]]:
         """A future for the answer to each record (log, shard, request id) about to be
         appended; RESOURCE_EXHAUSTED when too many requests wait already."""
-        waiters: list[Future[Answer]] = [Future() for _ in records]
+        waiters: list[Future[Answer]] = [world.future() for _ in records]
         with self._lock:
             if len(self._waiters) + len(records) > limits.PENDING_MAX:
                 raise Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED,

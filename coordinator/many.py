@@ -16,7 +16,6 @@ place. Pure batching: an item's outcome is what its own call would have given.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent import futures
 from typing import TypeAlias
 
 from catalog.datasets import Dataset
@@ -25,13 +24,14 @@ from coordinator.node import STRONG_READS, Coordinator, read_header
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Op, OpResult
+from runtime import world
 from runtime.refusals import Refusal
 
 Read: TypeAlias = tuple[Dataset, pb.RequestHeader, bytes, Op]  # dataset, header, partition key, a get
 
 # The logs' ReadIndex rounds of one call at the same time (a round waits on Tail calls
 # that run on the coordinator's own pool: not this one, so neither can starve the other).
-_ROUNDS = futures.ThreadPoolExecutor(max_workers=limits.MANY_ROUND_THREADS, thread_name_prefix="many-round")
+_ROUNDS = world.Pool("many-round", limits.MANY_ROUND_THREADS)
 
 
 def run_reads(c: Coordinator, reads: Sequence[Read],

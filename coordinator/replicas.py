@@ -33,7 +33,7 @@ _IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
                "ShardSplits": ("shard_splits", ""),
                "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", ""),
                "ScanShard": ("scan_shard", ""), "Watch": ("watch", "")}  # the last two: streams
-_POOL = futures.ThreadPoolExecutor(max_workers=limits.REPAIR_THREADS, thread_name_prefix="lww")
+_POOL = world.Pool("lww", limits.REPAIR_THREADS)
 
 
 class LocalStorage(Protocol):
@@ -163,7 +163,7 @@ class Replicas:
                  for a in self.holders(shard).values()}
         ok: list[tuple[str, Any]] = []
         try:
-            for f in futures.as_completed(calls, timeout=deadline_s):
+            for f in world.as_completed(calls, timeout=deadline_s):
                 try:
                     ok.append((calls[f], f.result()))
                 except Exception:
@@ -309,7 +309,7 @@ def _merged(streams: list[tuple[Iterator[pb.WatchResponse], Any]],
             active: Callable[[], bool]) -> Iterator[pb.WatchResponse]:
     """Each stream's messages as they come (a thread per stream, a bounded queue between),
     until one ends (then the whole ends) or fails (then the whole fails, UNAVAILABLE)."""
-    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=limits.WATCH_QUEUE_MAX)
+    q: queue.Queue[tuple[str, Any]] = world.queue(limits.WATCH_QUEUE_MAX)
     stop = world.event()
 
     def pump(it: Iterator[pb.WatchResponse]) -> None:

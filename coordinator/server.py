@@ -483,7 +483,7 @@ class Shell:
         self.plans: dict[str, Callable[[Any, Dataset | None], Planned | None]] = {
             "get": kv.plan_get, "put": kv.plan_put, "delete": kv.plan_delete,
             "check_and_set": kv.plan_check_and_set, "increment": kv.plan_increment}
-        self.pool = futures.ThreadPoolExecutor(max_workers=limits.MANY_THREADS, thread_name_prefix="many")
+        self.pool = world.Pool("many", limits.MANY_THREADS)
 
     # ------------------------------------------------------------ what every call goes through
     def internal_text(self, name: str) -> str:

@@ -252,7 +252,7 @@ class LogClient:
         calls = {_TAIL_POOL.submit(self.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S): r
                  for r, a in remote}
         try:
-            for f in futures.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
+            for f in world.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
                 try:
                     t = f.result()
                 except Exception:
@@ -432,5 +432,5 @@ class LogClient:
 
 
 # ReadIndex's Tail calls, for every LogClient of the process.
-_TAIL_POOL = futures.ThreadPoolExecutor(max_workers=limits.TAIL_THREADS, thread_name_prefix="tail")
+_TAIL_POOL = world.Pool("tail", limits.TAIL_THREADS)
 

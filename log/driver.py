@@ -68,7 +68,7 @@ class WriterDriver:
         self.node = node
         self.core = core
         self.log_id = core.log_id
-        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.inbox: queue.Queue[tuple[Any, ...]] = world.queue()
         self._waiting: deque[tuple[Future[AppendResult], list[bytes]]] = deque()
         self._queued = 0
         self._qlock = world.lock()
@@ -100,7 +100,7 @@ class WriterDriver:
             if self._queued + len(payloads) > limits.INFLIGHT_ENTRIES_MAX * 2:
                 raise Busy(f"log {self.log_id}: {self._queued} entries queued on the writer")
             self._queued += len(payloads)
-        fut: Future[AppendResult] = Future()
+        fut: Future[AppendResult] = world.future()
         fut.entry_count = len(payloads)  # type: ignore[attr-defined]
         self.inbox.put(("append", fut, payloads))
         return fut
@@ -244,7 +244,7 @@ class WriterDriver:
     def _mark_time(self) -> None:
         """Append a time mark (an empty payload) to a log that has been idle: readers that
         judge expiry by log time see it move on a quiet cluster too. Nobody waits for it."""
-        fut: Future[AppendResult] = Future()
+        fut: Future[AppendResult] = world.future()
         fut.entry_count = 0  # type: ignore[attr-defined]  # not counted in the queue bound
         self.core.append_many([(fut, [TIME_MARK])], self._now_ms())
 

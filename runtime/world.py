@@ -6,16 +6,21 @@ backend of a real process (`Threads`, the default); a simulation installs its ow
 `use`, one that owns the clock and runs the tasks in an order it chooses, and every server
 component then reads its time and starts its loops there.
 
-The locks, conditions and events the servers make come from the backend too (their type
-is threading's: a simulation's objects have the same methods). Still outside the port:
-queues, futures and thread pools, and gRPC's servers."""
+The locks, conditions, events, queues, futures and thread pools the servers make come from
+the backend too (their types are the standard library's: a simulation's objects have the
+same methods), and so does the clock read leases are timed on (runtime/clock.py). Still
+outside the port: gRPC's servers and channels (the network port's to come)."""
 
 from __future__ import annotations
 
+import queue as queue_
 import threading
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
 
 
 class Task(Protocol):
@@ -36,6 +41,32 @@ class Backend(Protocol):
     def lock(self) -> threading.Lock: ...
     def condition(self) -> threading.Condition: ...
     def event(self) -> threading.Event: ...
+    def queue(self, maxsize: int) -> queue_.Queue[Any]:
+        """A FIFO queue (`maxsize` 0: unbounded); it raises queue.Empty and queue.Full."""
+    def future(self) -> futures.Future[Any]: ...
+    def as_completed(self, fs: Iterable[futures.Future[T]],
+                     timeout: float | None) -> Iterator[futures.Future[T]]: ...
+    def submit(self, pool: Pool, fn: Callable[[], T]) -> futures.Future[T]:
+        """Run `fn` on one of `pool`'s workers."""
+    def boot_clock(self) -> float:
+        """Seconds on a clock that counts through a suspend of the machine (runtime/clock.py)."""
+
+
+class Pool:
+    """A named pool of at most `workers` workers; the backend makes the workers (a real
+    process: a ThreadPoolExecutor made on the first submit, so a module can hold one)."""
+
+    def __init__(self, name: str, workers: int) -> None:
+        self.name = name
+        self.workers = workers
+        self.executor: futures.ThreadPoolExecutor | None = None
+        self._made = threading.Lock()  # runtime/ is the backend: its own primitives are real
+
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> futures.Future[T]:
+        return _backend.submit(self, lambda: fn(*args, **kwargs))
+
+
+_BOOT = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
 
 class Threads:
@@ -63,6 +94,28 @@ class Threads:
 
     def event(self) -> threading.Event:
         return threading.Event()
+
+    def queue(self, maxsize: int) -> queue_.Queue[Any]:
+        # unbounded: the C SimpleQueue (a writer's inbox is a hot path), which has the same
+        # put/get/empty/qsize
+        return queue_.Queue(maxsize) if maxsize else queue_.SimpleQueue()  # type: ignore[return-value]
+
+    def future(self) -> futures.Future[Any]:
+        return futures.Future()
+
+    def as_completed(self, fs: Iterable[futures.Future[T]],
+                     timeout: float | None) -> Iterator[futures.Future[T]]:
+        return futures.as_completed(fs, timeout)
+
+    def submit(self, pool: Pool, fn: Callable[[], T]) -> futures.Future[T]:
+        if pool.executor is None:
+            with pool._made:
+                if pool.executor is None:
+                    pool.executor = futures.ThreadPoolExecutor(pool.workers, thread_name_prefix=pool.name)
+        return pool.executor.submit(fn)
+
+    def boot_clock(self) -> float:
+        return time.clock_gettime(_BOOT)
 
 
 _backend: Backend = Threads()
@@ -107,3 +160,23 @@ def condition() -> threading.Condition:
 
 def event() -> threading.Event:
     return _backend.event()
+
+
+def queue(maxsize: int = 0) -> queue_.Queue[Any]:
+    """A FIFO queue; `maxsize` 0 is unbounded (put_nowait on a full one raises queue.Full)."""
+    return _backend.queue(maxsize)
+
+
+def future() -> futures.Future[Any]:
+    """A future to hand a result from one task to another."""
+    return _backend.future()
+
+
+def as_completed(fs: Iterable[futures.Future[T]],
+                 timeout: float | None = None) -> Iterator[futures.Future[T]]:
+    """The futures as they finish; futures.TimeoutError once `timeout` has passed."""
+    return _backend.as_completed(fs, timeout)
+
+
+def boot_clock() -> float:
+    return _backend.boot_clock()

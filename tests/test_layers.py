@@ -367,13 +367,27 @@ SERVER_PACKAGES = ("log", "storage_node", "coordinator", "catalog", "record")
 
 
 PRIMITIVES = ("Lock", "RLock", "Condition", "Event", "Semaphore")
+MADE_ELSEWHERE = ("Queue", "SimpleQueue", "Future", "ThreadPoolExecutor", "as_completed")
 
 
 def world_escapes(source: str) -> list[str]:
-    """Where a module reads the clock, sleeps, starts a thread or makes a lock, condition or
-    event other than through runtime/world.py: an import of `time`, a
-    `threading.Thread`/`threading.Timer`, or a `threading.Lock()` (and the like) made or
-    handed to a dataclass as its factory. threading's names as types are fine."""
+    """Where a module reads the clock, sleeps, starts a thread or makes a lock, condition,
+    event, queue, future or thread pool other than through runtime/world.py: an import of
+    `time`, a `threading.Thread`/`threading.Timer`, a `threading.Lock()` (and the like) made
+    or handed to a dataclass as its factory, a `queue.Queue()`, a `Future()`, a
+    `ThreadPoolExecutor()` (but the one handed to `grpc.server`, the gRPC shell's) or
+    `as_completed`. The standard library's names as types are fine."""
+    def called(node: ast.AST) -> str | None:
+        f = node.func if isinstance(node, ast.Call) else None
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "world":
+            return None  # the port's own
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+        return name if name in MADE_ELSEWHERE else None
+
+    tree = ast.parse(source)
+    grpc_pools = {id(a) for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "server" for a in node.args}
     def threading_attr(node: ast.AST, names: tuple[str, ...]) -> str | None:
         if (isinstance(node, ast.Attribute) and node.attr in names
                 and isinstance(node.value, ast.Name) and node.value.id == "threading"):
@@ -381,7 +395,7 @@ def world_escapes(source: str) -> list[str]:
         return None
 
     bad = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import) and any(a.name == "time" for a in node.names):
             bad.append(f"{node.lineno}: import time")
         elif isinstance(node, ast.ImportFrom) and node.module in ("time", "threading"):
@@ -393,6 +407,8 @@ def world_escapes(source: str) -> list[str]:
         elif isinstance(node, ast.keyword) and node.arg == "default_factory" and \
                 (name := threading_attr(node.value, PRIMITIVES)) is not None:
             bad.append(f"{node.value.lineno}: threading.{name} as a factory")
+        elif (name := called(node)) is not None and id(node) not in grpc_pools:
+            bad.append(f"{node.lineno}: {name}()")
     return sorted(bad, key=lambda b: int(b.split(":")[0]))
 
 
@@ -410,6 +426,10 @@ def test_the_servers_read_the_clock_and_start_tasks_through_the_world_port() -> 
 def test_the_world_check_sees_an_escape() -> None:
     src = ("import time\nimport threading\nfrom time import monotonic\n"
            "def f(stop: threading.Event) -> threading.Lock:\n    threading.Thread(target=f).start()\n"
-           "    c = field(default_factory=threading.Condition)\n    return threading.Lock()\n")
+           "    c = field(default_factory=threading.Condition)\n    return threading.Lock()\n"
+           "q = queue.SimpleQueue()\nf = Future()\np = futures.ThreadPoolExecutor(4)\n"
+           "s = grpc.server(futures.ThreadPoolExecutor(8))\nfor x in futures.as_completed(fs): pass\n")
     assert world_escapes(src) == ["1: import time", "3: from time import ...", "5: threading.Thread",
-                                  "6: threading.Condition as a factory", "7: threading.Lock()"]
+                                  "6: threading.Condition as a factory", "7: threading.Lock()",
+                                  "8: SimpleQueue()", "9: Future()", "10: ThreadPoolExecutor()",
+                                  "12: as_completed()"]

@@ -1,0 +1,476 @@
+"""The simulator's backend of the world port (runtime/world.py): the servers' real code, run
+one task at a time in an order drawn from a seed, on a clock that moves only when every task
+waits (issue 51).
+
+Each task is a real thread, but only the one holding the baton runs: a task gives the baton
+up where it would wait (a lock held by another, a condition, an event, a queue, a future, a
+sleep) and, at a preemption point (taking a lock, setting an event, putting on a queue,
+spawning), when the seed says so. The scheduler then hands it to a ready task chosen by the
+seed; when none is ready it moves the clock to the next timer. Nothing here reads the real
+clock, so a seed replays the same interleaving and the same times, and hours of timeouts
+take no wall time.
+
+A crash of a process (`crash`) raises `Killed` in each of its tasks where it next runs, so
+its threads unwind and nothing it does afterwards is seen; a task that is still waiting
+when no other can run is a deadlock (`Deadlock` in the simulation's main task)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue as queue_
+import random
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+from typing import Any, TypeVar
+
+from runtime import world
+
+T = TypeVar("T")
+
+
+class Killed(BaseException):
+    """Raised in a task of a crashed process: its thread unwinds (BaseException, so the
+    servers' `except Exception` do not catch it)."""
+
+
+class Deadlock(Exception):
+    pass
+
+
+class _Task:
+    def __init__(self, tid: int, name: str, process: str) -> None:
+        self.tid = tid
+        self.name = name
+        self.process = process
+        self.go = threading.Semaphore(0)  # real: released when this task holds the baton
+        self.done = False
+        self.wait: deque[_Task] | None = None  # the wait list it is on, while it waits
+        self.wait_no = 0  # which wait a timer is for
+        self.timed_out = False
+        self.joiners: deque[_Task] = deque()
+        self.error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"{self.process}/{self.name}#{self.tid}"
+
+
+class Scheduler:
+    """`run(main)` runs `main` as the first task with this backend installed; `preempt` is
+    the chance a preemption point hands the baton on; `drift` the most each process's boot
+    clock (read leases) runs fast or slow, as a fraction."""
+
+    def __init__(self, seed: int, preempt: float = 0.2, drift: float = 0.0,
+                 start_wall: float = 1_800_000_000.0) -> None:
+        self.rng = random.Random(seed)
+        self.preempt = preempt
+        self.drift = drift
+        self.now = 0.0
+        self.start_wall = start_wall
+        self.switches = 0
+        self.failures: list[str] = []  # exceptions no task caught
+        self.dead: set[str] = set()  # crashed processes
+        self._ids = itertools.count()
+        self._timer_seq = itertools.count()
+        self._ready: list[_Task] = []
+        self._timers: list[tuple[float, int, _Task, int]] = []
+        self._by_thread: dict[int, _Task] = {}
+        self._drifts: dict[str, float] = {}
+        self._current: _Task | None = None
+        self._main = _Task(-1, "main", "main")
+
+    # --- running ------------------------------------------------------------------------
+
+    def run(self, main: Callable[[], T], process: str = "main") -> T:
+        self._main = _Task(next(self._ids), "main", process)
+        self._by_thread[threading.get_ident()] = self._main
+        self._current = self._main
+        old = world.use(self)
+        try:
+            return main()
+        finally:
+            self._kill_all()
+            world.use(old)
+            del self._by_thread[threading.get_ident()]
+
+    def process(self, name: str) -> _Process:
+        """Run the body of a `with` as process `name`: the tasks it spawns are that process's."""
+        return _Process(self._main, name)
+
+    def crash(self, process: str) -> None:
+        """Every task of `process` dies where it next runs (a crash: no more of its steps)."""
+        self.dead.add(process)
+        for t in list(self._by_thread.values()):
+            if t.process == process and t.wait is not None:
+                self._wake_one(t)
+
+    def revive(self, process: str) -> None:
+        """A crashed process's name may run again (a restart makes new tasks)."""
+        self.dead.discard(process)
+
+    def _me(self) -> _Task:
+        t = self._by_thread.get(threading.get_ident())
+        if t is None or t is not self._current:
+            raise RuntimeError("a simulated primitive used outside the simulation's tasks")
+        return t
+
+    def _dies(self, t: _Task) -> bool:
+        return t.process in self.dead and t is not self._main
+
+    def _pick(self) -> _Task:
+        """The next task to run: a ready one drawn from the seed, else the first timer's
+        (the clock moves to it), else the main task, told of the deadlock."""
+        self.switches += 1
+        if self._ready:
+            return self._ready.pop(self.rng.randrange(len(self._ready)))
+        while self._timers:
+            at, _, task, no = heapq.heappop(self._timers)
+            if task.wait is not None and task.wait_no == no:
+                self.now = max(self.now, at)
+                task.wait.remove(task)
+                task.wait = None
+                task.timed_out = True
+                return task
+        waiting = ", ".join(repr(t) for t in self._by_thread.values() if not t.done and t is not self._main)
+        self.failures.append(f"deadlock: {waiting}")
+        self._main.error = Deadlock(f"every task waits and no timer is set: {waiting}")
+        if self._main.wait is not None:
+            self._main.wait.remove(self._main)
+            self._main.wait = None
+        return self._main
+
+    def _hand_on(self) -> None:
+        nxt = self._pick()
+        self._current = nxt
+        nxt.go.release()
+
+    def _switch(self, me: _Task) -> None:
+        """Hand the baton on (`me` is waiting or ready) and take it back when chosen."""
+        nxt = self._pick()
+        if nxt is not me:
+            self._current = nxt
+            nxt.go.release()
+            me.go.acquire()
+        self._resumed(me)
+
+    def _resumed(self, me: _Task) -> None:
+        if self._dies(me):
+            raise Killed(me.process)
+        if me.error is not None:
+            e, me.error = me.error, None
+            raise e
+
+    def _wait(self, on: deque[_Task], timeout: float | None) -> bool:
+        """Wait on the list `on` until woken (True) or `timeout` seconds have passed (False)."""
+        me = self._me()
+        if self._dies(me):
+            raise Killed(me.process)
+        me.wait = on
+        me.wait_no += 1
+        me.timed_out = False
+        on.append(me)
+        if timeout is not None:
+            at = self.now + max(0.0, timeout)
+            heapq.heappush(self._timers, (at, next(self._timer_seq), me, me.wait_no))
+        self._switch(me)
+        return not me.timed_out
+
+    def _wake_one(self, t: _Task) -> None:
+        if t.wait is not None:
+            t.wait.remove(t)
+            t.wait = None
+        self._ready.append(t)
+
+    def _wake(self, on: deque[_Task], n: int | None = None) -> None:
+        for t in list(on)[:n]:
+            self._wake_one(t)
+
+    def maybe_yield(self) -> None:
+        """A preemption point: with the seed's chance another ready task runs first."""
+        if self._ready and self.rng.random() < self.preempt:
+            me = self._me()
+            self._ready.append(me)
+            self._switch(me)
+
+    def _kill_all(self) -> None:
+        """At the end of a run: every task left unwinds (Killed), one at a time."""
+        self.dead.update(t.process for t in self._by_thread.values())
+        self._main.error = None
+        for t in list(self._by_thread.values()):
+            if t.wait is not None and t is not self._main:
+                self._wake_one(t)
+        for t in list(self._by_thread.values()):
+            if t is not self._main and not t.done:
+                self._wait(t.joiners, None)
+
+    # --- the world port -----------------------------------------------------------------
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.start_wall + self.now
+
+    def boot_clock(self) -> float:
+        p = self._me().process
+        if p not in self._drifts:
+            self._drifts[p] = self.rng.uniform(-self.drift, self.drift)
+        return self.now * (1 + self._drifts[p])
+
+    def sleep(self, seconds: float) -> None:
+        self._wait(deque(), seconds)
+
+    def spawn(self, name: str, fn: Callable[[], None]) -> _Handle:
+        t = _Task(next(self._ids), name, self._me().process)
+
+        def body() -> None:
+            t.go.acquire()
+            try:
+                self._resumed(t)
+                fn()
+            except Killed:
+                pass
+            except BaseException as e:  # noqa: BLE001 - the simulation's finding
+                self.failures.append(f"{t}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+            t.done = True
+            self._wake(t.joiners)
+            del self._by_thread[threading.get_ident()]
+            self._hand_on()
+
+        th = threading.Thread(target=body, name=f"sim:{t}", daemon=True)
+        th.start()
+        assert th.ident is not None
+        self._by_thread[th.ident] = t
+        self._ready.append(t)
+        self.maybe_yield()
+        return _Handle(self, t)
+
+    def lock(self) -> Any:
+        return _Lock(self)
+
+    def condition(self) -> Any:
+        return _Condition(self)
+
+    def event(self) -> Any:
+        return _Event(self)
+
+    def queue(self, maxsize: int) -> Any:
+        return _Queue(self, maxsize)
+
+    def future(self) -> futures.Future[Any]:
+        f: futures.Future[Any] = futures.Future()
+        f._condition = _Condition(self)  # type: ignore[attr-defined]  # its waits are the simulation's
+        return f
+
+    def as_completed(self, fs: Iterable[futures.Future[T]],
+                     timeout: float | None) -> Iterator[futures.Future[T]]:
+        pending = list(fs)
+        deadline = None if timeout is None else self.now + timeout
+        changed = _Event(self)
+        for f in pending:
+            f.add_done_callback(lambda _: changed.set())
+        while pending:
+            done = [f for f in pending if f.done()]
+            for f in done:
+                pending.remove(f)
+                yield f
+            if not pending:
+                return
+            changed.clear()
+            if any(f.done() for f in pending):
+                continue
+            left = None if deadline is None else deadline - self.now
+            if left is not None and left <= 0 or not changed.wait(left):
+                raise futures.TimeoutError(f"{len(pending)} futures unfinished")
+
+    def submit(self, pool: world.Pool, fn: Callable[[], T]) -> futures.Future[T]:
+        f = self.future()
+
+        def work() -> None:
+            if not f.set_running_or_notify_cancel():
+                return
+            try:
+                f.set_result(fn())
+            except Exception as e:  # noqa: BLE001 - handed to the waiter, as an executor does
+                f.set_exception(e)
+
+        self.spawn(pool.name, work)
+        return f
+
+
+class _Process:
+    def __init__(self, main: _Task, name: str) -> None:
+        self.main, self.name = main, name
+
+    def __enter__(self) -> None:
+        self.prev, self.main.process = self.main.process, self.name
+
+    def __exit__(self, *_: object) -> None:
+        self.main.process = self.prev
+
+
+class _Handle:
+    def __init__(self, s: Scheduler, t: _Task) -> None:
+        self.s, self.t = s, t
+
+    def join(self, timeout: float | None = None) -> None:
+        if not self.t.done:
+            self.s._wait(self.t.joiners, timeout)
+
+    def is_alive(self) -> bool:
+        return not self.t.done
+
+    @property
+    def name(self) -> str:
+        return self.t.name
+
+
+class _Lock:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.owner: _Task | None = None
+        self.waiters: deque[_Task] = deque()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        s = self.s
+        s.maybe_yield()
+        deadline = None if timeout < 0 else s.now + timeout
+        while self.owner is not None:
+            if not blocking:
+                return False
+            left = None if deadline is None else deadline - s.now
+            if left is not None and left <= 0 or not s._wait(self.waiters, left):
+                if self.owner is not None:
+                    return False
+        self.owner = s._me()
+        return True
+
+    def release(self) -> None:
+        if self.owner is None:
+            raise RuntimeError("release unlocked lock")
+        self.owner = None
+        self.s._wake(self.waiters, 1)
+
+    def locked(self) -> bool:
+        return self.owner is not None
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+
+class _Condition:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.lock = _Lock(s)
+        self.waiters: deque[_Task] = deque()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.lock.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.lock.owner is not self.s._me():
+            raise RuntimeError("cannot wait on un-acquired lock")
+        self.lock.release()
+        try:
+            return self.s._wait(self.waiters, timeout)
+        finally:
+            self.lock.acquire()
+
+    def wait_for(self, predicate: Callable[[], T], timeout: float | None = None) -> T:
+        deadline = None if timeout is None else self.s.now + timeout
+        while not (ok := predicate()):
+            left = None if deadline is None else deadline - self.s.now
+            if left is not None and left <= 0:
+                break
+            self.wait(left)
+        return ok
+
+    def notify(self, n: int = 1) -> None:
+        self.s._wake(self.waiters, n)
+
+    def notify_all(self) -> None:
+        self.s._wake(self.waiters)
+
+
+class _Event:
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.flag = False
+        self.waiters: deque[_Task] = deque()
+
+    def is_set(self) -> bool:
+        return self.flag
+
+    def set(self) -> None:
+        self.flag = True
+        self.s._wake(self.waiters)
+        self.s.maybe_yield()
+
+    def clear(self) -> None:
+        self.flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.flag:
+            self.s._wait(self.waiters, timeout)
+        return self.flag
+
+
+class _Queue:
+    def __init__(self, s: Scheduler, maxsize: int) -> None:
+        self.s = s
+        self.maxsize = maxsize
+        self.items: deque[Any] = deque()
+        self.getters: deque[_Task] = deque()
+        self.putters: deque[_Task] = deque()
+
+    def qsize(self) -> int:
+        return len(self.items)
+
+    def empty(self) -> bool:
+        return not self.items
+
+    def full(self) -> bool:
+        return 0 < self.maxsize <= len(self.items)
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        deadline = None if timeout is None else self.s.now + timeout
+        while self.full():
+            left = None if deadline is None else deadline - self.s.now
+            if not block or left is not None and left <= 0:
+                raise queue_.Full
+            self.s._wait(self.putters, left)
+        self.items.append(item)
+        self.s._wake(self.getters, 1)
+        self.s.maybe_yield()
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, block=False)
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else self.s.now + timeout
+        while not self.items:
+            left = None if deadline is None else deadline - self.s.now
+            if not block or left is not None and left <= 0:
+                raise queue_.Empty
+            self.s._wait(self.getters, left)
+        item = self.items.popleft()
+        self.s._wake(self.putters, 1)
+        return item
+
+    def get_nowait(self) -> Any:
+        return self.get(block=False)

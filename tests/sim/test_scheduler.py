@@ -1,0 +1,201 @@
+"""tests/sim/scheduler.py, the simulator's world backend: one task at a time in the seed's
+order, a clock that moves only when every task waits, crashes that stop a process's tasks,
+deadlocks reported, and the same seed replaying the same interleaving."""
+
+from __future__ import annotations
+
+import queue
+import time
+from concurrent import futures
+
+import pytest
+
+from runtime import loops, world
+from tests.sim.scheduler import Deadlock, Scheduler
+
+
+def _interleaving(seed: int) -> tuple[list[str], float]:
+    s = Scheduler(seed, preempt=0.5)
+    seen: list[str] = []
+
+    def main() -> tuple[list[str], float]:
+        q = world.queue()
+        done = world.event()
+
+        def producer(name: str) -> None:
+            for i in range(5):
+                q.put(f"{name}{i}")
+                world.sleep(0.01 * (i + 1))
+
+        def consumer() -> None:
+            while len(seen) < 15:
+                seen.append(q.get())
+            done.set()
+
+        for n in "abc":
+            world.spawn(n, lambda n=n: producer(n))
+        world.spawn("consumer", consumer)
+        assert done.wait(60)
+        return seen, world.monotonic()
+
+    return s.run(main)
+
+
+def test_a_seed_replays_its_interleaving_and_seeds_differ() -> None:
+    runs = [_interleaving(seed) for seed in range(8)]
+    assert _interleaving(3) == runs[3]  # same seed, same order and same times
+    assert len({tuple(r[0]) for r in runs}) > 1  # the seed chooses the order
+    for order, _ in runs:
+        for n in "abc":
+            assert [x for x in order if x[0] == n] == [f"{n}{i}" for i in range(5)]  # each FIFO
+
+
+def test_the_clock_moves_only_when_every_task_waits() -> None:
+    s = Scheduler(1)
+
+    def main() -> float:
+        t = world.monotonic()
+        world.sleep(3600)
+        assert world.monotonic() - t == 3600
+        ev = world.event()
+        assert not ev.wait(2.5) and world.monotonic() - t == 3602.5  # a timeout is the clock's
+        return world.wall() - world.monotonic()
+
+    t0 = time.monotonic()
+    assert s.run(main) == s.start_wall
+    assert time.monotonic() - t0 < 5  # an hour simulated, not waited
+
+
+def test_a_lock_excludes_while_preemption_interleaves() -> None:
+    def count(seed: int, locked: bool) -> int:
+        s = Scheduler(seed, preempt=0.5)
+
+        def main() -> int:
+            n = [0]
+            mu = world.lock()
+            marks = world.event()
+
+            def bump() -> None:
+                for _ in range(10):
+                    if locked:
+                        mu.acquire()
+                    v = n[0]
+                    marks.set()  # a preemption point between the read and the write
+                    n[0] = v + 1
+                    if locked:
+                        mu.release()
+
+            ts = [world.spawn(f"b{i}", bump) for i in range(4)]
+            for t in ts:
+                t.join()
+            return n[0]
+
+        return s.run(main)
+
+    assert all(count(seed, True) == 40 for seed in range(10))
+    assert any(count(seed, False) < 40 for seed in range(10))  # lost updates without it
+
+
+def test_conditions_queues_futures_and_pools_wait_on_the_simulated_clock() -> None:
+    s = Scheduler(7)
+
+    def main() -> None:
+        c = world.condition()
+        with c:
+            assert not c.wait_for(lambda: False, timeout=1.0)
+        assert world.monotonic() == 1.0
+        q = world.queue(maxsize=1)
+        q.put_nowait(1)
+        with pytest.raises(queue.Full):
+            q.put_nowait(2)
+        assert q.get_nowait() == 1
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.5)
+        assert world.monotonic() == 1.5
+        f = world.future()
+        with pytest.raises(futures.TimeoutError):
+            f.result(timeout=2)
+        assert world.monotonic() == 3.5
+        pool = world.Pool("p", 2)
+        slow = pool.submit(lambda: world.sleep(10) or "slow")
+        fast = pool.submit(lambda: world.sleep(1) or "fast")
+        fails = pool.submit(lambda: 1 // 0)
+        order = [f.exception() or f.result() for f in world.as_completed([slow, fast, fails], timeout=20)]
+        assert [o if isinstance(o, str) else type(o).__name__ for o in order] == \
+            ["ZeroDivisionError", "fast", "slow"]
+        assert world.monotonic() == 13.5
+        late = pool.submit(lambda: world.sleep(100))
+        with pytest.raises(futures.TimeoutError):
+            list(world.as_completed([late], timeout=5))
+        assert world.monotonic() == 18.5
+
+    s.run(main)
+    assert s.failures == []
+
+
+def test_a_crashed_process_runs_no_further_step_and_others_go_on() -> None:
+    s = Scheduler(2)
+    steps: dict[str, int] = {"a": 0, "b": 0}
+
+    def main() -> None:
+        stop = world.event()
+
+        def tick(p: str) -> float | None:
+            steps[p] += 1
+            return None
+
+        for p in "ab":
+            with s.process(p):
+                loops.every(f"tick-{p}", 1.0, lambda p=p: tick(p), stop)
+        world.sleep(10.5)
+        s.crash("a")
+        at_crash = dict(steps)
+        world.sleep(10)
+        assert steps["a"] == at_crash["a"] and steps["b"] >= at_crash["b"] + 9
+        stop.set()
+
+    s.run(main)
+    assert s.failures == []
+
+
+def test_a_deadlock_is_reported_to_the_main_task() -> None:
+    s = Scheduler(3)
+
+    def main() -> None:
+        never = world.event()
+        t = world.spawn("stuck", lambda: never.wait() and None)
+        t.join()
+
+    with pytest.raises(Deadlock, match="stuck"):
+        s.run(main)
+    assert any("deadlock" in f for f in s.failures)
+
+
+def test_an_uncaught_error_in_a_task_is_a_finding() -> None:
+    s = Scheduler(4)
+    s.run(lambda: world.spawn("bad", lambda: [][1]).join())
+    assert len(s.failures) == 1 and "IndexError" in s.failures[0]
+
+
+def test_primitives_refuse_threads_outside_the_simulation() -> None:
+    s = Scheduler(5)
+    made = s.run(lambda: world.event())
+    with pytest.raises(RuntimeError, match="outside the simulation"):
+        s.run(lambda: _from_a_real_thread(made))
+
+
+def _from_a_real_thread(ev: object) -> None:
+    import threading
+
+    err: list[BaseException] = []
+
+    def use() -> None:
+        try:
+            ev.wait(1)  # type: ignore[attr-defined]
+        except RuntimeError as e:
+            err.append(e)
+
+    th = threading.Thread(target=use)
+    th.start()
+    th.join()
+    raise err[0]

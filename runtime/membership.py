@@ -12,8 +12,6 @@ import json
 import logging
 import os
 import socket
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
-from runtime import children
+from runtime import children, world
 from runtime.loops import Backoff
 from runtime.process import StartRefused
 
@@ -64,27 +62,25 @@ class Membership:
         self.path = path
         self.me: dict[str, Any] = instance()
         self.data = lambda: json.dumps({**data(), "instance": self.me}).encode()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._stop = world.event()
+        self._wake = world.event()
+        self._task: world.Task | None = None
         self.registrations = 0  # times the node was created (1 + one per lost session)
 
     def start(self) -> None:
         """Create the node now (raising if ZooKeeper refuses, or IdTaken if another live
         process holds it still after TAKEN_WAIT_S), then keep it."""
-        deadline = time.monotonic() + TAKEN_WAIT_S
+        deadline = world.monotonic() + TAKEN_WAIT_S
         while True:
             try:
                 self._ensure()
                 break
             except IdTaken:
-                if time.monotonic() > deadline:
+                if world.monotonic() > deadline:
                     raise
-                time.sleep(0.25)
+                world.sleep(0.25)
         self.zk.add_listener(self._on_state)
-        self._thread = threading.Thread(target=self._keep, name=f"membership {self.path}",
-                                        daemon=True)
-        self._thread.start()
+        self._task = world.spawn(f"membership {self.path}", self._keep)
 
     def stop(self) -> None:
         self._stop.set()

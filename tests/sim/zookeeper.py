@@ -64,14 +64,15 @@ class Ensemble:
 
     def expire(self, c: Client) -> None:
         """The session of `c` expires now: its ephemeral nodes go, it is told (LOST), and it
-        makes a new session (CONNECTED), its recipes' watches set again."""
+        makes a new session (CONNECTED: at once, or when its partition heals), its recipes'
+        watches set again."""
         if c.session is None:
             return
         self._end_session(c.session)
         c.session = None
         self.expired += 1
         c._state(KazooState.LOST)
-        if c.started:
+        if c.started and world.monotonic() >= c.cut_until:
             c._connect()
 
     def partition(self, c: Client, seconds: float) -> None:
@@ -81,11 +82,15 @@ class Ensemble:
         c._state(KazooState.SUSPENDED)
 
         def heal() -> None:
-            world.sleep(min(seconds, self.session_timeout_s))
             if seconds >= self.session_timeout_s:
+                world.sleep(self.session_timeout_s)
                 self.expire(c)
             world.sleep(max(0.0, c.cut_until - world.monotonic()))
-            if c.session is not None and c.state != KazooState.CONNECTED:
+            if not c.started or world.monotonic() < c.cut_until:
+                return  # stopped, or cut again for longer: that partition's task heals it
+            if c.session is None:
+                c._connect()
+            else:
                 c._state(KazooState.CONNECTED)
         world.spawn("zk-heal", heal)
 

@@ -20,7 +20,7 @@ from log.driver import WriterDriver
 from log.election import Election
 from log.entry import Entry
 from log.linger import Lingering
-from log.messages import AddEntries, Fence, ReadRange, Result
+from log.messages import AddEntries, Fence, Result
 from log.metadata import LogMetadata
 from log.peers import Peers
 from log.read_cache import ReadCache
@@ -310,12 +310,7 @@ class Node:
         self.peers.send(driver, to, msg)
 
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None:
-        if isinstance(req, Fence):
-            core.on_fence_reply(replica, rep)
-        elif isinstance(req, AddEntries):
-            core.on_add_reply(replica, req, rep)
-        elif isinstance(req, ReadRange):
-            core.on_read_reply(replica, req, rep)
+        core.on_reply(replica, req, rep)
 
     # ------------------------------------------------------------ reading (log/catch_up.py)
     def committed_end(self, log_id: int) -> int:

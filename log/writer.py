@@ -213,6 +213,15 @@ class Writer:
             return 0
         return seg.last_ts
 
+    def on_reply(self, replica: int, req: Any, rep: Any) -> None:
+        """A replica's answer to `req` (a Fence, an AddEntries or a ReadRange this writer sent)."""
+        if isinstance(req, Fence):
+            self.on_fence_reply(replica, rep)
+        elif isinstance(req, AddEntries):
+            self.on_add_reply(replica, req, rep)
+        elif isinstance(req, ReadRange):
+            self.on_read_reply(replica, req, rep)
+
     def on_fence_reply(self, replica: int, reply: FenceReply) -> None:
         if self.state is State.CHANGING:
             self._fenced_old(replica, reply)

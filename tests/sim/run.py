@@ -6,7 +6,9 @@
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
   [--machines 3 [--broken by-load]]
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
-  [--broken truncate-ahead]"""
+  [--broken truncate-ahead]
+The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
+  python -m tests.sim.run --writers --seed 42 [--broken ends-at-lac]"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import logging
 import sys
 import time
 
-from tests.sim import cluster, moves
+from tests.sim import cluster, moves, writers
 from tests.sim.harness import Config, Sim
 
 
@@ -44,14 +46,19 @@ def main() -> int:
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
     ap.add_argument("--cluster", action="store_true",
                     help="the log simulation with real storage nodes beside it")
+    ap.add_argument("--writers", action="store_true",
+                    help="the real writer driver on the seeded scheduler (tests/sim/writers.py)")
     ap.add_argument("--broken", default="",
-                    help="with --moves or --cluster: a broken variant (tests/sim/moves.py, cluster.py)")
+                    help="with --moves, --cluster or --writers: a broken variant "
+                         "(tests/sim/moves.py, cluster.py, writers.py)")
     a = ap.parse_args()
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
         logging.disable(logging.CRITICAL)
     t0 = time.monotonic()
     bad = 0
     counts: dict[str, int] = {}
+    if a.writers:
+        return _writers(a)
     for seed in range(a.seed, a.seed + a.runs):
         cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim,
                      ensemble_change=a.ensemble_change, machines=a.machines, placement=a.placement,
@@ -73,6 +80,28 @@ def main() -> int:
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s)"
           + (f"; {'moves' if a.moves else 'cluster'}: {counts}" if counts else ""))
+    return 1 if bad else 0
+
+
+def _writers(a: argparse.Namespace) -> int:
+    """Runs of tests/sim/writers.py; with --trace, each run's figures."""
+    t0 = time.monotonic()
+    bad = acked = 0
+    simulated = 0.0
+    for seed in range(a.seed, a.seed + a.runs):
+        r = writers.run(seed, writers.Config(broken=a.broken))
+        acked += r.acked
+        simulated += r.simulated_s
+        if a.trace:
+            print(f"seed {seed}: {r.acked} appends acknowledged, {r.writers} writers, "
+                  f"{r.switches} task switches, {r.simulated_s:.1f} simulated s")
+        if r.violations or r.failures:
+            bad += 1
+            print(f"seed {seed}: {len(r.violations)} violations, {len(r.failures)} failures, first: "
+                  f"{(r.violations + r.failures)[0]}")
+    dt = time.monotonic() - t0
+    print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); writers: {acked} appends "
+          f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall second")
     return 1 if bad else 0
 
 

@@ -97,8 +97,9 @@ class Scheduler:
             del self._by_thread[threading.get_ident()]
 
     def process(self, name: str) -> _Process:
-        """Run the body of a `with` as process `name`: the tasks it spawns are that process's."""
-        return _Process(self._main, name)
+        """Run the body of a `with` as process `name` (in the task that runs it): the tasks
+        it spawns are that process's."""
+        return _Process(self._me(), name)
 
     def crash(self, process: str) -> None:
         """Every task of `process` dies where it next runs (a crash: no more of its steps)."""
@@ -231,10 +232,11 @@ class Scheduler:
             try:
                 self._resumed(t)
                 fn()
-            except Killed:
-                pass
             except BaseException as e:  # noqa: BLE001 - the simulation's finding
-                self.failures.append(f"{t}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+                if isinstance(e, Killed) or self._dies(t):
+                    pass  # what a crashed process does while unwinding is not seen
+                else:
+                    self.failures.append(f"{t}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
             t.done = True
             self._wake(t.joiners)
             del self._by_thread[threading.get_ident()]
@@ -302,14 +304,14 @@ class Scheduler:
 
 
 class _Process:
-    def __init__(self, main: _Task, name: str) -> None:
-        self.main, self.name = main, name
+    def __init__(self, task: _Task, name: str) -> None:
+        self.task, self.name = task, name
 
     def __enter__(self) -> None:
-        self.prev, self.main.process = self.main.process, self.name
+        self.prev, self.task.process = self.task.process, self.name
 
     def __exit__(self, *_: object) -> None:
-        self.main.process = self.prev
+        self.task.process = self.prev
 
 
 class _Handle:

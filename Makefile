@@ -40,10 +40,12 @@ test-fast: proto
 # nodes beside the log, BROKEN=truncate-ahead; ENSEMBLE=past-lac or no-fence: a broken
 # ensemble change, off: none; MACHINES=3 SERVERS=6: the servers on three machines,
 # PLACEMENT=by-load placing without them, or with MOVES=1 BROKEN=by-load; WRITERS=1: the real
-# writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac)
+# writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
+# ELECTIONS=1: with the servers' real election, whole servers crashed)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(WRITERS),--writers) \
+		$(if $(ELECTIONS),--writers --elections) \
 		$(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule)) \
 		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE)) \
@@ -61,6 +63,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 400000 --runs 5000 --takeover
 	$(PY) -m tests.sim.run --seed 500000 --runs 2000 --cluster
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
+	$(PY) -m tests.sim.run --seed 700000 --runs 500 --writers --elections
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 

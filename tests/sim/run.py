@@ -8,7 +8,7 @@ Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--b
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
   [--broken truncate-ahead]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
-  python -m tests.sim.run --writers --seed 42 [--broken ends-at-lac]"""
+  python -m tests.sim.run --writers --seed 42 [--elections] [--broken ends-at-lac]"""
 
 from __future__ import annotations
 
@@ -48,6 +48,9 @@ def main() -> int:
                     help="the log simulation with real storage nodes beside it")
     ap.add_argument("--writers", action="store_true",
                     help="the real writer driver on the seeded scheduler (tests/sim/writers.py)")
+    ap.add_argument("--elections", action="store_true",
+                    help="with --writers: the servers' real election (log/election.py), whole servers "
+                         "crashed")
     ap.add_argument("--broken", default="",
                     help="with --moves, --cluster or --writers: a broken variant "
                          "(tests/sim/moves.py, cluster.py, writers.py)")
@@ -89,7 +92,7 @@ def _writers(a: argparse.Namespace) -> int:
     bad = acked = 0
     simulated = 0.0
     for seed in range(a.seed, a.seed + a.runs):
-        r = writers.run(seed, writers.Config(broken=a.broken))
+        r = writers.run(seed, writers.Config(broken=a.broken, elections=a.elections))
         acked += r.acked
         simulated += r.simulated_s
         if a.trace:

@@ -25,6 +25,21 @@ def test_acknowledged_appends_survive_writer_crashes() -> None:
         assert r.writers == 4 and r.acked > 20  # three crashes, and appends acknowledged across them
 
 
+def test_the_real_election_keeps_acknowledged_appends_through_server_crashes() -> None:
+    """log/election.py with membership, watches and takeover probes; whole servers crash,
+    their sessions expire, and they restart."""
+    for seed in range(2):
+        r = writers.run(seed, writers.Config(seconds=10, elections=True))
+        assert r.failures == [] and r.violations == []
+        assert r.writers >= 3 and r.acked > 20  # the log changed writers, and appends were acknowledged
+
+
+def test_a_broken_recovery_under_the_real_election_is_caught() -> None:
+    found = (writers.run(seed, writers.Config(seconds=12, elections=True, broken="ends-at-lac")).violations
+             for seed in range(5))
+    assert any(v and "acked position" in v[0] for v in found)  # (stops at the first caught)
+
+
 def test_a_seed_replays_exactly() -> None:
     a, b = (writers.run(11, writers.Config(seconds=5)) for _ in range(2))
     assert (a.acked, a.switches, a.simulated_s, a.violations) == \
@@ -32,6 +47,6 @@ def test_a_seed_replays_exactly() -> None:
 
 
 def test_a_recovery_that_seals_at_the_last_lac_is_caught() -> None:
-    found = [writers.run(seed, writers.Config(seconds=8, broken="ends-at-lac")).violations
-             for seed in range(4)]
+    found = (writers.run(seed, writers.Config(seconds=8, broken="ends-at-lac")).violations
+             for seed in range(4))
     assert any(v and "acked position" in v[0] for v in found)

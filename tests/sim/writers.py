@@ -7,23 +7,32 @@ harness.py drives the writer core itself; here the driver does, so its loop is u
 
 A client appends all the time; writers crash (their process killed mid-step: the driver's
 thread dies wherever it is) and another server claims the log with the next epoch, as the
-election does. The check: every append acknowledged by any writer is, at the end, at its
-position with its payload on the replicas, and no position has two different copies."""
+election does. With `elections`, the servers run the real election instead (log/election.py:
+registration by runtime/membership.py, watches on the writer node, vacant-log claims, the
+followers' takeover after failed probes) and a crash kills a whole server, whose ZooKeeper
+session then expires; it restarts later.
+
+The check: every append acknowledged by any writer is, at the end, at its position with its
+payload on the replicas, and no position has two different copies."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
+
 from log import reading
 from log import zk as zkpaths
 from log.driver import Busy, WriterDriver, WriterFailed
+from log.election import Election
+from log.limits import FIRST_POSITION
 from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
 from log.replica import ReplicaCore
 from log.store import MemStore
 from log.writer import ChangeEnsemble, Writer
-from runtime import world
+from runtime import membership, world
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
 
@@ -41,6 +50,7 @@ class Config:
     duplicate: float = 0.05
     delay_max_s: float = 0.02
     broken: str = ""  # "ends-at-lac": a broken recovery (_EndsAtLac)
+    elections: bool = False  # the servers' real election instead of claims made by the simulation
 
 
 @dataclass
@@ -94,6 +104,25 @@ class _Host:
         return None, -1  # no ensemble changes here: the pool is the ensemble
 
 
+class _Unreachable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+
+class _Probe:
+    """The election's probe of a writer's server (a ReadRange call): no answer from a server
+    that is down."""
+
+    def __init__(self, sim: WriterSim, server: int) -> None:
+        self.sim, self.server = sim, server
+
+    def ReadRange(self, req: Any, timeout: float) -> None:  # noqa: N802 - the stub's name
+        world.sleep(self.sim.rng.uniform(0, self.sim.cfg.delay_max_s))
+        if self.server in self.sim.down:
+            world.sleep(timeout)
+            raise _Unreachable()
+
+
 class WriterSim:
     def __init__(self, seed: int, cfg: Config | None = None) -> None:
         self.cfg = cfg or Config()
@@ -106,6 +135,9 @@ class WriterSim:
         self.writers: list[tuple[str, WriterDriver]] = []
         self.violations: list[str] = []
         self.cut_until = {s: 0.0 for s in SERVERS}  # a replica isolated until then
+        self.down: set[int] = set()  # servers crashed (elections)
+        self.incarnation = {s: 0 for s in SERVERS}
+        self.drivers: dict[int, dict[int, WriterDriver]] = {s: {} for s in SERVERS}
 
     # --- the network --------------------------------------------------------------------
 
@@ -116,7 +148,7 @@ class WriterSim:
 
         def there() -> None:
             world.sleep(self.rng.uniform(0, self.cfg.delay_max_s))
-            if world.monotonic() < self.cut_until[to]:
+            if world.monotonic() < self.cut_until[to] or to in self.down:
                 return
             core = self.replicas[to]
             rep = (core.on_fence(msg) if isinstance(msg, Fence) else core.on_add(msg)
@@ -158,10 +190,69 @@ class WriterSim:
         self.writers.append((proc, d))
         return d
 
+    def server(self, s: int) -> None:
+        """Log server `s` as log/node.py wires its election: registered, watching the log's
+        metadata, writer node and the servers, electing until it crashes."""
+        proc = f"server-{s}-{self.incarnation[s]}"
+        self.incarnation[s] += 1
+        with self.sched.process(proc):
+            zk = self.ens.client()
+            zk.start()
+            topo = zkpaths.read_topology(zk)
+            assert topo is not None
+            meta: dict[int, LogMetadata] = {}
+            writers = self.drivers[s] = {}
+            host = _Host(self, s, zk)
+
+            def new_driver(core: Writer) -> WriterDriver:
+                if self.cfg.broken == "ends-at-lac":
+                    core.__class__ = _EndsAtLac  # the election made it: the broken rule swapped in
+                d = WriterDriver(host, core)
+                self.writers.append((proc, d))
+                return d
+
+            e = Election(s, f"sim:{s}", zk, topo, writers, meta, host.zk_ok, new_driver, world.event(),
+                         peer=lambda x: _Probe(self, x), ensemble_changes=False)
+            host.announce_writer = e.announce_writer  # type: ignore[method-assign]
+            zk.DataWatch(zkpaths.log_path(LOG), lambda data, _: data and meta.__setitem__(
+                LOG, LogMetadata.from_json(data)))
+            zk.DataWatch(zkpaths.writer_path(LOG), e.writer_watch(LOG))
+            zk.ChildrenWatch(zkpaths.LEAVING, e.leaving_watch)
+            zk.ChildrenWatch(zkpaths.SERVERS, e.servers_watch)
+            membership.Membership(zk, f"{zkpaths.SERVERS}/{s}", lambda: {"addr": f"sim:{s}"}).start()
+            self.zks[s] = zk
+            world.spawn(f"election-{s}", e.loop)
+
+    def crash_server(self, s: int) -> None:
+        """Server `s` dies: its tasks stop, and ZooKeeper expires its session after the timeout."""
+        self.down.add(s)
+        self.sched.crash(f"server-{s}-{self.incarnation[s] - 1}")
+        zk = self.zks[s]
+        zk.started = False
+
+        def expire() -> None:
+            world.sleep(self.ens.session_timeout_s)
+            self.ens.expire(zk)
+        world.spawn("zk-expiry", expire)
+
+    def restart_server(self, s: int) -> None:
+        self.down.discard(s)
+        self.server(s)
+
+    def current(self) -> WriterDriver | None:
+        """The driver clients send to: the newest writing (as the SDK routes to the writer
+        node's server); a stale one refuses or fails, and the client tries again."""
+        live = [d for proc, d in self.writers if not d.failed.is_set()]
+        return max(live, key=lambda d: d.epoch, default=None)
+
     def client(self, name: str, stop: Any) -> None:
         n = 0
         while not stop.is_set():
-            d = self.writers[-1][1]
+            maybe = self.current() if self.cfg.elections else self.writers[-1][1]
+            if maybe is None:
+                world.sleep(0.1)
+                continue
+            d = maybe
             payload = f"{name}-{n}".encode()
             n += 1
             try:
@@ -175,7 +266,12 @@ class WriterSim:
         self.admin = self.ens.client()
         self.admin.start()
         zkpaths.create_cluster(self.admin, 1, list(SERVERS))
-        self.claim(0)
+        self.zks: dict[int, Client] = {}
+        if self.cfg.elections:
+            for s in SERVERS:
+                self.server(s)
+        else:
+            self.claim(0)
         stop = world.event()
         for c in range(self.cfg.clients):
             world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
@@ -183,6 +279,13 @@ class WriterSim:
         step = self.cfg.seconds / (self.cfg.crashes + 1)
         for _ in range(self.cfg.crashes):
             world.sleep(self.rng.uniform(0.5 * step, step))
+            if self.cfg.elections:
+                d = self.current()
+                s = d.node.server if d is not None and self.rng.random() < 0.7 else self.rng.choice(SERVERS)  # type: ignore[attr-defined]
+                self.crash_server(s)
+                world.sleep(self.rng.uniform(0.5, 0.5 * step))
+                self.restart_server(s)
+                continue
             proc, _ = self.writers[-1]
             self.sched.crash(proc)
             while self.claim(self.rng.choice(SERVERS)) is None:
@@ -202,8 +305,18 @@ class WriterSim:
 
     def check(self) -> None:
         meta, _ = zkpaths.read_metadata(self.admin, LOG)
-        last = self.writers[-1][1].core
+        final = self.current() if self.cfg.elections else self.writers[-1][1]
+        if final is None:
+            self.violations.append("no writer at the end")
+            return
+        last = final.core
         end = reading.committed_end(meta, last.lac)
+        for p in range(FIRST_POSITION, end + 1):
+            seg = meta.segment_of(p)
+            held = {e.payload for s in SERVERS
+                    if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
+            if len(held) != 1:
+                self.violations.append(f"committed position {p} holds {held}")
         for epoch, p, payload in self.acks:
             if p > end:
                 self.violations.append(f"acked position {p} (epoch {epoch}) beyond the end {end}")

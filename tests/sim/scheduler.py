@@ -73,6 +73,7 @@ class Scheduler:
         self.switches = 0
         self.failures: list[str] = []  # exceptions no task caught
         self.dead: set[str] = set()  # crashed processes
+        self.paused_until: dict[str, float] = {}  # processes stopped (SIGSTOP) until then
         self._ids = itertools.count()
         self._timer_seq = itertools.count()
         self._ready: list[_Task] = []
@@ -104,9 +105,18 @@ class Scheduler:
     def crash(self, process: str) -> None:
         """Every task of `process` dies where it next runs (a crash: no more of its steps)."""
         self.dead.add(process)
+        self.paused_until.pop(process, None)
         for t in list(self._by_thread.values()):
             if t.process == process and t.wait is not None:
                 self._wake_one(t)
+
+    def pause(self, process: str, seconds: float) -> None:
+        """None of `process`'s tasks runs for `seconds` (a SIGSTOP, then a SIGCONT): what
+        wakes them meanwhile waits, and the clock goes on."""
+        self.paused_until[process] = max(self.paused_until.get(process, 0.0), self.now + seconds)
+
+    def paused(self, process: str) -> bool:
+        return self.paused_until.get(process, 0.0) > self.now
 
     def revive(self, process: str) -> None:
         """A crashed process's name may run again (a restart makes new tasks)."""
@@ -125,16 +135,27 @@ class Scheduler:
         """The next task to run: a ready one drawn from the seed, else the first timer's
         (the clock moves to it), else the main task, told of the deadlock."""
         self.switches += 1
-        if self._ready:
-            return self._ready.pop(self.rng.randrange(len(self._ready)))
-        while self._timers:
-            at, _, task, no = heapq.heappop(self._timers)
-            if task.wait is not None and task.wait_no == no:
+        while True:
+            runnable = [i for i, t in enumerate(self._ready) if not self.paused(t.process)]
+            if runnable:
+                return self._ready.pop(runnable[self.rng.randrange(len(runnable))])
+            while self._timers and not self._valid(self._timers[0]):
+                heapq.heappop(self._timers)
+            resume = min((self.paused_until[t.process] for t in self._ready), default=None)
+            if self._timers and (resume is None or self._timers[0][0] < resume):
+                at, _, task, _ = heapq.heappop(self._timers)
                 self.now = max(self.now, at)
+                assert task.wait is not None
                 task.wait.remove(task)
                 task.wait = None
                 task.timed_out = True
-                return task
+                if not self.paused(task.process):
+                    return task
+                self._ready.append(task)  # it runs when its process is resumed
+            elif resume is not None:
+                self.now = max(self.now, resume)
+            else:
+                break
         waiting = ", ".join(repr(t) for t in self._by_thread.values() if not t.done and t is not self._main)
         self.failures.append(f"deadlock: {waiting}")
         self._main.error = Deadlock(f"every task waits and no timer is set: {waiting}")
@@ -142,6 +163,11 @@ class Scheduler:
             self._main.wait.remove(self._main)
             self._main.wait = None
         return self._main
+
+    @staticmethod
+    def _valid(timer: tuple[float, int, _Task, int]) -> bool:
+        _, _, task, no = timer
+        return task.wait is not None and task.wait_no == no
 
     def _hand_on(self) -> None:
         nxt = self._pick()
@@ -199,6 +225,7 @@ class Scheduler:
     def _kill_all(self) -> None:
         """At the end of a run: every task left unwinds (Killed), one at a time."""
         self.dead.update(t.process for t in self._by_thread.values())
+        self.paused_until.clear()
         self._main.error = None
         for t in list(self._by_thread.values()):
             if t.wait is not None and t is not self._main:

@@ -158,6 +158,26 @@ def test_a_crashed_process_runs_no_further_step_and_others_go_on() -> None:
     assert s.failures == []
 
 
+def test_a_paused_process_runs_nothing_until_resumed_while_the_clock_goes_on() -> None:
+    s = Scheduler(6)
+    ticks: dict[str, list[float]] = {"a": [], "b": []}
+
+    def main() -> None:
+        stop = world.event()
+        for p in "ab":
+            with s.process(p):
+                loops.every(f"tick-{p}", 1.0, lambda p=p: ticks[p].append(world.monotonic()) and None, stop)
+        world.sleep(3.5)
+        s.pause("a", 5.0)  # a SIGSTOP at 3.5 s, a SIGCONT at 8.5 s
+        world.sleep(8)
+        stop.set()
+
+    s.run(main)
+    assert s.failures == []
+    assert not [t for t in ticks["a"] if 3.5 < t < 8.5] and [t for t in ticks["a"] if t >= 8.5]
+    assert len([t for t in ticks["b"] if 3.5 < t < 8.5]) >= 4  # the other process went on
+
+
 def test_a_deadlock_is_reported_to_the_main_task() -> None:
     s = Scheduler(3)
 

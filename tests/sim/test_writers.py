@@ -26,17 +26,17 @@ def test_acknowledged_appends_survive_writer_crashes() -> None:
 
 
 def test_the_real_election_keeps_acknowledged_appends_through_server_crashes() -> None:
-    """log/election.py with membership, watches and takeover probes; whole servers crash,
-    their sessions expire, and they restart."""
+    """log/election.py with membership, watches and takeover probes; whole servers crash
+    (their sessions expire, they restart) or pause past their session timeout or not."""
     for seed in range(2):
         r = writers.run(seed, writers.Config(seconds=10, elections=True))
         assert r.failures == [] and r.violations == []
-        assert r.writers >= 3 and r.acked > 20  # the log changed writers, and appends were acknowledged
+        assert r.writers >= 2 and r.acked > 20  # the log changed writers, and appends were acknowledged
 
 
 def test_a_broken_recovery_under_the_real_election_is_caught() -> None:
     found = (writers.run(seed, writers.Config(seconds=12, elections=True, broken="ends-at-lac")).violations
-             for seed in range(5))
+             for seed in range(8))
     assert any(v and "acked position" in v[0] for v in found)  # (stops at the first caught)
 
 

@@ -9,8 +9,9 @@ A client appends all the time; writers crash (their process killed mid-step: the
 thread dies wherever it is) and another server claims the log with the next epoch, as the
 election does. With `elections`, the servers run the real election instead (log/election.py:
 registration by runtime/membership.py, watches on the writer node, vacant-log claims, the
-followers' takeover after failed probes) and a crash kills a whole server, whose ZooKeeper
-session then expires; it restarts later.
+followers' takeover after failed probes) and a fault either kills a whole server, whose
+ZooKeeper session then expires, restarting it later, or pauses it (SIGSTOP), past its session
+timeout or not, and lets it run again.
 
 The check: every append acknowledged by any writer is, at the end, at its position with its
 payload on the replicas, and no position has two different copies."""
@@ -31,7 +32,7 @@ from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
 from log.replica import ReplicaCore
 from log.store import MemStore
-from log.writer import ChangeEnsemble, Writer
+from log.writer import ChangeEnsemble, State, Writer
 from runtime import membership, world
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
@@ -118,7 +119,7 @@ class _Probe:
 
     def ReadRange(self, req: Any, timeout: float) -> None:  # noqa: N802 - the stub's name
         world.sleep(self.sim.rng.uniform(0, self.sim.cfg.delay_max_s))
-        if self.server in self.sim.down:
+        if self.server in self.sim.down or self.sim.sched.paused(self.sim.proc(self.server)):
             world.sleep(timeout)
             raise _Unreachable()
 
@@ -137,6 +138,7 @@ class WriterSim:
         self.cut_until = {s: 0.0 for s in SERVERS}  # a replica isolated until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in SERVERS}
+        self.pauses = 0
         self.drivers: dict[int, dict[int, WriterDriver]] = {s: {} for s in SERVERS}
 
     # --- the network --------------------------------------------------------------------
@@ -163,7 +165,7 @@ class WriterSim:
                 driver.reply(to, msg, rep)
 
         for _ in range(self._copies()):
-            with self.sched.process(f"replica-{to}"):
+            with self.sched.process(self.proc(to) if self.cfg.elections else f"replica-{to}"):
                 world.spawn("request", there)
 
     def _copies(self) -> int:
@@ -189,6 +191,10 @@ class WriterSim:
             d.start()
         self.writers.append((proc, d))
         return d
+
+    def proc(self, s: int) -> str:
+        """The process of server `s` now (elections)."""
+        return f"server-{s}-{self.incarnation[s] - 1}"
 
     def server(self, s: int) -> None:
         """Log server `s` as log/node.py wires its election: registered, watching the log's
@@ -226,7 +232,7 @@ class WriterSim:
     def crash_server(self, s: int) -> None:
         """Server `s` dies: its tasks stop, and ZooKeeper expires its session after the timeout."""
         self.down.add(s)
-        self.sched.crash(f"server-{s}-{self.incarnation[s] - 1}")
+        self.sched.crash(self.proc(s))
         zk = self.zks[s]
         zk.started = False
 
@@ -282,9 +288,15 @@ class WriterSim:
             if self.cfg.elections:
                 d = self.current()
                 s = d.node.server if d is not None and self.rng.random() < 0.7 else self.rng.choice(SERVERS)  # type: ignore[attr-defined]
-                self.crash_server(s)
-                world.sleep(self.rng.uniform(0.5, 0.5 * step))
-                self.restart_server(s)
+                if self.rng.random() < 0.5:
+                    self.crash_server(s)
+                    world.sleep(self.rng.uniform(0.5, 0.5 * step))
+                    self.restart_server(s)
+                else:  # a SIGSTOP: past the session timeout or not, its session cut as long
+                    seconds = self.rng.uniform(0.5, 2 * self.ens.session_timeout_s)
+                    self.sched.pause(self.proc(s), seconds)
+                    self.ens.partition(self.zks[s], seconds)
+                    self.pauses += 1
                 continue
             proc, _ = self.writers[-1]
             self.sched.crash(proc)
@@ -303,12 +315,24 @@ class WriterSim:
             s = self.rng.choice(SERVERS)
             self.cut_until[s] = world.monotonic() + self.rng.uniform(0.1, 1.0)
 
+    def settled(self) -> WriterDriver | None:
+        """The writer of the log's newest epoch once it has recovered (its LAC then covers
+        every committed position), waiting for one up to 30 s."""
+        deadline = world.monotonic() + 30
+        while world.monotonic() < deadline:
+            epoch = zkpaths.read_metadata(self.admin, LOG)[0].epoch
+            d = next((d for _, d in self.writers if d.epoch == epoch and not d.failed.is_set()), None)
+            if d is not None and d.core.state is State.WRITING:
+                return d
+            world.sleep(0.5)
+        return None
+
     def check(self) -> None:
-        meta, _ = zkpaths.read_metadata(self.admin, LOG)
-        final = self.current() if self.cfg.elections else self.writers[-1][1]
+        final = self.settled()
         if final is None:
-            self.violations.append("no writer at the end")
+            self.violations.append("no writer recovered the log within 30 s of the end")
             return
+        meta, _ = zkpaths.read_metadata(self.admin, LOG)
         last = final.core
         end = reading.committed_end(meta, last.lac)
         for p in range(FIRST_POSITION, end + 1):

@@ -60,14 +60,12 @@ class _Task:
 
 class Scheduler:
     """`run(main)` runs `main` as the first task with this backend installed; `preempt` is
-    the chance a preemption point hands the baton on; `drift` the most each process's boot
-    clock (read leases) runs fast or slow, as a fraction."""
+    the chance a preemption point hands the baton on. A crashed process stays dead: a
+    restart runs under a new process name."""
 
-    def __init__(self, seed: int, preempt: float = 0.2, drift: float = 0.0,
-                 start_wall: float = 1_800_000_000.0) -> None:
+    def __init__(self, seed: int, preempt: float = 0.2, start_wall: float = 1_800_000_000.0) -> None:
         self.rng = random.Random(seed)
         self.preempt = preempt
-        self.drift = drift
         self.now = 0.0
         self.start_wall = start_wall
         self.switches = 0
@@ -79,7 +77,6 @@ class Scheduler:
         self._ready: list[_Task] = []
         self._timers: list[tuple[float, int, _Task, int]] = []
         self._by_thread: dict[int, _Task] = {}
-        self._drifts: dict[str, float] = {}
         self._current: _Task | None = None
         self._main = _Task(-1, "main", "main")
 
@@ -117,10 +114,6 @@ class Scheduler:
 
     def paused(self, process: str) -> bool:
         return self.paused_until.get(process, 0.0) > self.now
-
-    def revive(self, process: str) -> None:
-        """A crashed process's name may run again (a restart makes new tasks)."""
-        self.dead.discard(process)
 
     def _me(self) -> _Task:
         t = self._by_thread.get(threading.get_ident())
@@ -243,10 +236,7 @@ class Scheduler:
         return self.start_wall + self.now
 
     def boot_clock(self) -> float:
-        p = self._me().process
-        if p not in self._drifts:
-            self._drifts[p] = self.rng.uniform(-self.drift, self.drift)
-        return self.now * (1 + self._drifts[p])
+        return self.now  # one rate for every process (log/lease.py's drift: harness.py's lease runs)
 
     def sleep(self, seconds: float) -> None:
         self._wait(deque(), seconds)
@@ -351,10 +341,6 @@ class _Handle:
 
     def is_alive(self) -> bool:
         return not self.t.done
-
-    @property
-    def name(self) -> str:
-        return self.t.name
 
 
 class _Lock:

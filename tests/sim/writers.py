@@ -138,8 +138,6 @@ class WriterSim:
         self.cut_until = {s: 0.0 for s in SERVERS}  # a replica isolated until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in SERVERS}
-        self.pauses = 0
-        self.drivers: dict[int, dict[int, WriterDriver]] = {s: {} for s in SERVERS}
 
     # --- the network --------------------------------------------------------------------
 
@@ -207,7 +205,7 @@ class WriterSim:
             topo = zkpaths.read_topology(zk)
             assert topo is not None
             meta: dict[int, LogMetadata] = {}
-            writers = self.drivers[s] = {}
+            writers: dict[int, WriterDriver] = {}
             host = _Host(self, s, zk)
 
             def new_driver(core: Writer) -> WriterDriver:
@@ -296,7 +294,6 @@ class WriterSim:
                     seconds = self.rng.uniform(0.5, 2 * self.ens.session_timeout_s)
                     self.sched.pause(self.proc(s), seconds)
                     self.ens.partition(self.zks[s], seconds)
-                    self.pauses += 1
                 continue
             proc, _ = self.writers[-1]
             self.sched.crash(proc)

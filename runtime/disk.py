@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from rocksdict import BlockBasedOptions, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
@@ -85,6 +85,12 @@ class SyncedDb:
             self._open()
             raise
 
+    def batch(self) -> WriteBatch:
+        """A new batch for `write`: every batch a store writes is made here, so that a
+        backend of the disk port can see what it holds (the simulator's, to lose it at a
+        power failure if it was not synced)."""
+        return WriteBatch(raw_mode=True)
+
     def write(self, wb: WriteBatch, sync: bool = True) -> None:
         """Atomic; durable on return when `sync` (otherwise once `sync()` has run).
         Closed: Stopping (the caller serialises its writes with the close)."""
@@ -121,6 +127,14 @@ class SyncedDb:
         borrowed')."""
         self.closed = True
         self.db.close()
+
+
+class OpenDb(Protocol):
+    """The disk port: opens the database at a path. `SyncedDb` itself on a real disk; the
+    simulator's backend (tests/sim/disk.py) keeps what was written but not synced apart,
+    to lose it, or a part of it, when the simulated machine loses power."""
+
+    def __call__(self, path: str, bloom_bits_per_key: int = 0) -> SyncedDb: ...
 
 
 def bounded_items(db: Rdict, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:

@@ -33,6 +33,16 @@ from storage_node.truncation import needs_publish, truncation_point
 log = logging.getLogger("midtown.storage.bookkeeping")
 
 
+def durable_positions(s: NodeState) -> dict[int, int]:
+    """Log -> the position this node has applied it up to, made durable: read, then the
+    store synced, so a batch applied after the read may yet be lost, none before it. Only
+    these are published (DESIGN.md): a node that lost power restarts at or past them, and
+    the logs, truncated below them, still hold what it must apply again."""
+    durable = {i: p for i, (p, _) in s.positions.items()}
+    s.store.sync()
+    return durable
+
+
 class Bookkeeping:
     def __init__(self, state: NodeState, lww: LwwReplica, eventual: EventualService,
                  applier: ApplyLoop) -> None:
@@ -67,8 +77,7 @@ class Bookkeeping:
         s.learn_sets(registry.read_replica_sets(s.zk, s.kv))
         self._drop_shards_not_held()
         self._append_drops()
-        durable = {i: p for i, (p, _) in s.positions.items()}
-        s.store.sync()  # only positions made durable are published (DESIGN.md)
+        durable = durable_positions(s)
         for log_id in range(s.log_count):
             if needs_publish(s.last_data.get(log_id), published.get(log_id)):
                 self._publish(log_id, durable[log_id])
@@ -93,9 +102,7 @@ class Bookkeeping:
     def publish_now(self, log_id: int) -> bool:
         """Publish this node's position in a log now (after a shard copy's install: the
         move is recorded only once it has, catalog/shard_moves.py may_record_copy)."""
-        s = self.state
-        s.store.sync()
-        return self._publish(log_id, s.positions[log_id][0])
+        return self._publish(log_id, durable_positions(self.state)[log_id])
 
     def _truncation_point(self, log_id: int) -> int | None:
         """Below every holder's published position; not while a shard of the log is being

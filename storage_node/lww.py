@@ -127,7 +127,7 @@ class LwwReplica:
                 for k, v in self.store.under(p):
                     shard = keys.shard_of_key(k)
                     sums[shard] = sums.get(shard, 0) ^ item_hash(k, _H.unpack_from(v)[0])
-            wb = WriteBatch(raw_mode=True)
+            wb = self.store.batch()
             for shard in (shards if shards is not None else sums):
                 wb.put(keys.lww_hash_key(shard), _Q.pack(sums.get(shard, 0)))
             if shards is None and not sums:
@@ -183,7 +183,7 @@ class LwwReplica:
     def _compare_and_store(self, items: list[tuple[bytes, pb.LwwValue]]) -> list[bool]:
         held: dict[bytes, int] = {}
         changes: dict[int, int] = {}  # shard -> XOR of its hash's change
-        wb = WriteBatch(raw_mode=True)
+        wb = self.store.batch()
         out = []
         for k, v in items:
             if k not in held:
@@ -203,7 +203,7 @@ class LwwReplica:
     def purge(self, seen: list[tuple[bytes, bytes]]) -> int:
         """Delete the keys still holding exactly what was seen (a newer write stays);
         returns how many were deleted."""
-        wb = WriteBatch(raw_mode=True)
+        wb = self.store.batch()
         changes: dict[int, int] = {}
         n = 0
         with self._lock:

@@ -12,7 +12,6 @@ import random
 from typing import Any
 
 import grpc
-from rocksdict import WriteBatch
 
 from catalog import registry
 from catalog.routing import check_shard, log_of
@@ -136,7 +135,7 @@ class Intake:
             for chunk in kv_pb2_grpc.StorageStub(channel).Snapshot(want, timeout=COPY_TIMEOUT_S):
                 if len(chunk.keys) != len(chunk.values):
                     raise CopyFailed(f"a chunk with {len(chunk.keys)} keys and {len(chunk.values)} values")
-                wb = WriteBatch(raw_mode=True)
+                wb = s.store.batch()
                 for k, v in zip(chunk.keys, chunk.values):
                     if not (k.startswith(prefixes) or keys.shard_index_entry(k, shard)):
                         raise CopyFailed(f"a key that is not shard {shard}'s: {k[:20]!r}")

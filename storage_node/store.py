@@ -11,7 +11,7 @@ from rocksdict import WriteBatch
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import GroupResult, RecordResult, Stored
-from runtime.disk import SyncedDb
+from runtime.disk import OpenDb, SyncedDb
 from storage_node import changes, keys
 from storage_node.apply import Applied, Event
 
@@ -24,8 +24,9 @@ _Q = struct.Struct(">Q")
 
 
 class NodeStore:
-    def __init__(self, path: str) -> None:
-        self.synced = SyncedDb(path, bloom_bits_per_key=STORE_BLOOM_BITS_PER_KEY)
+    def __init__(self, path: str, open_db: OpenDb = SyncedDb) -> None:
+        """`open_db`: the disk port (runtime/disk.py); the simulator's can lose power."""
+        self.synced = open_db(path, bloom_bits_per_key=STORE_BLOOM_BITS_PER_KEY)
         self.db = self.synced.db
         # (shard, dataset) -> a log time no held event id is older than: the oldest one's,
         # when last read. Ids only get younger (new ones carry the log's time, which only
@@ -159,6 +160,10 @@ class NodeStore:
         """The b"T" and b"X" index entries of `log_id` that belong to `shard`."""
         return [k for p in keys.index_prefixes(log_id) for k, _ in self.under(p)
                 if keys.shard_index_entry(k, shard)]
+
+    def batch(self) -> WriteBatch:
+        """A new batch for `write` (made by the disk port, SyncedDb.batch)."""
+        return self.synced.batch()
 
     def write(self, wb: WriteBatch) -> None:
         """Atomic but not yet durable: apply results are a function of the committed log
@@ -412,7 +417,7 @@ class BatchView:
 
     def commit(self, positions: dict[int, tuple[int, int]]) -> None:
         """Write the batch and each log's (next position, last timestamp), atomically."""
-        wb = WriteBatch(raw_mode=True)
+        wb = self.store.batch()
         for k in self.deletes:  # first: nothing this batch writes is among them
             wb.delete(k)
         for p in self.dropped:  # before the values: what was written after a drop stays

@@ -6,7 +6,9 @@ truncation, with its own invariants checked as before). Beside it run real stora
 directory, the topology, replica sets of 3 among 4 nodes; no ZooKeeper, no socket), each
 applying what the simulated log has committed through its own apply loop
 (storage_node/apply_loop.py), in chunks read from one live log replica at a time, and
-crashed (its store closed) and restarted from its disk at random. The records are a
+crashed and restarted from its disk at random: either its process dies (its store closed,
+all it wrote kept) or its machine loses power (the store is on the simulator's disk,
+tests/sim/disk.py, which then loses a suffix of the batches written since the last sync). The records are a
 coordinator's (coordinator/records.py), their answers go to the coordinator's answer-taker
 (coordinator/answers.py: members only, digests compared), and a write whose append went
 unanswered is appended again with the same request id, as the coordinator does when the
@@ -33,7 +35,8 @@ that has applied past the index, or none if it has not:
 Broken variants, for the checker to catch: "truncate-ahead" truncates anywhere below the
 highest acknowledged position (ignoring the nodes); "retry-new-id" retries a write under a
 new request id; "read-anywhere" reads a replica without asking it to have applied past the
-read index."""
+read index; "publish-unsynced" publishes the position applied so far instead of the one
+made durable (storage_node/bookkeeping.py durable_positions)."""
 
 from __future__ import annotations
 
@@ -58,9 +61,11 @@ from record.answer import Answer
 from record.model import Behind, Cas, Get, Incr, Position, Put, Record, RecordResult
 from runtime import inprocess
 from storage_node import keys
+from storage_node.bookkeeping import durable_positions
 from storage_node.node import Parts, StorageNode
 from storage_node.store import NodeStore
 from storage_node.truncation import needs_publish, truncation_point
+from tests.sim.disk import Disk
 from tests.sim.harness import LOG, Config, Sim
 from tests.sim.store import MemState
 
@@ -71,7 +76,7 @@ KV = KvTopology(shards=SHARDS, storage_nodes=NODES, logs=1)
 SETS = replace(spread(SHARDS, NODES, 3), version=1)  # each node holds some of the shards
 COORDINATOR = "sim-coordinator"  # the records' callback: the answers come to the sim's Answers
 PKEYS = [b"k%d" % i for i in range(10)]
-BROKEN = ("truncate-ahead", "retry-new-id", "read-anywhere")
+BROKEN = ("truncate-ahead", "retry-new-id", "read-anywhere", "publish-unsynced")
 
 
 @dataclass
@@ -128,7 +133,7 @@ class SimNode:
         self.start()
 
     def start(self) -> None:
-        store = NodeStore(str(self.dir / "state.db"))
+        store = NodeStore(self.path, open_db=self.sim.disk.open)
         parts = Parts(_NoLogs(), store, KV, 1, SETS, str(self.dir))  # type: ignore[arg-type]
         self.node = StorageNode(self.node_id, f"sim-node-{self.node_id}", parts, on_fatal=self._fatal,
                                 local_answers=self.sim.answer_port)
@@ -140,10 +145,20 @@ class SimNode:
     def _fatal(self, code: int, why: str) -> None:
         self.sim.violations.append(f"node {self.node_id} stopped: {why}")
 
-    def crash(self) -> None:
+    @property
+    def path(self) -> str:
+        return str(self.dir / "state.db")
+
+    def crash(self, power: bool = False) -> int:
+        """The node's process dies (what it wrote survives), or its machine loses power
+        (what it wrote since its last sync may not, tests/sim/disk.py): returns the
+        batches lost."""
         assert self.node is not None
-        self.node.state.store.close()
         self.node = None
+        if power:
+            return self.sim.disk.power_loss(self.path, self.sim.rng)
+        self.sim.disk.dbs.pop(self.path).close()
+        return 0
 
     @property
     def alive(self) -> bool:
@@ -161,6 +176,7 @@ class ClusterSim(Sim):
         super().__init__(seed, cfg)
         self.broken = broken
         self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-"))
+        self.disk = Disk()
         self.answers = Answers(lambda: NODES)
         self.coordinator = Coordinator(0, COORDINATOR, _NoLogs(), 1, KV)  # type: ignore[arg-type]
         self.answer_port: inprocess.Local[Any] = inprocess.Local().bind([COORDINATOR], _Taker(self))
@@ -170,7 +186,8 @@ class ClusterSim(Sim):
         self.committed: dict[int, Entry] = {}  # what the nodes read, by position
         self.retry_next: list[bytes] = []  # payloads the next append carries instead of new ones
         self.nodes = {n: SimNode(self, n) for n in NODES}
-        self.counts = {"writes": 0, "retries": 0, "node crashes": 0, "published": 0, "truncations": 0,
+        self.counts = {"writes": 0, "retries": 0, "node crashes": 0, "power losses": 0, "batches lost": 0,
+                       "published": 0, "truncations": 0,
                        "applied chunks": 0, "strong reads": 0}
         self.reading: list[tuple[int, pb.ReadRequest, int, int]] = []  # strong reads waiting at a replica
 
@@ -277,9 +294,12 @@ class ClusterSim(Sim):
         alive = [sn for sn in self.nodes.values() if sn.alive]
         if alive:
             sn = self.rng.choice(alive)
-            sn.crash()
-            self.counts["node crashes"] += 1
-            self.trace.append(f"t={self.now} crash node {sn.node_id}")
+            power = self.rng.random() < 0.5
+            lost = sn.crash(power)
+            self.counts["power losses" if power else "node crashes"] += 1
+            self.counts["batches lost"] += lost
+            self.trace.append(f"t={self.now} {'power loss' if power else 'crash'} node {sn.node_id}"
+                              + (f" ({lost} unsynced batches lost)" if power else ""))
 
     def restart_node(self) -> None:
         dead = [sn for sn in self.nodes.values() if not sn.alive]
@@ -298,8 +318,9 @@ class ClusterSim(Sim):
         s = sn.node.state
         if not needs_publish(s.last_data.get(LOG), sn.published if sn.published >= 0 else None):
             return
-        s.store.sync()  # only a durable position is published
-        at = s.positions[LOG][0]
+        # Only a durable position is published (the bookkeeping's rule); broken: the
+        # position applied so far, perhaps not synced yet.
+        at = s.positions[LOG][0] if self.broken == "publish-unsynced" else durable_positions(s)[LOG]
         if not self._append(codec.record_to_bytes(Record(b"", "", "", 0, b"", (Position(sn.node_id, at),)))):
             return
         sn.published = max(sn.published, at)

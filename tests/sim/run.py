@@ -6,7 +6,7 @@
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
   [--machines 3 [--broken by-load]]
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
-  [--broken truncate-ahead]
+  [--broken truncate-ahead|retry-new-id|read-anywhere|publish-unsynced]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
   python -m tests.sim.run --writers --seed 42 [--elections] [--broken ends-at-lac]"""
 

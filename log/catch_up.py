@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -18,7 +20,6 @@ from log.driver import WriterDriver
 from log.entry import Entry
 from log.messages import ReadRange
 from log.metadata import LogMetadata
-from log.peers import Peers
 from log.replica import ReplicaCore
 from log.rocks_store import RocksStore
 
@@ -34,7 +35,7 @@ class Unavailable(Exception):
 class CatchUp:
     def __init__(self, server_id: int, logs: int, store: RocksStore, replica: ReplicaCore,
                  rlock: threading.Lock, meta: dict[int, LogMetadata], writers: dict[int, WriterDriver],
-                 peers: Peers, stop: threading.Event) -> None:
+                 stub: Callable[[int], Any], stop: threading.Event) -> None:
         """`meta`, `writers`: the server's, shared with it; `rlock`: the lock over its
         replica side (a fill is a replica operation)."""
         self.server_id = server_id
@@ -44,7 +45,7 @@ class CatchUp:
         self.rlock = rlock
         self.meta = meta
         self.writers = writers
-        self.peers = peers
+        self.stub = stub  # a peer's Replica stub (log/replica_link.py GrpcReplicas.stub)
         self.stop_event = stop
         self.filled: dict[int, int] = {}  # log -> every position up to here is on this replica
 
@@ -93,7 +94,7 @@ class CatchUp:
         for r in replicas:
             if r == self.server_id or len(found) == len(missing):
                 continue
-            stub = self.peers.stub(r)
+            stub = self.stub(r)
             if stub is None:
                 continue
             want = [q for q in missing if q not in found]

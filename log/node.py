@@ -26,6 +26,7 @@ from log.peers import Peers
 from log.read_cache import ReadCache
 from log.read_index import TailReply
 from log.replica import ReplicaCore
+from log.replica_link import GrpcReplicas, OwnReplica
 from log.rereplicator import INTERVAL_S as REREPLICATE_S
 from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
@@ -72,12 +73,14 @@ class Node:
         self.writers: dict[int, WriterDriver] = {}
         self._stop = world.event()
         self._watches: list[Any] = []
-        self.peers = Peers(server_id, self.zk, self.local, self.local_batch, self._stop, spare_linger_s)
+        self.links = GrpcReplicas(self.zk, self._stop)
+        self.peers = Peers(server_id, OwnReplica(self.local_batch), self.links.link, self._stop,
+                           spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
-                                 lambda core: WriterDriver(self, core), self._stop, self.peers.stub,
+                                 lambda core: WriterDriver(self, core), self._stop, self.links.stub,
                                  ensemble_changes, lease_s)
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,
-                                self.meta, self.writers, self.peers, self._stop)
+                                self.meta, self.writers, self.links.stub, self._stop)
 
     @classmethod
     def open(cls, server_id: int, addr: str, zk_hosts: str, data_dir: str,
@@ -117,7 +120,7 @@ class Node:
         self.membership.start()
         loops.forever("election", self.election.loop, self._stop)
         loops.forever("catch-up", self.catch_up.loop, self._stop)
-        self.rereplicator = ReReplicator(self, self.peers.stub, self.replica.first)
+        self.rereplicator = ReReplicator(self, self.links.stub, self.replica.first)
         loops.every("rereplicate", REREPLICATE_S, self.rereplicator.round, self._stop)
 
     def stop(self) -> None:

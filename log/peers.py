@@ -1,78 +1,47 @@
-"""The other replicas of this server's logs, as its writers reach them: a stub per peer
-(its address read from ZooKeeper, forgotten when unreachable), Fence and ReadRange calls
-whose replies go back into the writer's inbox, and one Outlet per replica that batches the
-AddEntries of every log into one message (this server's own replica included, written
-locally; a peer's sent on one long-lived stream, runtime/call_stream.py, which a watchdog
-cancels when an answer is overdue). A spare follower's outlet lets entries linger to travel
-together (log/spares.py decides which followers are spare). A lost message is resent by the
+"""The other replicas of this server's logs, as its writers reach them: Fence and ReadRange
+calls whose replies go back into the writer's inbox, and one Outlet per replica that
+batches the AddEntries of every log into one message (this server's own replica
+included). Each goes through a link of the replication's network port
+(log/replica_link.py: this server's own replica in process, a peer's by gRPC, or the
+simulator's network). A spare follower's outlet lets entries linger to travel together
+(log/spares.py decides which followers are spare). A lost message is resent by the
 writer's tick. log/node.py builds one."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-from kazoo.client import KazooClient
-
-from log import codec, limits, linger, spares
-from log import zk as zkpaths
+from log import limits, linger, spares
 from log.driver import WriterDriver
-from log.messages import AddEntries, Fence
-from midtown_pb import log_pb2 as pb
-from midtown_pb import log_pb2_grpc
-from runtime import loops, transport, world
-from runtime.call_stream import CallStream, StreamFailed, watch
-from runtime.refusals import BadRequest
+from log.messages import AddEntries
+from log.replica_link import ReplicaLink
+from runtime import world
 
 log = logging.getLogger("midtown.log.peers")
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
-_POOL = world.Pool("local-replica", 8)
 
 
 class Peers:
-    def __init__(self, server_id: int, zk: KazooClient, local: Callable[[Any], Any],
-                 local_batch: Callable[[list[Any]], list[Any]], stop: threading.Event,
-                 spare_linger_s: float = spares.SPARE_LINGER_S) -> None:
-        """`local`, `local_batch`: this server's own replica, for messages to itself;
-        `spare_linger_s`: how long a spare follower's copies may wait (0: none waits)."""
+    def __init__(self, server_id: int, own: ReplicaLink, peer: Callable[[int], ReplicaLink | None],
+                 stop: threading.Event, spare_linger_s: float = spares.SPARE_LINGER_S) -> None:
+        """`own`: this server's own replica; `peer(server_id)`: the link to another's (None:
+        unknown); `spare_linger_s`: how long a spare follower's copies may wait (0: none waits)."""
         self.server_id = server_id
-        self.zk = zk
-        self._local = local
-        self.local_batch = local_batch
+        self.own = own
+        self.peer = peer
         self.stop = stop
-        self._stubs: dict[int, tuple[str, Any]] = {}
         self._lock = world.lock()
         self._outlets: dict[int, Outlet] = {}
         self.spare_linger_s = spare_linger_s
         self._answer_s: dict[int, float] = {}  # smoothed round trip of each peer's replies
         self._eager_now: dict[tuple[int, ...], frozenset[int]] = {}  # by a segment's followers
-        loops.forever("replica-streams", lambda: watch(self._streams, stop), stop)
 
-    def stub(self, server_id: int) -> Any:
-        """The Replica stub of a server, its address read from ZooKeeper once (None: unknown)."""
-        with self._lock:
-            cached = self._stubs.get(server_id)
-        if cached is None:
-            try:
-                data, _ = self.zk.get(f"{zkpaths.SERVERS}/{server_id}")
-            except Exception:
-                return None
-            addr = json.loads(data)["addr"]
-            ch = transport.channel(addr)
-            cached = (addr, log_pb2_grpc.ReplicaStub(ch))
-            with self._lock:
-                self._stubs[server_id] = cached
-        return cached[1]
-
-    def forget(self, server_id: int) -> None:
-        """Unreachable: it may have restarted on a new address; read it again next time."""
-        with self._lock:
-            self._stubs.pop(server_id, None)
+    def link(self, server_id: int) -> ReplicaLink | None:
+        return self.own if server_id == self.server_id else self.peer(server_id)
 
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:
         """Deliver a writer's message to a replica (ourselves included); the reply goes
@@ -87,32 +56,9 @@ class Peers:
                         outlet = self._outlets[to] = Outlet(self, to)
             outlet.put(driver, msg, self._eager(driver, to))
             return
-        if to == self.server_id:
-            _POOL.submit(lambda: driver.reply(to, msg, self._local(msg)))
-            return
-        stub = self.stub(to)
-        if stub is None:
-            return
-        conv: Callable[[Any], Any]
-        if isinstance(msg, Fence):
-            call, req, conv = stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
-        else:
-            call, req, conv = stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
-        fut = call.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S)
-
-        def done(f: Any) -> None:
-            try:
-                rep = conv(f.result())
-            except grpc.RpcError as e:
-                if e.code() == grpc.StatusCode.UNAVAILABLE:
-                    self.forget(to)  # it may have restarted on a new address
-                return
-            except BadRequest as e:  # as if it had not answered: the writer asks again
-                log.warning("log server %d sent a reply that cannot be: %s", to, e)
-                return
-            driver.reply(to, msg, rep)
-
-        fut.add_done_callback(done)
+        link = self.link(to)
+        if link is not None:
+            link.ask(msg, lambda rep: driver.reply(to, msg, rep))
 
     def _eager(self, driver: WriterDriver, to: int) -> bool:
         """Whether `to` must have the writer's entries at once: this server's own copy, an
@@ -138,28 +84,6 @@ class Peers:
             self._answer_s[to] = (max(prev or 0.0, spares.FAILED_RANK_S) if took_s is None
                                   else spares.smoothed(prev, took_s))
 
-    def _streams(self) -> list[CallStream]:
-        with self._lock:
-            outlets = list(self._outlets.values())
-        return [o.stream for o in outlets if o.stream is not None]
-
-    def replicate_stream(self, outlet: Outlet, msgs: list[AddEntries]) -> list[Any] | None:
-        """Send `msgs` on the outlet's stream to its peer (opened if it has none); their
-        replies, or None when the stream failed (lost: the writers resend)."""
-        stream = outlet.stream
-        if stream is None or stream.closed:
-            stub = self.stub(outlet.to)
-            if stub is None:
-                return None
-            stream = outlet.stream = CallStream(stub.ReplicateStream, limits.REPLICA_RPC_TIMEOUT_S)
-        try:
-            rep = stream.call(pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]))
-        except StreamFailed as e:
-            if e.code == grpc.StatusCode.UNAVAILABLE:
-                self.forget(outlet.to)  # it may have restarted on a new address
-            return None
-        return [codec.add_reply_from_pb(r) for r in rep.responses]
-
 
 class Outlet:
     """Messages to one replica: whatever queues while a call is in flight goes in the next
@@ -175,7 +99,6 @@ class Outlet:
         self._entries = 0  # entries queued
         self._cv = world.condition()
         self.waiting_since: float | None = None  # when the call in flight was sent
-        self.stream: CallStream | None = None  # to a peer (runtime/call_stream.py)
         # Calls in flight per replica (the writer copes with replies in any order).
         for i in range(OUTLET_CALLS_IN_FLIGHT):
             world.spawn(f"outlet-{to}-{i}", self._run)
@@ -220,10 +143,8 @@ class Outlet:
             msgs = [m for _, m in items]
             sent = self.waiting_since = world.monotonic()
             try:
-                if self.to == self.peers.server_id:
-                    replies: list[Any] | None = self.peers.local_batch(msgs)
-                else:
-                    replies = self.peers.replicate_stream(self, msgs)
+                link = self.peers.link(self.to)
+                replies = None if link is None else link.replicate(msgs)
             except Exception:
                 log.exception("replicating to %d", self.to)
                 replies = None

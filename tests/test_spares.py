@@ -17,6 +17,7 @@ from log.entry import Entry
 from log.linger import LINGER_ENTRIES_MAX
 from log.messages import AddEntries
 from log.peers import Outlet, Peers
+from log.replica_link import OwnReplica
 
 LONG_S = 60.0  # a linger nothing should let run out in these tests
 
@@ -98,7 +99,7 @@ def _driver(replicas: tuple[int, ...]) -> Any:
 
 def _peers(linger_s: float, local_batch: Any = None) -> tuple[Peers, threading.Event]:
     stop = threading.Event()
-    p = Peers(0, None, lambda m: None, local_batch or (lambda msgs: [None] * len(msgs)),  # type: ignore[arg-type]
+    p = Peers(0, OwnReplica(local_batch or (lambda msgs: [None] * len(msgs))), lambda s: None,
               stop, spare_linger_s=linger_s)
     return p, stop
 

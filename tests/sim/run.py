@@ -89,11 +89,13 @@ def main() -> int:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = 0
+    bad = acked = calls = carried = 0
     simulated = 0.0
     for seed in range(a.seed, a.seed + a.runs):
         r = writers.run(seed, writers.Config(broken=a.broken, elections=a.elections))
         acked += r.acked
+        calls += r.replicate_calls
+        carried += r.replicated
         simulated += r.simulated_s
         if a.trace:
             print(f"seed {seed}: {r.acked} appends acknowledged, {r.writers} writers, "
@@ -104,7 +106,8 @@ def _writers(a: argparse.Namespace) -> int:
                   f"{(r.violations + r.failures)[0]}")
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); writers: {acked} appends "
-          f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall second")
+          f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
+          f"second; the outlets' {calls} calls to peers carried {carried} appends")
     return 1 if bad else 0
 
 

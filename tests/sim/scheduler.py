@@ -96,7 +96,10 @@ class Scheduler:
 
     def process(self, name: str) -> _Process:
         """Run the body of a `with` as process `name` (in the task that runs it): the tasks
-        it spawns are that process's."""
+        it spawns are that process's. Not a process that is dead or paused: the task
+        running the body would die or stop with it at its next preemption point."""
+        if name in self.dead or self.paused(name):
+            raise RuntimeError(f"a task cannot act as process {name}: it is dead or paused")
         return _Process(self._me(), name)
 
     def crash(self, process: str) -> None:

@@ -1,8 +1,11 @@
 """The log's writers as the servers run them, in the seeded simulation (issue 51): the real
 `WriterDriver` (log/driver.py: its thread, inbox, ticks, LAC pushes and heartbeats) around
 the real writer core, replicas' real cores, the log's metadata written through log/zk.py on
-the simulated ZooKeeper, all on the simulator's world backend (tests/sim/scheduler.py), with
-a network that delays, drops and duplicates the writers' messages and their replies.
+the simulated ZooKeeper, all on the simulator's world backend (tests/sim/scheduler.py). The
+writers reach the replicas through their server's real peers (log/peers.py: an outlet per
+replica batching appends, its own replica in process) over the simulator's backend of the
+replication's network port (_Link, log/replica_link.py), which delays, drops and
+duplicates messages and their replies and cuts replicas off.
 harness.py drives the writer core itself; here the driver does, so its loop is under test.
 
 A client appends all the time; writers crash (their process killed mid-step: the driver's
@@ -18,19 +21,22 @@ payload on the replicas, and no position has two different copies."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
-from log import reading
+from log import limits, reading
 from log import zk as zkpaths
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.election import Election
 from log.limits import FIRST_POSITION
 from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
+from log.peers import Peers
 from log.replica import ReplicaCore
+from log.replica_link import OwnReplica
 from log.store import MemStore
 from log.writer import ChangeEnsemble, State, Writer
 from runtime import membership, world
@@ -61,6 +67,8 @@ class Result:
     writers: int
     switches: int
     simulated_s: float
+    replicate_calls: int = 0  # calls on the outlets' streams to peers
+    replicated: int = 0  # appends (AddEntries) they carried
     failures: list[str] = field(default_factory=list)
 
 
@@ -81,6 +89,10 @@ class _Host:
 
     def __init__(self, sim: WriterSim, server: int, zk: Client) -> None:
         self.sim, self.server, self.zk = sim, server, zk
+        # The server's real peers (log/peers.py: outlets batching, spare followers lingering)
+        # over the simulated network: its own replica in process, the others' by _Link.
+        own = OwnReplica(lambda msgs: [sim.handle(server, m) for m in msgs])
+        self.peers = Peers(server, own, lambda to: _Link(sim, to), world.event())
 
     def zk_ok(self) -> bool:
         return self.zk.connected
@@ -96,7 +108,7 @@ class _Host:
         pass
 
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:
-        self.sim.deliver(self.server, driver, to, msg)
+        self.peers.send(driver, to, msg)
 
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None:
         core.on_reply(replica, req, rep)
@@ -124,6 +136,57 @@ class _Probe:
             raise _Unreachable()
 
 
+class _Link:
+    """The simulator's backend of the replication's network port (log/replica_link.py): a
+    message to replica `to` and its reply back, each after a delay, each perhaps dropped or
+    delivered twice, none to or from a replica cut off, down or paused."""
+
+    def __init__(self, sim: WriterSim, to: int) -> None:
+        self.sim, self.to = sim, to
+
+    def ask(self, msg: Any, reply: Callable[[Any], None]) -> None:
+        sim, to = self.sim, self.to
+
+        def there() -> None:
+            sim.delay()
+            if not sim.reachable(to):
+                return
+            rep = sim.handle(to, msg)
+            for _ in range(sim.copies()):
+                world.spawn("reply", lambda: back(rep))
+
+        def back(rep: Any) -> None:
+            sim.delay()
+            if sim.reachable(to):
+                reply(rep)  # into the writer's inbox: a dead or paused writer's waits there
+
+        # In flight, a message is the network's: it outlives its sender (a dead writer's
+        # late message still reaches the replicas), and the sender never takes on the
+        # process of a replica that is down or paused.
+        with sim.sched.process("network"):
+            for _ in range(sim.copies()):
+                world.spawn("request", there)
+
+    def replicate(self, msgs: list[Any]) -> list[Any] | None:
+        """A call on the stream to `to` (the sender's outlet waits for it): lost if either
+        way is cut, the replica down or the message dropped; a replica cut off or paused
+        answers nothing until the call's timeout, a dead one's connection is refused."""
+        sim, to = self.sim, self.to
+        sim.delay()
+        copies = sim.copies()
+        if not sim.reachable(to) or not copies:
+            world.sleep(0.0 if to in sim.down else limits.REPLICA_RPC_TIMEOUT_S)
+            return None
+        replies = [sim.handle(to, m) for m in msgs]
+        sim.replicate_calls += 1
+        sim.replicated += len(msgs)
+        for _ in range(copies - 1):  # delivered again: the replica handles it twice
+            for m in msgs:
+                sim.handle(to, m)
+        sim.delay()
+        return replies if sim.reachable(to) else None
+
+
 class WriterSim:
     def __init__(self, seed: int, cfg: Config | None = None) -> None:
         self.cfg = cfg or Config()
@@ -138,38 +201,28 @@ class WriterSim:
         self.cut_until = {s: 0.0 for s in SERVERS}  # a replica isolated until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in SERVERS}
+        self.replicate_calls = self.replicated = 0
 
     # --- the network --------------------------------------------------------------------
 
-    def deliver(self, src: int, driver: WriterDriver, to: int, msg: Any) -> None:
-        """`msg` to replica `to` and its reply back, each after a delay, each perhaps
-        dropped or delivered twice; a reply to a dead writer is lost with it."""
-        writer_proc = self.sched._me().process
+    def handle(self, to: int, msg: Any) -> Any:
+        """Replica `to` handles a writer's message."""
+        core = self.replicas[to]
+        return (core.on_fence(msg) if isinstance(msg, Fence) else core.on_add(msg)
+                if isinstance(msg, AddEntries) else core.on_read_range(msg))
 
-        def there() -> None:
-            world.sleep(self.rng.uniform(0, self.cfg.delay_max_s))
-            if world.monotonic() < self.cut_until[to] or to in self.down:
-                return
-            core = self.replicas[to]
-            rep = (core.on_fence(msg) if isinstance(msg, Fence) else core.on_add(msg)
-                   if isinstance(msg, AddEntries) else core.on_read_range(msg))
-            for _ in range(self._copies()):
-                with self.sched.process(writer_proc):
-                    world.spawn("reply", lambda: back(rep))
+    def reachable(self, to: int) -> bool:
+        return world.monotonic() >= self.cut_until[to] and to not in self.down and not (
+            self.cfg.elections and self.sched.paused(self.proc(to)))
 
-        def back(rep: Any) -> None:
-            world.sleep(self.rng.uniform(0, self.cfg.delay_max_s))
-            if world.monotonic() >= self.cut_until[to]:
-                driver.reply(to, msg, rep)
+    def delay(self) -> None:
+        world.sleep(self.rng.uniform(0, self.cfg.delay_max_s))
 
-        for _ in range(self._copies()):
-            with self.sched.process(self.proc(to) if self.cfg.elections else f"replica-{to}"):
-                world.spawn("request", there)
-
-    def _copies(self) -> int:
+    def copies(self) -> int:
         r = self.rng.random()
         return 0 if r < self.cfg.drop else 2 if r < self.cfg.drop + self.cfg.duplicate else 1
 
+    # --- the roles ----------------------------------------------------------------------
     # --- the roles ----------------------------------------------------------------------
 
     def claim(self, server: int) -> WriterDriver | None:
@@ -304,7 +357,7 @@ class WriterSim:
         world.sleep(1)  # the last writer settles: its LAC reaches the replicas
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
-                      self.sched.now)
+                      self.sched.now, self.replicate_calls, self.replicated)
 
     def isolate(self) -> None:
         for _ in range(self.cfg.isolations):

@@ -1,0 +1,160 @@
+"""The network port of the log's replication: the way from this server's writers to one
+replica. It carries the model messages (log/messages.py: Fence, ReadRange, AddEntries) and
+their replies; a backend that crosses a wire encodes them at its edge (log/codec.py).
+
+Backends: `OwnReplica`, this server's own replica, in process; `GrpcReplicas`, a peer's,
+by gRPC (a stub per peer, its address read from ZooKeeper and forgotten when unreachable,
+and one long-lived ReplicateStream per peer, runtime/call_stream.py, which a watchdog
+cancels when an answer is overdue); the simulator's (tests/sim/writers.py), a network that
+delays, drops, duplicates and cuts off. log/peers.py sends through them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import grpc
+from kazoo.client import KazooClient
+
+from log import codec, limits
+from log import zk as zkpaths
+from log.messages import AddEntries, Fence, ReadRange
+from midtown_pb import log_pb2 as pb
+from midtown_pb import log_pb2_grpc
+from runtime import loops, transport, world
+from runtime.call_stream import CallStream, StreamFailed, watch
+from runtime.refusals import BadRequest
+
+log = logging.getLogger("midtown.log.links")
+_POOL = world.Pool("local-replica", 8)
+
+
+class ReplicaLink(Protocol):
+    """The way to one replica."""
+
+    def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
+        """Send `msg` and return at once; `reply(answer)` runs when it comes (never, if it
+        is lost: the writer's tick sends again)."""
+
+    def replicate(self, msgs: list[AddEntries]) -> list[Any] | None:
+        """Send `msgs` together and wait: their replies in order, or None if they were lost."""
+
+
+class OwnReplica:
+    """This server's own replica, in process: `local_batch` handles replica requests with
+    one synced write for all (log/node.py)."""
+
+    def __init__(self, local_batch: Callable[[list[Any]], list[Any]]) -> None:
+        self.local_batch = local_batch
+
+    def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
+        _POOL.submit(lambda: reply(self.local_batch([msg])[0]))
+
+    def replicate(self, msgs: list[AddEntries]) -> list[Any] | None:
+        return self.local_batch(msgs)
+
+
+class GrpcReplicas:
+    """Peers' replicas by gRPC, one link per peer; `stub` serves the log server's other
+    callers of a peer (the election's probes, catch-up, re-replication)."""
+
+    def __init__(self, zk: KazooClient, stop: threading.Event) -> None:
+        self.zk = zk
+        self._links: dict[int, _GrpcReplica] = {}
+        self._lock = world.lock()
+        loops.forever("replica-streams", lambda: watch(self._streams, stop), stop)
+
+    def link(self, server_id: int) -> _GrpcReplica:
+        with self._lock:
+            got = self._links.get(server_id)
+            if got is None:
+                got = self._links[server_id] = _GrpcReplica(self, server_id)
+            return got
+
+    def stub(self, server_id: int) -> Any:
+        """The Replica stub of a server (None: its address is unknown)."""
+        return self.link(server_id).stub()
+
+    def address(self, server_id: int) -> str | None:
+        try:
+            data, _ = self.zk.get(f"{zkpaths.SERVERS}/{server_id}")
+            addr = json.loads(data)["addr"]
+        except Exception:
+            return None
+        return addr if isinstance(addr, str) else None
+
+    def _streams(self) -> list[CallStream]:
+        with self._lock:
+            links = list(self._links.values())
+        return [s for x in links if (s := x.stream) is not None]
+
+
+class _GrpcReplica:
+    def __init__(self, replicas: GrpcReplicas, server_id: int) -> None:
+        self.replicas = replicas
+        self.server_id = server_id
+        self._stub: Any = None
+        self.stream: CallStream | None = None
+        self._lock = world.lock()
+
+    def stub(self) -> Any:
+        """Its stub, the address read from ZooKeeper once (None: unknown)."""
+        with self._lock:
+            if self._stub is not None:
+                return self._stub
+        addr = self.replicas.address(self.server_id)
+        if addr is None:
+            return None
+        stub = log_pb2_grpc.ReplicaStub(transport.channel(addr))
+        with self._lock:
+            self._stub = stub
+        return stub
+
+    def forget(self) -> None:
+        """Unreachable: it may have restarted on a new address; read it again next time."""
+        with self._lock:
+            self._stub = None
+
+    def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
+        stub = self.stub()
+        if stub is None:
+            return
+        conv: Callable[[Any], Any]
+        if isinstance(msg, Fence):
+            call, req, conv = stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
+        else:
+            call, req, conv = stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
+        fut = call.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S)
+
+        def done(f: Any) -> None:
+            try:
+                rep = conv(f.result())
+            except grpc.RpcError as e:
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    self.forget()
+                return
+            except BadRequest as e:  # as if it had not answered: the writer asks again
+                log.warning("log server %d sent a reply that cannot be: %s", self.server_id, e)
+                return
+            reply(rep)
+
+        fut.add_done_callback(done)
+
+    def replicate(self, msgs: list[AddEntries]) -> list[Any] | None:
+        """On the peer's stream (opened if it has none)."""
+        stream = self.stream
+        if stream is None or stream.closed:
+            stub = self.stub()
+            if stub is None:
+                return None
+            stream = self.stream = CallStream(stub.ReplicateStream, limits.REPLICA_RPC_TIMEOUT_S)
+        try:
+            rep = stream.call(pb.ReplicateRequest(requests=[codec.add_to_pb(m) for m in msgs]))
+        except StreamFailed as e:
+            if e.code == grpc.StatusCode.UNAVAILABLE:
+                self.forget()
+            return None
+        return [codec.add_reply_from_pb(r) for r in rep.responses]

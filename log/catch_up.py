@@ -11,16 +11,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
 
-import grpc
-
-from log import codec, limits, reading
+from log import limits, reading
 from log.driver import WriterDriver
 from log.entry import Entry
 from log.messages import ReadRange
 from log.metadata import LogMetadata
 from log.replica import ReplicaCore
+from log.replica_link import NoAnswer, Refused, ReplicaLink
 from log.rocks_store import RocksStore
 
 log = logging.getLogger("midtown.log.catch_up")
@@ -35,7 +33,7 @@ class Unavailable(Exception):
 class CatchUp:
     def __init__(self, server_id: int, logs: int, store: RocksStore, replica: ReplicaCore,
                  rlock: threading.Lock, meta: dict[int, LogMetadata], writers: dict[int, WriterDriver],
-                 stub: Callable[[int], Any], stop: threading.Event) -> None:
+                 peer: Callable[[int], ReplicaLink | None], stop: threading.Event) -> None:
         """`meta`, `writers`: the server's, shared with it; `rlock`: the lock over its
         replica side (a fill is a replica operation)."""
         self.server_id = server_id
@@ -45,7 +43,7 @@ class CatchUp:
         self.rlock = rlock
         self.meta = meta
         self.writers = writers
-        self.stub = stub  # a peer's Replica stub (log/replica_link.py GrpcReplicas.stub)
+        self.peer = peer  # the link to a peer's replica (log/replica_link.py)
         self.stop_event = stop
         self.filled: dict[int, int] = {}  # log -> every position up to here is on this replica
 
@@ -94,18 +92,16 @@ class CatchUp:
         for r in replicas:
             if r == self.server_id or len(found) == len(missing):
                 continue
-            stub = self.stub(r)
-            if stub is None:
+            link = self.peer(r)
+            if link is None:
                 continue
             want = [q for q in missing if q not in found]
             try:
-                rep = stub.ReadRange(
-                    codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, want[0], want[-1])),
-                    timeout=limits.REPLICA_RPC_TIMEOUT_S,
-                )
-            except grpc.RpcError:
+                rep = link.call(ReadRange(log_id, 0, seg_epoch, want[0], want[-1]),
+                                limits.REPLICA_RPC_TIMEOUT_S)
+            except (NoAnswer, Refused):
                 continue
-            for e in codec.read_reply_from_pb(rep).entries:
+            for e in rep.entries:
                 if e.position in want:
                     found[e.position] = e
         if found and keep:

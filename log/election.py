@@ -27,17 +27,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from catalog import failure_domains, machines, registry
-from log import codec, ensemble, limits, takeover
+from log import ensemble, limits, takeover
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.ensemble import NoEnsemble
 from log.messages import ReadRange
 from log.metadata import LogMetadata
+from log.replica_link import NoAnswer, Refused, ReplicaLink
 from log.writer import State, Writer
 from runtime import world
 from runtime.clock import lease_clock
@@ -62,12 +62,12 @@ class Election:
     def __init__(self, server_id: int, addr: str, zk: KazooClient, topo: zkpaths.Topology,
                  writers: dict[int, WriterDriver], meta: dict[int, LogMetadata],
                  zk_ok: Callable[[], bool], new_driver: Callable[[Writer], WriterDriver],
-                 stop: threading.Event, peer: Callable[[int], Any] = lambda _: None,
+                 stop: threading.Event, peer: Callable[[int], ReplicaLink | None] = lambda _: None,
                  ensemble_changes: bool = True, lease_s: float = 0.0) -> None:
         """`writers`, `meta`: the server's writers and the logs' metadata as last seen,
         shared with it (this adds and removes writers); `new_driver`: a driver for a
-        writer core, wired to the server; `peer(server)`: a Replica stub for a server
-        (None: unknown), to probe a writer; `ensemble_changes`: a writer moves its open
+        writer core, wired to the server; `peer(server)`: the link to a server's replica
+        (log/replica_link.py; None: unknown), to probe a writer; `ensemble_changes`: a writer moves its open
         segment off copies that stop answering (log/ensemble_change.py); `lease_s`: the read
         lease its writers of key-value logs hold while strong reads ask for it (log/lease.py;
         0: none)."""
@@ -263,14 +263,15 @@ class Election:
     def _probe(self, server: int, log_id: int, seg_epoch: int, position: int) -> bool:
         """Whether the writer's server answers a call at all within PROBE_TIMEOUT_S (any
         status but UNAVAILABLE or DEADLINE_EXCEEDED is an answer)."""
-        stub = self.peer(server)
-        if stub is None:
+        link = self.peer(server)
+        if link is None:
             return False
         try:
-            stub.ReadRange(codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, position, position)),
-                           timeout=takeover.PROBE_TIMEOUT_S)
-        except grpc.RpcError as e:
-            return e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            link.call(ReadRange(log_id, 0, seg_epoch, position, position), takeover.PROBE_TIMEOUT_S)
+        except NoAnswer:
+            return False
+        except Refused:
+            return True
         return True
 
     def _take_over(self, log_id: int, w: dict[str, Any]) -> None:

@@ -77,10 +77,10 @@ class Node:
         self.peers = Peers(server_id, OwnReplica(self.local_batch), self.links.link, self._stop,
                            spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
-                                 lambda core: WriterDriver(self, core), self._stop, self.links.stub,
+                                 lambda core: WriterDriver(self, core), self._stop, self.peers.link,
                                  ensemble_changes, lease_s)
         self.catch_up = CatchUp(server_id, self.topo.logs, self.store, self.replica, self.rlock,
-                                self.meta, self.writers, self.links.stub, self._stop)
+                                self.meta, self.writers, self.peers.link, self._stop)
 
     @classmethod
     def open(cls, server_id: int, addr: str, zk_hosts: str, data_dir: str,
@@ -120,7 +120,7 @@ class Node:
         self.membership.start()
         loops.forever("election", self.election.loop, self._stop)
         loops.forever("catch-up", self.catch_up.loop, self._stop)
-        self.rereplicator = ReReplicator(self, self.links.stub, self.replica.first)
+        self.rereplicator = ReReplicator(self, self.peers.link, self.replica.first)
         loops.every("rereplicate", REREPLICATE_S, self.rereplicator.round, self._stop)
 
     def stop(self) -> None:

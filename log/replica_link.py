@@ -26,14 +26,26 @@ from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import loops, transport, world
 from runtime.call_stream import CallStream, StreamFailed, watch
-from runtime.refusals import BadRequest
+from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.log.links")
 _POOL = world.Pool("local-replica", 8)
 
 
+class NoAnswer(Exception):
+    """A call that got no answer: the replica is unreachable, or did not answer in time."""
+
+
+class Refused(Exception):
+    """A call the replica answered with an error (it is there, and said no)."""
+
+
 class ReplicaLink(Protocol):
     """The way to one replica."""
+
+    def call(self, msg: Fence | ReadRange | AddEntries, timeout_s: float) -> Any:
+        """Send `msg` and wait for its reply; NoAnswer if none came within `timeout_s`,
+        Refused if the replica answered with an error."""
 
     def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
         """Send `msg` and return at once; `reply(answer)` runs when it comes (never, if it
@@ -50,6 +62,12 @@ class OwnReplica:
     def __init__(self, local_batch: Callable[[list[Any]], list[Any]]) -> None:
         self.local_batch = local_batch
 
+    def call(self, msg: Fence | ReadRange | AddEntries, timeout_s: float) -> Any:
+        try:
+            return self.local_batch([msg])[0]
+        except Refusal as e:
+            raise Refused(str(e)) from e
+
     def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
         _POOL.submit(lambda: reply(self.local_batch([msg])[0]))
 
@@ -58,8 +76,7 @@ class OwnReplica:
 
 
 class GrpcReplicas:
-    """Peers' replicas by gRPC, one link per peer; `stub` serves the log server's other
-    callers of a peer (the election's probes, catch-up, re-replication)."""
+    """Peers' replicas by gRPC, one link per peer."""
 
     def __init__(self, zk: KazooClient, stop: threading.Event) -> None:
         self.zk = zk
@@ -73,10 +90,6 @@ class GrpcReplicas:
             if got is None:
                 got = self._links[server_id] = _GrpcReplica(self, server_id)
             return got
-
-    def stub(self, server_id: int) -> Any:
-        """The Replica stub of a server (None: its address is unknown)."""
-        return self.link(server_id).stub()
 
     def address(self, server_id: int) -> str | None:
         try:
@@ -118,15 +131,36 @@ class _GrpcReplica:
         with self._lock:
             self._stub = None
 
+    @staticmethod
+    def _method(stub: Any, msg: Fence | ReadRange | AddEntries) -> tuple[Any, Any, Callable[[Any], Any]]:
+        """The stub's method for `msg`, the request it sends and how its reply reads."""
+        if isinstance(msg, Fence):
+            return stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
+        if isinstance(msg, AddEntries):
+            return stub.AddEntries, codec.add_to_pb(msg), codec.add_reply_from_pb
+        return stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
+
+    def call(self, msg: Fence | ReadRange | AddEntries, timeout_s: float) -> Any:
+        stub = self.stub()
+        if stub is None:
+            raise NoAnswer(f"log server {self.server_id}'s address is unknown")
+        method, req, conv = self._method(stub, msg)
+        try:
+            return conv(method(req, timeout=timeout_s))
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                self.forget()
+            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise NoAnswer(f"log server {self.server_id}: {e.code().name}") from e
+            raise Refused(f"log server {self.server_id}: {e.code().name} {e.details()}") from e
+        except BadRequest as e:
+            raise NoAnswer(f"log server {self.server_id} sent a reply that cannot be: {e}") from e
+
     def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
         stub = self.stub()
         if stub is None:
             return
-        conv: Callable[[Any], Any]
-        if isinstance(msg, Fence):
-            call, req, conv = stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
-        else:
-            call, req, conv = stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
+        call, req, conv = self._method(stub, msg)
         fut = call.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S)
 
         def done(f: Any) -> None:

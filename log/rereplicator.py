@@ -16,14 +16,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-import grpc
-
 from catalog import machines
-from log import codec, limits, rereplicate
+from log import limits, rereplicate
 from log import zk as zkpaths
 from log.entry import Entry
 from log.messages import AddEntries, ReadRange
 from log.metadata import LogMetadata, Segment
+from log.replica_link import NoAnswer, Refused, ReplicaLink
 from log.writer import State
 
 log = logging.getLogger("midtown.log.rereplicate")
@@ -42,11 +41,13 @@ class Host(Protocol):
 
 
 class ReReplicator:
-    def __init__(self, host: Host, stub: Callable[[int], Any], first: Callable[[int], int]) -> None:
-        """`stub(server)`: a Replica stub for a peer (None: unknown); `first(log)`: this
+    def __init__(self, host: Host, peer: Callable[[int], ReplicaLink | None],
+                 first: Callable[[int], int]) -> None:
+        """`peer(server)`: the link to a server's replica (log/replica_link.py; None:
+        unknown); `first(log)`: this
         server's truncation point of a log."""
         self.host = host
-        self.stub = stub
+        self.peer = peer
         self.first = first
         self.moved = 0  # replicas re-recorded since start
 
@@ -97,7 +98,7 @@ class ReReplicator:
         assert seg.end is not None  # sealed
         if not want:
             return True
-        t = self.stub(target)
+        t = self.peer(target)
         if t is None:
             return False
         for lo in range(want.start, want.stop, limits.MESSAGE_ENTRIES_MAX):
@@ -108,25 +109,24 @@ class ReReplicator:
                 continue
             got: dict[int, Entry] = {}
             for s in sources:
-                stub = self.stub(s)
-                if stub is None:
+                link = self.peer(s)
+                if link is None:
                     continue
-                for e in self._read(stub, log_id, seg.epoch, missing[0], missing[-1]):
+                for e in self._read(link, log_id, seg.epoch, missing[0], missing[-1]):
                     got.setdefault(e.position, e)
             copy = rereplicate.to_copy(seg, trunc, {p: got[p] for p in missing if p in got})
             if copy:
-                t.AddEntries(codec.add_to_pb(AddEntries(log_id, epoch, seg.epoch, tuple(copy), seg.end)),
-                             timeout=limits.REPLICA_RPC_TIMEOUT_S)
+                t.call(AddEntries(log_id, epoch, seg.epoch, tuple(copy), seg.end),
+                       limits.REPLICA_RPC_TIMEOUT_S)
         held_all = [e.position for lo in range(want.start, want.stop, limits.MESSAGE_ENTRIES_MAX)
                     for e in self._read(t, log_id, seg.epoch, lo,
                                         min(want.stop - 1, lo + limits.MESSAGE_ENTRIES_MAX - 1))]
         return rereplicate.complete(seg, trunc, held_all)
 
     @staticmethod
-    def _read(stub: Any, log_id: int, seg_epoch: int, lo: int, hi: int) -> list[Entry]:
+    def _read(link: ReplicaLink, log_id: int, seg_epoch: int, lo: int, hi: int) -> list[Entry]:
         try:
-            rep = stub.ReadRange(codec.read_to_pb(ReadRange(log_id, 0, seg_epoch, lo, hi)),
-                                 timeout=limits.REPLICA_RPC_TIMEOUT_S)
-        except grpc.RpcError:
+            rep = link.call(ReadRange(log_id, 0, seg_epoch, lo, hi), limits.REPLICA_RPC_TIMEOUT_S)
+        except (NoAnswer, Refused):
             return []
-        return list(codec.read_reply_from_pb(rep).entries)
+        return list(rep.entries)

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
-
 from log import limits, reading
 from log import zk as zkpaths
 from log.driver import Busy, WriterDriver, WriterFailed
@@ -36,7 +34,7 @@ from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
 from log.peers import Peers
 from log.replica import ReplicaCore
-from log.replica_link import OwnReplica
+from log.replica_link import NoAnswer, OwnReplica
 from log.store import MemStore
 from log.writer import ChangeEnsemble, State, Writer
 from runtime import membership, world
@@ -117,25 +115,6 @@ class _Host:
         return None, -1  # no ensemble changes here: the pool is the ensemble
 
 
-class _Unreachable(grpc.RpcError):
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.UNAVAILABLE
-
-
-class _Probe:
-    """The election's probe of a writer's server (a ReadRange call): no answer from a server
-    that is down."""
-
-    def __init__(self, sim: WriterSim, server: int) -> None:
-        self.sim, self.server = sim, server
-
-    def ReadRange(self, req: Any, timeout: float) -> None:  # noqa: N802 - the stub's name
-        world.sleep(self.sim.rng.uniform(0, self.sim.cfg.delay_max_s))
-        if self.server in self.sim.down or self.sim.sched.paused(self.sim.proc(self.server)):
-            world.sleep(timeout)
-            raise _Unreachable()
-
-
 class _Link:
     """The simulator's backend of the replication's network port (log/replica_link.py): a
     message to replica `to` and its reply back, each after a delay, each perhaps dropped or
@@ -166,6 +145,20 @@ class _Link:
         with sim.sched.process("network"):
             for _ in range(sim.copies()):
                 world.spawn("request", there)
+
+    def call(self, msg: Any, timeout_s: float) -> Any:
+        """A call and its wait (the election's probes): no answer from a replica cut off,
+        down or paused, nor when either way is lost."""
+        sim, to = self.sim, self.to
+        sim.delay()
+        if not sim.reachable(to) or not sim.copies():
+            world.sleep(0.0 if to in sim.down else timeout_s)
+            raise NoAnswer(f"log server {to}")
+        rep = sim.handle(to, msg)
+        sim.delay()
+        if not sim.reachable(to):
+            raise NoAnswer(f"log server {to}")
+        return rep
 
     def replicate(self, msgs: list[Any]) -> list[Any] | None:
         """A call on the stream to `to` (the sender's outlet waits for it): lost if either
@@ -269,7 +262,7 @@ class WriterSim:
                 return d
 
             e = Election(s, f"sim:{s}", zk, topo, writers, meta, host.zk_ok, new_driver, world.event(),
-                         peer=lambda x: _Probe(self, x), ensemble_changes=False)
+                         peer=host.peers.link, ensemble_changes=False)
             host.announce_writer = e.announce_writer  # type: ignore[method-assign]
             zk.DataWatch(zkpaths.log_path(LOG), lambda data, _: data and meta.__setitem__(
                 LOG, LogMetadata.from_json(data)))

@@ -41,7 +41,7 @@ test-fast: proto
 # ensemble change, off: none; MACHINES=3 SERVERS=6: the servers on three machines,
 # PLACEMENT=by-load placing without them, or with MOVES=1 BROKEN=by-load; WRITERS=1: the real
 # writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
-# ELECTIONS=1: with the servers' real election, whole servers crashed)
+# ELECTIONS=1: whole log servers (log/node.py), crashed and paused)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(WRITERS),--writers) \

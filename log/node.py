@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -26,7 +27,7 @@ from log.peers import Peers
 from log.read_cache import ReadCache
 from log.read_index import TailReply
 from log.replica import ReplicaCore
-from log.replica_link import GrpcReplicas, OwnReplica
+from log.replica_link import GrpcReplicas, OwnReplica, ReplicaLink
 from log.rereplicator import INTERVAL_S as REREPLICATE_S
 from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
@@ -47,7 +48,8 @@ CATCHUP_POLL_S = 1.0
 class Node:
     def __init__(self, server_id: int, addr: str, zk: Any, topo: zkpaths.Topology, store: RocksStore,
                  spare_linger_s: float = spares.SPARE_LINGER_S, ensemble_changes: bool = True,
-                 lease_s: float = lease.LEASE_S_DEFAULT) -> None:
+                 lease_s: float = lease.LEASE_S_DEFAULT,
+                 peer_links: Callable[[int], ReplicaLink | None] | None = None) -> None:
         """A log server from its parts, with no I/O of its own (Node.open opens them): `zk`,
         a connected ZooKeeper session; `topo`, the cluster's topology; `store`, its replica
         store. `spare_linger_s`: how long a spare follower's copies of this server's writes
@@ -73,9 +75,9 @@ class Node:
         self.writers: dict[int, WriterDriver] = {}
         self._stop = world.event()
         self._watches: list[Any] = []
-        self.links = GrpcReplicas(self.zk, self._stop)
-        self.peers = Peers(server_id, OwnReplica(self.local_batch), self.links.link, self._stop,
-                           spare_linger_s)
+        if peer_links is None:
+            peer_links = GrpcReplicas(self.zk, self._stop).link
+        self.peers = Peers(server_id, OwnReplica(self.local_batch), peer_links, self._stop, spare_linger_s)
         self.election = Election(server_id, addr, self.zk, self.topo, self.writers, self.meta, self.zk_ok,
                                  lambda core: WriterDriver(self, core), self._stop, self.peers.link,
                                  ensemble_changes, lease_s)
@@ -179,6 +181,20 @@ class Node:
             filled[log_id] = max(filled.get(log_id, -1), before - 1)
             self.notify(log_id)
         return watch
+
+    def issued(self, msg: Any) -> Any:
+        """A replica request from another server, refused (a Refusal) if its epoch was never
+        issued (check_epoch_issued), or if ZooKeeper cannot tell now (UNAVAILABLE)."""
+        if not self.replica.known(msg.log_id):
+            return msg  # the core answers UNKNOWN_LOG
+        try:
+            self.check_epoch_issued(msg.log_id, msg.epoch)
+        except Refusal:
+            raise
+        except Exception as e:  # ZooKeeper unreachable: cannot tell, so do not take it
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"epoch: cannot check it with ZooKeeper now "
+                          f"({type(e).__name__}); retry") from None
+        return msg
 
     def check_epoch_issued(self, log_id: int, epoch: int) -> None:
         """A replica request from another server must carry an epoch that ZooKeeper issued

@@ -155,17 +155,11 @@ class Services:
 
     # ---------------------------------------------------------------- Replica
     def _issued(self, msg: Any, prefix: str = "") -> Any:
-        """Refuse a replica request whose epoch ZooKeeper never issued (Node.check_epoch_issued)."""
-        if not self.node.replica.known(msg.log_id):
-            return msg  # the core answers UNKNOWN_LOG
+        """Refuse a replica request whose epoch ZooKeeper never issued (Node.issued)."""
         try:
-            self.node.check_epoch_issued(msg.log_id, msg.epoch)
+            return self.node.issued(msg)
         except Refusal as e:
             raise e.within(prefix) from None
-        except Exception as e:  # ZooKeeper unreachable: cannot tell, so do not take it
-            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{prefix}epoch: cannot check it with "
-                          f"ZooKeeper now ({type(e).__name__}); retry") from None
-        return msg
 
     def fence(self, req: pb.FenceRequest, ctx: grpc.ServicerContext) -> pb.FenceResponse:
         msg = self._issued(codec.fence_from_pb(req))

@@ -3,6 +3,8 @@ the simulation. The real one is log/rocks_store.py (rocksdict, synced write batc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +63,15 @@ class MemStore:
     def __init__(self) -> None:
         self.entries: dict[tuple[int, int, int], Entry] = {}
         self.metas: dict[int, ReplicaLogMeta] = {}
+
+    @contextmanager
+    def group(self) -> Iterator[None]:
+        """Commits inside the block (log/rocks_store.py groups them into one synced write;
+        here each is whole at once)."""
+        yield
+
+    def close(self) -> None:
+        pass
 
     def commit(self, batch: Batch) -> None:
         for e in batch.entries:

@@ -29,13 +29,16 @@ def test_acknowledged_appends_survive_writer_crashes() -> None:
         assert r.replicated > r.replicate_calls > 0
 
 
-def test_the_real_election_keeps_acknowledged_appends_through_server_crashes() -> None:
-    """log/election.py with membership, watches and takeover probes; whole servers crash
-    (their sessions expire, they restart) or pause past their session timeout or not."""
+def test_whole_log_servers_keep_acknowledged_appends_through_crashes_and_pauses() -> None:
+    """log/node.py's Node whole (the election with membership, watches and takeover probes,
+    the peers, the replica side's epoch check, catch-up, re-replication); servers crash
+    (their sessions expire, they restart from their stores) or pause past their session
+    timeout or not."""
     for seed in range(2):
         r = writers.run(seed, writers.Config(seconds=10, elections=True))
         assert r.failures == [] and r.violations == []
         assert r.writers >= 2 and r.acked > 20  # the log changed writers, and appends were acknowledged
+        assert r.replicated > r.replicate_calls > 0
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -44,9 +47,9 @@ def test_a_seed_replays_exactly() -> None:
         (b.acked, b.switches, b.simulated_s, b.violations)
 
 
-def test_a_recovery_that_seals_at_the_last_lac_is_caught() -> None:
-    """The check's power, shown on the cheaper wiring (under the real election the same
-    variant is caught too, more slowly: `make sim ELECTIONS=1 BROKEN=ends-at-lac RUNS=8`)."""
-    found = (writers.run(seed, writers.Config(seconds=8, broken="ends-at-lac")).violations
-             for seed in range(4))
+@pytest.mark.parametrize("elections", [False, True])
+def test_a_recovery_that_seals_at_the_last_lac_is_caught(elections: bool) -> None:
+    """The check's power, with writers claimed by the simulation and with whole servers."""
+    cfg = writers.Config(seconds=8, broken="ends-at-lac", elections=elections)
+    found = (writers.run(seed, cfg).violations for seed in range(4))
     assert any(v and "acked position" in v[0] for v in found)

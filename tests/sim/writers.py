@@ -10,11 +10,13 @@ harness.py drives the writer core itself; here the driver does, so its loop is u
 
 A client appends all the time; writers crash (their process killed mid-step: the driver's
 thread dies wherever it is) and another server claims the log with the next epoch, as the
-election does. With `elections`, the servers run the real election instead (log/election.py:
-registration by runtime/membership.py, watches on the writer node, vacant-log claims, the
-followers' takeover after failed probes) and a fault either kills a whole server, whose
-ZooKeeper session then expires, restarting it later, or pauses it (SIGSTOP), past its session
-timeout or not, and lets it run again.
+election does. With `elections`, whole log servers run instead (log/node.py Node, as the
+server process wires it: the real election with registration by runtime/membership.py,
+watches on the metadata, the writer node and the servers, vacant-log claims, the
+followers' takeover after failed probes; the replica side with its epoch check, catch-up,
+re-replication), and a fault either kills a whole server, whose ZooKeeper session then
+expires, restarting it later from its replica store, or pauses it (SIGSTOP), past its
+session timeout or not, and lets it run again.
 
 The check: every append acknowledged by any writer is, at the end, at its position with its
 payload on the replicas, and no position has two different copies."""
@@ -28,16 +30,16 @@ from typing import Any
 from log import limits, reading
 from log import zk as zkpaths
 from log.driver import Busy, WriterDriver, WriterFailed
-from log.election import Election
 from log.limits import FIRST_POSITION
 from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
+from log.node import Node
 from log.peers import Peers
 from log.replica import ReplicaCore
 from log.replica_link import NoAnswer, OwnReplica
 from log.store import MemStore
 from log.writer import ChangeEnsemble, State, Writer
-from runtime import membership, world
+from runtime import world
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
 
@@ -51,11 +53,14 @@ class Config:
     crashes: int = 3  # writers killed, each followed by a claim by another server
     clients: int = 3
     isolations: int = 6  # a replica cut off from everyone for up to a second
-    drop: float = 0.05
-    duplicate: float = 0.05
+    drop: float = 0.05  # a call or its reply lost (the writers' Fence and ReadRange calls)
+    duplicate: float = 0.05  # ... delivered twice
+    stream_break: float = 0.01  # a replication stream's call lost with its stream
     delay_max_s: float = 0.02
     broken: str = ""  # "ends-at-lac": a broken recovery (_EndsAtLac)
-    elections: bool = False  # the servers' real election instead of claims made by the simulation
+    # Whole log servers (log/node.py Node: the real election, membership, peers, catch-up,
+    # re-replication, the replica side's epoch check) instead of writers claimed by the simulation.
+    elections: bool = False
 
 
 @dataclass
@@ -86,7 +91,7 @@ class _Host:
     the simulated network and ZooKeeper instead of gRPC and kazoo."""
 
     def __init__(self, sim: WriterSim, server: int, zk: Client) -> None:
-        self.sim, self.server, self.zk = sim, server, zk
+        self.sim, self.server_id, self.zk = sim, server, zk
         # The server's real peers (log/peers.py: outlets batching, spare followers lingering)
         # over the simulated network: its own replica in process, the others' by _Link.
         own = OwnReplica(lambda msgs: [sim.handle(server, m) for m in msgs])
@@ -161,21 +166,18 @@ class _Link:
         return rep
 
     def replicate(self, msgs: list[Any]) -> list[Any] | None:
-        """A call on the stream to `to` (the sender's outlet waits for it): lost if either
-        way is cut, the replica down or the message dropped; a replica cut off or paused
-        answers nothing until the call's timeout, a dead one's connection is refused."""
+        """A call on the stream to `to` (the sender's outlet waits for it). A stream loses
+        nothing, but it breaks now and then (`stream_break`), and a replica cut off or
+        paused answers nothing until the call's timeout; a dead one's connection is refused
+        at once. Lost either way, the writers send again."""
         sim, to = self.sim, self.to
         sim.delay()
-        copies = sim.copies()
-        if not sim.reachable(to) or not copies:
+        if not sim.reachable(to) or sim.rng.random() < sim.cfg.stream_break:
             world.sleep(0.0 if to in sim.down else limits.REPLICA_RPC_TIMEOUT_S)
             return None
         replies = [sim.handle(to, m) for m in msgs]
         sim.replicate_calls += 1
         sim.replicated += len(msgs)
-        for _ in range(copies - 1):  # delivered again: the replica handles it twice
-            for m in msgs:
-                sim.handle(to, m)
         sim.delay()
         return replies if sim.reachable(to) else None
 
@@ -194,12 +196,18 @@ class WriterSim:
         self.cut_until = {s: 0.0 for s in SERVERS}  # a replica isolated until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in SERVERS}
+        self.nodes: dict[int, Node] = {}  # whole servers (nodes), the newest of each
         self.replicate_calls = self.replicated = 0
 
     # --- the network --------------------------------------------------------------------
 
     def handle(self, to: int, msg: Any) -> Any:
-        """Replica `to` handles a writer's message."""
+        """Replica `to` handles a writer's message: its server's replica side when whole
+        servers run (Node.issued, then Node.local_batch, as the gRPC service does; a
+        Refusal raised), else its core."""
+        if self.cfg.elections:
+            node = self.nodes[to]
+            return node.local_batch([node.issued(msg)])[0]
         core = self.replicas[to]
         return (core.on_fence(msg) if isinstance(msg, Fence) else core.on_add(msg)
                 if isinstance(msg, AddEntries) else core.on_read_range(msg))
@@ -241,8 +249,9 @@ class WriterSim:
         return f"server-{s}-{self.incarnation[s] - 1}"
 
     def server(self, s: int) -> None:
-        """Log server `s` as log/node.py wires its election: registered, watching the log's
-        metadata, writer node and the servers, electing until it crashes."""
+        """Log server `s` whole (log/node.py Node, as Node.open wires it, but for the
+        simulated ZooKeeper, its replica store kept in memory across its crashes, and its
+        peers reached over the simulated network)."""
         proc = f"server-{s}-{self.incarnation[s]}"
         self.incarnation[s] += 1
         with self.sched.process(proc):
@@ -250,28 +259,20 @@ class WriterSim:
             zk.start()
             topo = zkpaths.read_topology(zk)
             assert topo is not None
-            meta: dict[int, LogMetadata] = {}
-            writers: dict[int, WriterDriver] = {}
-            host = _Host(self, s, zk)
+            node = Node(s, f"sim:{s}", zk, topo, self.stores[s],  # type: ignore[arg-type]
+                        peer_links=lambda to: _Link(self, to))
+            made = node.election.new_driver
 
             def new_driver(core: Writer) -> WriterDriver:
                 if self.cfg.broken == "ends-at-lac":
                     core.__class__ = _EndsAtLac  # the election made it: the broken rule swapped in
-                d = WriterDriver(host, core)
+                d = made(core)
                 self.writers.append((proc, d))
                 return d
-
-            e = Election(s, f"sim:{s}", zk, topo, writers, meta, host.zk_ok, new_driver, world.event(),
-                         peer=host.peers.link, ensemble_changes=False)
-            host.announce_writer = e.announce_writer  # type: ignore[method-assign]
-            zk.DataWatch(zkpaths.log_path(LOG), lambda data, _: data and meta.__setitem__(
-                LOG, LogMetadata.from_json(data)))
-            zk.DataWatch(zkpaths.writer_path(LOG), e.writer_watch(LOG))
-            zk.ChildrenWatch(zkpaths.LEAVING, e.leaving_watch)
-            zk.ChildrenWatch(zkpaths.SERVERS, e.servers_watch)
-            membership.Membership(zk, f"{zkpaths.SERVERS}/{s}", lambda: {"addr": f"sim:{s}"}).start()
+            node.election.new_driver = new_driver
+            node.start()
+            self.nodes[s] = node
             self.zks[s] = zk
-            world.spawn(f"election-{s}", e.loop)
 
     def crash_server(self, s: int) -> None:
         """Server `s` dies: its tasks stop, and ZooKeeper expires its session after the timeout."""
@@ -331,7 +332,8 @@ class WriterSim:
             world.sleep(self.rng.uniform(0.5 * step, step))
             if self.cfg.elections:
                 d = self.current()
-                s = d.node.server if d is not None and self.rng.random() < 0.7 else self.rng.choice(SERVERS)  # type: ignore[attr-defined]
+                s = (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
+                     else self.rng.choice(SERVERS))
                 if self.rng.random() < 0.5:
                     self.crash_server(s)
                     world.sleep(self.rng.uniform(0.5, 0.5 * step))

@@ -133,6 +133,8 @@ class WriterDriver:
         lac_due = float("inf")
         try:
             while core.state is not State.FAILED:
+                if world.buggify("driver.stall"):  # the writer's thread starved a while
+                    world.sleep(0.5)
                 timeout = max(0.0, min(next_tick, lac_due) - world.monotonic())
                 if core.sealing_after is not None:  # a recovery waits out the old writer's lease
                     timeout = max(0.0, min(timeout, core.sealing_after - lease_clock()))

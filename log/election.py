@@ -264,7 +264,7 @@ class Election:
         """Whether the writer's server answers a call at all within PROBE_TIMEOUT_S (any
         status but UNAVAILABLE or DEADLINE_EXCEEDED is an answer)."""
         link = self.peer(server)
-        if link is None:
+        if link is None or world.buggify("election.probe_lost"):  # lost on a live network
             return False
         try:
             link.call(ReadRange(log_id, 0, seg_epoch, position, position), takeover.PROBE_TIMEOUT_S)

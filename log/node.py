@@ -282,6 +282,8 @@ class Node:
                     replies.append(self.replica.on_add(msg))
                 else:
                     replies.append(self.replica.on_read_range(msg))
+            if world.buggify("replica.slow_sync"):  # a slow disk: every replica request waits
+                world.sleep(0.2)
         now = world.monotonic()
         for msg, rep in zip(msgs, replies):
             if isinstance(msg, AddEntries) and rep.result is Result.OK:

@@ -142,6 +142,8 @@ class Outlet:
                 continue
             msgs = [m for _, m in items]
             sent = self.waiting_since = world.monotonic()
+            if world.buggify("peers.slow_call"):  # a peer slow to answer (a pause, a slow disk)
+                world.sleep(0.3)
             try:
                 link = self.peers.link(self.to)
                 replies = None if link is None else link.replicate(msgs)

@@ -50,6 +50,8 @@ class Backend(Protocol):
         """Run `fn` on one of `pool`'s workers."""
     def boot_clock(self) -> float:
         """Seconds on a clock that counts through a suspend of the machine (runtime/clock.py)."""
+    def buggify(self, point: str) -> bool:
+        """Whether the fault at `point` happens now (never, in a real process)."""
 
 
 class Pool:
@@ -117,6 +119,9 @@ class Threads:
     def boot_clock(self) -> float:
         return time.clock_gettime(_BOOT)
 
+    def buggify(self, point: str) -> bool:
+        return False
+
 
 _backend: Backend = Threads()
 
@@ -180,3 +185,12 @@ def as_completed(fs: Iterable[futures.Future[T]],
 
 def boot_clock() -> float:
     return _backend.boot_clock()
+
+
+def buggify(point: str) -> bool:
+    """A fault point, after FoundationDB's BUGGIFY: where a real failure is rare (a slow
+    peer, a slow sync, a probe lost on a live network), the code asks whether it happens
+    now and, if so, behaves as if it had. Always False in a real process; the simulator
+    enables some points in each run and fires them now and then, as its seed says
+    (tests/sim/scheduler.py), so that a rare path runs in many seeds. `point` names it."""
+    return _backend.buggify(point)

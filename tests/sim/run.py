@@ -89,13 +89,17 @@ def main() -> int:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = calls = carried = 0
+    bad = acked = calls = carried = takeovers = 0
     simulated = 0.0
+    fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
         r = writers.run(seed, writers.Config(broken=a.broken, elections=a.elections))
         acked += r.acked
         calls += r.replicate_calls
         carried += r.replicated
+        takeovers += r.takeovers
+        for point, n in r.buggified.items():
+            fired[point] = fired.get(point, 0) + n
         simulated += r.simulated_s
         if a.trace:
             print(f"seed {seed}: {r.acked} appends acknowledged, {r.writers} writers, "
@@ -107,7 +111,10 @@ def _writers(a: argparse.Namespace) -> int:
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); writers: {acked} appends "
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
-          f"second; the outlets' {calls} calls to peers carried {carried} appends")
+          f"second; the outlets' {calls} calls to peers carried {carried} appends"
+          + (f"; {takeovers} takeovers while the old writer's server was registered" if a.elections else ""))
+    print("fault points fired (world.buggify): "
+          + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))
     return 1 if bad else 0
 
 

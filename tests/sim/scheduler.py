@@ -63,9 +63,15 @@ class Scheduler:
     the chance a preemption point hands the baton on. A crashed process stays dead: a
     restart runs under a new process name."""
 
-    def __init__(self, seed: int, preempt: float = 0.2, start_wall: float = 1_800_000_000.0) -> None:
+    def __init__(self, seed: int, preempt: float = 0.2, start_wall: float = 1_800_000_000.0,
+                 buggify: tuple[float, float] = (0.25, 0.05)) -> None:
+        """`buggify`: (the chance that a fault point, world.buggify, is enabled in this run,
+        the chance that an enabled one fires each time it is reached); (0, 0): none."""
         self.rng = random.Random(seed)
         self.preempt = preempt
+        self._buggify_odds = buggify
+        self.buggified: dict[str, int] = {}  # fault point -> times fired (enabled ones: 0 or more)
+        self._buggify_off: set[str] = set()
         self.now = 0.0
         self.start_wall = start_wall
         self.switches = 0
@@ -240,6 +246,22 @@ class Scheduler:
 
     def boot_clock(self) -> float:
         return self.now  # one rate for every process (log/lease.py's drift: harness.py's lease runs)
+
+    def buggify(self, point: str) -> bool:
+        """A fault point: enabled or not for the whole run when first reached, then firing
+        now and then if enabled (both drawn from the seed)."""
+        if point in self._buggify_off:
+            return False
+        enabled, fires = self._buggify_odds
+        if point not in self.buggified:
+            if self.rng.random() >= enabled:
+                self._buggify_off.add(point)
+                return False
+            self.buggified[point] = 0
+        if self.rng.random() < fires:
+            self.buggified[point] += 1
+            return True
+        return False
 
     def sleep(self, seconds: float) -> None:
         self._wait(deque(), seconds)

@@ -219,3 +219,29 @@ def _from_a_real_thread(ev: object) -> None:
     th.start()
     th.join()
     raise err[0]
+
+
+def _fired(seed: int) -> list[tuple[float, str]]:
+    s = Scheduler(seed, buggify=(0.5, 0.2))
+
+    def main() -> list[tuple[float, str]]:
+        out = []
+        for i in range(200):
+            for p in ("a", "b", "c", "d"):
+                if world.buggify(p):
+                    out.append((world.monotonic(), p))
+            world.sleep(0.01)
+        return out
+
+    return s.run(main)
+
+
+def test_fault_points_fire_as_the_seed_says_and_never_in_a_real_process() -> None:
+    runs = {seed: _fired(seed) for seed in range(8)}
+    assert _fired(3) == runs[3]  # the same seed: the same points, at the same times
+    for fired in runs.values():
+        points = {p for _, p in fired}
+        assert points < {"a", "b", "c", "d"}  # a run enables some points, not all (at these odds)
+        assert all(sum(1 for _, q in fired if q == p) > 10 for p in points)  # and fires them often
+    assert len({frozenset(p for _, p in f) for f in runs.values()}) > 2  # seeds enable different points
+    assert not any(world.buggify("a") for _ in range(1000))  # the real backend: never

@@ -72,6 +72,8 @@ class Result:
     simulated_s: float
     replicate_calls: int = 0  # calls on the outlets' streams to peers
     replicated: int = 0  # appends (AddEntries) they carried
+    takeovers: int = 0  # new writers while the old one's server was still registered (elections)
+    buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
 
 
@@ -197,6 +199,8 @@ class WriterSim:
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in SERVERS}
         self.nodes: dict[int, Node] = {}  # whole servers (nodes), the newest of each
+        self.sessions: dict[str, int] = {}  # a server process -> its first ZooKeeper session
+        self.takeovers = 0  # writers that replaced one whose server was still registered
         self.replicate_calls = self.replicated = 0
 
     # --- the network --------------------------------------------------------------------
@@ -267,12 +271,29 @@ class WriterSim:
                 if self.cfg.broken == "ends-at-lac":
                     core.__class__ = _EndsAtLac  # the election made it: the broken rule swapped in
                 d = made(core)
+                self._count_takeover(s)
                 self.writers.append((proc, d))
                 return d
             node.election.new_driver = new_driver
             node.start()
             self.nodes[s] = node
             self.zks[s] = zk
+            self.sessions[proc] = zk.client_id[0]
+
+    def _count_takeover(self, s: int) -> None:
+        """A new writer on server `s`: a takeover if the previous writer's server is still
+        registered under the session it wrote with (dead or paused, its session not yet
+        expired: log/takeover.py's followers did not wait for ZooKeeper), read from the
+        ensemble's state, not through a client, so nothing under test is disturbed."""
+        if not self.writers:
+            return
+        old_proc, old = self.writers[-1]
+        o = old.node.server_id  # type: ignore[attr-defined]
+        reg = self.ens.nodes.get(f"{zkpaths.SERVERS}/{o}")
+        session = self.sessions.get(old_proc)
+        if o != s and reg is not None and session is not None and reg.owner == session and (
+                o in self.down or self.sched.paused(old_proc)):
+            self.takeovers += 1
 
     def crash_server(self, s: int) -> None:
         """Server `s` dies: its tasks stop, and ZooKeeper expires its session after the timeout."""
@@ -352,7 +373,8 @@ class WriterSim:
         world.sleep(1)  # the last writer settles: its LAC reaches the replicas
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
-                      self.sched.now, self.replicate_calls, self.replicated)
+                      self.sched.now, self.replicate_calls, self.replicated, self.takeovers,
+                      dict(self.sched.buggified))
 
     def isolate(self) -> None:
         for _ in range(self.cfg.isolations):
@@ -377,6 +399,12 @@ class WriterSim:
         if final is None:
             self.violations.append("no writer recovered the log within 30 s of the end")
             return
+        if self.cfg.elections:  # an older writer that woke up found the log taken and stopped
+            stale = [f"{proc} (epoch {d.epoch})" for proc, d in self.writers
+                     if d.epoch < final.epoch and not d.failed.is_set() and proc not in self.sched.dead
+                     and self.sched.paused_until.get(proc, 0.0) < world.monotonic() - 2]  # awake 2 s
+            if stale:
+                self.violations.append(f"writers of older epochs still running at the end: {stale}")
         meta, _ = zkpaths.read_metadata(self.admin, LOG)
         last = final.core
         end = reading.committed_end(meta, last.lac)

@@ -226,7 +226,7 @@ def _fired(seed: int) -> list[tuple[float, str]]:
 
     def main() -> list[tuple[float, str]]:
         out = []
-        for i in range(200):
+        for _ in range(200):
             for p in ("a", "b", "c", "d"):
                 if world.buggify(p):
                     out.append((world.monotonic(), p))

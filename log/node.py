@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 from kazoo.protocol.states import KazooState
 
-from log import lease, limits, reading, spares
+from log import lease, limits, reading, spares, store_identity
 from log import zk as zkpaths
 from log.catch_up import CatchUp
 from log.driver import WriterDriver
@@ -101,6 +101,7 @@ class Node:
 
     # ------------------------------------------------------------ start/stop
     def start(self) -> None:
+        self.check_store()
         for log_id in range(self.topo.logs):
             self.catch_up.filled[log_id] = self.replica.first(log_id) - 1
             self._watches.append(
@@ -124,6 +125,20 @@ class Node:
         loops.forever("catch-up", self.catch_up.loop, self._stop)
         self.rereplicator = ReReplicator(self, self.peers.link, self.replica.first)
         loops.every("rereplicate", REREPLICATE_S, self.rereplicator.round, self._stop)
+
+    def check_store(self) -> None:
+        """Serve only on the store ZooKeeper records for this id (log/store_identity.py:
+        StoreLost if the disk was lost); a first start gives the store its identity, then
+        records it."""
+        stored = self.store.identity()
+        recorded = zkpaths.read_store_identity(self.zk, self.server_id)
+        store_identity.check(self.server_id, stored, recorded)
+        if stored is None:
+            stored = os.urandom(8).hex()
+            self.store.set_identity(stored)
+        if recorded is None:  # (another process may have raced this one under the same id)
+            store_identity.check(self.server_id, stored,
+                                 zkpaths.record_store_identity(self.zk, self.server_id, stored))
 
     def stop(self) -> None:
         self._stop.set()

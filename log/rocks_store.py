@@ -3,6 +3,7 @@
 Keys (big-endian, so byte order is numeric order):
   b"E" + log_id:4 + segment_epoch:8 + position:8  -> timestamp_ms:8 + payload
   b"M" + log_id:4                                   -> JSON replica metadata
+  b"I"                                               -> the store's identity (log/store_identity.py)
 Each commit is one WriteBatch made durable before it returns (SyncedDb): an acknowledged
 entry or fence survives an OS crash (rocksdict does not sync by default, see PITFALLS.md).
 The replication path groups many logs' commits into one batch and one sync (Node.local_batch)."""
@@ -94,6 +95,15 @@ class RocksStore:
             _, _lg, seg, pos = _E.unpack(k)
             out.append(Entry(pos, seg, _TS.unpack_from(v)[0], bytes(v[8:])))
         return out
+
+    def identity(self) -> str | None:
+        v = self.synced.get(b"I")
+        return None if v is None else v.decode()
+
+    def set_identity(self, identity: str) -> None:
+        wb = self.synced.batch()
+        wb.put(b"I", identity.encode())
+        self.synced.write(wb)
 
     def load(self) -> dict[int, ReplicaLogMeta]:
         out: dict[int, ReplicaLogMeta] = {}

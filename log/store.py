@@ -55,6 +55,12 @@ class EntryStore(Protocol):
     def load(self) -> dict[int, ReplicaLogMeta]:
         """Every log's metadata, after a restart."""
 
+    def identity(self) -> str | None:
+        """The store's identity (log/store_identity.py; None: never given one)."""
+
+    def set_identity(self, identity: str) -> None:
+        """Give the store its identity, durably."""
+
 
 class MemStore:
     """Durable-by-assumption memory store for the simulation: a commit either happens
@@ -63,6 +69,13 @@ class MemStore:
     def __init__(self) -> None:
         self.entries: dict[tuple[int, int, int], Entry] = {}
         self.metas: dict[int, ReplicaLogMeta] = {}
+        self._identity: str | None = None
+
+    def identity(self) -> str | None:
+        return self._identity
+
+    def set_identity(self, identity: str) -> None:
+        self._identity = identity
 
     @contextmanager
     def group(self) -> Iterator[None]:

@@ -6,6 +6,7 @@
   /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
   /midtown/logs/<log>/truncate      {"before": p}                            versioned writes only
   /midtown/log_servers_leaving/<id> (empty)                                  persistent
+  /midtown/log_stores/<id>          the identity of server <id>'s replica store persistent
 
 The topology's `log_servers` is the pool that ensembles are chosen from (`midtown
 log-server add` grows it, with a versioned write); a server under `log_servers_leaving` is
@@ -31,6 +32,7 @@ TOPOLOGY = f"{ROOT}/topology"
 SERVERS = f"{ROOT}/log_servers"
 LOGS = f"{ROOT}/logs"
 LEAVING = f"{ROOT}/log_servers_leaving"
+STORES = f"{ROOT}/log_stores"  # log/store_identity.py
 
 
 def log_path(log_id: int) -> str:
@@ -189,3 +191,29 @@ def servers(zk: KazooClient) -> dict[int, dict]:
     from catalog import registry
 
     return {i: {"addr": addr} for i, addr in registry.members(zk, SERVERS).items()}
+
+
+def read_store_identity(zk: KazooClient, server_id: int) -> str | None:
+    """The identity of the replica store server `server_id` runs on (log/store_identity.py)."""
+    try:
+        data, _ = zk.get(f"{STORES}/{server_id}")
+    except NoNodeError:
+        return None
+    return data.decode()
+
+
+def record_store_identity(zk: KazooClient, server_id: int, identity: str) -> str:
+    """Record `identity` for `server_id` unless one is recorded; the one recorded."""
+    try:
+        zk.create(f"{STORES}/{server_id}", identity.encode(), makepath=True)
+        return identity
+    except NodeExistsError:
+        return read_store_identity(zk, server_id) or identity
+
+
+def forget_store_identity(zk: KazooClient, server_id: int) -> None:
+    """A server decommissioned: the id may start again on an empty store."""
+    try:
+        zk.delete(f"{STORES}/{server_id}")
+    except NoNodeError:
+        pass

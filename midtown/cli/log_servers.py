@@ -124,6 +124,7 @@ def _decommission(a: argparse.Namespace, zk: Any, topo: zkpaths.Topology) -> int
                               f"after {a.timeout:g} s; run the command again to go on waiting")
         time.sleep(POLL_S)
     topo = zkpaths.change_pool(zk, remove=a.id)
+    zkpaths.forget_store_identity(zk, a.id)  # it may start again, on an empty store
     out = {"server": a.id, "removed": True, "pool": list(topo.log_servers),
            "seconds": round(time.monotonic() - started, 1)}
     if a.json:

@@ -246,6 +246,41 @@ def test_a_log_server_is_decommissioned_while_writes_go_on_and_added_back(pool: 
         zk.close()
 
 
+def test_a_log_server_that_lost_its_disk_refuses_to_start_until_decommissioned(pool: Cluster) -> None:
+    """A log server restarted under its id on an empty data directory (its disk lost) exits
+    with EXIT_CONFIG and says what to do (log/store_identity.py): serving, it could answer
+    recoveries as if it had never held what it acknowledged. Once decommissioned (its
+    segments copied from the others) and added back, it starts on the empty directory."""
+    import shutil
+
+    from runtime.process import EXIT_CONFIG
+
+    zk = zkpaths.connect(pool.zk_hosts)
+    try:
+        writers = {int(w["server"]) for log_id in range(pool.logs) if (w := zkpaths.read_writer(zk, log_id))}
+        x = next(p.server_id for p in pool.log_servers() if p.server_id not in writers)
+        name = f"log-{x}"
+        assert zkpaths.read_store_identity(zk, x) is not None  # recorded at its first start
+        pool.kill(name)
+        shutil.rmtree(pool.dir / name)
+        pool.restart(name)
+        assert pool.wait_exit(name, 60) and pool.exit_code(name) == EXIT_CONFIG
+        said = (pool.dir / "logs" / f"{name}.log").read_text()
+        assert f"its replica store is empty, but ZooKeeper records that server {x}" in said
+        assert f"midtown log-server decommission {x}" in said
+        for args in (("decommission", str(x)), ("add", str(x))):
+            p = subprocess.run([sys.executable, "-m", "midtown", "log-server", *args, "--zk", pool.zk_hosts],
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stdout + p.stderr
+        assert zkpaths.read_store_identity(zk, x) is None  # forgotten with the decommission
+        pool.restart(name)
+        wait_for(lambda: x in zkpaths.servers(zk) and zkpaths.read_store_identity(zk, x) is not None, 60,
+                 f"log server {x} to start on its new disk")
+    finally:
+        zk.stop()
+        zk.close()
+
+
 def _stored_by_their_replicas_only(pool: Cluster, zk: Any, acked: list[tuple[int, bytes, Any]],
                                    but: int) -> None:
     servers = {p.server_id for p in pool.log_servers()}

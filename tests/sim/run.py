@@ -8,7 +8,7 @@ Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--b
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
   [--broken truncate-ahead|retry-new-id|read-anywhere|publish-unsynced]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
-  python -m tests.sim.run --writers --seed 42 [--elections] [--broken ends-at-lac]"""
+  python -m tests.sim.run --writers --seed 42 [--elections [--wipes]] [--broken ends-at-lac|no-store-check]"""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ def main() -> int:
                     help="the log simulation with real storage nodes beside it")
     ap.add_argument("--writers", action="store_true",
                     help="the real writer driver on the seeded scheduler (tests/sim/writers.py)")
+    ap.add_argument("--wipes", action="store_true",
+                    help="with --elections: a crashed server restarts on an empty store half the time")
     ap.add_argument("--elections", action="store_true",
                     help="with --writers: the servers' real election (log/election.py), whole servers "
                          "crashed")
@@ -89,15 +91,18 @@ def main() -> int:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = calls = carried = takeovers = 0
+    bad = acked = calls = carried = takeovers = wiped = refused = 0
     simulated = 0.0
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        r = writers.run(seed, writers.Config(broken=a.broken, elections=a.elections))
+        cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes)
+        r = writers.run(seed, cfg)
         acked += r.acked
         calls += r.replicate_calls
         carried += r.replicated
         takeovers += r.takeovers
+        wiped += r.wiped
+        refused += r.refused
         for point, n in r.buggified.items():
             fired[point] = fired.get(point, 0) + n
         simulated += r.simulated_s
@@ -112,7 +117,8 @@ def _writers(a: argparse.Namespace) -> int:
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); writers: {acked} appends "
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
           f"second; the outlets' {calls} calls to peers carried {carried} appends"
-          + (f"; {takeovers} takeovers while the old writer's server was registered" if a.elections else ""))
+          + (f"; {takeovers} takeovers while the old writer's server was registered" if a.elections else "")
+          + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "
           + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))
     return 1 if bad else 0

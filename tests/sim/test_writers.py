@@ -60,3 +60,17 @@ def test_a_recovery_that_seals_at_the_last_lac_is_caught(elections: bool) -> Non
     cfg = writers.Config(seconds=8, broken="ends-at-lac", elections=elections)
     found = (writers.run(seed, cfg).violations for seed in range(4))
     assert any(v and "acked position" in v[0] for v in found)
+
+
+def test_a_server_that_lost_its_disk_refuses_to_start_and_without_the_check_appends_are_lost() -> None:
+    """A crashed server restarts now and then on an empty store (its disk lost): it refuses
+    to start (log/store_identity.py) and the log goes on without it. Started all the same
+    (broken), it answers recoveries as if it had never held what it acknowledged: an
+    acknowledged append is lost (a bug none of the simulations of models could reach)."""
+    ok = [writers.run(seed, writers.Config(seconds=10, crashes=6, elections=True, wipes=True))
+          for seed in range(3)]
+    assert all(r.failures == [] and r.violations == [] for r in ok)
+    assert sum(r.refused for r in ok) > 0
+    cfg = writers.Config(seconds=10, crashes=6, elections=True, wipes=True, broken="no-store-check")
+    found = (writers.run(seed, cfg).violations for seed in range(12))
+    assert any(v and "acked position" in v[0] for v in found)

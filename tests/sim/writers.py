@@ -38,6 +38,7 @@ from log.peers import Peers
 from log.replica import ReplicaCore
 from log.replica_link import NoAnswer, OwnReplica
 from log.store import MemStore
+from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, State, Writer
 from runtime import world
 from tests.sim.scheduler import Scheduler
@@ -57,10 +58,14 @@ class Config:
     duplicate: float = 0.05  # ... delivered twice
     stream_break: float = 0.01  # a replication stream's call lost with its stream
     delay_max_s: float = 0.02
-    broken: str = ""  # "ends-at-lac": a broken recovery (_EndsAtLac)
+    # "ends-at-lac": a broken recovery (_EndsAtLac); "no-store-check" (with elections and
+    # wipes): a server starts on whatever store it finds (log/store_identity.py not asked)
+    broken: str = ""
     # Whole log servers (log/node.py Node: the real election, membership, peers, catch-up,
     # re-replication, the replica side's epoch check) instead of writers claimed by the simulation.
     elections: bool = False
+    # With elections: a crashed server restarts on an empty store half the time (its disk lost)
+    wipes: bool = False
 
 
 @dataclass
@@ -73,6 +78,8 @@ class Result:
     replicate_calls: int = 0  # calls on the outlets' streams to peers
     replicated: int = 0  # appends (AddEntries) they carried
     takeovers: int = 0  # new writers while the old one's server was still registered (elections)
+    wiped: int = 0  # servers restarted on an empty store (wipes)
+    refused: int = 0  # ... that refused to start
     buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
 
@@ -201,6 +208,9 @@ class WriterSim:
         self.nodes: dict[int, Node] = {}  # whole servers (nodes), the newest of each
         self.sessions: dict[str, int] = {}  # a server process -> its first ZooKeeper session
         self.takeovers = 0  # writers that replaced one whose server was still registered
+        self.wiped = 0  # servers restarted on an empty store
+        self.refused = 0  # ... that refused to start (log/store_identity.py)
+        self.lost: set[int] = set()  # servers down for good (refused to start)
         self.replicate_calls = self.replicated = 0
 
     # --- the network --------------------------------------------------------------------
@@ -275,7 +285,16 @@ class WriterSim:
                 self.writers.append((proc, d))
                 return d
             node.election.new_driver = new_driver
-            node.start()
+            if self.cfg.broken == "no-store-check":
+                node.check_store = lambda: None  # type: ignore[method-assign]
+            try:
+                node.start()
+            except StoreLost:  # its disk was lost: it stays down (the operator decommissions it)
+                self.refused += 1
+                self.lost.add(s)
+                self.down.add(s)
+                self.sched.crash(proc)
+                return
             self.nodes[s] = node
             self.zks[s] = zk
             self.sessions[proc] = zk.client_id[0]
@@ -354,10 +373,15 @@ class WriterSim:
             if self.cfg.elections:
                 d = self.current()
                 s = (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
-                     else self.rng.choice(SERVERS))
+                     else self.rng.choice([x for x in SERVERS if x not in self.lost]))
                 if self.rng.random() < 0.5:
                     self.crash_server(s)
                     world.sleep(self.rng.uniform(0.5, 0.5 * step))
+                    # A disk lost, unless one is lost already (three servers keep a quorum
+                    # with one gone for good; the operator would replace it)
+                    if self.cfg.wipes and not self.refused and self.rng.random() < 0.5:
+                        self.stores[s] = MemStore()
+                        self.wiped += 1
                     self.restart_server(s)
                 else:  # a SIGSTOP: past the session timeout or not, its session cut as long
                     seconds = self.rng.uniform(0.5, 2 * self.ens.session_timeout_s)
@@ -374,7 +398,7 @@ class WriterSim:
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
                       self.sched.now, self.replicate_calls, self.replicated, self.takeovers,
-                      dict(self.sched.buggified))
+                      self.wiped, self.refused, dict(self.sched.buggified))
 
     def isolate(self) -> None:
         for _ in range(self.cfg.isolations):

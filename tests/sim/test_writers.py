@@ -48,10 +48,12 @@ def test_whole_log_servers_keep_acknowledged_appends_through_crashes_and_pauses(
     assert takeovers > 0 and fired > 0
 
 
-def test_a_seed_replays_exactly() -> None:
-    a, b = (writers.run(11, writers.Config(seconds=5)) for _ in range(2))
-    assert (a.acked, a.switches, a.simulated_s, a.violations) == \
-        (b.acked, b.switches, b.simulated_s, b.violations)
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_seed_replays_exactly(whole: bool) -> None:
+    cfg = writers.Config(seconds=5, elections=whole, wipes=whole, crashes=4 if whole else 3)
+    a, b = (writers.run(11, cfg) for _ in range(2))
+    assert (a.acked, a.switches, a.simulated_s, a.violations, a.wiped, a.refused, a.buggified) == \
+        (b.acked, b.switches, b.simulated_s, b.violations, b.wiped, b.refused, b.buggified)
 
 
 @pytest.mark.parametrize("elections", [False, True])

@@ -41,7 +41,8 @@ test-fast: proto
 # ensemble change, off: none; MACHINES=3 SERVERS=6: the servers on three machines,
 # PLACEMENT=by-load placing without them, or with MOVES=1 BROKEN=by-load; WRITERS=1: the real
 # writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
-# ELECTIONS=1: whole log servers (log/node.py), crashed and paused; WIPES=1: some restart on
+# ELECTIONS=1: whole log servers (log/node.py), crashed and paused (SERVERS=5: ensemble changes,
+# BROKEN=past-lac); WIPES=1: some restart on
 # an empty disk, BROKEN=no-store-check starting on it all the same)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \

@@ -91,16 +91,18 @@ def main() -> int:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = calls = carried = takeovers = wiped = refused = 0
+    bad = acked = calls = carried = takeovers = wiped = refused = changes = 0
     simulated = 0.0
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes)
+        cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes,
+                             servers=a.servers if a.elections or a.wipes else 3)
         r = writers.run(seed, cfg)
         acked += r.acked
         calls += r.replicate_calls
         carried += r.replicated
         takeovers += r.takeovers
+        changes += r.ensemble_changes
         wiped += r.wiped
         refused += r.refused
         for point, n in r.buggified.items():
@@ -117,7 +119,8 @@ def _writers(a: argparse.Namespace) -> int:
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); writers: {acked} appends "
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
           f"second; the outlets' {calls} calls to peers carried {carried} appends"
-          + (f"; {takeovers} takeovers while the old writer's server was registered" if a.elections else "")
+          + (f"; {takeovers} takeovers while the old writer's server was registered, {changes} ensemble "
+             f"changes" if a.elections else "")
           + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "
           + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))

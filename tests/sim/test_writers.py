@@ -34,18 +34,19 @@ def test_whole_log_servers_keep_acknowledged_appends_through_crashes_and_pauses(
     the peers, the replica side's epoch check, catch-up, re-replication); servers crash
     (their sessions expire, they restart from their stores) or pause past their session
     timeout or not. (What tests/integration/test_takeover.py checked with real processes.)"""
-    takeovers = fired = 0
-    for seed in range(4):
-        r = writers.run(seed, writers.Config(seconds=10, elections=True))
+    takeovers = fired = changes = 0
+    for seed, servers in ((0, 3), (1, 3), (2, 3), (3, 3), (0, 5), (1, 5)):
+        r = writers.run(seed, writers.Config(seconds=10, elections=True, servers=servers))
         assert r.failures == [] and r.violations == []
         assert r.writers >= 2 and r.acked > 20  # the log changed writers, and appends were acknowledged
         assert r.replicated > r.replicate_calls > 0
         takeovers += r.takeovers
         fired += sum(r.buggified.values())  # fault points (world.buggify): slow peers, stalls...
+        changes += r.ensemble_changes  # with five servers, open segments move off lost copies
     # Followers took the log over from a writer whose server was dead or paused but still
     # registered (log/takeover.py: before ZooKeeper expired its session); and the check
     # covers that every older writer that woke up stopped.
-    assert takeovers > 0 and fired > 0
+    assert takeovers > 0 and fired > 0 and changes > 0
 
 
 @pytest.mark.parametrize("whole", [False, True])

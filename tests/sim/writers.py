@@ -33,6 +33,7 @@ from log.driver import Busy, WriterDriver, WriterFailed
 from log.limits import FIRST_POSITION
 from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
+from log.metrics import ENSEMBLE_CHANGES
 from log.node import Node
 from log.peers import Peers
 from log.replica import ReplicaCore
@@ -41,11 +42,11 @@ from log.store import MemStore
 from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, State, Writer
 from runtime import world
+from tests.sim.harness import _ChangesPastLac
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
 
 LOG = 0
-SERVERS = (0, 1, 2)
 
 
 @dataclass
@@ -59,11 +60,14 @@ class Config:
     stream_break: float = 0.01  # a replication stream's call lost with its stream
     delay_max_s: float = 0.02
     # "ends-at-lac": a broken recovery (_EndsAtLac); "no-store-check" (with elections and
-    # wipes): a server starts on whatever store it finds (log/store_identity.py not asked)
+    # wipes): a server starts on whatever store it finds (log/store_identity.py not asked);
+    # "past-lac" (with elections and more than three servers): an ensemble change closes
+    # the segment at the last entry sent (harness.py's _ChangesPastLac)
     broken: str = ""
     # Whole log servers (log/node.py Node: the real election, membership, peers, catch-up,
     # re-replication, the replica side's epoch check) instead of writers claimed by the simulation.
     elections: bool = False
+    servers: int = 3  # in the pool; with more than three (elections), segments change ensembles
     # With elections: a crashed server restarts on an empty store half the time (its disk lost)
     wipes: bool = False
 
@@ -79,6 +83,7 @@ class Result:
     replicated: int = 0  # appends (AddEntries) they carried
     takeovers: int = 0  # new writers while the old one's server was still registered (elections)
     wiped: int = 0  # servers restarted on an empty store (wipes)
+    ensemble_changes: int = 0  # open segments the writers moved (the servers' own metric)
     refused: int = 0  # ... that refused to start
     buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
@@ -93,6 +98,9 @@ class _EndsAtLac(Writer):
         for r in self._quorum:
             self._reads[r] = {}
         super()._decide()
+
+
+_BROKEN_WRITERS: dict[str, type[Writer]] = {"ends-at-lac": _EndsAtLac, "past-lac": _ChangesPastLac}
 
 
 class _Host:
@@ -197,14 +205,15 @@ class WriterSim:
         self.sched = Scheduler(seed)
         self.rng = self.sched.rng
         self.ens = Ensemble()
-        self.stores = {s: MemStore() for s in SERVERS}
-        self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in SERVERS}
+        self.servers = tuple(range(self.cfg.servers))
+        self.stores = {s: MemStore() for s in self.servers}
+        self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in self.servers}
         self.acks: list[tuple[int, int, bytes]] = []  # (epoch, position, payload)
         self.writers: list[tuple[str, WriterDriver]] = []
         self.violations: list[str] = []
-        self.cut_until = {s: 0.0 for s in SERVERS}  # a replica isolated until then
+        self.cut_until = {s: 0.0 for s in self.servers}  # a replica isolated until then
         self.down: set[int] = set()  # servers crashed (elections)
-        self.incarnation = {s: 0 for s in SERVERS}
+        self.incarnation = {s: 0 for s in self.servers}
         self.nodes: dict[int, Node] = {}  # whole servers (nodes), the newest of each
         self.sessions: dict[str, int] = {}  # a server process -> its first ZooKeeper session
         self.takeovers = 0  # writers that replaced one whose server was still registered
@@ -252,7 +261,7 @@ class WriterSim:
             if v is None:
                 return None
             cls = _EndsAtLac if self.cfg.broken == "ends-at-lac" else Writer
-            core = cls(LOG, new.epoch, new, v, SERVERS, time_marks=True)
+            core = cls(LOG, new.epoch, new, v, self.servers, time_marks=True)
             d = WriterDriver(_Host(self, server, zk), core)
             d.start()
         self.writers.append((proc, d))
@@ -278,8 +287,8 @@ class WriterSim:
             made = node.election.new_driver
 
             def new_driver(core: Writer) -> WriterDriver:
-                if self.cfg.broken == "ends-at-lac":
-                    core.__class__ = _EndsAtLac  # the election made it: the broken rule swapped in
+                if self.cfg.broken in _BROKEN_WRITERS:  # the election made it: the broken rule swapped in
+                    core.__class__ = _BROKEN_WRITERS[self.cfg.broken]
                 d = made(core)
                 self._count_takeover(s)
                 self.writers.append((proc, d))
@@ -356,10 +365,10 @@ class WriterSim:
     def main(self) -> Result:
         self.admin = self.ens.client()
         self.admin.start()
-        zkpaths.create_cluster(self.admin, 1, list(SERVERS))
+        zkpaths.create_cluster(self.admin, 1, list(self.servers))
         self.zks: dict[int, Client] = {}
         if self.cfg.elections:
-            for s in SERVERS:
+            for s in self.servers:
                 self.server(s)
         else:
             self.claim(0)
@@ -373,7 +382,7 @@ class WriterSim:
             if self.cfg.elections:
                 d = self.current()
                 s = (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
-                     else self.rng.choice([x for x in SERVERS if x not in self.lost]))
+                     else self.rng.choice([x for x in self.servers if x not in self.lost]))
                 if self.rng.random() < 0.5:
                     self.crash_server(s)
                     world.sleep(self.rng.uniform(0.5, 0.5 * step))
@@ -390,20 +399,21 @@ class WriterSim:
                 continue
             proc, _ = self.writers[-1]
             self.sched.crash(proc)
-            while self.claim(self.rng.choice(SERVERS)) is None:
+            while self.claim(self.rng.choice(self.servers)) is None:
                 world.sleep(0.1)
         world.sleep(step)
         stop.set()
         world.sleep(1)  # the last writer settles: its LAC reaches the replicas
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
-                      self.sched.now, self.replicate_calls, self.replicated, self.takeovers,
-                      self.wiped, self.refused, dict(self.sched.buggified))
+                      self.sched.now, replicate_calls=self.replicate_calls, replicated=self.replicated,
+                      takeovers=self.takeovers, wiped=self.wiped, refused=self.refused,
+                      buggified=dict(self.sched.buggified))
 
     def isolate(self) -> None:
         for _ in range(self.cfg.isolations):
             world.sleep(self.rng.uniform(0, self.cfg.seconds / self.cfg.isolations))
-            s = self.rng.choice(SERVERS)
+            s = self.rng.choice(self.servers)
             self.cut_until[s] = world.monotonic() + self.rng.uniform(0.1, 1.0)
 
     def settled(self) -> WriterDriver | None:
@@ -434,7 +444,7 @@ class WriterSim:
         end = reading.committed_end(meta, last.lac)
         for p in range(FIRST_POSITION, end + 1):
             seg = meta.segment_of(p)
-            held = {e.payload for s in SERVERS
+            held = {e.payload for s in self.servers
                     if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
             if len(held) != 1:
                 self.violations.append(f"committed position {p} holds {held}")
@@ -443,7 +453,7 @@ class WriterSim:
                 self.violations.append(f"acked position {p} (epoch {epoch}) beyond the end {end}")
                 continue
             seg = meta.segment_of(p)
-            copies = {e.payload for s in SERVERS
+            copies = {e.payload for s in self.servers
                       if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
             if copies != {payload}:
                 self.violations.append(f"acked position {p} (epoch {epoch}) holds {copies}, not {payload!r}")
@@ -451,6 +461,9 @@ class WriterSim:
 
 def run(seed: int, cfg: Config | None = None) -> Result:
     sim = WriterSim(seed, cfg)
+    changes = ENSEMBLE_CHANGES.labels(log=str(LOG))
+    before = changes._value.get()
     r = sim.sched.run(sim.main)
+    r.ensemble_changes = int(changes._value.get() - before)
     r.failures = sim.sched.failures + sim.ens.errors
     return r

@@ -66,6 +66,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 500000 --runs 2000 --cluster
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
 	$(PY) -m tests.sim.run --seed 700000 --runs 500 --writers --elections
+	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 

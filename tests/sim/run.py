@@ -120,7 +120,7 @@ def _writers(a: argparse.Namespace) -> int:
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
           f"second; the outlets' {calls} calls to peers carried {carried} appends"
           + (f"; {takeovers} takeovers while the old writer's server was registered, {changes} ensemble "
-             f"changes" if a.elections else "")
+             f"changes" if a.elections or a.wipes else "")
           + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "
           + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))

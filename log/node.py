@@ -43,6 +43,7 @@ log = logging.getLogger("midtown.log.node")
 ELECTION_POLL_S = 0.25
 WRITER_REFRESH_S = 5.0
 CATCHUP_POLL_S = 1.0
+STORE_RECORD_S = 5.0  # how often a server checks that its store's identity is recorded
 
 
 class Node:
@@ -125,6 +126,7 @@ class Node:
         loops.forever("catch-up", self.catch_up.loop, self._stop)
         self.rereplicator = ReReplicator(self, self.peers.link, self.replica.first)
         loops.every("rereplicate", REREPLICATE_S, self.rereplicator.round, self._stop)
+        loops.every("store-record", STORE_RECORD_S, self.keep_store_recorded, self._stop)
 
     def check_store(self) -> None:
         """Serve only on the store ZooKeeper records for this id (log/store_identity.py:
@@ -139,6 +141,17 @@ class Node:
         if recorded is None:  # (another process may have raced this one under the same id)
             store_identity.check(self.server_id, stored,
                                  zkpaths.record_store_identity(self.zk, self.server_id, stored))
+
+    def keep_store_recorded(self) -> None:
+        """Record this server's store again if its record was removed while it ran (added
+        back to the pool after a decommission: `midtown log-server add` removes the record
+        of a server out of the pool), once it is in the pool again."""
+        topo = zkpaths.read_topology(self.zk)
+        if topo is None or self.server_id not in topo.log_servers:
+            return
+        identity = self.store.identity()
+        if identity is not None and zkpaths.read_store_identity(self.zk, self.server_id) is None:
+            zkpaths.record_store_identity(self.zk, self.server_id, identity)
 
     def stop(self) -> None:
         self._stop.set()

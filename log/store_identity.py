@@ -9,7 +9,9 @@ So each store carries a random identity, written into it (durably) on the server
 start and then recorded in ZooKeeper under the server's id. At every start the two must
 agree. An empty store where ZooKeeper records one refuses to start (StoreLost): the
 operator decommissions the id (`midtown log-server decommission ID`: its segments are
-copied to other servers, and the record is removed) and adds it back (`log-server add`).
+copied to other servers) and adds it back (`log-server add ID`, which removes the record
+of a server out of the pool; a server added back while it still runs records its store
+again, log/node.py keep_store_recorded).
 The rule is pure; log/node.py reads and writes both sides."""
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def record_store_identity(zk: KazooClient, server_id: int, identity: str) -> str
 
 
 def forget_store_identity(zk: KazooClient, server_id: int) -> None:
-    """A server decommissioned: the id may start again on an empty store."""
+    """A server decommissioned and added back: the id may start again on an empty store."""
     try:
         zk.delete(f"{STORES}/{server_id}")
     except NoNodeError:

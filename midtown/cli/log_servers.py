@@ -1,11 +1,13 @@
 """`midtown log-server list|add|decommission`: the pool of log servers that segments are
 placed on (log/ensemble.py). `add` puts an id in the pool (new segments may then open on
-it); `decommission` marks a server as leaving, so that the writers of the logs whose open
-segment it is in move them to new segments on servers that stay and re-replicate its
-sealed segments to others (log/election.py, log/rereplicator.py), waits until no segment
-with entries still held names it, and then takes it out of the pool. Run again after an
-interruption, it waits on where it stood; it works on a server that is down for good as
-well (that is how one is replaced)."""
+it; if it was out of the pool, it forgets its replica store's identity so that it may
+start on an empty disk: log/store_identity.py); `decommission` marks a
+server as leaving, so that the writers of the logs whose open segment it is in move them
+to new segments on servers that stay and re-replicate its sealed segments to others
+(log/election.py, log/rereplicator.py), waits until no segment with entries still held
+names it, and then takes it out of the pool. Run again after an interruption, it waits on
+where it stood; it works on a server that is down for good as well (that is how one is
+replaced)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,11 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
         if a.id < 0:
             raise CliError(f"ID: {a.id}, must be 0 or more")
         if a.cmd == "add":
+            if a.id not in topo.log_servers:
+                # Out of the pool (decommissioned: no segment names it): it may start on an
+                # empty disk (log/store_identity.py); one still running records its store
+                # again once it is back in the pool (Node.keep_store_recorded).
+                zkpaths.forget_store_identity(zk, a.id)
             zkpaths.set_leaving(zk, a.id, False)
             topo = zkpaths.change_pool(zk, add=a.id)
             emit({"server": a.id, "pool": list(topo.log_servers)}, a.json)
@@ -124,7 +131,6 @@ def _decommission(a: argparse.Namespace, zk: Any, topo: zkpaths.Topology) -> int
                               f"after {a.timeout:g} s; run the command again to go on waiting")
         time.sleep(POLL_S)
     topo = zkpaths.change_pool(zk, remove=a.id)
-    zkpaths.forget_store_identity(zk, a.id)  # it may start again, on an empty store
     out = {"server": a.id, "removed": True, "pool": list(topo.log_servers),
            "seconds": round(time.monotonic() - started, 1)}
     if a.json:

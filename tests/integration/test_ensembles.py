@@ -258,9 +258,12 @@ def test_a_log_server_that_lost_its_disk_refuses_to_start_until_decommissioned(p
     zk = zkpaths.connect(pool.zk_hosts)
     try:
         writers = {int(w["server"]) for log_id in range(pool.logs) if (w := zkpaths.read_writer(zk, log_id))}
+        # (Each recorded at its first start; the one the test before decommissioned and added
+        # back while it ran records its store again, within seconds.)
+        wait_for(lambda: all(zkpaths.read_store_identity(zk, p.server_id) for p in pool.log_servers()), 30,
+                 "every log server's store recorded")
         x = next(p.server_id for p in pool.log_servers() if p.server_id not in writers)
         name = f"log-{x}"
-        assert zkpaths.read_store_identity(zk, x) is not None  # recorded at its first start
         pool.kill(name)
         shutil.rmtree(pool.dir / name)
         pool.restart(name)
@@ -268,11 +271,14 @@ def test_a_log_server_that_lost_its_disk_refuses_to_start_until_decommissioned(p
         said = (pool.dir / "logs" / f"{name}.log").read_text()
         assert f"its replica store is empty, but ZooKeeper records that server {x}" in said
         assert f"midtown log-server decommission {x}" in said
+        recorded = zkpaths.read_store_identity(zk, x)
         for args in (("decommission", str(x)), ("add", str(x))):
             p = subprocess.run([sys.executable, "-m", "midtown", "log-server", *args, "--zk", pool.zk_hosts],
                                capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, p.stdout + p.stderr
-        assert zkpaths.read_store_identity(zk, x) is None  # forgotten with the decommission
+            if args[0] == "decommission":
+                assert zkpaths.read_store_identity(zk, x) == recorded  # still refused meanwhile
+        assert zkpaths.read_store_identity(zk, x) is None  # added back: forgotten
         pool.restart(name)
         wait_for(lambda: x in zkpaths.servers(zk) and zkpaths.read_store_identity(zk, x) is not None, 60,
                  f"log server {x} to start on its new disk")

@@ -102,7 +102,6 @@ class Node:
 
     # ------------------------------------------------------------ start/stop
     def start(self) -> None:
-        self.check_store()
         for log_id in range(self.topo.logs):
             self.catch_up.filled[log_id] = self.replica.first(log_id) - 1
             self._watches.append(
@@ -121,7 +120,16 @@ class Node:
         self.membership = Membership(
             self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
             lambda: {"addr": self.addr, "pid": os.getpid()})
-        self.membership.start()
+        self.membership.start()  # first: a second process under a live id is refused as such
+        try:
+            self.check_store()
+        except store_identity.StoreLost:
+            self.membership.stop()
+            try:
+                self.zk.delete(self.membership.path)  # not seen as a live server while it exits
+            except Exception:
+                pass
+            raise
         loops.forever("election", self.election.loop, self._stop)
         loops.forever("catch-up", self.catch_up.loop, self._stop)
         self.rereplicator = ReReplicator(self, self.peers.link, self.replica.first)

@@ -117,6 +117,10 @@ def test_copies_placed_before_the_rule_move_apart_and_a_decommission_that_cannot
     # servers: that segment, and the shards with copies on both, share a machine; the
     # server's old machine has one server left.
     for _ in range(10):  # (a segment may move between the look and the relabel: then again)
+        # From a settled cluster: a writer change by then may have opened a segment before
+        # it read every machine; the writers move it apart by themselves (as below).
+        wait_for(lambda: check(six)["open_segments_sharing_a_machine"] == 0, 60,
+                 "open segments apart before the test", every_s=1.0)
         seg = check(six)["segments"][0]
         moved, beside = seg["servers"][1], seg["servers"][2]
         to_machine, to_locality = WHERE[f"host-{beside}"]

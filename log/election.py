@@ -271,7 +271,7 @@ class Election:
         except NoAnswer:
             return False
         except Refused:
-            return True
+            pass  # an answer all the same
         return True
 
     def _take_over(self, log_id: int, w: dict[str, Any]) -> None:

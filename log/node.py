@@ -21,7 +21,7 @@ from log.driver import WriterDriver
 from log.election import Election
 from log.entry import Entry
 from log.linger import Lingering
-from log.messages import AddEntries, Fence, Result
+from log.messages import AddEntries, Result
 from log.metadata import LogMetadata
 from log.peers import Peers
 from log.read_cache import ReadCache
@@ -309,15 +309,8 @@ class Node:
 
     def local_batch(self, msgs: list[Any]) -> list[Any]:
         """Handle replica requests (any logs) with one synced write for all of them."""
-        replies: list[Any] = []
         with self.rlock, self.store.group():
-            for msg in msgs:
-                if isinstance(msg, Fence):
-                    replies.append(self.replica.on_fence(msg))
-                elif isinstance(msg, AddEntries):
-                    replies.append(self.replica.on_add(msg))
-                else:
-                    replies.append(self.replica.on_read_range(msg))
+            replies: list[Any] = [self.replica.on_request(msg) for msg in msgs]
             if world.buggify("replica.slow_sync"):  # a slow disk: every replica request waits
                 world.sleep(0.2)
         now = world.monotonic()

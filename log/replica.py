@@ -56,6 +56,14 @@ class ReplicaCore:
     def known(self, log_id: int) -> bool:
         return 0 <= log_id < self.log_count
 
+    def on_request(self, req: Fence | AddEntries | ReadRange) -> FenceReply | AddReply | ReadRangeReply:
+        """A writer's request, whichever it is, answered."""
+        if isinstance(req, Fence):
+            return self.on_fence(req)
+        if isinstance(req, AddEntries):
+            return self.on_add(req)
+        return self.on_read_range(req)
+
     def on_fence(self, req: Fence) -> FenceReply:
         if not self.known(req.log_id):
             return FenceReply(Result.UNKNOWN_LOG, 0)

@@ -140,13 +140,12 @@ class _GrpcReplica:
             return stub.AddEntries, codec.add_to_pb(msg), codec.add_reply_from_pb
         return stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
 
-    def call(self, msg: Fence | ReadRange | AddEntries, timeout_s: float) -> Any:
-        stub = self.stub()
-        if stub is None:
-            raise NoAnswer(f"log server {self.server_id}'s address is unknown")
-        method, req, conv = self._method(stub, msg)
+    def _answer(self, result: Callable[[], Any], conv: Callable[[Any], Any]) -> Any:
+        """A call's reply, read; NoAnswer if it got none (the address is forgotten when the
+        server is unreachable: it may have restarted elsewhere) or one that cannot be,
+        Refused if the replica answered with an error."""
         try:
-            return conv(method(req, timeout=timeout_s))
+            return conv(result())
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNAVAILABLE:
                 self.forget()
@@ -154,28 +153,30 @@ class _GrpcReplica:
                 raise NoAnswer(f"log server {self.server_id}: {e.code().name}") from e
             raise Refused(f"log server {self.server_id}: {e.code().name} {e.details()}") from e
         except BadRequest as e:
+            log.warning("log server %d sent a reply that cannot be: %s", self.server_id, e)
             raise NoAnswer(f"log server {self.server_id} sent a reply that cannot be: {e}") from e
+
+    def call(self, msg: Fence | ReadRange | AddEntries, timeout_s: float) -> Any:
+        stub = self.stub()
+        if stub is None:
+            raise NoAnswer(f"log server {self.server_id}'s address is unknown")
+        method, req, conv = self._method(stub, msg)
+        return self._answer(lambda: method(req, timeout=timeout_s), conv)
 
     def ask(self, msg: Fence | ReadRange, reply: Callable[[Any], None]) -> None:
         stub = self.stub()
         if stub is None:
             return
-        call, req, conv = self._method(stub, msg)
-        fut = call.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S)
+        method, req, conv = self._method(stub, msg)
 
         def done(f: Any) -> None:
             try:
-                rep = conv(f.result())
-            except grpc.RpcError as e:
-                if e.code() == grpc.StatusCode.UNAVAILABLE:
-                    self.forget()
-                return
-            except BadRequest as e:  # as if it had not answered: the writer asks again
-                log.warning("log server %d sent a reply that cannot be: %s", self.server_id, e)
-                return
+                rep = self._answer(f.result, conv)
+            except (NoAnswer, Refused):
+                return  # as if lost: the writer's tick sends again
             reply(rep)
 
-        fut.add_done_callback(done)
+        method.future(req, timeout=limits.REPLICA_RPC_TIMEOUT_S).add_done_callback(done)
 
     def replicate(self, msgs: list[AddEntries]) -> list[Any] | None:
         """On the peer's stream (opened if it has none)."""

@@ -275,14 +275,9 @@ class Sim:
             core = self.replicas.get(m.replica)
             if core is None:
                 return  # crashed: the request is lost
-            if isinstance(m.req, Fence):
-                rep: Any = core.on_fence(m.req)
-            elif isinstance(m.req, AddEntries):
-                rep = core.on_add(m.req)
-                if m.req.epoch == self.zk.meta.epoch:
-                    self.takeovers[m.replica].heard(LOG, self.now)
-            else:
-                rep = core.on_read_range(m.req)
+            rep: Any = core.on_request(m.req)
+            if isinstance(m.req, AddEntries) and m.req.epoch == self.zk.meta.epoch:
+                self.takeovers[m.replica].heard(LOG, self.now)
             self._send("rep", m.writer_id, m.replica, m.req, rep)
             return
         w = self.writers.get(m.writer_id)

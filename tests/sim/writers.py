@@ -31,7 +31,6 @@ from log import limits, reading
 from log import zk as zkpaths
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.limits import FIRST_POSITION
-from log.messages import AddEntries, Fence
 from log.metadata import LogMetadata
 from log.metrics import ENSEMBLE_CHANGES
 from log.node import Node
@@ -231,9 +230,7 @@ class WriterSim:
         if self.cfg.elections:
             node = self.nodes[to]
             return node.local_batch([node.issued(msg)])[0]
-        core = self.replicas[to]
-        return (core.on_fence(msg) if isinstance(msg, Fence) else core.on_add(msg)
-                if isinstance(msg, AddEntries) else core.on_read_range(msg))
+        return self.replicas[to].on_request(msg)
 
     def reachable(self, to: int) -> bool:
         return world.monotonic() >= self.cut_until[to] and to not in self.down and not (
@@ -388,7 +385,7 @@ class WriterSim:
                     world.sleep(self.rng.uniform(0.5, 0.5 * step))
                     # A disk lost, unless one is lost already (three servers keep a quorum
                     # with one gone for good; the operator would replace it)
-                    if self.cfg.wipes and not self.refused and self.rng.random() < 0.5:
+                    if self.cfg.wipes and not self.lost and self.rng.random() < 0.5:
                         self.stores[s] = MemStore()
                         self.wiped += 1
                     self.restart_server(s)

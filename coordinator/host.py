@@ -26,7 +26,8 @@ from coordinator.replicas import LocalStorage
 from log import server as log_server
 from log import zk as zkpaths
 from log.client import LocalLog
-from log.local import NodeAppends
+from log.client_link import GrpcLog
+from log.local import ProcessLog
 from log.node import Node
 from runtime import inprocess, metrics, transport
 from runtime.process import Part, serve_all, tune_runtime, wait_until
@@ -79,13 +80,13 @@ def main(argv: list[str] | None = None) -> None:
     # The log server of this process, as its storage node and coordinator reach it (one port).
     local_log = inprocess.Local[LocalLog]().bind([log_addr], node) if node is not None else None
     local_answers = inprocess.Local[AnswerTaker]()  # bound once the coordinator is built
-    # The coordinator's and the storage node's appends to this writer, if it is one.
-    appends = NodeAppends(node) if node is not None else None
-    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), appends,
+    # The coordinator's and the storage node's way to the log servers: this one directly.
+    link = ProcessLog(node, GrpcLog()) if node is not None else None
+    ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), link,
                                           local_log, local_answers)
     storage_server.add_health(ss, storage)
     b = coordinator_server.build(
-        a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}", a.client_rate_limit, local_appends=appends,
+        a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}", a.client_rate_limit, log_link=link,
         local_log=local_log,
         local_storage=inprocess.Local[LocalStorage]().bind([storage_addr], storage))
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over

@@ -30,7 +30,7 @@ from coordinator.checks import (
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
 from coordinator.replicas import LocalStorage, Replicas
-from log.client import LocalAppends, LocalLog, LogClient, LogError
+from log.client import LocalLog, LogClient, LogError, LogLink
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
 from record.answer import Answer
@@ -106,12 +106,12 @@ class Coordinator:
 
     @classmethod
     def open(cls, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
-             local_appends: LocalAppends | None = None, local_log: inprocess.Local[LocalLog] | None = None,
+             log_link: LogLink | None = None, local_log: inprocess.Local[LocalLog] | None = None,
              local_storage: inprocess.Local[LocalStorage] | None = None) -> Coordinator:
-        """The shell: connect to ZooKeeper and the logs (`local_appends`: appends to a log
-        writer in this process skip gRPC, the host layout) and read the topology (exits if
+        """The shell: connect to ZooKeeper and the logs (`log_link`: the log client's way to
+        the log servers; in the host layout, the one of this process directly) and read the topology (exits if
         the cluster has none)."""
-        logs = LogClient(zk_hosts, local=local_appends, local_log=local_log)
+        logs = LogClient(zk_hosts, link=log_link, local_log=local_log)
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")

@@ -41,7 +41,7 @@ from coordinator.checks import (
 )
 from coordinator.node import Coordinator, reused_request_id
 from coordinator.replicas import LocalStorage
-from log.client import LocalAppends, LocalLog
+from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
 from record.answer import Answer
@@ -654,7 +654,7 @@ class Built:
 
 def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
           client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
-          callback_listen: str = "", local_appends: LocalAppends | None = None,
+          callback_listen: str = "", log_link: LogLink | None = None,
           local_log: inprocess.Local[LocalLog] | None = None,
           local_storage: inprocess.Local[LocalStorage] | None = None) -> Built:
     """Bind the callback port first (port 0 in `callback_listen`, or none: any free port)
@@ -666,7 +666,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
                            options=GRPC_OPTIONS)
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
-    c = Coordinator.open(coord_id, addr, zk_hosts, callback_addr, local_appends, local_log, local_storage)
+    c = Coordinator.open(coord_id, addr, zk_hosts, callback_addr, log_link, local_log, local_storage)
     c.admission.client_rate_limit = client_rate_limit
     kv, cb = Shell(c).handlers()
     internal.add_generic_rpc_handlers([cb])

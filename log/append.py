@@ -1,7 +1,7 @@
 """The Append call's core: a batch handed to this server's writer of a log, and its
-outcome as a value. The gRPC service (log/server.py) and the in-process port (log/local.py,
-the host layout) both answer with it, so an append has the same checks and outcomes
-whichever way it came."""
+outcome as a value, a redirect to the writer included. The gRPC service (log/server.py),
+the in-process link (log/local.py, the host layout) and the simulator's network all answer
+with it, so an append has the same checks and outcomes whichever way it came."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import grpc
 
-from log.client import AppendRefused
+from log import zk as zkpaths
+from log.client_link import AppendRefused as AppendRefused
 from log.driver import AppendResult, Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node
+from runtime import refusals
 
 
 def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
@@ -42,3 +44,32 @@ def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
     if hurry:
         node.lingering.hurry(log_id, r.first_position + r.count - 1)
     return r
+
+
+def answer(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
+           hurry: bool) -> AppendResult | AppendRefused:
+    """append(), or when this server does not write the log now, the refusal that sends
+    the client on: the writer to ask (NOT_WRITER with its address), or none yet (NO_WRITER,
+    UNAVAILABLE: an election or recovery is under way). A batch over a limit:
+    INVALID_ARGUMENT."""
+    try:
+        r = append(node, log_id, payloads, timeout_s, hurry)
+    except ValueError as e:  # BadRequest
+        return AppendRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+    return r if r is not None else redirect(node, log_id)
+
+
+def redirect(node: Node, log_id: int) -> AppendRefused:
+    """Where an append to a log this server does not write should go."""
+    try:
+        w = zkpaths.read_writer(node.zk, log_id)
+    except Exception:
+        w = None
+    if w is None or w["server"] == node.server_id:
+        return AppendRefused(grpc.StatusCode.UNAVAILABLE,
+                             f"log {log_id} has no writer right now (election or recovery under way); retry",
+                             reason=refusals.NO_WRITER)
+    return AppendRefused(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"log {log_id}: server {node.server_id} is not its writer; "
+                         f"the writer is server {w['server']} at {w['addr']}",
+                         redirect=w["addr"], reason=refusals.NOT_WRITER)

@@ -8,12 +8,11 @@ the request id carried in the payload (storage nodes do)."""
 from __future__ import annotations
 
 import json
-import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 from kazoo.client import KazooClient
@@ -21,6 +20,10 @@ from kazoo.client import KazooClient
 from log import limits
 from log import read_index as ri
 from log import zk as zkpaths
+from log.client_link import AppendRefused as AppendRefused
+from log.client_link import GrpcLog, PendingAppend
+from log.client_link import LogLink as LogLink
+from log.client_link import Placement as Placement
 from log.metadata import LogMetadata
 
 # The ports this client's users reach the log through, named here for them (log/ports.py).
@@ -29,7 +32,7 @@ from log.ports import Following as Following
 from log.ports import LocalLog as LocalLog
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import refusals, transport, world
+from runtime import refusals, world
 from runtime.refreshed import Refreshed
 
 if TYPE_CHECKING:  # the client alone (`pip install .`) has no prometheus_client, which inprocess uses
@@ -59,41 +62,19 @@ class Appended:
     attempts: int
 
 
-@dataclass(frozen=True)
-class AppendRefused:
-    """An append that did not succeed, as its server (or the network) said: the status
-    code and message, the writer to ask instead (a redirect), and the reason its server
-    gave in the refusal trailer, if any."""
-    code: grpc.StatusCode
-    message: str
-    redirect: str = ""
-    reason: str = ""  # runtime/refusals.py: not-writer, no-writer
-
-
-Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
-
-
-class LocalAppends(Protocol):
-    """A shortcut to the log writers in this process (log/local.py), injected where the
-    process is wired (coordinator/host.py): None when `addr` is not one of them."""
-
-    def append(self, addr: str, log_id: int, payloads: list[bytes],
-               timeout_s: float) -> Placement | AppendRefused | None: ...
-
-
 class LogClient:
     def __init__(self, zk_hosts: str | None = None, zk: KazooClient | None = None,
-                 own_zk: bool = False, local: LocalAppends | None = None,
+                 own_zk: bool = False, link: LogLink | None = None,
                  local_log: inprocess.Local[LocalLog] | None = None) -> None:
-        """`local`: appends to a writer in this process skip gRPC (the host layout);
-        `local_log`: the log server of this process, asked in place of its Tail call."""
+        """`link`: the way to the log servers (log/client_link.py; gRPC by default, the
+        host layout's reaches the log server of its process directly: log/local.py);
+        `local_log`: the log server of this process, for its read leases and follows."""
         assert zk_hosts or zk
-        self.local = local
+        self.grpc = GrpcLog()  # the calls outside the port (reads, truncation, status)
+        self.link: LogLink = link or self.grpc
         self.local_log = local_log  # None: no log server in this process
         self._own_zk = zk is None or own_zk  # closed with this client
         self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
-        self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method
         self._writers: dict[int, str] = {}
         self._watched: set[int] = set()  # logs whose writer node this client watches
         self._on_writer: dict[int, list[Callable[[str | None], None]]] = {}  # on_writer_change
@@ -107,8 +88,7 @@ class LogClient:
         self._follows: list[Follow] = []  # LogClient.follow
 
     def close(self) -> None:
-        for ch in self._channels.values():
-            ch.close()
+        self.grpc.close()
         if self._own_zk:
             self.zk.stop()
             self.zk.close()
@@ -120,14 +100,7 @@ class LogClient:
         self.close()
 
     def stub(self, addr: str) -> log_pb2_grpc.LogStub:
-        stub = self._stubs.get(addr)
-        if stub is None:
-            with self._lock:
-                ch = self._channels.get(addr)
-                if ch is None:
-                    ch = self._channels[addr] = transport.channel(addr)
-                stub = self._stubs[addr] = log_pb2_grpc.LogStub(ch)
-        return stub
+        return self.grpc.stub(addr)
 
     def read_topology(self) -> zkpaths.Topology | None:
         """The cluster's logs as ZooKeeper holds them; None while none are written (a
@@ -230,34 +203,17 @@ class LogClient:
 
     def _tails(self, log_id: int, meta: LogMetadata) -> dict[int, ri.TailReply]:
         """The Tail answers of the last segment's replicas, until a fence quorum of them
-        answered (or the wait is over): the log server in this process asked directly."""
-        want = ri.replicas_to_ask(meta)
+        answered (or the wait is over)."""
         addrs = self._servers.get()
+        calls = {self.link.tail(a, log_id): r for r in ri.replicas_to_ask(meta)
+                 if (a := addrs.get(r)) is not None}
         replies: dict[int, ri.TailReply] = {}
-        remote = []
-        for r in want:
-            a = addrs.get(r)
-            node = self.local_log.at(a) if a is not None and self.local_log is not None else None
-            if node is not None:
-                from runtime import inprocess  # only where a log server runs in this process
-
-                inprocess.used("read_index")
-                replies[r] = node.tail_hurrying(log_id)
-            elif a is not None:
-                remote.append((r, a))
-        if ri.enough(meta, replies) or not remote:
-            return replies
-        req = pb.TailRequest(log_id=log_id)
-        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
-        calls = {_TAIL_POOL.submit(self.stub(a).Tail, req, timeout=limits.TAIL_CALL_TIMEOUT_S): r
-                 for r, a in remote}
         try:
             for f in world.as_completed(calls, timeout=limits.TAIL_QUORUM_WAIT_S):
                 try:
-                    t = f.result()
+                    replies[calls[f]] = f.result()
                 except Exception:
                     continue
-                replies[calls[f]] = ri.TailReply(int(t.last), int(t.epoch))
                 if ri.enough(meta, replies):
                     break
         except futures.TimeoutError:
@@ -333,7 +289,9 @@ class LogClient:
                 continue
             unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
             if unknown and (retry_unknown or got.reason == refusals.NO_WRITER):
-                world.sleep(min(backoff * (1 + random.random()), max(0.0, left)))
+                # The time left now, after the attempt (the seeded simulation found appends
+                # ending up to a second late when the attempt's start was used here).
+                world.sleep(min(backoff * (1 + world.random()), max(0.0, deadline - world.monotonic())))
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue
@@ -341,29 +299,18 @@ class LogClient:
 
     def _append_once(self, addr: str, log_id: int, payloads: list[bytes],
                      timeout_s: float) -> Placement | AppendRefused:
-        """One attempt at the server at `addr`: in this process if it is here, else by gRPC."""
-        if self.local is not None:
-            got = self.local.append(addr, log_id, payloads, timeout_s)
-            if got is not None:
-                return got
-        req = pb.AppendRequest(log_id=log_id, payloads=payloads)
-        fut = self.stub(addr).Append.future(req, timeout=timeout_s)
-        try:
-            while True:
-                try:
-                    r = fut.result(timeout=WRITER_CHECK_S)
-                    break
-                except grpc.FutureTimeoutError:
-                    now = self._writers.get(log_id)
-                    if now is not None and now != addr:  # taken over: the new writer decides
-                        fut.cancel()
-                        return AppendRefused(grpc.StatusCode.UNAVAILABLE,
-                                             f"log {log_id}: its writer changed to {now} meanwhile")
-        except grpc.RpcError as e:
-            trailers = dict(e.trailing_metadata() or ())
-            return AppendRefused(e.code(), e.details() or "", trailers.get(refusals.WRITER_TRAILER_KEY, ""),
-                                 refusals.reason(e.trailing_metadata()))
-        return r.first_position, r.count, r.timestamp_ms, r.epoch
+        """One attempt at the server at `addr`, given up early if the log's writer node
+        names another server meanwhile (a takeover: the new writer decides)."""
+        call: PendingAppend = self.link.append(addr, log_id, payloads, timeout_s)
+        while True:
+            try:
+                return call.result(WRITER_CHECK_S)
+            except TimeoutError:
+                now = self._writers.get(log_id)
+                if now is not None and now != addr:
+                    call.cancel()
+                    return AppendRefused(grpc.StatusCode.UNAVAILABLE,
+                                         f"log {log_id}: its writer changed to {now} meanwhile")
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
              max_entries: int = 0, server: str | None = None,
@@ -387,7 +334,7 @@ class LogClient:
         servers = list(self.servers().values())
         if not servers:
             raise LogError(grpc.StatusCode.UNAVAILABLE, "no log server is registered")
-        return random.choice(servers)
+        return servers[int(world.random() * len(servers))]
 
     def truncate(self, log_id: int, before: int) -> int:
         w = self.writer_addr(log_id, refresh=True) or self._any_server()
@@ -430,7 +377,4 @@ class LogClient:
                         row["replicas"][rp.server_id] = rp.position
         return [rows[k] for k in sorted(rows)]
 
-
-# ReadIndex's Tail calls, for every LogClient of the process.
-_TAIL_POOL = world.Pool("tail", limits.TAIL_THREADS)
 

@@ -1,31 +1,36 @@
-"""Appends to the log writers of this process, handed straight to them (the host layout,
-coordinator/host.py): the LogClient's LocalAppends port. The Append call's own core
-(log/append.py), its outcomes as values; a log this server does not write goes through
-gRPC (the server answers with a redirect)."""
+"""The log server of this process as the log client's link reaches it (the host layout,
+coordinator/host.py): an Append to it is handed straight to its writer (the Append call's
+own core, log/append.py, its outcome as a value) and a Tail answered by its replica, in the
+caller's thread; a call to another server goes through the link this one wraps (gRPC)."""
 
 from __future__ import annotations
 
-import grpc
+from concurrent import futures
 
 from log import append
-from log.client import AppendRefused, Placement
+from log import read_index as ri
+from log.client_link import Answered, LogLink, PendingAppend
 from log.node import Node
-from runtime import inprocess
+from runtime import inprocess, world
 
 
-class NodeAppends:
-    def __init__(self, node: Node) -> None:
+class ProcessLog:
+    def __init__(self, node: Node, others: LogLink) -> None:
         self.node = node
+        self.others = others
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes],
-               timeout_s: float) -> Placement | AppendRefused | None:
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
         if addr != self.node.addr:
-            return None
-        try:
-            r = append.append(self.node, log_id, payloads, timeout_s, hurry=False)
-        except ValueError as e:  # a batch over a limit (BadRequest)
-            return AppendRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        if r is None or isinstance(r, AppendRefused):
-            return r  # None: not writing it here, the server answers with a redirect
+            return self.others.append(addr, log_id, payloads, timeout_s)
         inprocess.used("append")
-        return r.first_position, r.count, r.timestamp_ms, r.epoch
+        r = append.answer(self.node, log_id, payloads, timeout_s, hurry=False)
+        return Answered(r if isinstance(r, append.AppendRefused) else
+                        (r.first_position, r.count, r.timestamp_ms, r.epoch))
+
+    def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
+        if addr != self.node.addr:
+            return self.others.tail(addr, log_id)
+        inprocess.used("read_index")
+        f: futures.Future[ri.TailReply] = world.future()
+        f.set_result(self.node.tail_hurrying(log_id))
+        return f

@@ -23,7 +23,7 @@ from log.catch_up import Unavailable
 from log.client import AppendRefused
 from log.node import Node
 from midtown_pb import log_pb2 as pb
-from runtime import handlers, metrics, refusals, transport, world
+from runtime import handlers, metrics, transport, world
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from runtime.refusals import BadRequest, Refusal
@@ -46,32 +46,13 @@ class Services:
     def append(self, req: pb.AppendRequest, ctx: grpc.ServicerContext) -> pb.AppendResponse:
         self._check_log(req.log_id)
         remaining = ctx.time_remaining()
-        r = append.append(self.node, req.log_id, list(req.payloads),
+        r = append.answer(self.node, req.log_id, list(req.payloads),
                           remaining if remaining is not None else 60, hurry=True)
-        if r is None:
-            self._redirect(req.log_id, ctx)
         if isinstance(r, AppendRefused):
-            raise Refusal(r.code, r.message)
-        assert r is not None
+            raise Refusal(r.code, r.message, trailers=r.trailers())
         return pb.AppendResponse(
             first_position=r.first_position, count=r.count, timestamp_ms=r.timestamp_ms, epoch=r.epoch
         )
-
-    def _redirect(self, log_id: int, ctx: grpc.ServicerContext) -> None:
-        try:
-            w = zkpaths.read_writer(self.node.zk, log_id)
-        except Exception:
-            w = None
-        if w is None or w["server"] == self.node.server_id:
-            raise Refusal(grpc.StatusCode.UNAVAILABLE,
-                          f"log {log_id} has no writer right now (election or recovery under way); retry",
-                          trailers=((refusals.REFUSED, refusals.NO_WRITER),))
-        assert w is not None
-        raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                      f"log {log_id}: server {self.node.server_id} is not its writer; "
-                      f"the writer is server {w['server']} at {w['addr']}",
-                      trailers=((refusals.REFUSED, refusals.NOT_WRITER),
-                                (refusals.WRITER_TRAILER_KEY, w["addr"])))
 
     def read(self, req: pb.ReadRequest, ctx: grpc.ServicerContext) -> Iterator[bytes]:
         self._check_log(req.log_id)

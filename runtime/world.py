@@ -14,6 +14,7 @@ outside the port: gRPC's servers and channels (the network port's to come)."""
 from __future__ import annotations
 
 import queue as queue_
+import random as random_
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -52,6 +53,8 @@ class Backend(Protocol):
         """Seconds on a clock that counts through a suspend of the machine (runtime/clock.py)."""
     def buggify(self, point: str) -> bool:
         """Whether the fault at `point` happens now (never, in a real process)."""
+    def random(self) -> float:
+        """A number in [0, 1): jitter (a simulation's comes from its seed)."""
 
 
 class Pool:
@@ -122,6 +125,9 @@ class Threads:
     def buggify(self, point: str) -> bool:
         return False
 
+    def random(self) -> float:
+        return random_.random()
+
 
 _backend: Backend = Threads()
 
@@ -185,6 +191,11 @@ def as_completed(fs: Iterable[futures.Future[T]],
 
 def boot_clock() -> float:
     return _backend.boot_clock()
+
+
+def random() -> float:
+    """A number in [0, 1), for jitter: backoffs, spreading calls over peers."""
+    return _backend.random()
 
 
 def buggify(point: str) -> bool:

@@ -18,7 +18,7 @@ from catalog import registry
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
-from log.client import LocalAppends, LocalLog, LogClient
+from log.client import LocalLog, LogClient, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops, world
 from runtime.process import Fatal, exit_now, wait_until
@@ -83,13 +83,14 @@ class StorageNode:
 
     @classmethod
     def open(cls, node_id: int, addr: str, zk_hosts: str, data_dir: str, settings: Settings | None = None,
-             on_fatal: Fatal = exit_now, local_appends: LocalAppends | None = None,
+             on_fatal: Fatal = exit_now, log_link: LogLink | None = None,
              local_log: inprocess.Local[LocalLog] | None = None,
              local_answers: inprocess.Local[AnswerTaker] | None = None) -> StorageNode:
-        """The shell: connect to ZooKeeper and the logs (`local_appends`: to the writer of
-        this process), wait for the topology (a minute at most), remove the checkpoints a
-        crash left in `data_dir`, open the store, read the replica sets."""
-        logs = LogClient(zk_hosts, local=local_appends, local_log=local_log)
+        """The shell: connect to ZooKeeper and the logs (`log_link`: the log client's way to
+        the log servers, the one of this process directly), wait for the topology (a minute
+        at most), remove the checkpoints a crash left in `data_dir`, open the store, read the
+        replica sets."""
+        logs = LogClient(zk_hosts, link=log_link, local_log=local_log)
         log_count = wait_until(logs.read_topology, NO_TOPOLOGY).logs
         kv = wait_until(lambda: registry.read_kv(logs.zk), NO_TOPOLOGY)
         os.makedirs(data_dir, exist_ok=True)

@@ -13,7 +13,7 @@ import grpc
 
 from catalog import machines
 from log import limits as log_limits
-from log.client import LocalAppends, LocalLog
+from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
@@ -52,11 +52,11 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
 
 
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
-          local_appends: LocalAppends | None = None, local_log: inprocess.Local[LocalLog] | None = None,
+          log_link: LogLink | None = None, local_log: inprocess.Local[LocalLog] | None = None,
           local_answers: inprocess.Local[AnswerTaker] | None = None) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
     node = StorageNode.open(node_id, addr, zk_hosts, data_dir, Settings.from_env(),
-                            local_appends=local_appends, local_log=local_log, local_answers=local_answers)
+                            log_link=log_link, local_log=local_log, local_answers=local_answers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node

@@ -1,6 +1,7 @@
-"""log/append.py, the Append call's core that the gRPC service and the in-process port
-both answer with: each way a writer can answer becomes the same outcome, and the
-in-process port (log/local.py) gives it as a value."""
+"""log/append.py, the Append call's core that the gRPC service, the in-process link and
+the simulator's network answer with: each way a writer can answer becomes the same
+outcome, a redirect included, and the in-process link (log/local.py) gives it as a value
+for the server of its process and hands a call to another server to the link it wraps."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 from log import append
 from log.client import AppendRefused
+from log.client_link import Answered
 from log.driver import AppendResult, Busy, WriterFailed
-from log.local import NodeAppends
+from log.local import ProcessLog
 from runtime.refusals import BadRequest
 
 
@@ -36,8 +38,28 @@ class Driver:
 
 def node(driver: Driver | None) -> Any:
     hurried: list[tuple[int, int]] = []
-    return SimpleNamespace(addr="a:1", writers={} if driver is None else {3: driver}, hurried=hurried,
+    return SimpleNamespace(addr="a:1", server_id=1, zk=None, writers={} if driver is None else {3: driver},
+                           hurried=hurried,
                            lingering=SimpleNamespace(hurry=lambda log_id, pos: hurried.append((log_id, pos))))
+
+
+class Others:
+    """The link a ProcessLog hands other servers' calls to: records them."""
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Answered:
+        self.calls.append((addr, log_id))
+        return Answered((0, 0, 0, 0))
+
+    def tail(self, addr: str, log_id: int) -> Any:
+        self.calls.append((addr, log_id))
+        return None
+
+
+def local(n: Any, addr: str = "a:1", payloads: list[bytes] | None = None, timeout_s: float = 1) -> Any:
+    batch = [b"x"] if payloads is None else payloads
+    return ProcessLog(n, Others()).append(addr, 3, batch, timeout_s).result(0)
 
 
 @pytest.mark.parametrize("driver,code", [
@@ -50,7 +72,7 @@ def test_each_refusal_is_one_outcome_both_ways(driver: Driver, code: grpc.Status
     n = node(driver)
     got = append.append(n, 3, [b"x"], 0.01, hurry=True)
     assert isinstance(got, AppendRefused) and got.code == code
-    assert NodeAppends(n).append("a:1", 3, [b"x"], 0.01) == got
+    assert local(n, timeout_s=0.01) == got
     assert n.hurried == []
 
 
@@ -58,16 +80,32 @@ def test_an_appended_batch_hurries_the_streams_only_when_asked() -> None:
     n = node(Driver(result=AppendResult(10, 2, 5, 1)))
     assert append.append(n, 3, [b"x", b"y"], 1, hurry=True) == AppendResult(10, 2, 5, 1)
     assert n.hurried == [(3, 11)]
-    assert NodeAppends(n).append("a:1", 3, [b"x", b"y"], 1) == (10, 2, 5, 1)
+    assert local(n, payloads=[b"x", b"y"]) == (10, 2, 5, 1)
     assert n.hurried == [(3, 11)]  # the in-process port: its coordinator is beside it
 
 
-def test_no_writer_here_and_bad_batches() -> None:
+def test_no_writer_here_is_a_redirect_and_bad_batches_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     n = node(None)
-    assert append.append(n, 3, [b"x"], 1, hurry=True) is None  # the service redirects
-    assert NodeAppends(n).append("a:1", 3, [b"x"], 1) is None  # the port goes through gRPC
-    assert NodeAppends(n).append("b:2", 3, [b"x"], 1) is None  # another server's address
+    assert append.append(n, 3, [b"x"], 1, hurry=True) is None
+    writer: dict[str, Any] | None = {"server": 2, "addr": "b:2"}
+    monkeypatch.setattr(append.zkpaths, "read_writer", lambda zk, log_id: writer)
+    for got in (append.answer(n, 3, [b"x"], 1, hurry=True), local(n)):
+        assert got == AppendRefused(grpc.StatusCode.FAILED_PRECONDITION, got.message, "b:2", "not-writer")
+        assert "the writer is server 2 at b:2" in got.message
+    writer = None  # none yet (an election under way), or this server's own node
+    for w in (None, {"server": 1, "addr": "a:1"}):
+        writer = w
+        got = local(n)
+        assert (got.code, got.redirect, got.reason) == (grpc.StatusCode.UNAVAILABLE, "", "no-writer")
+    assert got.trailers() == (("midtown-refused", "no-writer"),)
+    assert AppendRefused(grpc.StatusCode.FAILED_PRECONDITION, "m", "b:2", "not-writer").trailers() == (
+        ("midtown-refused", "not-writer"), ("midtown-writer", "b:2"))
+    others = Others()
+    assert ProcessLog(n, others).append("b:2", 3, [b"x"], 1).result(0) == (0, 0, 0, 0)  # another server's
+    ProcessLog(n, others).tail("b:2", 3)
+    assert others.calls == [("b:2", 3), ("b:2", 3)]
     with pytest.raises(BadRequest, match="payloads"):
         append.append(n, 3, [], 1, hurry=True)
-    refused = NodeAppends(n).append("a:1", 3, [], 1)
+    refused = local(n, payloads=[])
     assert isinstance(refused, AppendRefused) and refused.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.message.startswith("payloads")

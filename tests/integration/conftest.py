@@ -184,6 +184,23 @@ def wait_for(cond, timeout_s: float, what: str, every_s: float = 0.05):  # type:
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def registered(cluster: Cluster, name: str) -> bool:
+    """Whether the storage node `name` is registered by the process the cluster last
+    started for it: a killed process's registration lasts until its session expires, and a
+    restarted one answers calls before it registers (at the end of its start)."""
+    from kazoo.client import KazooClient
+
+    from catalog import registry
+    zk = KazooClient(hosts=cluster.zk_hosts, timeout=5)
+    zk.start(timeout=10)
+    try:
+        entry = registry.children_json(zk, registry.STORAGE_NODES).get(cluster.procs[name].server_id)
+    finally:
+        zk.stop()
+        zk.close()
+    return isinstance(entry, dict) and entry.get("instance", {}).get("pid") == cluster.procs[name].pid
+
+
 def storage_status(addr: str) -> Any:
     """The storage node at `addr`'s Status (a NodeStatusResponse), or None if it does not
     answer within 5 s."""

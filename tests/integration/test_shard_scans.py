@@ -12,7 +12,7 @@ import pytest
 
 from midtown import Client, Write, errors
 from midtown_pb import kv_pb2 as pb
-from tests.integration.conftest import started, storage_status, wait_for
+from tests.integration.conftest import registered, started, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -141,9 +141,11 @@ def test_bad_and_stale_tokens_are_refused_naming_the_token(sc: tuple[object, Cli
     node = f"storage-{forged.node}"
     c.kill(node)  # type: ignore[attr-defined]
     c.restart(node)  # type: ignore[attr-defined]
-    # Once it serves again (a restart on a loaded machine outlasts the SDK's retries).
-    addr = c.procs[node].addr  # type: ignore[attr-defined]
-    wait_for(lambda: storage_status(addr) is not None, 60, f"{node} to serve again")
+    # Once it serves again (a restart on a loaded machine outlasts the SDK's retries), and
+    # is registered as itself: until then the killed process's registration, whose session
+    # has not expired, names the same address, and a later test's scan could start there
+    # and go on after that session expires (no node 0 among the members: "not serving").
+    wait_for(lambda: registered(c, node), 60, f"{node} to serve again")  # type: ignore[arg-type]
     with pytest.raises(errors.FailedPrecondition, match="token: "):
         list(db.scan_shard("s", shard, token=first.next, timeout=30))
 

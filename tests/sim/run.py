@@ -91,7 +91,7 @@ def main() -> int:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = calls = carried = takeovers = wiped = refused = changes = 0
+    bad = acked = calls = carried = takeovers = wiped = refused = changes = failed = rounds = 0
     simulated = 0.0
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
@@ -105,6 +105,8 @@ def _writers(a: argparse.Namespace) -> int:
         changes += r.ensemble_changes
         wiped += r.wiped
         refused += r.refused
+        failed += r.appends_failed
+        rounds += r.read_indexes
         for point, n in r.buggified.items():
             fired[point] = fired.get(point, 0) + n
         simulated += r.simulated_s
@@ -120,7 +122,8 @@ def _writers(a: argparse.Namespace) -> int:
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
           f"second; the outlets' {calls} calls to peers carried {carried} appends"
           + (f"; {takeovers} takeovers while the old writer's server was registered, {changes} ensemble "
-             f"changes" if a.elections or a.wipes else "")
+             f"changes; the log client: {failed} appends failed, {rounds} ReadIndex rounds answered"
+             if a.elections or a.wipes else "")
           + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "
           + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))

@@ -247,6 +247,9 @@ class Scheduler:
     def boot_clock(self) -> float:
         return self.now  # one rate for every process (log/lease.py's drift: harness.py's lease runs)
 
+    def random(self) -> float:
+        return self.rng.random()
+
     def buggify(self, point: str) -> bool:
         """A fault point: enabled or not for the whole run when first reached, then firing
         now and then if enabled (both drawn from the seed)."""

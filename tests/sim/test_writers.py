@@ -5,11 +5,20 @@ exactly, and a broken recovery is caught."""
 
 from __future__ import annotations
 
+import json
 import logging
+from typing import Any
 
+import grpc
 import pytest
 
+from log import zk as zkpaths
+from log.client import LogClient, LogError
+from log.client_link import Answered, AppendRefused
+from runtime import world
 from tests.sim import writers
+from tests.sim.scheduler import Scheduler
+from tests.sim.zookeeper import Ensemble
 
 
 @pytest.fixture(autouse=True)
@@ -33,13 +42,15 @@ def test_whole_log_servers_keep_acknowledged_appends_through_crashes_and_pauses(
     """log/node.py's Node whole (the election with membership, watches and takeover probes,
     the peers, the replica side's epoch check, catch-up, re-replication); servers crash
     (their sessions expire, they restart from their stores) or pause past their session
-    timeout or not. (What tests/integration/test_takeover.py checked with real processes.)"""
+    timeout or not; clients append through the real log client and read ReadIndex rounds.
+    (What tests/integration/test_takeover.py checked with real processes.)"""
     takeovers = fired = changes = 0
     for seed, servers in ((0, 3), (1, 3), (2, 3), (3, 3), (0, 5), (1, 5)):
         r = writers.run(seed, writers.Config(seconds=10, elections=True, servers=servers))
         assert r.failures == [] and r.violations == []
         assert r.writers >= 2 and r.acked > 20  # the log changed writers, and appends were acknowledged
         assert r.replicated > r.replicate_calls > 0
+        assert r.read_indexes > 0  # ReadIndex rounds through the log client answered, and checked
         takeovers += r.takeovers
         fired += sum(r.buggified.values())  # fault points (world.buggify): slow peers, stalls...
         changes += r.ensemble_changes  # with five servers, open segments move off lost copies
@@ -69,11 +80,49 @@ def test_a_server_that_lost_its_disk_refuses_to_start_and_without_the_check_appe
     """A crashed server restarts now and then on an empty store (its disk lost): it refuses
     to start (log/store_identity.py) and the log goes on without it. Started all the same
     (broken), it answers recoveries as if it had never held what it acknowledged: an
-    acknowledged append is lost (a bug none of the simulations of models could reach)."""
+    acknowledged append is lost (a bug none of the simulations of models could reach), or
+    first a ReadIndex round misses it (the empty store's tail is believed)."""
     ok = [writers.run(seed, writers.Config(seconds=10, crashes=6, elections=True, wipes=True))
           for seed in range(3)]
     assert all(r.failures == [] and r.violations == [] for r in ok)
     assert sum(r.refused for r in ok) > 0
     cfg = writers.Config(seconds=10, crashes=6, elections=True, wipes=True, broken="no-store-check")
     found = (writers.run(seed, cfg).violations for seed in range(12))
-    assert any(v and "acked position" in v[0] for v in found)
+    assert any(v and ("acked position" in v[0] or "acknowledged before it" in v[0]) for v in found)
+
+
+class _Unanswered:
+    """A log link whose every Append ends UNAVAILABLE (an unknown outcome: retried) after
+    `after_s`, as from a writer that keeps failing mid-append."""
+
+    def __init__(self, after_s: float) -> None:
+        self.after_s = after_s
+
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Any:
+        world.sleep(min(self.after_s, timeout_s))
+        return Answered(AppendRefused(grpc.StatusCode.UNAVAILABLE, "outcome unknown"))
+
+    def tail(self, addr: str, log_id: int) -> Any:
+        raise AssertionError("not asked")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_retried_append_ends_by_its_deadline(seed: int) -> None:
+    """LogClient.append retries unknown outcomes with a growing backoff; the last sleep is
+    cut to the time left after the attempt (the whole-server simulation found appends
+    ending up to a second late when the time left before the attempt was used)."""
+    def main() -> float:
+        ens = Ensemble()
+        admin = ens.client()
+        admin.start()
+        zkpaths.create_cluster(admin, 1, [0, 1, 2])
+        admin.create(zkpaths.writer_path(0), json.dumps({"server": 0, "addr": "sim:0"}).encode())
+        zk = ens.client()
+        zk.start()
+        client = LogClient(zk=zk, link=_Unanswered(0.3))
+        start = world.monotonic()
+        with pytest.raises(LogError):
+            client.append(0, [b"x"], timeout_s=3)
+        return world.monotonic() - start
+    took = Scheduler(seed).run(main)
+    assert 3 <= took <= 3.05

@@ -18,17 +18,33 @@ re-replication), and a fault either kills a whole server, whose ZooKeeper sessio
 expires, restarting it later from its replica store, or pauses it (SIGSTOP), past its
 session timeout or not, and lets it run again.
 
-The check: every append acknowledged by any writer is, at the end, at its position with its
-payload on the replicas, and no position has two different copies."""
+With whole servers, the clients are the real log client (log/client.py LogClient: the
+writer found through ZooKeeper and its watch, redirects, retries of unknown outcomes, an
+attempt given up when the writer node names another server) over the simulator's backend of
+the log client's network port (_LogLink, log/client_link.py), whose Append and Tail calls
+are answered by the servers' own cores (log/append.py answer, Node.tail_hurrying) in the
+servers' processes; and readers run ReadIndex rounds (LogClient.read_index) beside them.
+
+The checks: every append acknowledged by any writer is, at the end, at its position with its
+payload on the replicas, and no position has two different copies; with the log client, each
+append ends (acknowledged or failed) by its deadline, and a ReadIndex round started after an
+append was acknowledged returns its position or more (or None: the reader goes through the
+log)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
-from log import limits, reading
+import grpc
+
+from log import append, limits, reading
+from log import read_index as ri
 from log import zk as zkpaths
+from log.client import LogClient, LogError
+from log.client_link import AppendRefused, Placement
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
@@ -84,6 +100,8 @@ class Result:
     wiped: int = 0  # servers restarted on an empty store (wipes)
     ensemble_changes: int = 0  # open segments the writers moved (the servers' own metric)
     refused: int = 0  # ... that refused to start
+    appends_failed: int = 0  # the log client's appends that ended in an error (elections)
+    read_indexes: int = 0  # ReadIndex rounds that returned an index (elections)
     buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
 
@@ -198,6 +216,81 @@ class _Link:
         return replies if sim.reachable(to) else None
 
 
+class _PendingAppend:
+    """An Append in flight on the simulated network: its outcome when the reply came, or
+    DEADLINE_EXCEEDED once its timeout has passed without one (the server died, was
+    paused or cut off, or a message was lost)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.reply: futures.Future[Placement | AppendRefused] = world.future()
+        self.deadline = world.monotonic() + timeout_s
+
+    def result(self, wait_s: float) -> Placement | AppendRefused:
+        left = self.deadline - world.monotonic()
+        if left <= 0 and not self.reply.done():
+            return AppendRefused(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer within the call's timeout")
+        try:
+            return self.reply.result(timeout=min(wait_s, max(left, 0.0)))
+        except futures.TimeoutError:
+            raise TimeoutError from None
+
+    def cancel(self) -> None:
+        pass
+
+
+class _LogLink:
+    """The simulator's backend of the log client's network port (log/client_link.py): an
+    Append or a Tail to server `sim:N` answered by that server's own core in its process,
+    each way after a delay; a call to a server that is down is refused (`refused`, as a
+    connection is); one to a server paused or cut off is answered by nothing, as is one
+    lost with its connection (as often as a replication stream breaks: a call on a live
+    connection is not lost by itself)."""
+
+    def __init__(self, sim: WriterSim) -> None:
+        self.sim = sim
+
+    def _call(self, addr: str, reply: futures.Future[Any], answer: Callable[[Node], Any],
+              refused: Callable[[], None]) -> None:
+        sim, to = self.sim, int(addr.split(":")[1])
+
+        def there() -> None:
+            sim.delay()
+            if to in sim.down:
+                refused()
+                return
+            if not sim.reachable(to) or sim.rng.random() < sim.cfg.stream_break:
+                return
+            try:
+                proc = sim.sched.process(sim.proc(to))
+            except RuntimeError:  # it went down or was paused meanwhile
+                return
+            with proc:
+                world.spawn("answer", lambda: back(answer(sim.nodes[to])))
+
+        def back(rep: Any) -> None:
+            sim.delay()
+            if sim.reachable(to) and sim.rng.random() >= sim.cfg.stream_break and not reply.done():
+                reply.set_result(rep)
+
+        with sim.sched.process("network"):
+            world.spawn("log-call", there)
+
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> _PendingAppend:
+        def answer(node: Node) -> Placement | AppendRefused:
+            r = append.answer(node, log_id, payloads, timeout_s, hurry=True)
+            return r if isinstance(r, AppendRefused) else (r.first_position, r.count, r.timestamp_ms, r.epoch)
+        call = _PendingAppend(timeout_s)
+        self._call(addr, call.reply, answer, lambda: call.reply.set_result(
+            AppendRefused(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
+        return call
+
+    def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
+        reply: futures.Future[ri.TailReply] = world.future()
+        self._call(addr, reply, lambda node: node.tail_hurrying(log_id),
+                   lambda: reply.set_exception(ConnectionRefusedError(addr)))
+        return reply
+
+
 class WriterSim:
     def __init__(self, seed: int, cfg: Config | None = None) -> None:
         self.cfg = cfg or Config()
@@ -220,6 +313,8 @@ class WriterSim:
         self.refused = 0  # ... that refused to start (log/store_identity.py)
         self.lost: set[int] = set()  # servers down for good (refused to start)
         self.replicate_calls = self.replicated = 0
+        self.appends_failed = 0  # the log client's appends that ended in an error (elections)
+        self.read_indexes = 0  # ReadIndex rounds that returned an index (elections)
 
     # --- the network --------------------------------------------------------------------
 
@@ -342,6 +437,44 @@ class WriterSim:
         live = [d for proc, d in self.writers if not d.failed.is_set()]
         return max(live, key=lambda d: d.epoch, default=None)
 
+    def log_client(self) -> LogClient:
+        zk = self.ens.client()
+        zk.start()
+        return LogClient(zk=zk, link=_LogLink(self))
+
+    def appender(self, name: str, stop: Any) -> None:
+        """A client appending through the real log client, one payload at a time."""
+        client = self.log_client()
+        n = 0
+        while not stop.is_set():
+            payload = f"{name}-{n}".encode()
+            n += 1
+            start = world.monotonic()
+            try:
+                r = client.append(LOG, [payload], timeout_s=5)
+                self.acks.append((r.epoch, r.first_position, payload))
+                self.acked_at.append((world.monotonic(), r.first_position))
+            except LogError:
+                self.appends_failed += 1  # an unknown outcome: not acknowledged, so not checked
+            took = world.monotonic() - start
+            if took > 5 + 0.1:
+                self.violations.append(f"an append took {took:.2f} s, past its 5 s deadline")
+            world.sleep(self.rng.uniform(0, 0.05))
+
+    def reader(self, stop: Any) -> None:
+        """ReadIndex rounds: each must cover every append acknowledged before it began."""
+        client = self.log_client()
+        while not stop.is_set():
+            start = world.monotonic()
+            before = max((p for t, p in self.acked_at if t < start), default=-1)
+            idx = client.read_index(LOG)
+            if idx is not None:
+                self.read_indexes += 1
+                if idx < before:
+                    self.violations.append(f"a ReadIndex round started at {start:.3f} s returned {idx}, "
+                                           f"below position {before}, acknowledged before it")
+            world.sleep(self.rng.uniform(0, 0.2))
+
     def client(self, name: str, stop: Any) -> None:
         n = 0
         while not stop.is_set():
@@ -370,8 +503,14 @@ class WriterSim:
         else:
             self.claim(0)
         stop = world.event()
+        self.acked_at: list[tuple[float, int]] = []  # (when, position) of the log client's acks
         for c in range(self.cfg.clients):
-            world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
+            if self.cfg.elections:  # the servers' own Append answers, through the real log client
+                world.spawn(f"client-{c}", lambda c=c: self.appender(f"c{c}", stop))
+            else:
+                world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
+        if self.cfg.elections:
+            world.spawn("reader", lambda: self.reader(stop))
         world.spawn("isolations", self.isolate)
         step = self.cfg.seconds / (self.cfg.crashes + 1)
         for _ in range(self.cfg.crashes):
@@ -405,6 +544,7 @@ class WriterSim:
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
                       self.sched.now, replicate_calls=self.replicate_calls, replicated=self.replicated,
                       takeovers=self.takeovers, wiped=self.wiped, refused=self.refused,
+                      appends_failed=self.appends_failed, read_indexes=self.read_indexes,
                       buggified=dict(self.sched.buggified))
 
     def isolate(self) -> None:

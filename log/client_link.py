@@ -1,0 +1,132 @@
+"""The log client's network port: the way from a LogClient to one log server, for the
+calls its protocol makes (an Append to the writer, a Tail to each replica of a ReadIndex
+round), with their outcomes as values (a placement, an AppendRefused, a TailReply).
+
+Backends: `GrpcLog`, any server by gRPC (a stub per address, the codec at this edge);
+`log/local.py` ProcessLog, the log server of this process answered in the caller's thread,
+the others through the backend it wraps (the host layout); the simulator's
+(tests/sim/writers.py), a network that delays, drops and cuts off. LogClient decides what
+to call and what an outcome means; a backend only carries the call."""
+
+from __future__ import annotations
+
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from log import limits
+from log import read_index as ri
+from midtown_pb import log_pb2 as pb
+from midtown_pb import log_pb2_grpc
+from runtime import refusals, transport, world
+
+Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
+
+
+@dataclass(frozen=True)
+class AppendRefused:
+    """An append that did not succeed, as its server (or the network) said: the status
+    code and message, the writer to ask instead (a redirect), and the reason its server
+    gave in the refusal trailer, if any."""
+    code: grpc.StatusCode
+    message: str
+    redirect: str = ""
+    reason: str = ""  # runtime/refusals.py: not-writer, no-writer
+
+    def trailers(self) -> tuple[tuple[str, str], ...]:
+        """The redirect and the reason as the gRPC service sends them (read back by
+        _GrpcAppend)."""
+        return ((*(((refusals.REFUSED, self.reason),) if self.reason else ()),
+                 *(((refusals.WRITER_TRAILER_KEY, self.redirect),) if self.redirect else ())))
+
+
+class PendingAppend(Protocol):
+    """An Append sent and not answered yet."""
+
+    def result(self, wait_s: float) -> Placement | AppendRefused:
+        """Its outcome, waiting `wait_s` at most (TimeoutError if it has not come: the
+        caller looks meanwhile whether the log's writer changed). A call past its own
+        timeout ends DEADLINE_EXCEEDED."""
+
+    def cancel(self) -> None: ...
+
+
+class LogLink(Protocol):
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
+        """Send an Append of `payloads` to the server at `addr`, answered within `timeout_s`."""
+
+    def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
+        """Ask the server at `addr` for its Tail of `log_id` (a ReadIndex round's question):
+        a future failing if no answer comes within limits.TAIL_CALL_TIMEOUT_S."""
+
+
+class Answered:
+    """A PendingAppend whose outcome is here already (an in-process answer)."""
+
+    def __init__(self, outcome: Placement | AppendRefused) -> None:
+        self.outcome = outcome
+
+    def result(self, wait_s: float) -> Placement | AppendRefused:
+        return self.outcome
+
+    def cancel(self) -> None:
+        pass
+
+
+class _GrpcAppend:
+    def __init__(self, fut: grpc.Future) -> None:
+        self.fut = fut
+
+    def result(self, wait_s: float) -> Placement | AppendRefused:
+        try:
+            r = self.fut.result(timeout=wait_s)
+        except grpc.FutureTimeoutError:
+            raise TimeoutError from None
+        except grpc.RpcError as e:
+            trailers = e.trailing_metadata()
+            redirect = dict(trailers or ()).get(refusals.WRITER_TRAILER_KEY, "")
+            return AppendRefused(e.code(), e.details() or "", redirect, refusals.reason(trailers))
+        return r.first_position, r.count, r.timestamp_ms, r.epoch
+
+    def cancel(self) -> None:
+        self.fut.cancel()
+
+
+class GrpcLog:
+    """Every log server by gRPC."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method
+        self._lock = world.lock()
+
+    def stub(self, addr: str) -> log_pb2_grpc.LogStub:
+        stub = self._stubs.get(addr)
+        if stub is None:
+            with self._lock:
+                ch = self._channels.get(addr)
+                if ch is None:
+                    ch = self._channels[addr] = transport.channel(addr)
+                stub = self._stubs[addr] = log_pb2_grpc.LogStub(ch)
+        return stub
+
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
+        req = pb.AppendRequest(log_id=log_id, payloads=payloads)
+        return _GrpcAppend(self.stub(addr).Append.future(req, timeout=timeout_s))
+
+    def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
+        # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
+        def call() -> ri.TailReply:
+            t = self.stub(addr).Tail(pb.TailRequest(log_id=log_id), timeout=limits.TAIL_CALL_TIMEOUT_S)
+            return ri.TailReply(int(t.last), int(t.epoch))
+        return _TAIL_POOL.submit(call)
+
+    def close(self) -> None:
+        for ch in self._channels.values():
+            ch.close()
+
+
+# ReadIndex's Tail calls, for every LogClient of the process.
+_TAIL_POOL = world.Pool("tail", limits.TAIL_THREADS)

@@ -22,6 +22,7 @@ from log import read_index as ri
 from log import zk as zkpaths
 from log.client_link import AppendRefused as AppendRefused
 from log.client_link import GrpcLog, PendingAppend
+from log.client_link import LogError as LogError
 from log.client_link import LogLink as LogLink
 from log.client_link import Placement as Placement
 from log.metadata import LogMetadata
@@ -42,15 +43,6 @@ if TYPE_CHECKING:  # the client alone (`pip install .`) has no prometheus_client
 # An append waiting on a writer looks this often whether the log's writer node names another
 # server now (a takeover, log/takeover.py): then it gives that writer up and asks the new one.
 WRITER_CHECK_S = 0.05
-
-
-class LogError(Exception):
-    """An error from the log, with the gRPC status code and the server's message."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -225,13 +217,13 @@ class LogClient:
                deliver: Callable[[Sequence[FollowedEntry]], None], behind: Callable[[str], None],
                stop: threading.Event, linger_ms: int = 0) -> Following:
         """Follow a log from its writer in a thread of its own until `stop` (log/follow.py):
-        `deliver(entries)` gets its committed entries in order from `position()`,
-        straight from the log server of this process when that is the writer; `behind(why)`
+        `deliver(entries)` gets its committed entries in order from `position()`, through
+        the link (straight from the log server of this process when that is the writer); `behind(why)`
         is called when `position()` is below what the log still holds."""
         from log.follow import WRITER_RECHECK_S, Follow
         from runtime import loops
 
-        f = Follow(self, log_id, position, deliver, behind, stop, linger_ms, self.local_log)
+        f = Follow(self, log_id, position, deliver, behind, stop, linger_ms)
         with self._lock:
             self._follows.append(f)
             first = len(self._follows) == 1

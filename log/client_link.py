@@ -1,6 +1,8 @@
 """The log client's network port: the way from a LogClient to one log server, for the
 calls its protocol makes (an Append to the writer, a Tail to each replica of a ReadIndex
-round), with their outcomes as values (a placement, an AppendRefused, a TailReply).
+round, a Read stream following a log from its writer), with their outcomes as values (a
+placement, an AppendRefused, a TailReply, batches of entries; a stream's end as a
+LogError).
 
 Backends: `GrpcLog`, any server by gRPC (a stub per address, the codec at this edge);
 `log/local.py` ProcessLog, the log server of this process answered in the caller's thread,
@@ -10,19 +12,30 @@ to call and what an outcome means; a backend only carries the call."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
 from log import limits
 from log import read_index as ri
+from log.ports import FollowedEntry
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, transport, world
 
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
+
+
+class LogError(Exception):
+    """An error from the log, with the gRPC status code and the server's message."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,19 @@ class PendingAppend(Protocol):
     def cancel(self) -> None: ...
 
 
+class Entries(Protocol):
+    """A follow's stream of a log's committed entries from one server: batches in order
+    (perhaps empty, a stream's heartbeat), ending when the server ends it (the writer of
+    this process stopped writing the log), or raising LogError (OUT_OF_RANGE: the position
+    was truncated; CANCELLED after cancel(); another code: the server or the way to it
+    failed)."""
+    in_process: bool  # read straight from the writer of this process
+
+    def __iter__(self) -> Iterator[Sequence[FollowedEntry]]: ...
+
+    def cancel(self) -> None: ...
+
+
 class LogLink(Protocol):
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
         """Send an Append of `payloads` to the server at `addr`, answered within `timeout_s`."""
@@ -60,6 +86,11 @@ class LogLink(Protocol):
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
         """Ask the server at `addr` for its Tail of `log_id` (a ReadIndex round's question):
         a future failing if no answer comes within limits.TAIL_CALL_TIMEOUT_S."""
+
+    def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> Entries:
+        """Follow `log_id` at the server at `addr` from `position()` (read again by a
+        backend that can go on from where its user is at each batch); `linger_ms`: how long
+        the server may hold entries back to send them together (log/linger.py)."""
 
 
 class Answered:
@@ -94,6 +125,23 @@ class _GrpcAppend:
         self.fut.cancel()
 
 
+class _GrpcEntries:
+    in_process = False
+
+    def __init__(self, call: Any) -> None:
+        self.call = call
+
+    def __iter__(self) -> Iterator[Sequence[FollowedEntry]]:
+        try:
+            for resp in self.call:
+                yield list(resp.entries)
+        except grpc.RpcError as e:
+            raise LogError(e.code(), e.details() or "") from None
+
+    def cancel(self) -> None:
+        self.call.cancel()
+
+
 class GrpcLog:
     """Every log server by gRPC."""
 
@@ -122,6 +170,10 @@ class GrpcLog:
             t = self.stub(addr).Tail(pb.TailRequest(log_id=log_id), timeout=limits.TAIL_CALL_TIMEOUT_S)
             return ri.TailReply(int(t.last), int(t.epoch))
         return _TAIL_POOL.submit(call)
+
+    def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> Entries:
+        req = pb.ReadRequest(log_id=log_id, from_position=position(), follow=True, linger_ms=linger_ms)
+        return _GrpcEntries(self.stub(addr).Read(req))
 
     def close(self) -> None:
         for ch in self._channels.values():

@@ -1,17 +1,30 @@
 """The log server of this process as the log client's link reaches it (the host layout,
 coordinator/host.py): an Append to it is handed straight to its writer (the Append call's
-own core, log/append.py, its outcome as a value) and a Tail answered by its replica, in the
-caller's thread; a call to another server goes through the link this one wraps (gRPC)."""
+own core, log/append.py, its outcome as a value), a Tail answered by its replica, and a
+follow read straight from its store while it writes the log, all in the caller's thread; a
+call to another server goes through the link this one wraps (gRPC)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 
-from log import append
+import grpc
+
+from log import append, reading
 from log import read_index as ri
-from log.client_link import Answered, LogLink, PendingAppend
+from log.catch_up import Unavailable
+from log.client_link import Answered, Entries, LogError, LogLink, PendingAppend
 from log.node import Node
+from log.ports import FollowedEntry
 from runtime import inprocess, world
+
+log = logging.getLogger("midtown.log.follow")
+
+# How long a follow in this process waits for the next commit before it looks again whether
+# the writer here still writes the log.
+LOCAL_WAIT_S = 0.5
 
 
 class ProcessLog:
@@ -34,3 +47,32 @@ class ProcessLog:
         f: futures.Future[ri.TailReply] = world.future()
         f.set_result(self.node.tail_hurrying(log_id))
         return f
+
+    def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> Entries:
+        if addr != self.node.addr:
+            return self.others.read(addr, log_id, position, linger_ms)
+        return _OwnEntries(self.node, log_id, position)
+
+
+class _OwnEntries:
+    """The log read from the writer of this process, no stream, from `position()` at each
+    batch, until it stops writing it (the stream ends: the follow looks the writer up
+    again) or is cancelled."""
+    in_process = True
+
+    def __init__(self, node: Node, log_id: int, position: Callable[[], int]) -> None:
+        self.node, self.log_id, self.position = node, log_id, position
+        self.cancelled = False
+
+    def __iter__(self) -> Iterator[Sequence[FollowedEntry]]:
+        while not self.cancelled and self.node.writes(self.log_id):
+            try:
+                yield self.node.read_from(self.log_id, self.position(), LOCAL_WAIT_S)
+            except reading.Truncated as e:
+                raise LogError(grpc.StatusCode.OUT_OF_RANGE, str(e)) from None
+            except Unavailable as e:
+                log.warning("log %d: %s", self.log_id, e)
+                return
+
+    def cancel(self) -> None:
+        self.cancelled = True

@@ -1,8 +1,9 @@
 """log/follow.py, a follow of a log (LogClient.follow), with the log client and the log
-server of the process as fakes: the entries come in order from the position its user
-keeps, a truncated position is handed to the user's `behind`, a follow in process stops
-reading when its server stops writing the log, and a stream from a server that is no
-longer the writer is cancelled when the watch names another."""
+server of the process as fakes, read through the in-process link (log/local.py
+ProcessLog): the entries come in order from the position its user keeps, a truncated
+position is handed to the user's `behind`, a follow in process stops reading when its
+server stops writing the log, and a stream from a server that is no longer the writer is
+cancelled when the watch names another."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from log import reading
 from log.follow import Follow
-from runtime.inprocess import Local
+from log.local import ProcessLog
 
 
 @dataclass(frozen=True)
@@ -23,16 +24,19 @@ class E:
     payload: bytes = b"x"
 
 
+class Remote:
+    def read(self, *a: Any) -> Any:
+        raise AssertionError("a writer in this process is read without a stream")
+
+
 class Client:
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, server: Any = None) -> None:
         self.addr = addr
         self.watchers: list[Callable[[str | None], None]] = []
+        self.link = ProcessLog(server, Remote())  # type: ignore[arg-type]
 
     def writer_addr(self, log_id: int, refresh: bool = False) -> str | None:
         return self.addr
-
-    def stub(self, addr: str) -> Any:
-        raise AssertionError("a writer in this process is read without a stream")
 
     def on_writer_change(self, log_id: int, fn: Callable[[str | None], None]) -> None:
         self.watchers.append(fn)
@@ -41,6 +45,8 @@ class Client:
 class Server:
     """The log server of the process: it writes the log while entries are left, holds
     positions `first`..`last`."""
+
+    addr = "a:1"
 
     def __init__(self, first: int, last: int, stop: threading.Event) -> None:
         self.first, self.last, self.stop = first, last, stop
@@ -78,8 +84,7 @@ def follow(first: int, last: int, start: int) -> tuple[list[int], list[str], Fol
         at[0] = first  # as a node holding none of the log's shards goes on
 
     server = Server(first, last, stop)
-    f = Follow(Client("a:1"), 7, lambda: at[0], deliver, truncated, stop, 5_000,  # type: ignore[arg-type]
-               Local().bind(["a:1"], server))
+    f = Follow(Client("a:1", server), 7, lambda: at[0], deliver, truncated, stop, 5_000)
     f.run()
     return got, behind, f
 
@@ -106,10 +111,10 @@ class Stream:
 
 def test_a_stream_from_a_server_that_is_not_the_writer_any_more_is_cancelled() -> None:
     c = Client("a:1")
-    f = Follow(c, 7, lambda: 0, lambda e: None, lambda w: None, threading.Event(), 0, None)  # type: ignore[arg-type]
+    f = Follow(c, 7, lambda: 0, lambda e: None, lambda w: None, threading.Event(), 0)
     [watch] = c.watchers  # the follow watches the log's writer
     s = Stream()
-    f._stream = ("a:1", s)
+    f._stream = ("a:1", s)  # type: ignore[assignment]
     watch("a:1")
     watch(None)  # no writer named: nothing to follow yet
     assert not s.cancelled

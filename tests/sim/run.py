@@ -91,7 +91,7 @@ def main() -> int:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = calls = carried = takeovers = wiped = refused = changes = failed = rounds = 0
+    bad = acked = calls = carried = takeovers = wiped = refused = changes = failed = rounds = followed = 0
     simulated = 0.0
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
@@ -107,6 +107,7 @@ def _writers(a: argparse.Namespace) -> int:
         refused += r.refused
         failed += r.appends_failed
         rounds += r.read_indexes
+        followed += r.followed
         for point, n in r.buggified.items():
             fired[point] = fired.get(point, 0) + n
         simulated += r.simulated_s
@@ -122,7 +123,8 @@ def _writers(a: argparse.Namespace) -> int:
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
           f"second; the outlets' {calls} calls to peers carried {carried} appends"
           + (f"; {takeovers} takeovers while the old writer's server was registered, {changes} ensemble "
-             f"changes; the log client: {failed} appends failed, {rounds} ReadIndex rounds answered"
+             f"changes; the log client: {failed} appends failed, {rounds} ReadIndex rounds answered, "
+             f"{followed} positions followed"
              if a.elections or a.wipes else "")
           + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "

@@ -102,6 +102,7 @@ class Result:
     refused: int = 0  # ... that refused to start
     appends_failed: int = 0  # the log client's appends that ended in an error (elections)
     read_indexes: int = 0  # ReadIndex rounds that returned an index (elections)
+    followed: int = 0  # positions a follow through the log client delivered (elections)
     buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
 
@@ -290,6 +291,65 @@ class _LogLink:
                    lambda: reply.set_exception(ConnectionRefusedError(addr)))
         return reply
 
+    def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> _Entries:
+        return _Entries(self.sim, int(addr.split(":")[1]), log_id, position())
+
+
+class _Entries:
+    """A Read stream on the simulated network: the server's process reads its committed
+    entries (Node.read_from, what the gRPC Read serves) and sends each batch after a delay;
+    the stream fails UNAVAILABLE when the server is down at the start or dies (its
+    connection reset) or breaks now and then, and stays silent while the server is paused
+    or cut off, until cancelled (the follow cancels it when another writer is named)."""
+    in_process = False
+
+    def __init__(self, sim: WriterSim, to: int, log_id: int, position: int) -> None:
+        self.sim, self.log_id = sim, log_id
+        self.batches: Any = world.queue()
+        self.cancelled = False
+        self.proc = sim.proc(to)
+        if to in sim.down:
+            self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, f"sim:{to}: connection refused"))
+            return
+        try:
+            with sim.sched.process(self.proc):
+                world.spawn("read-stream", lambda: self._serve(sim.nodes[to], position))
+        except RuntimeError:  # paused: the stream hangs until cancelled
+            pass
+
+    def _serve(self, node: Node, pos: int) -> None:
+        sim = self.sim
+        while not self.cancelled:
+            try:
+                batch = node.read_from(self.log_id, pos, 0.5)
+            except reading.Truncated as e:
+                self.batches.put(LogError(grpc.StatusCode.OUT_OF_RANGE, str(e)))
+                return
+            sim.delay()
+            if sim.rng.random() < sim.cfg.stream_break:
+                self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, "stream broken"))
+                return
+            self.batches.put(batch)
+            if batch:
+                pos = batch[-1].position + 1
+
+    def __iter__(self) -> Any:
+        while True:
+            if self.cancelled:
+                raise LogError(grpc.StatusCode.CANCELLED, "cancelled")
+            try:
+                item = self.batches.get(timeout=0.5)
+            except Exception:  # queue.Empty: is the server still there?
+                if self.proc in self.sim.sched.dead:
+                    raise LogError(grpc.StatusCode.UNAVAILABLE, "connection reset") from None
+                continue
+            if isinstance(item, LogError):
+                raise item
+            yield item
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
 
 class WriterSim:
     def __init__(self, seed: int, cfg: Config | None = None) -> None:
@@ -315,6 +375,7 @@ class WriterSim:
         self.replicate_calls = self.replicated = 0
         self.appends_failed = 0  # the log client's appends that ended in an error (elections)
         self.read_indexes = 0  # ReadIndex rounds that returned an index (elections)
+        self.follow_delivered = 0  # positions the follow delivered (elections)
 
     # --- the network --------------------------------------------------------------------
 
@@ -461,6 +522,24 @@ class WriterSim:
                 self.violations.append(f"an append took {took:.2f} s, past its 5 s deadline")
             world.sleep(self.rng.uniform(0, 0.05))
 
+    def follower(self, stop: Any) -> None:
+        """A follow of the log through the real log client (LogClient.follow, log/follow.py),
+        as a storage node's tail thread does: each committed position once, in order."""
+        client = self.log_client()
+
+        def deliver(entries: Any) -> None:
+            for e in entries:
+                if e.position != self.followed_next:
+                    self.violations.append(f"the follow delivered position {e.position}, "
+                                           f"expecting {self.followed_next}")
+                self.followed[e.position] = e.payload
+                self.followed_next = e.position + 1
+
+        def behind(why: str) -> None:
+            self.violations.append(f"the follow was told it is behind a truncation: {why}")
+            stop.wait()
+        client.follow(LOG, lambda: self.followed_next, deliver, behind, stop)
+
     def reader(self, stop: Any) -> None:
         """ReadIndex rounds: each must cover every append acknowledged before it began."""
         client = self.log_client()
@@ -511,6 +590,10 @@ class WriterSim:
                 world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
         if self.cfg.elections:
             world.spawn("reader", lambda: self.reader(stop))
+            self.followed: dict[int, bytes] = {}
+            self.followed_next = FIRST_POSITION
+            self.follow_stop = world.event()
+            self.follower(self.follow_stop)
         world.spawn("isolations", self.isolate)
         step = self.cfg.seconds / (self.cfg.crashes + 1)
         for _ in range(self.cfg.crashes):
@@ -545,6 +628,7 @@ class WriterSim:
                       self.sched.now, replicate_calls=self.replicate_calls, replicated=self.replicated,
                       takeovers=self.takeovers, wiped=self.wiped, refused=self.refused,
                       appends_failed=self.appends_failed, read_indexes=self.read_indexes,
+                      followed=self.follow_delivered,
                       buggified=dict(self.sched.buggified))
 
     def isolate(self) -> None:
@@ -565,6 +649,24 @@ class WriterSim:
             world.sleep(0.5)
         return None
 
+    def check_follow(self, meta: LogMetadata, end: int) -> None:
+        """The follow reaches the committed end within 10 s of the settled writer, and what it
+        delivered is what the replicas hold."""
+        deadline = world.monotonic() + 10
+        while self.followed_next <= end and world.monotonic() < deadline:
+            world.sleep(0.1)
+        self.follow_stop.set()
+        if self.followed_next <= end:
+            self.violations.append(f"the follow reached position {self.followed_next - 1} only, "
+                                   f"of {end} committed")
+        for p, payload in self.followed.items():
+            seg = meta.segment_of(p)
+            held = {e.payload for s in self.servers
+                    if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
+            if held != {payload}:
+                self.violations.append(f"the follow delivered {payload!r} at {p}; the replicas hold {held}")
+        self.follow_delivered += len(self.followed)
+
     def check(self) -> None:
         final = self.settled()
         if final is None:
@@ -579,6 +681,8 @@ class WriterSim:
         meta, _ = zkpaths.read_metadata(self.admin, LOG)
         last = final.core
         end = reading.committed_end(meta, last.lac)
+        if self.cfg.elections:
+            self.check_follow(meta, end)
         for p in range(FIRST_POSITION, end + 1):
             seg = meta.segment_of(p)
             held = {e.payload for s in self.servers

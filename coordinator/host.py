@@ -22,7 +22,7 @@ import sys
 from catalog import machines
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
-from coordinator.replicas import LocalStorage
+from coordinator.storage_link import GrpcStorage, ProcessStorage
 from log import server as log_server
 from log import zk as zkpaths
 from log.client import LocalLog
@@ -32,7 +32,7 @@ from log.node import Node
 from runtime import inprocess, metrics, transport
 from runtime.process import Part, serve_all, tune_runtime, wait_until
 from storage_node import server as storage_server
-from storage_node.callbacks import AnswerTaker
+from storage_node.callbacks import AnswerTaker, Callbacks, ProcessAnswers
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,12 +83,12 @@ def main(argv: list[str] | None = None) -> None:
     # The coordinator's and the storage node's way to the log servers: this one directly.
     link = ProcessLog(node, GrpcLog()) if node is not None else None
     ss, storage = storage_server.build(a.id, storage_addr, a.zk, os.path.join(a.data, "storage"), link,
-                                          local_log, local_answers)
+                                          local_log, ProcessAnswers(local_answers, Callbacks()))
     storage_server.add_health(ss, storage)
     b = coordinator_server.build(
         a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}", a.client_rate_limit, log_link=link,
         local_log=local_log,
-        local_storage=inprocess.Local[LocalStorage]().bind([storage_addr], storage))
+        storage_link=ProcessStorage(storage, storage_addr, GrpcStorage()))
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
     parts += [Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
               Part(b.internal, "", lambda: None, lambda: None),

@@ -29,7 +29,8 @@ from coordinator.checks import (
 )
 from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
-from coordinator.replicas import LocalStorage, Replicas
+from coordinator.replicas import Replicas
+from coordinator.storage_link import StorageLink
 from log.client import LocalLog, LogClient, LogError, LogLink
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
@@ -77,7 +78,7 @@ class Appending:
 class Coordinator:
     def __init__(self, coord_id: int, addr: str, logs: LogClient, log_count: int, kv: KvTopology,
                  callback_addr: str = "", local_log: inprocess.Local[LocalLog] | None = None,
-                 local_storage: inprocess.Local[LocalStorage] | None = None) -> None:
+                 storage_link: StorageLink | None = None) -> None:
         """A coordinator from its parts, with no I/O of its own (Coordinator.open opens
         them): `logs`, the log client (and its ZooKeeper session, logs.zk); `log_count` and
         `kv`, the topology as read at start."""
@@ -93,7 +94,7 @@ class Coordinator:
         self.kv = kv
         self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
         self.admission = Admission(self.zk)
-        self.replicas = Replicas(self.zk, local_storage or inprocess.Local())
+        self.replicas = Replicas(self.zk, storage_link)
         self._appenders: dict[int, Appender] = {}
         self._lock = world.lock()
         # Records this coordinator appended with its callback address, by request id: their
@@ -107,7 +108,7 @@ class Coordinator:
     @classmethod
     def open(cls, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
              log_link: LogLink | None = None, local_log: inprocess.Local[LocalLog] | None = None,
-             local_storage: inprocess.Local[LocalStorage] | None = None) -> Coordinator:
+             storage_link: StorageLink | None = None) -> Coordinator:
         """The shell: connect to ZooKeeper and the logs (`log_link`: the log client's way to
         the log servers; in the host layout, the one of this process directly) and read the topology (exits if
         the cluster has none)."""
@@ -115,7 +116,7 @@ class Coordinator:
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
-        return cls(coord_id, addr, logs, logs.topology().logs, kv, callback_addr, local_log, local_storage)
+        return cls(coord_id, addr, logs, logs.topology().logs, kv, callback_addr, local_log, storage_link)
 
     def start(self) -> None:
         self.admission.start()
@@ -179,9 +180,8 @@ class Coordinator:
         make no call for most.
         If it stops applying the log that way (the writer moved), it still answers, from its
         stream; until then, a request waits for it as for any answer, within its deadline."""
-        node = self.replicas.local.component
-        return (node is not None and node.applies_in_process(log_id)
-                and node.node_id in self.replicas.holders(shard))
+        node = self.replicas.link.beside(log_id)
+        return node is not None and node in self.replicas.holders(shard)
 
     def encode(self, rec: Record) -> bytes:
         """The record as a log entry's payload, with its answer secret (Answers.secret)."""

@@ -1,8 +1,8 @@
 """The storage nodes as a coordinator reaches them: the live members (looked up in
 ZooKeeper at most once a second, the last list kept while ZooKeeper is away), one call to
-one of them (made directly when the node runs in this process, the host layout; through
-gRPC otherwise), the first answer of any, the same call to all of them at once, and a
-shard scan from the first node that can start one."""
+one of them (through its link, coordinator/storage_link.py: directly when the node runs
+in this process, the host layout; by gRPC otherwise), the first answer of any, the same
+call to all of them at once, and a shard scan from the first node that can start one."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import queue
 import random
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from kazoo.client import KazooClient
@@ -20,51 +20,22 @@ from catalog import registry
 from catalog.replica_sets import ReplicaSets
 from coordinator import limits
 from coordinator.checks import Code
+from coordinator.storage_link import GrpcStorage, StorageLink
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc
 from record.model import Behind
-from runtime import inprocess, transport, world
+from runtime import world
 from runtime.refreshed import Refreshed
 from runtime.refusals import BEHIND_TRAILER, Refusal, reason
 
-# Storage calls a storage node in this process answers directly: its method, and the path
-# counted in midtown_in_process_calls_total (none for eventual datasets' calls).
-_IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
-               "ShardSplits": ("shard_splits", ""),
-               "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", ""),
-               "ScanShard": ("scan_shard", ""), "Watch": ("watch", "")}  # the last two: streams
 _POOL = world.Pool("lww", limits.REPAIR_THREADS)
 
 
-class LocalStorage(Protocol):
-    """The storage node of this process, as a coordinator calls it in place of its Storage
-    service (coordinator/host.py binds one): the port, not the node."""
-    @property
-    def node_id(self) -> int: ...
-
-    def read(self, req: pb.ReadRequest) -> pb.ReadResponse: ...
-
-    def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse: ...
-
-    def shard_splits(self, req: pb.StorageShardSplitsRequest) -> pb.ShardSplitsResponse: ...
-
-    def lww_write(self, req: pb.LwwWriteRequest) -> pb.LwwWriteResponse: ...
-
-    def lww_read(self, req: pb.LwwReadRequest) -> pb.LwwReadResponse: ...
-
-    def scan_shard(self, req: pb.StorageScanShardRequest) -> Iterator[pb.ScanShardResponse]: ...
-
-    def watch(self, req: pb.StorageWatchRequest) -> Iterator[pb.WatchResponse]: ...
-
-    def applies_in_process(self, log_id: int) -> bool: ...
-
-
 class Replicas:
-    def __init__(self, zk: KazooClient, local: inprocess.Local[LocalStorage]) -> None:
-        """`local`: the storage node of this process, if any."""
+    def __init__(self, zk: KazooClient, link: StorageLink | None = None) -> None:
+        """`link`: the way to the storage nodes (coordinator/storage_link.py; gRPC by
+        default, the storage node of this process directly in the host layout)."""
         self.zk = zk
-        self.local = local
-        self._stubs: dict[str, Any] = {}
+        self.link: StorageLink = link or GrpcStorage()
         # Each registered node's entry: its address, and in the host layout the log server
         # beside it ("log").
         self._entries: Refreshed[dict[int, Any]] = Refreshed(
@@ -125,23 +96,12 @@ class Replicas:
                     None)
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        """A Storage call, made directly when the storage node runs in this process."""
-        local = self.local.at(addr)
-        if local is None:
-            return getattr(self._stub(addr), method)(req, timeout=timeout_s)
-        name, path = _IN_PROCESS[method]
-        if path:
-            inprocess.used(path)
-        return getattr(local, name)(req)
+        """A Storage call, through the link (directly when the node runs in this process)."""
+        return self.link.call(addr, method, req, timeout_s)
 
     def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
-        """A Storage stream (its messages, and its gRPC call to cancel, None in process),
-        read directly when the storage node runs in this process."""
-        local = self.local.at(addr)
-        if local is None:
-            call = getattr(self._stub(addr), method)(req, timeout=timeout_s)
-            return iter(call), call
-        return iter(getattr(local, _IN_PROCESS[method][0])(req)), None
+        """A Storage stream (its messages, and its gRPC call to cancel, None in process)."""
+        return self.link.stream(addr, method, req, timeout_s)
 
     def first_answer(self, method: str, req: Any, timeout_s: float, shard: int) -> Any:
         """The answer of the first storage node holding `shard` that gives one (None: none
@@ -262,14 +222,8 @@ class Replicas:
         then the others in random order."""
         nodes = list(self.holders(shard).values())
         random.shuffle(nodes)
-        nodes.sort(key=lambda a: self.local.at(a) is None)
+        nodes.sort(key=lambda a: not self.link.near(a))
         return nodes
-
-    def _stub(self, addr: str) -> Any:
-        stub = self._stubs.get(addr)
-        if stub is None:
-            stub = self._stubs[addr] = kv_pb2_grpc.StorageStub(transport.channel(addr))
-        return stub
 
 
 # What a storage node's failure means for the other replicas: it is down, slow, shedding

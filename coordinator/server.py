@@ -40,7 +40,7 @@ from coordinator.checks import (
     validate_op,
 )
 from coordinator.node import Coordinator, reused_request_id
-from coordinator.replicas import LocalStorage
+from coordinator.storage_link import StorageLink
 from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
@@ -656,7 +656,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
           client_rate_limit: float = limits.CLIENT_RATE_LIMIT_DEFAULT,
           callback_listen: str = "", log_link: LogLink | None = None,
           local_log: inprocess.Local[LocalLog] | None = None,
-          local_storage: inprocess.Local[LocalStorage] | None = None) -> Built:
+          storage_link: StorageLink | None = None) -> Built:
     """Bind the callback port first (port 0 in `callback_listen`, or none: any free port)
     so that records can name it, then the client port. The callback service is never on the
     client port: answers are taken only from the internal network (and, with mutual TLS,
@@ -666,7 +666,7 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
                            options=GRPC_OPTIONS)
     cb_port = transport.listen(internal, callback_listen or f"{host}:0")
     callback_addr = f"{addr.rsplit(':', 1)[0]}:{cb_port}"
-    c = Coordinator.open(coord_id, addr, zk_hosts, callback_addr, log_link, local_log, local_storage)
+    c = Coordinator.open(coord_id, addr, zk_hosts, callback_addr, log_link, local_log, storage_link)
     c.admission.client_rate_limit = client_rate_limit
     kv, cb = Shell(c).handlers()
     internal.add_generic_rpc_handlers([cb])

@@ -7,10 +7,11 @@ of the same process skip the network: a coordinator's append to a log this proce
 writes (log/local.py), a storage node tailing that log, its answers to this coordinator,
 and the ReadIndex question and reads to this log server and this storage node.
 
-Each such call goes through a `Local` port given to the caller's constructor: bound to
-the component of this process and the addresses it answers on, it returns that component
-for one of those addresses, and None otherwise (then the call goes through gRPC). In the
-one-component-per-process layout every port is left unbound."""
+A `Local` holds the component of this process and the addresses it answers on, bound once
+the component is built: the in-process backends of the network ports look their
+component up through it (log/local.py, coordinator/storage_link.py,
+storage_node/callbacks.py), and a call to any other address goes through gRPC. In the
+one-component-per-process layout nothing is bound."""
 
 from __future__ import annotations
 

@@ -22,16 +22,15 @@ import grpc
 from catalog.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
-from midtown_pb import kv_pb2 as pb
 from record import codec
-from record.model import Drop, Position, Record, RecordResult, Stored
+from record.model import Drop, Position, Record, Stored
 from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from runtime.refusals import Refusal
 from storage_node import changes, keys, reclaim, shard_copy
 from storage_node.apply import Applied, apply
-from storage_node.callbacks import AnswerTaker, Callbacks
+from storage_node.callbacks import Answer, AnswerLink
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, POSITION, TAILED
@@ -53,16 +52,16 @@ def answers_now(answered_beside: bool, position: int) -> bool:
 
 class ApplyLoop:
     def __init__(self, state: NodeState, lww: LwwReplica, on_fatal: Fatal,
-                 local_log: inprocess.Local[LocalLog], local_answers: inprocess.Local[AnswerTaker]) -> None:
+                 local_log: inprocess.Local[LocalLog], answers: AnswerLink) -> None:
         """`lww`: the eventual datasets' replica (a dropped dataset's values go by ranges);
-        `local_log`, `local_answers`: the log server and the coordinator of this process, if
-        any (the host layout); `on_fatal(code, why)`: when the node must not go on."""
+        `local_log`: the log server of this process, if any (the host layout); `answers`:
+        the way to the coordinators (storage_node/callbacks.py); `on_fatal(code, why)`:
+        when the node must not go on."""
         self.state = state
         self.lww = lww
         self._fatal = on_fatal
         self.local_log = local_log
-        self.local_answers = local_answers
-        self.callbacks = Callbacks()
+        self.answers = answers
         self._next_reclaim = 0.0
         self._follows: dict[int, Following] = {}  # log -> its follow (LogClient.follow)
         self._mutex = world.lock()  # a batch, a copy's install and a shard's drop: one at a time
@@ -181,8 +180,7 @@ class ApplyLoop:
 
     def _apply(self, items: list[tuple[int, Entries]]) -> None:
         view = BatchView(self.state.store)
-        out: dict[str, list[pb.RecordResult]] = {}
-        near: dict[str, list[RecordResult]] = {}  # to coordinators in this process
+        out: dict[str, list[Answer]] = {}
         new: dict[int, tuple[int, int]] = {}
         for log_id, entries in items:
             expected = new.get(log_id, self.state.positions[log_id])[0]
@@ -212,13 +210,10 @@ class ApplyLoop:
                 recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
                 if not applied.positions:
                     self.state.last_data[log_id] = e.position
-                if rec.callback and applied.result is not None:
-                    if self.local_answers.at(rec.callback) is not None:  # always: it costs no call
-                        near.setdefault(rec.callback, []).append(applied.result)
-                    elif self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position):
-                        m = codec.result_to_pb(applied.result)
-                        m.answer_secret = rec.answer_secret  # the coordinator takes no answer without it
-                        out.setdefault(rec.callback, []).append(m)
+                if rec.callback and applied.result is not None and (
+                        self.answers.near(rec.callback)  # always: it costs no call
+                        or self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position)):
+                    out.setdefault(rec.callback, []).append((applied.result, rec.answer_secret))
             new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
             TAILED.labels(log=str(log_id)).inc(len(entries))
             APPLIED.labels(log=str(log_id)).inc(applied_here)
@@ -236,12 +231,7 @@ class ApplyLoop:
         with self.state.cond:
             self.state.cond.notify_all()
         for addr, results in out.items():
-            self.callbacks.send(addr, results)
-        for addr, mine in near.items():
-            taker = self.local_answers.at(addr)
-            if taker is not None:
-                inprocess.used("answer")
-                taker.deliver(mine)
+            self.answers.send(addr, results)
 
     # ---------------------------------------------------------------- shard copies
     def install(self, shard: int, copy_at: int, log_time_ms: int) -> int:

@@ -26,7 +26,7 @@ from runtime.refusals import BadRequest
 from storage_node import bootstrap, rebuild
 from storage_node.apply_loop import ApplyLoop
 from storage_node.bookkeeping import Bookkeeping
-from storage_node.callbacks import AnswerTaker
+from storage_node.callbacks import AnswerLink, Callbacks
 from storage_node.eventual_service import EventualService
 from storage_node.limits import HEALTH_LAG_MAX
 from storage_node.lww import LwwReplica
@@ -57,12 +57,12 @@ class Parts:
 class StorageNode:
     def __init__(self, node_id: int, addr: str, parts: Parts, settings: Settings | None = None,
                  on_fatal: Fatal = exit_now, local_log: inprocess.Local[LocalLog] | None = None,
-                 local_answers: inprocess.Local[AnswerTaker] | None = None) -> None:
+                 answers: AnswerLink | None = None) -> None:
         """A storage node from its parts, with no I/O of its own (StorageNode.open opens
         them). `on_fatal(code, why)`: what the process does when this node must not go on
         (it exits, chosen where the process is wired; a test can record it instead).
-        `local_log`, `local_answers`: the log server and the coordinator of this process, if
-        any (the host layout)."""
+        `local_log`: the log server of this process, if any (the host layout); `answers`:
+        the way to the coordinators (gRPC by default; storage_node/callbacks.py)."""
         self.addr = addr
         settings = settings or Settings()
         self.data_dir = parts.data_dir
@@ -77,7 +77,7 @@ class StorageNode:
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
                                         lambda: s.sets, s.stop)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
-                                 local_answers or inprocess.Local())
+                                 answers or Callbacks())
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual, self.applier)
         self.intake = Intake(s, self.applier, self.bookkeeping)
 
@@ -85,7 +85,7 @@ class StorageNode:
     def open(cls, node_id: int, addr: str, zk_hosts: str, data_dir: str, settings: Settings | None = None,
              on_fatal: Fatal = exit_now, log_link: LogLink | None = None,
              local_log: inprocess.Local[LocalLog] | None = None,
-             local_answers: inprocess.Local[AnswerTaker] | None = None) -> StorageNode:
+             answers: AnswerLink | None = None) -> StorageNode:
         """The shell: connect to ZooKeeper and the logs (`log_link`: the log client's way to
         the log servers, the one of this process directly), wait for the topology (a minute
         at most), remove the checkpoints a crash left in `data_dir`, open the store, read the
@@ -100,7 +100,7 @@ class StorageNode:
         store = NodeStore(os.path.join(data_dir, "state.db"))
         sets = registry.read_replica_sets(logs.zk, kv)
         return cls(node_id, addr, Parts(logs, store, kv, log_count, sets, data_dir), settings, on_fatal,
-                   local_log, local_answers)
+                   local_log, answers)
 
     @property
     def node_id(self) -> int:

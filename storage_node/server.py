@@ -19,7 +19,7 @@ from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
 from runtime.process import serve_until_signal, tune_runtime
 from storage_node import checks
-from storage_node.callbacks import AnswerTaker
+from storage_node.callbacks import AnswerLink
 from storage_node.node import StorageNode
 from storage_node.settings import Settings
 
@@ -53,10 +53,10 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
 
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
           log_link: LogLink | None = None, local_log: inprocess.Local[LocalLog] | None = None,
-          local_answers: inprocess.Local[AnswerTaker] | None = None) -> tuple[grpc.Server, StorageNode]:
+          answers: AnswerLink | None = None) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
     node = StorageNode.open(node_id, addr, zk_hosts, data_dir, Settings.from_env(),
-                            log_link=log_link, local_log=local_log, local_answers=local_answers)
+                            log_link=log_link, local_log=local_log, answers=answers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node

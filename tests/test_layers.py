@@ -144,7 +144,7 @@ def test_the_check_sees_a_cycle() -> None:
 
 def test_the_coordinator_imports_nothing_of_the_storage_node() -> None:
     """The coordinator and the storage node meet in the record contract (record/) and in
-    narrow ports (coordinator/replicas.py LocalStorage), never in each other's modules; nor
+    narrow ports (coordinator/storage_link.py LocalStorage), never in each other's modules; nor
     does the coordinator reach into the log server's (log/node.py, log/server.py). One
     module is the exception: coordinator/host.py, the host layout's process, which wires a
     log server, a storage node and a coordinator together (the servers' processes start

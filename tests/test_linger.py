@@ -95,11 +95,12 @@ def test_only_a_storage_node_beside_a_log_server_asks_its_streams_to_linger() ->
 
     from runtime.inprocess import Local
     from storage_node.apply_loop import ApplyLoop
+    from storage_node.callbacks import Callbacks
     from storage_node.settings import Settings
 
     def loop(local_log: Local, settings: Settings) -> ApplyLoop:
         state = SimpleNamespace(settings=settings)
-        return ApplyLoop(state, None, lambda code, why: None, local_log, Local())  # type: ignore[arg-type]
+        return ApplyLoop(state, None, lambda code, why: None, local_log, Callbacks())  # type: ignore[arg-type]
 
     assert loop(Local(), Settings()).linger_ms() == 0
     beside = Local().bind(["127.0.0.1:1"], object())

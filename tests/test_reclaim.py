@@ -113,6 +113,7 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
     from catalog.replica_sets import everyone
     from runtime.inprocess import Local
     from storage_node.apply_loop import ApplyLoop
+    from storage_node.callbacks import Callbacks
     from storage_node.settings import Settings
     from storage_node.state import NodeState
 
@@ -125,7 +126,7 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
     state = NodeState(0, Settings(), None, None, KvTopology(64, (0, 1, 2), 3), 3, 3,  # type: ignore[arg-type]
                       everyone(64, (0, 1, 2)),
                       positions={0: (5, 10 * W), 1: (7, 20 * W), 2: (0, 0)})
-    loop = ApplyLoop(state, None, lambda code, why: None, Local(), Local())  # type: ignore[arg-type]
+    loop = ApplyLoop(state, None, lambda code, why: None, Local(), Callbacks())  # type: ignore[arg-type]
     loop._reclaim(view, {1: (9, 30 * W)})  # type: ignore[arg-type]
     # Log 1 at the log time of this batch, log 0 at its last applied one; log 2 has
     # applied nothing yet.

@@ -84,13 +84,14 @@ def test_a_node_applies_its_shards_records_positions_and_its_part_of_drops() -> 
     from catalog.registry import KvTopology
     from runtime.inprocess import Local
     from storage_node.apply_loop import ApplyLoop
+    from storage_node.callbacks import Callbacks
     from storage_node.settings import Settings
     from storage_node.state import NodeState
 
     sets = replica_sets.ReplicaSets(1, ((0,), (1,), (0,), (1,)), version=3)
     state = NodeState(0, Settings(), None, None, KvTopology(4, (0, 1), 1), 1, 1, sets,  # type: ignore[arg-type]
                       marks={1: 50})
-    loop = ApplyLoop(state, None, lambda code, why: None, Local(), Local())  # type: ignore[arg-type]
+    loop = ApplyLoop(state, None, lambda code, why: None, Local(), Callbacks())  # type: ignore[arg-type]
     put = Record(b"r", "", "d", 0, b"k", (Get(b"x"),))
     assert loop._mine(put, 10) is put  # a shard it holds
     assert loop._mine(replace(put, shard=3), 10) is None  # another node's

@@ -62,6 +62,7 @@ from record.model import Behind, Cas, Get, Incr, Position, Put, Record, RecordRe
 from runtime import inprocess
 from storage_node import keys
 from storage_node.bookkeeping import durable_positions
+from storage_node.callbacks import Callbacks, ProcessAnswers
 from storage_node.node import Parts, StorageNode
 from storage_node.store import NodeStore
 from storage_node.truncation import needs_publish, truncation_point
@@ -136,7 +137,7 @@ class SimNode:
         store = NodeStore(self.path, open_db=self.sim.disk.open)
         parts = Parts(_NoLogs(), store, KV, 1, SETS, str(self.dir))  # type: ignore[arg-type]
         self.node = StorageNode(self.node_id, f"sim-node-{self.node_id}", parts, on_fatal=self._fatal,
-                                local_answers=self.sim.answer_port)
+                                answers=ProcessAnswers(self.sim.answer_port, Callbacks()))
         at = self.position
         if at < self.published:  # (3)
             self.sim.violations.append(f"node {self.node_id} restarted at {at}, below the {self.published} "

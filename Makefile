@@ -28,8 +28,11 @@ run: proto
 # four tests' waits ran out (Spark's python workers, a bootstrap, a usage count), so the
 # suite runs in one process by default.
 TEST_WORKERS ?= 1
+# Tests marked moved_to_sim run in `make soak` only: the seeded simulation checks their
+# guarantee (tests/sim/test_writers.py, make sim ELECTIONS=1).
 test: proto
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25 $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS)) tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -m "not moved_to_sim" \
+		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS)) tests
 
 test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"
@@ -69,6 +72,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
+	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests
 
 # Four machines played by network namespaces (root): ROUNDS rounds of a machine killed whole
 # and one cut off, under the linearizability checker, then one gone for good.

@@ -80,6 +80,7 @@ def test_tailing_reader_sees_new_entries_promptly(cluster: Cluster, client: LogC
     assert [e.payload for e in got] == [b"x0", b"x1", b"x2"]
 
 
+@pytest.mark.moved_to_sim  # make soak: the whole-server simulation kills writers mid-append in every seed
 def test_sigkill_writer_mid_stream(cluster: Cluster, client: LogClient) -> None:
     log_id = 7
     w = _writer(client, log_id)

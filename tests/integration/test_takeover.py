@@ -1,7 +1,12 @@
 """A follower takes a log over from a writer it lost (issue 33, log/takeover.py), without
 waiting for ZooKeeper to expire the old writer's session: the new writer is in place while
 the lost one is still registered (a fact read from ZooKeeper, not a guess at timing).
-Appends go on meanwhile, and every acknowledged entry reads back."""
+Appends go on meanwhile, and every acknowledged entry reads back.
+
+Run by `make soak`, not by the suite (moved_to_sim): the whole-server simulation checks the
+same in every seed (tests/sim/test_writers.py, `make sim ELECTIONS=1`: log/node.py's servers
+killed and paused, takeovers counted while the old writer's server is still registered,
+every older writer awake at the end stopped, every acknowledged append kept)."""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from log.takeover import SETTLE_S
 from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.moved_to_sim]
 LOG = 1  # not the key-value log: only this test's appends go into it
 
 

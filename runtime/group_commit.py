@@ -23,10 +23,11 @@ there."""
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
+
+from runtime import world
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -46,7 +47,7 @@ class _Slot(Generic[T, R]):
         self.error: BaseException | None = None
         self.done = False
         self.lead = False
-        self.event = threading.Event()
+        self.event = world.event()
 
 
 class GroupCommit(Generic[T, R]):
@@ -59,7 +60,7 @@ class GroupCommit(Generic[T, R]):
         self._run = run
         self._size = size
         self._max = max_size
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._q: deque[_Slot[T, R]] = deque()
         self._busy = False
         self._gather = gather

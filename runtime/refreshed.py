@@ -8,24 +8,24 @@ again."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
+
+from runtime import world
 
 T = TypeVar("T")
 
 
 class Refreshed(Generic[T]):
     def __init__(self, load: Callable[[], T], period_s: float, initial: T,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = world.monotonic) -> None:
         """`initial`: what `last()` gives before the first read."""
         self._load = load
         self._period_s = period_s
         self._clock = clock
         self._value = initial
         self._at: float | None = None  # when the value was read; None: never
-        self._lock = threading.Lock()
+        self._lock = world.lock()
 
     def get(self) -> T:
         """The value, read again first if it is older than the period (by this caller, or,

@@ -43,6 +43,7 @@ import grpc
 from log import append, limits, reading
 from log import read_index as ri
 from log import zk as zkpaths
+from log.catch_up import Unavailable
 from log.client import LogClient, LogError
 from log.client_link import AppendRefused, Placement
 from log.driver import Busy, WriterDriver, WriterFailed
@@ -325,6 +326,9 @@ class _Entries:
             except reading.Truncated as e:
                 self.batches.put(LogError(grpc.StatusCode.OUT_OF_RANGE, str(e)))
                 return
+            except Unavailable as e:  # as the gRPC Read ends: no live replica holds them now
+                self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, f"{e}; retry"))
+                return
             sim.delay()
             if sim.rng.random() < sim.cfg.stream_break:
                 self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, "stream broken"))
@@ -376,6 +380,7 @@ class WriterSim:
         self.appends_failed = 0  # the log client's appends that ended in an error (elections)
         self.read_indexes = 0  # ReadIndex rounds that returned an index (elections)
         self.follow_delivered = 0  # positions the follow delivered (elections)
+        self.appending = 0  # the log client's appenders still running
 
     # --- the network --------------------------------------------------------------------
 
@@ -506,6 +511,13 @@ class WriterSim:
     def appender(self, name: str, stop: Any) -> None:
         """A client appending through the real log client, one payload at a time."""
         client = self.log_client()
+        self.appending += 1
+        try:
+            self._append_until(client, name, stop)
+        finally:
+            self.appending -= 1
+
+    def _append_until(self, client: LogClient, name: str, stop: Any) -> None:
         n = 0
         while not stop.is_set():
             payload = f"{name}-{n}".encode()
@@ -622,6 +634,8 @@ class WriterSim:
                 world.sleep(0.1)
         world.sleep(step)
         stop.set()
+        while self.appending:  # each ends its last append by its deadline: every ack is in
+            world.sleep(0.1)
         world.sleep(1)  # the last writer settles: its LAC reaches the replicas
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
@@ -649,9 +663,9 @@ class WriterSim:
             world.sleep(0.5)
         return None
 
-    def check_follow(self, meta: LogMetadata, end: int) -> None:
-        """The follow reaches the committed end within 10 s of the settled writer, and what it
-        delivered is what the replicas hold."""
+    def wait_follow(self, final: WriterDriver) -> None:
+        """The follow reaches the settled writer's committed end within 10 s, then stops."""
+        end = reading.committed_end(zkpaths.read_metadata(self.admin, LOG)[0], final.core.lac)
         deadline = world.monotonic() + 10
         while self.followed_next <= end and world.monotonic() < deadline:
             world.sleep(0.1)
@@ -659,7 +673,12 @@ class WriterSim:
         if self.followed_next <= end:
             self.violations.append(f"the follow reached position {self.followed_next - 1} only, "
                                    f"of {end} committed")
+
+    def check_followed(self, meta: LogMetadata, end: int) -> None:
+        """What the follow delivered up to the committed end is what the replicas hold."""
         for p, payload in self.followed.items():
+            if p > end:
+                continue  # delivered from a newer writer than the one checked
             seg = meta.segment_of(p)
             held = {e.payload for s in self.servers
                     if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
@@ -672,6 +691,9 @@ class WriterSim:
         if final is None:
             self.violations.append("no writer recovered the log within 30 s of the end")
             return
+        if self.cfg.elections:
+            self.wait_follow(final)
+            final = self.settled() or final  # a paused writer may have been taken over meanwhile
         if self.cfg.elections:  # an older writer that woke up found the log taken and stopped
             stale = [f"{proc} (epoch {d.epoch})" for proc, d in self.writers
                      if d.epoch < final.epoch and not d.failed.is_set() and proc not in self.sched.dead
@@ -682,7 +704,7 @@ class WriterSim:
         last = final.core
         end = reading.committed_end(meta, last.lac)
         if self.cfg.elections:
-            self.check_follow(meta, end)
+            self.check_followed(meta, end)
         for p in range(FIRST_POSITION, end + 1):
             seg = meta.segment_of(p)
             held = {e.payload for s in self.servers

@@ -20,6 +20,7 @@ _IN_PROCESS = {"Read": ("read", "read"), "ReadMany": ("read_many", "read"),
                "LwwWrite": ("lww_write", ""), "LwwRead": ("lww_read", ""),
                "ScanShard": ("scan_shard", ""), "Watch": ("watch", "")}  # the last two: streams
 
+
 class LocalStorage(Protocol):
     """The storage node of this process, as a coordinator calls it in place of its Storage
     service (coordinator/host.py binds one): the port, not the node."""
@@ -41,7 +42,6 @@ class LocalStorage(Protocol):
     def watch(self, req: pb.StorageWatchRequest) -> Iterator[pb.WatchResponse]: ...
 
     def applies_in_process(self, log_id: int) -> bool: ...
-
 
 
 class StorageLink(Protocol):

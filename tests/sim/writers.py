@@ -679,12 +679,16 @@ class WriterSim:
         for p, payload in self.followed.items():
             if p > end:
                 continue  # delivered from a newer writer than the one checked
-            seg = meta.segment_of(p)
-            held = {e.payload for s in self.servers
-                    if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
+            held = self.held(meta, p)
             if held != {payload}:
                 self.violations.append(f"the follow delivered {payload!r} at {p}; the replicas hold {held}")
         self.follow_delivered += len(self.followed)
+
+    def held(self, meta: LogMetadata, p: int) -> set[bytes]:
+        """The payloads the replicas hold at position `p` of the log `meta` describes."""
+        seg = meta.segment_of(p)
+        return {e.payload for s in self.servers
+                if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
 
     def check(self) -> None:
         final = self.settled()
@@ -694,7 +698,7 @@ class WriterSim:
         if self.cfg.elections:
             self.wait_follow(final)
             final = self.settled() or final  # a paused writer may have been taken over meanwhile
-        if self.cfg.elections:  # an older writer that woke up found the log taken and stopped
+            # An older writer that woke up found the log taken and stopped.
             stale = [f"{proc} (epoch {d.epoch})" for proc, d in self.writers
                      if d.epoch < final.epoch and not d.failed.is_set() and proc not in self.sched.dead
                      and self.sched.paused_until.get(proc, 0.0) < world.monotonic() - 2]  # awake 2 s
@@ -706,18 +710,14 @@ class WriterSim:
         if self.cfg.elections:
             self.check_followed(meta, end)
         for p in range(FIRST_POSITION, end + 1):
-            seg = meta.segment_of(p)
-            held = {e.payload for s in self.servers
-                    if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
+            held = self.held(meta, p)
             if len(held) != 1:
                 self.violations.append(f"committed position {p} holds {held}")
         for epoch, p, payload in self.acks:
             if p > end:
                 self.violations.append(f"acked position {p} (epoch {epoch}) beyond the end {end}")
                 continue
-            seg = meta.segment_of(p)
-            copies = {e.payload for s in self.servers
-                      if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
+            copies = self.held(meta, p)
             if copies != {payload}:
                 self.violations.append(f"acked position {p} (epoch {epoch}) holds {copies}, not {payload!r}")
 

@@ -31,7 +31,6 @@ from log.metadata import LogMetadata
 from log.ports import FollowedEntry as FollowedEntry
 from log.ports import Following as Following
 from log.ports import LocalLog as LocalLog
-from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
 from runtime.refreshed import Refreshed
@@ -306,21 +305,14 @@ class LogClient:
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
              max_entries: int = 0, server: str | None = None,
-             timeout_s: float | None = None) -> Iterator[pb.Entry]:
+             timeout_s: float | None = None) -> Iterator[FollowedEntry]:
         """Committed entries from `from_position`, from one replica: the log's writer by
-        default (it knows the commit point first), or the server named."""
+        default (it knows the commit point first), or the server named; `follow`: on as
+        the log grows."""
         self.check_log(log_id)
         addr = server or self.writer_addr(log_id, refresh=True) or self._any_server()
-        try:
-            for resp in self.stub(addr).Read(
-                pb.ReadRequest(log_id=log_id, from_position=from_position, follow=follow,
-                               max_entries=max_entries),
-                timeout=timeout_s,
-                wait_for_ready=server is not None,  # a named server may be restarting
-            ):
-                yield from resp.entries
-        except grpc.RpcError as e:
-            raise LogError(e.code(), e.details() or "") from None
+        yield from self.link.read_range(addr, log_id, from_position, max_entries, timeout_s,
+                                        server is not None, follow)
 
     def _any_server(self) -> str:
         servers = list(self.servers().values())
@@ -329,13 +321,19 @@ class LogClient:
         return servers[int(world.random() * len(servers))]
 
     def truncate(self, log_id: int, before: int) -> int:
-        w = self.writer_addr(log_id, refresh=True) or self._any_server()
+        """Truncate `log_id` below `before`, by its writer: its first position now."""
+        addr = self.writer_addr(log_id, refresh=True) or self._any_server()
+        return self.link.truncate(addr, log_id, before)
+
+    def writer_last(self, log_id: int) -> int | None:
+        """The last position the log's writer has stored (a Tail call; None: no writer)."""
+        addr = self.writer_addr(log_id, refresh=True)
+        if addr is None:
+            return None
         try:
-            return int(self.stub(w).Truncate(
-                pb.TruncateRequest(log_id=log_id, before_position=before), timeout=10
-            ).first_position)
-        except grpc.RpcError as e:
-            raise LogError(e.code(), e.details() or "") from None
+            return self.link.tail(addr, log_id).result(limits.TAIL_CALL_TIMEOUT_S).last
+        except Exception as e:  # refused, broken or timed out, whatever the link
+            raise LogError(grpc.StatusCode.UNAVAILABLE, f"{addr}: {e}") from None
 
     def status(self) -> list[dict]:
         """Per log: writer, epoch, first and last position, and the position of each replica
@@ -353,20 +351,17 @@ class LogClient:
             }
             last = meta.last_segment
             ensembles[log_id] = set(last.replicas) if last is not None else set()
-        for _sid, addr in sorted(self.servers().items()):
+        for sid, addr in sorted(self.servers().items()):
             try:
-                st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
-            except grpc.RpcError:
+                logs = self.link.status(addr)
+            except LogError:
                 continue
-            for ls in st.logs:
+            for ls in logs:
                 row = rows.get(ls.log_id)
                 if row is None:
                     continue
-                row["first"] = max(row["first"], ls.first_position)
-                row["last"] = max(row["last"], ls.last_position)
-                for rp in ls.replicas:  # the servers of its last segment (not those that left)
-                    if rp.server_id in ensembles[ls.log_id]:
-                        row["replicas"][rp.server_id] = rp.position
+                row["first"] = max(row["first"], ls.first)
+                row["last"] = max(row["last"], ls.last)
+                if sid in ensembles[ls.log_id]:  # the servers of its last segment (not those that left)
+                    row["replicas"][sid] = ls.filled
         return [rows[k] for k in sorted(rows)]
-
-

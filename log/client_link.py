@@ -25,6 +25,7 @@ from log.ports import FollowedEntry
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, transport, world
+from runtime.refusals import Refusal
 
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
 
@@ -53,6 +54,17 @@ class AppendRefused:
         _GrpcAppend)."""
         return ((*(((refusals.REFUSED, self.reason),) if self.reason else ()),
                  *(((refusals.WRITER_TRAILER_KEY, self.redirect),) if self.redirect else ())))
+
+
+@dataclass(frozen=True)
+class LogState:
+    """One log as one server sees it (its answer to a Status call)."""
+    log_id: int
+    writer_id: int  # the writer it knows of (-1: none)
+    epoch: int
+    first: int  # the first position it still holds
+    last: int  # the last committed position it knows of
+    filled: int  # how far its replica holds every entry
 
 
 class PendingAppend(Protocol):
@@ -91,6 +103,25 @@ class LogLink(Protocol):
         """Follow `log_id` at the server at `addr` from `position()` (read again by a
         backend that can go on from where its user is at each batch); `linger_ms`: how long
         the server may hold entries back to send them together (log/linger.py)."""
+
+    def read_range(self, addr: str, log_id: int, start: int, max_entries: int, timeout_s: float | None,
+                   wait: bool, follow: bool = False) -> Iterator[FollowedEntry]:
+        """The committed entries of `log_id` from `start` that the server at `addr` holds
+        (`max_entries` at most, 0: to its committed end), within `timeout_s`; `wait`: wait for
+        the server to be up (it may be restarting); `follow`: on as the log grows (until
+        `max_entries`, if any). LogError when it fails."""
+
+    def truncate(self, addr: str, log_id: int, before: int) -> int:
+        """Ask the log's writer at `addr` to truncate `log_id` below `before`: the log's first
+        position after (LogError when refused)."""
+
+    def status(self, addr: str) -> list[LogState]:
+        """Each log as the server at `addr` sees it (LogError when it does not answer)."""
+
+
+def refused(e: Refusal) -> LogError:
+    """A refusal by a server in this process, as its gRPC call would have ended."""
+    return LogError(e.code, e.text)
 
 
 class Answered:
@@ -174,6 +205,32 @@ class GrpcLog:
     def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> Entries:
         req = pb.ReadRequest(log_id=log_id, from_position=position(), follow=True, linger_ms=linger_ms)
         return _GrpcEntries(self.stub(addr).Read(req))
+
+    def read_range(self, addr: str, log_id: int, start: int, max_entries: int, timeout_s: float | None,
+                   wait: bool, follow: bool = False) -> Iterator[FollowedEntry]:
+        req = pb.ReadRequest(log_id=log_id, from_position=start, max_entries=max_entries, follow=follow)
+        try:
+            for resp in self.stub(addr).Read(req, timeout=timeout_s, wait_for_ready=wait):
+                yield from resp.entries
+        except grpc.RpcError as e:
+            raise LogError(e.code(), e.details() or "") from None
+
+    def truncate(self, addr: str, log_id: int, before: int) -> int:
+        req = pb.TruncateRequest(log_id=log_id, before_position=before)
+        try:
+            return int(self.stub(addr).Truncate(req, timeout=10).first_position)
+        except grpc.RpcError as e:
+            raise LogError(e.code(), e.details() or "") from None
+
+    def status(self, addr: str) -> list[LogState]:
+        try:
+            st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
+        except grpc.RpcError as e:
+            raise LogError(e.code(), e.details() or "") from None
+        # Each server reports its own replica's position (log/server.py status).
+        return [LogState(ls.log_id, ls.writer_id, ls.epoch, ls.first_position, ls.last_position,
+                         next((r.position for r in ls.replicas if r.server_id == st.server_id), -1))
+                for ls in st.logs]
 
     def close(self) -> None:
         for ch in self._channels.values():

@@ -15,7 +15,7 @@ import grpc
 from log import append, reading
 from log import read_index as ri
 from log.catch_up import Unavailable
-from log.client_link import Answered, Entries, LogError, LogLink, PendingAppend
+from log.client_link import Answered, Entries, LogError, LogLink, LogState, PendingAppend
 from log.node import Node
 from log.ports import FollowedEntry
 from runtime import inprocess, world
@@ -52,6 +52,18 @@ class ProcessLog:
         if addr != self.node.addr:
             return self.others.read(addr, log_id, position, linger_ms)
         return _OwnEntries(self.node, log_id, position)
+
+    # A log read, a truncation and a status are rare (tools and bookkeeping): by gRPC to
+    # this process's server too.
+    def read_range(self, addr: str, log_id: int, start: int, max_entries: int, timeout_s: float | None,
+                   wait: bool, follow: bool = False) -> Iterator[FollowedEntry]:
+        return self.others.read_range(addr, log_id, start, max_entries, timeout_s, wait, follow)
+
+    def truncate(self, addr: str, log_id: int, before: int) -> int:
+        return self.others.truncate(addr, log_id, before)
+
+    def status(self, addr: str) -> list[LogState]:
+        return self.others.status(addr)
 
 
 class _OwnEntries:

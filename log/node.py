@@ -17,6 +17,7 @@ from kazoo.protocol.states import KazooState
 from log import lease, limits, reading, spares, store_identity
 from log import zk as zkpaths
 from log.catch_up import CatchUp
+from log.client_link import LogState
 from log.driver import WriterDriver
 from log.election import Election
 from log.entry import Entry
@@ -363,6 +364,30 @@ class Node:
         core.on_reply(replica, req, rep)
 
     # ------------------------------------------------------------ reading (log/catch_up.py)
+    def status(self) -> list[LogState]:
+        """Each log as this server sees it (the Status call)."""
+        out = []
+        for log_id in range(self.topo.logs):
+            meta = self.meta.get(log_id)
+            w = self.election.writer_cache.get(log_id)
+            out.append(LogState(log_id, w["server"] if w else -1, meta.epoch if meta else 0,
+                                self.replica.first(log_id), self.committed_end(log_id),
+                                self.catch_up.filled.get(log_id, -1)))
+        return out
+
+    def truncate_before(self, log_id: int, before: int) -> int:
+        """Truncate `log_id` below `before` (raised in ZooKeeper first, so every replica
+        follows): the log's first position now. Only committed entries are truncated."""
+        end = self.committed_end(log_id)
+        if before > end + 1:
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{before} is beyond the last committed position {end} of log "
+                          f"{log_id}; only committed entries can be truncated", field="before_position")
+        first = zkpaths.raise_truncation(self.zk, log_id, before)
+        with self.rlock:
+            self.replica.truncate(log_id, first)
+        return first
+
     def committed_end(self, log_id: int) -> int:
         return self.catch_up.committed_end(log_id)
 

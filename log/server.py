@@ -18,7 +18,6 @@ import grpc
 
 from catalog import machines
 from log import append, codec, ensemble_change, lease, limits, linger, reading, spares
-from log import zk as zkpaths
 from log.catch_up import Unavailable
 from log.client import AppendRefused
 from log.node import Node
@@ -100,34 +99,14 @@ class Services:
 
     def truncate(self, req: pb.TruncateRequest, ctx: grpc.ServicerContext) -> pb.TruncateResponse:
         self._check_log(req.log_id)
-        end = self.node.committed_end(req.log_id)
-        if req.before_position > end + 1:
-            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{req.before_position} is beyond the last committed position {end} of log "
-                          f"{req.log_id}; only committed entries can be truncated", field="before_position")
-        first = zkpaths.raise_truncation(self.node.zk, req.log_id, req.before_position)
-        with self.node.rlock:
-            self.node.replica.truncate(req.log_id, first)
-        return pb.TruncateResponse(first_position=first)
+        return pb.TruncateResponse(first_position=self.node.truncate_before(req.log_id, req.before_position))
 
     def status(self, req: pb.StatusRequest, ctx: grpc.ServicerContext) -> pb.StatusResponse:
-        node = self.node
-        out = pb.StatusResponse(server_id=node.server_id)
-        for log_id in range(node.topo.logs):
-            meta = node.meta.get(log_id)
-            w = node.election.writer_cache.get(log_id)
-            out.logs.append(
-                pb.LogStatus(
-                    log_id=log_id,
-                    writer_id=w["server"] if w else -1,
-                    epoch=meta.epoch if meta else 0,
-                    first_position=node.replica.first(log_id),
-                    last_position=node.committed_end(log_id),
-                    replicas=[pb.ReplicaPosition(server_id=node.server_id,
-                                                 position=node.catch_up.filled.get(log_id, -1))],
-                )
-            )
-        return out
+        me = self.node.server_id
+        return pb.StatusResponse(server_id=me, logs=[pb.LogStatus(
+            log_id=ls.log_id, writer_id=ls.writer_id, epoch=ls.epoch, first_position=ls.first,
+            last_position=ls.last, replicas=[pb.ReplicaPosition(server_id=me, position=ls.filled)])
+            for ls in self.node.status()])
 
     def tail(self, req: pb.TailRequest, ctx: grpc.ServicerContext) -> pb.TailResponse:
         self._check_log(req.log_id)

@@ -45,8 +45,9 @@ from log import read_index as ri
 from log import zk as zkpaths
 from log.catch_up import Unavailable
 from log.client import LogClient, LogError
-from log.client_link import AppendRefused, Placement
+from log.client_link import AppendRefused, LogState, Placement, refused
 from log.driver import Busy, WriterDriver, WriterFailed
+from log.entry import Entry
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
 from log.metrics import ENSEMBLE_CHANGES
@@ -58,6 +59,7 @@ from log.store import MemStore
 from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, State, Writer
 from runtime import world
+from runtime.refusals import Refusal
 from tests.sim.harness import _ChangesPastLac
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
@@ -294,6 +296,50 @@ class _LogLink:
 
     def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> _Entries:
         return _Entries(self.sim, int(addr.split(":")[1]), log_id, position())
+
+    def _blocking(self, addr: str, answer: Callable[[Node], Any], timeout_s: float) -> Any:
+        """A unary call answered by the server's own method (a Refusal: the call's status)."""
+        reply: futures.Future[Any] = world.future()
+
+        def there(node: Node) -> Any:
+            try:
+                return answer(node)
+            except Refusal as e:
+                return refused(e)
+        self._call(addr, reply, there, lambda: reply.set_result(
+            LogError(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
+        try:
+            r = reply.result(timeout_s)
+        except futures.TimeoutError:
+            raise LogError(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
+        if isinstance(r, LogError):
+            raise r
+        return r
+
+    def read_range(self, addr: str, log_id: int, start: int, max_entries: int, timeout_s: float | None,
+                   wait: bool, follow: bool = False) -> list[Entry]:
+        assert not follow, "the simulation follows through read()"
+
+        def entries(node: Node) -> list[Entry]:
+            out: list[Entry] = []
+            while not max_entries or len(out) < max_entries:
+                try:
+                    got = node.read_from(log_id, start + len(out), 0)
+                except reading.Truncated as e:
+                    raise Refusal(grpc.StatusCode.OUT_OF_RANGE, str(e)) from None
+                except Unavailable as e:
+                    raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{e}; retry") from None
+                if not got:
+                    break
+                out += got
+            return out[:max_entries] if max_entries else out
+        return self._blocking(addr, entries, 60 if timeout_s is None else timeout_s)  # type: ignore[no-any-return]
+
+    def truncate(self, addr: str, log_id: int, before: int) -> int:
+        return self._blocking(addr, lambda node: node.truncate_before(log_id, before), 10)  # type: ignore[no-any-return]
+
+    def status(self, addr: str) -> list[LogState]:
+        return self._blocking(addr, lambda node: node.status(), 5)  # type: ignore[no-any-return]
 
 
 class _Entries:

@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from runtime import inprocess, transport
+from runtime import inprocess
+from runtime.stubs import Calls, Stubs
 
 # Storage calls a storage node in this process answers directly: its method, and the path
 # counted in midtown_in_process_calls_total (none for eventual datasets' calls).
@@ -44,13 +45,9 @@ class LocalStorage(Protocol):
     def applies_in_process(self, log_id: int) -> bool: ...
 
 
-class StorageLink(Protocol):
-    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        """The Storage call `method` at the node at `addr` (its answer; grpc.RpcError, or a
-        Refusal from a node in this process, when it fails)."""
-
-    def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
-        """A Storage stream: its messages, and its gRPC call to cancel (None in process)."""
+class StorageLink(Calls, Protocol):
+    """A Storage call or stream (runtime/stubs.py; a node in this process may raise a
+    Refusal instead of grpc.RpcError), and where the nodes are."""
 
     def near(self, addr: str) -> bool:
         """Whether the node at `addr` answers without a network hop (read from first)."""
@@ -60,22 +57,9 @@ class StorageLink(Protocol):
         process's log writer commits it (Coordinator.answered_beside), else None."""
 
 
-class GrpcStorage:
+class GrpcStorage(Stubs):
     def __init__(self) -> None:
-        self._stubs: dict[str, Any] = {}
-
-    def _stub(self, addr: str) -> Any:
-        stub = self._stubs.get(addr)
-        if stub is None:
-            stub = self._stubs[addr] = kv_pb2_grpc.StorageStub(transport.channel(addr))
-        return stub
-
-    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        return getattr(self._stub(addr), method)(req, timeout=timeout_s)
-
-    def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
-        call = getattr(self._stub(addr), method)(req, timeout=timeout_s)
-        return iter(call), call
+        super().__init__(kv_pb2_grpc.StorageStub)
 
     def near(self, addr: str) -> bool:
         return False

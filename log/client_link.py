@@ -24,8 +24,9 @@ from log import read_index as ri
 from log.ports import FollowedEntry
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import refusals, transport, world
+from runtime import refusals, world
 from runtime.refusals import Refusal
+from runtime.stubs import Stubs
 
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
 
@@ -173,23 +174,11 @@ class _GrpcEntries:
         self.call.cancel()
 
 
-class GrpcLog:
+class GrpcLog(Stubs):
     """Every log server by gRPC."""
 
     def __init__(self) -> None:
-        self._channels: dict[str, grpc.Channel] = {}
-        self._stubs: dict[str, log_pb2_grpc.LogStub] = {}  # a stub builds a callable per method
-        self._lock = world.lock()
-
-    def stub(self, addr: str) -> log_pb2_grpc.LogStub:
-        stub = self._stubs.get(addr)
-        if stub is None:
-            with self._lock:
-                ch = self._channels.get(addr)
-                if ch is None:
-                    ch = self._channels[addr] = transport.channel(addr)
-                stub = self._stubs[addr] = log_pb2_grpc.LogStub(ch)
-        return stub
+        super().__init__(log_pb2_grpc.LogStub)
 
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
         req = pb.AppendRequest(log_id=log_id, payloads=payloads)
@@ -231,10 +220,6 @@ class GrpcLog:
         return [LogState(ls.log_id, ls.writer_id, ls.epoch, ls.first_position, ls.last_position,
                          next((r.position for r in ls.replicas if r.server_id == st.server_id), -1))
                 for ls in st.logs]
-
-    def close(self) -> None:
-        for ch in self._channels.values():
-            ch.close()
 
 
 # ReadIndex's Tail calls, for every LogClient of the process.

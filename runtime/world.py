@@ -17,7 +17,7 @@ import queue as queue_
 import random as random_
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any, Protocol, TypeVar
 
@@ -196,6 +196,18 @@ def boot_clock() -> float:
 def random() -> float:
     """A number in [0, 1), for jitter: backoffs, spreading calls over peers."""
     return _backend.random()
+
+
+def choice(items: Sequence[T]) -> T:
+    """One of `items` (not empty), drawn by random()."""
+    return items[min(len(items) - 1, int(random() * len(items)))]
+
+
+def shuffle(items: list[Any]) -> None:
+    """Put `items` in an order drawn by random(), in place."""
+    for i in range(len(items) - 1, 0, -1):
+        j = min(i, int(random() * (i + 1)))
+        items[i], items[j] = items[j], items[i]
 
 
 def buggify(point: str) -> bool:

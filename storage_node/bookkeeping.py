@@ -9,7 +9,6 @@ never stops one for good; none of them changes what the node has applied."""
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Iterator
 
 from catalog import datasets, registry, shard_moves
@@ -17,10 +16,9 @@ from catalog import usage as usage_reports
 from catalog.routing import log_of, shards_of_log
 from log.client import LogError
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc
 from record import codec
 from record.model import Drop, Position, Record
-from runtime import loops, transport, world
+from runtime import loops, world
 from storage_node import lww, usage
 from storage_node.apply_loop import ApplyLoop
 from storage_node.eventual_service import EventualService
@@ -178,8 +176,7 @@ class Bookkeeping:
         s.lag = lag  # one assignment: a health check never sees it half made
         peers = s.peers(members_only=True)
         if peers:
-            theirs = kv_pb2_grpc.StorageStub(transport.channel(random.choice(peers))).Status(
-                pb.NodeStatusRequest(), timeout=5)
+            theirs = s.peer_calls.call(world.choice(peers), "Status", pb.NodeStatusRequest(), 5)
             mine = {shard: (pos, digest) for shard, _, pos, digest in s.shard_digests()}
             DIVERGED.set(sum(1 for t in theirs.shards if mine.get(t.shard, (None, 0))[0] == t.position
                              and mine[t.shard][1] != t.digest))

@@ -26,8 +26,7 @@ import grpc
 from rocksdict import Rdict, WriteBatch
 
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc
-from runtime import transport
+from runtime.stubs import Calls
 
 log = logging.getLogger("midtown.storage.bootstrap")
 
@@ -66,13 +65,14 @@ def needed(saved: dict[int, int], first_available: dict[int, int], marker: bool)
     return marker or any(saved.get(lg, 0) < first for lg, first in first_available.items())
 
 
-def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None]) -> str:
+def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None], calls: Calls) -> str:
     """Replace the state in `db` (a rocksdict Rdict) by a peer's; returns the peer used.
-    `sync()` makes what was written durable. BootstrapFailed if no peer gave a whole copy."""
+    `sync()` makes what was written durable; `calls`: the way to the peers. BootstrapFailed
+    if no peer gave a whole copy."""
     errors = []
     for addr in peers:
         try:
-            n = _copy_one(db, addr, sync)
+            n = _copy_one(db, addr, sync, calls)
             log.info("bootstrapped from %s: %d keys", addr, n)
             return addr
         except (grpc.RpcError, BootstrapFailed) as e:
@@ -98,27 +98,27 @@ def finish(db: Rdict, sync: Callable[[], None]) -> None:
     sync()
 
 
-def _copy_one(db: Rdict, addr: str, sync: Callable[[], None]) -> int:
+def _copy_one(db: Rdict, addr: str, sync: Callable[[], None], calls: Calls) -> int:
     begin(db, sync)
-    with transport.channel(addr) as channel:
-        return _receive(db, kv_pb2_grpc.StorageStub(channel), sync)
-
-
-def _receive(db: Rdict, stub: kv_pb2_grpc.StorageStub, sync: Callable[[], None]) -> int:
-    n = 0
-    for chunk in stub.Snapshot(pb.SnapshotRequest(), timeout=3600):
-        if len(chunk.keys) != len(chunk.values):
-            raise BootstrapFailed(f"a chunk with {len(chunk.keys)} keys and {len(chunk.values)} values")
-        wb = WriteBatch(raw_mode=True)
-        for k, v in zip(chunk.keys, chunk.values):
-            if not STATE_FIRST <= k < STATE_END:
-                raise BootstrapFailed(f"a key outside the state: {k[:20]!r}")
-            wb.put(k, v)
-        db.write(wb)
-        n += len(chunk.keys)
-        if chunk.last:
-            if chunk.count != n:
-                raise BootstrapFailed(f"{n} keys received, the peer sent {chunk.count}")
-            finish(db, sync)
-            return n
+    chunks, call = calls.stream(addr, "Snapshot", pb.SnapshotRequest(), 3600)
+    try:
+        n = 0
+        for chunk in chunks:
+            if len(chunk.keys) != len(chunk.values):
+                raise BootstrapFailed(f"a chunk with {len(chunk.keys)} keys and {len(chunk.values)} values")
+            wb = WriteBatch(raw_mode=True)
+            for k, v in zip(chunk.keys, chunk.values):
+                if not STATE_FIRST <= k < STATE_END:
+                    raise BootstrapFailed(f"a key outside the state: {k[:20]!r}")
+                wb.put(k, v)
+            db.write(wb)
+            n += len(chunk.keys)
+            if chunk.last:
+                if chunk.count != n:
+                    raise BootstrapFailed(f"{n} keys received, the peer sent {chunk.count}")
+                finish(db, sync)
+                return n
+    finally:
+        if call is not None:  # a copy given up: its stream too
+            call.cancel()
     raise BootstrapFailed("the stream ended before its last chunk")

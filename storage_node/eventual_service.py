@@ -7,7 +7,6 @@ membership."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable
 
@@ -18,9 +17,9 @@ from catalog import registry
 from catalog import usage as usage_reports
 from catalog.replica_sets import ReplicaSets
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc
-from runtime import transport
+from runtime import world
 from runtime.refusals import BadRequest
+from runtime.stubs import Calls
 from storage_node import lww
 from storage_node.limits import LWW_PAGE_MAX
 from storage_node.lww import LwwReplica
@@ -41,10 +40,10 @@ def _check_lww_limit(limit: int) -> None:
 class EventualService:
     def __init__(self, node_id: int, zk: KazooClient, store: NodeStore, replica: LwwReplica,
                  kv: Callable[[], registry.KvTopology], peers: Callable[[], dict[int, str]],
-                 sets: Callable[[], ReplicaSets], stop: threading.Event) -> None:
+                 sets: Callable[[], ReplicaSets], stop: threading.Event, calls: Calls) -> None:
         """`kv`: the cluster's key-value topology as the node last read it (members change);
         `peers`: the other storage nodes that are up, id -> address; `sets`: which nodes
-        hold each shard, as last read."""
+        hold each shard, as last read; `calls`: the way to them."""
         self.node_id = node_id
         self.zk = zk
         self.store = store
@@ -53,6 +52,7 @@ class EventualService:
         self._peers = peers
         self._sets = sets
         self._stop = stop
+        self.calls = calls
         self.purged = 0  # tombstones and expired values purged since start
         self.shards_pulled = 0  # shards anti-entropy read from a peer (hashes differed)
         self.repaired = 0  # values taken from peers by anti-entropy
@@ -92,12 +92,12 @@ class EventualService:
         both = {nid: shared for nid, shared in both.items() if shared}  # peers with a shard of ours
         if not both:
             return
-        peer = random.choice(sorted(both))
+        peer = world.choice(sorted(both))
         shards = self.kv().shards
-        channel = transport.channel(peers[peer])
-        stub = kv_pb2_grpc.StorageStub(channel)
+        addr = peers[peer]
         try:
-            theirs = list(stub.LwwHashes(pb.LwwHashesRequest(), timeout=PEER_CALL_TIMEOUT_S).hashes)
+            hashes = self.calls.call(addr, "LwwHashes", pb.LwwHashesRequest(), PEER_CALL_TIMEOUT_S)
+            theirs = list(hashes.hashes)
             mine = self.lww.hashes(shards)
             for shard in both[peer]:
                 if shard < len(theirs) and theirs[shard] == mine[shard]:
@@ -105,17 +105,14 @@ class EventualService:
                 self.shards_pulled += 1
                 after = b""
                 while not self._stop.is_set():
-                    page = stub.LwwRange(
-                        pb.LwwRangeRequest(shard=shard, after=after, limit=ANTI_ENTROPY_PAGE),
-                        timeout=PEER_CALL_TIMEOUT_S)
+                    page = self.calls.call(addr, "LwwRange", pb.LwwRangeRequest(
+                        shard=shard, after=after, limit=ANTI_ENTROPY_PAGE), PEER_CALL_TIMEOUT_S)
                     self.repaired += self.lww.merge(page)
                     if not page.more:
                         break
                     after = page.keys[-1]
         except grpc.RpcError as e:
             log.debug("anti-entropy: %s", e.code())
-        finally:
-            channel.close()
 
     def drop_if_outlived(self) -> None:
         """If the peers have run for longer than the tombstone grace since this node was

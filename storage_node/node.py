@@ -75,7 +75,7 @@ class StorageNode:
                            lambda: s.kv, s.kv_logs, s.holds)
         self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.kv, s.kv_logs, s.holds, s.stop)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
-                                        lambda: s.sets, s.stop)
+                                        lambda: s.sets, s.stop, s.peer_calls)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
                                  answers or Callbacks())
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual, self.applier)
@@ -158,7 +158,7 @@ class StorageNode:
                     rebuild.by_shard(s, sorted({*shards, *moving}), {lg: h for lg, (_, h) in bounds.items()},
                                      self.intake.receive, deadline)
                 else:
-                    bootstrap.copy_from(s.store.db, peers, s.store.sync)
+                    bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls)
                 break
             except bootstrap.BootstrapFailed as e:
                 if world.monotonic() > deadline:

@@ -22,7 +22,6 @@ it did not copy (anti-entropy)."""
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping
 
 import grpc
@@ -92,7 +91,7 @@ def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float
     while True:
         live = registry.members(s.zk, registry.STORAGE_NODES)
         sources = [n for n in s.sets.of(shard) if n != s.node_id and n in live]
-        random.shuffle(sources)
+        world.shuffle(sources)
         for n in sources:
             try:
                 at, ts, _, _ = receive(live[n], shard, 0.0, head)

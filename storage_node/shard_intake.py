@@ -8,7 +8,6 @@ an earlier try's leftovers are dropped before a new one."""
 from __future__ import annotations
 
 import logging
-import random
 from typing import Any
 
 import grpc
@@ -16,8 +15,7 @@ import grpc
 from catalog import registry
 from catalog.routing import check_shard, log_of
 from midtown_pb import kv_pb2 as pb
-from midtown_pb import kv_pb2_grpc
-from runtime import transport, world
+from runtime import world
 from runtime.refusals import BadRequest, Refusal
 from storage_node import keys
 from storage_node.state import NodeState
@@ -74,7 +72,7 @@ class Intake:
         holders = registry.read_replica_sets(s.zk, kv).of(shard)
         live = registry.members(s.zk, registry.STORAGE_NODES)
         order = [n for n in holders if n in live and n != s.node_id]
-        random.shuffle(order)
+        world.shuffle(order)
         order.sort(key=lambda n: n != req.prefer_source)
         errors = []
         for n in order:
@@ -131,8 +129,9 @@ class Intake:
                                   wait_ms=SOURCE_WAIT_MS, rate_mb_s=rate_mb_s)
         prefixes = keys.shard_prefixes(shard)
         count = size = 0
-        with transport.channel(addr) as channel:
-            for chunk in kv_pb2_grpc.StorageStub(channel).Snapshot(want, timeout=COPY_TIMEOUT_S):
+        chunks, call = s.peer_calls.stream(addr, "Snapshot", want, COPY_TIMEOUT_S)
+        try:
+            for chunk in chunks:
                 if len(chunk.keys) != len(chunk.values):
                     raise CopyFailed(f"a chunk with {len(chunk.keys)} keys and {len(chunk.values)} values")
                 wb = s.store.batch()
@@ -148,4 +147,7 @@ class Intake:
                         raise CopyFailed(f"{count} keys received, the source sent {chunk.count}")
                     s.store.sync()
                     return chunk.position, chunk.log_time_ms, count, size
+        finally:
+            if call is not None:  # a copy given up: its stream too
+                call.cancel()
         raise CopyFailed("the stream ended before its last chunk")

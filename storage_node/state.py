@@ -21,7 +21,9 @@ from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
 from catalog.shard_moves import Move
 from log.client import LogClient
+from midtown_pb import kv_pb2_grpc
 from runtime import world
+from runtime.stubs import Calls, Stubs
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 
@@ -51,6 +53,8 @@ class NodeState:
     cond: threading.Condition = field(default_factory=world.condition)  # notified after each batch
     commit_lock: threading.Lock = field(default_factory=world.lock)  # a batch commits whole
     stop: threading.Event = field(default_factory=world.event)
+    # The way to the other storage nodes (runtime/stubs.py): gRPC unless wired otherwise.
+    peer_calls: Calls = field(default_factory=lambda: Stubs(kv_pb2_grpc.StorageStub))
 
     @property
     def zk(self) -> KazooClient:

@@ -18,6 +18,8 @@ from rocksdict import Options, Rdict
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import COPYING, JOINED, TAILING, Move
 from midtown_pb import kv_pb2 as pb
+from midtown_pb import kv_pb2_grpc
+from runtime.stubs import Stubs
 from storage_node import bootstrap, rebuild, shard_copy
 
 PEER = {b"K\x00\x00\x00\x01a": b"v1", b"P\x00\x00\x00\x00": b"\x00" * 16, b"D\x00\x00\x00\x01": b"d" * 8}
@@ -69,14 +71,16 @@ def test_a_whole_copy_replaces_the_state_and_a_broken_one_leaves_the_marker() ->
             try:
                 db[b"K\x00\x00\x00\x09old"] = b"stale"  # the node's own, behind: must go
                 syncs: list[int] = []
+                peers = Stubs(kv_pb2_grpc.StorageStub)
                 broken = [a for _, a in servers[:2]]
                 with pytest.raises(bootstrap.BootstrapFailed, match="5"):
-                    bootstrap.copy_from(db, broken, lambda: syncs.append(1))
+                    bootstrap.copy_from(db, broken, lambda: syncs.append(1), peers)
                 assert db.get(bootstrap.MARKER) is not None  # the next start tries again
-                used = bootstrap.copy_from(db, [a for _, a in servers], lambda: syncs.append(1))
+                used = bootstrap.copy_from(db, [a for _, a in servers], lambda: syncs.append(1), peers)
                 assert used == servers[2][1]
                 assert {bytes(k): bytes(v) for k, v in db.items()} == PEER
             finally:
+                peers.close()
                 db.close()
     finally:
         for s, _ in servers:

@@ -10,9 +10,9 @@ from prometheus_client import Counter
 
 from log import limits as log_limits
 from log.client import Appended, LogClient
+from runtime import world
 from runtime.group_commit import GroupCommit
 
-APPEND_TIMEOUT_S = 20.0
 APPEND_CALLS = Counter("midtown_coordinator_log_appends_total",
                        "Append calls a coordinator made to the logs (each carries one or more records)",
                        ["log"])
@@ -31,25 +31,36 @@ class Appender:
     def __init__(self, logs: LogClient, log_id: int) -> None:
         self.logs = logs
         self.log_id = log_id
-        self._group: GroupCommit[bytes, Placed] = GroupCommit(
-            self._append, size=len, max_size=log_limits.BATCH_BYTES_MAX)
+        # Each item: a payload and its caller's deadline (world.monotonic()).
+        self._group: GroupCommit[tuple[bytes, float], Placed] = GroupCommit(
+            self._batch, size=lambda item: len(item[0]), max_size=log_limits.BATCH_BYTES_MAX)
 
     def append(self, payload: bytes, timeout_s: float) -> Placed:
-        """Where the log put the payload, once it has it durably. LogError from the log;
-        GroupTimeout if the append could not start within `timeout_s`."""
-        return self._group.call(payload, timeout_s)
+        """Where the log put the payload, once it has it durably, within `timeout_s`.
+        LogError from the log (an append that ran out of time among them); GroupTimeout if
+        the append could not start within `timeout_s`."""
+        return self._group.call((payload, world.monotonic() + timeout_s), timeout_s)
 
     def append_many(self, payloads: list[bytes], timeout_s: float) -> list[Placed]:
         """Payloads that already make a batch (a bulk write's records): one Append of their
         own, beside the group commit."""
         return self._append(payloads, timeout_s)
 
-    def _append(self, payloads: list[bytes], timeout_s: float = APPEND_TIMEOUT_S) -> list[Placed]:
+    def _batch(self, items: list[tuple[bytes, float]]) -> list[Placed]:
+        """One group's append, within the earliest deadline among its callers: none of them
+        waits past its own (a caller that joined later may see its append fail sooner than
+        it had to, and retries; its outcome is unknown, as after any failed append)."""
+        budget = max(0.0, min(d for _, d in items) - world.monotonic())
+        return self._append([p for p, _ in items], budget)
+
+    def _append(self, payloads: list[bytes], timeout_s: float) -> list[Placed]:
+        deadline = world.monotonic() + timeout_s
         out: list[Placed] = []
         for i in range(0, len(payloads), log_limits.BATCH_ENTRIES_MAX):
             chunk = payloads[i:i + log_limits.BATCH_ENTRIES_MAX]
             APPEND_CALLS.labels(log=str(self.log_id)).inc()
-            r: Appended = self.logs.append(self.log_id, chunk, timeout_s=timeout_s)
+            left = max(0.0, deadline - world.monotonic())
+            r: Appended = self.logs.append(self.log_id, chunk, timeout_s=left)
             out.extend(Placed(r.first_position + j, r.timestamp_ms, r.attempts > 1)
                        for j in range(len(chunk)))
         return out

@@ -1,0 +1,54 @@
+"""The coordinator's group commit toward a log (coordinator/appender.py) keeps each caller's
+deadline: a group's Append runs within the earliest deadline among its callers (it once ran
+every group for 20 s, whatever the request's deadline; the whole-cluster simulation saw
+writes take 10 s against 5, tests/sim/nodes.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from coordinator.appender import Appender
+from log.client import Appended
+
+
+class _Logs:
+    """A log client that records the time each Append was given, and holds the first one
+    until told to go (so that the callers behind it make one group)."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+        self.go = threading.Event()
+
+    def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0) -> Appended:
+        self.timeouts.append(timeout_s)
+        if len(self.timeouts) == 1:
+            assert self.go.wait(10)
+        return Appended(len(self.timeouts) * 100, len(payloads), 0, 1, 1)
+
+
+def test_a_lone_append_runs_within_its_deadline() -> None:
+    logs = _Logs()
+    logs.go.set()
+    Appender(logs, 0).append(b"x", 2.0)  # type: ignore[arg-type]
+    assert 0 < logs.timeouts[0] <= 2.0
+
+
+def test_a_group_runs_within_the_earliest_deadline_of_its_callers() -> None:
+    logs = _Logs()
+    a = Appender(logs, 0)  # type: ignore[arg-type]
+    first = threading.Thread(target=a.append, args=(b"lead", 5.0))
+    first.start()
+    while not logs.timeouts:  # the first append is in flight: the next callers queue
+        time.sleep(0.01)
+    late = [threading.Thread(target=a.append, args=(b"p%d" % i, t)) for i, t in enumerate((3.0, 1.5, 4.0))]
+    for t in late:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(a._group._q) < 3 and time.monotonic() < deadline:  # all three queued behind it
+        time.sleep(0.01)
+    logs.go.set()
+    for t in [first, *late]:
+        t.join(10)
+    assert len(logs.timeouts) == 2, "the three callers behind the first make one group"
+    assert 0 < logs.timeouts[1] <= 1.5

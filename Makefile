@@ -46,10 +46,12 @@ test-fast: proto
 # writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
 # ELECTIONS=1: whole log servers (log/node.py), crashed and paused (SERVERS=5: ensemble changes,
 # BROKEN=past-lac); WIPES=1: some restart on
-# an empty disk, BROKEN=no-store-check starting on it all the same)
+# an empty disk, BROKEN=no-store-check starting on it all the same; NODES=1: real storage
+# nodes and a coordinator beside whole log servers, BROKEN=publish-unsynced, truncate-ahead,
+# read-anywhere or retry-new-id)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
-		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(WRITERS),--writers) \
+		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
 		$(if $(ELECTIONS),--writers --elections) $(if $(WIPES),--writers --elections --wipes) \
 		$(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule)) \
@@ -70,6 +72,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
 	$(PY) -m tests.sim.run --seed 700000 --runs 500 --writers --elections
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
+	$(PY) -m tests.sim.run --seed 900000 --runs 1000 --nodes
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import queue
-import random
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -221,7 +220,7 @@ class Replicas:
         """Live storage nodes holding `shard` to read from: the one in this process first,
         then the others in random order."""
         nodes = list(self.holders(shard).values())
-        random.shuffle(nodes)
+        world.shuffle(nodes)
         nodes.sort(key=lambda a: not self.link.near(a))
         return nodes
 

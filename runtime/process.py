@@ -7,14 +7,13 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
 
-from runtime import transport
+from runtime import transport, world
 
 T = TypeVar("T")
 
@@ -42,12 +41,12 @@ Fatal = Callable[[int, str], None]
 def wait_until(fn: Callable[[], T | None], missing: str, timeout_s: float = 60.0) -> T:
     """What `fn()` gives once it is not None, asked every 0.2 s; a process starting up
     exits with `missing` (what it waited for, and what to do) if it never comes."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    deadline = world.monotonic() + timeout_s
+    while world.monotonic() < deadline:
         v = fn()
         if v is not None:
             return v
-        time.sleep(0.2)
+        world.sleep(0.2)
     raise SystemExit(missing)
 
 

@@ -53,16 +53,22 @@ class Callbacks:
         return False
 
     def send(self, addr: str, results: list[Answer]) -> None:
-        msgs = []
-        for result, secret in results:
-            m = codec.result_to_pb(result)
-            m.answer_secret = secret
-            msgs.append(m)
+        msgs = encoded(results)
         with self._lock:
             o = self._outlets.get(addr)
             if o is None:
                 o = self._outlets[addr] = _Outlet(addr)
         o.put(msgs)
+
+
+def encoded(results: list[Answer]) -> list[pb.RecordResult]:
+    """Results as a Deliver call carries them, each with its secret."""
+    msgs = []
+    for result, secret in results:
+        m = codec.result_to_pb(result)
+        m.answer_secret = secret
+        msgs.append(m)
+    return msgs
 
 
 class ProcessAnswers:

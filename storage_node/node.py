@@ -23,6 +23,7 @@ from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops, world
 from runtime.process import Fatal, exit_now, wait_until
 from runtime.refusals import BadRequest
+from runtime.stubs import Calls
 from storage_node import bootstrap, rebuild
 from storage_node.apply_loop import ApplyLoop
 from storage_node.bookkeeping import Bookkeeping
@@ -57,12 +58,13 @@ class Parts:
 class StorageNode:
     def __init__(self, node_id: int, addr: str, parts: Parts, settings: Settings | None = None,
                  on_fatal: Fatal = exit_now, local_log: inprocess.Local[LocalLog] | None = None,
-                 answers: AnswerLink | None = None) -> None:
+                 answers: AnswerLink | None = None, peers: Calls | None = None) -> None:
         """A storage node from its parts, with no I/O of its own (StorageNode.open opens
         them). `on_fatal(code, why)`: what the process does when this node must not go on
         (it exits, chosen where the process is wired; a test can record it instead).
         `local_log`: the log server of this process, if any (the host layout); `answers`:
-        the way to the coordinators (gRPC by default; storage_node/callbacks.py)."""
+        the way to the coordinators (gRPC by default; storage_node/callbacks.py); `peers`:
+        the way to the other storage nodes (gRPC by default; runtime/stubs.py)."""
         self.addr = addr
         settings = settings or Settings()
         self.data_dir = parts.data_dir
@@ -70,6 +72,8 @@ class StorageNode:
         self.state = s = NodeState(node_id, settings, logs, store, kv, parts.log_count,
                                    min(kv.logs, parts.log_count), parts.sets)
         s.reload_positions()
+        if peers is not None:
+            s.peer_calls = peers
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, parts.data_dir, s.commit_lock, s.cond, s.positions,
                            lambda: s.kv, s.kv_logs, s.holds)

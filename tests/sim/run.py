@@ -8,7 +8,10 @@ Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--b
 Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
   [--broken truncate-ahead|retry-new-id|read-anywhere|publish-unsynced]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
-  python -m tests.sim.run --writers --seed 42 [--elections [--wipes]] [--broken ends-at-lac|no-store-check]"""
+  python -m tests.sim.run --writers --seed 42 [--elections [--wipes]] [--broken ends-at-lac|no-store-check]
+Real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py):
+  python -m tests.sim.run --nodes --seed 42
+  [--broken publish-unsynced|truncate-ahead|read-anywhere|retry-new-id]"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import logging
 import sys
 import time
 
-from tests.sim import cluster, moves, writers
+from tests.sim import cluster, moves, nodes, writers
 from tests.sim.harness import Config, Sim
 
 
@@ -53,6 +56,8 @@ def main() -> int:
     ap.add_argument("--elections", action="store_true",
                     help="with --writers: the servers' real election (log/election.py), whole servers "
                          "crashed")
+    ap.add_argument("--nodes", action="store_true",
+                    help="real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py)")
     ap.add_argument("--broken", default="",
                     help="with --moves, --cluster or --writers: a broken variant "
                          "(tests/sim/moves.py, cluster.py, writers.py)")
@@ -64,6 +69,8 @@ def main() -> int:
     counts: dict[str, int] = {}
     if a.writers:
         return _writers(a)
+    if a.nodes:
+        return _nodes(a)
     for seed in range(a.seed, a.seed + a.runs):
         cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim,
                      ensemble_change=a.ensemble_change, machines=a.machines, placement=a.placement,
@@ -129,6 +136,31 @@ def _writers(a: argparse.Namespace) -> int:
           + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "
           + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))
+    return 1 if bad else 0
+
+
+def _nodes(a: argparse.Namespace) -> int:
+    """Runs of tests/sim/nodes.py: failures, and what the runs did (summed)."""
+    t0 = time.monotonic()
+    bad = 0
+    simulated = 0.0
+    counts: dict[str, int] = {}
+    for seed in range(a.seed, a.seed + a.runs):
+        r, c = nodes.run(seed, broken=a.broken)
+        simulated += r.simulated_s
+        for k, n in c.items():
+            if k != "results crc":
+                counts[k] = counts.get(k, 0) + n
+        if a.trace:
+            print(f"seed {seed}: {c}, {r.switches} task switches, {r.simulated_s:.1f} simulated s")
+        if r.violations or r.failures:
+            bad += 1
+            print(f"seed {seed}: {len(r.violations)} violations, {len(r.failures)} failures, first: "
+                  f"{(r.violations + r.failures)[0]}")
+    dt = time.monotonic() - t0
+    print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); {counts['writes']} writes through "
+          f"the coordinator, {counts['writes'] / dt:.0f} per wall second, {simulated / dt:.1f} simulated s "
+          f"per wall second; " + ", ".join(f"{n} {k}" for k, n in counts.items() if k != "writes"))
     return 1 if bad else 0
 
 

@@ -402,6 +402,8 @@ class _Entries:
 
 
 class WriterSim:
+    follows = True  # with elections: a follow from the log's first position, checked (follower)
+
     def __init__(self, seed: int, cfg: Config | None = None) -> None:
         self.cfg = cfg or Config()
         self.sched = Scheduler(seed)
@@ -641,6 +643,7 @@ class WriterSim:
             self.claim(0)
         stop = world.event()
         self.acked_at: list[tuple[float, int]] = []  # (when, position) of the log client's acks
+        self.start_more(stop)
         for c in range(self.cfg.clients):
             if self.cfg.elections:  # the servers' own Append answers, through the real log client
                 world.spawn(f"client-{c}", lambda c=c: self.appender(f"c{c}", stop))
@@ -648,6 +651,7 @@ class WriterSim:
                 world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
         if self.cfg.elections:
             world.spawn("reader", lambda: self.reader(stop))
+        if self.cfg.elections and self.follows:
             self.followed: dict[int, bytes] = {}
             self.followed_next = FIRST_POSITION
             self.follow_stop = world.event()
@@ -690,6 +694,9 @@ class WriterSim:
                       appends_failed=self.appends_failed, read_indexes=self.read_indexes,
                       followed=self.follow_delivered,
                       buggified=dict(self.sched.buggified))
+
+    def start_more(self, stop: Any) -> None:
+        """More roles beside the log's, until `stop` is set (tests/sim/nodes.py)."""
 
     def isolate(self) -> None:
         for _ in range(self.cfg.isolations):
@@ -742,7 +749,8 @@ class WriterSim:
             self.violations.append("no writer recovered the log within 30 s of the end")
             return
         if self.cfg.elections:
-            self.wait_follow(final)
+            if self.follows:
+                self.wait_follow(final)
             final = self.settled() or final  # a paused writer may have been taken over meanwhile
             # An older writer that woke up found the log taken and stopped.
             stale = [f"{proc} (epoch {d.epoch})" for proc, d in self.writers
@@ -753,7 +761,8 @@ class WriterSim:
         meta, _ = zkpaths.read_metadata(self.admin, LOG)
         last = final.core
         end = reading.committed_end(meta, last.lac)
-        if self.cfg.elections:
+        self.checked = meta, end  # what a subclass's checks go on from
+        if self.cfg.elections and self.follows:
             self.check_followed(meta, end)
         for p in range(FIRST_POSITION, end + 1):
             held = self.held(meta, p)

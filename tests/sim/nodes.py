@@ -1,0 +1,569 @@
+"""Storage nodes whole in the seeded simulation (issue 51): tests/sim/writers.py's whole log
+servers and real log clients, and beside them real storage nodes (storage_node/node.py
+StorageNode started as its process starts it: ZooKeeper registration and the replica sets'
+watch, the bootstrap check, the bookkeeping rounds that publish durable positions, truncate
+the log and measure the lag, the apply loop's tail threads following the log through the
+log client, answers sent to the coordinator's address), each in its own simulated process
+on the simulated ZooKeeper, its store on the simulator's disk (tests/sim/disk.py), and its
+calls to its peers over the simulated network. A fault kills a node (its ZooKeeper session
+expires after the timeout) or cuts its machine's power (the batches written since its last
+sync may be lost), and restarts it from its disk later.
+
+The clients append a coordinator's records (coordinator/records.py) through the real log
+client; a write whose append ended in an unknown outcome is appended again under the same
+request id, as the coordinator does when the SDK retries.
+
+The checks, after the log's (tests/sim/writers.py; the entries the nodes' truncations
+removed are kept aside, so the whole committed log is still checked):
+  (1) every answer to a request id, from any node, is the outcome of its first append in the
+      committed log, as a model applying the log in order says (tests/sim/store.py);
+  (2) exactly once: a write counts at most once, and once if it was answered or its append
+      acknowledged;
+  (3) a node restarted after a crash or a power loss is at or past every position it
+      published into the log before it went down;
+  (4) no node stops (a node behind a truncation does);
+  (5) at the end every node has applied the whole log, and holds each of its shards as the
+      model does (digest and values).
+
+Broken variants: "publish-unsynced" publishes the positions applied, not those made durable
+(storage_node/bookkeeping.py durable_positions); "retry-new-id" appends a retried write under
+a new request id."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from catalog import datasets, registry
+from coordinator.node import Coordinator
+from coordinator.records import record_for
+from log.client import LogClient
+from log.entry import Entry
+from log.limits import FIRST_POSITION
+from log.metadata import LogMetadata
+from log.store import Batch, MemStore
+from midtown_pb import kv_pb2 as pb
+from record import codec
+from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
+from runtime import world
+from runtime.refusals import Refusal
+from runtime.stubs import CallFailed
+from storage_node import bookkeeping, keys
+from storage_node.bookkeeping import Bookkeeping
+from storage_node.callbacks import Answer, encoded
+from storage_node.node import Parts, StorageNode
+from storage_node.settings import Settings
+from storage_node.store import NodeStore
+from tests.sim.disk import Disk
+from tests.sim.store import MemState
+from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink
+
+SHARDS = 6
+NODES = (0, 1, 2, 3)
+REPLICAS = 3
+COORDINATOR = "sim-coordinator"  # the records' callback address
+PKEYS = [b"k%d" % i for i in range(10)]
+BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere")
+RETRIES = 3  # attempts at a write whose outcome stayed unknown, as an SDK makes them
+# What a client retries (runtime/refusals.py; coordinator/node.py run_writes)
+UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
+           grpc.StatusCode.RESOURCE_EXHAUSTED)
+# Rounds faster than a real node's, so that a short run publishes and truncates often.
+SETTINGS = Settings(position_interval_s=1.0)
+
+
+@dataclass
+class Write:
+    request_id: bytes
+    record: Record
+    acked: bool = False  # its client had its result
+    result: RecordResult | None = None
+    done_at: float | None = None  # when
+
+
+def counted(w: Write, i: int) -> bool:
+    """Whether write `i` increments its own key, n<i> (a check-and-set alone does not)."""
+    return any(isinstance(op, Incr) and op.local_key == b"n%d" % i for op in w.record.ops)
+
+
+class _KeptStore(MemStore):
+    """A log server's store that hands the entries a truncation deletes to the simulation,
+    which checks the whole log at the end."""
+
+    def __init__(self, kept: dict[tuple[int, int], Entry]) -> None:
+        super().__init__()
+        self.kept = kept
+
+    def commit(self, batch: Batch) -> None:
+        if batch.delete_below is not None:
+            for (lg, epoch, p), e in self.entries.items():
+                if lg == batch.log_id and p < batch.delete_below:
+                    self.kept.setdefault((epoch, p), e)
+        super().commit(batch)
+
+
+class _Answers:
+    """The storage nodes' answers port (storage_node/callbacks.py AnswerLink) on the simulated
+    network: each batch reaches the coordinator after a delay, or is lost now and then (the
+    coordinator's client then retries)."""
+
+    def __init__(self, sim: NodeSim) -> None:
+        self.sim = sim
+
+    def near(self, addr: str) -> bool:
+        return False
+
+    def send(self, addr: str, results: list[Answer]) -> None:
+        sim = self.sim
+
+        def carry() -> None:
+            sim.delay()
+            if sim.rng.random() < sim.cfg.drop:
+                return
+            for r, _secret in results:
+                sim.answered.setdefault(r.request_id, []).append(r)
+            with sim.sched.process("coordinator-0"):
+                world.spawn("deliver", lambda: sim.coordinator.deliver(encoded(results)))
+        with sim.sched.process("network"):
+            world.spawn("answers", carry)
+
+
+class _PeerCalls:
+    """The storage nodes' way to their peers (runtime/stubs.py Calls) on the simulated
+    network: the call is answered by the peer's own method in its process after a delay; a
+    peer that is down refuses (UNAVAILABLE), one that does not answer in time fails
+    DEADLINE_EXCEEDED. A stream's messages are made whole there and sent back together."""
+
+    METHODS: dict[str, Callable[[StorageNode, Any], Any]] = {
+        "Status": lambda n, _req: n.status(),
+        "LwwHashes": lambda n, _req: n.lww_hashes(),
+        "LwwRange": lambda n, req: n.lww_range(req),
+        "Snapshot": lambda n, req: list(n.snapshot(req)),
+        "Read": lambda n, req: n.read(req),
+        "ReadMany": lambda n, req: n.read_many(req),
+    }
+
+    def __init__(self, sim: NodeSim) -> None:
+        self.sim = sim
+
+    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        sim, to = self.sim, int(addr.split(":")[1])
+        reply: futures.Future[Any] = world.future()
+
+        def there() -> None:
+            sim.delay()
+            node = sim.storage.get(to)
+            if node is None:
+                reply.set_exception(CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused"))
+                return
+            try:
+                proc = sim.sched.process(sim.storage_proc(to))
+            except RuntimeError:  # it went down or was paused meanwhile
+                return
+            with proc:
+                world.spawn("peer-call", lambda: answer(node))
+
+        def answer(node: StorageNode) -> None:
+            try:
+                r = self.METHODS[method](node, req)
+            except Exception as e:  # a refusal: the call's status
+                r = CallFailed(getattr(e, "code", grpc.StatusCode.UNKNOWN), str(e))
+            sim.delay()
+            if not reply.done():
+                (reply.set_exception if isinstance(r, CallFailed) else reply.set_result)(r)
+
+        with sim.sched.process("network"):
+            world.spawn("peer-call", there)
+        try:
+            return reply.result(timeout_s)
+        except futures.TimeoutError:
+            raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
+
+    def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
+        return iter(self.call(addr, method, req, timeout_s)), None
+
+
+class _StorageLink(_PeerCalls):
+    """The coordinator's way to the storage nodes (coordinator/storage_link.py) on the
+    simulated network: none is in its process."""
+
+    def near(self, addr: str) -> bool:
+        return False
+
+    def beside(self, log_id: int) -> int | None:
+        return None
+
+
+class NodeSim(WriterSim):
+    follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
+
+    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "") -> None:
+        assert broken in ("",) + BROKEN, broken
+        super().__init__(seed, replace(cfg or Config(), elections=True))
+        self.broken = broken
+        self.kept: dict[tuple[int, int], Entry] = {}  # (segment epoch, position) -> entry truncated
+        self.stores = {s: _KeptStore(self.kept) for s in self.servers}
+        self.disk = Disk()
+        self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-"))
+        self.storage: dict[int, StorageNode] = {}  # the live nodes
+        self.storage_zk: dict[int, Any] = {}
+        self.storage_inc = {n: 0 for n in NODES}
+        self.writes: list[Write] = []
+        self.answered: dict[bytes, list[RecordResult]] = {}
+        # (node, wall ms it went down, its position when it started again)
+        self.restarts: list[tuple[int, int, int]] = []
+        self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
+                       "strong reads": 0}
+
+    # --- the storage nodes ----------------------------------------------------------------
+
+    def storage_proc(self, n: int) -> str:
+        return f"storage-{n}-{self.storage_inc[n] - 1}"
+
+    def path(self, n: int) -> str:
+        return str(self.dir / f"node-{n}" / "state.db")
+
+    def start_node(self, n: int) -> int:
+        """Storage node `n`, as its process starts it (StorageNode.open, on the simulated
+        ZooKeeper, disk and network), started; returns the position it starts from."""
+        proc = f"storage-{n}-{self.storage_inc[n]}"
+        self.storage_inc[n] += 1
+        with self.sched.process(proc):
+            zk = self.ens.client()
+            zk.start()
+            logs = LogClient(zk=zk, link=_LogLink(self))
+            kv = registry.read_kv(zk)
+            assert kv is not None
+            (self.dir / f"node-{n}").mkdir(exist_ok=True)
+            store = NodeStore(self.path(n), open_db=self.disk.open)
+            parts = Parts(logs, store, kv, 1, registry.read_replica_sets(zk, kv), str(self.dir / f"node-{n}"))
+            node = StorageNode(n, f"sim-storage:{n}", parts, SETTINGS,
+                               on_fatal=lambda code, why: self.fatal(n, why),
+                               answers=_Answers(self), peers=_PeerCalls(self))
+            at = node.state.positions[LOG][0]
+            self.storage_zk[n] = zk
+            world.spawn("start", node.start)
+        self.storage[n] = node
+        return at
+
+    def fatal(self, n: int, why: str) -> None:
+        """Node `n` must not go on (storage_node/node.py on_fatal): its process exits. (4)"""
+        self.violations.append(f"node {n} stopped: {why}")
+        if n in self.storage:
+            self.stop_node(n, power=False)
+
+    def stop_node(self, n: int, power: bool) -> None:
+        """Node `n`'s process dies (what it wrote survives), or its machine loses power (what
+        it wrote since its last sync may not); ZooKeeper expires its session later."""
+        self.storage.pop(n)
+        self.sched.crash(self.storage_proc(n))
+        zk = self.storage_zk.pop(n)
+        zk.started = False
+
+        def expire() -> None:
+            world.sleep(self.ens.session_timeout_s)
+            self.ens.expire(zk)
+        with self.sched.process("main"):  # (not the node's: it may be the one stopping)
+            world.spawn("zk-expiry", expire)
+        if power:
+            self.counts["power losses"] += 1
+            self.counts["batches lost"] += self.disk.power_loss(self.path(n), self.rng)
+        else:
+            self.counts["node crashes"] += 1
+            self.disk.dbs.pop(self.path(n)).close()
+
+    def node_faults(self, stop: Any) -> None:
+        self.appending += 1  # the check waits for its last restart
+        try:
+            self._node_faults(stop)
+        finally:
+            self.appending -= 1
+
+    def _node_faults(self, stop: Any) -> None:
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(1.0, 4.0))
+            if stop.is_set() or len(self.storage) < len(NODES):
+                continue
+            n = self.rng.choice(NODES)
+            down_ms = world.wall_ms()
+            self.stop_node(n, power=self.rng.random() < 0.5)
+            world.sleep(self.rng.uniform(0.2, 3.0))
+            self.restarts.append((n, down_ms, self.start_node(n)))
+
+    # --- the clients ----------------------------------------------------------------------
+
+    def start_more(self, stop: Any) -> None:
+        self.dataset = datasets.create(self.admin, "d")
+        registry.create_kv(self.admin, SHARDS, list(NODES), logs=1, replicas=REPLICAS)
+        for n in NODES:
+            self.start_node(n)
+        self.start_coordinator()
+        world.spawn("node-faults", lambda: self.node_faults(stop))
+        world.spawn("strong-reader", lambda: self.strong_reader(stop))
+
+    def start_coordinator(self) -> None:
+        """The coordinator (coordinator/node.py Coordinator, as Coordinator.open wires it, on
+        the simulated ZooKeeper and network), started."""
+        with self.sched.process("coordinator-0"):
+            zk = self.ens.client()
+            zk.start()
+            kv = registry.read_kv(zk)
+            assert kv is not None
+            c = Coordinator(0, COORDINATOR, LogClient(zk=zk, link=_LogLink(self)), 1, kv,
+                            storage_link=_StorageLink(self))
+            c.answers._key = b"sim"  # its answer secrets, the same in every replay
+            c.start()
+        self.coordinator = c
+
+    def new_write(self) -> Write:
+        i = len(self.writes)
+        kind = self.rng.random()
+        ops: tuple[Any, ...] = (Incr(b"n%d" % i, 1), Incr(b"c", 1))  # once-only key, shared counter
+        if kind < 0.2:
+            ops += (Put(b"v", b"%d" % i),)
+        elif kind < 0.3:
+            ops = (Cas(b"v", expect_absent=True, new_value=b"first %d" % i),)
+        elif kind < 0.5:
+            ops = (Put(b"p%d" % i, b"%d" % i),)  # a plain put: answered at the log's acknowledgement
+        rec = record_for(self.dataset, b"r%d" % i, COORDINATOR, self.rng.choice(PKEYS), ops, b"", SHARDS)
+        w = Write(rec.request_id, rec)
+        self.writes.append(w)
+        return w
+
+    def appender(self, name: str, stop: Any) -> None:
+        """A client writing through the coordinator (Coordinator.execute, as the KV service
+        calls it), one write at a time; a write whose outcome is unknown is sent again
+        with the same request id, as the SDK retries (broken: a new one)."""
+        self.appending += 1
+        try:
+            while not stop.is_set():
+                self.write_once(self.new_write())
+                world.sleep(self.rng.uniform(0, 0.05))
+        finally:
+            self.appending -= 1
+
+    def write_once(self, w: Write) -> None:
+        rid = w.request_id
+        for attempt in range(RETRIES):
+            if attempt and self.broken == "retry-new-id":
+                rid = rid + b"'"
+            header = pb.RequestHeader(dataset=self.dataset.name, request_id=rid, first_attempt=attempt == 0)
+            start = world.monotonic()
+            try:
+                w.result = self.coordinator.execute(self.dataset, header, w.record.partition_key,
+                                                    list(w.record.ops), 5.0)
+                w.acked = True
+                w.done_at = world.monotonic()
+                return
+            except Refusal as e:
+                self.appends_failed += 1
+                if e.code not in UNKNOWN:
+                    self.violations.append(f"write {rid!r} refused {e.code.name}: {e.text}")
+                    return
+                self.counts["retries"] += attempt < RETRIES - 1
+            finally:
+                took = world.monotonic() - start
+                if took > 5 + 0.1:
+                    self.violations.append(f"a write took {took:.2f} s, past its 5 s deadline")
+
+    def strong_reader(self, stop: Any) -> None:
+        """Strong reads (Coordinator.strong_read: a ReadIndex round, then a replica that has
+        applied past the index; or through the log): each sees every write answered before
+        it began."""
+        n = 0
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(0.05, 0.3))
+            start = world.monotonic()
+            done = [i for i, w in enumerate(self.writes) if w.done_at is not None and w.done_at < start
+                    and counted(w, i)]
+            if not done:
+                continue
+            i = self.rng.choice(done)
+            w = self.writes[i]
+            n += 1
+            header = pb.RequestHeader(dataset=self.dataset.name, request_id=b"read-%d" % n)
+            try:
+                res, pos = self.coordinator.strong_read(self.dataset, header, w.record.partition_key,
+                                                        Get(b"n%d" % i), 5.0)
+            except Refusal:
+                continue
+            self.counts["strong reads"] += 1
+            if not res.found or res.value.value != b"1":
+                self.violations.append(f"a strong read at position {pos} read n{i} = "
+                                       f"{res.value.value if res.found else None!r}, not the 1 of write "
+                                       f"{w.request_id!r}, answered before it began")
+
+    # --- the end --------------------------------------------------------------------------
+
+    def entry(self, meta: LogMetadata, p: int) -> Entry | None:
+        seg = meta.segment_of(p)
+        if seg is None:
+            return None
+        for s in self.servers:
+            if (e := self.stores[s].get(LOG, seg.epoch, p)) is not None:
+                return e
+        return self.kept.get((seg.epoch, p))
+
+    def held(self, meta: LogMetadata, p: int) -> set[bytes]:
+        seg = meta.segment_of(p)
+        kept = self.kept.get((seg.epoch, p)) if seg is not None else None
+        return super().held(meta, p) | ({kept.payload} if kept is not None else set())
+
+    def check(self) -> None:
+        super().check()
+        if self.violations:
+            return
+        meta, end = self.checked
+        for n in NODES:  # every node back
+            if n not in self.storage:
+                self.start_node(n)
+        deadline = world.monotonic() + 60
+        while world.monotonic() < deadline and not all(
+                node.state.positions[LOG][0] > end for node in self.storage.values()):
+            world.sleep(0.5)
+        behind = {n: node.state.positions[LOG][0] - 1 for n, node in self.storage.items()
+                  if node.state.positions[LOG][0] <= end}
+        if behind:  # (5)
+            self.violations.append(f"nodes applied only up to {behind} of the committed end {end}")
+            return
+        model = MemState()
+        first: dict[bytes, RecordResult] = {}
+        published: list[tuple[int, int, int]] = []  # (log time, node, position)
+        for p in range(FIRST_POSITION, end + 1):
+            e = self.entry(meta, p)
+            assert e is not None  # the log's checks found every committed position held
+            if not e.payload:
+                continue
+            rec = codec.record_from_bytes(e.payload)
+            if not rec.request_id:
+                published += [(e.timestamp_ms, op.node_id, op.position) for op in rec.ops
+                               if isinstance(op, Position)]
+                continue
+            first.setdefault(rec.request_id, model.run(rec, p, e.timestamp_ms))
+        self.counts["log positions"] = end + 1 - FIRST_POSITION
+        self.counts["positions published"] = len(published)
+        self.counts["truncated entries checked"] = len(self.kept)
+        self.check_answers(first)
+        self.check_once(model)
+        self.check_restarts(published)
+        self.check_replicas(model)
+
+    @staticmethod
+    def _outcome(r: RecordResult) -> tuple[Any, ...]:
+        return (r.position, r.applied, r.results, r.digest)
+
+    def check_answers(self, first: dict[bytes, RecordResult]) -> None:
+        for w in self.writes:  # (1) what each client was told
+            want = first.get(w.request_id)
+            if w.result is not None and (want is None or (w.result.position, w.result.results) != (
+                    want.position, want.results)):
+                self.violations.append(f"write {w.request_id!r}: its client was told {w.result}, the log's "
+                                       f"first append of it gives {want}")
+                return
+        for rid, rs in self.answered.items():  # (1) what each node answered
+            want = first.get(rid)
+            for r in rs:
+                if want is None or self._outcome(r) != self._outcome(want):
+                    self.violations.append(f"request {rid!r}: node {r.node_id} answered {self._outcome(r)}, "
+                                           f"the log's first append of it gives "
+                                           f"{None if want is None else self._outcome(want)}")
+                    return
+
+    def check_once(self, model: MemState) -> None:
+        for i, w in enumerate(self.writes):  # (2)
+            if not counted(w, i):
+                continue
+            v = model.get(keys.value_key(w.record.shard, self.dataset.id, w.record.partition_key, b"n%d" % i))
+            n = 0 if v is None else int(v.value)
+            must = w.acked or w.request_id in self.answered
+            if n > 1 or (must and n != 1):
+                self.violations.append(f"write {w.request_id!r} counted {n} times"
+                                       + (" (acknowledged or answered)" if must else ""))
+                return
+
+    def check_restarts(self, published: list[tuple[int, int, int]]) -> None:
+        for n, down_ms, at in self.restarts:  # (3)
+            before = max((pos for ts, node, pos in published if node == n and ts < down_ms), default=-1)
+            if at < before:
+                self.violations.append(f"node {n} restarted at position {at}, below the {before} it "
+                                       f"published before it went down")
+                return
+
+    def check_replicas(self, model: MemState) -> None:
+        for n, node in sorted(self.storage.items()):  # (5)
+            store = node.state.store
+            for shard in node.state.sets.shards_of(n):
+                if store.digest(shard) != model.digest(shard):
+                    self.violations.append(f"node {n} shard {shard}: digest {store.digest(shard):x}, "
+                                           f"the model's {model.digest(shard):x}")
+                    return
+                prefix = keys.dataset_shard_prefix(shard, self.dataset.id)
+                for k, v in model.values.items():
+                    if k.startswith(prefix) and store.get(k) != v:
+                        self.violations.append(f"node {n} holds {store.get(k)} at {k!r}, the model {v}")
+                        return
+
+
+def _applied(s: Any) -> dict[int, int]:
+    return {i: p for i, (p, _) in s.positions.items()}
+
+
+def _own_position(self: Bookkeeping, log_id: int) -> int:
+    return self.state.positions[log_id][0]
+
+
+def _no_index(self: Coordinator, log_id: int) -> tuple[int | None, str]:
+    return -1, "round"
+
+
+# Each broken variant: the (owner, name, broken rule) swapped in for the run.
+_BROKEN_RULES: dict[str, tuple[Any, str, Any]] = {
+    # positions published as applied, perhaps not synced yet
+    "publish-unsynced": (bookkeeping, "durable_positions", _applied),
+    # a node truncates the log below its own position, ignoring the other holders'
+    "truncate-ahead": (Bookkeeping, "_truncation_point", _own_position),
+    # a strong read asks a replica for its state without waiting for the read index
+    "read-anywhere": (Coordinator, "read_index_by", _no_index),
+}
+
+
+@contextmanager
+def _broken(variant: str) -> Iterator[None]:
+    """The broken rule swapped in for the run (retry-new-id is the clients')."""
+    if variant not in _BROKEN_RULES:
+        yield
+        return
+    owner, name, rule = _BROKEN_RULES[variant]
+    right = getattr(owner, name)
+    setattr(owner, name, rule)
+    try:
+        yield
+    finally:
+        setattr(owner, name, right)
+
+
+def run(seed: int, cfg: Config | None = None, broken: str = "") -> tuple[Result, dict[str, int]]:
+    sim = NodeSim(seed, cfg, broken)
+    try:
+        with _broken(broken):
+            r = sim.sched.run(sim.main)
+        r.failures = sim.sched.failures + sim.ens.errors
+        # What every client was told, as one number: a replay tells the same.
+        told = zlib.crc32(repr([(w.request_id, w.result.position if w.result else None)
+                                for w in sim.writes]).encode())
+        counts = {**sim.counts, "writes": len(sim.writes), "answered": len(sim.answered),
+                  "restarts": len(sim.restarts), "results crc": told}
+        return r, counts
+    finally:
+        for db in list(sim.disk.dbs.values()):
+            db.close()
+        shutil.rmtree(sim.dir, ignore_errors=True)

@@ -39,8 +39,7 @@ test-fast: proto
 
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
 # (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
-# shard move simulation, BROKEN=no-hold one of its broken variants; CLUSTER=1: real storage
-# nodes beside the log, BROKEN=truncate-ahead; ENSEMBLE=past-lac or no-fence: a broken
+# shard move simulation, BROKEN=no-hold one of its broken variants; ENSEMBLE=past-lac or no-fence: a broken
 # ensemble change, off: none; MACHINES=3 SERVERS=6: the servers on three machines,
 # PLACEMENT=by-load placing without them, or with MOVES=1 BROKEN=by-load; WRITERS=1: the real
 # writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
@@ -51,7 +50,7 @@ test-fast: proto
 # read-anywhere or retry-new-id)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
-		$(if $(MOVES),--moves) $(if $(CLUSTER),--cluster) $(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
+		$(if $(MOVES),--moves) $(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
 		$(if $(ELECTIONS),--writers --elections) $(if $(WIPES),--writers --elections --wipes) \
 		$(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(TAKEOVER),--takeover --takeover-claim $(if $(CLAIM),$(CLAIM),rule)) \
@@ -68,7 +67,6 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 200000 --runs 5000 --servers 5
 	$(PY) -m tests.sim.run --seed 300000 --runs 5000 --moves
 	$(PY) -m tests.sim.run --seed 400000 --runs 5000 --takeover
-	$(PY) -m tests.sim.run --seed 500000 --runs 2000 --cluster
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
 	$(PY) -m tests.sim.run --seed 700000 --runs 500 --writers --elections
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5

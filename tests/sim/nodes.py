@@ -65,7 +65,7 @@ from storage_node.settings import Settings
 from storage_node.store import NodeStore
 from tests.sim.disk import Disk
 from tests.sim.store import MemState
-from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink
+from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink, carry
 
 SHARDS = 6
 NODES = (0, 1, 2, 3)
@@ -159,30 +159,14 @@ class _PeerCalls:
         sim, to = self.sim, int(addr.split(":")[1])
         reply: futures.Future[Any] = world.future()
 
-        def there() -> None:
-            sim.delay()
-            node = sim.storage.get(to)
-            if node is None:
-                reply.set_exception(CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused"))
-                return
+        def answer() -> Any:
             try:
-                proc = sim.sched.process(sim.storage_proc(to))
-            except RuntimeError:  # it went down or was paused meanwhile
-                return
-            with proc:
-                world.spawn("peer-call", lambda: answer(node))
-
-        def answer(node: StorageNode) -> None:
-            try:
-                r = self.METHODS[method](node, req)
+                return self.METHODS[method](sim.storage[to], req)
             except Exception as e:  # a refusal: the call's status
-                r = CallFailed(getattr(e, "code", grpc.StatusCode.UNKNOWN), str(e))
-            sim.delay()
-            if not reply.done():
-                (reply.set_exception if isinstance(r, CallFailed) else reply.set_result)(r)
-
-        with sim.sched.process("network"):
-            world.spawn("peer-call", there)
+                return CallFailed(getattr(e, "code", grpc.StatusCode.UNKNOWN), str(e))
+        refused = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
+        carry(sim, reply, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
+              lambda: reply.set_exception(refused), lambda: True, lossy=False)
         try:
             return reply.result(timeout_s)
         except futures.TimeoutError:

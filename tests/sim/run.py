@@ -5,8 +5,6 @@
   [--lease rule|no-wait|expired]: writers answer strong reads by a read lease (log/lease.py)
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
   [--machines 3 [--broken by-load]]
-Storage nodes beside the log (tests/sim/cluster.py): python -m tests.sim.run --cluster --seed 42
-  [--broken truncate-ahead|retry-new-id|read-anywhere|publish-unsynced]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
   python -m tests.sim.run --writers --seed 42 [--elections [--wipes]] [--broken ends-at-lac|no-store-check]
 Real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py):
@@ -20,7 +18,7 @@ import logging
 import sys
 import time
 
-from tests.sim import cluster, moves, nodes, writers
+from tests.sim import moves, nodes, writers
 from tests.sim.harness import Config, Sim
 
 
@@ -47,8 +45,6 @@ def main() -> int:
                     help="writers answer strong reads by their read lease (log/lease.py); no-wait "
                          "and expired are broken variants")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
-    ap.add_argument("--cluster", action="store_true",
-                    help="the log simulation with real storage nodes beside it")
     ap.add_argument("--writers", action="store_true",
                     help="the real writer driver on the seeded scheduler (tests/sim/writers.py)")
     ap.add_argument("--wipes", action="store_true",
@@ -59,8 +55,8 @@ def main() -> int:
     ap.add_argument("--nodes", action="store_true",
                     help="real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py)")
     ap.add_argument("--broken", default="",
-                    help="with --moves, --cluster or --writers: a broken variant "
-                         "(tests/sim/moves.py, cluster.py, writers.py)")
+                    help="with --moves, --writers or --nodes: a broken variant "
+                         "(tests/sim/moves.py, writers.py, nodes.py)")
     a = ap.parse_args()
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
         logging.disable(logging.CRITICAL)
@@ -78,10 +74,9 @@ def main() -> int:
         sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken, machines=a.machines,
                                                                      nodes=max(5, 2 * a.machines)))
                                     if a.moves
-                                    else cluster.ClusterSim(seed, cfg, a.broken) if a.cluster
                                     else Sim(seed, cfg))
         v = sim.run()
-        if isinstance(sim, moves.MoveSim | cluster.ClusterSim):
+        if isinstance(sim, moves.MoveSim):
             for k, n in sim.counts.items():
                 counts[k] = counts.get(k, 0) + n
         if a.trace:
@@ -91,8 +86,16 @@ def main() -> int:
             print(f"seed {seed}: {len(v)} violations, first: {v[0]}")
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s)"
-          + (f"; {'moves' if a.moves else 'cluster'}: {counts}" if counts else ""))
+          + (f"; moves: {counts}" if counts else ""))
     return 1 if bad else 0
+
+
+def _failed(seed: int, r: writers.Result) -> bool:
+    """Whether a run failed (a check's violation, or an error in a task): said if so."""
+    if r.violations or r.failures:
+        print(f"seed {seed}: {len(r.violations)} violations, {len(r.failures)} failures, first: "
+              f"{(r.violations + r.failures)[0]}")
+    return bool(r.violations or r.failures)
 
 
 def _writers(a: argparse.Namespace) -> int:
@@ -121,10 +124,7 @@ def _writers(a: argparse.Namespace) -> int:
         if a.trace:
             print(f"seed {seed}: {r.acked} appends acknowledged, {r.writers} writers, "
                   f"{r.switches} task switches, {r.simulated_s:.1f} simulated s")
-        if r.violations or r.failures:
-            bad += 1
-            print(f"seed {seed}: {len(r.violations)} violations, {len(r.failures)} failures, first: "
-                  f"{(r.violations + r.failures)[0]}")
+        bad += _failed(seed, r)
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); writers: {acked} appends "
           f"acknowledged, {acked / dt:.0f} per wall second, {simulated / dt:.1f} simulated s per wall "
@@ -153,10 +153,7 @@ def _nodes(a: argparse.Namespace) -> int:
                 counts[k] = counts.get(k, 0) + n
         if a.trace:
             print(f"seed {seed}: {c}, {r.switches} task switches, {r.simulated_s:.1f} simulated s")
-        if r.violations or r.failures:
-            bad += 1
-            print(f"seed {seed}: {len(r.violations)} violations, {len(r.failures)} failures, first: "
-                  f"{(r.violations + r.failures)[0]}")
+        bad += _failed(seed, r)
     dt = time.monotonic() - t0
     print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); {counts['writes']} writes through "
           f"the coordinator, {counts['writes'] / dt:.0f} per wall second, {simulated / dt:.1f} simulated s "

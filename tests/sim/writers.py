@@ -256,28 +256,8 @@ class _LogLink:
     def _call(self, addr: str, reply: futures.Future[Any], answer: Callable[[Node], Any],
               refused: Callable[[], None]) -> None:
         sim, to = self.sim, int(addr.split(":")[1])
-
-        def there() -> None:
-            sim.delay()
-            if to in sim.down:
-                refused()
-                return
-            if not sim.reachable(to) or sim.rng.random() < sim.cfg.stream_break:
-                return
-            try:
-                proc = sim.sched.process(sim.proc(to))
-            except RuntimeError:  # it went down or was paused meanwhile
-                return
-            with proc:
-                world.spawn("answer", lambda: back(answer(sim.nodes[to])))
-
-        def back(rep: Any) -> None:
-            sim.delay()
-            if sim.reachable(to) and sim.rng.random() >= sim.cfg.stream_break and not reply.done():
-                reply.set_result(rep)
-
-        with sim.sched.process("network"):
-            world.spawn("log-call", there)
+        carry(sim, reply, lambda: None if to in sim.down else sim.proc(to), lambda: answer(sim.nodes[to]),
+              refused, lambda: sim.reachable(to), lossy=True)
 
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> _PendingAppend:
         def answer(node: Node) -> Placement | AppendRefused:
@@ -340,6 +320,38 @@ class _LogLink:
 
     def status(self, addr: str) -> list[LogState]:
         return self._blocking(addr, lambda node: node.status(), 5)  # type: ignore[no-any-return]
+
+
+def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | None],
+          answer: Callable[[], Any], refused: Callable[[], None], up: Callable[[], bool],
+          lossy: bool) -> None:
+    """A unary call on the simulated network: after a delay it reaches the process `proc()`
+    (None: down, the call `refused()`), unless that is cut off or paused (`up()` false) or,
+    if `lossy`, the call is lost with its connection (as often as a replication stream
+    breaks); `answer()` runs there, and its value (an exception: the call's error) comes
+    back into `reply` after a delay, on the same conditions."""
+    def there() -> None:
+        sim.delay()
+        p = proc()
+        if p is None:
+            refused()
+            return
+        if not up() or (lossy and sim.rng.random() < sim.cfg.stream_break):
+            return
+        try:
+            ctx = sim.sched.process(p)
+        except RuntimeError:  # it went down or was paused meanwhile
+            return
+        with ctx:
+            world.spawn("answer", lambda: back(answer()))
+
+    def back(rep: Any) -> None:
+        sim.delay()
+        if up() and not (lossy and sim.rng.random() < sim.cfg.stream_break) and not reply.done():
+            (reply.set_exception if isinstance(rep, BaseException) else reply.set_result)(rep)
+
+    with sim.sched.process("network"):
+        world.spawn("call", there)
 
 
 class _Entries:

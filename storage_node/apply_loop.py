@@ -242,9 +242,9 @@ class ApplyLoop:
         s = self.state
         log_id = log_of(shard, s.kv_logs)
         with self._mutex:
-            tail = s.positions[log_id][0] if log_id in self._follows else None
             others = any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)
                          if x != shard)
+            tail = shard_copy.tail(s.positions[log_id][0], log_id in self._follows, others)
             view = BatchView(s.store)
             forward = shard_copy.catch_up(tail, copy_at)
             if forward:

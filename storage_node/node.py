@@ -128,6 +128,7 @@ class StorageNode:
         loops.every("anti-entropy", s.settings.anti_entropy_s, self.eventual.anti_entropy_pass,
                     s.stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
         self.applier.start()
+        s.started = True
         loops.every("scan views", VIEW_REAP_S, self.reads.views.reap, s.stop)
         # In the host layout, the log server beside it too: a watch is served from the
         # replica beside its log's writer (coordinator/replicas.py).

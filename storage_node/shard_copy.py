@@ -33,6 +33,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
+def tail(position: int, followed: bool, holds_others: bool) -> int | None:
+    """The node's tail of a log, for an install: its position there if it follows the log,
+    or holds another shard of it (a node still starting follows none yet: its position is
+    where it will resume, and a copy must not move it past that shard's records; the
+    whole-cluster simulation found a node that skipped them, tests/sim/nodes.py); else
+    None (a position kept from shards it held before means nothing)."""
+    return position if followed or holds_others else None
+
+
 def catch_up(tail: int | None, copy_at: int) -> range:
     """The log positions whose records of the shard are applied to the copy before it is
     installed: those between the copy and the node's tail, if it is past the copy."""

@@ -32,6 +32,12 @@ class CopyFailed(Exception):
     pass
 
 
+def takes_copies(s: NodeState) -> bool:
+    """Whether a node takes a shard copy in: not while it starts (its positions may yet be
+    replaced by a bootstrap, and its tails are not started)."""
+    return s.started
+
+
 class Intake:
     def __init__(self, state: NodeState, applier: Any, bookkeeping: Any) -> None:
         """`applier`: the apply loop (it installs and drops copies); `bookkeeping`: it
@@ -49,6 +55,8 @@ class Intake:
         check_shard(req.shard, s.kv.shards)
         if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
             raise BadRequest(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")
+        if not takes_copies(s):
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {s.node_id} is starting; retry")
         if not self._busy.acquire(timeout=1):
             raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {s.node_id} is taking in another "
                           "copy; retry")

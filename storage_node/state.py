@@ -49,6 +49,9 @@ class NodeState:
     member_positions: dict[tuple[int, int], int] = field(default_factory=dict)
     last_data: dict[int, int] = field(default_factory=dict)  # log -> position of the last data record
     reclaimed: int = 0  # dedup entries reclaimed since start
+    # Started: its logs tailed from its positions (after a bootstrap, if one was needed).
+    # Its gRPC service answers before that; a shard copy is not taken in until then.
+    started: bool = False
     lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
     cond: threading.Condition = field(default_factory=world.condition)  # notified after each batch
     commit_lock: threading.Lock = field(default_factory=world.lock)  # a batch commits whole

@@ -57,3 +57,31 @@ def test_a_copy_is_brought_forward_to_the_tail_and_the_tail_never_goes_back() ->
     # Holding no other shard of the log, or not tailing it: the tail starts at the copy.
     assert shard_copy.install(30, 40, 7, {}, holds_others=False) == (40, {7: 40})
     assert shard_copy.install(None, 40, 7, {}, holds_others=False) == (40, {7: 40})
+
+
+def test_a_copy_on_a_node_still_starting_keeps_its_position_in_the_log() -> None:
+    """A node that holds another shard of the log, restarted and not following it yet: its
+    position is where it resumes, and an install must not move it past that shard's records
+    (the whole-cluster simulation found a node whose position jumped from 32 to a copy's 62,
+    its other shards' records between never applied)."""
+    assert shard_copy.tail(32, followed=False, holds_others=True) == 32
+    assert shard_copy.install(shard_copy.tail(32, False, True), 62, 2, {}, holds_others=True) == (32, {2: 62})
+    assert shard_copy.tail(32, followed=True, holds_others=False) == 32
+    assert shard_copy.tail(32, followed=False, holds_others=False) is None  # kept from before: means nothing
+
+
+def test_a_starting_node_takes_no_copy() -> None:
+    """CopyShard on a node whose start has not finished (its gRPC service answers before)
+    is refused UNAVAILABLE, and the mover asks again."""
+    from types import SimpleNamespace
+
+    import grpc
+
+    from midtown_pb import kv_pb2 as pb
+    from runtime.refusals import Refusal
+    from storage_node.shard_intake import Intake
+
+    state = SimpleNamespace(node_id=4, started=False, kv=SimpleNamespace(shards=8))
+    with pytest.raises(Refusal) as e:
+        Intake(state, None, None).copy(pb.CopyShardRequest(shard=1))  # type: ignore[arg-type]
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and "starting" in e.value.text

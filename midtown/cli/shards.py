@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-from catalog import failure_domains, registry, replica_sets, shard_moves, usage
+from catalog import failure_domains, mover, registry, replica_sets, shard_moves, usage
 from catalog.failure_domains import PlacementError
 from catalog.routing import log_of
 from midtown.cli.connect import CliError
 from midtown.output import emit
-
-POLL_S = 0.2
 
 RATE_HELP = (f"copy at most this many MB/s (default {shard_moves.RATE_MB_S_DEFAULT:g}, "
              "catalog/shard_moves.py; 0: no limit)")
@@ -60,19 +57,6 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
     finally:
         zk.stop()
         zk.close()
-
-
-def check_rule(zk: Any, copies: tuple[int, ...], shard: int, dest: int, leaving: int | None) -> None:
-    """CliError naming --to when a move of `shard` to `dest` would put two of its copies on
-    one machine (catalog/failure_domains.py), unless the cluster runs on one machine."""
-    where, one = registry.placement_rule(zk)
-    if failure_domains.allowed(copies, dest, leaving, where, one) or dest in copies:
-        return
-    machine = where(dest).machine
-    beside = [c for c in copies if c != leaving and where(c).machine == machine]
-    raise CliError(f"--to: storage node {dest} runs on machine {machine!r}, which holds shard {shard}'s "
-                   f"copy on node {', '.join(map(str, beside))} already: two copies on one machine are lost "
-                   f"together; choose a node on another machine")
 
 
 def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
@@ -123,131 +107,18 @@ def _abort(a: argparse.Namespace, zk: Any) -> int:
 
 def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
          timeout_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
-    """Drive a move of `shard` to `dest` (from `leaving`) to its end, or take up the one
-    under way; a dict of what it did. CliError when it cannot, naming the argument."""
-    from kazoo.exceptions import BadVersionError, NodeExistsError
-
-    deadline = time.monotonic() + timeout_s
-    t0 = time.monotonic()
-    out: dict[str, Any] = {"shard": shard, "to": dest, "from": leaving}
-    started = False
-    said = ""
-    while True:
-        if time.monotonic() > deadline:
-            raise CliError(f"the move did not end within --timeout {timeout_s:g}s (it stands at "
-                           f"{said or 'its start'}); run the same command again to go on")
-        got = registry.read_moves(zk).get(shard)
-        if got is None:
-            if started:  # it ended (by us, or by another mover that took it up)
-                sets = registry.read_replica_sets(zk, kv)
-                out.update(replicas=list(sets.of(shard)), seconds=round(time.monotonic() - t0, 3))
-                return out
-            sets = registry.read_replica_sets(zk, kv)
-            if sets.version < 0:
-                raise CliError(f"this cluster has no replica sets: its {len(kv.storage_nodes)} storage nodes "
-                               f"hold every shard, as it has {kv.replicas} replicas of each (midtown node "
-                               "add places the shards when it grows past that)")
-            if dest not in kv.storage_nodes:
-                raise CliError(f"--to: storage node {dest} is not a member (midtown node add {dest})")
-            check_rule(zk, sets.of(shard), shard, dest, leaving)
-            try:
-                m = shard_moves.start(sets.of(shard), shard, dest, leaving)
-            except ValueError as e:
-                raise CliError(f"--{e}") from None
-            if leaving is not None and len(sets.of(shard)) <= 1:
-                raise CliError(f"--from: node {leaving} is the shard's only replica")
-            try:
-                registry.start_move(zk, m)
-            except NodeExistsError:
-                continue  # another mover started one first: look at it
-            started = True
-            continue
-        m, version = got
-        if (m.dest, m.leaving) != (dest, leaving):
-            raise CliError(f"SHARD: a move of shard {shard} to node {m.dest}"
-                           + (f" from node {m.leaving}" if m.leaving is not None else "")
-                           + f" is under way ({m.phase}); finish it with the same arguments, or give it up "
-                           f"(before it joins) with: midtown shard abort {shard}")
-        started = True
-        if m.phase != said:
-            progress(f"shard {shard}: {m.phase}")
-            said = m.phase
-        try:
-            if m.phase == shard_moves.COPYING:
-                resp = _copy(zk, shard, dest, leaving, rate_mb_s, deadline)
-                if resp is None:
-                    time.sleep(POLL_S * 5)
-                    continue
-                # A copy installed by an earlier call, on a node restarted since: not known.
-                known = not resp.installed_before or bool(resp.source)
-                out.update(copied_keys=resp.keys if known else None,
-                           copied_bytes=resp.bytes if known else None, copy_source=resp.source or None,
-                           copy_seconds=round(time.monotonic() - t0, 3), copied_at=resp.position)
-                if resp.keys:
-                    progress(f"shard {shard}: copied {resp.keys} keys, {resp.bytes} bytes from {resp.source}")
-                registry.update_move(zk, shard_moves.copied(m, resp.position), version)
-            elif m.phase == shard_moves.TAILING:
-                sets = registry.read_replica_sets(zk, kv)
-                new = replica_sets.with_set(sets, shard, shard_moves.joined_sets(sets.of(shard), m))
-                registry.change_sets(zk, new, f"move of shard {shard}: node {dest} joins",
-                                     (shard_moves.joined(m), version))
-            elif m.phase == shard_moves.JOINED:
-                if not shard_moves.may_finish(m, _positions(zk, kv, shard, (dest, leaving))):
-                    time.sleep(POLL_S)
-                    continue
-                sets = registry.read_replica_sets(zk, kv)
-                new = replica_sets.with_set(sets, shard, shard_moves.finished_sets(sets.of(shard), m))
-                registry.change_sets(zk, new, f"move of shard {shard} to node {dest}: done"
-                                     + (f", node {leaving} leaves" if leaving is not None else ""),
-                                     (shard_moves.finished(m), version))
-        except BadVersionError:
-            continue  # another mover moved it on: look again
-
-
-def _copy(zk: Any, shard: int, dest: int, leaving: int | None, rate_mb_s: float, deadline: float) -> Any:
-    """Ask the destination to take the copy in (None: not now, try again)."""
-    import grpc
-
-    from midtown_pb import kv_pb2 as pb
+    """A move driven to its end by catalog/mover.py over gRPC; CliError naming the argument
+    when it cannot."""
     from midtown_pb import kv_pb2_grpc
-    from runtime import transport
+    from runtime.stubs import Stubs
 
-    addr = registry.members(zk, registry.STORAGE_NODES).get(dest)
-    if addr is None:
-        return None  # the destination is down: wait for it (or abort the move)
-    req = pb.CopyShardRequest(shard=shard, rate_mb_s=rate_mb_s,
-                              prefer_source=leaving if leaving is not None else -1)
+    calls = Stubs(kv_pb2_grpc.StorageStub)
     try:
-        with transport.channel(addr) as channel:
-            return kv_pb2_grpc.StorageStub(channel).CopyShard(
-                req, timeout=max(1.0, deadline - time.monotonic()))
-    except grpc.RpcError as e:
-        if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
-            raise CliError(f"storage node {dest} refused the copy: {e.details()}") from None
-        return None
-
-
-def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, int | None]) -> dict[int, int]:
-    """Each of `nodes`' position in the shard's log, from those that answer."""
-    import grpc
-
-    from midtown_pb import kv_pb2 as pb
-    from midtown_pb import kv_pb2_grpc
-    from runtime import transport
-
-    live = registry.members(zk, registry.STORAGE_NODES)
-    lg = log_of(shard, kv.logs)
-    out = {}
-    for n in nodes:
-        if n is None or n not in live:
-            continue
-        try:
-            with transport.channel(live[n]) as channel:
-                st = kv_pb2_grpc.StorageStub(channel).Status(pb.NodeStatusRequest(), timeout=5)
-            out[n] = int(st.log_positions[lg])
-        except (grpc.RpcError, IndexError):
-            continue
-    return out
+        return mover.move(zk, kv, shard, dest, leaving, rate_mb_s, timeout_s, progress, calls)
+    except mover.MoveError as e:
+        raise CliError(str(e)) from None
+    finally:
+        calls.close()
 
 
 # ---------------------------------------------------------------- balance

@@ -43,7 +43,7 @@ from typing import Any
 
 import grpc
 
-from catalog import datasets, registry
+from catalog import datasets, mover, registry
 from coordinator.node import Coordinator
 from coordinator.records import record_for
 from log.client import LogClient
@@ -57,7 +57,7 @@ from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
 from runtime import world
 from runtime.refusals import Refusal
 from runtime.stubs import CallFailed
-from storage_node import bookkeeping, keys
+from storage_node import bookkeeping, keys, shard_copy, shard_intake
 from storage_node.bookkeeping import Bookkeeping
 from storage_node.callbacks import Answer, encoded
 from storage_node.node import Parts, StorageNode
@@ -72,7 +72,8 @@ NODES = (0, 1, 2, 3)
 REPLICAS = 3
 COORDINATOR = "sim-coordinator"  # the records' callback address
 PKEYS = [b"k%d" % i for i in range(10)]
-BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere")
+BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting")
+MOVERS = 2  # operators moving shards, perhaps at the same time
 RETRIES = 3  # attempts at a write whose outcome stayed unknown, as an SDK makes them
 # What a client retries (runtime/refusals.py; coordinator/node.py run_writes)
 UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
@@ -140,8 +141,9 @@ class _Answers:
 class _PeerCalls:
     """The storage nodes' way to their peers (runtime/stubs.py Calls) on the simulated
     network: the call is answered by the peer's own method in its process after a delay; a
-    peer that is down refuses (UNAVAILABLE), one that does not answer in time fails
-    DEADLINE_EXCEEDED. A stream's messages are made whole there and sent back together."""
+    peer that is down refuses (UNAVAILABLE), as one that dies meanwhile does (its connection
+    reset), one that does not answer in time fails DEADLINE_EXCEEDED. A stream's messages
+    are made whole there and sent back together."""
 
     METHODS: dict[str, Callable[[StorageNode, Any], Any]] = {
         "Status": lambda n, _req: n.status(),
@@ -150,6 +152,7 @@ class _PeerCalls:
         "Snapshot": lambda n, req: list(n.snapshot(req)),
         "Read": lambda n, req: n.read(req),
         "ReadMany": lambda n, req: n.read_many(req),
+        "CopyShard": lambda n, req: n.copy_shard(req),
     }
 
     def __init__(self, sim: NodeSim) -> None:
@@ -165,12 +168,20 @@ class _PeerCalls:
             except Exception as e:  # a refusal: the call's status
                 return CallFailed(getattr(e, "code", grpc.StatusCode.UNKNOWN), str(e))
         refused = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
+        callee = sim.storage_proc(to) if to in sim.storage else None
         carry(sim, reply, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
               lambda: reply.set_exception(refused), lambda: True, lossy=False)
-        try:
-            return reply.result(timeout_s)
-        except futures.TimeoutError:
-            raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
+        deadline = world.monotonic() + timeout_s
+        while True:
+            try:
+                return reply.result(max(0.0, min(0.5, deadline - world.monotonic())))
+            except futures.TimeoutError:
+                # A callee that died: its connection is reset (gRPC's keepalive sees it within
+                # a second), the call fails UNAVAILABLE
+                if callee in sim.sched.dead:
+                    raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection reset") from None
+                if world.monotonic() >= deadline:
+                    raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
 
     def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
         return iter(self.call(addr, method, req, timeout_s)), None
@@ -206,7 +217,8 @@ class NodeSim(WriterSim):
         # (node, wall ms it went down, its position when it started again)
         self.restarts: list[tuple[int, int, int]] = []
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
-                       "strong reads": 0}
+                       "strong reads": 0, "moves": 0, "moves done": 0, "moves refused": 0, "movers killed": 0,
+                       "movers paused": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
 
@@ -293,6 +305,67 @@ class NodeSim(WriterSim):
         self.start_coordinator()
         world.spawn("node-faults", lambda: self.node_faults(stop))
         world.spawn("strong-reader", lambda: self.strong_reader(stop))
+        for i in range(MOVERS):
+            world.spawn(f"movers-{i}", lambda i=i: self.movers(i, stop))
+
+    # --- shard moves ----------------------------------------------------------------------
+
+    def movers(self, i: int, stop: Any) -> None:
+        """Operators moving shards one after another (`midtown shard move`: the real mover,
+        catalog/mover.py, over the simulated network and ZooKeeper), each move in a process
+        of its own, which a fault may kill or pause (SIGSTOP) past its session timeout
+        mid-move; the next mover takes up whatever move it finds under way. At the end,
+        every move under way is finished."""
+        self.appending += 1  # the check waits for the last move to end
+        try:
+            k = 0
+            while not stop.is_set():
+                world.sleep(self.rng.uniform(0.5, 3.0))
+                self.one_mover(f"mover-{i}-{k}", last=False)
+                k += 1
+            self.one_mover(f"mover-{i}-{k}", last=True)
+        finally:
+            self.appending -= 1
+
+    def one_mover(self, proc: str, last: bool) -> None:
+        done = world.event()
+
+        def run() -> None:
+            try:
+                zk = self.ens.client()
+                zk.start()
+                kv = registry.read_kv(zk)
+                assert kv is not None
+                todo = [(s, m.dest, m.leaving) for s, (m, _) in sorted(registry.read_moves(zk).items())]
+                if not todo and not last:
+                    sets = registry.read_replica_sets(zk, kv)
+                    shard = self.rng.randrange(SHARDS)
+                    dest = self.rng.choice([n for n in NODES if n not in sets.of(shard)])
+                    todo = [(shard, dest, self.rng.choice(sets.of(shard)))]
+                for shard, dest, leaving in todo:
+                    self.counts["moves"] += 1
+                    mover.move(zk, kv, shard, dest, leaving, 0, 30 if not last else 120, lambda _: None,
+                               _PeerCalls(self))
+                    self.counts["moves done"] += 1
+            except mover.MoveError as e:  # another move of the shard under way; or out of time
+                self.counts["moves refused"] += 1
+                if last:
+                    self.violations.append(f"the last mover could not finish the moves: {e}")
+            finally:
+                done.set()
+        with self.sched.process(proc):
+            world.spawn("mover", run)
+        if not last and self.rng.random() < 0.3:  # the mover killed or paused mid-move
+            world.sleep(self.rng.uniform(0.05, 2.0))
+            if not done.is_set():
+                if self.rng.random() < 0.5:
+                    self.sched.crash(proc)
+                    self.counts["movers killed"] += 1
+                    return
+                self.sched.pause(proc, self.rng.uniform(0.5, 2 * self.ens.session_timeout_s))
+                self.counts["movers paused"] += 1
+        while not done.is_set() and proc not in self.sched.dead:
+            world.sleep(0.1)
 
     def start_coordinator(self) -> None:
         """The coordinator (coordinator/node.py Coordinator, as Coordinator.open wires it, on
@@ -483,9 +556,18 @@ class NodeSim(WriterSim):
                 return
 
     def check_replicas(self, model: MemState) -> None:
-        for n, node in sorted(self.storage.items()):  # (5)
+        kv = registry.read_kv(self.admin)
+        assert kv is not None
+        sets = registry.read_replica_sets(self.admin, kv)
+        if registry.read_moves(self.admin):
+            self.violations.append(f"moves still under way at the end: {registry.read_moves(self.admin)}")
+        short = [s for s in range(SHARDS) if len(sets.of(s)) != REPLICAS]
+        if short:
+            self.violations.append(f"shards without {REPLICAS} replicas at the end: "
+                                   f"{ {s: sets.of(s) for s in short} }")
+        for n, node in sorted(self.storage.items()):  # (6)
             store = node.state.store
-            for shard in node.state.sets.shards_of(n):
+            for shard in sets.shards_of(n):
                 if store.digest(shard) != model.digest(shard):
                     self.violations.append(f"node {n} shard {shard}: digest {store.digest(shard):x}, "
                                            f"the model's {model.digest(shard):x}")
@@ -509,14 +591,24 @@ def _no_index(self: Coordinator, log_id: int) -> tuple[int | None, str]:
     return -1, "round"
 
 
+def _followed_only(position: int, followed: bool, holds_others: bool) -> int | None:
+    return position if followed else None
+
+
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
-_BROKEN_RULES: dict[str, tuple[Any, str, Any]] = {
+_BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # positions published as applied, perhaps not synced yet
-    "publish-unsynced": (bookkeeping, "durable_positions", _applied),
+    "publish-unsynced": [(bookkeeping, "durable_positions", _applied)],
     # a node truncates the log below its own position, ignoring the other holders'
-    "truncate-ahead": (Bookkeeping, "_truncation_point", _own_position),
+    "truncate-ahead": [(Bookkeeping, "_truncation_point", _own_position)],
     # a strong read asks a replica for its state without waiting for the read index
-    "read-anywhere": (Coordinator, "read_index_by", _no_index),
+    "read-anywhere": [(Coordinator, "read_index_by", _no_index)],
+    # the rules before the whole simulation found a node restarting in the middle of a move:
+    # a copy is taken in while the node starts, and installed as if it tailed the log only
+    # once its tail thread runs, so its position jumps to the copy's, past its other shards'
+    # records (storage_node/shard_intake.py takes_copies, storage_node/shard_copy.py tail)
+    "copy-while-starting": [(shard_intake, "takes_copies", lambda s: True),
+                            (shard_copy, "tail", _followed_only)],
 }
 
 
@@ -526,13 +618,14 @@ def _broken(variant: str) -> Iterator[None]:
     if variant not in _BROKEN_RULES:
         yield
         return
-    owner, name, rule = _BROKEN_RULES[variant]
-    right = getattr(owner, name)
-    setattr(owner, name, rule)
+    swaps = [(owner, name, getattr(owner, name), rule) for owner, name, rule in _BROKEN_RULES[variant]]
+    for owner, name, _, rule in swaps:
+        setattr(owner, name, rule)
     try:
         yield
     finally:
-        setattr(owner, name, right)
+        for owner, name, right, _ in swaps:
+            setattr(owner, name, right)
 
 
 def run(seed: int, cfg: Config | None = None, broken: str = "") -> tuple[Result, dict[str, int]]:

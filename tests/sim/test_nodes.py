@@ -1,5 +1,6 @@
 """tests/sim/nodes.py: real storage nodes and a real coordinator in the seeded simulation,
-beside whole log servers, the nodes killed and their machines' power cut: what clients were
+beside whole log servers, the nodes killed and their machines' power cut, shards moved by
+the real mover (itself killed and paused mid-move): what clients were
 told matches the log, each write counts once, published positions survive, strong reads see
 every write answered before them, every replica ends equal to the model; a seed replays
 exactly, and each broken variant is caught."""
@@ -31,11 +32,14 @@ def test_storage_nodes_and_a_coordinator_keep_every_guarantee_through_crashes_an
     # The checks had something to check: writes answered through the coordinator, strong
     # reads, nodes killed and powered off (with unsynced batches lost) and restarted,
     # positions published, and the log truncated below them (the entries kept aside).
-    assert total["writes"] > 200 and total["answered"] > 150 and total["strong reads"] > 50
+    assert total["writes"] > 150 and total["answered"] > 120 and total["strong reads"] > 100
     assert total["node crashes"] > 0 and total["power losses"] > 0 and total["batches lost"] > 0
     assert total["restarts"] >= 8 and total["positions published"] > 50
     assert total["truncated entries checked"] > 100
     assert total["retries"] > 0  # writes whose outcome was unknown, sent again
+    # Shard moves by the real mover (catalog/mover.py), some of its processes killed or
+    # paused past their sessions mid-move and their moves taken up by the next
+    assert total["moves done"] >= 10 and total["movers killed"] + total["movers paused"] > 0
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -54,6 +58,10 @@ def test_a_seed_replays_exactly() -> None:
     # a retried write under a new request id counts twice (a strong read sees 2), or its
     # client is told the outcome of a copy that is not the first
     ("retry-new-id", range(1, 4), ("a strong read", "its client was told", "counted 2 times")),
+    # a race of a shard move with a node's restart, which only the whole simulation reaches:
+    # a copy taken in while the node starts moves its position past its other shards'
+    # records (what it answers and holds then differs from the log's outcome)
+    ("copy-while-starting", range(1, 6), ("answered", "its client was told", "a strong read")),
 ])
 def test_a_broken_variant_is_caught(broken: str, seeds: range, finding: tuple[str, ...]) -> None:
     found = []

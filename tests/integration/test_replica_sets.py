@@ -267,6 +267,11 @@ def _slow_move(c: Cluster, shard: int, dest: int, leaving: int) -> subprocess.Po
     return p
 
 
+# The whole-cluster simulation checks this in every seed (tests/sim/nodes.py: moves by the
+# real mover while storage nodes are killed and lose power, sources among them; every shard
+# ends on its replicas, each equal to the model; the nodes that left drop the shard):
+# make soak runs it.
+@pytest.mark.moved_to_sim
 def test_a_shard_moves_online_while_its_source_is_killed_mid_copy(six: Cluster) -> None:
     """`midtown shard move` adds a replica to a shard and takes another out while puts,
     strong gets, check-and-sets and deletes go on on the shard's keys, and the replica

@@ -44,6 +44,7 @@ from typing import Any
 import grpc
 
 from catalog import datasets, mover, registry
+from catalog.replica_sets import ReplicaSets
 from coordinator.node import Coordinator
 from coordinator.records import record_for
 from log.client import LogClient
@@ -555,6 +556,31 @@ class NodeSim(WriterSim):
                                        f"published before it went down")
                 return
 
+    def check_dropped(self, sets: ReplicaSets) -> None:
+        """A node that left a shard drops it (at its next bookkeeping round: a second here,
+        after a round's publish and truncation, which wait for the log up to 15 s) and
+        refuses to read it."""
+        def kept() -> list[tuple[int, int]]:
+            return [(n, s) for n, node in sorted(self.storage.items()) for s in range(SHARDS)
+                    if n not in sets.of(s) and (s in node.state.marks or node.state.store.has_shard_data(s))]
+        deadline = world.monotonic() + 20
+        while kept() and world.monotonic() < deadline:
+            world.sleep(0.2)
+        if kept():
+            self.violations.append(f"(node, shard) pairs still kept after the node left the shard: {kept()}")
+        for n, node in sorted(self.storage.items()):
+            for s in range(SHARDS):
+                if n in sets.of(s):
+                    continue
+                try:
+                    node.read(pb.ReadRequest(dataset=self.dataset.id, shard=s, partition_key=b"k0",
+                                             op=codec.op_to_pb(Get(b"n0"))))
+                    self.violations.append(f"node {n} read shard {s}, which it left")
+                except Refusal as e:
+                    if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                        self.violations.append(f"node {n} refused a read of shard {s}, which it left, "
+                                               f"with {e.code.name}, not FAILED_PRECONDITION")
+
     def check_replicas(self, model: MemState) -> None:
         kv = registry.read_kv(self.admin)
         assert kv is not None
@@ -565,6 +591,12 @@ class NodeSim(WriterSim):
         if short:
             self.violations.append(f"shards without {REPLICAS} replicas at the end: "
                                    f"{ {s: sets.of(s) for s in short} }")
+        history = registry.replica_sets_history(self.admin)  # every change written with its reason
+        if [h["version"] for h in history] != list(range(sets.version + 1)) or (
+                history and [tuple(x) for x in history[-1]["sets"]] != list(sets.sets)):
+            self.violations.append(f"the replica sets' history does not end at version {sets.version}: "
+                                   f"{[(h['version'], h['why']) for h in history]}")
+        self.check_dropped(sets)
         for n, node in sorted(self.storage.items()):  # (6)
             store = node.state.store
             for shard in sets.shards_of(n):

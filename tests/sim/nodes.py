@@ -73,8 +73,12 @@ NODES = (0, 1, 2, 3)
 REPLICAS = 3
 COORDINATOR = "sim-coordinator"  # the records' callback address
 PKEYS = [b"k%d" % i for i in range(10)]
-BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting")
+BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
+          "no-catch-up", "join-early")
 MOVERS = 2  # operators moving shards, perhaps at the same time
+# A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
+# as long as a real one of many MB, so the destination's tail moves on while it comes in.
+STREAM_BYTES_PER_S = 4000
 RETRIES = 3  # attempts at a write whose outcome stayed unknown, as an SDK makes them
 # What a client retries (runtime/refusals.py; coordinator/node.py run_writes)
 UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
@@ -185,7 +189,9 @@ class _PeerCalls:
                     raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
 
     def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
-        return iter(self.call(addr, method, req, timeout_s)), None
+        messages = self.call(addr, method, req, timeout_s)
+        world.sleep(sum(m.ByteSize() for m in messages) / STREAM_BYTES_PER_S)
+        return iter(messages), None
 
 
 class _StorageLink(_PeerCalls):
@@ -627,6 +633,14 @@ def _followed_only(position: int, followed: bool, holds_others: bool) -> int | N
     return position if followed else None
 
 
+def _no_catch_up(tail: int | None, copy_at: int) -> range:
+    return range(0)
+
+
+def _joined_uncopied(*_: Any) -> pb.CopyShardResponse:
+    return pb.CopyShardResponse(position=0)
+
+
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
 _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # positions published as applied, perhaps not synced yet
@@ -641,6 +655,13 @@ _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # records (storage_node/shard_intake.py takes_copies, storage_node/shard_copy.py tail)
     "copy-while-starting": [(shard_intake, "takes_copies", lambda s: True),
                             (shard_copy, "tail", _followed_only)],
+    # tests/sim/moves.py's variants, on the real code: a copy installed behind the node's
+    # tail without the shard's records between (storage_node/shard_copy.py catch_up), the
+    # mover recording a copy the destination never took in (catalog/mover.py _copy). (Its
+    # no-hold, the log truncated while a shard is copied, needs a destination holding no
+    # other shard of the log: with one log here, every node holds one and holds truncation.)
+    "no-catch-up": [(shard_copy, "catch_up", _no_catch_up)],
+    "join-early": [(mover, "_copy", _joined_uncopied)],
 }
 
 

@@ -77,9 +77,9 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
             if leaving is not None and len(sets.of(shard)) <= 1:
                 raise MoveError(f"--from: node {leaving} is the shard's only replica")
             try:
-                registry.start_move(zk, m)
-            except NodeExistsError:
-                continue  # another mover started one first: look at it
+                registry.start_move(zk, m, sets.version)
+            except (NodeExistsError, BadVersionError):
+                continue  # another mover started one first, or changed the sets: look again
             started = True
             continue
         m, version = got
@@ -135,9 +135,12 @@ def _copy(zk: Any, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
     try:
         return calls.call(addr, "CopyShard", req, max(1.0, deadline - world.monotonic()))
     except grpc.RpcError as e:
-        if e.code() == grpc.StatusCode.FAILED_PRECONDITION:
-            raise MoveError(f"storage node {dest} refused the copy: {e.details()}") from None
-        return None
+        if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+            return None
+        got = registry.read_moves(zk).get(shard)
+        if got is None or got[0].phase != shard_moves.COPYING:
+            return None  # another mover took the move on meanwhile (the destination joined): look again
+        raise MoveError(f"storage node {dest} refused the copy: {e.details()}") from None
 
 
 def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, int | None],

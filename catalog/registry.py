@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
 
 from catalog import machines, replica_sets, shard_moves
 from catalog.failure_domains import Domains, PlacementError
@@ -191,10 +197,17 @@ def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: st
 
 
 def _commit(tx: Any) -> None:
+    """Commit a transaction; raise why it failed. ZooKeeper answers a failed multi with an
+    error for every op: RolledBackError for those before the one that failed,
+    RuntimeInconsistency after it, and the cause (BadVersionError, NodeExistsError,
+    NoNodeError) at it: the cause is raised, which callers catch (a move's record changed
+    by another mover fails a change of the sets at its third op, and once came out of
+    `midtown shard move` as a RolledBackError)."""
     results = tx.commit()
-    for r in results:
-        if isinstance(r, Exception):
-            raise r
+    errors = [r for r in results if isinstance(r, Exception)]
+    if errors:
+        causes = [e for e in errors if not isinstance(e, RolledBackError | RuntimeInconsistency)]
+        raise (causes or errors)[0]
 
 
 # ---------------------------------------------------------------- shard moves
@@ -216,10 +229,15 @@ def read_moves(zk: KazooClient) -> dict[int, tuple[Move, int]]:
     return out
 
 
-def start_move(zk: KazooClient, m: Move) -> None:
-    """Record a new move (NodeExistsError: the shard has one under way already)."""
+def start_move(zk: KazooClient, m: Move, sets_version: int) -> None:
+    """Record a new move, planned on the replica sets of `sets_version` (NodeExistsError:
+    the shard has one under way already; BadVersionError: the sets changed since, and the
+    move may make no sense now: another mover may have just put its destination in)."""
     zk.ensure_path(MOVES)
-    zk.create(f"{MOVES}/{m.shard}", _move_json(m))
+    tx = zk.transaction()
+    tx.check(REPLICA_SETS, sets_version)
+    tx.create(f"{MOVES}/{m.shard}", _move_json(m))
+    _commit(tx)
 
 
 def update_move(zk: KazooClient, m: Move, version: int) -> None:

@@ -573,7 +573,7 @@ def test_a_move_under_way_is_shown_kept_to_its_arguments_and_given_up(six: Clust
     outside = next(n for n in range(NODES) if n not in holders)
     zk = zkpaths.connect(six.zk_hosts)
     try:
-        registry.start_move(zk, Move(shard, outside, holders[0]))
+        registry.start_move(zk, Move(shard, outside, holders[0]), sets.version)
     finally:
         zk.stop()
         zk.close()

@@ -74,8 +74,9 @@ REPLICAS = 3
 COORDINATOR = "sim-coordinator"  # the records' callback address
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
-          "no-catch-up", "join-early")
+          "no-catch-up", "join-early", "rebuild-high")
 MOVERS = 2  # operators moving shards, perhaps at the same time
+WIPES = 0.3  # of power losses, those that lose the disk too
 # A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
 # as long as a real one of many MB, so the destination's tail moves on while it comes in.
 STREAM_BYTES_PER_S = 4000
@@ -223,9 +224,10 @@ class NodeSim(WriterSim):
         self.answered: dict[bytes, list[RecordResult]] = {}
         # (node, wall ms it went down, its position when it started again)
         self.restarts: list[tuple[int, int, int]] = []
+        self.wipes: list[tuple[int, int]] = []  # (node, wall ms it lost its disk)
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
-                       "strong reads": 0, "moves": 0, "moves done": 0, "moves refused": 0, "movers killed": 0,
-                       "movers paused": 0}
+                       "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
+                       "movers killed": 0, "movers paused": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
 
@@ -298,9 +300,17 @@ class NodeSim(WriterSim):
                 continue
             n = self.rng.choice(NODES)
             down_ms = world.wall_ms()
-            self.stop_node(n, power=self.rng.random() < 0.5)
+            power = self.rng.random() < 0.5
+            self.stop_node(n, power)
+            wiped = power and self.rng.random() < WIPES
+            if wiped:  # its disk lost with the power: it starts on an empty one
+                shutil.rmtree(self.dir / f"node-{n}")
+                self.counts["disks lost"] += 1
+                self.wipes.append((n, down_ms))
             world.sleep(self.rng.uniform(0.2, 3.0))
-            self.restarts.append((n, down_ms, self.start_node(n)))
+            at = self.start_node(n)
+            if not wiped:  # (3): a node that lost its disk starts from nothing, and copies
+                self.restarts.append((n, down_ms, at))
 
     # --- the clients ----------------------------------------------------------------------
 
@@ -555,8 +565,10 @@ class NodeSim(WriterSim):
                 return
 
     def check_restarts(self, published: list[tuple[int, int, int]]) -> None:
-        for n, down_ms, at in self.restarts:  # (3)
-            before = max((pos for ts, node, pos in published if node == n and ts < down_ms), default=-1)
+        for n, down_ms, at in self.restarts:  # (3): what it published since it last lost its disk
+            lost = max((d for node, d in self.wipes if node == n and d < down_ms), default=-1)
+            before = max((pos for ts, node, pos in published if node == n and lost < ts < down_ms),
+                         default=-1)
             if at < before:
                 self.violations.append(f"node {n} restarted at position {at}, below the {before} it "
                                        f"published before it went down")
@@ -641,6 +653,10 @@ def _joined_uncopied(*_: Any) -> pb.CopyShardResponse:
     return pb.CopyShardResponse(position=0)
 
 
+def _rebuilt_from_highest(copies: Any) -> tuple[int, dict[int, int]]:
+    return max(copies.values()), dict(copies)
+
+
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
 _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # positions published as applied, perhaps not synced yet
@@ -662,6 +678,12 @@ _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # other shard of the log: with one log here, every node holds one and holds truncation.)
     "no-catch-up": [(shard_copy, "catch_up", _no_catch_up)],
     "join-early": [(mover, "_copy", _joined_uncopied)],
+    # and its rebuild-high: a node that lost its disk rebuilt shard by shard
+    # (storage_node/rebuild.py) with its tail of the log starting at the highest copy, the
+    # other shards' records between never applied (shard_copy.rebuild). (Its rebuild-behind,
+    # copies taken wherever their sources stand, was caught in none of seeds 1-30 here: the
+    # sources stand near the log's head anyway.)
+    "rebuild-high": [(shard_copy, "rebuild", _rebuilt_from_highest)],
 }
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from catalog import mover, registry
+import grpc
+
+from catalog import mover, registry, replica_sets, shard_moves
 from midtown_pb import kv_pb2 as pb
+from runtime.stubs import CallFailed
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Ensemble
 
@@ -44,3 +47,92 @@ def test_a_move_finished_by_another_mover_ends_quietly() -> None:
     out = s.run(lambda: body(Ensemble()))
     assert s.failures == []
     assert out["to"] == 3 and 3 not in out["replicas"]  # this mover's copy was never recorded
+
+
+class _JoinedElsewhere:
+    """While this mover asks for the copy, another mover takes the move on to its end: the
+    destination, now a replica, refuses the copy (FAILED_PRECONDITION)."""
+
+    def __init__(self, zk: Any, kv: Any) -> None:
+        self.zk, self.kv = zk, kv
+
+    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        if method == "Status":  # the positions a finish waits for: nobody answers here
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, "down")
+        assert method == "CopyShard"
+        (m, version), = registry.read_moves(self.zk).values()
+        registry.update_move(self.zk, shard_moves.copied(m, 10), version)
+        (m, version), = registry.read_moves(self.zk).values()
+        sets = registry.read_replica_sets(self.zk, self.kv)
+        registry.change_sets(self.zk, replica_sets.with_set(sets, m.shard, shard_moves.joined_sets(
+            sets.of(m.shard), m)), "joins", (shard_moves.joined(m), version))
+        raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
+                         f"storage node {m.dest} holds shard {m.shard} already")
+
+    def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        raise AssertionError("no stream")
+
+
+def _cluster(zk: Any) -> tuple[Any, int, int]:
+    kv = registry.create_kv(zk, 4, [0, 1, 2, 3], logs=1, replicas=3)
+    registry.register(zk, registry.STORAGE_NODES, 3, "n:3")
+    shard = next(s for s in range(4) if 3 not in registry.read_replica_sets(zk, kv).of(s))
+    return kv, shard, registry.read_replica_sets(zk, kv).of(shard)[0]
+
+
+def test_a_copy_refused_because_another_mover_moved_on_is_not_an_error() -> None:
+    """Two movers of one move (an operator ran the command again while the first was
+    paused): the destination refuses this one's copy because the other has had it join.
+    The mover looks again and goes on with the move where it stands (it once reported
+    "refused the copy" and gave up)."""
+    def body(ens: Ensemble) -> tuple[Any, Any]:
+        zk = ens.client()
+        zk.start()
+        kv, shard, leaving = _cluster(zk)
+        try:
+            mover.move(zk, kv, shard, 3, leaving, 0, 2, lambda _: None, _JoinedElsewhere(zk, kv))
+        except mover.MoveError as e:
+            return str(e), registry.read_moves(zk)
+        return None, registry.read_moves(zk)
+
+    s = Scheduler(2)
+    err, moves = s.run(lambda: body(Ensemble()))
+    assert s.failures == []
+    # It took the move up from JOINED: only its last step (the leaving replica's positions,
+    # which nobody answers here) is left when its 2 s run out; no refusal.
+    assert err is not None and "did not end within" in err and "joined" in err
+    assert [m.phase for m, _ in moves.values()] == [shard_moves.JOINED]
+
+
+def test_a_transaction_that_fails_raises_its_cause_and_a_move_starts_on_the_sets_it_read() -> None:
+    """ZooKeeper answers a failed multi with RolledBackError for the ops before the one
+    that failed: a change of the sets whose move record another mover changed raises
+    BadVersionError (which movers catch), not RolledBackError; a move planned on sets that
+    changed since is not recorded."""
+    def body(ens: Ensemble) -> list[str]:
+        zk = ens.client()
+        zk.start()
+        kv, shard, leaving = _cluster(zk)
+        sets = registry.read_replica_sets(zk, kv)
+        m = shard_moves.start(sets.of(shard), shard, 3, leaving)
+        registry.start_move(zk, m, sets.version)
+        (m, version), = registry.read_moves(zk).values()
+        registry.update_move(zk, shard_moves.copied(m, 10), version)  # another mover's step
+        out = []
+        try:
+            joined = replica_sets.with_set(sets, shard, shard_moves.joined_sets(sets.of(shard), m))
+            stale = (shard_moves.joined(shard_moves.copied(m, 10)), version)
+            registry.change_sets(zk, joined, "joins", stale)
+        except Exception as e:
+            out.append(type(e).__name__)
+        registry._write_sets(zk, sets, sets.version, "another change")  # the sets move on
+        registry.drop_move(zk, shard, registry.read_moves(zk)[shard][1])
+        try:
+            registry.start_move(zk, m, sets.version)  # planned on the sets before
+        except Exception as e:
+            out.append(type(e).__name__)
+        return out
+
+    s = Scheduler(3)
+    assert s.run(lambda: body(Ensemble())) == ["BadVersionError", "BadVersionError"]
+    assert s.failures == []

@@ -34,6 +34,7 @@ def test_storage_nodes_and_a_coordinator_keep_every_guarantee_through_crashes_an
     # positions published, and the log truncated below them (the entries kept aside).
     assert total["writes"] > 150 and total["answered"] > 120 and total["strong reads"] > 100
     assert total["node crashes"] > 0 and total["power losses"] > 0 and total["batches lost"] > 0
+    assert total["disks lost"] > 0  # nodes that started on an empty disk, bootstrapped or rebuilt
     assert total["restarts"] >= 8 and total["positions published"] > 50
     assert total["truncated entries checked"] > 100
     assert total["retries"] > 0  # writes whose outcome was unknown, sent again
@@ -54,7 +55,7 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds")
 
 @pytest.mark.parametrize("broken,seeds,finding", [
     # positions published before they are synced: a node restarts below one after a power loss
-    ("publish-unsynced", range(1, 4), ("below the",)),
+    ("publish-unsynced", range(1, 8), ("below the",)),
     # the log truncated below a node's own position, ignoring its peers': a node falls behind it
     ("truncate-ahead", range(1, 4), ("behind a truncation",)),
     # a strong read that does not wait for the read index misses a write answered before it
@@ -68,8 +69,10 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds")
     ("copy-while-starting", range(1, 6), ("answered", "its client was told", "a strong read")),
     # tests/sim/moves.py's, on the real code: a copy installed behind the destination's tail
     # without the shard's records between; the mover recording a copy never taken in
-    ("no-catch-up", range(1, 3), LOST),
+    ("no-catch-up", range(1, 4), LOST),
     ("join-early", range(1, 3), LOST),
+    # and its rebuild-high: a node that lost its disk rebuilt with its tail at its highest copy
+    ("rebuild-high", range(8, 9), LOST),
 ])
 def test_a_broken_variant_is_caught(broken: str, seeds: range, finding: tuple[str, ...]) -> None:
     found = []

@@ -24,6 +24,8 @@ from kazoo.exceptions import (
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
     SessionExpiredError,
 )
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
@@ -407,14 +409,14 @@ class _Transaction:
     def commit(self) -> list[Any]:
         session = self.c._session()
         ens = self.c.ens
-        for kind, a in self.ops:  # all checked first: nothing applied if one would fail
+        for i, (kind, a) in enumerate(self.ops):  # all checked first: nothing applied if one would fail
             if kind == "create":
                 if a[0] in ens.nodes and not a[3]:
-                    return self._failed(NodeExistsError(a[0]))
+                    return self._failed(i, NodeExistsError(a[0]))
             elif a[0] not in ens.nodes:
-                return self._failed(NoNodeError(a[0]))
+                return self._failed(i, NoNodeError(a[0]))
             elif kind != "create" and a[-1] != -1 and ens.nodes[a[0]].version != a[-1]:
-                return self._failed(BadVersionError(a[0]))
+                return self._failed(i, BadVersionError(a[0]))
         out: list[Any] = []
         for kind, a in self.ops:
             if kind == "create":
@@ -428,5 +430,8 @@ class _Transaction:
                 out.append(True)
         return out
 
-    def _failed(self, e: Exception) -> list[Any]:
-        return [e for _ in self.ops]  # kazoo: each result an exception (RolledBackError but one)
+    def _failed(self, at: int, e: Exception) -> list[Any]:
+        """As ZooKeeper answers a multi that failed at op `at`: the ops before it rolled back
+        (RolledBackError), its own error, and RuntimeInconsistency for those after."""
+        return [RolledBackError() if i < at else e if i == at else RuntimeInconsistency()
+                for i in range(len(self.ops))]

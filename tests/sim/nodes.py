@@ -1,33 +1,39 @@
-"""Storage nodes whole in the seeded simulation (issue 51): tests/sim/writers.py's whole log
-servers and real log clients, and beside them real storage nodes (storage_node/node.py
-StorageNode started as its process starts it: ZooKeeper registration and the replica sets'
-watch, the bootstrap check, the bookkeeping rounds that publish durable positions, truncate
-the log and measure the lag, the apply loop's tail threads following the log through the
-log client, answers sent to the coordinator's address), each in its own simulated process
-on the simulated ZooKeeper, its store on the simulator's disk (tests/sim/disk.py), and its
-calls to its peers over the simulated network. A fault kills a node (its ZooKeeper session
-expires after the timeout) or cuts its machine's power (the batches written since its last
-sync may be lost), and restarts it from its disk later.
+"""The whole cluster in the seeded simulation (issue 51): tests/sim/writers.py's whole log
+servers, and beside them real storage nodes (storage_node/node.py StorageNode started as its
+process starts it: ZooKeeper registration and the replica sets' watch, the bootstrap check,
+the bookkeeping rounds that publish durable positions, truncate the log and measure the lag,
+the apply loop's tail threads following the log through the real log client), a real
+coordinator (coordinator/node.py Coordinator: the clients' writes and strong reads) and the
+real shard mover (catalog/mover.py), each in its own simulated process on the simulated
+ZooKeeper; the stores on the simulator's disk (tests/sim/disk.py); the nodes' calls to each
+other, the coordinator's to them and their answers over the simulated network.
 
-The clients append a coordinator's records (coordinator/records.py) through the real log
-client; a write whose append ended in an unknown outcome is appended again under the same
-request id, as the coordinator does when the SDK retries.
+Faults, beside the log servers' (writers.py): a node is killed (its ZooKeeper session
+expires after the timeout) or its machine loses power (the batches written since its last
+sync may be lost, and three times in ten the whole disk: it then bootstraps from a peer or
+is rebuilt shard by shard), and restarts later; a mover's process is killed or paused past
+its session mid-move, and the next mover takes the move up.
 
-The checks, after the log's (tests/sim/writers.py; the entries the nodes' truncations
-removed are kept aside, so the whole committed log is still checked):
-  (1) every answer to a request id, from any node, is the outcome of its first append in the
-      committed log, as a model applying the log in order says (tests/sim/store.py);
-  (2) exactly once: a write counts at most once, and once if it was answered or its append
-      acknowledged;
+Clients write through the coordinator (Coordinator.execute) and send a write whose outcome
+was unknown again under the same request id, as the SDK does; a reader makes strong reads
+(Coordinator.strong_read) of writes answered before it began.
+
+The checks, after the log's (the entries the nodes' truncations removed are kept aside, so
+the whole committed log is checked):
+  (1) what each client was told, and every node's answer, is the outcome of the write's
+      first append in the committed log, as a model applying the log in order says
+      (tests/sim/store.py);
+  (2) exactly once: a write counts at most once, and once if it was answered;
   (3) a node restarted after a crash or a power loss is at or past every position it
-      published into the log before it went down;
+      published since it last lost its disk;
   (4) no node stops (a node behind a truncation does);
-  (5) at the end every node has applied the whole log, and holds each of its shards as the
-      model does (digest and values).
+  (5) a strong read sees every write answered before it began;
+  (6) at the end no move is under way, every shard has its replicas (and the sets' history
+      ends at their version), each holds it as the model does (digest and values), and a
+      node that left a shard has dropped it and refuses to read it.
 
-Broken variants: "publish-unsynced" publishes the positions applied, not those made durable
-(storage_node/bookkeeping.py durable_positions); "retry-new-id" appends a retried write under
-a new request id."""
+Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
+for the run, or the clients retrying under a new request id ("retry-new-id")."""
 
 from __future__ import annotations
 

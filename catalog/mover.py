@@ -41,7 +41,6 @@ def check_rule(zk: Any, copies: tuple[int, ...], shard: int, dest: int, leaving:
                    f"together; choose a node on another machine")
 
 
-
 def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
          timeout_s: float, progress: Callable[[str], None], calls: Calls) -> dict[str, Any]:
     """Drive a move of `shard` to `dest` (from `leaving`) to its end, or take up the one

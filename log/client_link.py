@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,7 +26,6 @@ from log.ports import FollowedEntry
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
-from runtime.refusals import Refusal
 from runtime.stubs import Stubs
 
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
@@ -120,9 +120,13 @@ class LogLink(Protocol):
         """Each log as the server at `addr` sees it (LogError when it does not answer)."""
 
 
-def refused(e: Refusal) -> LogError:
-    """A refusal by a server in this process, as its gRPC call would have ended."""
-    return LogError(e.code, e.text)
+@contextmanager
+def _log_errors() -> Iterator[None]:
+    """A gRPC call's failure as the LogError its caller handles."""
+    try:
+        yield
+    except grpc.RpcError as e:
+        raise LogError(e.code(), e.details() or "") from None
 
 
 class Answered:
@@ -164,11 +168,9 @@ class _GrpcEntries:
         self.call = call
 
     def __iter__(self) -> Iterator[Sequence[FollowedEntry]]:
-        try:
+        with _log_errors():
             for resp in self.call:
                 yield list(resp.entries)
-        except grpc.RpcError as e:
-            raise LogError(e.code(), e.details() or "") from None
 
     def cancel(self) -> None:
         self.call.cancel()
@@ -198,24 +200,18 @@ class GrpcLog(Stubs):
     def read_range(self, addr: str, log_id: int, start: int, max_entries: int, timeout_s: float | None,
                    wait: bool, follow: bool = False) -> Iterator[FollowedEntry]:
         req = pb.ReadRequest(log_id=log_id, from_position=start, max_entries=max_entries, follow=follow)
-        try:
+        with _log_errors():
             for resp in self.stub(addr).Read(req, timeout=timeout_s, wait_for_ready=wait):
                 yield from resp.entries
-        except grpc.RpcError as e:
-            raise LogError(e.code(), e.details() or "") from None
 
     def truncate(self, addr: str, log_id: int, before: int) -> int:
         req = pb.TruncateRequest(log_id=log_id, before_position=before)
-        try:
+        with _log_errors():
             return int(self.stub(addr).Truncate(req, timeout=10).first_position)
-        except grpc.RpcError as e:
-            raise LogError(e.code(), e.details() or "") from None
 
     def status(self, addr: str) -> list[LogState]:
-        try:
+        with _log_errors():
             st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
-        except grpc.RpcError as e:
-            raise LogError(e.code(), e.details() or "") from None
         # Each server reports its own replica's position (log/server.py status).
         return [LogState(ls.log_id, ls.writer_id, ls.epoch, ls.first_position, ls.last_position,
                          next((r.position for r in ls.replicas if r.server_id == st.server_id), -1))

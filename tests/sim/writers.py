@@ -45,7 +45,7 @@ from log import read_index as ri
 from log import zk as zkpaths
 from log.catch_up import Unavailable
 from log.client import LogClient, LogError
-from log.client_link import AppendRefused, LogState, Placement, refused
+from log.client_link import AppendRefused, LogState, Placement
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.entry import Entry
 from log.limits import FIRST_POSITION
@@ -284,8 +284,8 @@ class _LogLink:
         def there(node: Node) -> Any:
             try:
                 return answer(node)
-            except Refusal as e:
-                return refused(e)
+            except Refusal as e:  # as the server's gRPC call ends
+                return LogError(e.code, e.text)
         self._call(addr, reply, there, lambda: reply.set_result(
             LogError(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
         try:

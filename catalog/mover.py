@@ -56,11 +56,13 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
             raise MoveError(f"the move did not end within --timeout {timeout_s:g}s (it stands at "
                            f"{said or 'its start'}); run the same command again to go on")
         got = registry.read_moves(zk).get(shard)
+        if started and (got is None or (got[0].dest, got[0].leaving) != (dest, leaving)):
+            # it ended (by us, or by another mover that took it up), and perhaps the shard's
+            # next move began since
+            sets = registry.read_replica_sets(zk, kv)
+            out.update(replicas=list(sets.of(shard)), seconds=round(world.monotonic() - t0, 3))
+            return out
         if got is None:
-            if started:  # it ended (by us, or by another mover that took it up)
-                sets = registry.read_replica_sets(zk, kv)
-                out.update(replicas=list(sets.of(shard)), seconds=round(world.monotonic() - t0, 3))
-                return out
             sets = registry.read_replica_sets(zk, kv)
             if sets.version < 0:
                 raise MoveError(f"this cluster has no replica sets: its {len(kv.storage_nodes)} storage "

@@ -5,7 +5,9 @@ log/zk.py):
   /midtown/replica_sets            {"replicas": R, "sets": [[node ids] per shard]}  (versioned;
                                    absent: every member holds every shard; catalog/replica_sets.py)
   /midtown/replica_sets_history/change-N   each version as written, with when and why
-  /midtown/moves/<shard>           a shard move under way (catalog/shard_moves.py), versioned
+  /midtown/moves/<shard>           a shard move under way (catalog/shard_moves.py), versioned;
+                                   null once it ended (ENDED: the record stays)
+  /midtown/published/<id>          storage node <id> has published positions into the logs
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
   /midtown/coordinators/<id>       {"addr": "host:port", "log": "host:port"} ephemeral
                                    ("log": the log server in the same process, host layout)
@@ -40,6 +42,10 @@ COORDINATORS = "/midtown/coordinators"
 REPLICA_SETS = "/midtown/replica_sets"
 REPLICA_SETS_HISTORY = "/midtown/replica_sets_history"
 MOVES = "/midtown/moves"
+# A child per storage node id that has ever published its positions into the logs (made
+# before its first publication): one that starts on an empty store while its id has one
+# lost its disk, and the logs may be truncated below what it published (storage_node/node.py).
+PUBLISHED = "/midtown/published"
 SHARDS_DEFAULT = 64
 SHARDS_MAX = 65536
 # Logs the key-value store spreads its shards over (logs 0..L-1 of the cluster's logs).
@@ -174,8 +180,8 @@ def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: st
                 move: tuple[Move, int | None] | None = None) -> None:
     """Write `sets` (a versioned write over `version`; None: create) and its history entry
     in one ZooKeeper transaction, with a move's new state (its record's version; the
-    move deleted when it is done): BadVersionError/NodeExistsError when another change
-    came first, and nothing is written."""
+    record marked ENDED when the move is done): BadVersionError/NodeExistsError when
+    another change came first, and nothing is written."""
     data = json.dumps(replica_sets.to_json(sets)).encode()
     zk.ensure_path(REPLICA_SETS_HISTORY)
     tx = zk.transaction()
@@ -189,10 +195,8 @@ def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: st
     if move is not None:
         m, move_version = move
         path = f"{MOVES}/{m.shard}"
-        if m.phase == shard_moves.DONE:
-            tx.delete(path, version=move_version if move_version is not None else -1)
-        else:
-            tx.set_data(path, _move_json(m), version=move_version if move_version is not None else -1)
+        tx.set_data(path, ENDED if m.phase == shard_moves.DONE else _move_json(m),
+                    version=move_version if move_version is not None else -1)
     _commit(tx)
 
 
@@ -210,7 +214,25 @@ def _commit(tx: Any) -> None:
         raise (causes or errors)[0]
 
 
+def mark_published(zk: KazooClient, node_id: int) -> None:
+    """Record, once and for good, that storage node `node_id` publishes positions."""
+    zk.ensure_path(f"{PUBLISHED}/{node_id}")
+
+
+def has_published(zk: KazooClient, node_id: int) -> bool:
+    return zk.exists(f"{PUBLISHED}/{node_id}") is not None
+
+
 # ---------------------------------------------------------------- shard moves
+# A shard's move record once its move ended (done or given up). The record stays, so its
+# version only grows from one move of the shard to the next: a mover paused past its session
+# that wakes with the version it read of a move since ended cannot write over the shard's
+# next move (a deleted and recreated record starts again at version 0, and its stale write
+# of "copied" had a finished move's destination join the next move and its leaving replica
+# go: the shard was left with two replicas; the whole-cluster simulation's seed 1014).
+ENDED = b"null"
+
+
 def _move_json(m: Move) -> bytes:
     return json.dumps({"shard": m.shard, "dest": m.dest, "leaving": m.leaving, "phase": m.phase,
                        "copied_at": m.copied_at}).encode()
@@ -220,6 +242,8 @@ def read_moves(zk: KazooClient) -> dict[int, tuple[Move, int]]:
     """Every shard move under way: shard -> (the move, its record's version)."""
     out: dict[int, tuple[Move, int]] = {}
     for shard, (d, version) in _children(zk, MOVES).items():
+        if d is None:
+            continue  # ENDED
         try:
             leaving, copied_at = d["leaving"], d["copied_at"]
             out[shard] = (Move(int(d["shard"]), int(d["dest"]), None if leaving is None else int(leaving),
@@ -232,11 +256,20 @@ def read_moves(zk: KazooClient) -> dict[int, tuple[Move, int]]:
 def start_move(zk: KazooClient, m: Move, sets_version: int) -> None:
     """Record a new move, planned on the replica sets of `sets_version` (NodeExistsError:
     the shard has one under way already; BadVersionError: the sets changed since, and the
-    move may make no sense now: another mover may have just put its destination in)."""
+    move may make no sense now: another mover may have just put its destination in, or
+    a move of the shard began and ended since the caller looked)."""
     zk.ensure_path(MOVES)
+    path = f"{MOVES}/{m.shard}"
     tx = zk.transaction()
     tx.check(REPLICA_SETS, sets_version)
-    tx.create(f"{MOVES}/{m.shard}", _move_json(m))
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:  # the shard's first move
+        tx.create(path, _move_json(m))
+    else:
+        if data != ENDED:
+            raise NodeExistsError(f"{path}: a move is under way")
+        tx.set_data(path, _move_json(m), version=stat.version)
     _commit(tx)
 
 
@@ -247,7 +280,7 @@ def update_move(zk: KazooClient, m: Move, version: int) -> None:
 
 def drop_move(zk: KazooClient, shard: int, version: int) -> None:
     """Give a move up (only before it joined: the replica sets never changed)."""
-    zk.delete(f"{MOVES}/{shard}", version=version)
+    zk.set(f"{MOVES}/{shard}", ENDED, version=version)
 
 
 def change_sets(zk: KazooClient, sets: ReplicaSets, why: str, move: tuple[Move, int]) -> None:

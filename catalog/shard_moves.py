@@ -19,10 +19,11 @@ move and goes on from its phase:
   joined   The destination is in the replica set (versioned write of the sets): it
            answers for the shard. Only a destination with an installed copy may join.
   done     The replica that leaves (if any) is taken out of the set, only once the
-           destination has applied as far as the leaving replica had; then the move is
-           deleted and the leaving node deletes its copy.
+           destination has applied as far as the leaving replica had; then the move's
+           record is marked ended (catalog/registry.py ENDED) and the leaving node
+           deletes its copy.
 
-A move may be given up before it joins (`abort`): its record goes, the destination drops
+A move may be given up before it joins (`abort`): its record is marked ended, the destination drops
 its copy, and the replica set never changed."""
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ class Bookkeeping:
         self.eventual = eventual
         self._published: dict[int, int] = {}  # log -> position last published there
         self._truncated: dict[int, int] = {}  # log -> position last truncated below
+        self._marked = False  # this node's id recorded as publishing (registry.PUBLISHED)
         self._usage_busy_s = 0.0  # how long the last count kept this node busy
 
     def start(self) -> None:
@@ -89,6 +90,9 @@ class Bookkeeping:
     def _publish(self, log_id: int, pos: int) -> bool:
         """Append this node's durable position `pos` to a log (made durable before)."""
         rec = Record(b"", "", "", 0, b"", (Position(self.state.node_id, pos),))
+        if not self._marked:  # before the first publication (registry.PUBLISHED)
+            registry.mark_published(self.state.zk, self.state.node_id)
+            self._marked = True
         try:
             self.state.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
             self._published[log_id] = pos

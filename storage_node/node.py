@@ -146,10 +146,14 @@ class StorageNode:
         first = {lg: f for lg, (f, _) in bounds.items() if lg in s.tailed_logs()}
         marker = s.store._get(bootstrap.MARKER) is not None
         saved = {lg: p for lg, (p, _) in s.positions.items()}
-        if not bootstrap.needed(saved, first, marker):
+        empty = not marker and not s.marks and not any(saved.values())
+        # (a lost store that is to hold nothing has nothing to copy)
+        lost = empty and registry.has_published(s.zk, s.node_id) and any(rebuild.wanted(
+            s.node_id, s.sets, {x: m for x, (m, _) in registry.read_moves(s.zk).items()}))
+        if not bootstrap.needed(saved, first, marker, lost):
             return
-        log.info("bootstrapping (saved positions %s, first available %s%s)",
-                 saved, first, ", an earlier bootstrap did not finish" if marker else "")
+        why = ", an earlier bootstrap did not finish" if marker else ", its store was lost" if lost else ""
+        log.info("bootstrapping (saved positions %s, first available %s%s)", saved, first, why)
         deadline = world.monotonic() + 300
         while True:
             bounds = self._log_bounds() or bounds  # read again: a rebuild needs every head

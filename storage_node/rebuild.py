@@ -29,7 +29,7 @@ import grpc
 from catalog import registry
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import log_of
-from catalog.shard_moves import COPYING, Move
+from catalog.shard_moves import Move
 from runtime import world
 from storage_node import bootstrap, shard_copy
 from storage_node.shard_intake import CopyFailed
@@ -42,9 +42,13 @@ Receive = Callable[[str, int, float, int], tuple[int, int, int, int]]
 
 
 def wanted(node_id: int, sets: ReplicaSets, moves: Mapping[int, Move]) -> tuple[list[int], list[int]]:
-    """(the shards the sets name this node for, the shards moving to it whose copy was
-    recorded): a bootstrap must bring both, or it would join a shard without it."""
-    moving = sorted(s for s, m in moves.items() if m.dest == node_id and m.phase != COPYING)
+    """(the shards the sets name this node for, the shards moving to it): a bootstrap must
+    bring both, or it would join a shard without it. Those still copying too: the copy
+    this node's lost store took in may have been answered to a mover, which records it
+    after this read (the whole-cluster simulation's seed 1083: a node that lost its disk
+    right after it took a copy in joined the shard empty). A mover that asks for the copy
+    again is told of the one the rebuild installed."""
+    moving = sorted(s for s, m in moves.items() if m.dest == node_id)
     return sorted(sets.shards_of(node_id)), moving
 
 

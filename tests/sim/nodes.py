@@ -37,6 +37,7 @@ for the run, or the clients retrying under a new request id ("retry-new-id")."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import zlib
@@ -80,7 +81,7 @@ REPLICAS = 3
 COORDINATOR = "sim-coordinator"  # the records' callback address
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
-          "no-catch-up", "join-early", "rebuild-high")
+          "no-catch-up", "join-early", "rebuild-high", "moves-recreated")
 MOVERS = 2  # operators moving shards, perhaps at the same time
 WIPES = 0.3  # of power losses, those that lose the disk too
 # A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
@@ -580,6 +581,27 @@ class NodeSim(WriterSim):
                                        f"published before it went down")
                 return
 
+    def check_history(self, history: list[dict[str, Any]]) -> None:
+        """Each step of a move changes the set it names: its destination joins a set
+        without it, its leaving replica leaves a set with it (one move of a shard at a time,
+        so nothing else put them there or took them out meanwhile)."""
+        for before, after in zip(history, history[1:]):
+            joins = re.fullmatch(r"move of shard (\d+): node (\d+) joins", after["why"])
+            done = re.fullmatch(r"move of shard (\d+) to node (\d+): done, node (\d+) leaves", after["why"])
+            if joins:
+                shard, node = int(joins[1]), int(joins[2])
+                ok = node not in before["sets"][shard] and node in after["sets"][shard]
+            elif done:
+                shard, node = int(done[1]), int(done[3])
+                ok = node in before["sets"][shard] and node not in after["sets"][shard]
+            else:
+                continue
+            if not ok:
+                self.violations.append(f"replica sets version {after['version']} ({after['why']}) changed "
+                                       f"shard {shard}'s set from {before['sets'][shard]} to "
+                                       f"{after['sets'][shard]}")
+                return
+
     def check_dropped(self, sets: ReplicaSets) -> None:
         """A node that left a shard drops it (at its next bookkeeping round: a second here,
         after a round's publish and truncation, which wait for the log up to 15 s) and
@@ -620,6 +642,7 @@ class NodeSim(WriterSim):
                 history and [tuple(x) for x in history[-1]["sets"]] != list(sets.sets)):
             self.violations.append(f"the replica sets' history does not end at version {sets.version}: "
                                    f"{[(h['version'], h['why']) for h in history]}")
+        self.check_history(history)
         self.check_dropped(sets)
         for n, node in sorted(self.storage.items()):  # (6)
             store = node.state.store
@@ -663,6 +686,19 @@ def _rebuilt_from_highest(copies: Any) -> tuple[int, dict[int, int]]:
     return max(copies.values()), dict(copies)
 
 
+_start_move = registry.start_move
+
+
+def _recreated_start_move(zk: Any, m: Any, sets_version: int) -> None:
+    """The record of a shard's ended move deleted and a new one created for its next move
+    (whose version starts again at 0), as before the whole simulation found it."""
+    path = f"{registry.MOVES}/{m.shard}"
+    got = zk.exists(path)
+    if got is not None and zk.get(path)[0] == registry.ENDED:
+        zk.delete(path, version=got.version)
+    _start_move(zk, m, sets_version)
+
+
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
 _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # positions published as applied, perhaps not synced yet
@@ -690,6 +726,11 @@ _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # copies taken wherever their sources stand, was caught in none of seeds 1-30 here: the
     # sources stand near the log's head anyway.)
     "rebuild-high": [(shard_copy, "rebuild", _rebuilt_from_highest)],
+    # a race only the whole simulation reaches: a mover paused past its session wakes with
+    # the version it read of a move that ended since, and its stale write lands on the
+    # shard's next move, whose record starts again at that version (catalog/registry.py
+    # ENDED): the ended move's destination joins the next one and its leaving replica goes
+    "moves-recreated": [(registry, "start_move", _recreated_start_move)],
 }
 
 

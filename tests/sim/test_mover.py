@@ -136,3 +136,44 @@ def test_a_transaction_that_fails_raises_its_cause_and_a_move_starts_on_the_sets
     s = Scheduler(3)
     assert s.run(lambda: body(Ensemble())) == ["BadVersionError", "BadVersionError"]
     assert s.failures == []
+
+
+def test_a_stale_version_of_an_ended_move_does_not_write_over_the_next_move() -> None:
+    """A mover paused past its session wakes with the version it read of a move that ended
+    since, while the shard's next move is under way. Its write must fail: the record of a
+    shard's moves stays (marked ENDED), so its version only grows. (When an ended move's
+    record was deleted, the next one's started again at version 0; the stale write landed
+    on it, and the ended move's destination joined again while its leaving replica went:
+    the whole-cluster simulation's seed 1014 ended with a shard on two replicas.)"""
+    def body(ens: Ensemble) -> list[str]:
+        zk = ens.client()
+        zk.start()
+        kv, shard, leaving = _cluster(zk)
+        sets = registry.read_replica_sets(zk, kv)
+        first = shard_moves.start(sets.of(shard), shard, 3, leaving)
+        registry.start_move(zk, first, sets.version)
+        (_, stale), = registry.read_moves(zk).values()  # the paused mover's read
+        registry.update_move(zk, shard_moves.copied(first, 10), stale)
+        (m, version), = registry.read_moves(zk).values()
+        joined = replica_sets.with_set(sets, shard, shard_moves.joined_sets(sets.of(shard), m))
+        registry.change_sets(zk, joined, "joins", (shard_moves.joined(m), version))
+        (m, version), = registry.read_moves(zk).values()
+        sets = registry.read_replica_sets(zk, kv)
+        done = replica_sets.with_set(sets, shard, shard_moves.finished_sets(sets.of(shard), m))
+        registry.change_sets(zk, done, "done", (shard_moves.finished(m), version))
+        assert registry.read_moves(zk) == {}
+        sets = registry.read_replica_sets(zk, kv)
+        back = shard_moves.start(sets.of(shard), shard, leaving, 3)  # the shard's next move
+        registry.start_move(zk, back, sets.version)
+        out = []
+        try:
+            registry.update_move(zk, shard_moves.copied(first, 10), stale)
+        except Exception as e:
+            out.append(type(e).__name__)
+        (now, _), = registry.read_moves(zk).values()
+        assert now == back  # untouched
+        return out
+
+    s = Scheduler(4)
+    assert s.run(lambda: body(Ensemble())) == ["BadVersionError"]
+    assert s.failures == []

@@ -29,8 +29,9 @@ the whole committed log is checked):
   (4) no node stops (a node behind a truncation does);
   (5) a strong read sees every write answered before it began;
   (6) at the end no move is under way, every shard has its replicas (and the sets' history
-      ends at their version), each holds it as the model does (digest and values), and a
-      node that left a shard has dropped it and refuses to read it.
+      ends at their version, each step of a move in it changing the set it names), each
+      holds it as the model does (digest and values), and a node that left a shard has
+      dropped it and refuses to read it.
 
 Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
 for the run, or the clients retrying under a new request id ("retry-new-id")."""

@@ -1,5 +1,7 @@
 """Loaded first, before the test process creates any gRPC channel or server."""
 
+import signal
+
 from runtime.forking import without_grpc_fork_handlers
 
 # The test run starts one Spark session in a process with live gRPC calls (runtime/forking.py).
@@ -31,3 +33,13 @@ def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
     return ByModule(config, log)
+
+
+def pytest_configure(config):  # type: ignore[no-untyped-def]
+    """SIGTERM and SIGHUP end a test process as Ctrl-C does, so that the fixtures' teardowns
+    stop the clusters they started (a `make test` killed with SIGTERM once left ZooKeeper,
+    log servers and storage nodes running). Each pytest-xdist worker loads this too."""
+    def interrupt(signum, frame):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt(f"signal {signum}")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)

@@ -14,8 +14,6 @@ runs them on blocking gRPC stubs."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +41,7 @@ from midtown.operations import Call, Operations, PagedScan
 from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
+from runtime import world
 from runtime.transport import GRPC_OPTIONS
 
 # A watch's streams end after a minute (the coordinator's default), and are started again.
@@ -85,7 +84,7 @@ class Client(Operations):
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
                  tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True,
-                 known_down_s: float | None = None) -> None:
+                 known_down_s: float | None = None, link: Callable[[str], Any] | None = None) -> None:
         """`token`: a user's token (`midtown user add`), for datasets with an access list.
         `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file).
         `coalesce`: single-key operations that threads issue while a call is in flight go
@@ -95,12 +94,15 @@ class Client(Operations):
         `known_down_s`: raise Unavailable once ZooKeeper, or every coordinator tried, has
         refused connections for this long (a wrong address, a stopped cluster), as the
         `midtown` command does with 1 s; by default (None) a call retries until its deadline,
-        riding out a coordinator's restart. A server that does not answer is waited for."""
+        riding out a coordinator's restart. A server that does not answer is waited for.
+        `link`: the way to a coordinator, a KV stub for its address (by default one on a gRPC
+        channel; the seeded simulation, tests/sim/clients.py, gives one on its network)."""
         self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
                                    tls_ca=tls_ca, route=route, known_down_s=known_down_s)
+        self._link = link
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.Channel] = []
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._coalescer = Coalescer(self._call) if coalesce else None
 
     @property
@@ -144,7 +146,9 @@ class Client(Operations):
     def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
         with self._lock:
             s = self._stubs.get(addr)
-            if s is None:
+            if s is None and self._link is not None:
+                s = self._stubs[addr] = self._link(addr)
+            elif s is None:
                 creds = self.endpoints.credentials
                 ch = (grpc.insecure_channel(addr, options=GRPC_OPTIONS) if creds is None
                       else grpc.secure_channel(addr, creds, options=GRPC_OPTIONS))
@@ -187,7 +191,7 @@ class Client(Operations):
                 switch, pause = attempts.failed(e, ends.known_down(addr, e))
                 if switch:
                     addr = ends.switch(addr, ends.coordinators(refresh=True))
-                time.sleep(pause)
+                world.sleep(pause)
 
     # ------------------------------------------------------------ operations of many calls
     def scan_shard(self, dataset: str, shard: int, *, consistency: str = "strong", page: int = 1000,
@@ -218,7 +222,7 @@ class Client(Operations):
                         return
                 raise AssertionError("a shard scan's stream ended before its last page")
             except grpc.RpcError as e:
-                time.sleep(scan.failed(e))
+                world.sleep(scan.failed(e))
 
     def positions(self, dataset: str, *, partition_key: Key | None = None,
                   timeout: float | None = None) -> dict[int, int]:
@@ -263,7 +267,7 @@ class Client(Operations):
                 wait = state.failed(e, addr)
                 if wait is None:
                     return
-                time.sleep(wait)
+                world.sleep(wait)
 
     def scan_all(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
                  page: int = 100, consistency: str = "strong") -> Iterator[Item]:

@@ -33,14 +33,13 @@ fraction of a millisecond, 2 ms at most; never for a lone caller)."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 from runtime.group_commit import GroupCommit, GroupTimeout
 
 ITEMS_MAX = 256  # operations in one call (the coordinator takes up to MANY_ITEMS_MAX)
@@ -54,7 +53,7 @@ FIELDS = {"Get": "get", "Put": "put", "Delete": "delete", "CheckAndSet": "check_
 class _Pending(NamedTuple):
     method: str
     req: Any
-    deadline: float  # time.monotonic()
+    deadline: float  # world.monotonic()
     size: int
 
 
@@ -62,7 +61,7 @@ class _Counts:
     def __init__(self) -> None:
         self.calls = 0  # calls made, and operations they carried (for tests and stats)
         self.operations = 0
-        self._counting = threading.Lock()
+        self._counting = world.lock()
 
     def _count(self, n: int) -> None:
         with self._counting:
@@ -77,7 +76,7 @@ class Coalescer(_Counts):
         super().__init__()
         self._call = call
         self._routes: dict[str | None, GroupCommit] = {}  # one call in flight to each
-        self._routes_lock = threading.Lock()
+        self._routes_lock = world.lock()
 
     def call(self, method: str, req: Any, timeout_s: float, to: str | None = None) -> Any:
         """The response to `req` as its own call would give it, or its error raised.
@@ -86,7 +85,7 @@ class Coalescer(_Counts):
         route = self._routes.get(to) or self._route(to)
         p = pending(method, req, timeout_s)
         try:
-            out = route.call(p, max(0.0, p.deadline - time.monotonic()))
+            out = route.call(p, max(0.0, p.deadline - world.monotonic()))
         except GroupTimeout:
             raise not_sent(method) from None
         if out is RETRY:
@@ -125,7 +124,7 @@ class Coalescer(_Counts):
         return answers(items, resp)
 
     def _alone(self, p: _Pending, to: str | None, until: float | None = None) -> Any:
-        left = min(p.deadline, until or p.deadline) - time.monotonic()
+        left = min(p.deadline, until or p.deadline) - world.monotonic()
         if left <= 0:
             return errors.DeadlineExceeded(f"{p.method}: no answer within the deadline")
         try:
@@ -158,7 +157,7 @@ class AsyncCoalescer(_Counts):
             self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
             task.add_done_callback(self._tasks.discard)
         try:
-            out = await asyncio.wait_for(asyncio.shield(fut), max(0.0, p.deadline - time.monotonic()))
+            out = await asyncio.wait_for(asyncio.shield(fut), max(0.0, p.deadline - world.monotonic()))
         except TimeoutError:
             if (p, fut) in q:  # still queued: it will not be sent
                 q.remove((p, fut))
@@ -204,7 +203,7 @@ class AsyncCoalescer(_Counts):
         return answers(items, resp)
 
     async def _alone(self, p: _Pending, to: str | None) -> Any:
-        left = p.deadline - time.monotonic()
+        left = p.deadline - world.monotonic()
         if left <= 0:
             return errors.DeadlineExceeded(f"{p.method}: no answer within the deadline")
         try:
@@ -224,8 +223,8 @@ GATHER_STEP_S = 0.0002
 GATHER_MAX_S = 0.002
 
 
-def gather(queued: Callable[[], int], last: int, sleep: Callable[[float], object] = time.sleep,
-           clock: Callable[[], float] = time.monotonic) -> None:
+def gather(queued: Callable[[], int], last: int, sleep: Callable[[float], object] = world.sleep,
+           clock: Callable[[], float] = world.monotonic) -> None:
     """Wait, in steps of GATHER_STEP_S, while the queue grows and holds fewer than `last`
     operations, at most GATHER_MAX_S: returns at once if `last` are queued already, after
     one step if nobody comes."""
@@ -240,7 +239,7 @@ def gather(queued: Callable[[], int], last: int, sleep: Callable[[float], object
 
 
 def pending(method: str, req: Any, timeout_s: float) -> _Pending:
-    return _Pending(method, req, time.monotonic() + timeout_s, req.ByteSize() + 16)
+    return _Pending(method, req, world.monotonic() + timeout_s, req.ByteSize() + 16)
 
 
 def many_request(items: list[_Pending]) -> pb.ManyRequest:
@@ -250,7 +249,7 @@ def many_request(items: list[_Pending]) -> pb.ManyRequest:
 def call_timeout(items: list[_Pending], until: float | None = None) -> float:
     """A coalesced call runs until the first of its items' deadlines (and `until`), at
     most: none of its callers waits for it past its own."""
-    return max(0.001, min(min(p.deadline for p in items), until or float("inf")) - time.monotonic())
+    return max(0.001, min(min(p.deadline for p in items), until or float("inf")) - world.monotonic())
 
 
 def not_sent(method: str) -> errors.DeadlineExceeded:
@@ -263,7 +262,7 @@ def retry_or(err: errors.MidtownError, p: _Pending) -> Any:
     not passed; `p` is then marked as a retry (its first attempt may have been applied).
     Else `err`."""
     if (err.code in errors.RETRYABLE and not isinstance(err, errors.QuotaExceeded)
-            and p.deadline > time.monotonic()):
+            and p.deadline > world.monotonic()):
         p.req.header.first_attempt = False
         return RETRY
     return err

@@ -6,9 +6,6 @@ itself, and reads ZooKeeper only for a client given zk=."""
 
 from __future__ import annotations
 
-import random
-import threading
-import time
 from typing import Any
 
 import grpc
@@ -16,7 +13,7 @@ import grpc
 from midtown import errors
 from midtown.checks import Key, to_bytes, to_dataset
 from midtown.routes import AVOID_S, Routes, routed
-from runtime import reach
+from runtime import reach, world
 
 DISCOVERY_TTL_S = 5.0
 
@@ -47,7 +44,7 @@ class Endpoints:
         self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (pick)
         self._zk: Any = None
         self._found: tuple[float, list[str]] = (0.0, [])
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self.routes = Routes(self.session) if zk is not None and route and not self._fixed else None
 
     def close(self) -> None:
@@ -82,7 +79,7 @@ class Endpoints:
                 raise errors.Unavailable(f"ZooKeeper at {self.zk_hosts} did not answer "
                                          f"({type(e).__name__}); retry") from None
             with self._lock:
-                self._found = (time.monotonic(), found)
+                self._found = (world.monotonic(), found)
         if not found:
             raise errors.Unavailable("no coordinator is registered in ZooKeeper")
         return found
@@ -93,7 +90,7 @@ class Endpoints:
         if self._fixed:
             return self._fixed
         at, found = self._found
-        return found if not refresh and found and time.monotonic() - at <= DISCOVERY_TTL_S else None
+        return found if not refresh and found and world.monotonic() - at <= DISCOVERY_TTL_S else None
 
     def session(self) -> Any:
         """The ZooKeeper session, connected on first use (Unavailable if it cannot be)."""
@@ -125,11 +122,11 @@ class Endpoints:
         AVOID_S while others remain (`failed`: one just now). A paused coordinator is found
         out by keepalive in about 2 s (runtime/transport.py), and a new call to it would
         wait on its connection until the deadline."""
-        now = time.monotonic()
+        now = world.monotonic()
         if failed is not None:
             self._unreached[failed] = now + AVOID_S
         ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now]
-        return random.choice(ok or addrs)
+        return world.choice(ok or addrs)
 
     def switch(self, failed: str, coordinators: list[str]) -> str:
         """Another coordinator than `failed`, which was unavailable (and is no route now)."""

@@ -7,8 +7,6 @@ so arguments, errors and results are the same."""
 from __future__ import annotations
 
 import importlib.util
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -46,6 +44,7 @@ from midtown.model import (
 from midtown.retries import read_retry_or_raise
 from midtown.watch import WatchState
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 
 
 class Call(NamedTuple):
@@ -71,10 +70,10 @@ class PagedScan:
         self.attempt = 0
         self.done = False
         self._backoff = 0.05
-        self._since = time.monotonic()
+        self._since = world.monotonic()
 
     def page(self, m: pb.ScanShardResponse) -> ShardPage:
-        self.attempt, self._backoff, self._since = 0, 0.05, time.monotonic()
+        self.attempt, self._backoff, self._since = 0, 0.05, world.monotonic()
         if m.next:
             self.req.token = m.next
         else:
@@ -106,7 +105,7 @@ class Operations:
         if request_id is not None:
             request_id = to_value(request_id, "request_id")
         # An id we make up now has never been seen: say so (puts and deletes answer sooner).
-        return pb.RequestHeader(dataset=dataset, request_id=request_id or uuid.uuid4().bytes,
+        return pb.RequestHeader(dataset=dataset, request_id=request_id or world.unique_id(),
                                 first_attempt=request_id is None,
                                 event_id=to_bytes(event_id, "event_id") if event_id is not None else b"")
 

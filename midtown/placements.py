@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from runtime import world
 
 DATASET_DEFAULT = "placements"
 SETTINGS_PARTITION = b"settings"
@@ -147,7 +148,7 @@ class Placements:
         self.db = client
         self.dataset = dataset
         self._cache: dict[tuple[str, int], Placement] = {}
-        self._lock = threading.Lock()
+        self._lock = world.lock()
         self._placement_ms = 0  # read once: fixed for the dataset (update_settings)
 
     # ---------------------------------------------------------------- settings

@@ -8,14 +8,13 @@ never run past the deadline. Pure but for the clock: the clients do the calls an
 
 from __future__ import annotations
 
-import random
-import time
 from typing import Any
 
 import grpc
 
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 
 # What an error says when an earlier attempt of the same call may have been applied.
 EARLIER_ATTEMPT = (" (this was a retry: an earlier attempt of the request may have been applied; "
@@ -35,7 +34,7 @@ class Attempts:
         coordinators known to be down (refusing connections); None: retry until the deadline."""
         self.method = method
         self.retries = retries
-        self.deadline = time.monotonic() + timeout_s
+        self.deadline = world.monotonic() + timeout_s
         self.attempt = -1
         self._backoff = BACKOFF_FIRST_S
         self.known_down_s = known_down_s
@@ -43,7 +42,7 @@ class Attempts:
 
     def start(self, req: Any) -> float:
         self.attempt += 1
-        left = self.deadline - time.monotonic()
+        left = self.deadline - world.monotonic()
         if left <= 0:
             raise errors.DeadlineExceeded(f"{self.method}: no answer within the deadline")
         if self.attempt:
@@ -54,8 +53,8 @@ class Attempts:
         """(whether to try another coordinator, the pause first), or the error raised.
         `down`: why the coordinator tried is known to be down (Endpoints.known_down)."""
         switch = retry_or_raise(e, self.attempt, self.retries)
-        now = time.monotonic()
-        pause = min(self._backoff * (1 + random.random()), max(0.0, self.deadline - now))
+        now = world.monotonic()
+        pause = min(self._backoff * (1 + world.random()), max(0.0, self.deadline - now))
         self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
         if down is None:
             self._down_since = None
@@ -84,7 +83,7 @@ def retry_or_raise(e: grpc.RpcError, attempt: int, retries: int) -> bool:
 
 def read_retry_or_raise(e: grpc.RpcError, attempt: int, retries: int, deadline: float) -> None:
     """A read failed part-way: raise its error unless a retry may cure it and there is time."""
-    if e.code() not in errors.RETRYABLE or attempt == retries or time.monotonic() > deadline:
+    if e.code() not in errors.RETRYABLE or attempt == retries or world.monotonic() > deadline:
         raise errors.from_rpc(e) from None
 
 

@@ -21,12 +21,11 @@ the default) nothing is routed and clients pick a coordinator at random, as befo
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from catalog.routing import log_of, shard_of
+from runtime import world
 
 # The operations routed: those that append a record, and strong gets (routed()).
 ROUTED_METHODS = frozenset({"Put", "Delete", "CheckAndSet", "Increment", "Batch"})
@@ -106,11 +105,11 @@ class Routes:
         self._zk = zk
         self._table = EMPTY
         self._names: set[str] = set()  # datasets asked for
-        self._avoid: dict[str, float] = {}  # coordinator -> until (time.monotonic())
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._avoid: dict[str, float] = {}  # coordinator -> until (world.monotonic())
+        self._wake = world.event()
+        self._stop = world.event()
+        self._thread: world.Task | None = None
+        self._lock = world.lock()
         self.reads = 0  # tables read (for tests)
 
     def coordinator_for(self, dataset: str, partition_key: bytes) -> str | None:
@@ -124,7 +123,7 @@ class Routes:
             self._start()
         addr = route(t, dataset, partition_key)
         if addr is not None and addr in self._avoid:
-            if self._avoid[addr] > time.monotonic():
+            if self._avoid[addr] > world.monotonic():
                 return None
             self._avoid.pop(addr, None)
         return addr
@@ -132,7 +131,7 @@ class Routes:
     def failed(self, addr: str) -> None:
         """A call to `addr` did not reach it: no routed calls there for a while, and the
         routes are read again at once."""
-        self._avoid[addr] = time.monotonic() + AVOID_S
+        self._avoid[addr] = world.monotonic() + AVOID_S
         self._wake.set()
 
     def stop(self) -> None:
@@ -142,8 +141,7 @@ class Routes:
     def _start(self) -> None:
         with self._lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._keep, name="midtown routes", daemon=True)
-                self._thread.start()
+                self._thread = world.spawn("midtown routes", self._keep)
 
     def _keep(self) -> None:
         while not self._stop.is_set():

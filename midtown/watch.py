@@ -10,7 +10,6 @@ process or another."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ import grpc
 
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 
 _KINDS = {pb.Change.PUT: "put", pb.Change.DELETE: "delete", pb.Change.EXPIRE: "expire"}
 
@@ -74,7 +74,7 @@ class WatchState:
         if until is not None and (self.positions is None or set(until) != set(self.positions)):
             raise errors.InvalidArgument("until: give an end for each shard of `start`, and start at "
                                          "positions (not \"now\")")
-        self._since = time.monotonic()
+        self._since = world.monotonic()
         self._backoff = 0.05
         self.closed = False
         self.avoid: str | None = None  # a coordinator the last stream could not reach
@@ -97,7 +97,7 @@ class WatchState:
     def take(self, m: pb.WatchResponse) -> Iterator[Change]:
         """A message's changes, each handed over with `positions` moved past the changes of
         the positions before it (so `positions` is a resume point between any two)."""
-        self._since, self._backoff = time.monotonic(), 0.05
+        self._since, self._backoff = world.monotonic(), 0.05
         pos = self.positions if self.positions is not None else {}
         for c in m.changes:
             if self.until is not None and c.position >= self.until.get(c.shard, 0):
@@ -119,7 +119,7 @@ class WatchState:
         time; else the seconds to wait first (an unreachable `addr` is avoided next)."""
         if self.closed:
             return None
-        if e.code() not in errors.RETRYABLE or time.monotonic() > self._since + self.wait_s:
+        if e.code() not in errors.RETRYABLE or world.monotonic() > self._since + self.wait_s:
             raise errors.from_rpc(e) from None
         self.avoid = addr if e.code() == grpc.StatusCode.UNAVAILABLE else None
         wait, self._backoff = self._backoff, min(self._backoff * 2, 1.0)

@@ -17,6 +17,7 @@ import queue as queue_
 import random as random_
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from typing import Any, Protocol, TypeVar
@@ -55,6 +56,8 @@ class Backend(Protocol):
         """Whether the fault at `point` happens now (never, in a real process)."""
     def random(self) -> float:
         """A number in [0, 1): jitter (a simulation's comes from its seed)."""
+    def unique_id(self) -> bytes:
+        """16 bytes no other call draws, in any process (a simulation's from its seed)."""
 
 
 class Pool:
@@ -128,6 +131,9 @@ class Threads:
     def random(self) -> float:
         return random_.random()
 
+    def unique_id(self) -> bytes:
+        return uuid.uuid4().bytes  # the OS's randomness: forked processes draw apart
+
 
 _backend: Backend = Threads()
 
@@ -196,6 +202,11 @@ def boot_clock() -> float:
 def random() -> float:
     """A number in [0, 1), for jitter: backoffs, spreading calls over peers."""
     return _backend.random()
+
+
+def unique_id() -> bytes:
+    """16 bytes no other call draws (a request id), in any process."""
+    return _backend.unique_id()
 
 
 def choice(items: Sequence[T]) -> T:

@@ -250,6 +250,9 @@ class Scheduler:
     def random(self) -> float:
         return self.rng.random()
 
+    def unique_id(self) -> bytes:
+        return self.rng.getrandbits(128).to_bytes(16, "big")
+
     def buggify(self, point: str) -> bool:
         """A fault point: enabled or not for the whole run when first reached, then firing
         now and then if enabled (both drawn from the seed)."""

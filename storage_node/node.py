@@ -14,6 +14,8 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import grpc
+
 from catalog import registry
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
@@ -22,7 +24,7 @@ from log.client import LocalLog, LogClient, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops, world
 from runtime.process import Fatal, exit_now, wait_until
-from runtime.refusals import BadRequest
+from runtime.refusals import BadRequest, Refusal
 from runtime.stubs import Calls
 from storage_node import bootstrap, rebuild
 from storage_node.apply_loop import ApplyLoop
@@ -168,6 +170,12 @@ class StorageNode:
                                      self.intake.receive, deadline)
                 else:
                     bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls)
+                    s.reload_positions()
+                    behind = {lg: p for lg, (p, _) in s.positions.items()
+                              if lg in bounds and lg in s.tailed_logs() and p < bounds[lg][0]}
+                    if behind:  # a peer that was not serving yet: take another copy
+                        raise bootstrap.BootstrapFailed(f"the copy stands at {behind}, behind the logs' "
+                                                        f"first positions")
                 break
             except bootstrap.BootstrapFailed as e:
                 if world.monotonic() > deadline:
@@ -234,6 +242,9 @@ class StorageNode:
         """The whole state (a peer's bootstrap), or one shard (a move's destination; a
         refusal comes at the call, before the stream)."""
         if not req.one_shard:
+            if not self.state.started:  # its state may yet be replaced by its own bootstrap
+                raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {self.state.node_id} is starting; "
+                              "ask another peer")
             return self._whole_snapshot()
         if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
             raise BadRequest(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")

@@ -98,3 +98,31 @@ def test_no_tombstone_is_purged_before_the_report_of_its_time(tmp_path: Path) ->
         assert n.eventual.purged == 0 and tombstones() == 1
     finally:
         store.close()
+
+
+def test_a_starting_node_gives_no_whole_copy_of_its_state(tmp_path: Path) -> None:
+    """A peer's bootstrap asks for a whole copy (Snapshot) through a registration the node
+    may still have from before its restart: while its own start (and bootstrap) has not
+    finished, its state may be empty or about to be replaced, and it refuses UNAVAILABLE,
+    so the peer asks another. (The whole-cluster simulation's seed 1028: a node that lost
+    power bootstrapped from a peer that was itself starting on a lost disk, took its empty
+    state at position 0, and stopped behind the logs' truncation.)"""
+    import grpc
+    import pytest
+
+    from midtown_pb import kv_pb2 as pb
+    from runtime.refusals import Refusal
+    from storage_node.node import Parts, StorageNode
+    from storage_node.store import NodeStore
+
+    store = NodeStore(str(tmp_path / "state.db"))
+    try:
+        parts = Parts(_Logs(), store, KV, 2, everyone(8, (0, 1, 2)), str(tmp_path))  # type: ignore[arg-type]
+        n = StorageNode(0, "127.0.0.1:1", parts)
+        with pytest.raises(Refusal) as e:
+            n.snapshot(pb.SnapshotRequest())
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE and "starting" in e.value.text
+        n.state.started = True
+        assert any(c.last for c in n.snapshot(pb.SnapshotRequest()))  # once started: the whole copy
+    finally:
+        store.close()

@@ -29,7 +29,8 @@ run: proto
 # suite runs in one process by default.
 TEST_WORKERS ?= 1
 # Tests marked moved_to_sim run in `make soak` only: the seeded simulation checks their
-# guarantee (tests/sim/test_writers.py, make sim ELECTIONS=1).
+# guarantee (tests/sim/test_writers.py, make sim ELECTIONS=1; tests/sim/test_nodes.py,
+# make sim NODES=1).
 test: proto
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25 -m "not moved_to_sim" \
 		$(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS)) tests
@@ -73,7 +74,8 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 900000 --runs 1000 --nodes
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
-	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests
+	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests \
+		--deselect tests/integration/test_kv.py::test_linearizable_under_kills
 
 # Four machines played by network namespaces (root): ROUNDS rounds of a machine killed whole
 # and one cut off, under the linearizability checker, then one gone for good.

@@ -27,17 +27,21 @@ class Calls(Protocol):
 
 class CallFailed(grpc.RpcError):
     """A call that failed without gRPC (an in-process or simulated backend), as gRPC's own
-    error reports it: code() and details()."""
+    error reports it: code(), details() and trailing_metadata()."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str,
+                 trailers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(f"{code.name}: {details}")
-        self._code, self._details = code, details
+        self._code, self._details, self._trailers = code, details, trailers
 
     def code(self) -> grpc.StatusCode:
         return self._code
 
     def details(self) -> str:
         return self._details
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._trailers
 
 
 class Stubs:

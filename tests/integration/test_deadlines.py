@@ -21,7 +21,12 @@ from log import zk as zkpaths
 from midtown import Client, errors
 from tests.integration.conftest import started, wait_for
 
-pytestmark = pytest.mark.integration
+# make soak, not the suite: the whole-cluster simulation (tests/sim/nodes.py) runs threads
+# sharing one coalescing SDK client, each operation with a deadline of 1 to 4 s, through log
+# writer kills and pauses (and coordinator and storage node kills) in every seed, checks
+# that each ends by its deadline plus LATE_S and that a put on each key succeeds once the
+# faults end
+pytestmark = [pytest.mark.integration, pytest.mark.moved_to_sim]
 
 # What "by its deadline" allows: a thread's wake-up on this loaded 2-core machine. The
 # defect this guards against returned 20 s late.

@@ -282,6 +282,10 @@ def writer_of(cluster: Cluster, dataset: str, key: str) -> int:
         zk.stop()
 
 
+# make soak: the whole-cluster simulation (tests/sim/nodes.py) runs SDK clients' puts, gets,
+# check-and-sets and deletes on shared keys through coordinator, storage node and log
+# writer kills and pauses in every seed, and checks each key's history with the same checker
+@pytest.mark.moved_to_sim
 def test_linearizable_under_kills(kv_cluster: Cluster, db: Client) -> None:
     """Concurrent put/get/cas/delete on a few hot keys while a storage node, a coordinator
     and the log writer are SIGKILLed and restarted, and a log writer is SIGSTOPped past

@@ -3,26 +3,30 @@ servers, and beside them real storage nodes (storage_node/node.py StorageNode st
 process starts it: ZooKeeper registration and the replica sets' watch, the bootstrap check,
 the bookkeeping rounds that publish durable positions, truncate the log and measure the lag,
 the apply loop's tail threads following the log through the real log client), a real
-coordinator (coordinator/node.py Coordinator: the clients' writes and strong reads) and the
-real shard mover (catalog/mover.py), each in its own simulated process on the simulated
-ZooKeeper; the stores on the simulator's disk (tests/sim/disk.py); the nodes' calls to each
-other, the coordinator's to them and their answers over the simulated network.
+coordinator (coordinator/node.py Coordinator, and its KV service's gRPC handlers,
+coordinator/server.py Shell), the real shard mover (catalog/mover.py) and applications on
+the real SDK (midtown/client.py Client), each in its own simulated process on the simulated
+ZooKeeper; the stores on the simulator's disk (tests/sim/disk.py); the SDK's calls to the
+coordinator, the nodes' calls to each other, the coordinator's to them and their answers
+over the simulated network.
 
 Faults, beside the log servers' (writers.py): a node is killed (its ZooKeeper session
 expires after the timeout) or its machine loses power (the batches written since its last
 sync may be lost, and three times in ten the whole disk: it then bootstraps from a peer or
-is rebuilt shard by shard), and restarts later; a mover's process is killed or paused past
-its session mid-move, and the next mover takes the move up.
+is rebuilt shard by shard), and restarts later; the coordinator's process is killed (its
+calls in flight reset) and started again; a mover's process is killed or paused past its
+session mid-move, and the next mover takes the move up.
 
-Clients write through the coordinator (Coordinator.execute) and send a write whose outcome
-was unknown again under the same request id, as the SDK does; a reader makes strong reads
-(Coordinator.strong_read) of writes answered before it began.
+Applications write through the SDK (put, check-and-set, atomic batches), which sends a
+write whose outcome was unknown again under the same request id; a reader makes strong
+reads through it of writes answered before it began.
 
 The checks, after the log's (the entries the nodes' truncations removed are kept aside, so
 the whole committed log is checked):
-  (1) what each client was told, and every node's answer, is the outcome of the write's
-      first append in the committed log, as a model applying the log in order says
-      (tests/sim/store.py);
+  (1) what each client was told (the coordinator's response as the SDK received it), and
+      every node's answer, is the outcome of the write's first append in the committed
+      log, as a model applying the log in order says (tests/sim/store.py), made into a
+      response by the coordinator's own functions;
   (2) exactly once: a write counts at most once, and once if it was answered;
   (3) a node restarted after a crash or a power loss is at or past every position it
       published since it last lost its disk;
@@ -31,10 +35,14 @@ the whole committed log is checked):
   (6) at the end no move is under way, every shard has its replicas (and the sets' history
       ends at their version, each step of a move in it changing the set it names), each
       holds it as the model does (digest and values), and a node that left a shard has
-      dropped it and refuses to read it.
+      dropped it and refuses to read it;
+  (7) each shared key's history of puts, deletes, check-and-sets and strong gets
+      linearizes (tests/linearizability.py), and each of them ended by its deadline (1 to
+      4 s, on an SDK client its threads share);
+  (8) once the faults have ended, a put on each shared key succeeds within 30 s.
 
 Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
-for the run, or the clients retrying under a new request id ("retry-new-id")."""
+for the run."""
 
 from __future__ import annotations
 
@@ -45,7 +53,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +61,18 @@ import grpc
 
 from catalog import datasets, mover, registry
 from catalog.replica_sets import ReplicaSets
+from coordinator import server
 from coordinator.node import Coordinator
 from coordinator.records import record_for
+from coordinator.server import Shell
 from log.client import LogClient
 from log.entry import Entry
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
 from log.store import Batch, MemStore
+from midtown import errors, retries
+from midtown.client import Client
+from midtown.model import Op as SdkOp
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
@@ -72,6 +85,7 @@ from storage_node.callbacks import Answer, encoded
 from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
+from tests.linearizability import INF, Operation, check_per_key
 from tests.sim.disk import Disk
 from tests.sim.store import MemState
 from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink, carry
@@ -79,7 +93,7 @@ from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink, carry
 SHARDS = 6
 NODES = (0, 1, 2, 3)
 REPLICAS = 3
-COORDINATOR = "sim-coordinator"  # the records' callback address
+COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK's
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated")
@@ -88,20 +102,25 @@ WIPES = 0.3  # of power losses, those that lose the disk too
 # A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
 # as long as a real one of many MB, so the destination's tail moves on while it comes in.
 STREAM_BYTES_PER_S = 4000
-RETRIES = 3  # attempts at a write whose outcome stayed unknown, as an SDK makes them
-# What a client retries (runtime/refusals.py; coordinator/node.py run_writes)
-UNKNOWN = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
-           grpc.StatusCode.RESOURCE_EXHAUSTED)
+WRITE_TIMEOUT_S = 10.0  # an SDK call's deadline, through its retries (the SDK's default)
+WRITES = ("Put", "CheckAndSet", "Batch", "Delete")  # the KV methods the clients write with
+_MANY = {"get": "Get", "put": "Put", "delete": "Delete", "check_and_set": "CheckAndSet",
+         "increment": "Increment"}  # a Many item's call: its method
+HOT = [b"h0", b"h1", b"h2"]  # the keys the linearizability clients share
+LINEARIZABLE_CLIENTS = 4  # threads of one application, on one SDK client
+# Their operations' deadlines (s), and how late one may end: tests/integration/test_deadlines.py's
+DEADLINES_S = (1.0, 4.0)
+LATE_S = 0.25
+HEALED_S = 30.0  # (8)
 # Rounds faster than a real node's, so that a short run publishes and truncates often.
 SETTINGS = Settings(position_interval_s=1.0)
 
 
 @dataclass
 class Write:
-    request_id: bytes
-    record: Record
+    record: Record  # its operations, partitioning key and shard
+    request_ids: list[bytes] = field(default_factory=list)  # what the SDK sent it under
     acked: bool = False  # its client had its result
-    result: RecordResult | None = None
     done_at: float | None = None  # when
 
 
@@ -146,10 +165,35 @@ class _Answers:
                 return
             for r, _secret in results:
                 sim.answered.setdefault(r.request_id, []).append(r)
-            with sim.sched.process("coordinator-0"):
-                world.spawn("deliver", lambda: sim.coordinator.deliver(encoded(results)))
+            proc, c = sim.coordinator_proc, sim.coordinator
+            if proc is None:
+                return  # down: the connection refused
+            with sim.sched.process(proc):
+                world.spawn("deliver", lambda: c.deliver(encoded(results)))
         with sim.sched.process("network"):
             world.spawn("answers", carry)
+
+
+def unary(sim: NodeSim, addr: str, proc: Callable[[], str | None], answer: Callable[[], Any],
+          timeout_s: float) -> Any:
+    """A unary call to the process `proc()` (None: down) on the simulated network, answered
+    there by `answer()` (an exception: its error): its answer, or CallFailed as gRPC fails
+    it: UNAVAILABLE when the process is down (connection refused) or dies meanwhile (its
+    connection reset: gRPC's keepalive sees it within a second), DEADLINE_EXCEEDED when no
+    answer comes in time."""
+    reply: futures.Future[Any] = world.future()
+    refused = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
+    callee = proc()
+    carry(sim, reply, proc, answer, lambda: reply.set_exception(refused), lambda: True, lossy=False)
+    deadline = world.monotonic() + timeout_s
+    while True:
+        try:
+            return reply.result(max(0.0, min(0.5, deadline - world.monotonic())))
+        except futures.TimeoutError:
+            if callee in sim.sched.dead:
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection reset") from None
+            if world.monotonic() >= deadline:
+                raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
 
 
 class _PeerCalls:
@@ -174,28 +218,16 @@ class _PeerCalls:
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         sim, to = self.sim, int(addr.split(":")[1])
-        reply: futures.Future[Any] = world.future()
 
         def answer() -> Any:
             try:
                 return self.METHODS[method](sim.storage[to], req)
-            except Exception as e:  # a refusal: the call's status
-                return CallFailed(getattr(e, "code", grpc.StatusCode.UNKNOWN), str(e))
-        refused = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
-        callee = sim.storage_proc(to) if to in sim.storage else None
-        carry(sim, reply, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
-              lambda: reply.set_exception(refused), lambda: True, lossy=False)
-        deadline = world.monotonic() + timeout_s
-        while True:
-            try:
-                return reply.result(max(0.0, min(0.5, deadline - world.monotonic())))
-            except futures.TimeoutError:
-                # A callee that died: its connection is reset (gRPC's keepalive sees it within
-                # a second), the call fails UNAVAILABLE
-                if callee in sim.sched.dead:
-                    raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection reset") from None
-                if world.monotonic() >= deadline:
-                    raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
+            except Refusal as e:  # the call's status, with its trailers (runtime/handlers.py)
+                return CallFailed(e.code, e.text, e.trailers)
+            except Exception as e:  # noqa: BLE001 - as the handlers end it: INTERNAL
+                return CallFailed(grpc.StatusCode.INTERNAL, f"{method}: {type(e).__name__}: {e}")
+        return unary(sim, addr, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
+                     timeout_s)
 
     def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
         messages = self.call(addr, method, req, timeout_s)
@@ -214,6 +246,89 @@ class _StorageLink(_PeerCalls):
         return None
 
 
+class _Aborted(Exception):
+    """A call its handler ended with a status (grpc.ServicerContext.abort raises)."""
+
+
+class _Context:
+    """What the coordinator's handlers read of a gRPC call's context: its deadline, its
+    metadata (a user's token), its peer (the rate limiter's key); and its abort."""
+
+    def __init__(self, deadline: float, metadata: Any) -> None:
+        self.deadline, self.metadata = deadline, tuple(metadata or ())
+        self.trailers: tuple[tuple[str, str], ...] = ()
+
+    def time_remaining(self) -> float:
+        return max(0.0, self.deadline - world.monotonic())
+
+    def invocation_metadata(self) -> tuple[Any, ...]:
+        return self.metadata
+
+    def peer(self) -> str:
+        return "ipv4:10.0.0.9:5000"  # the SDK's process
+
+    def set_trailing_metadata(self, trailers: Any) -> None:
+        self.trailers = tuple(trailers)
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Aborted(CallFailed(code, details, self.trailers))
+
+    def code(self) -> None:
+        return None
+
+    def is_active(self) -> bool:
+        return True
+
+
+class _Details:
+    def __init__(self, method: str, metadata: Any) -> None:
+        self.method, self.invocation_metadata = method, tuple(metadata or ())
+
+
+class _KvStub:
+    """The SDK's way to a coordinator (midtown/client.py `link`) on the simulated network:
+    a unary call of the KV service, answered in the coordinator's process by its own gRPC
+    handler (coordinator/server.py Shell, through runtime/handlers.py: the request parsed
+    from its bytes, admitted, run; a refusal made a status with its trailers)."""
+
+    def __init__(self, sim: NodeSim, addr: str, client: str) -> None:
+        self.sim, self.addr, self.client = sim, addr, client
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        sim = self.sim
+
+        def call(req: Any, timeout: float | None = None, metadata: Any = None) -> Any:
+            timeout_s = 60.0 if timeout is None else timeout
+            raw = req.SerializeToString()
+            # (method, request) of each write it carries: a Many call (the SDK's coalescing
+            # of several callers' operations) carries one each
+            writes = ([(_MANY[i.WhichOneof("call")], getattr(i, i.WhichOneof("call"))) for i in req.items]
+                      if method == "Many" else [(method, req)])
+            for m, r in writes:
+                if m in WRITES:  # each request id the write went under, and the SDK's retries
+                    sent = sim.sent.setdefault(self.client, [])
+                    if r.header.request_id not in sent:
+                        sent.append(r.header.request_id)
+                    sim.counts["retries"] += not r.header.first_attempt
+
+            def answer() -> Any:
+                handler = sim.kv_handlers.service(_Details(f"/midtown.kv.v1.KV/{method}", metadata))
+                ctx = _Context(world.monotonic() + timeout_s, metadata)
+                try:
+                    out = handler.unary_unary(raw, ctx)
+                except _Aborted as e:
+                    return e.args[0]
+                return type(out).FromString(out.SerializeToString())  # as it crosses the wire
+            out = unary(sim, self.addr, lambda: sim.coordinator_proc, answer, timeout_s)
+            answers = ([getattr(a, a.WhichOneof("response")) if a.WhichOneof("response") else None
+                        for a in out.answers] if method == "Many" else [out])
+            for (m, r), a in zip(writes, answers):
+                if m in WRITES and a:  # (1); a Many item refused has no response
+                    sim.told[r.header.request_id] = (m, a)
+            return out
+        return call
+
+
 class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
@@ -230,12 +345,17 @@ class NodeSim(WriterSim):
         self.storage_inc = {n: 0 for n in NODES}
         self.writes: list[Write] = []
         self.answered: dict[bytes, list[RecordResult]] = {}
+        self.coordinator_inc = 0
+        self.coordinator_proc: str | None = None
+        self.histories: dict[bytes, list[Operation]] = {}  # (7) key -> its operations
+        self.sent: dict[str, list[bytes]] = {}  # client -> the request ids of its write under way
+        self.told: dict[bytes, tuple[str, Any]] = {}  # request id -> (method, the response its SDK had)
         # (node, wall ms it went down, its position when it started again)
         self.restarts: list[tuple[int, int, int]] = []
         self.wipes: list[tuple[int, int]] = []  # (node, wall ms it lost its disk)
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
-                       "movers killed": 0, "movers paused": 0}
+                       "movers killed": 0, "movers paused": 0, "coordinator crashes": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
 
@@ -310,7 +430,11 @@ class NodeSim(WriterSim):
             down_ms = world.wall_ms()
             power = self.rng.random() < 0.5
             self.stop_node(n, power)
-            wiped = power and self.rng.random() < WIPES
+            # The disk lost too, but only while every other node holds its state (none is
+            # bootstrapping or rebuilding from its peers): with two of a shard's three copies
+            # lost at once, and the third maybe about to go, nothing could be rebuilt
+            wiped = power and self.rng.random() < WIPES and all(
+                node.state.started for node in self.storage.values())
             if wiped:  # its disk lost with the power: it starts on an empty one
                 shutil.rmtree(self.dir / f"node-{n}")
                 self.counts["disks lost"] += 1
@@ -329,6 +453,10 @@ class NodeSim(WriterSim):
             self.start_node(n)
         self.start_coordinator()
         world.spawn("node-faults", lambda: self.node_faults(stop))
+        world.spawn("coordinator-faults", lambda: self.coordinator_faults(stop))
+        self.shared = self.sdk("lin")
+        for c in range(LINEARIZABLE_CLIENTS):
+            world.spawn(f"linearizable-{c}", lambda c=c: self.linearizable_client(c, self.shared, stop))
         world.spawn("strong-reader", lambda: self.strong_reader(stop))
         for i in range(MOVERS):
             world.spawn(f"movers-{i}", lambda i=i: self.movers(i, stop))
@@ -394,8 +522,11 @@ class NodeSim(WriterSim):
 
     def start_coordinator(self) -> None:
         """The coordinator (coordinator/node.py Coordinator, as Coordinator.open wires it, on
-        the simulated ZooKeeper and network), started."""
-        with self.sched.process("coordinator-0"):
+        the simulated ZooKeeper and network, and its KV service as its gRPC server runs it),
+        started in a process of its own."""
+        proc = f"coordinator-{self.coordinator_inc}"
+        self.coordinator_inc += 1
+        with self.sched.process(proc):
             zk = self.ens.client()
             zk.start()
             kv = registry.read_kv(zk)
@@ -404,7 +535,34 @@ class NodeSim(WriterSim):
                             storage_link=_StorageLink(self))
             c.answers._key = b"sim"  # its answer secrets, the same in every replay
             c.start()
-        self.coordinator = c
+            self.kv_handlers = Shell(c).handlers()[0]  # the KV service, as the gRPC server runs it
+        self.coordinator, self.coordinator_zk, self.coordinator_proc = c, zk, proc
+
+    def coordinator_faults(self, stop: Any) -> None:
+        """The coordinator's process is killed now and then (its calls in flight are reset,
+        new ones refused) and started again a little later: its clients' SDKs ride it out,
+        sending each write again under the same request id."""
+        self.appending += 1  # the check waits for its last restart
+        try:
+            while not stop.is_set():
+                world.sleep(self.rng.uniform(2.0, 8.0))
+                if stop.is_set():
+                    break
+                proc, zk = self.coordinator_proc, self.coordinator_zk
+                assert proc is not None
+                self.coordinator_proc = None
+                self.sched.crash(proc)
+                zk.started = False
+                self.counts["coordinator crashes"] += 1
+
+                def expire(zk: Any = zk) -> None:
+                    world.sleep(self.ens.session_timeout_s)
+                    self.ens.expire(zk)
+                world.spawn("zk-expiry", expire)
+                world.sleep(self.rng.uniform(0.2, 2.0))
+                self.start_coordinator()
+        finally:
+            self.appending -= 1
 
     def new_write(self) -> Write:
         i = len(self.writes)
@@ -416,52 +574,133 @@ class NodeSim(WriterSim):
             ops = (Cas(b"v", expect_absent=True, new_value=b"first %d" % i),)
         elif kind < 0.5:
             ops = (Put(b"p%d" % i, b"%d" % i),)  # a plain put: answered at the log's acknowledgement
-        rec = record_for(self.dataset, b"r%d" % i, COORDINATOR, self.rng.choice(PKEYS), ops, b"", SHARDS)
-        w = Write(rec.request_id, rec)
+        # (the record as the coordinator makes it, for its shard; the SDK makes the request id)
+        rec = record_for(self.dataset, b"", COORDINATOR, self.rng.choice(PKEYS), ops, b"", SHARDS)
+        w = Write(rec)
         self.writes.append(w)
         return w
 
+    def sdk(self, name: str) -> Client:
+        """An application's SDK client (midtown/client.py, its retries and coalescing) on
+        the simulated network (_KvStub); each request id it sends is kept under `name`."""
+        return Client([COORDINATOR], timeout=WRITE_TIMEOUT_S, link=lambda addr: _KvStub(self, addr, name))
+
+    def cluster_up(self, stop: Any) -> None:
+        """Until every storage node has started (as an application starts once its cluster
+        is up: the first start's elections and bootstrap checks take seconds)."""
+        while not stop.is_set() and not all(n.state.started for n in self.storage.values()):
+            world.sleep(0.1)
+
     def appender(self, name: str, stop: Any) -> None:
-        """A client writing through the coordinator (Coordinator.execute, as the KV service
-        calls it), one write at a time; a write whose outcome is unknown is sent again
-        with the same request id, as the SDK retries (broken: a new one)."""
+        """An application writing through the SDK, one write at a time; the SDK sends a
+        write whose outcome was unknown again under the same request id (broken: a new one)."""
         self.appending += 1
+        db = self.sdk(name)
+        self.cluster_up(stop)
         try:
             while not stop.is_set():
-                self.write_once(self.new_write())
+                self.write_once(db, name, self.new_write())
                 world.sleep(self.rng.uniform(0, 0.05))
         finally:
             self.appending -= 1
 
-    def write_once(self, w: Write) -> None:
-        rid = w.request_id
-        for attempt in range(RETRIES):
-            if attempt and self.broken == "retry-new-id":
-                rid = rid + b"'"
-            header = pb.RequestHeader(dataset=self.dataset.name, request_id=rid, first_attempt=attempt == 0)
-            start = world.monotonic()
-            try:
-                w.result = self.coordinator.execute(self.dataset, header, w.record.partition_key,
-                                                    list(w.record.ops), 5.0)
-                w.acked = True
-                w.done_at = world.monotonic()
-                return
-            except Refusal as e:
-                self.appends_failed += 1
-                if e.code not in UNKNOWN:
-                    self.violations.append(f"write {rid!r} refused {e.code.name}: {e.text}")
+    def write_once(self, db: Client, name: str, w: Write) -> None:
+        ops, pk, ds = w.record.ops, w.record.partition_key, self.dataset.name
+        self.sent[name] = w.request_ids
+        start = world.monotonic()
+        try:
+            if len(ops) == 1 and isinstance(ops[0], Put):
+                db.put(ds, pk, ops[0].local_key, ops[0].value)
+            elif len(ops) == 1 and isinstance(ops[0], Cas):
+                db.cas(ds, pk, ops[0].local_key, ops[0].new_value, expect_absent=True)
+            else:
+                db.batch(ds, [SdkOp.incr(pk, o.local_key, o.delta) if isinstance(o, Incr)
+                              else SdkOp.put(pk, o.local_key, o.value) for o in ops])
+            w.acked = True
+            w.done_at = world.monotonic()
+        except (errors.Unavailable, errors.DeadlineExceeded):
+            self.appends_failed += 1  # the outcome stayed unknown through the SDK's retries
+        except errors.MidtownError as e:
+            self.violations.append(f"write {w.request_ids!r} refused: {type(e).__name__}: {e}")
+        finally:
+            took = world.monotonic() - start
+            if took > WRITE_TIMEOUT_S + 0.1:
+                self.violations.append(f"a write took {took:.2f} s, past its {WRITE_TIMEOUT_S:g} s deadline")
+
+    def linearizable_client(self, cid: int, db: Client, stop: Any) -> None:
+        """One thread of an application whose threads share an SDK client `db` (their
+        operations coalesced into Many calls): puts, deletes, check-and-sets and strong
+        gets on a few keys the threads share, each with a deadline of 1 to 4 s, its call
+        and return times (its return unknown when the SDK gave up). Each key's history
+        must linearize (tests/linearizability.py, the checker the real-process tests use),
+        and each operation end by its deadline. (7)"""
+        self.appending += 1
+        ds = self.dataset.name
+        self.cluster_up(stop)
+        try:
+            while not stop.is_set():
+                k = self.rng.choice(HOT)
+                kind = self.rng.choice(["put", "get", "get", "cas", "delete"])
+                v = bytes([self.rng.randrange(4)])
+                exp = bytes([self.rng.randrange(4)]) if self.rng.random() < 0.7 else None
+                arg: Any = v if kind == "put" else (exp, v) if kind == "cas" else None
+                out: Any = None
+                deadline_s = self.rng.uniform(*DEADLINES_S)
+                t0 = world.monotonic()
+                try:
+                    if kind == "put":
+                        db.put(ds, k, b"v", v, timeout=deadline_s)
+                    elif kind == "delete":
+                        db.delete(ds, k, b"v", timeout=deadline_s)
+                    elif kind == "get":
+                        got = db.get(ds, k, b"v", timeout=deadline_s)
+                        out = None if got is None else got.value
+                    else:
+                        out = (db.cas(ds, k, b"v", v, expect_absent=True, timeout=deadline_s) if exp is None
+                               else db.cas(ds, k, b"v", v, expected=exp, timeout=deadline_s)).succeeded
+                    t1 = world.monotonic()
+                except (errors.Unavailable, errors.DeadlineExceeded):
+                    t1 = INF
+                except errors.MidtownError as e:
+                    self.violations.append(f"a {kind} of {k!r} refused: {type(e).__name__}: {e}")
+                    continue
+                finally:
+                    took = world.monotonic() - t0
+                    if took > deadline_s + LATE_S:
+                        self.violations.append(f"a {kind} of {k!r} took {took:.2f} s, past its "
+                                               f"{deadline_s:.2f} s deadline")
+                if kind != "get" or t1 != INF:  # a read with no answer constrains nothing
+                    self.histories.setdefault(k, []).append(Operation(cid, t0, t1, kind, arg, out))
+                world.sleep(self.rng.uniform(0, 0.05))
+        finally:
+            self.appending -= 1
+
+    def after_faults(self) -> None:
+        """(8) Once every fault has ended, an operation on each shared key succeeds within
+        HEALED_S (the first may wait out an election, or a node's start): none stays
+        blocked behind the faults."""
+        ds, give_up = self.dataset.name, world.monotonic() + HEALED_S
+        for k in HOT:
+            while True:
+                t0 = world.monotonic()
+                try:
+                    self.shared.put(ds, k, b"v", b"healed", timeout=DEADLINES_S[1])
+                except (errors.Unavailable, errors.DeadlineExceeded) as e:
+                    self.histories.setdefault(k, []).append(Operation(-1, t0, INF, "put", b"healed"))
+                    if world.monotonic() < give_up:
+                        continue
+                    self.violations.append(f"a put of {k!r} still failed {HEALED_S:g} s after the last "
+                                           f"fault: {e}")
                     return
-                self.counts["retries"] += attempt < RETRIES - 1
-            finally:
-                took = world.monotonic() - start
-                if took > 5 + 0.1:
-                    self.violations.append(f"a write took {took:.2f} s, past its 5 s deadline")
+                self.histories.setdefault(k, []).append(
+                    Operation(-1, t0, world.monotonic(), "put", b"healed"))
+                break
 
     def strong_reader(self, stop: Any) -> None:
-        """Strong reads (Coordinator.strong_read: a ReadIndex round, then a replica that has
-        applied past the index; or through the log): each sees every write answered before
-        it began."""
-        n = 0
+        """Strong reads through the SDK (the coordinator's ReadIndex round, then a replica
+        that has applied past the index; or through the log): each sees every write
+        answered before it began."""
+        db = self.sdk("reader")
         while not stop.is_set():
             world.sleep(self.rng.uniform(0.05, 0.3))
             start = world.monotonic()
@@ -471,18 +710,17 @@ class NodeSim(WriterSim):
                 continue
             i = self.rng.choice(done)
             w = self.writes[i]
-            n += 1
-            header = pb.RequestHeader(dataset=self.dataset.name, request_id=b"read-%d" % n)
             try:
-                res, pos = self.coordinator.strong_read(self.dataset, header, w.record.partition_key,
-                                                        Get(b"n%d" % i), 5.0)
-            except Refusal:
+                got = db.get(self.dataset.name, w.record.partition_key, b"n%d" % i)
+            except (errors.Unavailable, errors.DeadlineExceeded):
+                continue
+            except errors.MidtownError as e:
+                self.violations.append(f"a strong read refused: {type(e).__name__}: {e}")
                 continue
             self.counts["strong reads"] += 1
-            if not res.found or res.value.value != b"1":
-                self.violations.append(f"a strong read at position {pos} read n{i} = "
-                                       f"{res.value.value if res.found else None!r}, not the 1 of write "
-                                       f"{w.request_id!r}, answered before it began")
+            if got is None or got.value != b"1":
+                self.violations.append(f"a strong read read n{i} = {None if got is None else got.value!r}, "
+                                       f"not the 1 of write {w.request_ids!r}, answered before it began")
 
     # --- the end --------------------------------------------------------------------------
 
@@ -535,6 +773,9 @@ class NodeSim(WriterSim):
         self.counts["positions published"] = len(published)
         self.counts["truncated entries checked"] = len(self.kept)
         self.check_answers(first)
+        self.counts["linearizable ops"] = sum(1 for h in self.histories.values() for o in h if o.known)
+        for k in check_per_key(self.histories):  # (7)
+            self.violations.append(f"the history of key {k!r} does not linearize: {self.histories[k]}")
         self.check_once(model)
         self.check_restarts(published)
         self.check_replicas(model)
@@ -544,12 +785,15 @@ class NodeSim(WriterSim):
         return (r.position, r.applied, r.results, r.digest)
 
     def check_answers(self, first: dict[bytes, RecordResult]) -> None:
-        for w in self.writes:  # (1) what each client was told
-            want = first.get(w.request_id)
-            if w.result is not None and (want is None or (w.result.position, w.result.results) != (
-                    want.position, want.results)):
-                self.violations.append(f"write {w.request_id!r}: its client was told {w.result}, the log's "
-                                       f"first append of it gives {want}")
+        for rid, (method, told) in sorted(self.told.items()):  # (1) what each client was told
+            want = first.get(rid)
+            try:
+                expected = None if want is None else _RESPONSES[method](want)
+            except Refusal as e:  # what the coordinator makes of it: a refusal
+                expected = e
+            if told != expected:
+                self.violations.append(f"request {rid!r}: its client was told {told!r} ({method}), the log's "
+                                       f"first append of it gives {expected!r}")
                 return
         for rid, rs in self.answered.items():  # (1) what each node answered
             want = first.get(rid)
@@ -566,9 +810,9 @@ class NodeSim(WriterSim):
                 continue
             v = model.get(keys.value_key(w.record.shard, self.dataset.id, w.record.partition_key, b"n%d" % i))
             n = 0 if v is None else int(v.value)
-            must = w.acked or w.request_id in self.answered
+            must = w.acked or any(rid in self.answered for rid in w.request_ids)
             if n > 1 or (must and n != 1):
-                self.violations.append(f"write {w.request_id!r} counted {n} times"
+                self.violations.append(f"write {w.request_ids!r} counted {n} times"
                                        + (" (acknowledged or answered)" if must else ""))
                 return
 
@@ -659,6 +903,17 @@ class NodeSim(WriterSim):
                         return
 
 
+def _batch_response(r: RecordResult) -> pb.BatchResponse:
+    return pb.BatchResponse(applied=r.applied, results=[codec.op_result_to_pb(x) for x in r.results],
+                            position=r.position)
+
+
+# What the coordinator answers a write's client from its record's outcome (coordinator/server.py)
+_RESPONSES: dict[str, Callable[[RecordResult], Any]] = {
+    "Put": server._put_response, "CheckAndSet": server._cas_response, "Batch": _batch_response,
+    "Delete": server._delete_response}
+
+
 def _applied(s: Any) -> dict[int, int]:
     return {i: p for i, (p, _) in s.positions.items()}
 
@@ -688,6 +943,14 @@ def _rebuilt_from_highest(copies: Any) -> tuple[int, dict[int, int]]:
 
 
 _start_move = registry.start_move
+_mark_retry = retries.mark_retry
+
+
+def _retried_under_a_new_id(req: Any) -> None:
+    _mark_retry(req)
+    for r in ([getattr(i, i.WhichOneof("call")) for i in req.items] if isinstance(req, pb.ManyRequest)
+              else [req]):
+        r.header.request_id = world.unique_id()
 
 
 def _recreated_start_move(zk: Any, m: Any, sets_version: int) -> None:
@@ -732,12 +995,14 @@ _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
     # shard's next move, whose record starts again at that version (catalog/registry.py
     # ENDED): the ended move's destination joins the next one and its leaving replica goes
     "moves-recreated": [(registry, "start_move", _recreated_start_move)],
+    # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
+    "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
 }
 
 
 @contextmanager
 def _broken(variant: str) -> Iterator[None]:
-    """The broken rule swapped in for the run (retry-new-id is the clients')."""
+    """The broken rule swapped in for the run."""
     if variant not in _BROKEN_RULES:
         yield
         return
@@ -758,8 +1023,7 @@ def run(seed: int, cfg: Config | None = None, broken: str = "") -> tuple[Result,
             r = sim.sched.run(sim.main)
         r.failures = sim.sched.failures + sim.ens.errors
         # What every client was told, as one number: a replay tells the same.
-        told = zlib.crc32(repr([(w.request_id, w.result.position if w.result else None)
-                                for w in sim.writes]).encode())
+        told = zlib.crc32(repr(sorted(sim.told.items())).encode())
         counts = {**sim.counts, "writes": len(sim.writes), "answered": len(sim.answered),
                   "restarts": len(sim.restarts), "results crc": told}
         return r, counts

@@ -698,6 +698,7 @@ class WriterSim:
         stop.set()
         while self.appending:  # each ends its last append by its deadline: every ack is in
             world.sleep(0.1)
+        self.after_faults()
         world.sleep(1)  # the last writer settles: its LAC reaches the replicas
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
@@ -706,6 +707,9 @@ class WriterSim:
                       appends_failed=self.appends_failed, read_indexes=self.read_indexes,
                       followed=self.follow_delivered,
                       buggified=dict(self.sched.buggified))
+
+    def after_faults(self) -> None:
+        """Once the faults and the workload have ended, before the checks (tests/sim/nodes.py)."""
 
     def start_more(self, stop: Any) -> None:
         """More roles beside the log's, until `stop` is set (tests/sim/nodes.py)."""

@@ -22,6 +22,7 @@ from runtime import world
 from runtime.stubs import Calls
 
 POLL_S = 0.2
+STATUS_TIMEOUT_S = 5.0  # a node's Status call, within the move's --timeout
 
 
 class MoveError(Exception):
@@ -52,7 +53,7 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
     started = False
     said = ""
     while True:
-        if world.monotonic() > deadline:
+        if world.monotonic() >= deadline:
             raise MoveError(f"the move did not end within --timeout {timeout_s:g}s (it stands at "
                            f"{said or 'its start'}); run the same command again to go on")
         got = registry.read_moves(zk).get(shard)
@@ -97,7 +98,7 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
             if m.phase == shard_moves.COPYING:
                 resp = _copy(zk, shard, dest, leaving, rate_mb_s, deadline, calls)
                 if resp is None:
-                    world.sleep(POLL_S * 5)
+                    _pause(POLL_S * 5, deadline)
                     continue
                 # A copy installed by an earlier call, on a node restarted since: not known.
                 known = not resp.installed_before or bool(resp.source)
@@ -113,8 +114,8 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
                 registry.change_sets(zk, new, f"move of shard {shard}: node {dest} joins",
                                      (shard_moves.joined(m), version))
             elif m.phase == shard_moves.JOINED:
-                if not shard_moves.may_finish(m, _positions(zk, kv, shard, (dest, leaving), calls)):
-                    world.sleep(POLL_S)
+                if not shard_moves.may_finish(m, _positions(zk, kv, shard, (dest, leaving), calls, deadline)):
+                    _pause(POLL_S, deadline)
                     continue
                 sets = registry.read_replica_sets(zk, kv)
                 new = replica_sets.with_set(sets, shard, shard_moves.finished_sets(sets.of(shard), m))
@@ -133,8 +134,11 @@ def _copy(zk: Any, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
         return None  # the destination is down: wait for it (or abort the move)
     req = pb.CopyShardRequest(shard=shard, rate_mb_s=rate_mb_s,
                               prefer_source=leaving if leaving is not None else -1)
+    left = deadline - world.monotonic()
+    if left <= 0:
+        return None  # out of time: the loop says so
     try:
-        return calls.call(addr, "CopyShard", req, max(1.0, deadline - world.monotonic()))
+        return calls.call(addr, "CopyShard", req, left)
     except grpc.RpcError as e:
         if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
             return None
@@ -144,17 +148,23 @@ def _copy(zk: Any, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
         raise MoveError(f"storage node {dest} refused the copy: {e.details()}") from None
 
 
+def _pause(seconds: float, deadline: float) -> None:
+    """Sleep `seconds`, but not past `deadline` (world.monotonic)."""
+    world.sleep(max(0.0, min(seconds, deadline - world.monotonic())))
+
+
 def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, int | None],
-               calls: Calls) -> dict[int, int]:
-    """Each of `nodes`' position in the shard's log, from those that answer."""
+               calls: Calls, deadline: float) -> dict[int, int]:
+    """Each of `nodes`' position in the shard's log, from those that answer by `deadline`."""
     live = registry.members(zk, registry.STORAGE_NODES)
     lg = log_of(shard, kv.logs)
     out = {}
     for n in nodes:
-        if n is None or n not in live:
+        left = min(STATUS_TIMEOUT_S, deadline - world.monotonic())
+        if n is None or n not in live or left <= 0:
             continue
         try:
-            st = calls.call(live[n], "Status", pb.NodeStatusRequest(), 5)
+            st = calls.call(live[n], "Status", pb.NodeStatusRequest(), left)
             out[n] = int(st.log_positions[lg])
         except (grpc.RpcError, IndexError):
             continue

@@ -39,7 +39,8 @@ the whole committed log is checked):
   (7) each shared key's history of puts, deletes, check-and-sets and strong gets
       linearizes (tests/linearizability.py), and each of them ended by its deadline (1 to
       4 s, on an SDK client its threads share);
-  (8) once the faults have ended, a put on each shared key succeeds within 30 s.
+  (8) once the faults have ended, a put on each shared key succeeds within 30 s;
+  (9) a mover that was not paused ends by its --timeout.
 
 Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
 for the run."""
@@ -112,6 +113,8 @@ LINEARIZABLE_CLIENTS = 4  # threads of one application, on one SDK client
 DEADLINES_S = (1.0, 4.0)
 LATE_S = 0.25
 HEALED_S = 30.0  # (8)
+# (9) How late a mover may end past its --timeout (its ZooKeeper calls' round trips)
+MOVER_LATE_S = 0.25
 # Rounds faster than a real node's, so that a short run publishes and truncates often.
 SETTINGS = Settings(position_interval_s=1.0)
 
@@ -482,8 +485,11 @@ class NodeSim(WriterSim):
 
     def one_mover(self, proc: str, last: bool) -> None:
         done = world.event()
+        paused: list[bool] = []
 
         def run() -> None:
+            timeout_s = 30 if not last else 120
+            t0 = world.monotonic()  # of the move under way
             try:
                 zk = self.ens.client()
                 zk.start()
@@ -497,8 +503,8 @@ class NodeSim(WriterSim):
                     todo = [(shard, dest, self.rng.choice(sets.of(shard)))]
                 for shard, dest, leaving in todo:
                     self.counts["moves"] += 1
-                    mover.move(zk, kv, shard, dest, leaving, 0, 30 if not last else 120, lambda _: None,
-                               _PeerCalls(self))
+                    t0 = world.monotonic()
+                    mover.move(zk, kv, shard, dest, leaving, 0, timeout_s, lambda _: None, _PeerCalls(self))
                     self.counts["moves done"] += 1
             except mover.MoveError as e:  # another move of the shard under way; or out of time
                 self.counts["moves refused"] += 1
@@ -506,6 +512,9 @@ class NodeSim(WriterSim):
                     self.violations.append(f"the last mover could not finish the moves: {e}")
             finally:
                 done.set()
+                took = world.monotonic() - t0
+                if not paused and took > timeout_s + MOVER_LATE_S:  # (9)
+                    self.violations.append(f"a mover took {took:.2f} s, past its --timeout {timeout_s}")
         with self.sched.process(proc):
             world.spawn("mover", run)
         if not last and self.rng.random() < 0.3:  # the mover killed or paused mid-move
@@ -515,6 +524,7 @@ class NodeSim(WriterSim):
                     self.sched.crash(proc)
                     self.counts["movers killed"] += 1
                     return
+                paused.append(True)  # its time stopped with it: not held to its --timeout
                 self.sched.pause(proc, self.rng.uniform(0.5, 2 * self.ens.session_timeout_s))
                 self.counts["movers paused"] += 1
         while not done.is_set() and proc not in self.sched.dead:

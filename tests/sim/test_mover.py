@@ -11,6 +11,7 @@ import grpc
 
 from catalog import mover, registry, replica_sets, shard_moves
 from midtown_pb import kv_pb2 as pb
+from runtime import world
 from runtime.stubs import CallFailed
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Ensemble
@@ -177,3 +178,35 @@ def test_a_stale_version_of_an_ended_move_does_not_write_over_the_next_move() ->
     s = Scheduler(4)
     assert s.run(lambda: body(Ensemble())) == ["BadVersionError"]
     assert s.failures == []
+
+
+class _SilentNodes(_JoinedElsewhere):
+    """As _JoinedElsewhere, but the nodes' Status calls get no answer: each fails
+    DEADLINE_EXCEEDED when its timeout runs out, as a gRPC call to a paused node does."""
+
+    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        if method == "Status":
+            world.sleep(timeout_s)
+            raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer")
+        return super().call(addr, method, req, timeout_s)
+
+
+def test_a_move_ends_by_its_timeout_when_the_nodes_do_not_answer() -> None:
+    """`midtown shard move --timeout 2` whose nodes do not answer their Status calls ends
+    within its 2 s (it asked each for 5 s whatever was left, and a copy for at least 1 s;
+    the whole-cluster simulation saw movers end a second past their --timeout)."""
+    def body(ens: Ensemble) -> tuple[str, float]:
+        zk = ens.client()
+        zk.start()
+        kv, shard, leaving = _cluster(zk)
+        t0 = world.monotonic()
+        try:
+            mover.move(zk, kv, shard, 3, leaving, 0, 2, lambda _: None, _SilentNodes(zk, kv))
+        except mover.MoveError as e:
+            return str(e), world.monotonic() - t0
+        return "", world.monotonic() - t0
+
+    s = Scheduler(5)
+    err, took = s.run(lambda: body(Ensemble()))
+    assert s.failures == []
+    assert "did not end within --timeout 2" in err and took <= 2.05, (err, took)

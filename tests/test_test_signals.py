@@ -20,10 +20,12 @@ import subprocess, time, pytest
 @pytest.fixture(scope="module")
 def child():
     p = subprocess.Popen(["sleep", "600"])
-    print("CHILD", p.pid, flush=True)
-    yield p
-    p.kill()
-    p.wait()
+    try:  # a signal may land before the yield, while it says the pid
+        print("CHILD", p.pid, flush=True)
+        yield p
+    finally:
+        p.kill()
+        p.wait()
 
 def test_waits(child):
     time.sleep(120)

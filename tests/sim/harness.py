@@ -15,13 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from catalog import failure_domains
-from catalog.failure_domains import Domain
 from log import lease, reading, rereplicate
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
-from log.limits import ACK_QUORUM, ENSEMBLE_SIZE, fence_quorum
-from log.messages import AddEntries, Fence, FenceReply, ReadRange, Result
+from log.limits import ENSEMBLE_SIZE
+from log.messages import AddEntries, Fence, FenceReply, ReadRange
 from log.metadata import LogMetadata
 from log.read_index import Stale, TailReply, read_index, replicas_to_ask
 from log.replica import ReplicaCore
@@ -72,39 +70,18 @@ class Config:
     # Log servers in the pool; each segment opens on an ensemble of ENSEMBLE_SIZE of them
     # (log/ensemble.py), so with more than three the ensembles change from writer to writer.
     servers: int = 3
-    # How a coordinator's ReadIndex round is computed (read_index_probe): "rule" is
-    # log/read_index.py; "trust-cache" skips its epoch check, "any-servers" asks any fence
-    # quorum of the pool (both broken, for the checker to catch).
-    read_index: str = "rule"
-    # Re-replication of sealed segments that lost a replica (log/rereplicate.py), with the
-    # pool larger than an ensemble: "rule" records a move once the new server holds every
-    # committed entry; "record-first" records it before copying (broken, for the checker).
-    rereplicate: str = "rule"
     # Followers take the log over from a writer they have lost (log/takeover.py): quiet
     # writers are probed, and two failed probes make the follower claim at once; writers
     # are also paused (they take no step, then wake up with what was waiting for them).
     # Probes of a live writer fail now and then (a slow network): a takeover of a writer
     # that is alive. Times in the simulation's units (milliseconds of `now`).
     takeover: bool = False
-    # How a follower that takes over claims: "rule" as any claim (the next epoch, then the
-    # fence and recovery of the last segment); "skip-fence" takes the next epoch but seals
-    # the last segment where its own replica's LAC says, without fencing or recovering
-    # (broken, for the checker: the old writer goes on acknowledging).
-    takeover_claim: str = "rule"
     # A writer moves its open segment off a copy that is down (log/ensemble_change.py,
     # Writer.change_ensemble): "rule" closes it at the LAC and opens the next on live
-    # servers, now and then on a false alarm too (the copy was only slow); "past-lac"
-    # closes it at the last entry sent instead, as if all were acknowledged (broken, for
-    # the checker); "no-fence" appends in the new segment without fencing the old one's
-    # replicas at the new epoch (broken: a ReadIndex from a stale cache misses entries);
-    # "off": never.
+    # servers, now and then on a false alarm too (the copy was only slow); "off": never.
+    # (Its broken variants, and those of ReadIndex rounds, takeovers, re-replication and
+    # placement, run on whole log servers: tests/sim/writers.py.)
     ensemble_change: str = "rule"
-    # Machines the pool's servers run on (server s on machine s % machines; 0: each its
-    # own). Ensembles, ensemble changes and re-replication place by the placement rule
-    # (catalog/failure_domains.py), and after every step no segment has two servers on one
-    # machine; "by-load" places by load alone (broken, for the check).
-    machines: int = 0
-    placement: str = "rule"
     # Read leases (log/lease.py): writers answer strong reads by their LAC while their
     # lease holds (lease_probe), every server's clock running at its own rate within
     # lease.DRIFT_MAX of the simulation's. "rule" as built; "no-wait" lets a new writer seal
@@ -112,42 +89,6 @@ class Config:
     # (both broken, for the checker); "off": no leases.
     lease: str = "off"
     lease_s: float = 1.0  # 1,000 units of `now`: longer than a takeover takes (300 quiet)
-
-
-class _SkipsFence(Writer):
-    """Broken (Config.takeover_claim "skip-fence"): seals the last segment at `seal_at`,
-    the LAC its own replica knew, without fencing or recovering it."""
-    seal_at = -1
-
-    def start(self, now_ms: int) -> None:
-        seg = self.recovering_segment
-        if seg is None:
-            super().start(now_ms)
-            return
-        self._now_ms = now_ms
-        self._seal(max(self.seal_at, seg.first - 1), 0)
-
-
-class _ChangesPastLac(Writer):
-    """Broken (Config.ensemble_change "past-lac"): an ensemble change closes the segment
-    at the last entry sent, not at the last one acknowledged."""
-
-    def change_ensemble(self, replicas: tuple[int, ...]) -> None:
-        self.lac, self.lac_ts = self.next_position - 1, self.last_ts
-        super().change_ensemble(replicas)
-
-
-class _ChangesWithoutFence(Writer):
-    """Broken (Config.ensemble_change "no-fence"): after the metadata write of an ensemble
-    change, appends at once, without fencing the old segment's replicas at the new epoch."""
-
-    def on_ensemble_changed(self, new: LogMetadata | None, version: int = -1) -> None:
-        super().on_ensemble_changed(new, version)
-        if self.state is State.CHANGING and self._changed_from is not None:
-            self._outbox = [o for o in self._outbox if not (isinstance(o, Send) and isinstance(o.msg, Fence))]
-            old = self._changed_from
-            for r in old.replicas[: 2]:
-                self._fenced_old(r, FenceReply(Result.OK, self.epoch))  # as if they answered
 
 
 class _NoLeaseWait(Writer):
@@ -185,11 +126,6 @@ class Sim:
         self.seq = 0
         self.zk = FakeZK()
         self.servers = tuple(range(self.cfg.servers))
-        # Where each server runs (the truth, for the check), and what placement is told.
-        self.machine_of = (failure_domains.lookup({x: Domain(f"m{x % self.cfg.machines}")
-                                                   for x in self.servers})
-                           if self.cfg.machines else failure_domains.unknown)
-        self.where = self.machine_of if self.cfg.placement == "rule" else failure_domains.unknown
         # Each server's clock (seconds): its own rate, at either end of the drift allowed.
         # (Drawn from a generator of their own: the runs without leases stay as they were.)
         d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
@@ -316,7 +252,7 @@ class Sim:
             w.on_metadata_written(ok, v)
             self._drain(wid)
 
-    def elect(self, server: int | None = None, seal_at: int | None = None) -> None:
+    def elect(self, server: int | None = None) -> None:
         """A server claims the log: bump the epoch with a versioned write, start a writer."""
         meta, version = self.zk.meta, self.zk.version
         if server is None:
@@ -326,7 +262,7 @@ class Sim:
         seen = [x for x in self.servers if self.replicas[x] is not None or self.rng.random() < 0.2]
         load = {x: self.rng.randrange(4) for x in self.servers}  # other logs' segments
         try:
-            ensemble = choose(server, seen, load, pool=self.servers, domain_of=self.where)
+            ensemble = choose(server, seen, load, pool=self.servers)
         except NoEnsemble:
             return
         ok, v = self.zk.cas(meta.bump(server), version)
@@ -335,13 +271,8 @@ class Sim:
         meta = self.zk.meta
         wid = self.next_writer_id
         self.next_writer_id += 1
-        if seal_at is not None:
-            w: Writer = _SkipsFence(LOG, meta.epoch, meta, v, ensemble, time_marks=True)
-            w.seal_at = seal_at
-        elif self.cfg.ensemble_change in ("past-lac", "no-fence"):
-            cls = _ChangesPastLac if self.cfg.ensemble_change == "past-lac" else _ChangesWithoutFence
-            w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True)
-        elif self.cfg.writer_factory:
+        w: Writer
+        if self.cfg.writer_factory:
             w = self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
         else:
             cls = {"no-wait": _NoLeaseWait, "expired": _ServesExpired}.get(self.cfg.lease, Writer)
@@ -401,10 +332,7 @@ class Sim:
                 t.forget(LOG)
                 self.taken_over += 1
                 self.trace.append(f"t={self.now} server {f} takes the log over from server {writer}")
-                core = self.replicas[f]
-                assert core is not None
-                skip = self.cfg.takeover_claim == "skip-fence"
-                self.elect(server=f, seal_at=core.lac(LOG, seg.epoch) if skip else None)
+                self.elect(server=f)
                 return
 
     def change_ensemble(self) -> None:
@@ -423,7 +351,7 @@ class Sim:
         live = [x for x in self.servers if self.replicas[x] is not None and x not in down]
         load = {x: self.rng.randrange(4) for x in self.servers}
         try:
-            ensemble = choose(self.server_of.get(wid, w.replicas[0]), live, load, domain_of=self.where)
+            ensemble = choose(self.server_of.get(wid, w.replicas[0]), live, load)
         except NoEnsemble:
             return
         if any(self.replicas[x] is None for x in ensemble):
@@ -577,21 +505,13 @@ class Sim:
                                        f"{self.zk.meta.epoch})")
 
     def _read_index(self, meta: LogMetadata, fresh: bool) -> int | None | str:
-        how = self.cfg.read_index
-        ask = self.servers if how == "any-servers" else replicas_to_ask(meta)
         replies = {}
-        for r in ask:
+        for r in replicas_to_ask(meta):
             core = self.replicas.get(r)
             if core is not None and self.rng.random() > 0.2:  # down, or too slow to count
                 replies[r] = TailReply(core.tail(LOG), core.fenced_epoch(LOG))
-        if how == "any-servers":
-            seg = meta.last_segment
-            if seg is None or len(replies) < fence_quorum(len(seg.replicas), ACK_QUORUM):
-                return None
-            picked = self.rng.sample(sorted(replies), fence_quorum(len(seg.replicas), ACK_QUORUM))
-            return max([seg.first - 1, *(replies[r].last for r in picked)])
         try:
-            return read_index(meta, replies, fresh or how == "trust-cache")
+            return read_index(meta, replies, fresh)
         except Stale:
             return "stale"
 
@@ -600,7 +520,7 @@ class Sim:
         copy, and the move recorded by a versioned write; the mover may die part-way."""
         meta, version = self.zk.meta, self.zk.version
         live = [x for x, c in self.replicas.items() if c is not None]
-        moves = rereplicate.plan(meta, live, {}, self.where)
+        moves = rereplicate.plan(meta, live, {})
         if not moves:
             return
         mv = self.rng.choice(moves)
@@ -616,16 +536,14 @@ class Sim:
         target = self.replicas[mv.target]
         assert target is not None
         copy = rereplicate.to_copy(seg, trunc, held)
-        if self.cfg.rereplicate == "record-first":
-            copy = copy[: self.rng.randrange(len(copy) + 1)]
-        elif self.rng.random() < 0.2:  # the mover dies part-way: some copied, nothing recorded
+        if self.rng.random() < 0.2:  # the mover dies part-way: some copied, nothing recorded
             target.fill(LOG, copy[: self.rng.randrange(len(copy) + 1)])
             self.trace.append(f"t={self.now} re-replication of segment {mv.epoch} to {mv.target} died")
             return
         target.fill(LOG, copy)
         has = [p for p in rereplicate.committed_range(seg, trunc)
                if self.stores[mv.target].get(LOG, seg.epoch, p) is not None]
-        if self.cfg.rereplicate == "rule" and not rereplicate.complete(seg, trunc, has):
+        if not rereplicate.complete(seg, trunc, has):
             return  # a committed entry no live replica holds now: try again later
         ok, _ = self.zk.cas(rereplicate.recorded(meta, mv), version)
         if ok:
@@ -667,18 +585,9 @@ class Sim:
             if f == self.append and not self.writers and self.rng.random() < 0.2:
                 f = self.elect  # nobody is writing: a server notices and takes over
             f()
-            self._check_machines()
         self._settle()
         self._check()
         return self.violations
-
-    def _check_machines(self) -> None:
-        """The placement rule: no segment, open or sealed, with two servers on one machine."""
-        for seg in self.zk.meta.segments:
-            if failure_domains.shared(seg.replicas, self.machine_of):
-                self.violations.append(f"t={self.now} segment {seg.epoch}'s servers {seg.replicas} share a "
-                                       f"machine")
-                return
 
     def _settle(self) -> None:
         """Heal: restart every server, stop losing messages, elect a final writer, and let

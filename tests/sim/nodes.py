@@ -53,7 +53,6 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +86,7 @@ from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 from tests.linearizability import INF, Operation, check_per_key
+from tests.sim.broken import Swap, swapped
 from tests.sim.disk import Disk
 from tests.sim.store import MemState
 from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink, carry
@@ -449,9 +449,11 @@ class NodeSim(WriterSim):
 
     # --- the clients ----------------------------------------------------------------------
 
+    def create_kv(self) -> None:
+        registry.create_kv(self.admin, SHARDS, list(NODES), logs=1, replicas=REPLICAS)
+
     def start_more(self, stop: Any) -> None:
         self.dataset = datasets.create(self.admin, "d")
-        registry.create_kv(self.admin, SHARDS, list(NODES), logs=1, replicas=REPLICAS)
         for n in NODES:
             self.start_node(n)
         self.start_coordinator()
@@ -974,7 +976,7 @@ def _recreated_start_move(zk: Any, m: Any, sets_version: int) -> None:
 
 
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
-_BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
+_BROKEN_RULES: dict[str, list[Swap]] = {
     # positions published as applied, perhaps not synced yet
     "publish-unsynced": [(bookkeeping, "durable_positions", _applied)],
     # a node truncates the log below its own position, ignoring the other holders'
@@ -1010,26 +1012,10 @@ _BROKEN_RULES: dict[str, list[tuple[Any, str, Any]]] = {
 }
 
 
-@contextmanager
-def _broken(variant: str) -> Iterator[None]:
-    """The broken rule swapped in for the run."""
-    if variant not in _BROKEN_RULES:
-        yield
-        return
-    swaps = [(owner, name, getattr(owner, name), rule) for owner, name, rule in _BROKEN_RULES[variant]]
-    for owner, name, _, rule in swaps:
-        setattr(owner, name, rule)
-    try:
-        yield
-    finally:
-        for owner, name, right, _ in swaps:
-            setattr(owner, name, right)
-
-
 def run(seed: int, cfg: Config | None = None, broken: str = "") -> tuple[Result, dict[str, int]]:
     sim = NodeSim(seed, cfg, broken)
     try:
-        with _broken(broken):
+        with swapped(_BROKEN_RULES.get(broken, ())):
             r = sim.sched.run(sim.main)
         r.failures = sim.sched.failures + sim.ens.errors
         # What every client was told, as one number: a replay tells the same.

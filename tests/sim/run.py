@@ -1,12 +1,13 @@
 """Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
-  [--takeover [--takeover-claim skip-fence]]: followers take the log over (log/takeover.py)
-  [--ensemble-change rule|past-lac|no-fence|off]: writers move segments off lost copies
-  [--machines 3 [--placement by-load]]: the servers on machines; no segment on two of one
+  [--takeover]: followers take the log over (log/takeover.py)
+  [--ensemble-change rule|off]: writers move segments off lost copies
   [--lease rule|no-wait|expired]: writers answer strong reads by a read lease (log/lease.py)
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
   [--machines 3 [--broken by-load]]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
-  python -m tests.sim.run --writers --seed 42 [--elections [--wipes]] [--broken ends-at-lac|no-store-check]
+  python -m tests.sim.run --writers --seed 42 [--elections [--wipes] [--machines 3]] [--broken VARIANT]
+  (VARIANT: one of tests/sim/writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
+  trust-cache, any-servers, record-first, by-load (--machines 3 --servers 6), ...)
 Real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py):
   python -m tests.sim.run --nodes --seed 42
   [--broken publish-unsynced|truncate-ahead|read-anywhere|retry-new-id]"""
@@ -32,15 +33,11 @@ def main() -> int:
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--takeover", action="store_true",
                     help="followers take the log over from writers they lost; writers pause")
-    ap.add_argument("--takeover-claim", default="rule", help="with --takeover: 'skip-fence' (broken)")
-    ap.add_argument("--ensemble-change", default="rule", choices=("rule", "past-lac", "no-fence", "off"),
-                    help="writers move open segments off lost copies (log/ensemble_change.py); "
-                         "past-lac and no-fence are broken variants")
+    ap.add_argument("--ensemble-change", default="rule", choices=("rule", "off"),
+                    help="writers move open segments off lost copies (log/ensemble_change.py)")
     ap.add_argument("--machines", type=int, default=0,
-                    help="the servers (nodes) on this many machines: no segment (shard) has two "
-                         "copies on one")
-    ap.add_argument("--placement", default="rule", choices=("rule", "by-load"),
-                    help="with --machines, the log's: by-load ignores machines (broken)")
+                    help="with --writers or --moves: the servers (nodes) on this many machines: no "
+                         "segment (shard) has two copies on one")
     ap.add_argument("--lease", default="off", choices=("off", "rule", "no-wait", "expired"),
                     help="writers answer strong reads by their read lease (log/lease.py); no-wait "
                          "and expired are broken variants")
@@ -68,8 +65,7 @@ def main() -> int:
     if a.nodes:
         return _nodes(a)
     for seed in range(a.seed, a.seed + a.runs):
-        cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, takeover_claim=a.takeover_claim,
-                     ensemble_change=a.ensemble_change, machines=a.machines, placement=a.placement,
+        cfg = Config(steps=a.steps, servers=a.servers, takeover=a.takeover, ensemble_change=a.ensemble_change,
                      lease=a.lease)
         sim: Sim | moves.MoveSim = (moves.MoveSim(seed, moves.Config(broken=a.broken, machines=a.machines,
                                                                      nodes=max(5, 2 * a.machines)))
@@ -101,12 +97,13 @@ def _failed(seed: int, r: writers.Result) -> bool:
 def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
-    bad = acked = calls = carried = takeovers = wiped = refused = changes = failed = rounds = followed = 0
+    bad = acked = calls = carried = takeovers = wiped = refused = changes = failed = rounds = 0
+    followed = leased = 0
     simulated = 0.0
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
         cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes,
-                             servers=a.servers if a.elections or a.wipes else 3)
+                             servers=a.servers if a.elections or a.wipes else 3, machines=a.machines)
         r = writers.run(seed, cfg)
         acked += r.acked
         calls += r.replicate_calls
@@ -118,6 +115,7 @@ def _writers(a: argparse.Namespace) -> int:
         failed += r.appends_failed
         rounds += r.read_indexes
         followed += r.followed
+        leased += r.lease_reads
         for point, n in r.buggified.items():
             fired[point] = fired.get(point, 0) + n
         simulated += r.simulated_s
@@ -131,7 +129,7 @@ def _writers(a: argparse.Namespace) -> int:
           f"second; the outlets' {calls} calls to peers carried {carried} appends"
           + (f"; {takeovers} takeovers while the old writer's server was registered, {changes} ensemble "
              f"changes; the log client: {failed} appends failed, {rounds} ReadIndex rounds answered, "
-             f"{followed} positions followed"
+             f"{followed} positions followed, {leased} strong reads by a lease"
              if a.elections or a.wipes else "")
           + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
     print("fault points fired (world.buggify): "

@@ -85,6 +85,10 @@ class Scheduler:
         self._by_thread: dict[int, _Task] = {}
         self._current: _Task | None = None
         self._main = _Task(-1, "main", "main")
+        # Each machine's boot clock runs at its own rate (log/lease.py's DRIFT_MAX): machine
+        # -> rate, a machine being a process's name without its incarnation ("server-2" of
+        # "server-2-0"); 1 for the others.
+        self.rates: dict[str, float] = {}
 
     # --- running ------------------------------------------------------------------------
 
@@ -245,7 +249,7 @@ class Scheduler:
         return self.start_wall + self.now
 
     def boot_clock(self) -> float:
-        return self.now  # one rate for every process (log/lease.py's drift: harness.py's lease runs)
+        return self.now * self.rates.get(self._me().process.rpartition("-")[0], 1.0)
 
     def random(self) -> float:
         return self.rng.random()

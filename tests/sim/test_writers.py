@@ -134,3 +134,66 @@ def test_a_retried_append_ends_by_its_deadline(seed: int) -> None:
         return world.monotonic() - start
     took = Scheduler(seed).run(main)
     assert 3 <= took <= 3.05
+
+
+# What a log that lost or mixed up entries shows as, whichever check sees it first.
+BROKEN_LOG = LOST + ("committed position", "answered a strong read")
+
+
+@pytest.mark.parametrize("broken,servers,seeds,finding", [
+    # a writer that acknowledges once one replica holds an append, not an ack quorum
+    ("ack-before-quorum", 3, range(1, 3), BROKEN_LOG),
+    # a new writer that fences and recovers the ensemble it is about to open, not the last
+    # segment's replicas (harmless with every server in every ensemble: five here)
+    ("fences-own-ensemble", 5, range(1, 3), BROKEN_LOG),
+    # a new writer that seals the last segment where its own replica's LAC says, unfenced
+    ("skip-fence", 3, range(2, 4), BROKEN_LOG),
+    # ReadIndex rounds that trust cached metadata, or take any fence quorum of the pool
+    ("trust-cache", 5, range(1, 3), ("acknowledged before it",)),
+    ("any-servers", 5, range(1, 3), ("acknowledged before it",)),
+    # ensemble changes that close the segment at the last entry sent, or append in the new
+    # segment without fencing the old one's replicas
+    ("past-lac", 5, range(1, 3), BROKEN_LOG),
+    ("no-fence", 5, range(12, 13), ("acknowledged before it",)),
+    # a re-replication recorded before the new server holds the whole segment
+    ("record-first", 5, range(2, 3), ("re-replicated there",)),
+    # ensembles and re-replication placed by load alone, blind to the servers' machines
+    ("by-load", 6, range(1, 2), ("share a machine",)),
+])
+def test_a_broken_rule_of_the_log_servers_is_caught(broken: str, servers: int, seeds: range,
+                                                    finding: tuple[str, ...]) -> None:
+    """tests/sim/harness.py's broken variants, on whole log servers (what its model of
+    the log caught, the real servers' run catches)."""
+    machines = 3 if broken == "by-load" else 0
+    cfg = writers.Config(elections=True, servers=servers, broken=broken, machines=machines)
+    found: list[str] = []
+    for seed in seeds:
+        r = writers.run(seed, cfg)
+        assert r.failures == []
+        found += r.violations
+        if found:
+            break
+    assert found and any(f in found[0] for f in finding), found[:1]
+
+
+def test_no_segment_has_two_servers_on_one_machine() -> None:
+    """Six servers on three machines (catalog/machines.py records them): the election's
+    ensembles, its ensemble changes and re-replication keep every segment's servers on
+    distinct machines, through crashes and pauses (by load alone they are not: above)."""
+    for seed in range(3):
+        r = writers.run(seed, writers.Config(elections=True, servers=6, machines=3, seconds=10))
+        assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+        assert r.ensemble_changes + r.writers > 1
+
+
+def test_writers_answer_strong_reads_by_their_lease() -> None:
+    """The log is a key-value log: its writers hold read leases while strong reads ask
+    (log/lease.py), each server's clock at an end of the drift allowed; each read a
+    writer answered by its lease covered every append acknowledged, and every segment
+    sealed, before it."""
+    leased = 0
+    for seed in range(3):
+        r = writers.run(seed, writers.Config(elections=True, seconds=10))
+        assert r.failures == [] and r.violations == []
+        leased += r.lease_reads
+    assert leased > 100

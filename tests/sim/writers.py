@@ -33,14 +33,18 @@ log)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import grpc
 
-from log import append, limits, reading
+from catalog import failure_domains, machines, registry
+from catalog.failure_domains import Domain
+from log import append, fencing, lease, limits, reading, rereplicate
 from log import read_index as ri
 from log import zk as zkpaths
 from log.catch_up import Unavailable
@@ -49,22 +53,28 @@ from log.client_link import AppendRefused, LogState, Placement
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.entry import Entry
 from log.limits import FIRST_POSITION
-from log.metadata import LogMetadata
+from log.messages import Fence, FenceReply
+from log.messages import Result as Answer
+from log.metadata import LogMetadata, Segment
 from log.metrics import ENSEMBLE_CHANGES
 from log.node import Node
 from log.peers import Peers
+from log.quorum import AckTracker
 from log.replica import ReplicaCore
 from log.replica_link import NoAnswer, OwnReplica
 from log.store import MemStore
 from log.store_identity import StoreLost
-from log.writer import ChangeEnsemble, State, Writer
+from log.writer import ChangeEnsemble, Send, State, Writer
 from runtime import world
 from runtime.refusals import Refusal
-from tests.sim.harness import _ChangesPastLac
+from tests.sim.broken import Swap, swapped
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
 
 LOG = 0
+BROKEN = ("ends-at-lac", "past-lac", "no-fence", "ack-before-quorum", "fences-own-ensemble", "skip-fence",
+          "no-wait", "expired", "no-fencing", "trust-cache", "any-servers", "record-first", "by-load",
+          "no-store-check")
 
 
 @dataclass
@@ -77,10 +87,8 @@ class Config:
     duplicate: float = 0.05  # ... delivered twice
     stream_break: float = 0.01  # a replication stream's call lost with its stream
     delay_max_s: float = 0.02
-    # "ends-at-lac": a broken recovery (_EndsAtLac); "no-store-check" (with elections and
-    # wipes): a server starts on whatever store it finds (log/store_identity.py not asked);
-    # "past-lac" (with elections and more than three servers): an ensemble change closes
-    # the segment at the last entry sent (harness.py's _ChangesPastLac)
+    # A broken variant (BROKEN; _broken_rules): "no-store-check" (with elections and wipes)
+    # starts a server on whatever store it finds (log/store_identity.py not asked)
     broken: str = ""
     # Whole log servers (log/node.py Node: the real election, membership, peers, catch-up,
     # re-replication, the replica side's epoch check) instead of writers claimed by the simulation.
@@ -88,6 +96,13 @@ class Config:
     servers: int = 3  # in the pool; with more than three (elections), segments change ensembles
     # With elections: a crashed server restarts on an empty store half the time (its disk lost)
     wipes: bool = False
+    # With elections: the servers on this many machines (server s on machine s % machines,
+    # recorded as catalog/machines.py records them; 0: each its own, none recorded). No
+    # segment may have two servers on one machine (checked every 0.1 s).
+    machines: int = 0
+    # Each server's boot clock (its writers' read leases) runs at one end of the drift
+    # log/lease.py allows, drawn from the seed.
+    drift: bool = True
 
 
 @dataclass
@@ -106,22 +121,137 @@ class Result:
     appends_failed: int = 0  # the log client's appends that ended in an error (elections)
     read_indexes: int = 0  # ReadIndex rounds that returned an index (elections)
     followed: int = 0  # positions a follow through the log client delivered (elections)
+    lease_reads: int = 0  # strong reads answered by a writer's read lease (elections)
     buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
 
 
-class _EndsAtLac(Writer):
-    """Broken: a recovery that seals the old segment at the highest LAC its fence quorum
-    reported, without reading what lies past it: appends acknowledged before their LAC
-    reached the replicas are lost."""
+# --- broken variants (Config.broken): a rule of the real code swapped for the run ---------
 
-    def _decide(self) -> None:
-        for r in self._quorum:
-            self._reads[r] = {}
-        super()._decide()
+_decide, _change_ensemble = Writer._decide, Writer.change_ensemble
+_on_ensemble_changed, _on_metadata_written = Writer.on_ensemble_changed, Writer.on_metadata_written
+_on_fence_reply, _lease_index = Writer.on_fence_reply, Writer.lease_index
+_read_index, _to_copy = ri.read_index, rereplicate.to_copy
 
 
-_BROKEN_WRITERS: dict[str, type[Writer]] = {"ends-at-lac": _EndsAtLac, "past-lac": _ChangesPastLac}
+def _ends_at_lac(self: Writer) -> None:
+    """A recovery that seals the old segment at the highest LAC its fence quorum reported,
+    without reading what lies past it: appends acknowledged before their LAC reached the
+    replicas are lost."""
+    for r in self._quorum:
+        self._reads[r] = {}
+    _decide(self)
+
+
+def _changes_past_lac(self: Writer, replicas: tuple[int, ...]) -> None:
+    """An ensemble change that closes the segment at the last entry sent, not at the last
+    one acknowledged."""
+    self.lac, self.lac_ts = self.next_position - 1, self.last_ts
+    _change_ensemble(self, replicas)
+
+
+def _changes_without_fence(self: Writer, new: LogMetadata | None, version: int = -1) -> None:
+    """An ensemble change that appends in the new segment right after its metadata write,
+    without fencing the old segment's replicas at the new epoch (a ReadIndex round from a
+    stale cache then misses what the new segment acknowledged)."""
+    _on_ensemble_changed(self, new, version)
+    if self.state is State.CHANGING and self._changed_from is not None:
+        self._outbox = [o for o in self._outbox if not (isinstance(o, Send) and isinstance(o.msg, Fence))]
+        for r in self._changed_from.replicas[:2]:
+            self._fenced_old(r, FenceReply(Answer.OK, self.epoch))  # as if they answered
+
+
+def _acks_before_quorum(self: Writer, ok: bool, new_version: int = -1) -> None:
+    """A writer that acknowledges an append once one replica holds it, not an ack quorum."""
+    _on_metadata_written(self, ok, new_version)
+    if self.state is State.WRITING:
+        self._tracker = AckTracker(1, self.lac)
+
+
+def _fences_own_ensemble(self: Writer) -> Segment | None:
+    """A new writer that fences and recovers the replicas of the ensemble it is about to
+    open rather than the last segment's (a fence quorum of the wrong servers)."""
+    seg = self.metadata.last_segment
+    return None if seg is None or seg.sealed else dc_replace(seg, replicas=self.replicas)
+
+
+def _no_lease_wait(self: Writer, replica: int, reply: FenceReply) -> None:
+    """A new writer that does not wait out the old writer's read lease before it seals."""
+    _on_fence_reply(self, replica, dc_replace(reply, lease_wait_ms=0))
+
+
+def _serves_expired(self: Writer, now: float) -> int | None:
+    """A writer that answers by its LAC once it has held a lease, whether or not it still does."""
+    held = _lease_index(self, now) is not None or getattr(self, "_held", False)
+    self._held = held
+    return self.lac if held and self.state is State.WRITING else None
+
+
+def _admits_all(self: ReplicaCore, epoch: int, fenced_epoch: int) -> fencing.Admission:
+    """A replica that takes requests from replaced writers (no fencing)."""
+    return fencing.Admission(True, max(epoch, fenced_epoch))
+
+
+def _trusts_cache(meta: LogMetadata, replies: Any, fresh: bool,
+                  ack_quorum: int = limits.ACK_QUORUM) -> int | None:
+    """A ReadIndex round that trusts cached metadata without its epoch check."""
+    return _read_index(meta, replies, True, ack_quorum)
+
+
+def _records_part(seg: Segment, truncated_before: int, held: Any) -> list[Entry]:
+    """What a broken re-replication copies: some prefix of the segment's committed entries."""
+    out = _to_copy(seg, truncated_before, held)
+    return out[: world.choice(range(len(out) + 1))]
+
+
+def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
+    """The rules a broken variant swaps in for the run (none for "no-store-check", which
+    the server's start skips: WriterSim.server)."""
+    def any_enough(meta: LogMetadata, replies: Any, ack_quorum: int = limits.ACK_QUORUM) -> bool:
+        seg = meta.last_segment
+        return seg is not None and len(replies) >= limits.fence_quorum(len(seg.replicas), ack_quorum)
+
+    def any_index(meta: LogMetadata, replies: Any, fresh: bool,
+                  ack_quorum: int = limits.ACK_QUORUM) -> int | None:
+        seg = meta.last_segment
+        if seg is None or not any_enough(meta, replies):
+            return None
+        return max([seg.first - 1, *(r.last for r in replies.values())])
+    # a ReadIndex round that takes any fence quorum of the pool's servers
+    any_servers = [(ri, "replicas_to_ask", lambda meta: sim.servers), (ri, "enough", any_enough),
+                   (ri, "read_index", any_index)]
+    return {
+        "ends-at-lac": [(Writer, "_decide", _ends_at_lac)],
+        "past-lac": [(Writer, "change_ensemble", _changes_past_lac)],
+        "no-fence": [(Writer, "on_ensemble_changed", _changes_without_fence)],
+        "ack-before-quorum": [(Writer, "on_metadata_written", _acks_before_quorum)],
+        "fences-own-ensemble": [(Writer, "recovering_segment", property(_fences_own_ensemble))],
+        "skip-fence": [(Writer, "start", lambda w, now_ms: _skips_fence(sim, w, now_ms))],
+        "no-wait": [(Writer, "on_fence_reply", _no_lease_wait)],
+        "expired": [(Writer, "lease_index", _serves_expired)],
+        "no-fencing": [(ReplicaCore, "_fence_rule", _admits_all)],
+        "trust-cache": [(ri, "read_index", _trusts_cache)],
+        "any-servers": any_servers,
+        # a re-replication recorded whatever part of the segment its copy holds
+        "record-first": [(rereplicate, "to_copy", _records_part), (rereplicate, "complete", lambda *a: True)],
+        # ensembles, their changes and re-replication placed by load alone, blind to machines
+        "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
+    }.get(variant, [])
+
+
+_start = Writer.start
+
+
+def _skips_fence(sim: WriterSim, w: Writer, now_ms: int) -> None:
+    """A new writer that seals the last segment where its own server's replica's LAC says,
+    without fencing or recovering it: the old writer goes on acknowledging."""
+    seg = w.recovering_segment
+    if seg is None or w.metadata.writer not in sim.nodes:
+        _start(w, now_ms)
+        return
+    w._now_ms = now_ms
+    own = sim.nodes[w.metadata.writer].replica
+    w._seal(max(own.lac(w.log_id, seg.epoch), seg.first - 1), 0)
 
 
 class _Host:
@@ -441,6 +571,14 @@ class WriterSim:
         self.read_indexes = 0  # ReadIndex rounds that returned an index (elections)
         self.follow_delivered = 0  # positions the follow delivered (elections)
         self.appending = 0  # the log client's appenders still running
+        self.lease_reads = 0  # strong reads answered by a writer's read lease (elections)
+        if self.cfg.drift:  # (from a generator of their own: the other draws stay as they were)
+            d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
+            self.sched.rates = {f"server-{s}": clocks.choice((1 - d, 1 + d)) for s in self.servers}
+        # Where each server runs (the truth, for the check), recorded as a server records it
+        where = {s: Domain(f"m{s % self.cfg.machines}") for s in self.servers} if self.cfg.machines else {}
+        self.machine_of = (failure_domains.lookup(where)
+                           if self.cfg.machines else failure_domains.unknown)
 
     # --- the network --------------------------------------------------------------------
 
@@ -478,8 +616,7 @@ class WriterSim:
             v = zkpaths.cas_metadata(zk, new, version)
             if v is None:
                 return None
-            cls = _EndsAtLac if self.cfg.broken == "ends-at-lac" else Writer
-            core = cls(LOG, new.epoch, new, v, self.servers, time_marks=True)
+            core = Writer(LOG, new.epoch, new, v, self.servers, time_marks=True)
             d = WriterDriver(_Host(self, server, zk), core)
             d.start()
         self.writers.append((proc, d))
@@ -505,8 +642,6 @@ class WriterSim:
             made = node.election.new_driver
 
             def new_driver(core: Writer) -> WriterDriver:
-                if self.cfg.broken in _BROKEN_WRITERS:  # the election made it: the broken rule swapped in
-                    core.__class__ = _BROKEN_WRITERS[self.cfg.broken]
                 d = made(core)
                 self._count_takeover(s)
                 self.writers.append((proc, d))
@@ -626,6 +761,78 @@ class WriterSim:
                                            f"below position {before}, acknowledged before it")
             world.sleep(self.rng.uniform(0, 0.2))
 
+    def lease_reader(self, stop: Any) -> None:
+        """Strong reads by a writer's read lease (log/lease.py), as a coordinator in the
+        writer's process makes them (LogClient.read_index_by: Node.lease_index, no call),
+        at a server that runs a writer of the log, now and then an old one that has not
+        noticed it was replaced: the index must cover every append acknowledged, and every
+        entry a writer made visible by sealing a segment, before the read."""
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(0, 0.1))
+            live = sorted((d.epoch, s) for s, node in self.nodes.items() if s not in self.down
+                          and (d := node.writers.get(LOG)) is not None and not d.failed.is_set())
+            if not live:
+                continue
+            s = live[0][1] if self.rng.random() < 0.5 else self.rng.choice(live)[1]
+            # A read that comes while the process is stopped is served as it runs again
+            world.sleep(max(0.0, self.sched.paused_until.get(self.proc(s), 0.0) - world.monotonic()))
+            try:
+                ctx = self.sched.process(self.proc(s))
+            except RuntimeError:  # it died meanwhile, or was stopped again
+                continue
+            with ctx:
+                world.spawn("lease-read", lambda s=s: self.lease_read(s))
+
+    def lease_read(self, s: int) -> None:
+        before = max((p for _, p in self.acked_at), default=-1)
+        sealed = max((seg.end for seg in self.metadata_now().segments if seg.end is not None), default=-1)
+        idx = self.nodes[s].lease_index(LOG)
+        if idx is None:
+            return
+        self.lease_reads += 1
+        for what, last in (("acknowledged", before), ("sealed", sealed)):
+            if idx < last:
+                self.violations.append(f"server {s} answered a strong read by its lease at {idx}, missing "
+                                       f"{what} position {last}")
+
+    def metadata_now(self) -> LogMetadata:
+        """The log's metadata as ZooKeeper holds it now, read from its state (no client:
+        nothing under test is disturbed)."""
+        return LogMetadata.from_json(self.ens.nodes[zkpaths.log_path(LOG)].data)
+
+    def watch_segments(self, stop: Any) -> None:
+        """After every change of the metadata (looked at every 0.1 s): no segment has two
+        servers on one machine (with machines); every committed entry of a sealed segment
+        is held by an ack quorum of the servers the metadata names for it, unless one of
+        them lost its disk; and a server that re-replication put in a sealed segment's
+        place holds every committed entry of it (log/rereplicate.py: recorded only then)."""
+        seen: dict[int, tuple[tuple[int, ...], bool]] = {}  # segment epoch -> (its servers, sealed)
+        while not stop.is_set():
+            world.sleep(0.1)
+            for seg in self.metadata_now().segments:
+                was = seen.get(seg.epoch)
+                if was == (seg.replicas, seg.sealed):
+                    continue
+                seen[seg.epoch] = seg.replicas, seg.sealed
+                if failure_domains.shared(seg.replicas, self.machine_of) and (
+                        was is None or not failure_domains.shared(was[0], self.machine_of)):
+                    self.violations.append(f"segment {seg.epoch}'s servers {seg.replicas} share a machine")
+                if not seg.sealed or self.lost & set(seg.replicas):
+                    continue
+                moved_in = set(seg.replicas) - set(was[0]) if was is not None and was[1] else set()
+                self.check_copies(seg, moved_in)
+
+    def check_copies(self, seg: Segment, moved_in: set[int]) -> None:
+        assert seg.end is not None
+        for p in range(seg.first, seg.end + 1):
+            has = [r for r in seg.replicas if self.stores[r].get(LOG, seg.epoch, p) is not None
+                   or p < getattr(self.stores[r].metas.get(LOG), "first", 0)]
+            if len(has) < limits.ACK_QUORUM or moved_in - set(has):
+                self.violations.append(f"committed position {p} of segment {seg.epoch} is held by {has} of "
+                                       f"its servers {seg.replicas}" + (f" ({sorted(moved_in)} re-replicated "
+                                                                          "there)" if moved_in else ""))
+                return
+
     def client(self, name: str, stop: Any) -> None:
         n = 0
         while not stop.is_set():
@@ -647,6 +854,10 @@ class WriterSim:
         self.admin = self.ens.client()
         self.admin.start()
         zkpaths.create_cluster(self.admin, 1, list(self.servers))
+        for srv in self.servers if self.cfg.machines else ():
+            machines.record(self.admin, machines.LOG_SERVERS, srv, self.machine_of(srv))
+        if self.cfg.elections:
+            self.create_kv()
         self.zks: dict[int, Client] = {}
         if self.cfg.elections:
             for s in self.servers:
@@ -663,6 +874,8 @@ class WriterSim:
                 world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
         if self.cfg.elections:
             world.spawn("reader", lambda: self.reader(stop))
+            world.spawn("lease-reader", lambda: self.lease_reader(stop))
+            world.spawn("segments", lambda: self.watch_segments(stop))
         if self.cfg.elections and self.follows:
             self.followed: dict[int, bytes] = {}
             self.followed_next = FIRST_POSITION
@@ -705,8 +918,14 @@ class WriterSim:
                       self.sched.now, replicate_calls=self.replicate_calls, replicated=self.replicated,
                       takeovers=self.takeovers, wiped=self.wiped, refused=self.refused,
                       appends_failed=self.appends_failed, read_indexes=self.read_indexes,
-                      followed=self.follow_delivered,
+                      followed=self.follow_delivered, lease_reads=self.lease_reads,
                       buggified=dict(self.sched.buggified))
+
+    def create_kv(self) -> None:
+        """The key-value topology (catalog/registry.py), before the servers start: the log
+        is a key-value log, whose writers mark time when idle and hold read leases while
+        strong reads ask (log/election.py)."""
+        registry.create_kv(self.admin, 1, [], logs=1)
 
     def after_faults(self) -> None:
         """Once the faults and the workload have ended, before the checks (tests/sim/nodes.py)."""
@@ -780,10 +999,17 @@ class WriterSim:
         self.checked = meta, end  # what a subclass's checks go on from
         if self.cfg.elections and self.follows:
             self.check_followed(meta, end)
+        last_ts = 0
         for p in range(FIRST_POSITION, end + 1):
             held = self.held(meta, p)
             if len(held) != 1:
                 self.violations.append(f"committed position {p} holds {held}")
+            seg = meta.segment_of(p)
+            ts = [e.timestamp_ms for s in self.servers
+                  if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None]
+            if ts and min(ts) < last_ts:  # the log's time never goes back
+                self.violations.append(f"position {p} has timestamp {min(ts)}, below an earlier {last_ts}")
+            last_ts = max(ts, default=last_ts)
         for epoch, p, payload in self.acks:
             if p > end:
                 self.violations.append(f"acked position {p} (epoch {epoch}) beyond the end {end}")
@@ -797,7 +1023,8 @@ def run(seed: int, cfg: Config | None = None) -> Result:
     sim = WriterSim(seed, cfg)
     changes = ENSEMBLE_CHANGES.labels(log=str(LOG))
     before = changes._value.get()
-    r = sim.sched.run(sim.main)
+    with swapped(_broken_rules(sim, sim.cfg.broken)):
+        r = sim.sched.run(sim.main)
     r.ensemble_changes = int(changes._value.get() - before)
     r.failures = sim.sched.failures + sim.ens.errors
     return r

@@ -250,8 +250,13 @@ class Client:
         if state == self.state:
             return
         self.state = state
+        # kazoo calls them on its connection thread, in the client's process: one stopped
+        # (SIGSTOP) hears of its session's troubles only once it runs again
         for fn in list(self.listeners):
-            fn(state)  # kazoo calls listeners at once, on its connection thread
+            if self.events is not None:
+                self.events.put((fn, (state,)))
+            else:
+                fn(state)
 
     def _deliver(self, fn: Callable[..., Any], *args: Any) -> None:
         if self.events is not None:

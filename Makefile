@@ -40,16 +40,17 @@ test-fast: proto
 
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
 # (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
-# shard move simulation, BROKEN=no-hold one of its broken variants; ENSEMBLE=off: no
-# ensemble changes; MOVES=1 MACHINES=3 BROKEN=by-load: moves blind to machines; WRITERS=1: the real
+# shard move simulation's model, BROKEN=rebuild-behind; ENSEMBLE=off: no ensemble changes;
+# WRITERS=1: the real
 # writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
 # ELECTIONS=1: whole log servers (log/node.py), crashed and paused (SERVERS=5: ensemble changes,
 # BROKEN=past-lac, no-fence, skip-fence, trust-cache, any-servers, record-first, ...: the
 # list in tests/sim/writers.py; MACHINES=3 SERVERS=6: on three machines, BROKEN=by-load
 # placing without them); WIPES=1: some restart on
 # an empty disk, BROKEN=no-store-check starting on it all the same; NODES=1: real storage
-# nodes and a coordinator beside whole log servers, BROKEN=publish-unsynced, truncate-ahead,
-# read-anywhere or retry-new-id)
+# nodes and a coordinator beside whole log servers on two logs and three machines,
+# BROKEN=no-hold, stale-position, no-digest, by-load, publish-unsynced, ...: the list in
+# tests/sim/nodes.py)
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(MOVES),--moves) $(if $(WRITERS),--writers) $(if $(NODES),--nodes) \

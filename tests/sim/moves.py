@@ -16,13 +16,9 @@ move and goes on). Checked after every step:
 - at the end, writes and failures stopped, every move finishes, every shard has R
   replicas, each with all of the shard's records.
 
-Broken variants (Config.broken) show that the checks catch what they are for:
-"join-early" (a destination joins before its copy is installed), "no-hold" (the log is
-truncated while a copy is under way), "no-catch-up" (a destination whose tail is past the
-copy's position installs it without its records in between), "stale-position" (the copy is recorded before the
-destination publishes its position again, so one it published before, too high, counts),
-"no-digest" (a copy's values are installed without its digest: only the storage node's own
-apply step, run beside the model, sees it).
+Its broken variants run on the real storage nodes and mover now (tests/sim/nodes.py,
+which catches them), but for one that the whole simulation does not reach yet:
+"rebuild-behind" (below).
 
 Nodes also lose their disks. A node that lost its state is rebuilt shard by shard
 (storage_node/rebuild.py, storage_node/shard_copy.py rebuild): it asks a copy of each
@@ -30,9 +26,8 @@ shard it holds (and of each shard moving to it whose copy was recorded) from ano
 replica, at or past the head each log had when its rebuild began, so at or past any
 position it published before; once it has them all it tails each log from the lowest
 copy. It answers for nothing until then, and a crash starts its rebuild again. Broken
-variants: "rebuild-behind" (copies at whatever position their source stands at: the log
-may be truncated past the tail) and "rebuild-high" (the tail starts at the highest copy:
-the other shards' records between are never applied).
+variant: "rebuild-behind" (copies at whatever position their source stands at: the log
+may be truncated past the tail).
 
 Beside the model, every node runs each record it applies through the storage node's own
 apply step (storage_node/apply.py) into the simulator's store (tests/sim/store.py), and a
@@ -42,7 +37,7 @@ must equal the one the apply step leaves after the shard's records below its pos
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from catalog import failure_domains, shard_moves
 from catalog.datasets import Dataset
@@ -85,13 +80,11 @@ class Config:
     logs: int = 2
     replicas: int = 3
     steps: int = 600
-    broken: str = ""  # "join-early", "no-hold", "no-catch-up", "stale-position", "no-digest",
-    # "rebuild-behind", "rebuild-high", "by-load"
+    broken: str = ""  # "rebuild-behind"
     disk_loss: bool = True  # nodes lose their state and are rebuilt shard by shard
     # Machines the nodes run on (node n on machine n % machines; 0: each its own). The mover
     # places by the placement rule (catalog/failure_domains.py), and after every step no
-    # shard has two of the copies that stay on one machine; the broken variant "by-load"
-    # moves to any node without a copy, as placement by load alone would.
+    # shard has two of the copies that stay on one machine.
     machines: int = 0
 
 
@@ -299,8 +292,6 @@ class MoveSim:
             known = [self.published.get((lg, n)) for n in holders]
             low = None if any(k is None for k in known) else min(k for k in known if k is not None)
             moves = [m for s, m in self.moves.items() if s in shards]
-            if self.cfg.broken == "no-hold":
-                moves = [m for m in moves if m.phase != COPYING]
             point = shard_moves.truncation_point(
                 low, moves, {m.dest: self.published[(lg, m.dest)] for m in moves
                              if (lg, m.dest) in self.published})
@@ -315,9 +306,8 @@ class MoveSim:
                 return
             s = self.rng.randrange(self.cfg.shards)
             leaving = self.rng.choice(self.sets[s])
-            by_load = self.cfg.broken == "by-load"
-            outside = [n for n in self.nodes if n not in self.sets[s] and (
-                by_load or failure_domains.allowed(self.sets[s], n, leaving, self.where))]
+            outside = [n for n in self.nodes if n not in self.sets[s] and failure_domains.allowed(
+                self.sets[s], n, leaving, self.where)]
             if not outside:
                 return
             to = self.rng.choice(outside)
@@ -328,13 +318,8 @@ class MoveSim:
         s, m = next(iter(self.moves.items()))
         dest = self.nodes[m.dest]
         if m.phase == COPYING:
-            if self.cfg.broken == "join-early":
-                self.sets[s] = shard_moves.joined_sets(self.sets[s], m)
-                self.moves[s] = replace(m, phase=JOINED, copied_at=0)
-                return
             if s in dest.marks and s in dest.state and dest.alive:  # the destination installed one
-                if self.cfg.broken == "stale-position" or shard_moves.may_record_copy(
-                        dest.installed_after[s], dest.publications):
+                if shard_moves.may_record_copy(dest.installed_after[s], dest.publications):
                     self.moves[s] = shard_moves.copied(m, dest.marks[s])
                 return  # else: once it has published
             if not final and not dest.alive and self.rng.random() < 0.3:  # give up: the destination is gone
@@ -390,8 +375,6 @@ class MoveSim:
             holds_others = any(self._holds(c.dest, s) for s in self._shards_of_log(lg) if s != c.shard)
             tail = node.tails[lg]
             forward = shard_copy.catch_up(tail, c.at)
-            if self.cfg.broken == "no-catch-up":
-                forward = range(0)
             if forward:
                 self.counts["caught_up"] += 1
                 if forward.start < self.truncated[lg]:
@@ -403,8 +386,7 @@ class MoveSim:
                            if s == c.shard and not again]
             node.tails[lg], node.marks = shard_copy.install(tail, c.at, c.shard, node.marks, holds_others)
             node.state[c.shard] = values
-            copy = c.store._replace(digest=0) if self.cfg.broken == "no-digest" else c.store
-            node.store.install(c.shard, DATASET.id, copy)
+            node.store.install(c.shard, DATASET.id, c.store)
             for pos in forward:  # the records between the copy and the tail, as the apply loop does
                 s, v, _ = self.log[lg][pos]
                 if s == c.shard:
@@ -455,8 +437,6 @@ class MoveSim:
             if not mine:
                 continue
             tail, marks = shard_copy.rebuild(mine)
-            if self.cfg.broken == "rebuild-high":
-                tail = max(mine.values())
             node.tails[lg] = tail
             node.marks.update(marks)
         for s in want:

@@ -40,7 +40,10 @@ the whole committed log is checked):
       linearizes (tests/linearizability.py), and each of them ended by its deadline (1 to
       4 s, on an SDK client its threads share);
   (8) once the faults have ended, a put on each shared key succeeds within 30 s;
-  (9) a mover that was not paused ends by its --timeout.
+  (9) a mover that was not paused ends by its --timeout;
+  (10) in no version of the replica sets has a shard two copies that stay on one machine
+      (the nodes run on three machines, recorded as catalog/machines.py records them; an
+      operator moving a shard onto a machine that holds a copy of it is refused).
 
 Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
 for the run."""
@@ -59,12 +62,15 @@ from typing import Any
 
 import grpc
 
-from catalog import datasets, mover, registry
+from catalog import datasets, failure_domains, machines, mover, registry, shard_moves
+from catalog.failure_domains import Domain
 from catalog.replica_sets import ReplicaSets
 from coordinator import server
 from coordinator.node import Coordinator
 from coordinator.records import record_for
 from coordinator.server import Shell
+from log import reading
+from log import zk as zkpaths
 from log.client import LogClient
 from log.entry import Entry
 from log.limits import FIRST_POSITION
@@ -79,7 +85,7 @@ from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
 from runtime import world
 from runtime.refusals import Refusal
 from runtime.stubs import CallFailed
-from storage_node import bookkeeping, keys, shard_copy, shard_intake
+from storage_node import bookkeeping, keys, reads, rebuild, shard_copy, shard_intake
 from storage_node.bookkeeping import Bookkeeping
 from storage_node.callbacks import Answer, encoded
 from storage_node.node import Parts, StorageNode
@@ -94,10 +100,13 @@ from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink, carry
 SHARDS = 6
 NODES = (0, 1, 2, 3)
 REPLICAS = 3
+LOGS = 2  # key-value logs: shard s's records go to log s % LOGS (catalog/routing.py)
+MACHINES = 3  # storage node n runs on machine n % MACHINES: nodes 0 and 3 share one
 COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK's
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
-          "no-catch-up", "join-early", "rebuild-high", "moves-recreated")
+          "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold", "stale-position",
+          "by-load", "no-digest", "rebuild-behind")
 MOVERS = 2  # operators moving shards, perhaps at the same time
 WIPES = 0.3  # of power losses, those that lose the disk too
 # A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
@@ -136,7 +145,7 @@ class _KeptStore(MemStore):
     """A log server's store that hands the entries a truncation deletes to the simulation,
     which checks the whole log at the end."""
 
-    def __init__(self, kept: dict[tuple[int, int], Entry]) -> None:
+    def __init__(self, kept: dict[tuple[int, int, int], Entry]) -> None:
         super().__init__()
         self.kept = kept
 
@@ -144,7 +153,7 @@ class _KeptStore(MemStore):
         if batch.delete_below is not None:
             for (lg, epoch, p), e in self.entries.items():
                 if lg == batch.log_id and p < batch.delete_below:
-                    self.kept.setdefault((epoch, p), e)
+                    self.kept.setdefault((lg, epoch, p), e)
         super().commit(batch)
 
 
@@ -337,9 +346,9 @@ class NodeSim(WriterSim):
 
     def __init__(self, seed: int, cfg: Config | None = None, broken: str = "") -> None:
         assert broken in ("",) + BROKEN, broken
-        super().__init__(seed, replace(cfg or Config(), elections=True))
+        super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS))
         self.broken = broken
-        self.kept: dict[tuple[int, int], Entry] = {}  # (segment epoch, position) -> entry truncated
+        self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
         self.stores = {s: _KeptStore(self.kept) for s in self.servers}
         self.disk = Disk()
         self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-"))
@@ -353,11 +362,12 @@ class NodeSim(WriterSim):
         self.histories: dict[bytes, list[Operation]] = {}  # (7) key -> its operations
         self.sent: dict[str, list[bytes]] = {}  # client -> the request ids of its write under way
         self.told: dict[bytes, tuple[str, Any]] = {}  # request id -> (method, the response its SDK had)
-        # (node, wall ms it went down, its position when it started again)
-        self.restarts: list[tuple[int, int, int]] = []
+        # (node, wall ms it went down, its position in each log when it started again)
+        self.restarts: list[tuple[int, int, dict[int, int]]] = []
         self.wipes: list[tuple[int, int]] = []  # (node, wall ms it lost its disk)
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
+                       "moves onto a copy's machine refused": 0,
                        "movers killed": 0, "movers paused": 0, "coordinator crashes": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
@@ -368,9 +378,10 @@ class NodeSim(WriterSim):
     def path(self, n: int) -> str:
         return str(self.dir / f"node-{n}" / "state.db")
 
-    def start_node(self, n: int) -> int:
+    def start_node(self, n: int) -> dict[int, int]:
         """Storage node `n`, as its process starts it (StorageNode.open, on the simulated
-        ZooKeeper, disk and network), started; returns the position it starts from."""
+        ZooKeeper, disk and network), started; returns the position it starts from in
+        each log."""
         proc = f"storage-{n}-{self.storage_inc[n]}"
         self.storage_inc[n] += 1
         with self.sched.process(proc):
@@ -381,11 +392,12 @@ class NodeSim(WriterSim):
             assert kv is not None
             (self.dir / f"node-{n}").mkdir(exist_ok=True)
             store = NodeStore(self.path(n), open_db=self.disk.open)
-            parts = Parts(logs, store, kv, 1, registry.read_replica_sets(zk, kv), str(self.dir / f"node-{n}"))
+            parts = Parts(logs, store, kv, LOGS, registry.read_replica_sets(zk, kv),
+                          str(self.dir / f"node-{n}"))
             node = StorageNode(n, f"sim-storage:{n}", parts, SETTINGS,
                                on_fatal=lambda code, why: self.fatal(n, why),
                                answers=_Answers(self), peers=_PeerCalls(self))
-            at = node.state.positions[LOG][0]
+            at = {lg: node.state.positions[lg][0] for lg in range(LOGS)}
             self.storage_zk[n] = zk
             world.spawn("start", node.start)
         self.storage[n] = node
@@ -450,7 +462,13 @@ class NodeSim(WriterSim):
     # --- the clients ----------------------------------------------------------------------
 
     def create_kv(self) -> None:
-        registry.create_kv(self.admin, SHARDS, list(NODES), logs=1, replicas=REPLICAS)
+        for n in NODES:  # each node's machine, as its process records it when it first starts
+            machines.record(self.admin, machines.STORAGE_NODES, n, self.node_machine(n))
+        registry.create_kv(self.admin, SHARDS, list(NODES), logs=LOGS, replicas=REPLICAS)
+
+    @staticmethod
+    def node_machine(n: int) -> Domain:
+        return Domain(f"m{n % MACHINES}")
 
     def start_more(self, stop: Any) -> None:
         self.dataset = datasets.create(self.admin, "d")
@@ -501,8 +519,15 @@ class NodeSim(WriterSim):
                 if not todo and not last:
                     sets = registry.read_replica_sets(zk, kv)
                     shard = self.rng.randrange(SHARDS)
-                    dest = self.rng.choice([n for n in NODES if n not in sets.of(shard)])
-                    todo = [(shard, dest, self.rng.choice(sets.of(shard)))]
+                    # A destination on a machine that none of the copies that stay is on, as
+                    # the operator reads `midtown cluster placement`; now and then any other
+                    # (the mover refuses it: check_rule)
+                    where = failure_domains.lookup({n: self.node_machine(n) for n in NODES})
+                    copies = sets.of(shard)
+                    pairs = [(lv, n) for lv in copies for n in NODES if n not in copies]
+                    fits = [(lv, n) for lv, n in pairs if failure_domains.allowed(copies, n, lv, where)]
+                    leaving, dest = self.rng.choice(fits if fits and self.rng.random() < 0.8 else pairs)
+                    todo = [(shard, dest, leaving)]
                 for shard, dest, leaving in todo:
                     self.counts["moves"] += 1
                     t0 = world.monotonic()
@@ -510,6 +535,8 @@ class NodeSim(WriterSim):
                     self.counts["moves done"] += 1
             except mover.MoveError as e:  # another move of the shard under way; or out of time
                 self.counts["moves refused"] += 1
+                # (or onto a machine holding a copy of the shard: check_rule's --to)
+                self.counts["moves onto a copy's machine refused"] += str(e).startswith("--to:")
                 if last:
                     self.violations.append(f"the last mover could not finish the moves: {e}")
             finally:
@@ -543,7 +570,7 @@ class NodeSim(WriterSim):
             zk.start()
             kv = registry.read_kv(zk)
             assert kv is not None
-            c = Coordinator(0, COORDINATOR, LogClient(zk=zk, link=_LogLink(self)), 1, kv,
+            c = Coordinator(0, COORDINATOR, LogClient(zk=zk, link=_LogLink(self)), LOGS, kv,
                             storage_link=_StorageLink(self))
             c.answers._key = b"sim"  # its answer secrets, the same in every replay
             c.start()
@@ -741,47 +768,76 @@ class NodeSim(WriterSim):
         if seg is None:
             return None
         for s in self.servers:
-            if (e := self.stores[s].get(LOG, seg.epoch, p)) is not None:
+            if (e := self.stores[s].get(meta.log_id, seg.epoch, p)) is not None:
                 return e
-        return self.kept.get((seg.epoch, p))
+        return self.kept.get((meta.log_id, seg.epoch, p))
 
     def held(self, meta: LogMetadata, p: int) -> set[bytes]:
         seg = meta.segment_of(p)
-        kept = self.kept.get((seg.epoch, p)) if seg is not None else None
+        kept = self.kept.get((meta.log_id, seg.epoch, p)) if seg is not None else None
         return super().held(meta, p) | ({kept.payload} if kept is not None else set())
+
+    def committed(self) -> dict[int, tuple[LogMetadata, int]] | None:
+        """Each log's metadata and committed end, once its writer has settled (LOG's as the
+        log's checks found them); None, said, if one did not settle. The other logs'
+        committed positions each hold one payload."""
+        out = {LOG: self.checked}
+        for lg in range(LOGS):
+            if lg == LOG:
+                continue
+            final = self.settled(lg)
+            if final is None:
+                self.violations.append(f"no writer recovered log {lg} within 30 s of the end")
+                return None
+            meta, _ = zkpaths.read_metadata(self.admin, lg)
+            out[lg] = meta, reading.committed_end(meta, final.core.lac)
+            for p in range(FIRST_POSITION, out[lg][1] + 1):
+                if len(held := self.held(meta, p)) != 1:
+                    self.violations.append(f"log {lg}'s committed position {p} holds {held}")
+                    return None
+        return out
 
     def check(self) -> None:
         super().check()
         if self.violations:
             return
-        meta, end = self.checked
+        logs = self.committed()
+        if logs is None:
+            return
+        ends = {lg: end for lg, (_, end) in logs.items()}
         for n in NODES:  # every node back
             if n not in self.storage:
                 self.start_node(n)
         deadline = world.monotonic() + 60
-        while world.monotonic() < deadline and not all(
-                node.state.positions[LOG][0] > end for node in self.storage.values()):
+
+        def behind() -> dict[int, dict[int, int]]:
+            # (each node tails the logs that carry its shards, the others never: apply_loop.py)
+            out = {n: {lg: node.state.positions[lg][0] - 1 for lg in node.state.tailed_logs()
+                       if node.state.positions[lg][0] <= ends[lg]} for n, node in self.storage.items()}
+            return {n: short for n, short in out.items() if short}
+        while world.monotonic() < deadline and behind():
             world.sleep(0.5)
-        behind = {n: node.state.positions[LOG][0] - 1 for n, node in self.storage.items()
-                  if node.state.positions[LOG][0] <= end}
-        if behind:  # (5)
-            self.violations.append(f"nodes applied only up to {behind} of the committed end {end}")
+        if behind():  # (5)
+            self.violations.append(f"nodes applied only up to {behind()} of the committed ends {ends}")
             return
+        # A model applying each log in order: the logs' shards are apart, so log by log
         model = MemState()
         first: dict[bytes, RecordResult] = {}
-        published: list[tuple[int, int, int]] = []  # (log time, node, position)
-        for p in range(FIRST_POSITION, end + 1):
-            e = self.entry(meta, p)
-            assert e is not None  # the log's checks found every committed position held
-            if not e.payload:
-                continue
-            rec = codec.record_from_bytes(e.payload)
-            if not rec.request_id:
-                published += [(e.timestamp_ms, op.node_id, op.position) for op in rec.ops
-                               if isinstance(op, Position)]
-                continue
-            first.setdefault(rec.request_id, model.run(rec, p, e.timestamp_ms))
-        self.counts["log positions"] = end + 1 - FIRST_POSITION
+        published: list[tuple[int, int, int, int]] = []  # (log, log time, node, position)
+        for lg, (meta, end) in sorted(logs.items()):
+            for p in range(FIRST_POSITION, end + 1):
+                e = self.entry(meta, p)
+                assert e is not None  # the log's checks found every committed position held
+                if not e.payload:
+                    continue
+                rec = codec.record_from_bytes(e.payload)
+                if not rec.request_id:
+                    published += [(lg, e.timestamp_ms, op.node_id, op.position) for op in rec.ops
+                                  if isinstance(op, Position)]
+                    continue
+                first.setdefault(rec.request_id, model.run(rec, p, e.timestamp_ms))
+        for lg, end in ends.items():
+            self.counts[f"log {lg} positions"] = end + 1 - FIRST_POSITION
         self.counts["positions published"] = len(published)
         self.counts["truncated entries checked"] = len(self.kept)
         self.check_answers(first)
@@ -828,35 +884,54 @@ class NodeSim(WriterSim):
                                        + (" (acknowledged or answered)" if must else ""))
                 return
 
-    def check_restarts(self, published: list[tuple[int, int, int]]) -> None:
+    def check_restarts(self, published: list[tuple[int, int, int, int]]) -> None:
         for n, down_ms, at in self.restarts:  # (3): what it published since it last lost its disk
             lost = max((d for node, d in self.wipes if node == n and d < down_ms), default=-1)
-            before = max((pos for ts, node, pos in published if node == n and lost < ts < down_ms),
-                         default=-1)
-            if at < before:
-                self.violations.append(f"node {n} restarted at position {at}, below the {before} it "
-                                       f"published before it went down")
-                return
+            for lg, pos in at.items():
+                before = max((p for log, ts, node, p in published if log == lg and node == n
+                              and lost < ts < down_ms), default=-1)
+                if pos < before:
+                    self.violations.append(f"node {n} restarted at position {pos} of log {lg}, below the "
+                                           f"{before} it published before it went down")
+                    return
 
     def check_history(self, history: list[dict[str, Any]]) -> None:
         """Each step of a move changes the set it names: its destination joins a set
         without it, its leaving replica leaves a set with it (one move of a shard at a time,
         so nothing else put them there or took them out meanwhile)."""
+        moving: set[int] = set()  # shards whose destination joined, their leaving replica still in
+        if history:
+            self.check_machines(history[0], moving)
         for before, after in zip(history, history[1:]):
             joins = re.fullmatch(r"move of shard (\d+): node (\d+) joins", after["why"])
             done = re.fullmatch(r"move of shard (\d+) to node (\d+): done, node (\d+) leaves", after["why"])
+            ok = True
             if joins:
                 shard, node = int(joins[1]), int(joins[2])
                 ok = node not in before["sets"][shard] and node in after["sets"][shard]
+                moving.add(shard)
             elif done:
                 shard, node = int(done[1]), int(done[3])
                 ok = node in before["sets"][shard] and node not in after["sets"][shard]
-            else:
-                continue
+                moving.discard(shard)
             if not ok:
                 self.violations.append(f"replica sets version {after['version']} ({after['why']}) changed "
                                        f"shard {shard}'s set from {before['sets'][shard]} to "
                                        f"{after['sets'][shard]}")
+                return
+            self.check_machines(after, moving)
+            if self.violations:
+                return
+
+    def check_machines(self, version: dict[str, Any], moving: set[int]) -> None:
+        """(10) In every version of the replica sets, no shard has two copies on one machine,
+        but for one whose move's destination has joined and whose leaving replica has not
+        left yet (catalog/failure_domains.py: the rule is on the copies that stay)."""
+        where = failure_domains.lookup({n: self.node_machine(n) for n in NODES})
+        for shard, copies in enumerate(version["sets"]):
+            if shard not in moving and (shared := failure_domains.shared(copies, where)):
+                self.violations.append(f"replica sets version {version['version']} ({version['why']}): shard "
+                                       f"{shard}'s copies {copies} share machines {shared}")
                 return
 
     def check_dropped(self, sets: ReplicaSets) -> None:
@@ -955,6 +1030,21 @@ def _rebuilt_from_highest(copies: Any) -> tuple[int, dict[int, int]]:
 
 
 _start_move = registry.start_move
+_truncation_point = shard_moves.truncation_point
+_items = reads._items
+
+
+def _heads_unknown(shards: list[int], heads: Any, kv_logs: int) -> dict[int, int]:
+    return dict.fromkeys(range(kv_logs), 0)
+
+
+def _items_but_digest(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    return ((k, v) for k, v in _items(db, prefix) if not k.startswith(b"D"))
+
+
+def _holds_no_copy(holders_low: int | None, moves: list[Any], positions: Any) -> int | None:
+    return _truncation_point(holders_low, [m for m in moves if m.phase != shard_moves.COPYING], positions)
+
 _mark_retry = retries.mark_retry
 
 
@@ -1007,6 +1097,19 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # shard's next move, whose record starts again at that version (catalog/registry.py
     # ENDED): the ended move's destination joins the next one and its leaving replica goes
     "moves-recreated": [(registry, "start_move", _recreated_start_move)],
+    # tests/sim/moves.py's no-hold: the log truncated while a shard of it is being copied (a
+    # destination that holds no other shard of the log does not hold its truncation back)
+    "no-hold": [(shard_moves, "truncation_point", _holds_no_copy)],
+    # and its stale-position: a copy recorded before the destination published its
+    # position again (storage_node/shard_intake.py _publish)
+    "stale-position": [(shard_intake.Intake, "_publish", lambda self, log_id: None)],
+    # and its by-load, with the log's: placement blind to the machines the nodes run on
+    "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
+    # and its no-digest: a shard's copy without its digest (storage_node/reads.py, what a
+    # copy streams), and rebuild-behind: a rebuild's copies taken wherever their sources
+    # stand, not at or past the logs' heads (storage_node/rebuild.py known_heads)
+    "no-digest": [(reads, "_items", _items_but_digest)],
+    "rebuild-behind": [(rebuild, "known_heads", _heads_unknown)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
     "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
 }

@@ -2,15 +2,15 @@
   [--takeover]: followers take the log over (log/takeover.py)
   [--ensemble-change rule|off]: writers move segments off lost copies
   [--lease rule|no-wait|expired]: writers answer strong reads by a read lease (log/lease.py)
-Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken no-hold]
-  [--machines 3 [--broken by-load]]
+Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken rebuild-behind]
+  [--machines 3]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
   python -m tests.sim.run --writers --seed 42 [--elections [--wipes] [--machines 3]] [--broken VARIANT]
   (VARIANT: one of tests/sim/writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
   trust-cache, any-servers, record-first, by-load (--machines 3 --servers 6), ...)
 Real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py):
-  python -m tests.sim.run --nodes --seed 42
-  [--broken publish-unsynced|truncate-ahead|read-anywhere|retry-new-id]"""
+  python -m tests.sim.run --nodes --seed 42 [--broken VARIANT] (tests/sim/nodes.py's BROKEN: no-hold,
+  stale-position, no-digest, by-load, publish-unsynced, truncate-ahead, read-anywhere, ...)"""
 
 from __future__ import annotations
 

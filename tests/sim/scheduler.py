@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import queue as queue_
 import random
 import threading
@@ -206,10 +207,17 @@ class Scheduler:
         me.timed_out = False
         on.append(me)
         if timeout is not None:
-            at = self.now + max(0.0, timeout)
+            at = self.deadline(max(0.0, timeout))
             heapq.heappush(self._timers, (at, next(self._timer_seq), me, me.wait_no))
         self._switch(me)
         return not me.timed_out
+
+    def deadline(self, timeout: float) -> float:
+        """`timeout` seconds from now; a timeout too small to move the clock's float, its
+        next value (a real clock always moves on: a wait that is too short must still end
+        later than it began, or a loop computing what is left would never sleep)."""
+        at = self.now + timeout
+        return math.nextafter(self.now, math.inf) if timeout > 0 and at <= self.now else at
 
     def _wake_one(self, t: _Task) -> None:
         if t.wait is not None:
@@ -322,7 +330,7 @@ class Scheduler:
     def as_completed(self, fs: Iterable[futures.Future[T]],
                      timeout: float | None) -> Iterator[futures.Future[T]]:
         pending = list(fs)
-        deadline = None if timeout is None else self.now + timeout
+        deadline = None if timeout is None else self.deadline(timeout)
         changed = _Event(self)
         for f in pending:
             f.add_done_callback(lambda _: changed.set())
@@ -387,7 +395,7 @@ class _Lock:
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         s = self.s
         s.maybe_yield()
-        deadline = None if timeout < 0 else s.now + timeout
+        deadline = None if timeout < 0 else s.deadline(timeout)
         while self.owner is not None:
             if not blocking:
                 return False
@@ -442,7 +450,7 @@ class _Condition:
             self.lock.acquire()
 
     def wait_for(self, predicate: Callable[[], T], timeout: float | None = None) -> T:
-        deadline = None if timeout is None else self.s.now + timeout
+        deadline = None if timeout is None else self.s.deadline(timeout)
         while not (ok := predicate()):
             left = None if deadline is None else deadline - self.s.now
             if left is not None and left <= 0:
@@ -498,7 +506,7 @@ class _Queue:
         return 0 < self.maxsize <= len(self.items)
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        deadline = None if timeout is None else self.s.now + timeout
+        deadline = None if timeout is None else self.s.deadline(timeout)
         while self.full():
             left = None if deadline is None else deadline - self.s.now
             if not block or left is not None and left <= 0:
@@ -512,7 +520,7 @@ class _Queue:
         self.put(item, block=False)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        deadline = None if timeout is None else self.s.now + timeout
+        deadline = None if timeout is None else self.s.deadline(timeout)
         while not self.items:
             left = None if deadline is None else deadline - self.s.now
             if not block or left is not None and left <= 0:

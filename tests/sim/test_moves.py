@@ -1,14 +1,12 @@
 """Shard moves and nodes rebuilt shard by shard under the seeded simulation
 (tests/sim/moves.py): no replica ever answers with a state that is not its log prefix, no
 node finds its log truncated past it, every move finishes and every rebuilt node holds its
-shards once failures stop; and broken variants of the protocols are caught."""
+shards once failures stop; and a rebuild behind the logs' heads is caught."""
 
 from __future__ import annotations
 
 import logging
 import os
-
-import pytest
 
 from tests.sim.moves import Config, MoveSim
 
@@ -39,9 +37,11 @@ def test_replay_is_deterministic() -> None:
     assert a.run() == b.run() and a.trace == b.trace and a.counts == b.counts
 
 
-@pytest.mark.parametrize("broken", ["join-early", "no-hold", "no-catch-up", "no-digest", "rebuild-behind",
-                                    "rebuild-high"])
-def test_broken_variants_are_caught(broken: str) -> None:
+def test_a_rebuild_behind_the_heads_is_caught() -> None:
+    """The model's last broken variant the whole simulation does not reach (its others run
+    on the real nodes: tests/sim/test_nodes.py): a rebuild's copies taken wherever their
+    sources stand."""
+    broken = "rebuild-behind"
     quiet = logging.getLogger("midtown.coordinator")  # its Answers log every divergence they see
     quiet.disabled = True
     caught = tried = 0
@@ -54,15 +54,3 @@ def test_broken_variants_are_caught(broken: str) -> None:
     finally:
         quiet.disabled = False
     assert caught >= 3, f"{broken}: caught in {caught} of {tried} seeds"
-
-
-def test_moves_keep_copies_on_distinct_machines_and_moving_by_load_is_caught() -> None:
-    """Six nodes on three machines: every move keeps the copies that stay on distinct
-    machines after every step, through crashes and rebuilds; a mover that ignores machines
-    (placement by load alone) is caught."""
-    for seed in range(15):
-        assert MoveSim(seed, Config(nodes=6, machines=3)).run() == [], seed
-    caught = sum(any("share a machine" in v for v in MoveSim(seed, Config(nodes=6, machines=3,
-                                                                          broken="by-load")).run())
-                 for seed in range(15))
-    assert caught >= 8, caught

@@ -145,7 +145,7 @@ BROKEN_LOG = LOST + ("committed position", "answered a strong read")
     ("ack-before-quorum", 3, range(1, 3), BROKEN_LOG),
     # a new writer that fences and recovers the ensemble it is about to open, not the last
     # segment's replicas (harmless with every server in every ensemble: five here)
-    ("fences-own-ensemble", 5, range(1, 3), BROKEN_LOG),
+    ("fences-own-ensemble", 5, range(5, 6), BROKEN_LOG),
     # a new writer that seals the last segment where its own replica's LAC says, unfenced
     ("skip-fence", 3, range(2, 4), BROKEN_LOG),
     # ReadIndex rounds that trust cached metadata, or take any fence quorum of the pool
@@ -154,9 +154,9 @@ BROKEN_LOG = LOST + ("committed position", "answered a strong read")
     # ensemble changes that close the segment at the last entry sent, or append in the new
     # segment without fencing the old one's replicas
     ("past-lac", 5, range(1, 3), BROKEN_LOG),
-    ("no-fence", 5, range(12, 13), ("acknowledged before it",)),
+    ("no-fence", 5, range(1, 2), ("acknowledged before it",)),
     # a re-replication recorded before the new server holds the whole segment
-    ("record-first", 5, range(2, 3), ("re-replicated there",)),
+    ("record-first", 5, range(5, 6), ("re-replicated there",)),
     # ensembles and re-replication placed by load alone, blind to the servers' machines
     ("by-load", 6, range(1, 2), ("share a machine",)),
 ])

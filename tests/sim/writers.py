@@ -96,6 +96,8 @@ class Config:
     servers: int = 3  # in the pool; with more than three (elections), segments change ensembles
     # With elections: a crashed server restarts on an empty store half the time (its disk lost)
     wipes: bool = False
+    # Logs in the cluster (elections): the checks here are on LOG's; nodes.py's on every one
+    logs: int = 1
     # With elections: the servers on this many machines (server s on machine s % machines,
     # recorded as catalog/machines.py records them; 0: each its own, none recorded). No
     # segment may have two servers on one machine (checked every 0.1 s).
@@ -416,6 +418,8 @@ class _LogLink:
                 return answer(node)
             except Refusal as e:  # as the server's gRPC call ends
                 return LogError(e.code, e.text)
+            except Exception as e:  # noqa: BLE001 - as the handlers end it (runtime/handlers.py)
+                return LogError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
         self._call(addr, reply, there, lambda: reply.set_result(
             LogError(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
         try:
@@ -456,29 +460,47 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
           answer: Callable[[], Any], refused: Callable[[], None], up: Callable[[], bool],
           lossy: bool) -> None:
     """A unary call on the simulated network: after a delay it reaches the process `proc()`
-    (None: down, the call `refused()`), unless that is cut off or paused (`up()` false) or,
-    if `lossy`, the call is lost with its connection (as often as a replication stream
-    breaks); `answer()` runs there, and its value (an exception: the call's error) comes
-    back into `reply` after a delay, on the same conditions."""
+    (None: down, the call `refused()`; a stopped one takes it once it runs again), unless
+    that is cut off (`up()` false) or, if `lossy`, its connection breaks (as often as a
+    replication stream does: the call fails a second or two later, as `refused()`);
+    `answer()` runs there, and its value (an exception: the call's error) comes back into
+    `reply` after a delay, on the same conditions."""
     def there() -> None:
         sim.delay()
         p = proc()
         if p is None:
             refused()
             return
-        if not up() or (lossy and sim.rng.random() < sim.cfg.stream_break):
+        # A stopped process reads the call from its socket once it runs again
+        while sim.sched.paused(p):  # (at least a millisecond: the clock's floats must move on)
+            world.sleep(max(0.001, sim.sched.paused_until[p] - world.monotonic()))
+        if not up():
+            return
+        if lossy and sim.rng.random() < sim.cfg.stream_break:
+            reset()
             return
         try:
             ctx = sim.sched.process(p)
-        except RuntimeError:  # it went down or was paused meanwhile
+        except RuntimeError:  # it went down meanwhile
             return
         with ctx:
             world.spawn("answer", lambda: back(answer()))
 
     def back(rep: Any) -> None:
         sim.delay()
-        if up() and not (lossy and sim.rng.random() < sim.cfg.stream_break) and not reply.done():
-            (reply.set_exception if isinstance(rep, BaseException) else reply.set_result)(rep)
+        if not up() or reply.done():
+            return
+        if lossy and sim.rng.random() < sim.cfg.stream_break:
+            reset()
+            return
+        (reply.set_exception if isinstance(rep, BaseException) else reply.set_result)(rep)
+
+    def reset() -> None:
+        """The connection broke: gRPC's keepalive sees it within a second or two, and the
+        call fails (UNAVAILABLE, as `refused`)."""
+        world.sleep(sim.rng.uniform(1.0, 2.0))
+        if not reply.done():
+            refused()
 
     with sim.sched.process("network"):
         world.spawn("call", there)
@@ -500,11 +522,22 @@ class _Entries:
         if to in sim.down:
             self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, f"sim:{to}: connection refused"))
             return
+        self._open(to, position)
+
+    def _open(self, to: int, position: int) -> None:
+        """The server's process serves the stream; a stopped one once it runs again (the
+        call waits in its socket meanwhile)."""
+        sim = self.sim
         try:
             with sim.sched.process(self.proc):
                 world.spawn("read-stream", lambda: self._serve(sim.nodes[to], position))
-        except RuntimeError:  # paused: the stream hangs until cancelled
-            pass
+        except RuntimeError:  # stopped (or dead: the reader sees its connection reset)
+            def later() -> None:
+                world.sleep(max(0.001, sim.sched.paused_until.get(self.proc, 0.0) - world.monotonic()))
+                if not self.cancelled and self.proc not in sim.sched.dead:
+                    self._open(to, position)
+            with sim.sched.process("network"):
+                world.spawn("read-stream-waits", later)
 
     def _serve(self, node: Node, pos: int) -> None:
         sim = self.sim
@@ -555,7 +588,8 @@ class WriterSim:
         self.stores = {s: MemStore() for s in self.servers}
         self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in self.servers}
         self.acks: list[tuple[int, int, bytes]] = []  # (epoch, position, payload)
-        self.writers: list[tuple[str, WriterDriver]] = []
+        self.writers: list[tuple[str, WriterDriver]] = []  # of LOG, the log the checks here are on
+        self.other_writers: list[WriterDriver] = []  # of the other logs (Config.logs)
         self.violations: list[str] = []
         self.cut_until = {s: 0.0 for s in self.servers}  # a replica isolated until then
         self.down: set[int] = set()  # servers crashed (elections)
@@ -643,6 +677,9 @@ class WriterSim:
 
             def new_driver(core: Writer) -> WriterDriver:
                 d = made(core)
+                if core.log_id != LOG:  # another log's: only settled at the end (nodes.py)
+                    self.other_writers.append(d)
+                    return d
                 self._count_takeover(s)
                 self.writers.append((proc, d))
                 return d
@@ -853,7 +890,7 @@ class WriterSim:
     def main(self) -> Result:
         self.admin = self.ens.client()
         self.admin.start()
-        zkpaths.create_cluster(self.admin, 1, list(self.servers))
+        zkpaths.create_cluster(self.admin, self.cfg.logs, list(self.servers))
         for srv in self.servers if self.cfg.machines else ():
             machines.record(self.admin, machines.LOG_SERVERS, srv, self.machine_of(srv))
         if self.cfg.elections:
@@ -925,7 +962,7 @@ class WriterSim:
         """The key-value topology (catalog/registry.py), before the servers start: the log
         is a key-value log, whose writers mark time when idle and hold read leases while
         strong reads ask (log/election.py)."""
-        registry.create_kv(self.admin, 1, [], logs=1)
+        registry.create_kv(self.admin, 1, [], logs=self.cfg.logs)
 
     def after_faults(self) -> None:
         """Once the faults and the workload have ended, before the checks (tests/sim/nodes.py)."""
@@ -939,13 +976,15 @@ class WriterSim:
             s = self.rng.choice(self.servers)
             self.cut_until[s] = world.monotonic() + self.rng.uniform(0.1, 1.0)
 
-    def settled(self) -> WriterDriver | None:
+    def settled(self, log_id: int = LOG) -> WriterDriver | None:
         """The writer of the log's newest epoch once it has recovered (its LAC then covers
         every committed position), waiting for one up to 30 s."""
         deadline = world.monotonic() + 30
         while world.monotonic() < deadline:
-            epoch = zkpaths.read_metadata(self.admin, LOG)[0].epoch
-            d = next((d for _, d in self.writers if d.epoch == epoch and not d.failed.is_set()), None)
+            epoch = zkpaths.read_metadata(self.admin, log_id)[0].epoch
+            mine = [d for _, d in self.writers] if log_id == LOG else [
+                d for d in self.other_writers if d.core.log_id == log_id]
+            d = next((d for d in mine if d.epoch == epoch and not d.failed.is_set()), None)
             if d is not None and d.core.state is State.WRITING:
                 return d
             world.sleep(0.5)
@@ -976,7 +1015,7 @@ class WriterSim:
         """The payloads the replicas hold at position `p` of the log `meta` describes."""
         seg = meta.segment_of(p)
         return {e.payload for s in self.servers
-                if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None}
+                if seg is not None and (e := self.stores[s].get(meta.log_id, seg.epoch, p)) is not None}
 
     def check(self) -> None:
         final = self.settled()

@@ -166,6 +166,12 @@ def check(m: Machines) -> dict[str, Any]:
     return json.loads(p.stdout)
 
 
+def all_registered(m: Machines, back: str) -> None:
+    """Until no machine's servers are down (`back`'s came back), 120 s at most."""
+    wait_for(lambda: not any(r["down"] for r in check(m)["machines"]), 120,
+             f"{back}'s servers registered again", every_s=1.0)
+
+
 def first_after(prober: Prober, t: float) -> float:
     """Seconds from `t` to the first put started after it being acknowledged."""
     at = prober.first_ack_after(t, 120)
@@ -232,16 +238,14 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
                 # One machine out at a time: with m1 still starting, m2 cut off would leave
                 # the copies on m1 and m2 of a segment or a shard out together (under load a
                 # restart takes long enough for that: no put came within 120 s)
-                wait_for(lambda: not any(r["down"] for r in check(m)["machines"]), 120,
-                         "m1's servers registered again", every_s=1.0)
+                all_registered(m, "m1")
                 time.sleep(1)
                 t = time.monotonic()
                 m.spaces[2].link(False)  # m2 cut off: its ZooKeeper member, its workers
                 gaps["partition"].append(first_after(probe, t))
                 time.sleep(6)
                 m.spaces[2].link(True)
-                wait_for(lambda: not any(r["down"] for r in check(m)["machines"]), 120,
-                         "m2's servers registered again", every_s=1.0)
+                all_registered(m, "m2")
             # m3 is lost for good: its copies move to the others.
             gone = m.ids(3)
             m.kill(3)

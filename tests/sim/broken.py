@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
+
+from log import fencing
+from log.messages import FenceReply
+from log.replica import ReplicaCore
+from log.writer import State, Writer
 
 _INHERITED = object()
 Swap = tuple[Any, str, Any]  # (owner: a module or a class, attribute name, the broken rule)
@@ -27,3 +33,25 @@ def swapped(swaps: Iterable[Swap]) -> Iterator[None]:
                 delattr(owner, name)
             else:
                 setattr(owner, name, right)
+
+
+# Broken rules both the log's model (harness.py) and the whole log servers (writers.py) run:
+# the first two in place of a writer's method, the third of a replica's.
+_on_fence_reply, _lease_index = Writer.on_fence_reply, Writer.lease_index
+
+
+def no_lease_wait(self: Writer, replica: int, reply: FenceReply) -> None:
+    """A new writer that does not wait out the old writer's read lease before it seals."""
+    _on_fence_reply(self, replica, replace(reply, lease_wait_ms=0))
+
+
+def serves_expired(self: Writer, now: float) -> int | None:
+    """A writer that answers by its LAC once it has held a lease, whether or not it still does."""
+    held = _lease_index(self, now) is not None or getattr(self, "_held", False)
+    self._held = held
+    return self.lac if held and self.state is State.WRITING else None
+
+
+def admits_all(self: ReplicaCore, epoch: int, fenced_epoch: int) -> fencing.Admission:
+    """A replica that takes requests from replaced writers (no fencing)."""
+    return fencing.Admission(True, max(epoch, fenced_epoch))

@@ -19,13 +19,14 @@ from log import lease, reading, rereplicate
 from log.ensemble import NoEnsemble, choose
 from log.entry import Entry
 from log.limits import ENSEMBLE_SIZE
-from log.messages import AddEntries, Fence, FenceReply, ReadRange
+from log.messages import AddEntries, Fence, ReadRange
 from log.metadata import LogMetadata
 from log.read_index import Stale, TailReply, read_index, replicas_to_ask
 from log.replica import ReplicaCore
 from log.store import MemStore
 from log.takeover import Takeover
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
+from tests.sim import broken
 
 LOG = 0
 
@@ -94,18 +95,14 @@ class Config:
 class _NoLeaseWait(Writer):
     """Broken (Config.lease "no-wait"): ignores the replicas' lease promises when it fences."""
 
-    def on_fence_reply(self, replica: int, reply: FenceReply) -> None:
-        super().on_fence_reply(replica, replace(reply, lease_wait_ms=0))
+    on_fence_reply = broken.no_lease_wait
 
 
 class _ServesExpired(Writer):
     """Broken (Config.lease "expired"): answers by its LAC once it has held a lease,
     whether or not it still does."""
 
-    def lease_index(self, now: float) -> int | None:
-        held = super().lease_index(now) is not None or getattr(self, "_held", False)
-        self._held = held
-        return self.lac if held and self.state is State.WRITING else None
+    lease_index = broken.serves_expired
 
 
 @dataclass

@@ -102,6 +102,7 @@ NODES = (0, 1, 2, 3)
 REPLICAS = 3
 LOGS = 2  # key-value logs: shard s's records go to log s % LOGS (catalog/routing.py)
 MACHINES = 3  # storage node n runs on machine n % MACHINES: nodes 0 and 3 share one
+NODE_MACHINES = failure_domains.lookup({n: Domain(f"m{n % MACHINES}") for n in NODES})
 COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK's
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
@@ -463,12 +464,8 @@ class NodeSim(WriterSim):
 
     def create_kv(self) -> None:
         for n in NODES:  # each node's machine, as its process records it when it first starts
-            machines.record(self.admin, machines.STORAGE_NODES, n, self.node_machine(n))
+            machines.record(self.admin, machines.STORAGE_NODES, n, NODE_MACHINES(n))
         registry.create_kv(self.admin, SHARDS, list(NODES), logs=LOGS, replicas=REPLICAS)
-
-    @staticmethod
-    def node_machine(n: int) -> Domain:
-        return Domain(f"m{n % MACHINES}")
 
     def start_more(self, stop: Any) -> None:
         self.dataset = datasets.create(self.admin, "d")
@@ -522,10 +519,10 @@ class NodeSim(WriterSim):
                     # A destination on a machine that none of the copies that stay is on, as
                     # the operator reads `midtown cluster placement`; now and then any other
                     # (the mover refuses it: check_rule)
-                    where = failure_domains.lookup({n: self.node_machine(n) for n in NODES})
                     copies = sets.of(shard)
                     pairs = [(lv, n) for lv in copies for n in NODES if n not in copies]
-                    fits = [(lv, n) for lv, n in pairs if failure_domains.allowed(copies, n, lv, where)]
+                    fits = [(lv, n) for lv, n in pairs
+                            if failure_domains.allowed(copies, n, lv, NODE_MACHINES)]
                     leaving, dest = self.rng.choice(fits if fits and self.rng.random() < 0.8 else pairs)
                     todo = [(shard, dest, leaving)]
                 for shard, dest, leaving in todo:
@@ -927,9 +924,8 @@ class NodeSim(WriterSim):
         """(10) In every version of the replica sets, no shard has two copies on one machine,
         but for one whose move's destination has joined and whose leaving replica has not
         left yet (catalog/failure_domains.py: the rule is on the copies that stay)."""
-        where = failure_domains.lookup({n: self.node_machine(n) for n in NODES})
         for shard, copies in enumerate(version["sets"]):
-            if shard not in moving and (shared := failure_domains.shared(copies, where)):
+            if shard not in moving and (shared := failure_domains.shared(copies, NODE_MACHINES)):
                 self.violations.append(f"replica sets version {version['version']} ({version['why']}): shard "
                                        f"{shard}'s copies {copies} share machines {shared}")
                 return

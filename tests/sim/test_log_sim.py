@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from log import fencing
 from log.replica import ReplicaCore
+from tests.sim import broken
 from tests.sim.harness import Config, Sim
 
 RUNS = int(os.environ.get("MIDTOWN_SIM_RUNS", "200"))  # make soak runs 20,000
@@ -57,8 +57,7 @@ def test_runs_exercise_failures() -> None:
 class _NoFencing(ReplicaCore):
     """Broken: replicas accept requests from replaced writers."""
 
-    def _fence_rule(self, epoch: int, fenced_epoch: int) -> fencing.Admission:
-        return fencing.Admission(True, max(epoch, fenced_epoch))
+    _fence_rule = broken.admits_all
 
 
 def test_checker_catches_missing_fencing() -> None:

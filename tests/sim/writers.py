@@ -44,7 +44,7 @@ import grpc
 
 from catalog import failure_domains, machines, registry
 from catalog.failure_domains import Domain
-from log import append, fencing, lease, limits, reading, rereplicate
+from log import append, lease, limits, reading, rereplicate
 from log import read_index as ri
 from log import zk as zkpaths
 from log.catch_up import Unavailable
@@ -67,6 +67,7 @@ from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, Send, State, Writer
 from runtime import world
 from runtime.refusals import Refusal
+from tests.sim import broken
 from tests.sim.broken import Swap, swapped
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble
@@ -102,9 +103,6 @@ class Config:
     # recorded as catalog/machines.py records them; 0: each its own, none recorded). No
     # segment may have two servers on one machine (checked every 0.1 s).
     machines: int = 0
-    # Each server's boot clock (its writers' read leases) runs at one end of the drift
-    # log/lease.py allows, drawn from the seed.
-    drift: bool = True
 
 
 @dataclass
@@ -132,8 +130,7 @@ class Result:
 
 _decide, _change_ensemble = Writer._decide, Writer.change_ensemble
 _on_ensemble_changed, _on_metadata_written = Writer.on_ensemble_changed, Writer.on_metadata_written
-_on_fence_reply, _lease_index = Writer.on_fence_reply, Writer.lease_index
-_read_index, _to_copy = ri.read_index, rereplicate.to_copy
+_read_index, _to_copy, _start = ri.read_index, rereplicate.to_copy, Writer.start
 
 
 def _ends_at_lac(self: Writer) -> None:
@@ -177,23 +174,6 @@ def _fences_own_ensemble(self: Writer) -> Segment | None:
     return None if seg is None or seg.sealed else dc_replace(seg, replicas=self.replicas)
 
 
-def _no_lease_wait(self: Writer, replica: int, reply: FenceReply) -> None:
-    """A new writer that does not wait out the old writer's read lease before it seals."""
-    _on_fence_reply(self, replica, dc_replace(reply, lease_wait_ms=0))
-
-
-def _serves_expired(self: Writer, now: float) -> int | None:
-    """A writer that answers by its LAC once it has held a lease, whether or not it still does."""
-    held = _lease_index(self, now) is not None or getattr(self, "_held", False)
-    self._held = held
-    return self.lac if held and self.state is State.WRITING else None
-
-
-def _admits_all(self: ReplicaCore, epoch: int, fenced_epoch: int) -> fencing.Admission:
-    """A replica that takes requests from replaced writers (no fencing)."""
-    return fencing.Admission(True, max(epoch, fenced_epoch))
-
-
 def _trusts_cache(meta: LogMetadata, replies: Any, fresh: bool,
                   ack_quorum: int = limits.ACK_QUORUM) -> int | None:
     """A ReadIndex round that trusts cached metadata without its epoch check."""
@@ -229,9 +209,9 @@ def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
         "ack-before-quorum": [(Writer, "on_metadata_written", _acks_before_quorum)],
         "fences-own-ensemble": [(Writer, "recovering_segment", property(_fences_own_ensemble))],
         "skip-fence": [(Writer, "start", lambda w, now_ms: _skips_fence(sim, w, now_ms))],
-        "no-wait": [(Writer, "on_fence_reply", _no_lease_wait)],
-        "expired": [(Writer, "lease_index", _serves_expired)],
-        "no-fencing": [(ReplicaCore, "_fence_rule", _admits_all)],
+        "no-wait": [(Writer, "on_fence_reply", broken.no_lease_wait)],
+        "expired": [(Writer, "lease_index", broken.serves_expired)],
+        "no-fencing": [(ReplicaCore, "_fence_rule", broken.admits_all)],
         "trust-cache": [(ri, "read_index", _trusts_cache)],
         "any-servers": any_servers,
         # a re-replication recorded whatever part of the segment its copy holds
@@ -239,9 +219,6 @@ def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
         # ensembles, their changes and re-replication placed by load alone, blind to machines
         "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
     }.get(variant, [])
-
-
-_start = Writer.start
 
 
 def _skips_fence(sim: WriterSim, w: Writer, now_ms: int) -> None:
@@ -606,13 +583,13 @@ class WriterSim:
         self.follow_delivered = 0  # positions the follow delivered (elections)
         self.appending = 0  # the log client's appenders still running
         self.lease_reads = 0  # strong reads answered by a writer's read lease (elections)
-        if self.cfg.drift:  # (from a generator of their own: the other draws stay as they were)
-            d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
-            self.sched.rates = {f"server-{s}": clocks.choice((1 - d, 1 + d)) for s in self.servers}
+        # Each server's boot clock (its writers' read leases) runs at one end of the drift
+        # log/lease.py allows (drawn from a generator of their own: the other draws stay)
+        d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
+        self.sched.rates = {f"server-{s}": clocks.choice((1 - d, 1 + d)) for s in self.servers}
         # Where each server runs (the truth, for the check), recorded as a server records it
-        where = {s: Domain(f"m{s % self.cfg.machines}") for s in self.servers} if self.cfg.machines else {}
-        self.machine_of = (failure_domains.lookup(where)
-                           if self.cfg.machines else failure_domains.unknown)
+        self.machine_of = failure_domains.lookup(
+            {s: Domain(f"m{s % self.cfg.machines}") for s in self.servers} if self.cfg.machines else {})
 
     # --- the network --------------------------------------------------------------------
 

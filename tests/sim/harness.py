@@ -86,8 +86,8 @@ class Config:
     # Read leases (log/lease.py): writers answer strong reads by their LAC while their
     # lease holds (lease_probe), every server's clock running at its own rate within
     # lease.DRIFT_MAX of the simulation's. "rule" as built; "no-wait" lets a new writer seal
-    # without waiting out the replicas' promises, "expired" serves after the lease ran out
-    # (both broken, for the checker); "off": no leases.
+    # without waiting out the replicas' promises (broken, for the checker; a writer serving
+    # after its lease ran out is caught on whole servers: tests/sim/writers.py); "off": no leases.
     lease: str = "off"
     lease_s: float = 1.0  # 1,000 units of `now`: longer than a takeover takes (300 quiet)
 
@@ -96,13 +96,6 @@ class _NoLeaseWait(Writer):
     """Broken (Config.lease "no-wait"): ignores the replicas' lease promises when it fences."""
 
     on_fence_reply = broken.no_lease_wait
-
-
-class _ServesExpired(Writer):
-    """Broken (Config.lease "expired"): answers by its LAC once it has held a lease,
-    whether or not it still does."""
-
-    lease_index = broken.serves_expired
 
 
 @dataclass
@@ -272,7 +265,7 @@ class Sim:
         if self.cfg.writer_factory:
             w = self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
         else:
-            cls = {"no-wait": _NoLeaseWait, "expired": _ServesExpired}.get(self.cfg.lease, Writer)
+            cls = _NoLeaseWait if self.cfg.lease == "no-wait" else Writer
             w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True, lease_s=self.lease_s,
                     clock=self.clock(server))
         self.writers[wid] = w

@@ -29,7 +29,7 @@ the whole committed log is checked):
       response by the coordinator's own functions;
   (2) exactly once: a write counts at most once, and once if it was answered;
   (3) a node restarted after a crash or a power loss is at or past every position it
-      published since it last lost its disk;
+      published from the disk it restarted on;
   (4) no node stops (a node behind a truncation does);
   (5) a strong read sees every write answered before it began;
   (6) at the end no move is under way, every shard has its replicas (and the sets' history
@@ -342,6 +342,20 @@ class _KvStub:
         return call
 
 
+class _DiskTaggedLink(_LogLink):
+    """Storage node `n`'s log link, noting which of its disks each payload it appends was
+    sent from (check (3): a position counts against the disk that published it)."""
+
+    def __init__(self, sim: NodeSim, n: int, disk: int) -> None:
+        super().__init__(sim)
+        self.node_sim, self.n, self.disk = sim, n, disk
+
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Any:
+        for p in payloads:
+            self.node_sim.sent_from_disk[(self.n, p)] = self.disk
+        return super().append(addr, log_id, payloads, timeout_s)
+
+
 class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
@@ -366,12 +380,17 @@ class NodeSim(WriterSim):
         # (node, wall ms it went down, its position in each log when it started again)
         self.restarts: list[tuple[int, int, dict[int, int]]] = []
         self.wipes: list[tuple[int, int]] = []  # (node, wall ms it lost its disk)
+        self.sent_from_disk: dict[tuple[int, bytes], int] = {}  # (node, payload) -> its disk then
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
                        "moves onto a copy's machine refused": 0,
                        "movers killed": 0, "movers paused": 0, "coordinator crashes": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
+
+    def disk_generation(self, n: int, before_ms: float = float("inf")) -> int:
+        """How many times node `n` had lost its disk (before `before_ms`): which disk it is on."""
+        return sum(1 for node, d in self.wipes if node == n and d < before_ms)
 
     def storage_proc(self, n: int) -> str:
         return f"storage-{n}-{self.storage_inc[n] - 1}"
@@ -388,7 +407,7 @@ class NodeSim(WriterSim):
         with self.sched.process(proc):
             zk = self.ens.client()
             zk.start()
-            logs = LogClient(zk=zk, link=_LogLink(self))
+            logs = LogClient(zk=zk, link=_DiskTaggedLink(self, n, self.disk_generation(n)))
             kv = registry.read_kv(zk)
             assert kv is not None
             (self.dir / f"node-{n}").mkdir(exist_ok=True)
@@ -820,7 +839,8 @@ class NodeSim(WriterSim):
         # A model applying each log in order: the logs' shards are apart, so log by log
         model = MemState()
         first: dict[bytes, RecordResult] = {}
-        published: list[tuple[int, int, int, int]] = []  # (log, log time, node, position)
+        # (log, log time, node, position, the disk generation of the node that sent it)
+        published: list[tuple[int, int, int, int, int]] = []
         for lg, (meta, end) in sorted(logs.items()):
             for p in range(FIRST_POSITION, end + 1):
                 e = self.entry(meta, p)
@@ -829,13 +849,16 @@ class NodeSim(WriterSim):
                     continue
                 rec = codec.record_from_bytes(e.payload)
                 if not rec.request_id:
-                    published += [(lg, e.timestamp_ms, op.node_id, op.position) for op in rec.ops
-                                  if isinstance(op, Position)]
+                    published += [(lg, e.timestamp_ms, op.node_id, op.position,
+                                   self.sent_from_disk.get((op.node_id, e.payload), -1))
+                                  for op in rec.ops if isinstance(op, Position)]
                     continue
                 first.setdefault(rec.request_id, model.run(rec, p, e.timestamp_ms))
         for lg, end in ends.items():
             self.counts[f"log {lg} positions"] = end + 1 - FIRST_POSITION
         self.counts["positions published"] = len(published)
+        self.counts["positions landed after their disk was lost"] = sum(
+            1 for _, ts, n, _, gen in published if 0 <= gen < self.disk_generation(n, ts))
         self.counts["truncated entries checked"] = len(self.kept)
         self.check_answers(first)
         self.counts["linearizable ops"] = sum(1 for h in self.histories.values() for o in h if o.known)
@@ -881,12 +904,14 @@ class NodeSim(WriterSim):
                                        + (" (acknowledged or answered)" if must else ""))
                 return
 
-    def check_restarts(self, published: list[tuple[int, int, int, int]]) -> None:
-        for n, down_ms, at in self.restarts:  # (3): what it published since it last lost its disk
-            lost = max((d for node, d in self.wipes if node == n and d < down_ms), default=-1)
+    def check_restarts(self, published: list[tuple[int, int, int, int, int]]) -> None:
+        for n, down_ms, at in self.restarts:  # (3): what it published from the disk it restarted on
+            disk = self.disk_generation(n, down_ms)
             for lg, pos in at.items():
-                before = max((p for log, ts, node, p in published if log == lg and node == n
-                              and lost < ts < down_ms), default=-1)
+                # (Not by the time the log stamped it: a position sent just before the disk
+                # was lost can land in the log after, from the disk before.)
+                before = max((p for log, ts, node, p, gen in published if log == lg and node == n
+                              and gen == disk and ts < down_ms), default=-1)
                 if pos < before:
                     self.violations.append(f"node {n} restarted at position {pos} of log {lg}, below the "
                                            f"{before} it published before it went down")

@@ -1,7 +1,7 @@
 """Replay simulation seeds: python -m tests.sim.run --seed 42 [--runs 1000] [--servers 5] [--trace]
   [--takeover]: followers take the log over (log/takeover.py)
   [--ensemble-change rule|off]: writers move segments off lost copies
-  [--lease rule|no-wait|expired]: writers answer strong reads by a read lease (log/lease.py)
+  [--lease rule|no-wait]: writers answer strong reads by a read lease (log/lease.py)
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken rebuild-behind]
   [--machines 3]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
@@ -38,9 +38,9 @@ def main() -> int:
     ap.add_argument("--machines", type=int, default=0,
                     help="with --writers or --moves: the servers (nodes) on this many machines: no "
                          "segment (shard) has two copies on one")
-    ap.add_argument("--lease", default="off", choices=("off", "rule", "no-wait", "expired"),
+    ap.add_argument("--lease", default="off", choices=("off", "rule", "no-wait"),
                     help="writers answer strong reads by their read lease (log/lease.py); no-wait "
-                         "and expired are broken variants")
+                         "is a broken variant")
     ap.add_argument("--moves", action="store_true", help="the shard move simulation instead of the log's")
     ap.add_argument("--writers", action="store_true",
                     help="the real writer driver on the seeded scheduler (tests/sim/writers.py)")

@@ -284,8 +284,11 @@ class Scheduler:
     def sleep(self, seconds: float) -> None:
         self._wait(deque(), seconds)
 
-    def spawn(self, name: str, fn: Callable[[], None]) -> _Handle:
-        t = _Task(next(self._ids), name, self._me().process)
+    def spawn(self, name: str, fn: Callable[[], None], process: str | None = None) -> _Handle:
+        """A new task of the caller's process, or of `process` (a request arriving there:
+        one that is stopped takes it up once it runs again, in an order drawn with the rest
+        of what woke it meanwhile)."""
+        t = _Task(next(self._ids), name, process or self._me().process)
 
         def body() -> None:
             t.go.acquire()

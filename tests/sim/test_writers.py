@@ -154,11 +154,15 @@ BROKEN_LOG = LOST + ("committed position", "answered a strong read")
     # ensemble changes that close the segment at the last entry sent, or append in the new
     # segment without fencing the old one's replicas
     ("past-lac", 5, range(1, 3), BROKEN_LOG),
-    ("no-fence", 5, range(1, 2), ("acknowledged before it",)),
+    ("no-fence", 5, range(2, 3), ("acknowledged before it",)),
     # a re-replication recorded before the new server holds the whole segment
-    ("record-first", 5, range(5, 6), ("re-replicated there",)),
+    ("record-first", 5, range(55, 56), ("re-replicated there",)),
     # ensembles and re-replication placed by load alone, blind to the servers' machines
     ("by-load", 6, range(1, 2), ("share a machine",)),
+    # a writer that answers strong reads by its lease after the lease ran out (a read
+    # waiting in a stopped server is served when it runs again, before it hears that the
+    # log was taken over meanwhile)
+    ("expired", 3, range(1, 2), ("answered a strong read",)),
 ])
 def test_a_broken_rule_of_the_log_servers_is_caught(broken: str, servers: int, seeds: range,
                                                     finding: tuple[str, ...]) -> None:

@@ -788,14 +788,9 @@ class WriterSim:
             if not live:
                 continue
             s = live[0][1] if self.rng.random() < 0.5 else self.rng.choice(live)[1]
-            # A read that comes while the process is stopped is served as it runs again
-            world.sleep(max(0.0, self.sched.paused_until.get(self.proc(s), 0.0) - world.monotonic()))
-            try:
-                ctx = self.sched.process(self.proc(s))
-            except RuntimeError:  # it died meanwhile, or was stopped again
-                continue
-            with ctx:
-                world.spawn("lease-read", lambda s=s: self.lease_read(s))
+            # A read that comes while the process is stopped is served as it runs again,
+            # racing what else woke it meanwhile (its ZooKeeper session's news among them)
+            self.sched.spawn("lease-read", lambda s=s: self.lease_read(s), process=self.proc(s))
 
     def lease_read(self, s: int) -> None:
         before = max((p for _, p in self.acked_at), default=-1)

@@ -371,7 +371,11 @@ class _LogLink:
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> _PendingAppend:
         def answer(node: Node) -> Placement | AppendRefused:
             r = append.answer(node, log_id, payloads, timeout_s, hurry=True)
-            return r if isinstance(r, AppendRefused) else (r.first_position, r.count, r.timestamp_ms, r.epoch)
+            if isinstance(r, AppendRefused):
+                return r
+            if log_id == LOG:  # acknowledged by the server, whether or not its caller still waits
+                self.sim.server_acks += [(r.epoch, r.first_position + i, p) for i, p in enumerate(payloads)]
+            return (r.first_position, r.count, r.timestamp_ms, r.epoch)
         call = _PendingAppend(timeout_s)
         self._call(addr, call.reply, answer, lambda: call.reply.set_result(
             AppendRefused(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
@@ -565,6 +569,8 @@ class WriterSim:
         self.stores = {s: MemStore() for s in self.servers}
         self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in self.servers}
         self.acks: list[tuple[int, int, bytes]] = []  # (epoch, position, payload)
+        # ... of every Append a server answered as acknowledged (its client may have given up)
+        self.server_acks: list[tuple[int, int, bytes]] = []
         self.writers: list[tuple[str, WriterDriver]] = []  # of LOG, the log the checks here are on
         self.other_writers: list[WriterDriver] = []  # of the other logs (Config.logs)
         self.violations: list[str] = []
@@ -1021,7 +1027,7 @@ class WriterSim:
             if ts and min(ts) < last_ts:  # the log's time never goes back
                 self.violations.append(f"position {p} has timestamp {min(ts)}, below an earlier {last_ts}")
             last_ts = max(ts, default=last_ts)
-        for epoch, p, payload in self.acks:
+        for epoch, p, payload in self.acks + self.server_acks:
             if p > end:
                 self.violations.append(f"acked position {p} (epoch {epoch}) beyond the end {end}")
                 continue

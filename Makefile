@@ -59,6 +59,7 @@ sim: proto
 		$(if $(TAKEOVER),--takeover) \
 		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE)) \
 		$(if $(MACHINES),--machines $(MACHINES)) \
+		$(if $(LATE),--late-notices $(LATE)) \
 		$(if $(LEASE),--lease $(LEASE) --steps 4000)
 
 # A long run outside the suite: linearizability under many rounds of kills, and 20,000

@@ -66,8 +66,6 @@ class Config:
     drop: float = 0.1
     duplicate: float = 0.05
     delay_max: int = 30
-    replica_factory: Callable[[int, MemStore], ReplicaCore] | None = None
-    writer_factory: Callable[..., Writer] | None = None
     # Log servers in the pool; each segment opens on an ensemble of ENSEMBLE_SIZE of them
     # (log/ensemble.py), so with more than three the ensembles change from writer to writer.
     servers: int = 3
@@ -154,8 +152,7 @@ class Sim:
         return lambda: self.offsets[server] + self.rates[server] * self.now / 1000
 
     def _new_replica(self, s: int) -> ReplicaCore:
-        core = (self.cfg.replica_factory(s, self.stores[s]) if self.cfg.replica_factory else
-                ReplicaCore(s, self.stores[s], log_count=1, clock=self.clock(s), lease_s=self.lease_s))
+        core = ReplicaCore(s, self.stores[s], log_count=1, clock=self.clock(s), lease_s=self.lease_s)
         # On start a server applies the truncation point it finds in ZooKeeper.
         if hasattr(self, "zk") and self.zk.truncated_before:
             core.truncate(LOG, self.zk.truncated_before)
@@ -261,13 +258,9 @@ class Sim:
         meta = self.zk.meta
         wid = self.next_writer_id
         self.next_writer_id += 1
-        w: Writer
-        if self.cfg.writer_factory:
-            w = self.cfg.writer_factory(LOG, meta.epoch, meta, v, ensemble)
-        else:
-            cls = _NoLeaseWait if self.cfg.lease == "no-wait" else Writer
-            w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True, lease_s=self.lease_s,
-                    clock=self.clock(server))
+        cls = _NoLeaseWait if self.cfg.lease == "no-wait" else Writer
+        w = cls(LOG, meta.epoch, meta, v, ensemble, time_marks=True, lease_s=self.lease_s,
+                clock=self.clock(server))
         self.writers[wid] = w
         self.server_of[wid] = server
         self.trace.append(f"t={self.now} writer {wid} epoch {w.epoch} ensemble {ensemble}")

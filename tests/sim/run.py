@@ -5,7 +5,8 @@
 Shard moves (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42 [--broken rebuild-behind]
   [--machines 3]
 The real writer driver on the seeded scheduler and simulated ZooKeeper (tests/sim/writers.py):
-  python -m tests.sim.run --writers --seed 42 [--elections [--wipes] [--machines 3]] [--broken VARIANT]
+  python -m tests.sim.run --writers --seed 42 [--elections [--wipes] [--machines 3] [--late-notices 1]]
+  [--broken VARIANT]
   (VARIANT: one of tests/sim/writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
   trust-cache, any-servers, record-first, by-load (--machines 3 --servers 6), ...)
 Real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py):
@@ -51,6 +52,8 @@ def main() -> int:
                          "crashed")
     ap.add_argument("--nodes", action="store_true",
                     help="real storage nodes and a coordinator beside whole log servers (tests/sim/nodes.py)")
+    ap.add_argument("--late-notices", type=float, default=0.0, metavar="SECONDS",
+                    help="with --writers: ZooKeeper's notices reach every process up to this late")
     ap.add_argument("--broken", default="",
                     help="with --moves, --writers or --nodes: a broken variant "
                          "(tests/sim/moves.py, writers.py, nodes.py)")
@@ -103,7 +106,8 @@ def _writers(a: argparse.Namespace) -> int:
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
         cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes,
-                             servers=a.servers if a.elections or a.wipes else 3, machines=a.machines)
+                             servers=a.servers if a.elections or a.wipes else 3, machines=a.machines,
+                             late_notices_s=a.late_notices)
         r = writers.run(seed, cfg)
         acked += r.acked
         calls += r.replicate_calls

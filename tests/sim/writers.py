@@ -70,7 +70,7 @@ from runtime.refusals import Refusal
 from tests.sim import broken
 from tests.sim.broken import Swap, swapped
 from tests.sim.scheduler import Scheduler
-from tests.sim.zookeeper import Client, Ensemble
+from tests.sim.zookeeper import Client, Ensemble, Late
 
 LOG = 0
 BROKEN = ("ends-at-lac", "past-lac", "no-fence", "ack-before-quorum", "fences-own-ensemble", "skip-fence",
@@ -103,6 +103,9 @@ class Config:
     # recorded as catalog/machines.py records them; 0: each its own, none recorded). No
     # segment may have two servers on one machine (checked every 0.1 s).
     machines: int = 0
+    # ZooKeeper's notices (session state, watches) reach every process up to this late
+    # (tests/sim/zookeeper.py Late): the protocol must not lean on their being on time
+    late_notices_s: float = 0.0
 
 
 @dataclass
@@ -564,7 +567,7 @@ class WriterSim:
         self.cfg = cfg or Config()
         self.sched = Scheduler(seed)
         self.rng = self.sched.rng
-        self.ens = Ensemble()
+        self.ens = Ensemble(late=Late(seed, self.cfg.late_notices_s) if self.cfg.late_notices_s else None)
         self.servers = tuple(range(self.cfg.servers))
         self.stores = {s: MemStore() for s in self.servers}
         self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in self.servers}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import posixpath
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,11 +46,27 @@ class _Node:
     seq: int = 0  # the next sequence number of a child
 
 
+class Late:
+    """Slow notices: kazoo's event thread runs each event up to `max_s` late (a ZooKeeper
+    client starved, its process slow to run again after a SIGSTOP), so its process goes on
+    with what it last heard: that its session holds, that it is the log's writer. The
+    events after a late one wait too (they stay in order). Drawn from a generator of its
+    own, so that the run's other draws stay."""
+
+    def __init__(self, seed: int, max_s: float) -> None:
+        self.rng = random.Random(seed * 7919 + 2)
+        self.max_s = max_s
+
+    def wait(self) -> None:
+        world.sleep(self.max_s * self.rng.random())
+
+
 class Ensemble:
     """The ZooKeeper servers' state, linearizable (one task runs at a time)."""
 
-    def __init__(self, session_timeout_s: float = 4.0) -> None:
+    def __init__(self, session_timeout_s: float = 4.0, late: Late | None = None) -> None:
         self.session_timeout_s = session_timeout_s
+        self.late = late
         self.zxid = 0
         self.nodes: dict[str, _Node] = {"/": _Node(b"", 0, 0, 0, 0)}
         self.sessions: dict[int, Client] = {}
@@ -266,6 +283,8 @@ class Client:
         q = self.events
         while (item := q.get()) is not None:
             fn, args = item
+            if self.ens.late is not None:
+                self.ens.late.wait()
             try:
                 fn(*args)
             except Exception as e:  # noqa: BLE001 - kazoo logs a watcher's error and goes on

@@ -7,7 +7,8 @@ partition suspends and that expire after their timeout (their ephemeral nodes de
 their watchers told), and a new session afterwards, as kazoo makes one.
 
 `Ensemble` is the server's state; `Client` is one process's kazoo client. Faults:
-`Ensemble.expire(client)`, `Ensemble.partition(client, seconds)`. Watch callbacks run in
+`Ensemble.expire(client)`, `Ensemble.partition(client, seconds)`, and notices made late
+(`Ensemble(late=Late(seed, max_s))`). Watch callbacks run in
 order on one task per client, as kazoo runs them on its event thread."""
 
 from __future__ import annotations

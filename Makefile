@@ -72,6 +72,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 400000 --runs 5000 --takeover
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
 	$(PY) -m tests.sim.run --seed 700000 --runs 500 --writers --elections
+	$(PY) -m tests.sim.run --seed 750000 --runs 500 --writers --elections --servers 5 --late-notices 1
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
 	$(PY) -m tests.sim.run --seed 900000 --runs 1000 --nodes
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \

@@ -346,13 +346,12 @@ class _DiskTaggedLink(_LogLink):
     """Storage node `n`'s log link, noting which of its disks each payload it appends was
     sent from (check (3): a position counts against the disk that published it)."""
 
-    def __init__(self, sim: NodeSim, n: int, disk: int) -> None:
+    def __init__(self, sim: NodeSim, n: int) -> None:
         super().__init__(sim)
-        self.node_sim, self.n, self.disk = sim, n, disk
+        self.sent, self.n, self.disk = sim.sent_from_disk, n, sim.disk_generation(n)
 
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Any:
-        for p in payloads:
-            self.node_sim.sent_from_disk[(self.n, p)] = self.disk
+        self.sent.update(((self.n, p), self.disk) for p in payloads)
         return super().append(addr, log_id, payloads, timeout_s)
 
 
@@ -407,7 +406,7 @@ class NodeSim(WriterSim):
         with self.sched.process(proc):
             zk = self.ens.client()
             zk.start()
-            logs = LogClient(zk=zk, link=_DiskTaggedLink(self, n, self.disk_generation(n)))
+            logs = LogClient(zk=zk, link=_DiskTaggedLink(self, n))
             kv = registry.read_kv(zk)
             assert kv is not None
             (self.dir / f"node-{n}").mkdir(exist_ok=True)

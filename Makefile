@@ -3,7 +3,7 @@ PY := .venv/bin/python
 PROTOS := $(wildcard proto/midtown_pb/*.proto)
 DIR ?= run/local
 SEED ?= 1
-RUNS ?= 200
+RUNS ?= 20
 SERVERS ?= 3
 
 .PHONY: install proto run test test-fast sim soak bench lint clean demo
@@ -38,43 +38,39 @@ test: proto
 test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"
 
-# Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000
-# (SERVERS=5: a pool of five log servers, each segment on three of them; MOVES=1: the
-# shard move simulation's model, BROKEN=rebuild-behind; ENSEMBLE=off: no ensemble changes;
-# WRITERS=1: the real
-# writer driver on the seeded scheduler and simulated ZooKeeper, BROKEN=ends-at-lac;
-# ELECTIONS=1: whole log servers (log/node.py), crashed and paused (SERVERS=5: ensemble changes,
-# BROKEN=past-lac, no-fence, skip-fence, trust-cache, any-servers, record-first, ...: the
-# list in tests/sim/writers.py; MACHINES=3 SERVERS=6: on three machines, BROKEN=by-load
-# placing without them); WIPES=1: some restart on
-# an empty disk, BROKEN=no-store-check starting on it all the same; NODES=1: real storage
-# nodes and a coordinator beside whole log servers on two logs and three machines,
-# BROKEN=no-hold, stale-position, no-digest, by-load, publish-unsynced, ...: the list in
-# tests/sim/nodes.py)
+# Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000. By default
+# the whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
+# SDK's clients beside whole log servers, on two logs and three machines; BROKEN=no-hold,
+# stale-position, no-digest, by-load, publish-unsynced, ...: the list in tests/sim/nodes.py).
+# ELECTIONS=1: whole log servers alone (log/node.py), crashed and paused (SERVERS=5: ensemble
+# changes, BROKEN=past-lac, no-fence, skip-fence, trust-cache, any-servers, record-first, ...:
+# the list in tests/sim/writers.py; MACHINES=3 SERVERS=6: on three machines, BROKEN=by-load
+# placing without them; LATE=1: ZooKeeper's notices up to a second late, BROKEN=no-fencing;
+# BRIDGES=1: servers cut off from one another in pairs, each still reaching the rest, and
+# followers taking the log over from a writer that still runs, BRIDGES=1 LATE=1
+# BROKEN=no-wait); WIPES=1: some restart on an empty disk, BROKEN=no-store-check starting
+# on it all the same; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac; MOVES=1: the
+# shard moves' model, BROKEN=rebuild-behind.
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(MOVES),--moves) $(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
 		$(if $(ELECTIONS),--writers --elections) $(if $(WIPES),--writers --elections --wipes) \
 		$(if $(BROKEN),--broken $(BROKEN)) \
-		$(if $(TAKEOVER),--takeover) \
-		$(if $(ENSEMBLE),--ensemble-change $(ENSEMBLE)) \
 		$(if $(MACHINES),--machines $(MACHINES)) \
 		$(if $(LATE),--late-notices $(LATE)) \
-		$(if $(LEASE),--lease $(LEASE) --steps 4000)
+		$(if $(BRIDGES),--bridges)
 
-# A long run outside the suite: linearizability under many rounds of kills, and 20,000
+# A long run outside the suite: linearizability under many rounds of kills, and 10,000
 # simulation seeds. make soak ROUNDS=30
 ROUNDS ?= 20
 soak: proto
-	$(PY) -m tests.sim.run --seed 100000 --runs 20000
-	$(PY) -m tests.sim.run --seed 200000 --runs 5000 --servers 5
 	$(PY) -m tests.sim.run --seed 300000 --runs 5000 --moves
-	$(PY) -m tests.sim.run --seed 400000 --runs 5000 --takeover
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
-	$(PY) -m tests.sim.run --seed 700000 --runs 500 --writers --elections
+	$(PY) -m tests.sim.run --seed 700000 --runs 1000 --writers --elections
 	$(PY) -m tests.sim.run --seed 750000 --runs 500 --writers --elections --servers 5 --late-notices 1
+	$(PY) -m tests.sim.run --seed 760000 --runs 500 --writers --elections --bridges --late-notices 1
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
-	$(PY) -m tests.sim.run --seed 900000 --runs 1000 --nodes
+	$(PY) -m tests.sim.run --seed 900000 --runs 2000
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests \

@@ -26,6 +26,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from runtime import world
@@ -47,6 +48,7 @@ class _Task:
         self.tid = tid
         self.name = name
         self.process = process
+        self.clock_of: str | None = None  # the process whose clock it reads, if not its own
         self.go = threading.Semaphore(0)  # real: released when this task holds the baton
         self.done = False
         self.wait: deque[_Task] | None = None  # the wait list it is on, while it waits
@@ -257,7 +259,20 @@ class Scheduler:
         return self.start_wall + self.now
 
     def boot_clock(self) -> float:
-        return self.now * self.rates.get(self._me().process.rpartition("-")[0], 1.0)
+        t = self._me()
+        return self.now * self.rates.get((t.clock_of or t.process).rpartition("-")[0], 1.0)
+
+    @contextmanager
+    def clock_of(self, process: str) -> Iterator[None]:
+        """The body reads `process`'s clock, not its own task's process's: a message the
+        network hands to a server is handled on that server's clock, wherever the simulation
+        runs the handling (it is not that process's task: a crash there does not end it)."""
+        t = self._me()
+        was, t.clock_of = t.clock_of, process
+        try:
+            yield
+        finally:
+            t.clock_of = was
 
     def random(self) -> float:
         return self.rng.random()

@@ -275,3 +275,24 @@ def test_fault_points_fire_as_the_seed_says_and_never_in_a_real_process() -> Non
         assert all(sum(1 for _, q in fired if q == p) > 10 for p in points)  # and fires them often
     assert len({frozenset(p for _, p in f) for f in runs.values()}) > 2  # seeds enable different points
     assert not any(world.buggify("a") for _ in range(1000))  # the real backend: never
+
+
+def test_a_task_reads_the_clock_of_the_process_it_handles_a_message_for() -> None:
+    """Each process's boot clock runs at its own rate; a message the simulated network
+    hands to a server is handled on that server's clock (its read-lease promises are timed
+    on it), whichever task runs the handling, and only while it does."""
+    s = Scheduler(1)
+    s.rates = {"server-0": 0.99, "server-1": 1.01}
+
+    def main() -> tuple[float, float, float, float]:
+        world.sleep(100.0)
+        with s.process("server-0-0"):
+            own = world.boot_clock()
+            with s.clock_of("server-1-0"):
+                theirs = world.boot_clock()
+            after = world.boot_clock()
+        return own, theirs, after, world.boot_clock()
+
+    own, theirs, after, network = s.run(main)
+    assert (own, theirs, after, network) == (pytest.approx(99.0), pytest.approx(101.0), pytest.approx(99.0),
+                                             pytest.approx(100.0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import grpc
@@ -211,6 +212,31 @@ def test_a_replica_without_fencing_is_caught_when_notices_are_late() -> None:
     r = writers.run(0, cfg)
     assert r.failures == []
     assert r.violations and any(f in r.violations[0] for f in BROKEN_LOG), r.violations[:1]
+
+
+BRIDGED = writers.Config(elections=True, late_notices_s=1.0, **writers.BRIDGES)
+
+
+def test_a_follower_cut_off_from_a_running_writer_takes_the_log_over_and_leases_stay_right() -> None:
+    """Servers cut off from one another in pairs, each still reaching the third (Jepsen's
+    bridge): a follower that hears nothing from the writer takes the log over while the
+    writer runs, still holding its read lease through the third server, and hears
+    ZooKeeper's news late. The new writer makes nothing visible until that lease has run
+    out: every read the old writer answers by it covers every append acknowledged and every
+    segment sealed. (This seed failed while the simulated network handled a replica's
+    messages on the sender's clock: the replica's lease promise came out short.)"""
+    r = writers.run(63, BRIDGED)
+    assert r.failures == [] and r.violations == []
+    assert r.live_takeovers >= 1 and r.lease_reads > 100
+
+
+def test_a_new_writer_that_does_not_wait_out_the_old_writers_lease_is_caught() -> None:
+    """tests/sim/harness.py's last broken variant, on whole log servers: a new writer that
+    ignores its fence replies' lease promises seals the old segment while the old writer,
+    cut off from it alone, still answers strong reads by its lease (3 of seeds 40-140)."""
+    r = writers.run(63, dc_replace(BRIDGED, broken="no-wait"))
+    assert r.failures == []
+    assert r.violations and "answered a strong read by its lease" in r.violations[0], r.violations[:1]
 
 
 def test_writers_answer_strong_reads_by_their_lease() -> None:

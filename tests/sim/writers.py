@@ -84,6 +84,10 @@ class Config:
     crashes: int = 3  # writers killed, each followed by a claim by another server
     clients: int = 3
     isolations: int = 6  # a replica cut off from everyone for up to a second
+    # With elections: two servers cut off from each other (both ways) for up to 3 s, each
+    # still reaching the others (a "bridge": Jepsen's partial partitions), the log's
+    # writer's server one of them most of the time
+    link_cuts: int = 0
     drop: float = 0.05  # a call or its reply lost (the writers' Fence and ReadRange calls)
     duplicate: float = 0.05  # ... delivered twice
     stream_break: float = 0.01  # a replication stream's call lost with its stream
@@ -108,6 +112,12 @@ class Config:
     late_notices_s: float = 0.0
 
 
+# Bridges: links cut in pairs (Config.link_cuts), in runs long enough, and with few enough
+# crashes, that writers hold the log for log/takeover.py's SETTLE_S and their followers
+# take it over from them while they still run and reach the rest (make sim BRIDGES=1)
+BRIDGES: dict[str, Any] = {"link_cuts": 8, "crashes": 1, "seconds": 30.0}
+
+
 @dataclass
 class Result:
     violations: list[str]
@@ -118,6 +128,7 @@ class Result:
     replicate_calls: int = 0  # calls on the outlets' streams to peers
     replicated: int = 0  # appends (AddEntries) they carried
     takeovers: int = 0  # new writers while the old one's server was still registered (elections)
+    live_takeovers: int = 0  # ... while it ran too, neither down nor paused (link_cuts)
     wiped: int = 0  # servers restarted on an empty store (wipes)
     ensemble_changes: int = 0  # open segments the writers moved (the servers' own metric)
     refused: int = 0  # ... that refused to start
@@ -275,15 +286,15 @@ class _Link:
     message to replica `to` and its reply back, each after a delay, each perhaps dropped or
     delivered twice, none to or from a replica cut off, down or paused."""
 
-    def __init__(self, sim: WriterSim, to: int) -> None:
-        self.sim, self.to = sim, to
+    def __init__(self, sim: WriterSim, to: int, frm: int | None = None) -> None:
+        self.sim, self.to, self.frm = sim, to, frm
 
     def ask(self, msg: Any, reply: Callable[[Any], None]) -> None:
         sim, to = self.sim, self.to
 
         def there() -> None:
             sim.delay()
-            if not sim.reachable(to):
+            if not sim.reachable(to, self.frm):
                 return
             rep = sim.handle(to, msg)
             for _ in range(sim.copies()):
@@ -291,7 +302,7 @@ class _Link:
 
         def back(rep: Any) -> None:
             sim.delay()
-            if sim.reachable(to):
+            if sim.reachable(to, self.frm):
                 reply(rep)  # into the writer's inbox: a dead or paused writer's waits there
 
         # In flight, a message is the network's: it outlives its sender (a dead writer's
@@ -306,12 +317,12 @@ class _Link:
         down or paused, nor when either way is lost."""
         sim, to = self.sim, self.to
         sim.delay()
-        if not sim.reachable(to) or not sim.copies():
+        if not sim.reachable(to, self.frm) or not sim.copies():
             world.sleep(0.0 if to in sim.down else timeout_s)
             raise NoAnswer(f"log server {to}")
         rep = sim.handle(to, msg)
         sim.delay()
-        if not sim.reachable(to):
+        if not sim.reachable(to, self.frm):
             raise NoAnswer(f"log server {to}")
         return rep
 
@@ -322,14 +333,14 @@ class _Link:
         at once. Lost either way, the writers send again."""
         sim, to = self.sim, self.to
         sim.delay()
-        if not sim.reachable(to) or sim.rng.random() < sim.cfg.stream_break:
+        if not sim.reachable(to, self.frm) or sim.rng.random() < sim.cfg.stream_break:
             world.sleep(0.0 if to in sim.down else limits.REPLICA_RPC_TIMEOUT_S)
             return None
         replies = [sim.handle(to, m) for m in msgs]
         sim.replicate_calls += 1
         sim.replicated += len(msgs)
         sim.delay()
-        return replies if sim.reachable(to) else None
+        return replies if sim.reachable(to, self.frm) else None
 
 
 class _PendingAppend:
@@ -578,11 +589,13 @@ class WriterSim:
         self.other_writers: list[WriterDriver] = []  # of the other logs (Config.logs)
         self.violations: list[str] = []
         self.cut_until = {s: 0.0 for s in self.servers}  # a replica isolated until then
+        self.links_cut: dict[frozenset[int], float] = {}  # two servers cut off from each other until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in self.servers}
         self.nodes: dict[int, Node] = {}  # whole servers (nodes), the newest of each
         self.sessions: dict[str, int] = {}  # a server process -> its first ZooKeeper session
         self.takeovers = 0  # writers that replaced one whose server was still registered
+        self.live_takeovers = 0  # ... while that server ran, neither down nor paused
         self.wiped = 0  # servers restarted on an empty store
         self.refused = 0  # ... that refused to start (log/store_identity.py)
         self.lost: set[int] = set()  # servers down for good (refused to start)
@@ -608,12 +621,16 @@ class WriterSim:
         Refusal raised), else its core."""
         if self.cfg.elections:
             node = self.nodes[to]
-            return node.local_batch([node.issued(msg)])[0]
+            with self.sched.clock_of(self.proc(to)):  # its promises timed on its own clock
+                return node.local_batch([node.issued(msg)])[0]
         return self.replicas[to].on_request(msg)
 
-    def reachable(self, to: int) -> bool:
-        return world.monotonic() >= self.cut_until[to] and to not in self.down and not (
-            self.cfg.elections and self.sched.paused(self.proc(to)))
+    def reachable(self, to: int, frm: int | None = None) -> bool:
+        """Whether replica `to` can be reached (from server `frm`, if one sent)."""
+        now = world.monotonic()
+        return now >= self.cut_until[to] and to not in self.down and not (
+            self.cfg.elections and self.sched.paused(self.proc(to))) and (
+            frm is None or now >= self.links_cut.get(frozenset((frm, to)), 0.0))
 
     def delay(self) -> None:
         world.sleep(self.rng.uniform(0, self.cfg.delay_max_s))
@@ -658,7 +675,7 @@ class WriterSim:
             topo = zkpaths.read_topology(zk)
             assert topo is not None
             node = Node(s, f"sim:{s}", zk, topo, self.stores[s],  # type: ignore[arg-type]
-                        peer_links=lambda to: _Link(self, to))
+                        peer_links=lambda to: _Link(self, to, s))
             made = node.election.new_driver
 
             def new_driver(core: Writer) -> WriterDriver:
@@ -687,17 +704,20 @@ class WriterSim:
     def _count_takeover(self, s: int) -> None:
         """A new writer on server `s`: a takeover if the previous writer's server is still
         registered under the session it wrote with (dead or paused, its session not yet
-        expired: log/takeover.py's followers did not wait for ZooKeeper), read from the
-        ensemble's state, not through a client, so nothing under test is disturbed."""
+        expired: log/takeover.py's followers did not wait for ZooKeeper; or running, its
+        writer too, cut off from its followers), read from the ensemble's state, not
+        through a client, so nothing under test is disturbed."""
         if not self.writers:
             return
         old_proc, old = self.writers[-1]
         o = old.node.server_id  # type: ignore[attr-defined]
         reg = self.ens.nodes.get(f"{zkpaths.SERVERS}/{o}")
         session = self.sessions.get(old_proc)
-        if o != s and reg is not None and session is not None and reg.owner == session and (
-                o in self.down or self.sched.paused(old_proc)):
-            self.takeovers += 1
+        if o != s and reg is not None and session is not None and reg.owner == session:
+            if o in self.down or self.sched.paused(old_proc):
+                self.takeovers += 1
+            elif not old.failed.is_set():  # a writer that runs, across a link cut
+                self.live_takeovers += 1
 
     def crash_server(self, s: int) -> None:
         """Server `s` dies: its tasks stop, and ZooKeeper expires its session after the timeout."""
@@ -900,6 +920,8 @@ class WriterSim:
             self.follow_stop = world.event()
             self.follower(self.follow_stop)
         world.spawn("isolations", self.isolate)
+        if self.cfg.link_cuts:
+            world.spawn("link-cuts", self.cut_links)
         step = self.cfg.seconds / (self.cfg.crashes + 1)
         for _ in range(self.cfg.crashes):
             world.sleep(self.rng.uniform(0.5 * step, step))
@@ -934,7 +956,8 @@ class WriterSim:
         self.check()
         return Result(self.violations, len(self.acks), len(self.writers), self.sched.switches,
                       self.sched.now, replicate_calls=self.replicate_calls, replicated=self.replicated,
-                      takeovers=self.takeovers, wiped=self.wiped, refused=self.refused,
+                      takeovers=self.takeovers, live_takeovers=self.live_takeovers, wiped=self.wiped,
+                      refused=self.refused,
                       appends_failed=self.appends_failed, read_indexes=self.read_indexes,
                       followed=self.follow_delivered, lease_reads=self.lease_reads,
                       buggified=dict(self.sched.buggified))
@@ -956,6 +979,15 @@ class WriterSim:
             world.sleep(self.rng.uniform(0, self.cfg.seconds / self.cfg.isolations))
             s = self.rng.choice(self.servers)
             self.cut_until[s] = world.monotonic() + self.rng.uniform(0.1, 1.0)
+
+    def cut_links(self) -> None:
+        for _ in range(self.cfg.link_cuts):
+            world.sleep(self.rng.uniform(0, self.cfg.seconds / self.cfg.link_cuts))
+            d = self.current()
+            a = (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
+                 else self.rng.choice(self.servers))
+            b = self.rng.choice([x for x in self.servers if x != a])
+            self.links_cut[frozenset((a, b))] = world.monotonic() + self.rng.uniform(0.5, 3.0)
 
     def settled(self, log_id: int = LOG) -> WriterDriver | None:
         """The writer of the log's newest epoch once it has recovered (its LAC then covers

@@ -1,7 +1,6 @@
 """The ReadIndex rule (DESIGN.md, "Coordinators"), for logs whose segments live on
 ensembles (log/ensemble.py): which replicas to ask, and what their answers allow. Pure:
-the log client (LogClient.read_index, which the coordinator asks) and the simulator
-(tests/sim/harness.py) use it.
+the log client (LogClient.read_index, which the coordinator asks) uses it.
 
 A read that arrived at time t may be served by a storage replica that has applied the
 log through P, where P is at least the position of every entry acknowledged before t.

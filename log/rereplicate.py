@@ -1,7 +1,7 @@
 """Re-replication of a sealed segment that lost a replica (BookKeeper's auto-recovery),
 as pure decisions: which segment moves from which dead server to which live one, and when
-the move may be recorded. The simulator drives it (tests/sim/harness.py); the servers run
-it in log/rereplicator.py, where a server being decommissioned counts as dead too.
+the move may be recorded. The servers run it in log/rereplicator.py (in the simulation too:
+tests/sim/writers.py), where a server being decommissioned counts as dead too.
 
 The rule that keeps it safe: a sealed segment's committed entries are exactly the
 positions first..end (its recorded end), each with one content. A move copies those

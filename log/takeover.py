@@ -1,6 +1,6 @@
 """When a follower takes a log over from a writer it has lost (issue 33), as pure decisions
-on the times the shell reports: the simulator (tests/sim/harness.py) and the servers
-(log/election.py) use the same rule.
+on the times the shell reports: the servers run it in log/election.py (in the simulation
+too: tests/sim/writers.py, with followers cut off from running writers by its bridges).
 
 A follower of a log's open segment hears from its writer all the time: appends, and a LAC
 heartbeat at least every LAC_HEARTBEAT_S (log/driver.py). It **suspects** the writer when

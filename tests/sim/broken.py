@@ -35,7 +35,8 @@ def swapped(swaps: Iterable[Swap]) -> Iterator[None]:
                 setattr(owner, name, right)
 
 
-# Broken rules both the log's model (harness.py) and the whole log servers (writers.py) run:
+# Broken rules of the log that the whole log servers (writers.py) run, once the log's model's
+# (the retired tests/sim/harness.py):
 # the first two in place of a writer's method, the third of a replica's.
 _on_fence_reply, _lease_index = Writer.on_fence_reply, Writer.lease_index
 

@@ -167,8 +167,8 @@ BROKEN_LOG = LOST + ("committed position", "answered a strong read")
 ])
 def test_a_broken_rule_of_the_log_servers_is_caught(broken: str, servers: int, seeds: range,
                                                     finding: tuple[str, ...]) -> None:
-    """tests/sim/harness.py's broken variants, on whole log servers (what its model of
-    the log caught, the real servers' run catches)."""
+    """The broken variants of the log's retired model (tests/sim/harness.py), on whole
+    log servers (what the model caught, the real servers' run catches)."""
     machines = 3 if broken == "by-load" else 0
     cfg = writers.Config(elections=True, servers=servers, broken=broken, machines=machines)
     found: list[str] = []
@@ -203,7 +203,7 @@ def test_acknowledged_appends_survive_zookeeper_notices_a_second_late(seed: int,
 
 
 def test_a_replica_without_fencing_is_caught_when_notices_are_late() -> None:
-    """tests/sim/harness.py's replica that takes requests from replaced writers, on whole
+    """The retired log model's replica that takes requests from replaced writers, on whole
     log servers: with ZooKeeper's notices late, a writer taken over goes on appending, its
     old segment's replicas take the appends, and what it acknowledges is lost or read past
     (caught in 5 of seeds 0-11; with notices on time, in none of 16: the old writer hears of
@@ -231,7 +231,7 @@ def test_a_follower_cut_off_from_a_running_writer_takes_the_log_over_and_leases_
 
 
 def test_a_new_writer_that_does_not_wait_out_the_old_writers_lease_is_caught() -> None:
-    """tests/sim/harness.py's last broken variant, on whole log servers: a new writer that
+    """The retired log model's last broken variant, on whole log servers: a new writer that
     ignores its fence replies' lease promises seals the old segment while the old writer,
     cut off from it alone, still answers strong reads by its lease (3 of seeds 40-140)."""
     r = writers.run(63, dc_replace(BRIDGED, broken="no-wait"))

@@ -5,8 +5,8 @@ the simulated ZooKeeper, all on the simulator's world backend (tests/sim/schedul
 writers reach the replicas through their server's real peers (log/peers.py: an outlet per
 replica batching appends, its own replica in process) over the simulator's backend of the
 replication's network port (_Link, log/replica_link.py), which delays, drops and
-duplicates messages and their replies and cuts replicas off.
-harness.py drives the writer core itself; here the driver does, so its loop is under test.
+duplicates messages and their replies, cuts replicas off, and (link_cuts) cuts servers off
+from one another in pairs. The driver runs the writer core, so its loop is under test.
 
 A client appends all the time; writers crash (their process killed mid-step: the driver's
 thread dies wherever it is) and another server claims the log with the next epoch, as the

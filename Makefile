@@ -41,7 +41,8 @@ test-fast: proto
 # Replay one simulation seed, or run many: make sim SEED=42 / make sim RUNS=5000. By default
 # the whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
 # SDK's clients beside whole log servers, on two logs and three machines; BROKEN=no-hold,
-# stale-position, no-digest, by-load, publish-unsynced, ...: the list in tests/sim/nodes.py).
+# stale-position, no-digest, by-load, publish-unsynced, ...: the list in tests/sim/nodes.py;
+# SLOW=1: with slow disks and links now and then).
 # ELECTIONS=1: whole log servers alone (log/node.py), crashed and paused (SERVERS=5: ensemble
 # changes, BROKEN=past-lac, no-fence, skip-fence, trust-cache, any-servers, record-first, ...:
 # the list in tests/sim/writers.py; MACHINES=3 SERVERS=6: on three machines, BROKEN=by-load
@@ -58,7 +59,8 @@ sim: proto
 		$(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(MACHINES),--machines $(MACHINES)) \
 		$(if $(LATE),--late-notices $(LATE)) \
-		$(if $(BRIDGES),--bridges)
+		$(if $(BRIDGES),--bridges) \
+		$(if $(SLOW),--slow)
 
 # A long run outside the suite: linearizability under many rounds of kills, and 10,000
 # simulation seeds. make soak ROUNDS=30

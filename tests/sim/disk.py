@@ -10,7 +10,10 @@ the database as a crash does. A process crash alone (`close` without a power fai
 loses nothing the process wrote: the operating system still has it.
 
 Only batches made by `SyncedDb.batch` are seen; a store writing around it (a direct `put`
-on the database) is taken as durable, which can only hide a loss, never invent one."""
+on the database) is taken as durable, which can only hide a loss, never invent one.
+
+A disk can also be slow for a while (`slow`): each sync then takes SLOW_SYNC_S, as on a
+disk busy with another process's writes or a failing drive retrying."""
 
 from __future__ import annotations
 
@@ -19,7 +22,10 @@ from typing import Any
 
 from rocksdict import WriteBatch
 
+from runtime import world
 from runtime.disk import SyncedDb
+
+SLOW_SYNC_S = 0.3
 
 
 class _Recorded:
@@ -51,6 +57,7 @@ class PowerLossDb(SyncedDb):
         super().__init__(path, bloom_bits_per_key=bloom_bits_per_key)
         self.unsynced: list[Undo] = []  # one per batch written since the last sync, oldest first
         self.lost = 0  # batches lost in power failures
+        self.slow_until = 0.0  # each sync takes SLOW_SYNC_S until then (world.monotonic)
 
     def batch(self) -> Any:
         return _Recorded()
@@ -68,6 +75,8 @@ class PowerLossDb(SyncedDb):
         for k in wb.keys:
             if k not in undo:
                 undo[k] = self.get(k)
+        if sync:
+            self._slow()
         super().write(wb.wb, sync)
         if sync:
             self.unsynced.clear()
@@ -75,8 +84,13 @@ class PowerLossDb(SyncedDb):
             self.unsynced.append(undo)
 
     def sync(self) -> None:
+        self._slow()
         super().sync()
         self.unsynced.clear()
+
+    def _slow(self) -> None:
+        if world.monotonic() < self.slow_until:
+            world.sleep(SLOW_SYNC_S)
 
     def power_loss(self, rng: random.Random) -> int:
         """Lose the power: keep a prefix of the unsynced batches (its length drawn by `rng`),
@@ -102,10 +116,18 @@ class Disk:
 
     def __init__(self) -> None:
         self.dbs: dict[str, PowerLossDb] = {}
+        self.slow_until: dict[str, float] = {}  # path -> until when its disk is slow
 
     def open(self, path: str, bloom_bits_per_key: int = 0) -> SyncedDb:
         db = self.dbs[path] = PowerLossDb(path, bloom_bits_per_key)
+        db.slow_until = self.slow_until.get(path, 0.0)
         return db
+
+    def slow(self, path: str, until: float) -> None:
+        """The disk holding `path` is slow until `until` (world.monotonic): every sync waits."""
+        self.slow_until[path] = until
+        if path in self.dbs:
+            self.dbs[path].slow_until = until
 
     def power_loss(self, path: str, rng: random.Random) -> int:
         """The machine holding the database at `path` loses power (its process dies with it)."""

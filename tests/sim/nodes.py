@@ -109,6 +109,7 @@ BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold", "stale-position",
           "by-load", "no-digest", "rebuild-behind")
 MOVERS = 2  # operators moving shards, perhaps at the same time
+SLOW_COPY_S = 3.0  # (slow) a shard copy over a slow link comes up to this late
 WIPES = 0.3  # of power losses, those that lose the disk too
 # A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
 # as long as a real one of many MB, so the destination's tail moves on while it comes in.
@@ -245,6 +246,8 @@ class _PeerCalls:
     def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
         messages = self.call(addr, method, req, timeout_s)
         world.sleep(sum(m.ByteSize() for m in messages) / STREAM_BYTES_PER_S)
+        if method == "Snapshot" and self.sim.slow and self.sim.rng.random() < 0.5:
+            world.sleep(self.sim.rng.uniform(0, SLOW_COPY_S))  # a slow link: the copy comes late
         return iter(messages), None
 
 
@@ -358,10 +361,13 @@ class _DiskTaggedLink(_LogLink):
 class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
-    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "") -> None:
+    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False) -> None:
         assert broken in ("",) + BROKEN, broken
         super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS))
         self.broken = broken
+        # Slow disks and links: now and then a node's disk is slow for a few seconds (every
+        # sync waits), and half the shard copies come over a slow link, up to 3 s late
+        self.slow = slow
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
         self.stores = {s: _KeptStore(self.kept) for s in self.servers}
         self.disk = Disk()
@@ -478,6 +484,13 @@ class NodeSim(WriterSim):
             if not wiped:  # (3): a node that lost its disk starts from nothing, and copies
                 self.restarts.append((n, down_ms, at))
 
+    def slow_disks(self, stop: Any) -> None:
+        """Now and then a node's disk is slow for 1-4 s (tests/sim/disk.py slow): the node
+        falls behind the logs, and catches up after."""
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(1.0, 4.0))
+            self.disk.slow(self.path(self.rng.choice(NODES)), world.monotonic() + self.rng.uniform(1.0, 4.0))
+
     # --- the clients ----------------------------------------------------------------------
 
     def create_kv(self) -> None:
@@ -491,6 +504,8 @@ class NodeSim(WriterSim):
             self.start_node(n)
         self.start_coordinator()
         world.spawn("node-faults", lambda: self.node_faults(stop))
+        if self.slow:
+            world.spawn("slow-disks", lambda: self.slow_disks(stop))
         world.spawn("coordinator-faults", lambda: self.coordinator_faults(stop))
         self.shared = self.sdk("lin")
         for c in range(LINEARIZABLE_CLIENTS):
@@ -1135,8 +1150,10 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
 }
 
 
-def run(seed: int, cfg: Config | None = None, broken: str = "") -> tuple[Result, dict[str, int]]:
-    sim = NodeSim(seed, cfg, broken)
+def run(seed: int, cfg: Config | None = None, broken: str = "",
+        slow: bool = False) -> tuple[Result, dict[str, int]]:
+    """One run; `slow`: with slow disks and links (NodeSim)."""
+    sim = NodeSim(seed, cfg, broken, slow)
     try:
         with swapped(_BROKEN_RULES.get(broken, ())):
             r = sim.sched.run(sim.main)

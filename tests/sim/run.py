@@ -1,7 +1,7 @@
 """Replay simulation seeds.
 The whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
 SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--runs 1000]
-  [--broken VARIANT] (nodes.py's BROKEN: no-hold, stale-position, no-digest, by-load,
+  [--slow] [--broken VARIANT] (nodes.py's BROKEN: no-hold, stale-position, no-digest, by-load,
   publish-unsynced, truncate-ahead, read-anywhere, ...)
 Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
   --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges]
@@ -46,6 +46,8 @@ def main() -> int:
     ap.add_argument("--bridges", action="store_true",
                     help="with --elections: servers cut off from one another in pairs, each still reaching "
                          "the rest, in longer runs with one crash (tests/sim/writers.py BRIDGES)")
+    ap.add_argument("--slow", action="store_true",
+                    help="the whole cluster with slow disks and links now and then (tests/sim/nodes.py)")
     ap.add_argument("--broken", default="", help="a broken variant of the simulation run (its BROKEN list)")
     a = ap.parse_args()
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
@@ -138,7 +140,7 @@ def _nodes(a: argparse.Namespace) -> int:
     simulated = 0.0
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        r, c = nodes.run(seed, broken=a.broken)
+        r, c = nodes.run(seed, broken=a.broken, slow=a.slow)
         simulated += r.simulated_s
         for k, n in c.items():
             if k != "results crc":

@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from runtime.disk import SyncedDb
 from tests.sim.disk import Disk
 
@@ -70,3 +72,36 @@ def test_a_sync_makes_every_earlier_write_durable(tmp_path: Path) -> None:
     want = dict(db.items(b"", None))
     assert disk.power_loss(str(tmp_path / "db"), random.Random(1)) == 0
     assert _contents(tmp_path / "db") == want
+
+
+def test_a_slow_disk_makes_each_sync_wait_until_it_recovers(tmp_path: Path) -> None:
+    """A disk made slow (the whole simulation's slow disks) makes every synced write and
+    every sync wait SLOW_SYNC_S on the simulated clock until it recovers, also for a
+    database opened on it again; unsynced writes do not wait."""
+    from runtime import world
+    from tests.sim.disk import SLOW_SYNC_S
+    from tests.sim.scheduler import Scheduler
+
+    def main() -> list[float]:
+        disk = Disk()
+        path = str(tmp_path / "db")
+        db = disk.open(path)
+        disk.slow(path, 1.0)
+        took = []
+        for step in (lambda: _write(db, 1, True), db.sync, lambda: _write(db, 2, False)):
+            t0 = world.monotonic()
+            step()
+            took.append(world.monotonic() - t0)
+        db.close()
+        db = disk.open(path)  # restarted on the same disk: still slow
+        t0 = world.monotonic()
+        db.sync()
+        took.append(world.monotonic() - t0)
+        world.sleep(1.0)  # recovered
+        t0 = world.monotonic()
+        db.sync()
+        took.append(world.monotonic() - t0)
+        db.close()
+        return took
+
+    assert Scheduler(1).run(main) == pytest.approx([SLOW_SYNC_S, SLOW_SYNC_S, 0.0, SLOW_SYNC_S, 0.0])

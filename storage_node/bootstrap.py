@@ -6,9 +6,16 @@ The peer streams a consistent copy of its whole state from a RocksDB snapshot: s
 digests, the dedup table, the replicated table of published positions and, in the same
 snapshot, the position of every log that state stands at. Effects and positions are
 written together (storage_node/store.py), so the copy is the state after exactly those
-log prefixes; the new node then applies each log from there. A peer's position is never
-below a log's truncation point (a log is truncated only below every member's published
-position, and a member publishes only what it has applied), so the rest is in the logs.
+log prefixes; the new node then applies each log from there. A log is truncated only below
+every holder's published position, and a holder publishes only what it has applied, so a
+peer's position is not below the truncation point when the copy is taken. But the node
+taking it may have published positions before (its store lost): until it publishes again,
+those hold truncation back, no lower. A peer that was behind them (restarted, or on a slow
+disk) catches up and publishes while its copy is on its way, and the log may then be
+truncated past the copy before the node reads on from it (the whole-cluster simulation
+found it with slow disks and links). So a copy must stand at or past the head each log it
+applies had when the bootstrap began (`behind`; storage_node/node.py takes another copy
+otherwise), as a rebuild's copies do (storage_node/rebuild.py).
 
 The copy replaces the node's state in place: a marker key goes in first (synced), then
 everything else is deleted and the pairs written in batches; the marker goes last. A node
@@ -66,6 +73,12 @@ def needed(saved: dict[int, int], first_available: dict[int, int], marker: bool,
     below those any moment now, past where it would start reading: the whole-cluster
     simulation's seed 1159 saw the truncation land just after this check)."""
     return marker or lost or any(saved.get(lg, 0) < first for lg, first in first_available.items())
+
+
+def behind(positions: dict[int, int], heads: dict[int, int]) -> dict[int, int]:
+    """The logs of `heads` (log -> its head when the bootstrap began) at whose head or past
+    it a copy standing at `positions` (log -> position) is not: log -> its position."""
+    return {lg: positions.get(lg, 0) for lg, head in heads.items() if positions.get(lg, 0) < head}
 
 
 def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None], calls: Calls) -> str:

@@ -169,17 +169,21 @@ class StorageNode:
                     rebuild.by_shard(s, sorted({*shards, *moving}), {lg: h for lg, (_, h) in bounds.items()},
                                      self.intake.receive, deadline)
                 else:
+                    # At or past the heads as the rebuild's copies are (its logs' heads when
+                    # this try began: storage_node/bootstrap.py behind)
+                    heads = rebuild.known_heads(shards, {lg: h for lg, (_, h) in bounds.items()}, s.kv_logs)
                     bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls)
                     s.reload_positions()
-                    behind = {lg: p for lg, (p, _) in s.positions.items()
-                              if lg in bounds and lg in s.tailed_logs() and p < bounds[lg][0]}
-                    if behind:  # a peer that was not serving yet: take another copy
+                    behind = bootstrap.behind({lg: p for lg, (p, _) in s.positions.items()}, heads)
+                    if behind:  # a peer behind the logs (restarted, or slow): take another copy
+                        was = {lg: heads[lg] for lg in behind}
                         raise bootstrap.BootstrapFailed(f"the copy stands at {behind}, behind the logs' "
-                                                        f"first positions")
+                                                        f"heads {was} when it began")
                 break
             except bootstrap.BootstrapFailed as e:
                 if world.monotonic() > deadline:
                     raise SystemExit(f"storage node {s.node_id}: cannot bootstrap: {e}") from None
+                log.warning("bootstrap: %s; trying again", e)
                 world.sleep(1)
         s.reload_positions()  # in place: the apply loop, the reads and the rounds hold them
         for lg in range(s.kv_logs):  # report the new positions at the next interval

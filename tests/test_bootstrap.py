@@ -142,3 +142,16 @@ def test_a_rebuild_needs_the_head_of_every_log_its_shards_are_in() -> None:
     assert rebuild.known_heads([0, 4], {0: 10, 1: 20, 2: None}, 3) == {0: 10, 1: 20}
     with pytest.raises(bootstrap.BootstrapFailed, match=r"head of logs \[1\]"):
         rebuild.known_heads([0, 4], {0: 10, 1: None, 2: 30}, 3)
+
+
+def test_a_whole_copy_must_stand_at_or_past_every_head_the_bootstrap_began_with() -> None:
+    """A node that lost its store published positions before, and those hold truncation
+    back until it publishes again: a copy behind them (a peer restarted, or on a slow
+    disk) could be truncated past before the node reads on. So a whole copy, as a
+    rebuild's, stands at or past each head its logs had when the bootstrap began; the
+    logs the node does not apply are not asked."""
+    heads = {0: 11, 1: 34}
+    assert bootstrap.behind({0: 11, 1: 40, 2: 3}, heads) == {}
+    assert bootstrap.behind({0: 7, 1: 34}, heads) == {0: 7}
+    assert bootstrap.behind({1: 35}, heads) == {0: 0}  # no position in log 0: from its start
+    assert bootstrap.behind({0: 1, 1: 1}, {}) == {}

@@ -15,7 +15,9 @@ expires after the timeout) or its machine loses power (the batches written since
 sync may be lost, and three times in ten the whole disk: it then bootstraps from a peer or
 is rebuilt shard by shard), and restarts later; the coordinator's process is killed (its
 calls in flight reset) and started again; a mover's process is killed or paused past its
-session mid-move, and the next mover takes the move up.
+session mid-move, and the next mover takes the move up. With `slow` (make sim SLOW=1): a
+node's disk is slow now and then (every sync waits), and half the shard copies come over a
+slow link, seconds late.
 
 Applications write through the SDK (put, check-and-set, atomic batches), which sends a
 write whose outcome was unknown again under the same request id; a reader makes strong
@@ -504,8 +506,6 @@ class NodeSim(WriterSim):
             self.start_node(n)
         self.start_coordinator()
         world.spawn("node-faults", lambda: self.node_faults(stop))
-        if self.slow:
-            world.spawn("slow-disks", lambda: self.slow_disks(stop))
         world.spawn("coordinator-faults", lambda: self.coordinator_faults(stop))
         self.shared = self.sdk("lin")
         for c in range(LINEARIZABLE_CLIENTS):
@@ -513,6 +513,8 @@ class NodeSim(WriterSim):
         world.spawn("strong-reader", lambda: self.strong_reader(stop))
         for i in range(MOVERS):
             world.spawn(f"movers-{i}", lambda i=i: self.movers(i, stop))
+        if self.slow:
+            world.spawn("slow-disks", lambda: self.slow_disks(stop))
 
     # --- shard moves ----------------------------------------------------------------------
 
@@ -1141,8 +1143,9 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # and its by-load, with the log's: placement blind to the machines the nodes run on
     "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
     # and its no-digest: a shard's copy without its digest (storage_node/reads.py, what a
-    # copy streams), and rebuild-behind: a rebuild's copies taken wherever their sources
-    # stand, not at or past the logs' heads (storage_node/rebuild.py known_heads)
+    # copy streams), and rebuild-behind: a bootstrap's copies (a rebuild's, or a whole one)
+    # taken wherever their sources stand, not at or past the logs' heads
+    # (storage_node/rebuild.py known_heads; caught with slow disks and links)
     "no-digest": [(reads, "_items", _items_but_digest)],
     "rebuild-behind": [(rebuild, "known_heads", _heads_unknown)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)

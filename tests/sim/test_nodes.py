@@ -120,3 +120,25 @@ def test_a_broken_variant_is_caught(broken: str, seeds: range, finding: tuple[st
         if r.violations:
             break
     assert found and any(f in found[0] for f in finding), found[:1]
+
+
+def test_a_node_that_lost_its_store_takes_no_copy_behind_the_logs_heads() -> None:
+    """Slow disks and links (make sim SLOW=1), seed 5: node 2 loses its disk; node 1, whose
+    tail of log 0 stood still while the log's writer moved, gives it a whole copy at
+    position 7, which comes over a slow link seconds late; meanwhile node 1 catches up and
+    publishes, and log 0 is truncated to 11, node 2's position from before its loss holding
+    nothing back. Node 2 used to read on from 7 and stop behind the truncation; a bootstrap
+    now takes its copy at or past the heads it began with (storage_node/bootstrap.py
+    behind), as a rebuild's copies are. Without that rule, this seed stops node 2 (below)."""
+    r, counts = nodes.run(5, slow=True)
+    assert r.failures == [] and r.violations == []
+    assert counts["disks lost"] >= 1
+
+
+def test_a_copy_taken_behind_the_heads_is_caught_with_slow_disks_and_links() -> None:
+    """tests/sim/moves.py's rebuild-behind, on the real code: a bootstrap's copies taken
+    wherever their sources stand (storage_node/rebuild.py known_heads blind), here a whole
+    copy from a source slowed by a writer change, over a slow link (seed 5, above)."""
+    r, _ = nodes.run(5, broken="rebuild-behind", slow=True)
+    assert r.failures == []
+    assert r.violations and "behind a truncation" in r.violations[0], r.violations[:1]

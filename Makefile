@@ -72,7 +72,8 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 750000 --runs 500 --writers --elections --servers 5 --late-notices 1
 	$(PY) -m tests.sim.run --seed 760000 --runs 500 --writers --elections --bridges --late-notices 1
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
-	$(PY) -m tests.sim.run --seed 900000 --runs 2000
+	$(PY) -m tests.sim.run --seed 900000 --runs 1500
+	$(PY) -m tests.sim.run --seed 950000 --runs 500 --slow
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests \

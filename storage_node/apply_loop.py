@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import grpc
 
+from catalog import registry
 from catalog.routing import answers_for, log_of, shards_of_log
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
@@ -107,11 +108,26 @@ class ApplyLoop:
     def _behind_truncation(self, log_id: int, why: str) -> None:
         """A holder of a log's shards is never truncated past (it publishes its positions);
         only a node that was taken out of the membership, or that holds none of the log's
-        shards any more (they moved away), gets here. The first stops: started again, it
-        bootstraps. The second has nothing to lose there: it goes on from the log's first
-        position still held."""
+        shards any more (they moved away; read from ZooKeeper again here, and a copy of a
+        shard it has left, not dropped yet, not counted), gets here. The first stops:
+        started again, it bootstraps. The second has nothing to lose there: it goes on
+        from the log's first position still held."""
         s = self.state
-        if not any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)):
+        try:
+            # Its view of the sets may be a little old, and a copy of a shard it has left may
+            # still be here (the bookkeeping round drops it): a node that has just left the
+            # log's last shard here (a move ended while it restarted) must not stop for it.
+            s.read_sets()
+            incoming = {x for x, (m, _) in registry.read_moves(s.zk).items() if m.dest == s.node_id}
+        except Exception as e:  # ZooKeeper does not answer now: the tail tries again
+            log.warning("log %d: %s; the replica sets cannot be read now (%s)", log_id, why, e)
+            world.sleep(1)
+            return
+
+        def needed() -> bool:  # a shard of the log it holds, or takes in by a move under way
+            return any(s.holds(x) or (x in incoming and x in s.marks)
+                       for x in shards_of_log(log_id, s.kv.shards, s.kv_logs))
+        if not needed():
             try:
                 first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
             except Exception as e:  # the logs do not answer now: the tail tries again
@@ -119,7 +135,7 @@ class ApplyLoop:
                 world.sleep(1)
                 return
             with self._mutex:
-                if not any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)):
+                if not needed():
                     at = {log_id: (max(first, s.positions[log_id][0]), s.positions[log_id][1])}
                     with s.commit_lock:
                         BatchView(s.store).commit(at)

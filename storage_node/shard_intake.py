@@ -111,7 +111,7 @@ class Intake:
         for a shard it left a moment ago, and it must not apply the shard's records while
         a copy of it comes in."""
         s = self.state
-        s.learn_sets(registry.read_replica_sets(s.zk, registry.read_kv(s.zk) or s.kv))
+        s.read_sets()
         if s.holds(shard):
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           f"storage node {s.node_id} holds shard {shard} already", field="shard")

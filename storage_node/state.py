@@ -79,6 +79,11 @@ class NodeState:
         if sets.version >= self.sets.version:
             self.sets = sets
 
+    def read_sets(self) -> None:
+        """Read the replica sets from ZooKeeper now, not waiting for the watch or the next
+        bookkeeping round (a decision that a view a little old would get wrong)."""
+        self.learn_sets(registry.read_replica_sets(self.zk, registry.read_kv(self.zk) or self.kv))
+
     def holds(self, shard: int) -> bool:
         """Whether this node holds `shard`: it is in its replica set, and answers for it."""
         return self.sets.holds(self.node_id, shard)

@@ -1138,7 +1138,9 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # destination that holds no other shard of the log does not hold its truncation back)
     "no-hold": [(shard_moves, "truncation_point", _holds_no_copy)],
     # and its stale-position: a copy recorded before the destination published its
-    # position again (storage_node/shard_intake.py _publish)
+    # position again (storage_node/shard_intake.py _publish). Harmless here while the copy
+    # is asked at the destination's own position (a position it published before is then
+    # never above the copy): caught in none of the seeds tried (docs/storage.md)
     "stale-position": [(shard_intake.Intake, "_publish", lambda self, log_id: None)],
     # and its by-load, with the log's: placement blind to the machines the nodes run on
     "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],

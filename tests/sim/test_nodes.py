@@ -103,9 +103,10 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # tests/sim/moves.py's no-hold: the log truncated while a shard of it is copied to a node
     # holding no other shard of that log (which then stops behind the truncation)
     ("no-hold", range(7, 8), ("behind a truncation",)),
-    # its stale-position: a copy recorded before the destination published its position again
-    # (the log truncated by the stale position then: the destination stops behind it)
-    ("stale-position", range(165, 166), ("below the", "behind a truncation") + LOST),
+    # (Its stale-position, a copy recorded before the destination published its position
+    # again, is not caught on the real code: the copy is asked at the destination's own
+    # position, so a position it published before is never above it. Its one finding here,
+    # seed 165, was a needless stop that storage_node/apply_loop.py no longer makes.)
     # its no-digest: a copy without the shard's digest (what the node answers then differs)
     ("no-digest", range(1, 2), LOST),
     # its by-load (and the log's): placement blind to the nodes' machines
@@ -142,3 +143,14 @@ def test_a_copy_taken_behind_the_heads_is_caught_with_slow_disks_and_links() -> 
     r, _ = nodes.run(5, broken="rebuild-behind", slow=True)
     assert r.failures == []
     assert r.violations and "behind a truncation" in r.violations[0], r.violations[:1]
+
+
+def test_a_node_whose_shard_of_a_log_moved_away_does_not_stop_behind_its_truncation() -> None:
+    """Slow disks and links, seed 131: shard 3 moved from node 0 to node 3; node 0 restarted
+    with a copy of shard 3 not dropped yet and its view of the sets older, and log 1 was
+    truncated past its tail (it holds none of log 1's shards, so it holds nothing back).
+    It used to count itself as applying shard 3 and stop behind the truncation (a bootstrap
+    needed); it now reads the sets and the moves again (storage_node/apply_loop.py
+    _behind_truncation) and goes on from the log's first position."""
+    r, _ = nodes.run(131, slow=True)
+    assert r.failures == [] and r.violations == []

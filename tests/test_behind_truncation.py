@@ -1,0 +1,74 @@
+"""storage_node/apply_loop.py ApplyLoop._behind_truncation: the decision of a node whose
+tail of a log found its position truncated, between stopping (it holds a shard of the
+log, or takes one in by a move under way: it must bootstrap) and going on from the log's
+first position (it holds none). Its ZooKeeper reads (the sets, the moves) and its store
+are stand-ins: the decision is what is tested."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from catalog.replica_sets import ReplicaSets
+from catalog.shard_moves import Move
+from storage_node import apply_loop
+from storage_node.apply_loop import ApplyLoop
+
+# Six shards over two logs (shard s on log s % 2): log 0 carries shards 0, 2 and 4.
+LEFT = ReplicaSets(3, ((1, 2, 3), (0, 1, 2), (1, 2, 3), (0, 1, 2), (1, 2, 3), (0, 1, 2)), version=14)
+HELD = ReplicaSets(3, ((0, 1, 2), (0, 1, 2), (1, 2, 3), (0, 1, 2), (1, 2, 3), (0, 1, 2)), version=12)
+STALE = ReplicaSets(3, ((1, 2, 3), (0, 1, 2), (0, 1, 2), (0, 1, 2), (1, 2, 3), (0, 1, 2)), version=13)
+
+
+class _State:
+    """The fields of storage_node/state.py NodeState the decision reads, for node 0."""
+
+    def __init__(self, view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int]) -> None:
+        self.node_id, self.kv_logs, self.kv = 0, 2, SimpleNamespace(shards=6)
+        self.zk = None
+        self.sets, self._in_zk, self.marks = view, in_zk, marks
+        self.positions = {0: (58, 5), 1: (78, 5)}
+        self.store = None
+        self.commit_lock = threading.Lock()
+        self.logs = SimpleNamespace(status=lambda: [{"log": 0, "first": 67}, {"log": 1, "first": 0}])
+
+    def read_sets(self) -> None:
+        self.sets = self._in_zk
+
+    def holds(self, shard: int) -> bool:
+        return self.sets.holds(self.node_id, shard)
+
+
+def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],
+            monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[int, tuple[int, int]]]:
+    committed: dict[int, tuple[int, int]] = {}
+    monkeypatch.setattr(apply_loop.registry, "read_moves", lambda zk: {s: (m, 0) for s, m in moves.items()})
+    monkeypatch.setattr(apply_loop, "BatchView", lambda store: SimpleNamespace(commit=committed.update))
+    fatal: list[str] = []
+    node: Any = SimpleNamespace(state=_State(view, in_zk, marks), _mutex=threading.Lock(),
+                                _fatal=lambda code, why: fatal.append(why))
+    ApplyLoop._behind_truncation(node, 0, "position 58 was truncated")
+    return fatal, committed
+
+
+def test_a_node_that_has_just_left_the_logs_last_shard_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its view still names it for shard 2 (a move of shard 2 away from it ended while it
+    restarted), and the copy of shard 2 it once took in is not dropped yet: it holds none
+    of the log's shards, so it goes on from the log's first position. (It stopped, and had
+    to bootstrap, when it decided by the view it had and counted that copy: seed 8 of the
+    whole-cluster simulation once the log client asked the servers' Status at once.)"""
+    fatal, committed = _decide(STALE, LEFT, {2: 12}, {}, monkeypatch)
+    assert fatal == [] and committed == {0: (67, 5)}
+
+
+@pytest.mark.parametrize("case", ["holds", "moving here"])
+def test_a_node_that_holds_or_takes_in_a_shard_of_the_log_stops(case: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    if case == "holds":  # the sets in ZooKeeper name it for shard 0, whatever its view
+        fatal, committed = _decide(LEFT, HELD, {}, {}, monkeypatch)
+    else:  # a copy of shard 4 installed here, its move to this node under way
+        fatal, committed = _decide(LEFT, LEFT, {4: 60}, {4: Move(4, 0, 1, "tailing", 60)}, monkeypatch)
+    assert len(fatal) == 1 and "behind a truncation" in fatal[0] and committed == {}

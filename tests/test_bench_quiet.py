@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,20 @@ def test_every_process_a_cluster_starts_is_recognised(tmp_path: Path, layout: st
         assert quiet.kind(argv) is None
 
 
+def _stand_in(module: str) -> subprocess.Popen[bytes]:
+    """A process with a server's command line (`-m module`): what a killed test run leaves
+    behind. Returned once it runs that command line: until the child has exec'd, its
+    /proc cmdline is still its parent's (a loaded machine showed that window)."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", module])
+    deadline = time.monotonic() + 30
+    while module.encode() not in Path(f"/proc/{p.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the stand-in did not start within 30 s"
+        time.sleep(0.01)
+    return p
+
+
 def test_a_process_of_another_cluster_is_named_in_the_warning() -> None:
-    # A stand-in with a storage node's command line: what a killed test run leaves behind.
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
-                          "-m", "storage_node.server"])
+    p = _stand_in("storage_node.server")
     try:
         found = quiet.others()  # other clusters may run beside it (make test's workers)
         assert found.get(p.pid) == "midtown"
@@ -57,7 +68,7 @@ def test_busy_cpu_is_reported_from_proc_stat() -> None:
 
 def test_the_check_says_its_warning() -> None:
     said: list[str] = []
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "log.server"])
+    p = _stand_in("log.server")
     try:
         msg = quiet.check(said.append, window_s=0.05)
     finally:

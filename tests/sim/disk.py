@@ -53,11 +53,14 @@ Undo = dict[bytes, bytes | None]  # key -> its value before a batch (None: absen
 
 
 class PowerLossDb(SyncedDb):
-    def __init__(self, path: str, bloom_bits_per_key: int = 0) -> None:
+    def __init__(self, path: str, bloom_bits_per_key: int = 0,
+                 slow_until: dict[str, float] | None = None) -> None:
+        """`slow_until`: path -> until when (world.monotonic) each sync on it takes SLOW_SYNC_S
+        (the disk's, Disk.slow)."""
         super().__init__(path, bloom_bits_per_key=bloom_bits_per_key)
         self.unsynced: list[Undo] = []  # one per batch written since the last sync, oldest first
         self.lost = 0  # batches lost in power failures
-        self.slow_until = 0.0  # each sync takes SLOW_SYNC_S until then (world.monotonic)
+        self._path, self._slow_until = path, slow_until if slow_until is not None else {}
 
     def batch(self) -> Any:
         return _Recorded()
@@ -89,7 +92,7 @@ class PowerLossDb(SyncedDb):
         self.unsynced.clear()
 
     def _slow(self) -> None:
-        if world.monotonic() < self.slow_until:
+        if world.monotonic() < self._slow_until.get(self._path, 0.0):
             world.sleep(SLOW_SYNC_S)
 
     def power_loss(self, rng: random.Random) -> int:
@@ -119,15 +122,12 @@ class Disk:
         self.slow_until: dict[str, float] = {}  # path -> until when its disk is slow
 
     def open(self, path: str, bloom_bits_per_key: int = 0) -> SyncedDb:
-        db = self.dbs[path] = PowerLossDb(path, bloom_bits_per_key)
-        db.slow_until = self.slow_until.get(path, 0.0)
+        db = self.dbs[path] = PowerLossDb(path, bloom_bits_per_key, self.slow_until)
         return db
 
     def slow(self, path: str, until: float) -> None:
         """The disk holding `path` is slow until `until` (world.monotonic): every sync waits."""
         self.slow_until[path] = until
-        if path in self.dbs:
-            self.dbs[path].slow_until = until
 
     def power_loss(self, path: str, rng: random.Random) -> int:
         """The machine holding the database at `path` loses power (its process dies with it)."""

@@ -22,7 +22,7 @@ import time
 from tests.sim import moves, nodes, writers
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runs", type=int, default=1)
@@ -49,7 +49,8 @@ def main() -> int:
     ap.add_argument("--slow", action="store_true",
                     help="the whole cluster with slow disks and links now and then (tests/sim/nodes.py)")
     ap.add_argument("--broken", default="", help="a broken variant of the simulation run (its BROKEN list)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    _check(ap, a)
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
         logging.disable(logging.CRITICAL)
     if a.writers or a.elections or a.wipes:
@@ -57,6 +58,26 @@ def main() -> int:
     if a.moves:
         return _moves(a)
     return _nodes(a)
+
+
+def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Flags that the chosen simulation does not take end the command (exit 2), naming the flag."""
+    whole_servers = a.elections or a.wipes
+    sim = "writers" if a.writers or whole_servers else "moves" if a.moves else "nodes"
+    variants = {"writers": writers.BROKEN, "moves": ("rebuild-behind",), "nodes": nodes.BROKEN}[sim]
+    if a.broken and a.broken not in variants:
+        ap.error(f"--broken: {a.broken!r} is not a broken variant of the {sim} simulation "
+                 f"(one of: {', '.join(variants)})")
+    for flag, given in (("--bridges", a.bridges), ("--late-notices", a.late_notices),
+                        ("--servers", a.servers != 3)):
+        if given and not whole_servers:
+            ap.error(f"{flag}: only with --elections (whole log servers)")
+    if a.machines and not (whole_servers or a.moves):
+        ap.error("--machines: only with --elections or --moves (the whole cluster's nodes are on three)")
+    if a.slow and sim != "nodes":
+        ap.error("--slow: only for the whole cluster (no --writers, --elections or --moves)")
+    if a.late_notices < 0 or a.runs < 1:
+        ap.error("--late-notices: must be 0 or more" if a.late_notices < 0 else "--runs: must be 1 or more")
 
 
 def _moves(a: argparse.Namespace) -> int:

@@ -926,9 +926,7 @@ class WriterSim:
         for _ in range(self.cfg.crashes):
             world.sleep(self.rng.uniform(0.5 * step, step))
             if self.cfg.elections:
-                d = self.current()
-                s = (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
-                     else self.rng.choice([x for x in self.servers if x not in self.lost]))
+                s = self.mostly_the_writers()
                 if self.rng.random() < 0.5:
                     self.crash_server(s)
                     world.sleep(self.rng.uniform(0.5, 0.5 * step))
@@ -980,12 +978,16 @@ class WriterSim:
             s = self.rng.choice(self.servers)
             self.cut_until[s] = world.monotonic() + self.rng.uniform(0.1, 1.0)
 
+    def mostly_the_writers(self) -> int:
+        """A server for a fault: seven times in ten the current writer's, else any not lost."""
+        d = self.current()
+        return (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
+                else self.rng.choice([x for x in self.servers if x not in self.lost]))
+
     def cut_links(self) -> None:
         for _ in range(self.cfg.link_cuts):
             world.sleep(self.rng.uniform(0, self.cfg.seconds / self.cfg.link_cuts))
-            d = self.current()
-            a = (d.node.server_id if d is not None and self.rng.random() < 0.7  # type: ignore[attr-defined]
-                 else self.rng.choice(self.servers))
+            a = self.mostly_the_writers()
             b = self.rng.choice([x for x in self.servers if x != a])
             self.links_cut[frozenset((a, b))] = world.monotonic() + self.rng.uniform(0.5, 3.0)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError, SessionExpiredError
 
 from runtime import transport, world
 
@@ -48,6 +49,30 @@ def wait_until(fn: Callable[[], T | None], missing: str, timeout_s: float = 60.0
             return v
         world.sleep(0.2)
     raise SystemExit(missing)
+
+
+# What ZooKeeper answers while it cannot serve a client for a while: kazoo reconnects (a
+# session that expired meanwhile, as a process paused past its timeout finds on waking, is
+# replaced by a new one), and the call may be made again.
+ZK_UNREACHABLE = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
+
+
+def through_zk_loss(fn: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
+    """`fn()`, made again while ZooKeeper cannot answer it (ZK_UNREACHABLE), every 0.5 s: a
+    process starting up goes on once ZooKeeper answers again, and exits saying `what` if
+    it does not within `timeout_s`. `fn` must be safe to make again after it failed
+    part-way."""
+    deadline = world.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except ZK_UNREACHABLE as e:
+            if world.monotonic() >= deadline:
+                raise SystemExit(f"{what}: ZooKeeper did not answer for {timeout_s:g} s "
+                                 f"({type(e).__name__})") from None
+            logging.getLogger("midtown.process").warning("%s: ZooKeeper: %s; trying again", what,
+                                                         type(e).__name__)
+            world.sleep(0.5)
 
 
 def exit_now(code: int, why: str) -> None:

@@ -23,7 +23,7 @@ from catalog.routing import log_of
 from log.client import LocalLog, LogClient, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops, world
-from runtime.process import Fatal, exit_now, wait_until
+from runtime.process import Fatal, exit_now, through_zk_loss, wait_until
 from runtime.refusals import BadRequest, Refusal
 from runtime.stubs import Calls
 from storage_node import bootstrap, rebuild
@@ -124,8 +124,10 @@ class StorageNode:
         # as the sets name them, not at the next bookkeeping round (which a slow publish
         # after a lost session can hold up for seconds).
         registry.watch_replica_sets(s.zk, s.learn_sets)
-        self._bootstrap_if_needed()
-        self.eventual.drop_if_outlived()
+        # Through a ZooKeeper session lost meanwhile (the process paused past its timeout):
+        # a bootstrap cut short goes on from its marker (storage_node/bootstrap.py).
+        through_zk_loss(self._bootstrap_if_needed, "bootstrap")
+        through_zk_loss(self.eventual.drop_if_outlived, "reading the peers' last reports")
         self.bookkeeping.start()
         loops.every("anti-entropy", s.settings.anti_entropy_s, self.eventual.anti_entropy_pass,
                     s.stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
@@ -136,7 +138,8 @@ class StorageNode:
         # replica beside its log's writer (coordinator/replicas.py).
         log_addrs = self.applier.local_log.addrs
         beside = {"log": min(log_addrs)} if log_addrs else {}
-        self.membership = registry.register(s.zk, registry.STORAGE_NODES, s.node_id, self.addr, **beside)
+        self.membership = through_zk_loss(lambda: registry.register(
+            s.zk, registry.STORAGE_NODES, s.node_id, self.addr, **beside), "registering")
 
     def _bootstrap_if_needed(self) -> None:
         """Copy a peer's state first when this node is new or behind a truncation

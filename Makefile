@@ -42,7 +42,8 @@ test-fast: proto
 # the whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
 # SDK's clients beside whole log servers, on two logs and three machines; BROKEN=no-hold,
 # stale-position, no-digest, by-load, publish-unsynced, ...: the list in tests/sim/nodes.py;
-# SLOW=1: with slow disks and links now and then).
+# SLOW=1: with slow disks and links now and then; PAUSES=1: with nodes paused (SIGSTOP) and
+# their tails stalled now and then, SLOW=1 PAUSES=1 BROKEN=by-shard-behind).
 # ELECTIONS=1: whole log servers alone (log/node.py), crashed and paused (SERVERS=5: ensemble
 # changes, BROKEN=past-lac, no-fence, skip-fence, trust-cache, any-servers, record-first, ...:
 # the list in tests/sim/writers.py; MACHINES=3 SERVERS=6: on three machines, BROKEN=by-load
@@ -50,23 +51,21 @@ test-fast: proto
 # BRIDGES=1: servers cut off from one another in pairs, each still reaching the rest, and
 # followers taking the log over from a writer that still runs, BRIDGES=1 LATE=1
 # BROKEN=no-wait); WIPES=1: some restart on an empty disk, BROKEN=no-store-check starting
-# on it all the same; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac; MOVES=1: the
-# shard moves' model, BROKEN=rebuild-behind.
+# on it all the same; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac.
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
-		$(if $(MOVES),--moves) $(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
+		$(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
 		$(if $(ELECTIONS),--writers --elections) $(if $(WIPES),--writers --elections --wipes) \
 		$(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(MACHINES),--machines $(MACHINES)) \
 		$(if $(LATE),--late-notices $(LATE)) \
 		$(if $(BRIDGES),--bridges) \
-		$(if $(SLOW),--slow)
+		$(if $(SLOW),--slow) $(if $(PAUSES),--pauses)
 
-# A long run outside the suite: linearizability under many rounds of kills, and 10,000
+# A long run outside the suite: linearizability under many rounds of kills, and 5,500
 # simulation seeds. make soak ROUNDS=30
 ROUNDS ?= 20
 soak: proto
-	$(PY) -m tests.sim.run --seed 300000 --runs 5000 --moves
 	$(PY) -m tests.sim.run --seed 600000 --runs 500 --writers
 	$(PY) -m tests.sim.run --seed 700000 --runs 1000 --writers --elections
 	$(PY) -m tests.sim.run --seed 750000 --runs 500 --writers --elections --servers 5 --late-notices 1
@@ -74,6 +73,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
 	$(PY) -m tests.sim.run --seed 900000 --runs 1500
 	$(PY) -m tests.sim.run --seed 950000 --runs 500 --slow
+	$(PY) -m tests.sim.run --seed 970000 --runs 500 --slow --pauses
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests \

@@ -151,6 +151,8 @@ class ApplyLoop:
         other logs' tail threads received meanwhile are applied in the same batch."""
         if self.applies_in_process(log_id):
             inprocess.used("tail")
+        if world.buggify("tail.stall"):  # the tail falls behind a while (a slow read, a starved thread)
+            world.sleep(3 * world.random())
         try:
             self._group.call((log_id, entries))
         except Exception:

@@ -11,9 +11,10 @@ log had when the rebuild began: so at or past any position this node published b
 the logs, held back for this node by that position, are never truncated past what it is to
 read. Then, per log, its tail starts at the lowest copy and each shard is marked at its own
 (storage_node/shard_copy.py rebuild), all written in one batch with the marker going last.
-The seeded simulator runs the same steps, with disks lost and nodes crashing mid-rebuild
-(tests/sim/moves.py), and catches a rebuild that takes copies from behind the head or
-starts a tail at the highest copy.
+The whole-cluster simulation runs these steps on real nodes losing their disks and
+crashing or paused mid-rebuild (tests/sim/nodes.py), and catches a rebuild that takes
+copies from behind the heads ("by-shard-behind", with slow links and nodes paused) or
+starts a tail at the highest copy ("rebuild-high").
 
 What does not come: the published positions of the members (the next publications bring
 them; until then this node truncates nothing) and the eventual datasets' values of shards

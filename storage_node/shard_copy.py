@@ -1,8 +1,8 @@
 """A copy of one shard taken in by a storage node (a shard move's destination,
 catalog/shard_moves.py): where it stands, and what the node's tail of the shard's log
 and its skip marks become. Pure: the storage node's apply loop runs it
-(storage_node/apply_loop.py install), and the seeded simulator beside its model
-(tests/sim/moves.py).
+(storage_node/apply_loop.py install), driven through moves and rebuilds under faults by
+the whole-cluster simulation (tests/sim/nodes.py).
 
 A node keeps one position per log (where its tail resumes) and, per shard, a *mark*: the
 shard's records below its mark are already in the node's state (they came with a copy)

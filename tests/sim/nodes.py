@@ -17,7 +17,10 @@ is rebuilt shard by shard), and restarts later; the coordinator's process is kil
 calls in flight reset) and started again; a mover's process is killed or paused past its
 session mid-move, and the next mover takes the move up. With `slow` (make sim SLOW=1): a
 node's disk is slow now and then (every sync waits), and half the shard copies come over a
-slow link, seconds late.
+slow link, seconds late. With `pauses` (make sim PAUSES=1): now and then a node's process
+is paused (SIGSTOP) for up to twice its session timeout (it falls behind the logs, its
+ZooKeeper session may expire, a peer that copies from it meanwhile waits), and a node's
+tail stalls a while now and then (the fault point "tail.stall", storage_node/apply_loop.py).
 
 Applications write through the SDK (put, check-and-set, atomic batches), which sends a
 write whose outcome was unknown again under the same request id; a reader makes strong
@@ -88,6 +91,7 @@ from runtime import world
 from runtime.refusals import Refusal
 from runtime.stubs import CallFailed
 from storage_node import bookkeeping, keys, reads, rebuild, shard_copy, shard_intake
+from storage_node import node as node_module
 from storage_node.bookkeeping import Bookkeeping
 from storage_node.callbacks import Answer, encoded
 from storage_node.node import Parts, StorageNode
@@ -109,7 +113,7 @@ COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold", "stale-position",
-          "by-load", "no-digest", "rebuild-behind")
+          "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once")
 MOVERS = 2  # operators moving shards, perhaps at the same time
 SLOW_COPY_S = 3.0  # (slow) a shard copy over a slow link comes up to this late
 WIPES = 0.3  # of power losses, those that lose the disk too
@@ -363,13 +367,19 @@ class _DiskTaggedLink(_LogLink):
 class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
-    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False) -> None:
+    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
+                 pauses: bool = False) -> None:
         assert broken in ("",) + BROKEN, broken
         super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS))
         self.broken = broken
         # Slow disks and links: now and then a node's disk is slow for a few seconds (every
         # sync waits), and half the shard copies come over a slow link, up to 3 s late
         self.slow = slow
+        # Nodes paused (SIGSTOP) now and then, and their tails stalled (the modes off replay
+        # as before they were added)
+        self.pauses = pauses
+        if not pauses:
+            self.sched.never("tail.stall")
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
         self.stores = {s: _KeptStore(self.kept) for s in self.servers}
         self.disk = Disk()
@@ -391,7 +401,8 @@ class NodeSim(WriterSim):
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
                        "moves onto a copy's machine refused": 0,
-                       "movers killed": 0, "movers paused": 0, "coordinator crashes": 0}
+                       "movers killed": 0, "movers paused": 0, "coordinator crashes": 0,
+                       "nodes paused": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
 
@@ -469,13 +480,21 @@ class NodeSim(WriterSim):
             if stop.is_set() or len(self.storage) < len(NODES):
                 continue
             n = self.rng.choice(NODES)
+            # (pauses) A peer paused a moment before a node loses its disk: the node's last
+            # published positions are past the peer's, which the node may copy from next
+            lost = self.pauses and self.rng.random() < 0.3
+            if lost:
+                self.pause_node(self.rng.choice([m for m in NODES if m != n]), self.rng.uniform(3.0, 6.0))
+                world.sleep(self.rng.uniform(1.0, 2.0))
+                if n not in self.storage or len(self.storage) < len(NODES) - 1:
+                    continue
             down_ms = world.wall_ms()
-            power = self.rng.random() < 0.5
+            power = lost or self.rng.random() < 0.5
             self.stop_node(n, power)
             # The disk lost too, but only while every other node holds its state (none is
             # bootstrapping or rebuilding from its peers): with two of a shard's three copies
             # lost at once, and the third maybe about to go, nothing could be rebuilt
-            wiped = power and self.rng.random() < WIPES and all(
+            wiped = power and (lost or self.rng.random() < WIPES) and all(
                 node.state.started for node in self.storage.values())
             if wiped:  # its disk lost with the power: it starts on an empty one
                 shutil.rmtree(self.dir / f"node-{n}")
@@ -492,6 +511,23 @@ class NodeSim(WriterSim):
         while not stop.is_set():
             world.sleep(self.rng.uniform(1.0, 4.0))
             self.disk.slow(self.path(self.rng.choice(NODES)), world.monotonic() + self.rng.uniform(1.0, 4.0))
+
+    def node_pauses(self, stop: Any) -> None:
+        """(pauses) Now and then a node's process is paused (SIGSTOP) for 0.5 s to twice its
+        ZooKeeper session timeout, its session cut as long (it expires past the timeout)."""
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(2.0, 6.0))
+            n = self.rng.choice(NODES)
+            if stop.is_set() or n not in self.storage:
+                continue
+            self.pause_node(n, self.rng.uniform(0.5, 2 * self.ens.session_timeout_s))
+
+    def pause_node(self, n: int, seconds: float) -> None:
+        """Node `n`'s process paused (SIGSTOP) for `seconds`, its ZooKeeper session cut as long."""
+        if n in self.storage:
+            self.sched.pause(self.storage_proc(n), seconds)
+            self.ens.partition(self.storage_zk[n], seconds)
+            self.counts["nodes paused"] += 1
 
     # --- the clients ----------------------------------------------------------------------
 
@@ -515,6 +551,8 @@ class NodeSim(WriterSim):
             world.spawn(f"movers-{i}", lambda i=i: self.movers(i, stop))
         if self.slow:
             world.spawn("slow-disks", lambda: self.slow_disks(stop))
+        if self.pauses:
+            world.spawn("node-pauses", lambda: self.node_pauses(stop))
 
     # --- shard moves ----------------------------------------------------------------------
 
@@ -1075,6 +1113,17 @@ def _heads_unknown(shards: list[int], heads: Any, kv_logs: int) -> dict[int, int
     return dict.fromkeys(range(kv_logs), 0)
 
 
+_by_shard = rebuild.by_shard
+
+
+def _once(fn: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    return fn()
+
+
+def _by_shard_anywhere(s: Any, shards: list[int], heads: Any, receive: Any, deadline: float) -> None:
+    _by_shard(s, shards, {lg: 0 for lg in heads}, receive, deadline)
+
+
 def _items_but_digest(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
     return ((k, v) for k, v in _items(db, prefix) if not k.startswith(b"D"))
 
@@ -1116,11 +1165,10 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # records (storage_node/shard_intake.py takes_copies, storage_node/shard_copy.py tail)
     "copy-while-starting": [(shard_intake, "takes_copies", lambda s: True),
                             (shard_copy, "tail", _followed_only)],
-    # tests/sim/moves.py's variants, on the real code: a copy installed behind the node's
-    # tail without the shard's records between (storage_node/shard_copy.py catch_up), the
-    # mover recording a copy the destination never took in (catalog/mover.py _copy). (Its
-    # no-hold, the log truncated while a shard is copied, needs a destination holding no
-    # other shard of the log: with one log here, every node holds one and holds truncation.)
+    # the shard moves' model's variants (tests/sim/moves.py, retired), on the real code: a
+    # copy installed behind the node's tail without the shard's records between
+    # (storage_node/shard_copy.py catch_up), the mover recording a copy the destination
+    # never took in (catalog/mover.py _copy). (Its no-hold: below.)
     "no-catch-up": [(shard_copy, "catch_up", _no_catch_up)],
     "join-early": [(mover, "_copy", _joined_uncopied)],
     # and its rebuild-high: a node that lost its disk rebuilt shard by shard
@@ -1134,7 +1182,7 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # shard's next move, whose record starts again at that version (catalog/registry.py
     # ENDED): the ended move's destination joins the next one and its leaving replica goes
     "moves-recreated": [(registry, "start_move", _recreated_start_move)],
-    # tests/sim/moves.py's no-hold: the log truncated while a shard of it is being copied (a
+    # the moves' model's no-hold: the log truncated while a shard of it is being copied (a
     # destination that holds no other shard of the log does not hold its truncation back)
     "no-hold": [(shard_moves, "truncation_point", _holds_no_copy)],
     # and its stale-position: a copy recorded before the destination published its
@@ -1150,15 +1198,21 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # (storage_node/rebuild.py known_heads; caught with slow disks and links)
     "no-digest": [(reads, "_items", _items_but_digest)],
     "rebuild-behind": [(rebuild, "known_heads", _heads_unknown)],
+    # a node's start made once, through a ZooKeeper session lost meanwhile (runtime/process.py
+    # through_zk_loss), as before nodes were paused in the simulation: the start ends there
+    "start-once": [(node_module, "through_zk_loss", _once)],
+    # ... in a rebuild shard by shard only (storage_node/rebuild.py by_shard)
+    "by-shard-behind": [(rebuild, "by_shard", _by_shard_anywhere)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
     "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
 }
 
 
-def run(seed: int, cfg: Config | None = None, broken: str = "",
-        slow: bool = False) -> tuple[Result, dict[str, int]]:
-    """One run; `slow`: with slow disks and links (NodeSim)."""
-    sim = NodeSim(seed, cfg, broken, slow)
+def run(seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
+        pauses: bool = False) -> tuple[Result, dict[str, int]]:
+    """One run; `slow`: with slow disks and links; `pauses`: with nodes paused and tails
+    stalled (NodeSim)."""
+    sim = NodeSim(seed, cfg, broken, slow, pauses)
     try:
         with swapped(_BROKEN_RULES.get(broken, ())):
             r = sim.sched.run(sim.main)

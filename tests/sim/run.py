@@ -1,16 +1,14 @@
 """Replay simulation seeds.
 The whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
 SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--runs 1000]
-  [--slow] [--broken VARIANT] (nodes.py's BROKEN: no-hold, stale-position, no-digest, by-load,
-  publish-unsynced, truncate-ahead, read-anywhere, ...)
+  [--slow] [--pauses] [--broken VARIANT] (nodes.py's BROKEN: no-hold, no-digest, by-load,
+  publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow --pauses), ...)
 Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
   --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges]
   [--broken VARIANT] (writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
   trust-cache, any-servers, record-first, no-wait (--bridges --late-notices 1), by-load
   (--machines 3 --servers 6), ...); without --elections, the writer driver alone, its
-  writers claimed by the simulation.
-Shard moves' model (tests/sim/moves.py): python -m tests.sim.run --moves --seed 42
-  [--broken rebuild-behind] [--machines 3]"""
+  writers claimed by the simulation."""
 
 from __future__ import annotations
 
@@ -19,7 +17,7 @@ import logging
 import sys
 import time
 
-from tests.sim import moves, nodes, writers
+from tests.sim import nodes, writers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --elections: log servers in the pool; each segment opens on 3 of them")
     ap.add_argument("--trace", action="store_true", help="each run's figures (and the servers' logs)")
     ap.add_argument("--machines", type=int, default=0,
-                    help="with --elections or --moves: the servers (nodes) on this many machines: no "
-                         "segment (shard) has two copies on one")
-    ap.add_argument("--moves", action="store_true",
-                    help="the shard moves' model instead of the whole cluster")
+                    help="with --elections: the servers on this many machines: no segment has two "
+                         "copies on one")
     ap.add_argument("--writers", action="store_true",
                     help="the log's writers alone (tests/sim/writers.py), the driver on the seeded scheduler")
     ap.add_argument("--elections", action="store_true",
@@ -48,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
                          "the rest, in longer runs with one crash (tests/sim/writers.py BRIDGES)")
     ap.add_argument("--slow", action="store_true",
                     help="the whole cluster with slow disks and links now and then (tests/sim/nodes.py)")
+    ap.add_argument("--pauses", action="store_true",
+                    help="the whole cluster with nodes paused (SIGSTOP) and their tails stalled now and "
+                         "then, a peer paused before a node loses its disk (tests/sim/nodes.py)")
     ap.add_argument("--broken", default="", help="a broken variant of the simulation run (its BROKEN list)")
     a = ap.parse_args(argv)
     _check(ap, a)
@@ -55,16 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.disable(logging.CRITICAL)
     if a.writers or a.elections or a.wipes:
         return _writers(a)
-    if a.moves:
-        return _moves(a)
     return _nodes(a)
 
 
 def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Flags that the chosen simulation does not take end the command (exit 2), naming the flag."""
     whole_servers = a.elections or a.wipes
-    sim = "writers" if a.writers or whole_servers else "moves" if a.moves else "nodes"
-    variants = {"writers": writers.BROKEN, "moves": ("rebuild-behind",), "nodes": nodes.BROKEN}[sim]
+    sim = "writers" if a.writers or whole_servers else "nodes"
+    variants = {"writers": writers.BROKEN, "nodes": nodes.BROKEN}[sim]
     if a.broken and a.broken not in variants:
         ap.error(f"--broken: {a.broken!r} is not a broken variant of the {sim} simulation "
                  f"(one of: {', '.join(variants)})")
@@ -72,32 +69,14 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
                         ("--servers", a.servers != 3)):
         if given and not whole_servers:
             ap.error(f"{flag}: only with --elections (whole log servers)")
-    if a.machines and not (whole_servers or a.moves):
-        ap.error("--machines: only with --elections or --moves (the whole cluster's nodes are on three)")
-    if a.slow and sim != "nodes":
-        ap.error("--slow: only for the whole cluster (no --writers, --elections or --moves)")
+    if a.machines and not whole_servers:
+        ap.error("--machines: only with --elections (the whole cluster's nodes are on three)")
+    for flag, given in (("--slow", a.slow), ("--pauses", a.pauses)):
+        if given and sim != "nodes":
+            ap.error(f"{flag}: only for the whole cluster (no --writers or --elections)")
     if a.late_notices < 0 or a.runs < 1:
         ap.error("--late-notices: must be 0 or more" if a.late_notices < 0 else "--runs: must be 1 or more")
 
-
-def _moves(a: argparse.Namespace) -> int:
-    t0 = time.monotonic()
-    bad = 0
-    counts: dict[str, int] = {}
-    for seed in range(a.seed, a.seed + a.runs):
-        cfg = moves.Config(broken=a.broken, machines=a.machines, nodes=max(5, 2 * a.machines))
-        sim = moves.MoveSim(seed, cfg)
-        v = sim.run()
-        for k, n in sim.counts.items():
-            counts[k] = counts.get(k, 0) + n
-        if a.trace:
-            print("\n".join(sim.trace))
-        if v:
-            bad += 1
-            print(f"seed {seed}: {len(v)} violations, first: {v[0]}")
-    dt = time.monotonic() - t0
-    print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); moves: {counts}")
-    return 1 if bad else 0
 
 
 def _failed(seed: int, r: writers.Result) -> bool:
@@ -161,7 +140,7 @@ def _nodes(a: argparse.Namespace) -> int:
     simulated = 0.0
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        r, c = nodes.run(seed, broken=a.broken, slow=a.slow)
+        r, c = nodes.run(seed, broken=a.broken, slow=a.slow, pauses=a.pauses)
         simulated += r.simulated_s
         for k, n in c.items():
             if k != "results crc":

@@ -280,6 +280,11 @@ class Scheduler:
     def unique_id(self) -> bytes:
         return self.rng.getrandbits(128).to_bytes(16, "big")
 
+    def never(self, point: str) -> None:
+        """Keep fault point `point` off for this run, drawing nothing for it (a mode that
+        leaves it out replays as before it was added)."""
+        self._buggify_off.add(point)
+
     def buggify(self, point: str) -> bool:
         """A fault point: enabled or not for the whole run when first reached, then firing
         now and then if enabled (both drawn from the seed)."""

@@ -90,8 +90,9 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # a copy taken in while the node starts moves its position past its other shards'
     # records (what it answers and holds then differs from the log's outcome)
     ("copy-while-starting", range(19, 20), ("answered", "its client was told", "a strong read")),
-    # tests/sim/moves.py's, on the real code: a copy installed behind the destination's tail
-    # without the shard's records between; the mover recording a copy never taken in
+    # the shard moves' model's (tests/sim/moves.py, retired), on the real code: a copy
+    # installed behind the destination's tail without the shard's records between; the
+    # mover recording a copy never taken in
     ("no-catch-up", range(1, 4), LOST),
     ("join-early", range(1, 3), LOST),
     # and its rebuild-high: a node that lost its disk rebuilt with its tail at its highest copy
@@ -100,7 +101,7 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # the shard's next move when an ended move's record is deleted (rare: of seeds
     # 1000-1241, only 1241 since the histories last changed)
     ("moves-recreated", range(1241, 1242), ("replicas at the end", "changed shard")),
-    # tests/sim/moves.py's no-hold: the log truncated while a shard of it is copied to a node
+    # the moves' model's no-hold: the log truncated while a shard of it is copied to a node
     # holding no other shard of that log (which then stops behind the truncation)
     ("no-hold", range(7, 8), ("behind a truncation",)),
     # (Its stale-position, a copy recorded before the destination published its position
@@ -137,7 +138,7 @@ def test_a_node_that_lost_its_store_takes_no_copy_behind_the_logs_heads() -> Non
 
 
 def test_a_copy_taken_behind_the_heads_is_caught_with_slow_disks_and_links() -> None:
-    """tests/sim/moves.py's rebuild-behind, on the real code: a bootstrap's copies taken
+    """The moves' model's rebuild-behind, on the real code: a bootstrap's copies taken
     wherever their sources stand (storage_node/rebuild.py known_heads blind), here a whole
     copy from a source slowed by a writer change, over a slow link (seed 5, above)."""
     r, _ = nodes.run(5, broken="rebuild-behind", slow=True)
@@ -154,3 +155,35 @@ def test_a_node_whose_shard_of_a_log_moved_away_does_not_stop_behind_its_truncat
     _behind_truncation) and goes on from the log's first position."""
     r, _ = nodes.run(131, slow=True)
     assert r.failures == [] and r.violations == []
+
+
+def test_a_node_paused_past_its_session_in_its_start_goes_on_when_it_wakes() -> None:
+    """Nodes paused (make sim PAUSES=1), seed 15: node 0 is paused (SIGSTOP) while it
+    starts, past its ZooKeeper session timeout; when it wakes its session has expired, and
+    a read of ZooKeeper in its start fails (SessionExpiredError) before kazoo has a new
+    one. The start used to end there and the node never served; it now makes such a step
+    again once ZooKeeper answers (runtime/process.py through_zk_loss). Without that
+    ("start-once"), the node stays behind the logs to the end."""
+    r, counts = nodes.run(15, slow=True, pauses=True)
+    assert r.failures == [] and r.violations == []
+    assert counts["nodes paused"] > 0
+    r, _ = nodes.run(15, broken="start-once", slow=True, pauses=True)
+    assert any("SessionExpiredError" in f for f in r.failures), r.failures[:1]
+    assert r.violations and "nodes applied only up to" in r.violations[0], r.violations[:1]
+
+
+def test_a_rebuild_shard_by_shard_behind_the_logs_heads_is_caught() -> None:
+    """The moves' model's last variant, on the real code: a rebuild shard by shard whose
+    copies are taken wherever their sources stand (storage_node/rebuild.py by_shard given
+    no heads). Seed 61 with slow links and nodes paused: a peer is paused a moment before
+    node 2 loses its disk, so node 2's last published position of log 0 is past the
+    peer's; node 2 holds shards no single peer holds all of and is rebuilt shard by shard,
+    one copy taken from the paused peer after it wakes, behind that position; the peer then
+    catches up and publishes, and log 0 is truncated past the copy before node 2 (itself
+    paused a while) reads on: node 2 stops behind the truncation. As built, the copies
+    stand at or past the heads the rebuild began with, and the seed passes."""
+    r, _ = nodes.run(61, slow=True, pauses=True)
+    assert r.failures == [] and r.violations == []
+    r, _ = nodes.run(61, broken="by-shard-behind", slow=True, pauses=True)
+    assert r.failures == []
+    assert r.violations and "behind a truncation" in r.violations[0], r.violations[:1]

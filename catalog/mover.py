@@ -16,7 +16,6 @@ import grpc
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from catalog import failure_domains, registry, replica_sets, shard_moves
-from catalog.routing import log_of
 from midtown_pb import kv_pb2 as pb
 from runtime import world
 from runtime.stubs import Calls
@@ -157,7 +156,7 @@ def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, i
                calls: Calls, deadline: float) -> dict[int, int]:
     """Each of `nodes`' position in the shard's log, from those that answer by `deadline`."""
     live = registry.members(zk, registry.STORAGE_NODES)
-    lg = log_of(shard, kv.logs)
+    lg = registry.read_log_map(zk, kv).log_of(shard)
     out = {}
     for n in nodes:
         left = min(STATUS_TIMEOUT_S, deadline - world.monotonic())

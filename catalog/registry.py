@@ -5,6 +5,9 @@ log/zk.py):
   /midtown/replica_sets            {"replicas": R, "sets": [[node ids] per shard]}  (versioned;
                                    absent: every member holds every shard; catalog/replica_sets.py)
   /midtown/replica_sets_history/change-N   each version as written, with when and why
+  /midtown/log_map                 {"logs": L, "of": [log per shard], "handoffs": [...]} (versioned;
+                                   absent: shard mod L; catalog/log_map.py)
+  /midtown/log_map_history/change-N        each version as written, with when and why
   /midtown/moves/<shard>           a shard move under way (catalog/shard_moves.py), versioned;
                                    null once it ended (ENDED: the record stays)
   /midtown/published/<id>          storage node <id> has published positions into the logs
@@ -29,8 +32,9 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from catalog import machines, replica_sets, shard_moves
+from catalog import log_map, machines, replica_sets, shard_moves
 from catalog.failure_domains import Domains, PlacementError
+from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from runtime import world
@@ -41,6 +45,8 @@ STORAGE_NODES = "/midtown/storage_nodes"
 COORDINATORS = "/midtown/coordinators"
 REPLICA_SETS = "/midtown/replica_sets"
 REPLICA_SETS_HISTORY = "/midtown/replica_sets_history"
+LOG_MAP = "/midtown/log_map"  # catalog/log_map.py; none written: shard mod logs
+LOG_MAP_HISTORY = "/midtown/log_map_history"
 MOVES = "/midtown/moves"
 # A child per storage node id that has ever published its positions into the logs (made
 # before its first publication): one that starts on an empty store while its id has one
@@ -124,12 +130,45 @@ def watch_replica_sets(zk: KazooClient, seen: Callable[[ReplicaSets], None]) -> 
     """Call `seen` with the replica sets each time ZooKeeper's change (and after a session
     is re-established: kazoo's DataWatch reads again); nothing while none are written. The
     znode is never deleted, so its version only grows: a reader keeps the newest it saw."""
+    _watch_versioned(zk, REPLICA_SETS, lambda d, v: seen(replica_sets.from_json(d, v)))
 
+
+def _watch_versioned(zk: KazooClient, path: str, seen: Callable[[Any, int], None]) -> None:
     def changed(data: bytes | None, stat: Any) -> None:
         if data is not None and stat is not None:
-            seen(replica_sets.from_json(json.loads(data), stat.version))
+            seen(json.loads(data), stat.version)
 
-    zk.DataWatch(REPLICA_SETS, changed)
+    zk.DataWatch(path, changed)
+
+
+def read_log_map(zk: KazooClient, kv: KvTopology, log_count: int | None = None) -> LogMap:
+    """Which log carries each shard (catalog/log_map.py), as ZooKeeper holds it; when none
+    is written, shard mod the key-value logs (`kv.logs`, at most the log service's
+    `log_count`)."""
+    try:
+        data, stat = zk.get(LOG_MAP)
+    except NoNodeError:
+        return log_map.first(kv.shards, min(kv.logs, log_count or kv.logs))
+    return log_map.from_json(json.loads(data), stat.version)
+
+
+def watch_log_map(zk: KazooClient, seen: Callable[[LogMap], None]) -> None:
+    """Call `seen` with the shard -> log map each time it changes (as watch_replica_sets);
+    nothing while none is written (the first map, shard mod logs, holds)."""
+    _watch_versioned(zk, LOG_MAP, lambda d, v: seen(log_map.from_json(d, v)))
+
+
+def write_log_map(zk: KazooClient, m: LogMap, why: str) -> None:
+    """Write `m` over the version it was read at (-1: none written yet) and its history
+    entry, in one transaction: BadVersionError/NodeExistsError when another change came
+    first, and nothing is written."""
+    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(m), None if m.version < 0 else m.version,
+                     why)
+
+
+def log_map_history(zk: KazooClient) -> list[dict[str, Any]]:
+    """Every version of the shard -> log map written, oldest first, with when and why."""
+    return _history(zk, LOG_MAP_HISTORY)
 
 
 def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> ReplicaSets:
@@ -162,14 +201,18 @@ def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> Replic
 
 def replica_sets_history(zk: KazooClient) -> list[dict[str, Any]]:
     """Every version of the replica sets written, oldest first, with when and why."""
+    return _history(zk, REPLICA_SETS_HISTORY)
+
+
+def _history(zk: KazooClient, path: str) -> list[dict[str, Any]]:
     try:
-        names = sorted(zk.get_children(REPLICA_SETS_HISTORY))
+        names = sorted(zk.get_children(path))
     except NoNodeError:
         return []
     out = []
     for n in names:
         try:
-            data, _ = zk.get(f"{REPLICA_SETS_HISTORY}/{n}")
+            data, _ = zk.get(f"{path}/{n}")
         except NoNodeError:
             continue
         out.append(json.loads(data))
@@ -182,21 +225,29 @@ def _write_sets(zk: KazooClient, sets: ReplicaSets, version: int | None, why: st
     in one ZooKeeper transaction, with a move's new state (its record's version; the
     record marked ENDED when the move is done): BadVersionError/NodeExistsError when
     another change came first, and nothing is written."""
-    data = json.dumps(replica_sets.to_json(sets)).encode()
-    zk.ensure_path(REPLICA_SETS_HISTORY)
+    def more(tx: Any) -> None:
+        if move is not None:
+            m, move_version = move
+            tx.set_data(f"{MOVES}/{m.shard}", ENDED if m.phase == shard_moves.DONE else _move_json(m),
+                        version=move_version if move_version is not None else -1)
+    _write_versioned(zk, REPLICA_SETS, REPLICA_SETS_HISTORY, replica_sets.to_json(sets), version, why, more)
+
+
+def _write_versioned(zk: KazooClient, path: str, history: str, body: dict[str, Any], version: int | None,
+                     why: str, more: Callable[[Any], None] | None = None) -> None:
+    """Write `body` at `path` over `version` (None: create it) and its entry in `history`,
+    with `more`'s operations, in one transaction (_commit)."""
+    data = json.dumps(body).encode()
+    zk.ensure_path(history)
     tx = zk.transaction()
     if version is None:
-        tx.create(REPLICA_SETS, data)
+        tx.create(path, data)
     else:
-        tx.set_data(REPLICA_SETS, data, version=version)
-    entry = {"version": 0 if version is None else version + 1, "at_ms": world.wall_ms(),
-             "why": why, **replica_sets.to_json(sets)}
-    tx.create(f"{REPLICA_SETS_HISTORY}/change-", json.dumps(entry).encode(), sequence=True)
-    if move is not None:
-        m, move_version = move
-        path = f"{MOVES}/{m.shard}"
-        tx.set_data(path, ENDED if m.phase == shard_moves.DONE else _move_json(m),
-                    version=move_version if move_version is not None else -1)
+        tx.set_data(path, data, version=version)
+    entry = {"version": 0 if version is None else version + 1, "at_ms": world.wall_ms(), "why": why, **body}
+    tx.create(f"{history}/change-", json.dumps(entry).encode(), sequence=True)
+    if more is not None:
+        more(tx)
     _commit(tx)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from catalog import failure_domains
 from catalog.failure_domains import Domains, PlacementError
-from catalog.routing import log_of
+from catalog.log_map import LogMap
 
 REPLICAS_DEFAULT = 3
 REPLICAS_MAX = 9
@@ -43,15 +43,15 @@ class ReplicaSets:
     def shards_of(self, node_id: int) -> tuple[int, ...]:
         return tuple(s for s, nodes in enumerate(self.sets) if node_id in nodes)
 
-    def nodes_of_log(self, log_id: int, logs: int) -> tuple[int, ...]:
+    def nodes_of_log(self, log_id: int, log_map: LogMap) -> tuple[int, ...]:
         """The nodes that hold a shard that travels in `log_id` (its truncation waits for
         them, and for them only)."""
-        return tuple(sorted({n for s, nodes in enumerate(self.sets) if log_of(s, logs) == log_id
+        return tuple(sorted({n for s, nodes in enumerate(self.sets) if log_map.log_of(s) == log_id
                              for n in nodes}))
 
-    def logs_of(self, node_id: int, logs: int) -> tuple[int, ...]:
+    def logs_of(self, node_id: int, log_map: LogMap) -> tuple[int, ...]:
         """The logs that carry one of `node_id`'s shards (the only ones it tails)."""
-        return tuple(sorted({log_of(s, logs) for s in self.shards_of(node_id)}))
+        return log_map.logs_of(self.shards_of(node_id))
 
 
 def with_set(sets: ReplicaSets, shard: int, nodes: Iterable[int]) -> ReplicaSets:

@@ -19,13 +19,10 @@ def shard_of(dataset_id: str, partition_key: bytes, shards: int) -> int:
 
 
 def log_of(shard: int, logs: int) -> int:
+    """The first shard -> log map's rule (catalog/log_map.py first), which a cluster keeps
+    until a shard is handed over to another log."""
     assert logs >= 1
     return shard % logs
-
-
-def shards_of_log(log_id: int, shards: int, logs: int) -> tuple[int, ...]:
-    """The shards that travel in `log_id`."""
-    return tuple(s for s in range(shards) if log_of(s, logs) == log_id)
 
 
 def answers_for(node_id: int, shard: int, members: Iterable[int], replicas: int) -> bool:

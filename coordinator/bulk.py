@@ -14,7 +14,8 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from catalog.routing import log_of, shard_of
+from catalog.log_map import LogMap
+from catalog.routing import shard_of
 from midtown_pb import kv_pb2 as pb
 
 _SHARD = struct.Struct(">I")
@@ -53,7 +54,7 @@ def _by_shard(dataset_id: str, pkeys: list[bytes], shards: int) -> dict[int, lis
 
 
 def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-         groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int, kv_logs: int,
+         groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int, log_map: LogMap,
          request_id: bytes, callback: str, bytes_max: int,
          beside: Callable[[int, int], bool] = lambda log_id, shard: False,
          secret: Callable[[bytes], int] = lambda request_id: 0) -> list[Planned]:
@@ -64,10 +65,10 @@ def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
     (Record.answered_beside); `secret(request id)`: a record's answer secret
     (Record.answer_secret)."""
     out: list[Planned] = []
-    _plan_groups(dataset_id, default_ttl_ms, window_ms, max_ids, groups, shards, kv_logs,
+    _plan_groups(dataset_id, default_ttl_ms, window_ms, max_ids, groups, shards, log_map,
                  request_id, callback, bytes_max, beside, secret, out)
     if puts.partition_keys:
-        _plan_puts(dataset_id, default_ttl_ms, window_ms, max_ids, puts, len(groups), shards, kv_logs,
+        _plan_puts(dataset_id, default_ttl_ms, window_ms, max_ids, puts, len(groups), shards, log_map,
                    request_id, callback, bytes_max, beside, secret, out)
     return out
 
@@ -88,7 +89,7 @@ def _chunks(idx: list[int], size_of: Callable[[int], int], bytes_max: int) -> It
 
 
 def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-               puts: pb.PutColumns, first: int, shards: int, kv_logs: int, request_id: bytes,
+               puts: pb.PutColumns, first: int, shards: int, log_map: LogMap, request_id: bytes,
                callback: str, bytes_max: int, beside: Callable[[int, int], bool],
                secret: Callable[[bytes], int], out: list[Planned]) -> None:
     pkeys, lkeys, values = list(puts.partition_keys), list(puts.local_keys), list(puts.values)
@@ -98,7 +99,7 @@ def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: in
         return len(pkeys[i]) + len(lkeys[i]) + len(values[i]) + (len(eids[i]) if eids else 0) + 24
 
     for shard, idx in sorted(_by_shard(dataset_id, pkeys, shards).items()):
-        log_id = log_of(shard, kv_logs)
+        log_id = log_map.log_of(shard)
         answered_beside = beside(log_id, shard)
         for part in _chunks(idx, size_of, bytes_max):
             rid = record_request_id(request_id, shard, len(out))
@@ -115,12 +116,12 @@ def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: in
 
 
 def _plan_groups(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-                 groups: list[pb.WriteGroup], shards: int, kv_logs: int, request_id: bytes,
+                 groups: list[pb.WriteGroup], shards: int, log_map: LogMap, request_id: bytes,
                  callback: str, bytes_max: int, beside: Callable[[int, int], bool],
                  secret: Callable[[bytes], int], out: list[Planned]) -> None:
     by_shard = _by_shard(dataset_id, [g.partition_key for g in groups], shards)
     for shard, idx in sorted(by_shard.items()):
-        log_id = log_of(shard, kv_logs)
+        log_id = log_map.log_of(shard)
         answered_beside = beside(log_id, shard)
         for part in _chunks(idx, lambda i: groups[i].ByteSize() + 8, bytes_max):
             rid = record_request_id(request_id, shard, len(out))

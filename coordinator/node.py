@@ -17,8 +17,10 @@ from prometheus_client import Counter
 
 from catalog import registry
 from catalog.datasets import Dataset
+from catalog.log_map import LogMap
+from catalog.log_map import first as first_log_map
 from catalog.registry import KvTopology
-from catalog.routing import log_of, shard_of
+from catalog.routing import shard_of
 from coordinator import eventual, limits
 from coordinator.admission import Admission
 from coordinator.answers import Answers
@@ -78,10 +80,11 @@ class Appending:
 class Coordinator:
     def __init__(self, coord_id: int, addr: str, logs: LogClient, log_count: int, kv: KvTopology,
                  callback_addr: str = "", local_log: inprocess.Local[LocalLog] | None = None,
-                 storage_link: StorageLink | None = None) -> None:
+                 storage_link: StorageLink | None = None, log_map: LogMap | None = None) -> None:
         """A coordinator from its parts, with no I/O of its own (Coordinator.open opens
-        them): `logs`, the log client (and its ZooKeeper session, logs.zk); `log_count` and
-        `kv`, the topology as read at start."""
+        them): `logs`, the log client (and its ZooKeeper session, logs.zk); `log_count`,
+        `kv` and `log_map` (which log carries each shard; None: shard mod the key-value
+        logs), the topology as read at start."""
         self.coord_id = coord_id
         self.addr = addr  # where clients call it (registered in ZooKeeper)
         self.callback_addr = callback_addr or addr  # where storage nodes answer it
@@ -92,7 +95,7 @@ class Coordinator:
         self.zk = self.logs.zk
         self.log_count = log_count
         self.kv = kv
-        self.kv_logs = min(kv.logs, self.log_count)  # shards spread over logs 0..kv_logs-1
+        self.log_map = log_map or first_log_map(kv.shards, min(kv.logs, self.log_count))
         self.admission = Admission(self.zk)
         self.replicas = Replicas(self.zk, storage_link)
         self._appenders: dict[int, Appender] = {}
@@ -116,7 +119,9 @@ class Coordinator:
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise SystemExit("no key-value topology in ZooKeeper (midtown cluster init)")
-        return cls(coord_id, addr, logs, logs.topology().logs, kv, callback_addr, local_log, storage_link)
+        log_count = logs.topology().logs
+        return cls(coord_id, addr, logs, log_count, kv, callback_addr, local_log, storage_link,
+                   registry.read_log_map(logs.zk, kv, log_count))
 
     def start(self) -> None:
         self.admission.start()
@@ -192,8 +197,13 @@ class Coordinator:
                         f"the limit is {limits.RECORD_BYTES_MAX}")
         return payload
 
+    @property
+    def kv_logs(self) -> int:
+        """The logs that carry shards (the first kv_logs of the cluster's)."""
+        return self.log_map.logs
+
     def log_of(self, rec: Record) -> int:
-        return log_of(rec.shard, self.kv_logs)
+        return self.log_map.log_of(rec.shard)
 
     def execute(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op],
                 deadline_s: float) -> RecordResult:
@@ -365,7 +375,7 @@ class Coordinator:
         """A strong read's log and the storage read it asks for (Refusal: a bad key)."""
         check_partition(pkey, "key.partition")
         shard = shard_of(d.id, pkey, self.kv.shards)
-        return log_of(shard, self.kv_logs), pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey,
+        return self.log_map.log_of(shard), pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey,
                                                            op=codec.op_to_pb(op))
 
     def read_round(self, log_id: int, reqs: list[pb.ReadRequest]) -> list[pb.ReadResponse] | None:

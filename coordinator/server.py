@@ -22,7 +22,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
 
 from catalog.datasets import Dataset
-from catalog.routing import log_of, shard_of
+from catalog.routing import shard_of
 from coordinator import bulk, eventual, limits
 from coordinator import many as many_run
 from coordinator.checks import (
@@ -307,7 +307,7 @@ class KVService:
             check_event_id(g.event_id, f"{f}.event_id")
             check_batch(g.ops, f"{f}.ops", partial(_bulk_op, prefix=f"{f}."))
         planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
-                            req.puts, self.c.kv.shards, self.c.kv_logs, self.c.request_id(req.header),
+                            req.puts, self.c.kv.shards, self.c.log_map, self.c.request_id(req.header),
                             self.c.callback_addr, limits.BULK_RECORD_BYTES, self.c.answered_beside,
                             self.c.answers.secret)
         results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],
@@ -396,7 +396,7 @@ class KVService:
         if req.from_now:  # one ReadIndex round per log, for all its shards
             by_log: dict[int, int] = {}
             for s in [only] if only is not None else range(shards):
-                lg = log_of(s, self.c.kv_logs)
+                lg = self.c.log_map.log_of(s)
                 if lg not in by_log:
                     by_log[lg] = self._min_position(s, pb.STRONG)
                 starts[s] = by_log[lg]
@@ -409,7 +409,7 @@ class KVService:
         # layout): it applies as the writer commits, where the others' Read streams linger.
         return self.c.replicas.watch(
             sreq, self._deadline(ctx), lambda: ctx.is_active(),
-            lambda shard: self.c.replicas.beside(self.c.logs.writer_addr(log_of(shard, self.c.kv_logs))))
+            lambda shard: self.c.replicas.beside(self.c.logs.writer_addr(self.c.log_map.log_of(shard))))
 
     def _shard_read(self, header: pb.RequestHeader, shard: int, d: Dataset | None,
                     token: bytes) -> tuple[Dataset, pb.ScanCursor | None]:
@@ -438,7 +438,7 @@ class KVService:
         0 for an eventual read."""
         if consistency != pb.STRONG:
             return 0
-        idx = self.c.read_index(log_of(shard, self.c.kv_logs))
+        idx = self.c.read_index(self.c.log_map.log_of(shard))
         if idx is None:
             raise Refusal(Code.UNAVAILABLE, "the shard's log did not answer; retry")
         return idx + 1

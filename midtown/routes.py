@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from catalog.routing import log_of, shard_of
+from catalog.routing import shard_of
 from runtime import world
 
 # The operations routed: those that append a record, and strong gets (routed()).
@@ -49,12 +49,12 @@ log = logging.getLogger("midtown.routes")
 
 class Table(NamedTuple):
     shards: int
-    logs: int  # the key-value store's logs (0..logs-1)
+    log_of: tuple[int, ...]  # each shard's log (catalog/log_map.py)
     dataset_ids: dict[str, str]  # name -> id (name#incarnation): a shard depends on it
     beside: dict[int, str]  # log -> the coordinator beside its writer
 
 
-EMPTY = Table(1, 1, {}, {})
+EMPTY = Table(1, (0,), {}, {})
 
 
 def beside_writers(writers: dict[int, str], coordinators: Iterable[Any]) -> dict[int, str]:
@@ -71,7 +71,7 @@ def route(t: Table, dataset: str, partition_key: bytes) -> str | None:
     if not t.beside:
         return None
     d = t.dataset_ids.get(dataset)
-    return None if d is None else t.beside.get(log_of(shard_of(d, partition_key, t.shards), t.logs))
+    return None if d is None else t.beside.get(t.log_of[shard_of(d, partition_key, t.shards)])
 
 
 def read_table(zk: Any, names: Iterable[str]) -> Table:
@@ -82,12 +82,12 @@ def read_table(zk: Any, names: Iterable[str]) -> Table:
     kv, topology = registry.read_kv(zk), log_zk.read_topology(zk)
     if kv is None or topology is None:
         return EMPTY
-    logs = min(kv.logs, topology.logs)
+    m = registry.read_log_map(zk, kv, topology.logs)
     coordinators = registry.children_json(zk, registry.COORDINATORS).values()
     if not any(isinstance(c, dict) and c.get("log") for c in coordinators):
-        return Table(kv.shards, logs, {}, {})  # nothing beside a log server: no reads more
+        return Table(kv.shards, m.of, {}, {})  # nothing beside a log server: no reads more
     writers = {}
-    for i in range(logs):
+    for i in range(m.logs):
         w = log_zk.read_writer(zk, i)
         if w is not None and isinstance(w.get("addr"), str):
             writers[i] = w["addr"]
@@ -96,7 +96,7 @@ def read_table(zk: Any, names: Iterable[str]) -> Table:
         d = datasets.get(zk, name)
         if d is not None:
             ids[name] = d.id
-    return Table(kv.shards, logs, ids, beside_writers(writers, coordinators))
+    return Table(kv.shards, m.of, ids, beside_writers(writers, coordinators))
 
 
 class Routes:

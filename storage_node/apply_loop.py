@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import grpc
 
 from catalog import registry
-from catalog.routing import answers_for, log_of, shards_of_log
+from catalog.routing import answers_for
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
 from record import codec
@@ -126,7 +126,7 @@ class ApplyLoop:
 
         def needed() -> bool:  # a shard of the log it holds, or takes in by a move under way
             return any(s.holds(x) or (x in incoming and x in s.marks)
-                       for x in shards_of_log(log_id, s.kv.shards, s.kv_logs))
+                       for x in s.log_map.shards_of_log(log_id))
         if not needed():
             try:
                 first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
@@ -258,9 +258,9 @@ class ApplyLoop:
         shard's records between, read from the log), mark it, and start tailing the log
         if this node does not. Returns the position the copy stands at."""
         s = self.state
-        log_id = log_of(shard, s.kv_logs)
+        log_id = s.log_of(shard)
         with self._mutex:
-            others = any(s.applies_shard(x) for x in shards_of_log(log_id, s.kv.shards, s.kv_logs)
+            others = any(s.applies_shard(x) for x in s.log_map.shards_of_log(log_id)
                          if x != shard)
             tail = shard_copy.tail(s.positions[log_id][0], log_id in self._follows, others)
             view = BatchView(s.store)
@@ -312,7 +312,7 @@ class ApplyLoop:
         """Delete everything of `shard` here (a copy whose move was given up, or a shard
         this node no longer holds), with its mark, in one batch."""
         s = self.state
-        log_id = log_of(shard, s.kv_logs)
+        log_id = s.log_of(shard)
         with self._mutex:
             view = BatchView(s.store)
             view.drop_shard(shard, log_id)
@@ -338,7 +338,7 @@ class ApplyLoop:
         retention_ms = round(self.state.settings.change_retention_s * 1000)
 
         def cutoff(shard: int) -> int:
-            lg = log_of(shard, self.state.kv_logs)
+            lg = self.state.log_of(shard)
             return new.get(lg, self.state.positions[lg])[1] - retention_ms
         self.state.reclaimed += view.reclaim_changes(cutoff, reclaim.RECLAIM_BATCH_MAX)
 

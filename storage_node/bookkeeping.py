@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 from catalog import datasets, registry, shard_moves
 from catalog import usage as usage_reports
-from catalog.routing import log_of, shards_of_log
 from log.client import LogError
 from midtown_pb import kv_pb2 as pb
 from record import codec
@@ -74,6 +73,7 @@ class Bookkeeping:
         # seen in the sets it wrote (a copy is dropped only when neither names it).
         s.moves = {shard: m for shard, (m, _) in registry.read_moves(s.zk).items()}
         s.learn_sets(registry.read_replica_sets(s.zk, s.kv))
+        s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
         self._drop_shards_not_held()
         self._append_drops()
         durable = durable_positions(s)
@@ -113,7 +113,7 @@ class Bookkeeping:
         low = truncation_point(s.member_positions, log_id, self._holders(log_id))
         if log_id >= s.kv_logs:
             return low
-        moves = [m for m in s.moves.values() if log_of(m.shard, s.kv_logs) == log_id]
+        moves = [m for m in s.moves.values() if s.log_of(m.shard) == log_id]
         dests = {m.dest: p for m in moves if (p := s.member_positions.get((log_id, m.dest))) is not None}
         return shard_moves.truncation_point(low, moves, dests)
 
@@ -140,7 +140,7 @@ class Bookkeeping:
         s = self.state
         if log_id >= s.kv_logs:
             return s.kv.storage_nodes
-        return tuple(n for n in s.sets.nodes_of_log(log_id, s.kv_logs) if n in s.kv.storage_nodes)
+        return tuple(n for n in s.sets.nodes_of_log(log_id, s.log_map) if n in s.kv.storage_nodes)
 
     def _append_drops(self) -> None:
         """Put a drop record for each dataset dropped more than DROP_DELAY_S ago into every
@@ -160,7 +160,7 @@ class Bookkeeping:
                     # not truncated past a member), so the note has done its work.
                     datasets.forget_drop(s.zk, dataset_id)
                 for log_id in pending:
-                    shards = shards_of_log(log_id, s.kv.shards, s.kv_logs)
+                    shards = s.log_map.shards_of_log(log_id)
                     rec = Record(b"", "", dataset_id, shards[0] if shards else 0, b"", (Drop(shards),))
                     s.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
         except Exception as e:  # ZooKeeper or a log unavailable: the next interval tries again

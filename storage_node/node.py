@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import grpc
 
 from catalog import registry
+from catalog.log_map import LogMap
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
-from catalog.routing import log_of
 from log.client import LocalLog, LogClient, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import inprocess, loops, world
@@ -53,6 +53,7 @@ class Parts:
     store: NodeStore
     kv: KvTopology
     log_count: int  # every log of the cluster
+    log_map: LogMap  # which key-value log carries each shard
     sets: ReplicaSets
     data_dir: str  # where its store is, and its scans' checkpoints go
 
@@ -71,15 +72,15 @@ class StorageNode:
         settings = settings or Settings()
         self.data_dir = parts.data_dir
         store, logs, kv = parts.store, parts.logs, parts.kv
-        self.state = s = NodeState(node_id, settings, logs, store, kv, parts.log_count,
-                                   min(kv.logs, parts.log_count), parts.sets)
+        self.state = s = NodeState(node_id, settings, logs, store, kv, parts.log_count, parts.log_map,
+                                   parts.sets)
         s.reload_positions()
         if peers is not None:
             s.peer_calls = peers
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, parts.data_dir, s.commit_lock, s.cond, s.positions,
-                           lambda: s.kv, s.kv_logs, s.holds)
-        self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.kv, s.kv_logs, s.holds, s.stop)
+                           lambda: s.kv, lambda: s.log_map, s.holds)
+        self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.log_map, s.holds, s.stop)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
                                         lambda: s.sets, s.stop, s.peer_calls)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
@@ -105,8 +106,9 @@ class StorageNode:
                 shutil.rmtree(os.path.join(data_dir, old), ignore_errors=True)
         store = NodeStore(os.path.join(data_dir, "state.db"))
         sets = registry.read_replica_sets(logs.zk, kv)
-        return cls(node_id, addr, Parts(logs, store, kv, log_count, sets, data_dir), settings, on_fatal,
-                   local_log, answers)
+        log_map = registry.read_log_map(logs.zk, kv, log_count)
+        return cls(node_id, addr, Parts(logs, store, kv, log_count, log_map, sets, data_dir), settings,
+                   on_fatal, local_log, answers)
 
     @property
     def node_id(self) -> int:
@@ -174,7 +176,7 @@ class StorageNode:
                 else:
                     # At or past the heads as the rebuild's copies are (its logs' heads when
                     # this try began: storage_node/bootstrap.py behind)
-                    heads = rebuild.known_heads(shards, {lg: h for lg, (_, h) in bounds.items()}, s.kv_logs)
+                    heads = rebuild.known_heads(shards, {lg: h for lg, (_, h) in bounds.items()}, s.log_map)
                     bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls)
                     s.reload_positions()
                     behind = bootstrap.behind({lg: p for lg, (p, _) in s.positions.items()}, heads)
@@ -303,7 +305,7 @@ class StorageNode:
             oldest = next(iter(s.store.oldest_events(shard, dataset, 1)), None)
             out.event_ids.append(pb.EventIds(dataset=dataset, shard=shard, ids=n,
                                              oldest_ms=oldest[3] if oldest is not None else 0,
-                                             log_time_ms=s.positions[log_of(shard, s.kv_logs)][1]))
+                                             log_time_ms=s.positions[s.log_of(shard)][1]))
         for shard, lg, pos, digest in s.shard_digests():
             out.shards.append(pb.ShardState(shard=shard, log_id=lg, position=pos, digest=digest))
         return out

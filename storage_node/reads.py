@@ -16,7 +16,8 @@ import grpc
 from rocksdict import Checkpoint, Options, Rdict
 
 from catalog import registry
-from catalog.routing import check_shard, log_of
+from catalog.log_map import LogMap
+from catalog.routing import check_shard
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Behind, Record
@@ -92,7 +93,7 @@ def check_held(node_id: int, shard: int, shards: int, holds: Callable[[int], boo
 class Reads:
     def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
-                 kv: Callable[[], registry.KvTopology], kv_logs: int,
+                 kv: Callable[[], registry.KvTopology], log_map: Callable[[], LogMap],
                  holds: Callable[[int], bool]) -> None:
         """`positions`: the node's (next position, log time) per log, updated by its applier
         under `commit_lock`, which notifies `cond`; `holds(shard)`: whether this node holds
@@ -104,7 +105,7 @@ class Reads:
         self.cond = cond
         self.positions = positions
         self.kv = kv
-        self.kv_logs = kv_logs
+        self.log_map = log_map
         self.holds = holds
         self.views = Views(data_dir, self._take_checkpoint, world.monotonic)
 
@@ -114,7 +115,7 @@ class Reads:
         self._check_held(req.shard, field)
         if req.op.WhichOneof("op") not in ("get", "scan"):
             raise BadRequest(f"{field}op: only get and scan read a replica")
-        log_id = log_of(req.shard, self.kv_logs)
+        log_id = self.log_map().log_of(req.shard)
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
         op = codec.op_from_pb(req.op)
@@ -158,7 +159,7 @@ class Reads:
         checkpoint taken once the shard's log is applied up to req.min_position. The caller
         reads the pairs before it does anything else (the checkpoint goes with them)."""
         self._check_held(req.shard)
-        log_id = log_of(req.shard, self.kv_logs)
+        log_id = self.log_map().log_of(req.shard)
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         cm = self._checkpointed()
         db = cm.__enter__()
@@ -240,7 +241,7 @@ class Reads:
             except ViewGone as e:
                 raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, str(e), field="token") from None
         self._check_held(shard)
-        log_id = log_of(shard, self.kv_logs)
+        log_id = self.log_map().log_of(shard)
         self.wait_applied(log_id, min_position, wait_ms)
         try:
             view = self.views.open(log_id, min_position)
@@ -261,7 +262,7 @@ class Reads:
         page's items as one Arrow record batch (storage_node/arrow_pages.py)."""
         prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
         n = len(prefix)
-        ts = view.position(log_of(cur.shard, self.kv_logs))[1]
+        ts = view.position(self.log_map().log_of(cur.shard))[1]
         items: list[pb.ShardItem] = []
         raw = arrow_pages.Page()
         size = 0
@@ -305,12 +306,13 @@ class Reads:
                 self.cond.wait(left)
 
     def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
-        if not 0 <= req.log_id < self.kv_logs:
+        m = self.log_map()
+        if not 0 <= req.log_id < m.logs:
             raise BadRequest(f"log_id: log {req.log_id} carries no key-value data "
-                             f"(logs 0..{self.kv_logs - 1} do)")
+                             f"(logs 0..{m.logs - 1} do)")
         self.wait_applied(req.log_id, req.min_position, req.wait_ms)
         for i, r in enumerate(req.requests):
-            if r.shard < self.kv().shards and log_of(r.shard, self.kv_logs) != req.log_id:
+            if r.shard < self.kv().shards and m.log_of(r.shard) != req.log_id:
                 raise BadRequest(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
         return pb.ReadManyResponse(
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])

@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping
 import grpc
 
 from catalog import registry
+from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
-from catalog.routing import log_of
 from catalog.shard_moves import Move
 from runtime import world
 from storage_node import bootstrap, shard_copy
@@ -53,11 +53,11 @@ def wanted(node_id: int, sets: ReplicaSets, moves: Mapping[int, Move]) -> tuple[
     return sorted(sets.shards_of(node_id)), moving
 
 
-def known_heads(shards: list[int], heads: Mapping[int, int | None], kv_logs: int) -> dict[int, int]:
+def known_heads(shards: list[int], heads: Mapping[int, int | None], log_map: LogMap) -> dict[int, int]:
     """The heads of the logs that carry `shards`; BootstrapFailed naming the logs whose
     head no log server told (a copy could then be taken behind a position this node
     published before, and the log truncated past its tail)."""
-    logs = sorted({log_of(x, kv_logs) for x in shards})
+    logs = log_map.logs_of(shards)
     unknown = [lg for lg in logs if heads.get(lg) is None]
     if unknown:
         raise bootstrap.BootstrapFailed(f"no log server answered with the head of logs {unknown}")
@@ -70,16 +70,16 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     head in `heads` (log -> next position when the rebuild began, None if unknown: then
     BootstrapFailed before anything is deleted). BootstrapFailed when a shard has no
     replica that gives a whole copy by `deadline` (world.monotonic)."""
-    known = known_heads(shards, heads, s.kv_logs)
+    known = known_heads(shards, heads, s.log_map)
     bootstrap.begin(s.store.db, s.store.sync)
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
     for i, shard in enumerate(shards):
-        copies[shard] = _copy(s, shard, known[log_of(shard, s.kv_logs)], receive, deadline)
+        copies[shard] = _copy(s, shard, known[s.log_of(shard)], receive, deadline)
         log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(shards), shard, copies[shard][0])
     view = BatchView(s.store)
     tails: dict[int, tuple[int, int]] = {}
-    for lg in sorted({log_of(x, s.kv_logs) for x in copies}):
-        mine = {x: p for x, (p, _) in copies.items() if log_of(x, s.kv_logs) == lg}
+    for lg in s.log_map.logs_of(copies):
+        mine = {x: p for x, (p, _) in copies.items() if s.log_of(x) == lg}
         tail, marks = shard_copy.rebuild(mine)
         tails[lg] = (tail, min(ts for p, ts in copies.values() if p == tail))
         view.marks.update(marks)
@@ -106,7 +106,7 @@ def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float
                 log.warning("rebuild: copying shard %d from node %d: %s", shard, n, msg)
                 errors.append(f"node {n}: {msg}")
                 view = BatchView(s.store)  # what the failed try left
-                view.drop_shard(shard, log_of(shard, s.kv_logs))
+                view.drop_shard(shard, s.log_of(shard))
                 view.commit({})
         if world.monotonic() > deadline:
             raise bootstrap.BootstrapFailed(f"no replica of shard {shard} gave a whole copy ("

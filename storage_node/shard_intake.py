@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from catalog import registry
-from catalog.routing import check_shard, log_of
+from catalog.routing import check_shard
 from midtown_pb import kv_pb2 as pb
 from runtime import world
 from runtime.refusals import BadRequest, Refusal
@@ -68,7 +68,7 @@ class Intake:
     def _copy(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
         s, shard = self.state, req.shard
         self._check_moving_here(shard)
-        log_id = log_of(shard, s.kv_logs)
+        log_id = s.log_of(shard)
         if shard in s.marks:  # installed by an earlier call: publish again and say so
             self._publish(log_id)
             done = pb.CopyShardResponse(position=s.marks[shard], installed_before=True)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from kazoo.client import KazooClient
 
 from catalog import registry
+from catalog.log_map import LogMap
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
-from catalog.routing import log_of
 from catalog.shard_moves import Move
 from log.client import LogClient
 from midtown_pb import kv_pb2_grpc
@@ -36,7 +36,9 @@ class NodeState:
     store: NodeStore
     kv: KvTopology  # shards, members and logs; re-read by the bookkeeping rounds
     log_count: int  # every log of the cluster
-    kv_logs: int  # the logs that carry shards (the first kv_logs of them)
+    # Which of the key-value logs (the first log_map.logs of them) carries each shard;
+    # re-read with kv by the bookkeeping rounds (learn_log_map)
+    log_map: LogMap
     sets: ReplicaSets  # which nodes hold each shard; watched, and re-read with kv (learn_sets)
     # log -> (next position to apply, log time of the last applied entry), as durable as
     # the last batch committed.
@@ -62,6 +64,19 @@ class NodeState:
     @property
     def zk(self) -> KazooClient:
         return self.logs.zk
+
+    @property
+    def kv_logs(self) -> int:
+        """The logs that carry shards: the first kv_logs of the cluster's."""
+        return self.log_map.logs
+
+    def log_of(self, shard: int) -> int:
+        return self.log_map.log_of(shard)
+
+    def learn_log_map(self, m: LogMap) -> None:
+        """Keep `m` if it is newer than the map held (as learn_sets)."""
+        if m.version >= self.log_map.version:
+            self.log_map = m
 
     def reload_positions(self) -> None:
         """The positions and members' positions as the store holds them (after a bootstrap
@@ -96,15 +111,14 @@ class NodeState:
     def tailed_logs(self) -> tuple[int, ...]:
         """The key-value logs that carry one of the shards this node applies: the only
         ones it tails."""
-        return tuple(sorted({*self.sets.logs_of(self.node_id, self.kv_logs),
-                             *(log_of(s, self.kv_logs) for s in self.marks)}))
+        return self.log_map.logs_of({*self.sets.shards_of(self.node_id), *self.marks})
 
     def shard_digests(self) -> list[tuple[int, int, int, int]]:
         """(shard, its log, the position applied, the shard's digest there) of every shard
         this node holds: two replicas at the same position must have the same digest."""
         out = []
         for shard in self.sets.shards_of(self.node_id):
-            lg = log_of(shard, self.kv_logs)
+            lg = self.log_of(shard)
             out.append((shard, lg, self.positions[lg][0], self.store.digest(shard)))
         return out
 

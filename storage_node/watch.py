@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from catalog import registry
-from catalog.routing import log_of
+from catalog.log_map import LogMap
 from midtown_pb import kv_pb2 as pb
 from runtime import world
 from runtime.refusals import BadRequest, Refusal
@@ -37,16 +36,15 @@ def change_to_pb(shard: int, c: changes.Change) -> pb.Change:
 
 class ChangeFeed:
     def __init__(self, node_id: int, store: NodeStore, cond: threading.Condition,
-                 positions: dict[int, tuple[int, int]], kv: Callable[[], registry.KvTopology],
-                 kv_logs: int, holds: Callable[[int], bool], stop: threading.Event) -> None:
+                 positions: dict[int, tuple[int, int]], log_map: Callable[[], LogMap],
+                 holds: Callable[[int], bool], stop: threading.Event) -> None:
         """`positions`: the node's (next position, log time) per log, moved by its applier
         once a batch (with its changes) is written, which then notifies `cond`."""
         self.node_id = node_id
         self.store = store
         self.cond = cond
         self.positions = positions
-        self.kv = kv
-        self.kv_logs = kv_logs
+        self.log_map = log_map
         self.holds = holds
         self.stop = stop
 
@@ -65,7 +63,7 @@ class ChangeFeed:
             raise BadRequest("dataset: empty")
         if not getattr(req, "from"):
             raise BadRequest("from: no shard to watch")
-        shards = self.kv().shards
+        shards = len(self.log_map().of)
         at = dict(getattr(req, "from"))
         for shard, p in at.items():
             if shard >= shards:
@@ -86,7 +84,7 @@ class ChangeFeed:
             out: list[pb.Change] = []
             more = False
             for shard in sorted(at):
-                upto = self.positions[log_of(shard, self.kv_logs)][0]  # all written below it
+                upto = self.positions[self.log_map().log_of(shard)][0]  # all written below it
                 start = at[shard]
                 if start >= upto or len(out) >= max_changes:
                     more = more or start < upto
@@ -108,5 +106,5 @@ class ChangeFeed:
                 return
             if not more:
                 with self.cond:
-                    if all(at[s] >= self.positions[log_of(s, self.kv_logs)][0] for s in at):
+                    if all(at[s] >= self.positions[self.log_map().log_of(s)][0] for s in at):
                         self.cond.wait(max(0.01, min(PROGRESS_S, end - now)))

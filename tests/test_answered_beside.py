@@ -8,6 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from catalog import log_map
 from coordinator import bulk
 from midtown_pb import kv_pb2 as pb
 from record import codec
@@ -39,9 +40,9 @@ def test_a_bulk_write_marks_the_records_of_the_logs_answered_beside_only() -> No
                             ops=[pb.Op(put=pb.PutOp(local_key=b"k", value=b"v"))]) for i in range(200)]
     puts = pb.PutColumns(partition_keys=[f"q{i}".encode() for i in range(200)],
                          local_keys=[b"k"] * 200, values=[b"v"] * 200)
-    plain = bulk.plan("d", 0, 0, 0, groups, puts, 64, 4, b"rid", "cb", 1 << 20)
+    plain = bulk.plan("d", 0, 0, 0, groups, puts, 64, log_map.first(64, 4), b"rid", "cb", 1 << 20)
     assert not any(pb.Record.FromString(p.payload).answered_beside for p in plain)
-    marked = bulk.plan("d", 0, 0, 0, groups, puts, 64, 4, b"rid", "cb", 1 << 20,
+    marked = bulk.plan("d", 0, 0, 0, groups, puts, 64, log_map.first(64, 4), b"rid", "cb", 1 << 20,
                        lambda log_id, shard: log_id == 1)
     assert {p.log_id for p in marked} == {0, 1, 2, 3}
     for p, q in zip(plain, marked):

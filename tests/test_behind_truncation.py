@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from catalog import log_map
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from storage_node import apply_loop
@@ -27,7 +28,8 @@ class _State:
     """The fields of storage_node/state.py NodeState the decision reads, for node 0."""
 
     def __init__(self, view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int]) -> None:
-        self.node_id, self.kv_logs, self.kv = 0, 2, SimpleNamespace(shards=6)
+        self.node_id, self.kv = 0, SimpleNamespace(shards=6)
+        self.log_map = log_map.first(6, 2)
         self.zk = None
         self.sets, self._in_zk, self.marks = view, in_zk, marks
         self.positions = {0: (58, 5), 1: (78, 5)}

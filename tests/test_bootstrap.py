@@ -15,6 +15,8 @@ import grpc
 import pytest
 from rocksdict import Options, Rdict
 
+from catalog import log_map
+from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import COPYING, JOINED, TAILING, Move
 from midtown_pb import kv_pb2 as pb
@@ -139,9 +141,13 @@ def test_a_rebuilt_log_is_tailed_from_its_lowest_copy_each_shard_from_its_own() 
 
 def test_a_rebuild_needs_the_head_of_every_log_its_shards_are_in() -> None:
     # Shards 0..5 over 3 logs (log = shard % 3): shards 1 and 4 are in log 1.
-    assert rebuild.known_heads([0, 4], {0: 10, 1: 20, 2: None}, 3) == {0: 10, 1: 20}
+    three = log_map.first(6, 3)
+    assert rebuild.known_heads([0, 4], {0: 10, 1: 20, 2: None}, three) == {0: 10, 1: 20}
     with pytest.raises(bootstrap.BootstrapFailed, match=r"head of logs \[1\]"):
-        rebuild.known_heads([0, 4], {0: 10, 1: None, 2: 30}, 3)
+        rebuild.known_heads([0, 4], {0: 10, 1: None, 2: 30}, three)
+    # a shard handed over to another log (catalog/log_map.py): its new log's head is needed
+    handed = LogMap(3, (0, 1, 2, 0, 2, 2), 0)
+    assert rebuild.known_heads([0, 4], {0: 10, 1: None, 2: 30}, handed) == {0: 10, 2: 30}
 
 
 def test_a_whole_copy_must_stand_at_or_past_every_head_the_bootstrap_began_with() -> None:

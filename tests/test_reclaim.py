@@ -109,6 +109,7 @@ def test_entries_within_the_window_stay_and_older_ones_go() -> None:
 def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> None:
     from types import SimpleNamespace
 
+    from catalog import log_map
     from catalog.registry import KvTopology
     from catalog.replica_sets import everyone
     from runtime.inprocess import Local
@@ -123,7 +124,7 @@ def test_the_applier_reclaims_each_log_at_its_own_log_time_once_a_second() -> No
     view = SimpleNamespace(reclaim=lambda log_id, before, limit: calls.append((log_id, before, limit)) or 2,
                            reclaim_expired=lambda *a: expired.append(a) or 1,
                            reclaim_changes=lambda cutoff, limit: cutoffs.append(cutoff) or 3)
-    state = NodeState(0, Settings(), None, None, KvTopology(64, (0, 1, 2), 3), 3, 3,  # type: ignore[arg-type]
+    state = NodeState(0, Settings(), None, None, KvTopology(64, (0, 1, 2), 3), 3, log_map.first(64, 3),  # type: ignore[arg-type]
                       everyone(64, (0, 1, 2)),
                       positions={0: (5, 10 * W), 1: (7, 20 * W), 2: (0, 0)})
     loop = ApplyLoop(state, None, lambda code, why: None, Local(), Callbacks())  # type: ignore[arg-type]

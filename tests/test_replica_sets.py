@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import replica_sets
+from catalog import log_map, replica_sets
 from catalog.routing import log_of
 from record.model import Drop, Get, Position, Record
 from storage_node.truncation import truncation_point
@@ -34,12 +34,13 @@ def test_spread_places_every_shard_on_r_distinct_nodes_evenly(shards: int, n: in
     held = [counts.get(m, 0) for m in members]
     assert sum(held) == shards * r
     assert max(held) - min(held) <= 1  # even, give or take one
+    first = log_map.first(shards, logs)
     for m in members:
         mine = sets.shards_of(m)
         assert all(sets.holds(m, s) for s in mine)
-        assert set(sets.logs_of(m, logs)) == {log_of(s, logs) for s in mine}
+        assert set(sets.logs_of(m, first)) == {log_of(s, logs) for s in mine}
     for lg in range(logs):
-        assert set(sets.nodes_of_log(lg, logs)) == {m for s in range(shards) if log_of(s, logs) == lg
+        assert set(sets.nodes_of_log(lg, first)) == {m for s in range(shards) if log_of(s, logs) == lg
                                                     for m in sets.of(s)}
     assert replica_sets.from_json(replica_sets.to_json(sets), 7) == replica_sets.ReplicaSets(r, sets.sets, 7)
 
@@ -68,14 +69,15 @@ def test_replicas_out_of_range_are_refused_naming_the_field(replicas: int, membe
 
 def test_truncation_waits_for_the_holders_of_the_logs_shards_only() -> None:
     sets = replica_sets.spread(2, range(6), 3)  # shard 0 (log 0) on nodes 0-2, shard 1 (log 1) on 3-5
-    assert sets.nodes_of_log(0, 2) == (0, 1, 2) and sets.nodes_of_log(1, 2) == (3, 4, 5)
-    assert sets.logs_of(0, 2) == (0,) and sets.logs_of(5, 2) == (1,)
-    assert replica_sets.spread(2, range(7), 3).logs_of(6, 2) == ()  # a seventh node holds nothing
+    two = log_map.first(2, 2)
+    assert sets.nodes_of_log(0, two) == (0, 1, 2) and sets.nodes_of_log(1, two) == (3, 4, 5)
+    assert sets.logs_of(0, two) == (0,) and sets.logs_of(5, two) == (1,)
+    assert replica_sets.spread(2, range(7), 3).logs_of(6, two) == ()  # a seventh node holds nothing
     # Nodes 3-5 never report a position in log 0: it is truncated all the same; log 1
     # waits for node 5.
     positions = {(0, 0): 5, (0, 1): 7, (0, 2): 9, (1, 3): 4, (1, 4): 6}
-    assert truncation_point(positions, 0, sets.nodes_of_log(0, 2)) == 5
-    assert truncation_point(positions, 1, sets.nodes_of_log(1, 2)) is None
+    assert truncation_point(positions, 0, sets.nodes_of_log(0, two)) == 5
+    assert truncation_point(positions, 1, sets.nodes_of_log(1, two)) is None
 
 
 def test_a_node_applies_its_shards_records_positions_and_its_part_of_drops() -> None:
@@ -89,7 +91,7 @@ def test_a_node_applies_its_shards_records_positions_and_its_part_of_drops() -> 
     from storage_node.state import NodeState
 
     sets = replica_sets.ReplicaSets(1, ((0,), (1,), (0,), (1,)), version=3)
-    state = NodeState(0, Settings(), None, None, KvTopology(4, (0, 1), 1), 1, 1, sets,  # type: ignore[arg-type]
+    state = NodeState(0, Settings(), None, None, KvTopology(4, (0, 1), 1), 1, log_map.first(4, 1), sets,  # type: ignore[arg-type]
                       marks={1: 50})
     loop = ApplyLoop(state, None, lambda code, why: None, Local(), Callbacks())  # type: ignore[arg-type]
     put = Record(b"r", "", "d", 0, b"k", (Get(b"x"),))
@@ -119,7 +121,7 @@ def test_a_node_keeps_the_newest_sets_whichever_read_lands_last() -> None:
 
     old = replica_sets.ReplicaSets(1, ((0,), (1,)), version=3)
     new = replica_sets.ReplicaSets(1, ((0,), (0,)), version=4)
-    state = NodeState(0, Settings(), None, None, KvTopology(2, (0, 1), 1), 1, 1, old)  # type: ignore[arg-type]
+    state = NodeState(0, Settings(), None, None, KvTopology(2, (0, 1), 1), 1, log_map.first(2, 1), old)  # type: ignore[arg-type]
     assert not state.holds(1)
     state.learn_sets(new)
     assert state.holds(1)

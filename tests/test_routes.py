@@ -7,6 +7,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
+from catalog import log_map
 from catalog.routing import log_of, shard_of
 from midtown import routes
 from midtown.routes import Routes, Table, beside_writers, route
@@ -25,20 +26,25 @@ def test_beside_writers_pairs_each_log_with_the_coordinator_of_its_writers_proce
 def test_a_key_routes_to_the_coordinator_beside_the_writer_of_its_log(
         dataset_id: str, pkey: bytes, shards: int, logs: int) -> None:
     beside = {i: f"c{i}" for i in range(logs)}
-    t = Table(shards, logs, {"d": dataset_id}, beside)
+    of = log_map.first(shards, logs).of
+    t = Table(shards, of, {"d": dataset_id}, beside)
     assert route(t, "d", pkey) == f"c{log_of(shard_of(dataset_id, pkey, shards), logs)}"
     assert route(t, "other", pkey) is None  # an unknown dataset: no route
-    assert route(Table(shards, logs, {"d": dataset_id}, {}), "d", pkey) is None
+    assert route(Table(shards, of, {"d": dataset_id}, {}), "d", pkey) is None
     # a log whose writer has no coordinator beside it: no route for its keys
-    partial = Table(shards, logs, {"d": dataset_id}, {i: c for i, c in beside.items() if i})
+    partial = Table(shards, of, {"d": dataset_id}, {i: c for i, c in beside.items() if i})
     assert route(partial, "d", pkey) == (None if log_of(shard_of(dataset_id, pkey, shards), logs) == 0
                                          else route(t, "d", pkey))
+    # a shard handed over to another log (catalog/log_map.py): routed to that log's writer
+    shard = shard_of(dataset_id, pkey, shards)
+    moved = tuple((lg + 1) % logs if s == shard else lg for s, lg in enumerate(of))
+    assert route(Table(shards, moved, {"d": dataset_id}, beside), "d", pkey) == f"c{moved[shard]}"
 
 
 def test_a_coordinator_that_failed_gets_no_routed_calls_for_a_while(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     r = Routes(lambda: None)
     r._thread = object()  # type: ignore[assignment]  # no ZooKeeper: the table is set here
-    r._table = Table(1, 1, {"d": "d#0"}, {0: "c0"})
+    r._table = Table(1, (0,), {"d": "d#0"}, {0: "c0"})
     assert r.coordinator_for("d", b"k") == "c0"
     r.failed("c0")
     assert r.coordinator_for("d", b"k") is None

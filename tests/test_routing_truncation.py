@@ -40,8 +40,8 @@ def test_truncation_waits_for_every_member() -> None:
 
 
 def test_every_shard_travels_in_exactly_one_log() -> None:
-    from catalog.routing import shards_of_log
+    from catalog.log_map import first
 
-    per_log = [shards_of_log(lg, 64, 3) for lg in range(3)]
+    per_log = [first(64, 3).shards_of_log(lg) for lg in range(3)]
     assert sorted(s for ss in per_log for s in ss) == list(range(64))
     assert all(log_of(s, 3) == lg for lg, ss in enumerate(per_log) for s in ss)

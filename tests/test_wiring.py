@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from catalog import log_map
 from catalog.registry import KvTopology
 from catalog.replica_sets import everyone
 
@@ -60,7 +61,8 @@ def test_a_storage_node_is_built_without_zookeeper_or_the_logs(tmp_path: Path) -
 
     store = NodeStore(str(tmp_path / "state.db"))
     try:
-        parts = Parts(_Logs(), store, KV, 2, everyone(8, (0, 1, 2)), str(tmp_path))  # type: ignore[arg-type]
+        parts = Parts(_Logs(), store, KV, 2, log_map.first(KV.shards, 2), everyone(8, (0, 1, 2)),
+                      str(tmp_path))  # type: ignore[arg-type]
         n = StorageNode(0, "127.0.0.1:1", parts)
         assert n.state.positions == {0: (0, 0), 1: (0, 0)} and n.state.holds(3)
     finally:
@@ -82,7 +84,8 @@ def test_no_tombstone_is_purged_before_the_report_of_its_time(tmp_path: Path) ->
 
     store = NodeStore(str(tmp_path / "state.db"))
     try:
-        parts = Parts(_Logs(), store, KV, 2, everyone(8, (0, 1, 2)), str(tmp_path))  # type: ignore[arg-type]
+        parts = Parts(_Logs(), store, KV, 2, log_map.first(KV.shards, 2), everyone(8, (0, 1, 2)),
+                      str(tmp_path))  # type: ignore[arg-type]
         n = StorageNode(0, "127.0.0.1:1", parts, Settings(tombstone_grace_s=1))
         old_ms = int(time.time() * 1000) - 60_000
         assert n.lww.write(pb.LwwWriteRequest(dataset="d", shard=3, partition_key=b"p", local_key=b"gone",
@@ -117,7 +120,8 @@ def test_a_starting_node_gives_no_whole_copy_of_its_state(tmp_path: Path) -> Non
 
     store = NodeStore(str(tmp_path / "state.db"))
     try:
-        parts = Parts(_Logs(), store, KV, 2, everyone(8, (0, 1, 2)), str(tmp_path))  # type: ignore[arg-type]
+        parts = Parts(_Logs(), store, KV, 2, log_map.first(KV.shards, 2), everyone(8, (0, 1, 2)),
+                      str(tmp_path))  # type: ignore[arg-type]
         n = StorageNode(0, "127.0.0.1:1", parts)
         with pytest.raises(Refusal) as e:
             n.snapshot(pb.SnapshotRequest())

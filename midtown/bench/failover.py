@@ -26,7 +26,7 @@ from pathlib import Path
 import grpc
 
 from catalog import datasets, registry
-from catalog.routing import log_of, shard_of
+from catalog.routing import shard_of
 from log import zk as zkpaths
 from log.takeover import SETTLE_S
 from midtown.bench import quiet
@@ -121,7 +121,7 @@ def midtown_side(cluster: Cluster, n: int, pause_s: float, deadline_s: float) ->
         d = datasets.get(zk, DATASET)
         kv = registry.read_kv(zk)
         assert d is not None and kv is not None
-        log_id = log_of(shard_of(d.id, PARTITION.encode(), kv.shards), kv.logs)
+        log_id = registry.read_log_map(zk, kv).log_of(shard_of(d.id, PARTITION.encode(), kv.shards))
 
         def writer_proc() -> str:
             w = None

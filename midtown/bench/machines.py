@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import datasets, registry
-from catalog.routing import log_of, shard_of
+from catalog.routing import shard_of
 from log import zk as zkpaths
 from midtown.bench import quiet
 from midtown.bench.failover import Prober, rounds
@@ -144,7 +144,7 @@ def machine_kills(zk_hosts: str, machines: list[Cluster], n: int, ca: str | None
         d = datasets.get(zk, DATASET)
         kv = registry.read_kv(zk)
         assert d is not None and kv is not None
-        log_id = log_of(shard_of(d.id, PARTITION.encode(), kv.shards), kv.logs)
+        log_id = registry.read_log_map(zk, kv).log_of(shard_of(d.id, PARTITION.encode(), kv.shards))
         with Client(zk=zk_hosts, timeout=30, tls_ca=ca) as db:
             prober = Prober(lambda i: db.put(DATASET, PARTITION, LOCAL, str(i).encode()))
             try:

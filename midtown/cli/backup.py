@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from catalog import datasets, registry
-from catalog.routing import log_of
 from midtown.cli.connect import CliError, kv_client
 from midtown.cli.shards import check_rate, topology
 from midtown.output import emit
@@ -79,6 +78,7 @@ def backup(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) ->
     zk = zk_of(a)
     try:
         kv, sets = topology(zk)
+        log_map = registry.read_log_map(zk, kv)
         defs = {}
         for name in datasets.names(zk):
             d = datasets.get(zk, name)
@@ -98,7 +98,7 @@ def backup(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) ->
                         got = _take(kv_pb2_grpc.StorageStub(channel).Snapshot(
                             pb.SnapshotRequest(one_shard=True, shard=shard, rate_mb_s=a.rate),
                             timeout=a.timeout), f)
-                    shards.append({"shard": shard, "node": node, **got, "log": log_of(shard, kv.logs)})
+                    shards.append({"shard": shard, "node": node, **got, "log": log_map.log_of(shard)})
                     total += got["bytes"]
                     break
                 except (grpc.RpcError, CliError) as e:

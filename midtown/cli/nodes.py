@@ -49,6 +49,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
             raise CliError("no key-value topology in this cluster")
         live = registry.members(logs.zk, registry.STORAGE_NODES)
         sets = registry.read_replica_sets(logs.zk, kv)
+        log_map = registry.read_log_map(logs.zk, kv)
         where, _ = registry.placement_rule(logs.zk)
         ends = {r["log"]: r["last"] for r in logs.status()}
         states = node_states(logs.zk)
@@ -78,7 +79,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
                          "event_ids": None, "event_ids_by_dataset": None})
             continue
         lags = [max(0, ends.get(i, -1) + 1 - p) for i, p in enumerate(st.log_positions)
-                if i in sets.logs_of(nid, len(st.log_positions))]  # the logs it tails
+                if i in sets.logs_of(nid, log_map)]  # the logs it tails
         diverged = sum(1 for s in st.shards if len(digests[(s.shard, s.position)]) > 1)
         rows.append({"node": nid, **place, "addr": live.get(nid), "state": "up", "shards": len(st.shards),
                      "bytes": _held(counted, nid), "moving": moving.get(nid, 0), "behind": sum(lags),

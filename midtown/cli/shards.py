@@ -12,7 +12,6 @@ from typing import Any
 
 from catalog import failure_domains, mover, registry, replica_sets, shard_moves, usage
 from catalog.failure_domains import PlacementError
-from catalog.routing import log_of
 from midtown.cli.connect import CliError
 from midtown.output import emit
 
@@ -61,6 +60,7 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
 
 def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
     sets = registry.read_replica_sets(zk, kv)
+    logs = registry.read_log_map(zk, kv)
     moves = registry.read_moves(zk)
     where, _ = registry.placement_rule(zk)
     rows: list[dict[str, Any]] = []
@@ -68,7 +68,7 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         got = moves.get(shard)
         m = None if got is None else got[0]
         copies = sets.of(shard)
-        rows.append({"shard": shard, "log": log_of(shard, kv.logs), "replicas": list(copies),
+        rows.append({"shard": shard, "log": logs.log_of(shard), "replicas": list(copies),
                      "machines": [where(n).label() for n in copies],
                      "shared_machines": sorted(failure_domains.shared(copies, where)),
                      "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})

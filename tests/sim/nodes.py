@@ -430,7 +430,8 @@ class NodeSim(WriterSim):
             assert kv is not None
             (self.dir / f"node-{n}").mkdir(exist_ok=True)
             store = NodeStore(self.path(n), open_db=self.disk.open)
-            parts = Parts(logs, store, kv, LOGS, registry.read_replica_sets(zk, kv),
+            parts = Parts(logs, store, kv, LOGS, registry.read_log_map(zk, kv, LOGS),
+                          registry.read_replica_sets(zk, kv),
                           str(self.dir / f"node-{n}"))
             node = StorageNode(n, f"sim-storage:{n}", parts, SETTINGS,
                                on_fatal=lambda code, why: self.fatal(n, why),
@@ -641,7 +642,7 @@ class NodeSim(WriterSim):
             kv = registry.read_kv(zk)
             assert kv is not None
             c = Coordinator(0, COORDINATOR, LogClient(zk=zk, link=_LogLink(self)), LOGS, kv,
-                            storage_link=_StorageLink(self))
+                            storage_link=_StorageLink(self), log_map=registry.read_log_map(zk, kv, LOGS))
             c.answers._key = b"sim"  # its answer secrets, the same in every replay
             c.start()
             self.kv_handlers = Shell(c).handlers()[0]  # the KV service, as the gRPC server runs it
@@ -1109,8 +1110,8 @@ _truncation_point = shard_moves.truncation_point
 _items = reads._items
 
 
-def _heads_unknown(shards: list[int], heads: Any, kv_logs: int) -> dict[int, int]:
-    return dict.fromkeys(range(kv_logs), 0)
+def _heads_unknown(shards: list[int], heads: Any, log_map: Any) -> dict[int, int]:
+    return dict.fromkeys(range(log_map.logs), 0)
 
 
 _by_shard = rebuild.by_shard

@@ -1,0 +1,122 @@
+"""The shard -> log map (catalog/log_map.py) is data: a cluster with none written routes
+shard mod logs as before; a written map is read back with its version, its history kept,
+and a write over a version another writer moved past is refused whole; a map no writer of
+Midtown's made is refused naming its field; readers (the storage node's state, the
+replica sets' truncation holders, the SDK's routes) follow the map, not the modulo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
+from catalog import log_map, registry, replica_sets
+from catalog.log_map import Handoff, LogMap
+from catalog.registry import KvTopology
+from catalog.routing import log_of
+from tests.sim.scheduler import Scheduler
+from tests.sim.zookeeper import Ensemble
+
+KV = KvTopology(shards=8, storage_nodes=(0, 1, 2), logs=2)
+
+
+def _zk(body: Any) -> Any:
+    """`body(zk)` on the simulated ZooKeeper (tests/sim/zookeeper.py), the registry's real code."""
+    s = Scheduler(1)
+    ens = Ensemble()
+
+    def main() -> Any:
+        zk = ens.client()
+        zk.start()
+        return body(zk)
+    out = s.run(main)
+    assert s.failures == [] and ens.errors == []
+    return out
+
+
+@given(st.integers(1, 300), st.integers(1, 16))
+def test_the_first_map_is_shard_mod_logs(shards: int, logs: int) -> None:
+    m = log_map.first(shards, logs)
+    assert m.version == -1 and m.logs == logs and m.handoffs == ()
+    assert [m.log_of(s) for s in range(shards)] == [log_of(s, logs) for s in range(shards)]
+    for lg in range(logs):
+        assert m.shards_of_log(lg) == tuple(s for s in range(shards) if s % logs == lg)
+
+
+def test_a_cluster_with_no_map_written_reads_shard_mod_its_kv_logs() -> None:
+    m = _zk(lambda zk: registry.read_log_map(zk, KV))
+    assert m == log_map.first(8, 2)
+    # at most the log service's logs, as the servers read it
+    assert _zk(lambda zk: registry.read_log_map(zk, KV, log_count=1)) == log_map.first(8, 1)
+
+
+def test_a_written_map_is_read_back_versioned_with_its_history() -> None:
+    def body(zk: Any) -> tuple[LogMap, LogMap, list[dict[str, Any]]]:
+        m0 = registry.read_log_map(zk, KV)
+        moved = LogMap(3, (0, 1, 0, 1, 2, 1, 0, 1), m0.version, (Handoff(4, 0, 17, 2, 5),))
+        registry.write_log_map(zk, moved, "shard 4 handed from log 0 to log 2")
+        m1 = registry.read_log_map(zk, KV)
+        again = LogMap(3, (2,) + m1.of[1:], m1.version, m1.handoffs + (Handoff(0, 0, 30, 2, 9),))
+        registry.write_log_map(zk, again, "shard 0 handed from log 0 to log 2")
+        return m1, registry.read_log_map(zk, KV), registry.log_map_history(zk)
+    m1, m2, history = _zk(body)
+    assert m1.version == 0 and m1.log_of(4) == 2 and m1.handoffs == (Handoff(4, 0, 17, 2, 5),)
+    assert m2.version == 1 and m2.log_of(0) == 2 and m2.shards_of_log(2) == (0, 4)
+    assert [h["version"] for h in history] == [0, 1]
+    assert history[0]["why"] == "shard 4 handed from log 0 to log 2" and history[1]["of"] == list(m2.of)
+
+
+def test_a_write_over_a_version_moved_past_is_refused_and_writes_nothing() -> None:
+    def body(zk: Any) -> tuple[type, type, LogMap, int]:
+        first = registry.read_log_map(zk, KV)  # none written: version -1
+        registry.write_log_map(zk, LogMap(2, (1,) * 8, first.version), "one writer")
+        errors = []
+        for stale in (first, LogMap(2, (0,) * 8, 5)):  # created meanwhile; a version not held
+            try:
+                registry.write_log_map(zk, replace_of(stale, (0,) * 8), "another")
+            except (NodeExistsError, BadVersionError) as e:
+                errors.append(type(e))
+        return errors[0], errors[1], registry.read_log_map(zk, KV), len(registry.log_map_history(zk))
+    created, bad_version, now, entries = _zk(body)
+    assert created is NodeExistsError and bad_version is BadVersionError
+    assert now.of == (1,) * 8 and now.version == 0 and entries == 1
+
+
+def replace_of(m: LogMap, of: tuple[int, ...]) -> LogMap:
+    return LogMap(m.logs, of, m.version, m.handoffs)
+
+
+@pytest.mark.parametrize("body,field", [
+    ([], "not a JSON object"),
+    ({"logs": 0, "of": [0]}, "logs: 0"),
+    ({"logs": "2", "of": [0]}, "logs: '2'"),
+    ({"logs": 2, "of": []}, "of: each shard's log must be one of 0..1"),
+    ({"logs": 2, "of": [0, 2]}, "of: each shard's log must be one of 0..1"),
+    ({"logs": 2, "of": [0, True]}, "of: "),
+    ({"logs": 2, "of": [0, "1"]}, "of: "),
+    ({"logs": 2, "of": [0, 1], "handoffs": [{"shard": 1}]}, "handoffs: "),
+])
+def test_a_map_no_writer_of_midtown_made_is_refused_naming_its_field(body: Any, field: str) -> None:
+    with pytest.raises(ValueError, match=f"^log map: {field}"):
+        log_map.from_json(body, 0)
+
+
+@given(st.integers(1, 40), st.integers(1, 6), st.data())
+def test_a_map_reads_back_as_written(shards: int, logs: int, data: st.DataObject) -> None:
+    of = tuple(data.draw(st.lists(st.integers(0, logs - 1), min_size=shards, max_size=shards)))
+    hands = tuple(Handoff(*data.draw(st.tuples(*(st.integers(0, 1 << 40),) * 5))) for _ in range(2))
+    m = LogMap(logs, of, 3, hands)
+    assert log_map.from_json(log_map.to_json(m), 3) == m
+
+
+def test_truncation_holders_and_tailed_logs_follow_the_map() -> None:
+    """A shard handed from log 0 to log 1: log 0's truncation no longer waits for the nodes
+    that hold it alone, and they tail log 1 (catalog/replica_sets.py)."""
+    sets = replica_sets.spread(2, range(6), 3)  # shard 0 on nodes 0-2, shard 1 on 3-5
+    before, after = log_map.first(2, 2), LogMap(2, (1, 1), 0)
+    assert sets.nodes_of_log(0, before) == (0, 1, 2) and sets.logs_of(0, before) == (0,)
+    assert sets.nodes_of_log(0, after) == () and sets.nodes_of_log(1, after) == tuple(range(6))
+    assert sets.logs_of(0, after) == (1,)

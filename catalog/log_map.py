@@ -56,6 +56,19 @@ def first(shards: int, logs: int) -> LogMap:
     return LogMap(logs, tuple(log_of(s, logs) for s in range(shards)))
 
 
+def with_more_logs(m: LogMap, n: int, service_logs: int) -> LogMap:
+    """`m` with `n` more key-value logs (the next `n` of the log service's `service_logs`),
+    no shard on them yet (same version: the write checks it). ValueError naming N when
+    there are not that many."""
+    if n < 1:
+        raise ValueError(f"N: {n}, must be 1 or more")
+    if m.logs + n > service_logs:
+        raise ValueError(f"N: the key-value store uses {m.logs} of the log service's {service_logs} logs, "
+                         f"so at most {service_logs - m.logs} more can be added (growing the log "
+                         f"service itself is not built yet: docs/log.md)")
+    return LogMap(m.logs + n, m.of, m.version, m.handoffs)
+
+
 def to_json(m: LogMap) -> dict[str, Any]:
     return {"logs": m.logs, "of": list(m.of),
             "handoffs": [{"shard": h.shard, "old": h.old, "at": h.at, "new": h.new, "start": h.start}

@@ -162,8 +162,29 @@ def write_log_map(zk: KazooClient, m: LogMap, why: str) -> None:
     """Write `m` over the version it was read at (-1: none written yet) and its history
     entry, in one transaction: BadVersionError/NodeExistsError when another change came
     first, and nothing is written."""
-    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(m), None if m.version < 0 else m.version,
-                     why)
+    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(m),
+                     None if m.version < 0 else m.version, why)
+
+
+def add_kv_logs(zk: KazooClient, n: int, service_logs: int) -> LogMap:
+    """Give the key-value store `n` more of the log service's `service_logs` logs (no shard
+    on them until one is handed over): the map written over the version read, with the
+    topology's count, in one transaction (BadVersionError when another change came
+    first; ValueError naming N when there are not so many). Returns the map written."""
+    kv = read_kv(zk)
+    if kv is None:
+        raise ValueError("no key-value topology in this cluster: run `midtown cluster init`")
+    m = read_log_map(zk, kv, service_logs)
+    grown = log_map.with_more_logs(m, n, service_logs)
+    data, stat = zk.get(KV)
+    kv_json = {**json.loads(data), "logs": grown.logs}
+
+    def topology(tx: Any) -> None:
+        tx.set_data(KV, json.dumps(kv_json).encode(), version=stat.version)
+    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(grown),
+                     None if m.version < 0 else m.version,
+                     f"{n} key-value log(s) added: {m.logs} -> {grown.logs}", topology)
+    return read_log_map(zk, kv, service_logs)
 
 
 def log_map_history(zk: KazooClient) -> list[dict[str, Any]]:

@@ -153,8 +153,10 @@ class Bookkeeping:
             due = [i for i, at in datasets.dropped(s.zk)
                    if world.wall_ms() - at >= s.settings.drop_delay_s * 1000]
             for dataset_id in due:
+                # (a key-value log that carries no shard, added and not handed one yet,
+                # has nothing to drop, and no node applies it)
                 pending = [lg for lg in range(s.kv_logs)
-                           if not s.store.drop_applied(lg, dataset_id)]
+                           if s.log_map.shards_of_log(lg) and not s.store.drop_applied(lg, dataset_id)]
                 if not pending:
                     # In every log now: every member applies it from there (the logs are
                     # not truncated past a member), so the note has done its work.

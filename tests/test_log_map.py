@@ -120,3 +120,54 @@ def test_truncation_holders_and_tailed_logs_follow_the_map() -> None:
     assert sets.nodes_of_log(0, before) == (0, 1, 2) and sets.logs_of(0, before) == (0,)
     assert sets.nodes_of_log(0, after) == () and sets.nodes_of_log(1, after) == tuple(range(6))
     assert sets.logs_of(0, after) == (1,)
+
+
+def test_logs_added_to_the_key_value_store_carry_no_shard_and_are_counted_everywhere() -> None:
+    """`midtown log add N` (catalog/registry.py add_kv_logs): the map and the topology's
+    count grow together, every shard stays on its log; more than the log service has, or
+    none, is refused naming N and writes nothing."""
+    def body(zk: Any) -> tuple[LogMap, KvTopology | None, list[str], int]:
+        registry.create_kv(zk, 8, [0, 1, 2], logs=2)
+        m = registry.add_kv_logs(zk, 3, service_logs=16)
+        errors = []
+        for n, service in ((12, 16), (0, 16), (1, 5)):
+            try:
+                registry.add_kv_logs(zk, n, service)
+            except ValueError as e:
+                errors.append(str(e))
+        return m, registry.read_kv(zk), errors, len(registry.log_map_history(zk))
+    m, kv, errors, entries = _zk(body)
+    assert m.logs == 5 and m.of == log_map.first(8, 2).of and m.version == 0
+    assert kv is not None and kv.logs == 5
+    assert errors[0].startswith("N: the key-value store uses 5 of the log service's 16 logs, so at most 11")
+    assert errors[1] == "N: 0, must be 1 or more" and errors[2].startswith("N: ")
+    assert entries == 1
+
+
+def test_a_dropped_dataset_is_done_with_once_the_logs_that_carry_shards_applied_its_drop() -> None:
+    """A key-value log added and carrying no shard yet is applied by no node: a dataset's
+    drop no longer waits for it (storage_node/bookkeeping.py _append_drops), where it would
+    have been appended again to every log every round, for ever."""
+    from types import SimpleNamespace
+
+    from catalog import datasets
+    from storage_node.bookkeeping import Bookkeeping
+
+    appended: list[int] = []
+
+    def body(zk: Any) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        registry.create_kv(zk, 4, [0], logs=1)
+        datasets.create(zk, "gone")
+        datasets.drop(zk, "gone")
+        dropped = datasets.dropped(zk)
+        applied = {0: {dropped[0][0]}}  # log 0 (every shard) applied the drop; log 1 carries none
+        state = SimpleNamespace(
+            zk=zk, settings=SimpleNamespace(drop_delay_s=0), kv_logs=2, log_map=LogMap(2, (0, 0, 0, 0)),
+            store=SimpleNamespace(drop_applied=lambda lg, d: d in applied.get(lg, ())),
+            logs=SimpleNamespace(append=lambda lg, payloads, timeout_s: appended.append(lg)))
+        keeper = Bookkeeping.__new__(Bookkeeping)
+        keeper.state = state  # type: ignore[assignment]
+        keeper._append_drops()
+        return dropped, datasets.dropped(zk)
+    before, after = _zk(body)
+    assert len(before) == 1 and after == [] and appended == []

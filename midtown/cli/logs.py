@@ -135,8 +135,29 @@ def cmd_log_truncate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_log_add(a: argparse.Namespace) -> int:
+    """Give the key-value store N more of the log service's logs (docs/log.md, "Adding logs
+    and handing shards over": no shard is handed to them yet)."""
+    from kazoo.exceptions import BadVersionError
+
+    from catalog import registry
+
+    with log_client(a) as c:
+        service = c.topology().logs
+        try:
+            m = registry.add_kv_logs(c.zk, a.n, service)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        except BadVersionError:
+            raise CliError("the shard -> log map changed while logs were added; run the command "
+                           "again") from None
+    emit({"kv_logs": m.logs, "added": list(range(m.logs - a.n, m.logs)), "log_service_logs": service,
+          "map_version": m.version}, a.json)
+    return 0
+
+
 def add_parser(sub: Any) -> None:
-    """log append|read|status|truncate: the replicated logs."""
+    """log append|read|status|truncate|add: the replicated logs."""
     lg = sub.add_parser("log", help="operate the replicated logs")
     lgs = lg.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ap = lgs.add_parser("append", help="append entries to a log")
@@ -161,3 +182,7 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--before", type=nonneg_arg("--before"), required=True)
     common_options(tr)
     tr.set_defaults(fn=cmd_log_truncate)
+    ad = lgs.add_parser("add", help="give the key-value store N more of the log service's logs")
+    ad.add_argument("n", type=nonneg_arg("N"), metavar="N")
+    common_options(ad)
+    ad.set_defaults(fn=cmd_log_add)

@@ -74,7 +74,8 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
                      "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})
     shared = sum(1 for r in rows if r["shared_machines"])
     if a.json:
-        emit({"version": sets.version, "replicas": sets.replicas, "shards": rows,
+        emit({"version": sets.version, "replicas": sets.replicas, "log_map_version": logs.version,
+              "shards": rows,
               "shards_sharing_a_machine": shared}, True)
         return 0
     table = []

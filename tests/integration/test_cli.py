@@ -119,6 +119,17 @@ def _supervised(tmp_path: Path, d: str, up: dict) -> None:
     mt("dataset", "create", "sv", "--dir", d)
     mt("put", "sv", "p", "l", "v", "--dir", d)
     assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "v"
+    # `log add`: the key-value store takes two more of the service's 16 logs; every shard
+    # stays on its log (none is handed over yet) and the store serves on
+    added = json.loads(mt("log", "add", "2", "--dir", d, "--json").stdout)
+    assert (added["kv_logs"], added["added"], added["log_service_logs"]) == (3, [1, 2], 16)
+    listed = json.loads(mt("shard", "list", "--dir", d, "--json").stdout)
+    assert {r["log"] for r in listed["shards"]} == {0} and listed["log_map_version"] == 0
+    mt("put", "sv", "p", "l", "w", "--dir", d)
+    assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "w"
+    for n, needle in (("14", "at most 13 more"), ("0", "N: 0, must be 1 or more"), ("x", "N must be")):
+        p = mt("log", "add", n, "--dir", d, check=False)
+        assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
     bad = mt("cluster", "restart", "nope", "--dir", d, check=False)
     assert bad.returncode == 2 and "NAME" in bad.stderr and "Traceback" not in bad.stderr
 

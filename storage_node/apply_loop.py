@@ -301,7 +301,8 @@ class ApplyLoop:
                 rec = self._mine(codec.record_from_bytes(e.payload), e.position, only=shard)
             except Exception:
                 continue  # undecodable: a no-op everywhere
-            if rec is not None and not all(isinstance(o, Position) for o in rec.ops):
+            # (a record of groups, a bulk write's, has no ops: all() of none is true)
+            if rec is not None and not (rec.ops and all(isinstance(o, Position) for o in rec.ops)):
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
                 recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
         if got < len(forward):

@@ -41,9 +41,14 @@ def describe_entry(payload: bytes) -> dict[str, str]:
         rec = codec.record_from_bytes(payload)
     except Exception:
         return raw
-    if not rec.ops and not rec.groups:
+    if not rec.ops and not rec.groups and not rec.puts:
         return raw
     name = rec.dataset.rsplit("#", 1)[0]
+    if rec.puts:  # a bulk write's single puts, as columns
+        keys = [_show_payload(r[0]) for r in rec.puts[:3]]
+        more = f" (+{len(rec.puts) - 3})" if len(rec.puts) > 3 else ""
+        return {"operation": f"bulk write, {len(rec.puts)} puts", "dataset": name,
+                "keys": ", ".join(keys) + more}
     if rec.groups:
         keys = [_show_payload(g.partition_key) for g in rec.groups[:3]]
         more = f" (+{len(rec.groups) - 3})" if len(rec.groups) > 3 else ""

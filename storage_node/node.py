@@ -249,11 +249,14 @@ class StorageNode:
 
     def snapshot(self, req: pb.SnapshotRequest) -> Iterator[pb.SnapshotChunk]:
         """The whole state (a peer's bootstrap), or one shard (a move's destination; a
-        refusal comes at the call, before the stream)."""
+        refusal comes at the call, before the stream). Neither while this node starts: its
+        state may yet be replaced by its own bootstrap, or be empty (its store lost: a
+        shard copied from it then stood at position 0, and its taker stopped behind the
+        log's truncation; the whole-cluster simulation's seed 32 with INGEST=1)."""
+        if not self.state.started:
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {self.state.node_id} is starting; "
+                          "ask another peer")
         if not req.one_shard:
-            if not self.state.started:  # its state may yet be replaced by its own bootstrap
-                raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {self.state.node_id} is starting; "
-                              "ask another peer")
             return self._whole_snapshot()
         if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
             raise BadRequest(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")

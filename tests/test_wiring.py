@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from catalog import log_map
 from catalog.registry import KvTopology
 from catalog.replica_sets import everyone
@@ -65,6 +67,13 @@ def test_a_storage_node_is_built_without_zookeeper_or_the_logs(tmp_path: Path) -
                       str(tmp_path))  # type: ignore[arg-type]
         n = StorageNode(0, "127.0.0.1:1", parts)
         assert n.state.positions == {0: (0, 0), 1: (0, 0)} and n.state.holds(3)
+        # Still starting (its bootstrap may replace its state): no copy of a shard, nor of
+        # the whole, is given; a mover or a rebuild asks another replica
+        from midtown_pb import kv_pb2 as pb
+        from runtime.refusals import Refusal
+        for one in (True, False):
+            with pytest.raises(Refusal, match="is starting; ask another peer"):
+                n.snapshot(pb.SnapshotRequest(one_shard=one, shard=3))
     finally:
         store.close()
 

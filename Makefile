@@ -43,7 +43,8 @@ test-fast: proto
 # SDK's clients beside whole log servers, on two logs and three machines; BROKEN=no-hold,
 # stale-position, no-digest, by-load, publish-unsynced, ...: the list in tests/sim/nodes.py;
 # SLOW=1: with slow disks and links now and then; PAUSES=1: with nodes paused (SIGSTOP) and
-# their tails stalled now and then, SLOW=1 PAUSES=1 BROKEN=by-shard-behind).
+# their tails stalled now and then, SLOW=1 PAUSES=1 BROKEN=by-shard-behind; INGEST=1: with an
+# ingestion pipeline writing events by id, BROKEN=no-event-ids).
 # ELECTIONS=1: whole log servers alone (log/node.py), crashed and paused (SERVERS=5: ensemble
 # changes, BROKEN=past-lac, no-fence, skip-fence, trust-cache, any-servers, record-first, ...:
 # the list in tests/sim/writers.py; MACHINES=3 SERVERS=6: on three machines, BROKEN=by-load
@@ -60,9 +61,9 @@ sim: proto
 		$(if $(MACHINES),--machines $(MACHINES)) \
 		$(if $(LATE),--late-notices $(LATE)) \
 		$(if $(BRIDGES),--bridges) \
-		$(if $(SLOW),--slow) $(if $(PAUSES),--pauses)
+		$(if $(SLOW),--slow) $(if $(PAUSES),--pauses) $(if $(INGEST),--ingest)
 
-# A long run outside the suite: linearizability under many rounds of kills, and 5,500
+# A long run outside the suite: linearizability under many rounds of kills, and 6,000
 # simulation seeds. make soak ROUNDS=30
 ROUNDS ?= 20
 soak: proto
@@ -74,6 +75,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 900000 --runs 1500
 	$(PY) -m tests.sim.run --seed 950000 --runs 500 --slow
 	$(PY) -m tests.sim.run --seed 970000 --runs 500 --slow --pauses
+	$(PY) -m tests.sim.run --seed 980000 --runs 500 --ingest --pauses
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests \

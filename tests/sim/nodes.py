@@ -70,7 +70,8 @@ import grpc
 from catalog import datasets, failure_domains, machines, mover, registry, shard_moves
 from catalog.failure_domains import Domain
 from catalog.replica_sets import ReplicaSets
-from coordinator import server
+from catalog.routing import shard_of
+from coordinator import bulk, server
 from coordinator.node import Coordinator
 from coordinator.records import record_for
 from coordinator.server import Shell
@@ -84,6 +85,7 @@ from log.store import Batch, MemStore
 from midtown import errors, retries
 from midtown.client import Client
 from midtown.model import Op as SdkOp
+from midtown.model import Write as SdkWrite
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
@@ -113,7 +115,8 @@ COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold", "stale-position",
-          "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once")
+          "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
+          "no-event-ids")
 MOVERS = 2  # operators moving shards, perhaps at the same time
 SLOW_COPY_S = 3.0  # (slow) a shard copy over a slow link comes up to this late
 WIPES = 0.3  # of power losses, those that lose the disk too
@@ -368,7 +371,7 @@ class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
     def __init__(self, seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
-                 pauses: bool = False) -> None:
+                 pauses: bool = False, ingest: bool = False) -> None:
         assert broken in ("",) + BROKEN, broken
         super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS))
         self.broken = broken
@@ -380,6 +383,11 @@ class NodeSim(WriterSim):
         self.pauses = pauses
         if not pauses:
             self.sched.never("tail.stall")
+        # An ingestion pipeline's task writing events by id, retried whole under a new
+        # request id as a Spark task is (ingester); event id -> (its partitioning key,
+        # whether an attempt's outcome said it was applied)
+        self.ingest = ingest
+        self.events: dict[bytes, tuple[bytes, bool]] = {}
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
         self.stores = {s: _KeptStore(self.kept) for s in self.servers}
         self.disk = Disk()
@@ -402,7 +410,7 @@ class NodeSim(WriterSim):
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
                        "moves onto a copy's machine refused": 0,
                        "movers killed": 0, "movers paused": 0, "coordinator crashes": 0,
-                       "nodes paused": 0}
+                       "nodes paused": 0, "ingest attempts": 0}
 
     # --- the storage nodes ----------------------------------------------------------------
 
@@ -554,6 +562,8 @@ class NodeSim(WriterSim):
             world.spawn("slow-disks", lambda: self.slow_disks(stop))
         if self.pauses:
             world.spawn("node-pauses", lambda: self.node_pauses(stop))
+        if self.ingest:
+            world.spawn("ingester", lambda: self.ingester(stop))
 
     # --- shard moves ----------------------------------------------------------------------
 
@@ -736,6 +746,44 @@ class NodeSim(WriterSim):
             took = world.monotonic() - start
             if took > WRITE_TIMEOUT_S + 0.1:
                 self.violations.append(f"a write took {took:.2f} s, past its {WRITE_TIMEOUT_S:g} s deadline")
+
+    def ingester(self, stop: Any) -> None:
+        """(ingest) An ingestion pipeline's tasks, one after another: each writes a few events
+        (an increment of a key of its own, by event id: Client.write_many, the Spark
+        connector's write), and a task whose outcome is unknown runs again, whole, under a
+        new request id, as Spark runs a failed task again; now and then one that succeeded
+        runs again too (a speculative copy). Checked: every event counts once if an
+        attempt was told it applied, at most once otherwise (check_events)."""
+        self.appending += 1
+        db = self.sdk("ingest")
+        self.cluster_up(stop)
+        try:
+            while not stop.is_set():
+                first = len(self.events)
+                batch = [(b"ev%d" % i, self.rng.choice(PKEYS))
+                         for i in range(first, first + self.rng.randint(1, 5))]
+                for eid, pk in batch:
+                    self.events[eid] = (pk, False)
+                writes = [SdkWrite.incr(pk, eid, 1, event_id=eid) for eid, pk in batch]
+                while not stop.is_set():
+                    self.counts["ingest attempts"] += 1
+                    try:
+                        outcomes = db.write_many(self.dataset.name, writes, timeout=WRITE_TIMEOUT_S)
+                    except (errors.Unavailable, errors.DeadlineExceeded):
+                        continue  # the task failed: it runs again
+                    except errors.MidtownError as e:
+                        self.violations.append(f"an ingestion task was refused: {type(e).__name__}: {e}")
+                        return
+                    for (eid, pk), o in zip(batch, outcomes):
+                        if o.status in ("applied", "duplicate"):
+                            self.events[eid] = (pk, True)
+                        else:
+                            self.violations.append(f"event {eid!r}: its write {o.status}")
+                    if self.rng.random() >= 0.2:  # else a speculative copy of the task runs too
+                        break
+                world.sleep(self.rng.uniform(0, 0.1))
+        finally:
+            self.appending -= 1
 
     def linearizable_client(self, cid: int, db: Client, stop: Any) -> None:
         """One thread of an application whose threads share an SDK client `db` (their
@@ -920,6 +968,7 @@ class NodeSim(WriterSim):
         for k in check_per_key(self.histories):  # (7)
             self.violations.append(f"the history of key {k!r} does not linearize: {self.histories[k]}")
         self.check_once(model)
+        self.check_events(model)
         self.check_restarts(published)
         self.check_replicas(model)
 
@@ -946,6 +995,20 @@ class NodeSim(WriterSim):
                                            f"the log's first append of it gives "
                                            f"{None if want is None else self._outcome(want)}")
                     return
+
+    def check_events(self, model: MemState) -> None:
+        """(2) for the ingester's events: each counts at most once, and once if an attempt
+        was told it applied (or was a duplicate of one that had)."""
+        self.counts["events"] = len(self.events)
+        self.counts["events applied"] = sum(1 for _, told in self.events.values() if told)
+        for eid, (pk, told) in sorted(self.events.items()):
+            shard = shard_of(self.dataset.id, pk, SHARDS)
+            v = model.get(keys.value_key(shard, self.dataset.id, pk, eid))
+            n = 0 if v is None else int(v.value)
+            if n > 1 or (told and n != 1):
+                self.violations.append(f"event {eid!r} counted {n} times"
+                                       + (" (told applied)" if told else ""))
+                return
 
     def check_once(self, model: MemState) -> None:
         for i, w in enumerate(self.writes):  # (2)
@@ -1115,6 +1178,16 @@ def _heads_unknown(shards: list[int], heads: Any, log_map: Any) -> dict[int, int
 
 
 _by_shard = rebuild.by_shard
+_plan = bulk.plan
+
+
+def _plan_without_event_ids(dataset_id: str, ttl_ms: int, window_ms: int, max_ids: int,
+                            groups: list[Any], puts: Any, *rest: Any, **kw: Any) -> Any:
+    bare = pb.PutColumns()
+    bare.CopyFrom(puts)
+    del bare.event_ids[:]
+    return _plan(dataset_id, ttl_ms, window_ms, max_ids,
+                 [pb.WriteGroup(partition_key=g.partition_key, ops=g.ops) for g in groups], bare, *rest, **kw)
 
 
 def _once(fn: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
@@ -1202,6 +1275,9 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # a node's start made once, through a ZooKeeper session lost meanwhile (runtime/process.py
     # through_zk_loss), as before nodes were paused in the simulation: the start ends there
     "start-once": [(node_module, "through_zk_loss", _once)],
+    # the coordinator dropping a bulk write's event ids (coordinator/bulk.py plan): a task
+    # run again under a new request id applies its events again
+    "no-event-ids": [(bulk, "plan", _plan_without_event_ids)],
     # ... in a rebuild shard by shard only (storage_node/rebuild.py by_shard)
     "by-shard-behind": [(rebuild, "by_shard", _by_shard_anywhere)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
@@ -1210,10 +1286,10 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
 
 
 def run(seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
-        pauses: bool = False) -> tuple[Result, dict[str, int]]:
+        pauses: bool = False, ingest: bool = False) -> tuple[Result, dict[str, int]]:
     """One run; `slow`: with slow disks and links; `pauses`: with nodes paused and tails
-    stalled (NodeSim)."""
-    sim = NodeSim(seed, cfg, broken, slow, pauses)
+    stalled; `ingest`: with an ingestion pipeline writing events by id (NodeSim)."""
+    sim = NodeSim(seed, cfg, broken, slow, pauses, ingest)
     try:
         with swapped(_BROKEN_RULES.get(broken, ())):
             r = sim.sched.run(sim.main)

@@ -1,7 +1,7 @@
 """Replay simulation seeds.
 The whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
 SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--runs 1000]
-  [--slow] [--pauses] [--broken VARIANT] (nodes.py's BROKEN: no-hold, no-digest, by-load,
+  [--slow] [--pauses] [--ingest] [--broken VARIANT] (nodes.py's BROKEN: no-hold, no-digest, by-load,
   publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow --pauses), ...)
 Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
   --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges]
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pauses", action="store_true",
                     help="the whole cluster with nodes paused (SIGSTOP) and their tails stalled now and "
                          "then, a peer paused before a node loses its disk (tests/sim/nodes.py)")
+    ap.add_argument("--ingest", action="store_true",
+                    help="the whole cluster with an ingestion pipeline writing events by id, its tasks "
+                         "run again under new request ids (tests/sim/nodes.py ingester)")
     ap.add_argument("--broken", default="", help="a broken variant of the simulation run (its BROKEN list)")
     a = ap.parse_args(argv)
     _check(ap, a)
@@ -71,7 +74,7 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             ap.error(f"{flag}: only with --elections (whole log servers)")
     if a.machines and not whole_servers:
         ap.error("--machines: only with --elections (the whole cluster's nodes are on three)")
-    for flag, given in (("--slow", a.slow), ("--pauses", a.pauses)):
+    for flag, given in (("--slow", a.slow), ("--pauses", a.pauses), ("--ingest", a.ingest)):
         if given and sim != "nodes":
             ap.error(f"{flag}: only for the whole cluster (no --writers or --elections)")
     if a.late_notices < 0 or a.runs < 1:
@@ -140,7 +143,7 @@ def _nodes(a: argparse.Namespace) -> int:
     simulated = 0.0
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        r, c = nodes.run(seed, broken=a.broken, slow=a.slow, pauses=a.pauses)
+        r, c = nodes.run(seed, broken=a.broken, slow=a.slow, pauses=a.pauses, ingest=a.ingest)
         simulated += r.simulated_s
         for k, n in c.items():
             if k != "results crc":

@@ -187,3 +187,19 @@ def test_a_rebuild_shard_by_shard_behind_the_logs_heads_is_caught() -> None:
     r, _ = nodes.run(61, broken="by-shard-behind", slow=True, pauses=True)
     assert r.failures == []
     assert r.violations and "behind a truncation" in r.violations[0], r.violations[:1]
+
+
+def test_an_ingestion_pipeline_counts_each_event_once_through_task_retries_and_moves() -> None:
+    """make sim INGEST=1: an ingestion pipeline's tasks write events by id through the SDK's
+    bulk write, each task whose outcome is unknown run again whole under a new request id,
+    now and then a speculative copy of one that succeeded: every event counts once if an
+    attempt was told it applied, at most once otherwise, and every replica ends equal to
+    the model. Seed 2 found a move's destination skipping a bulk write's record while it
+    brought its copy forward (tests/test_bring_forward.py); without event ids
+    ("no-event-ids": the coordinator drops them) a task run again counts its events twice."""
+    r, counts = nodes.run(2, ingest=True)
+    assert r.failures == [] and r.violations == []
+    assert counts["events applied"] >= 20 and counts["ingest attempts"] > 5 and counts["moves done"] > 0
+    r, _ = nodes.run(1, broken="no-event-ids", ingest=True)
+    assert r.failures == []
+    assert r.violations and "counted 2 times (told applied)" in r.violations[0], r.violations[:1]

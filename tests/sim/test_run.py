@@ -18,6 +18,7 @@ from tests.sim import run
     (["--machines", "3"], "--machines: only with --elections"),
     (["--elections", "--slow"], "--slow: only for the whole cluster"),
     (["--writers", "--pauses"], "--pauses: only for the whole cluster"),
+    (["--elections", "--ingest"], "--ingest: only for the whole cluster"),
     (["--elections", "--late-notices", "-1"], "--late-notices: must be 0 or more"),
     (["--runs", "0"], "--runs: must be 1 or more"),
 ])

@@ -130,15 +130,12 @@ def watch_replica_sets(zk: KazooClient, seen: Callable[[ReplicaSets], None]) -> 
     """Call `seen` with the replica sets each time ZooKeeper's change (and after a session
     is re-established: kazoo's DataWatch reads again); nothing while none are written. The
     znode is never deleted, so its version only grows: a reader keeps the newest it saw."""
-    _watch_versioned(zk, REPLICA_SETS, lambda d, v: seen(replica_sets.from_json(d, v)))
 
-
-def _watch_versioned(zk: KazooClient, path: str, seen: Callable[[Any, int], None]) -> None:
     def changed(data: bytes | None, stat: Any) -> None:
         if data is not None and stat is not None:
-            seen(json.loads(data), stat.version)
+            seen(replica_sets.from_json(json.loads(data), stat.version))
 
-    zk.DataWatch(path, changed)
+    zk.DataWatch(REPLICA_SETS, changed)
 
 
 def read_log_map(zk: KazooClient, kv: KvTopology, log_count: int | None = None) -> LogMap:
@@ -149,13 +146,10 @@ def read_log_map(zk: KazooClient, kv: KvTopology, log_count: int | None = None) 
         data, stat = zk.get(LOG_MAP)
     except NoNodeError:
         return log_map.first(kv.shards, min(kv.logs, log_count or kv.logs))
-    return log_map.from_json(json.loads(data), stat.version)
-
-
-def watch_log_map(zk: KazooClient, seen: Callable[[LogMap], None]) -> None:
-    """Call `seen` with the shard -> log map each time it changes (as watch_replica_sets);
-    nothing while none is written (the first map, shard mod logs, holds)."""
-    _watch_versioned(zk, LOG_MAP, lambda d, v: seen(log_map.from_json(d, v)))
+    m = log_map.from_json(json.loads(data), stat.version)
+    if len(m.of) != kv.shards:
+        raise ValueError(f"log map: of: names the logs of {len(m.of)} shards, the cluster has {kv.shards}")
+    return m
 
 
 def write_log_map(zk: KazooClient, m: LogMap, why: str) -> None:

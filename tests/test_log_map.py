@@ -104,6 +104,17 @@ def test_a_map_no_writer_of_midtown_made_is_refused_naming_its_field(body: Any, 
         log_map.from_json(body, 0)
 
 
+def test_a_map_of_another_number_of_shards_is_refused() -> None:
+    def body(zk: Any) -> str:
+        registry.write_log_map(zk, LogMap(2, (0, 1, 0)), "three shards")
+        try:
+            registry.read_log_map(zk, KV)
+        except ValueError as e:
+            return str(e)
+        return ""
+    assert _zk(body) == "log map: of: names the logs of 3 shards, the cluster has 8"
+
+
 @given(st.integers(1, 40), st.integers(1, 6), st.data())
 def test_a_map_reads_back_as_written(shards: int, logs: int, data: st.DataObject) -> None:
     of = tuple(data.draw(st.lists(st.integers(0, logs - 1), min_size=shards, max_size=shards)))

@@ -5,6 +5,8 @@
   /midtown/logs/<log>               LogMetadata JSON (epoch, segments)       versioned writes only
   /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
   /midtown/logs/<log>/truncate      {"before": p}                            versioned writes only
+  /midtown/logs/<log>/seals         {"<shard>": to log, ...}                 versioned writes only
+                                    (log/seals.py; absent: none sealed)
   /midtown/log_servers_leaving/<id> (empty)                                  persistent
   /midtown/log_stores/<id>          the identity of server <id>'s replica store persistent
 
@@ -183,6 +185,44 @@ def raise_truncation(zk: KazooClient, log_id: int, before: int) -> int:
             zk.set(truncate_path(log_id), json.dumps({"before": before}).encode(), version=version)
             return before
         except BadVersionError:
+            continue
+
+
+def seals_path(log_id: int) -> str:
+    return f"{log_path(log_id)}/seals"
+
+
+def read_seals(zk: KazooClient, log_id: int) -> dict[int, int]:
+    """The shards sealed in `log_id` (log/seals.py): shard -> the log it was handed to."""
+    try:
+        data, _ = zk.get(seals_path(log_id))
+    except NoNodeError:
+        return {}
+    return {int(s): int(to) for s, to in json.loads(data).items()}
+
+
+def change_seal(zk: KazooClient, log_id: int, shard: int, to: int | None) -> dict[int, int]:
+    """Seal `shard` in `log_id` as handed to log `to` (None: unseal it), by a versioned
+    write that retries on a race; returns the list as written."""
+    path = seals_path(log_id)
+    while True:
+        try:
+            data, stat = zk.get(path)
+            sealed, version = {int(s): int(t) for s, t in json.loads(data).items()}, stat.version
+        except NoNodeError:
+            sealed, version = {}, None
+        if to is None:
+            sealed.pop(shard, None)
+        else:
+            sealed[shard] = to
+        body = json.dumps({str(s): t for s, t in sorted(sealed.items())}).encode()
+        try:
+            if version is None:
+                zk.create(path, body, makepath=True)
+            else:
+                zk.set(path, body, version=version)
+            return sealed
+        except (BadVersionError, NodeExistsError):
             continue
 
 

@@ -363,7 +363,8 @@ class _DiskTaggedLink(_LogLink):
         self.sent, self.n, self.disk = sim.sent_from_disk, n, sim.disk_generation(n)
 
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Any:
-        self.sent.update(((self.n, p), self.disk) for p in payloads)
+        for p in payloads:  # (a node publishes the same position into each log: keyed by log too)
+            self.sent.setdefault((self.n, log_id, p), []).append(self.disk)
         return super().append(addr, log_id, payloads, timeout_s)
 
 
@@ -405,7 +406,9 @@ class NodeSim(WriterSim):
         # (node, wall ms it went down, its position in each log when it started again)
         self.restarts: list[tuple[int, int, dict[int, int]]] = []
         self.wipes: list[tuple[int, int]] = []  # (node, wall ms it lost its disk)
-        self.sent_from_disk: dict[tuple[int, bytes], int] = {}  # (node, payload) -> its disk then
+        # (node, log, payload) -> the disk it was sent from, each time it was sent (matched
+        # with the log's entries in order: the same position may be published again)
+        self.sent_from_disk: dict[tuple[int, int, bytes], list[int]] = {}
         self.counts = {"node crashes": 0, "power losses": 0, "batches lost": 0, "retries": 0,
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
                        "moves onto a copy's machine refused": 0,
@@ -952,9 +955,10 @@ class NodeSim(WriterSim):
                     continue
                 rec = codec.record_from_bytes(e.payload)
                 if not rec.request_id:
-                    published += [(lg, e.timestamp_ms, op.node_id, op.position,
-                                   self.sent_from_disk.get((op.node_id, e.payload), -1))
-                                  for op in rec.ops if isinstance(op, Position)]
+                    ps = [op for op in rec.ops if isinstance(op, Position)]
+                    if ps:  # (one node's: the disk its entry was sent from)
+                        gen = _sent_from(self.sent_from_disk, (ps[0].node_id, lg, e.payload))
+                        published += [(lg, e.timestamp_ms, op.node_id, op.position, gen) for op in ps]
                     continue
                 first.setdefault(rec.request_id, model.run(rec, p, e.timestamp_ms))
         for lg, end in ends.items():
@@ -1127,6 +1131,12 @@ class NodeSim(WriterSim):
                     if k.startswith(prefix) and store.get(k) != v:
                         self.violations.append(f"node {n} holds {store.get(k)} at {k!r}, the model {v}")
                         return
+
+
+def _sent_from(sent: dict[tuple[int, int, bytes], list[int]], key: tuple[int, int, bytes]) -> int:
+    """The disk the next of this payload's sends came from (-1: none noted)."""
+    disks = sent.get(key)
+    return disks.pop(0) if disks else -1
 
 
 def _batch_response(r: RecordResult) -> pb.BatchResponse:

@@ -200,6 +200,12 @@ def test_an_ingestion_pipeline_counts_each_event_once_through_task_retries_and_m
     r, counts = nodes.run(2, ingest=True)
     assert r.failures == [] and r.violations == []
     assert counts["events applied"] >= 20 and counts["ingest attempts"] > 5 and counts["moves done"] > 0
+    # Seed 84: node 3 published position 26 into log 0 from its first disk, lost it, and
+    # later published 26 into log 1 from its second; check (3) keyed what was sent by node
+    # and payload only, took the first for the second disk's, and failed node 3's restart
+    # at 0 of log 0 (a flaw of the check: positions are now matched by log too)
+    r, _ = nodes.run(84, ingest=True)
+    assert r.failures == [] and r.violations == []
     r, _ = nodes.run(1, broken="no-event-ids", ingest=True)
     assert r.failures == []
     assert r.violations and "counted 2 times (told applied)" in r.violations[0], r.violations[:1]

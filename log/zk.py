@@ -198,6 +198,10 @@ def read_seals(zk: KazooClient, log_id: int) -> dict[int, int]:
         data, _ = zk.get(seals_path(log_id))
     except NoNodeError:
         return {}
+    return _seals(data)
+
+
+def _seals(data: bytes) -> dict[int, int]:
     return {int(s): int(to) for s, to in json.loads(data).items()}
 
 
@@ -208,7 +212,7 @@ def change_seal(zk: KazooClient, log_id: int, shard: int, to: int | None) -> dic
     while True:
         try:
             data, stat = zk.get(path)
-            sealed, version = {int(s): int(t) for s, t in json.loads(data).items()}, stat.version
+            sealed, version = _seals(data), stat.version
         except NoNodeError:
             sealed, version = {}, None
         if to is None:

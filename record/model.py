@@ -128,6 +128,16 @@ class Record:
     # Echoed in the answers sent over the network (kv.proto Record.answer_secret).
     answer_secret: int = 0
 
+    def publishes_positions(self) -> bool:
+        """A node's published position: bookkeeping, no key-value effects. (A bulk write's
+        record has groups or put rows and no ops: it is not one, though all() of no ops
+        is true; a move's copy brought forward once skipped bulk writes so.)"""
+        return bool(self.ops) and all(isinstance(o, Position) for o in self.ops)
+
+    def drops(self) -> bool:
+        """A dropped dataset's deletion in the shards it names."""
+        return bool(self.ops) and all(isinstance(o, Drop) for o in self.ops)
+
 
 @dataclass(frozen=True, slots=True)
 class OpResult:

@@ -113,13 +113,13 @@ def next_digest(prev: int, position: int, writes: dict[bytes, Stored | None]) ->
 
 
 def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, node_id: int) -> Applied:
-    if rec.ops and all(isinstance(o, Position) for o in rec.ops):
+    if rec.publishes_positions():
         # A node's published position: replicated bookkeeping, no key-value effects.
         pos = {o.node_id: o.position for o in rec.ops if isinstance(o, Position)}
         return Applied(digest=state.digest(rec.shard), positions=pos,
                        result=RecordResult(b"", log_id, position, rec.shard,
                                            state.digest(rec.shard), node_id, True))
-    if rec.ops and all(isinstance(o, Drop) for o in rec.ops):
+    if rec.drops():
         # A dropped dataset's keys in this log's shards: deleted by the batch (a range).
         shards = sorted({s for o in rec.ops if isinstance(o, Drop) for s in o.shards})
         prefixes = [keys.dataset_shard_prefix(s, rec.dataset) for s in shards]

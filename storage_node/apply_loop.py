@@ -24,7 +24,7 @@ from catalog.routing import answers_for
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
 from record import codec
-from record.model import Drop, Position, Record, Stored
+from record.model import Drop, Record, Stored
 from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
@@ -171,9 +171,9 @@ class ApplyLoop:
         applies (of `only`, if given) at or past the shard's mark; a published position;
         a drop, in the shards of it this node applies."""
         s = self.state
-        if rec.ops and all(isinstance(o, Position) for o in rec.ops):
+        if rec.publishes_positions():
             return rec if only is None else None
-        if rec.ops and all(isinstance(o, Drop) for o in rec.ops):
+        if rec.drops():
             def kept(x: int) -> bool:
                 if only is not None:
                     return x == only
@@ -301,8 +301,7 @@ class ApplyLoop:
                 rec = self._mine(codec.record_from_bytes(e.payload), e.position, only=shard)
             except Exception:
                 continue  # undecodable: a no-op everywhere
-            # (a record of groups, a bulk write's, has no ops: all() of none is true)
-            if rec is not None and not (rec.ops and all(isinstance(o, Position) for o in rec.ops)):
+            if rec is not None and not rec.publishes_positions():
                 applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
                 recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
         if got < len(forward):

@@ -32,7 +32,7 @@ def describe_entry(payload: bytes) -> dict[str, str]:
     """What a log entry holds, for people: the operation, the dataset and the keys of a
     key-value record, or the payload itself (text, or base64) when it is not one."""
     from record import codec
-    from record.model import Drop, Position
+    from record.model import Position
 
     if not payload:  # the writer's time mark on an idle log (docs/log.md)
         return {"operation": "time mark", "dataset": "", "keys": ""}
@@ -54,11 +54,11 @@ def describe_entry(payload: bytes) -> dict[str, str]:
         more = f" (+{len(rec.groups) - 3})" if len(rec.groups) > 3 else ""
         return {"operation": f"bulk write, {len(rec.groups)} groups", "dataset": name,
                 "keys": ", ".join(keys) + more}
-    if all(isinstance(o, Position) for o in rec.ops):
+    if rec.publishes_positions():
         o = rec.ops[0]
         assert isinstance(o, Position)
         return {"operation": "position", "dataset": "", "keys": f"node {o.node_id} at {o.position}"}
-    if all(isinstance(o, Drop) for o in rec.ops):
+    if rec.drops():
         return {"operation": "drop", "dataset": name, "keys": ""}
     kinds = [type(o).__name__.lower() for o in rec.ops]
     pk = _show_payload(rec.partition_key)

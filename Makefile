@@ -52,7 +52,8 @@ test-fast: proto
 # BRIDGES=1: servers cut off from one another in pairs, each still reaching the rest, and
 # followers taking the log over from a writer that still runs, BRIDGES=1 LATE=1
 # BROKEN=no-wait); WIPES=1: some restart on an empty disk, BROKEN=no-store-check starting
-# on it all the same; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac.
+# on it all the same; SEALS=1: appends name shards, which a hand-off's driver seals in the log
+# and opens again, BROKEN=takeover-unseals; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac.
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
 		$(if $(WRITERS),--writers) $(if $(NODES),--nodes) \
@@ -60,10 +61,10 @@ sim: proto
 		$(if $(BROKEN),--broken $(BROKEN)) \
 		$(if $(MACHINES),--machines $(MACHINES)) \
 		$(if $(LATE),--late-notices $(LATE)) \
-		$(if $(BRIDGES),--bridges) \
+		$(if $(BRIDGES),--bridges) $(if $(SEALS),--writers --elections --seals) \
 		$(if $(SLOW),--slow) $(if $(PAUSES),--pauses) $(if $(INGEST),--ingest)
 
-# A long run outside the suite: linearizability under many rounds of kills, and 6,000
+# A long run outside the suite: linearizability under many rounds of kills, and 6,500
 # simulation seeds. make soak ROUNDS=30
 ROUNDS ?= 20
 soak: proto
@@ -71,6 +72,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 700000 --runs 1000 --writers --elections
 	$(PY) -m tests.sim.run --seed 750000 --runs 500 --writers --elections --servers 5 --late-notices 1
 	$(PY) -m tests.sim.run --seed 760000 --runs 500 --writers --elections --bridges --late-notices 1
+	$(PY) -m tests.sim.run --seed 770000 --runs 500 --writers --elections --seals
 	$(PY) -m tests.sim.run --seed 800000 --runs 500 --writers --wipes --servers 5
 	$(PY) -m tests.sim.run --seed 900000 --runs 1500
 	$(PY) -m tests.sim.run --seed 950000 --runs 500 --slow

@@ -14,22 +14,29 @@ from log.client_link import AppendRefused as AppendRefused
 from log.driver import AppendResult, Busy, WriterFailed
 from log.entry import validate_batch
 from log.node import Node
+from log.seals import UNTAGGED, Sealed, Tags
 from runtime import refusals
+from runtime.refusals import BadRequest
 
 
 def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
-           hurry: bool) -> AppendResult | AppendRefused | None:
+           hurry: bool, tags: Tags = UNTAGGED) -> AppendResult | AppendRefused | None:
     """Append `payloads` with this server's writer of `log_id` and wait for the outcome,
     `timeout_s` at most; None when this server does not write the log now (the caller
     redirects, or goes through gRPC). BadRequest for a batch over a limit. With `hurry`,
     the log's lingering Read streams send the new entries at once (their coordinator, in
-    another process, may wait for a replica's answer: log/linger.py)."""
+    another process, may wait for a replica's answer: log/linger.py). `tags`: each
+    payload's shard, and whether the append seals or opens one (log/seals.py); an append
+    with a record of a shard sealed here is refused whole (FAILED_PRECONDITION, SEALED)."""
     validate_batch(payloads)
+    if tags.shards and len(tags.shards) != len(payloads):
+        raise BadRequest(f"{len(tags.shards)} shards for {len(payloads)} payloads: name one per "
+                         "payload (-1: none), or none at all", field="shards")
     d = node.writers.get(log_id)
     if d is None or d.failed.is_set():
         return None
     try:
-        fut = d.submit(payloads)
+        fut = d.submit(payloads, tags)
     except Busy as e:
         return AppendRefused(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e}; retry later")
     except WriterFailed as e:  # not submitted: a retry through the new writer is safe
@@ -39,6 +46,9 @@ def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
     except WriterFailed as e:
         return AppendRefused(grpc.StatusCode.UNAVAILABLE, f"log {log_id}: outcome unknown, the writer "
                              f"stopped ({e}); retry through the new writer")
+    except Sealed as e:  # nothing of it sequenced: sent where the shard went, it is safe
+        return AppendRefused(grpc.StatusCode.FAILED_PRECONDITION, f"log {log_id}: {e}",
+                             reason=refusals.SEALED)
     except FutureTimeout:
         return AppendRefused(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {log_id}: outcome unknown")
     if hurry:
@@ -47,13 +57,13 @@ def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
 
 
 def answer(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
-           hurry: bool) -> AppendResult | AppendRefused:
+           hurry: bool, tags: Tags = UNTAGGED) -> AppendResult | AppendRefused:
     """append(), or when this server does not write the log now, the refusal that sends
     the client on: the writer to ask (NOT_WRITER with its address), or none yet (NO_WRITER,
     UNAVAILABLE: an election or recovery is under way). A batch over a limit:
     INVALID_ARGUMENT."""
     try:
-        r = append(node, log_id, payloads, timeout_s, hurry)
+        r = append(node, log_id, payloads, timeout_s, hurry, tags)
     except ValueError as e:  # BadRequest
         return AppendRefused(grpc.StatusCode.INVALID_ARGUMENT, str(e))
     return r if r is not None else redirect(node, log_id)

@@ -31,6 +31,7 @@ from log.metadata import LogMetadata
 from log.ports import FollowedEntry as FollowedEntry
 from log.ports import Following as Following
 from log.ports import LocalLog as LocalLog
+from log.seals import UNTAGGED, Tags
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
 from runtime.refreshed import Refreshed
@@ -248,7 +249,12 @@ class LogClient:
         self._watch_writer(log_id)
 
     def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0,
-               retry_unknown: bool = True) -> Appended:
+               retry_unknown: bool = True, tags: Tags = UNTAGGED) -> Appended:
+        """Append `payloads` to `log_id` through its writer, retried (past redirects,
+        elections and, with `retry_unknown`, unknown outcomes) until `timeout_s`. LogError
+        when it fails; its reason is refusals.SEALED when the append carries a record of a
+        shard handed over to another log (`tags`, log/seals.py): refused whole, nothing of
+        it in the log."""
         self.check_log(log_id)
         self._watch_writer(log_id)
         deadline = world.monotonic() + timeout_s
@@ -267,7 +273,7 @@ class LogClient:
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue
-            got = self._append_once(addr, log_id, payloads, min(left, 10.0))
+            got = self._append_once(addr, log_id, payloads, min(left, 10.0), tags)
             if not isinstance(got, AppendRefused):
                 return Appended(*got, attempts)
             code, msg = got.code, got.message
@@ -286,13 +292,13 @@ class LogClient:
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue
-            raise LogError(code, msg)
+            raise LogError(code, msg, got.reason)
 
     def _append_once(self, addr: str, log_id: int, payloads: list[bytes],
-                     timeout_s: float) -> Placement | AppendRefused:
+                     timeout_s: float, tags: Tags) -> Placement | AppendRefused:
         """One attempt at the server at `addr`, given up early if the log's writer node
         names another server meanwhile (a takeover: the new writer decides)."""
-        call: PendingAppend = self.link.append(addr, log_id, payloads, timeout_s)
+        call: PendingAppend = self.link.append(addr, log_id, payloads, timeout_s, tags)
         while True:
             try:
                 return call.result(WRITER_CHECK_S)

@@ -20,9 +20,10 @@ from typing import Any, Protocol
 
 import grpc
 
-from log import limits
+from log import codec, limits
 from log import read_index as ri
 from log.ports import FollowedEntry
+from log.seals import UNTAGGED, Tags
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
@@ -34,10 +35,11 @@ Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, ep
 class LogError(Exception):
     """An error from the log, with the gRPC status code and the server's message."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, reason: str = "") -> None:
         super().__init__(f"{code.name}: {message}")
         self.code = code
         self.message = message
+        self.reason = reason  # runtime/refusals.py, when the server gave one
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class AppendRefused:
     code: grpc.StatusCode
     message: str
     redirect: str = ""
-    reason: str = ""  # runtime/refusals.py: not-writer, no-writer
+    reason: str = ""  # runtime/refusals.py: not-writer, no-writer, sealed
 
     def trailers(self) -> tuple[tuple[str, str], ...]:
         """The redirect and the reason as the gRPC service sends them (read back by
@@ -93,8 +95,10 @@ class Entries(Protocol):
 
 
 class LogLink(Protocol):
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
-        """Send an Append of `payloads` to the server at `addr`, answered within `timeout_s`."""
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Tags = UNTAGGED) -> PendingAppend:
+        """Send an Append of `payloads` (with their `tags`, log/seals.py) to the server at
+        `addr`, answered within `timeout_s`."""
 
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
         """Ask the server at `addr` for its Tail of `log_id` (a ReadIndex round's question):
@@ -182,8 +186,9 @@ class GrpcLog(Stubs):
     def __init__(self) -> None:
         super().__init__(log_pb2_grpc.LogStub)
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
-        req = pb.AppendRequest(log_id=log_id, payloads=payloads)
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Tags = UNTAGGED) -> PendingAppend:
+        req = codec.tags_to_pb(pb.AppendRequest(log_id=log_id, payloads=payloads), tags)
         return _GrpcAppend(self.stub(addr).Append.future(req, timeout=timeout_s))
 
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:

@@ -13,8 +13,26 @@ from log.messages import (
     ReadRangeReply,
     Result,
 )
+from log.seals import NONE, Tags
 from midtown_pb import log_pb2 as pb
 from runtime.refusals import BadRequest
+
+
+def tags_to_pb(req: pb.AppendRequest, tags: Tags) -> pb.AppendRequest:
+    """An Append's tags (log/seals.py) written into its request."""
+    req.shards.extend(tags.shards)
+    if tags.seal != NONE:
+        req.seal.shard, req.seal.to = tags.seal, tags.to
+    if tags.open != NONE:
+        req.open = tags.open
+    return req
+
+
+def tags_from_pb(req: pb.AppendRequest) -> Tags:
+    """An Append's tags as its request carries them; BadRequest naming the field at fault
+    (log/append.py checks there is one shard per payload)."""
+    seal, to = (req.seal.shard, req.seal.to) if req.HasField("seal") else (NONE, NONE)
+    return Tags(tuple(req.shards), seal, to, req.open if req.HasField("open") else NONE)
 
 
 def entry_to_pb(e: Entry) -> pb.Entry:

@@ -15,6 +15,7 @@ from log import limits
 from log.ensemble_change import Copies
 from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
+from log.seals import UNTAGGED, Sealed, Seals, Tags
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
 from runtime import world
 from runtime.clock import lease_clock
@@ -31,6 +32,7 @@ class WriterHost(Protocol):
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None: ...
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None: ...
     def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]: ...
+    def read_seals(self, log_id: int) -> dict[int, int]: ...
 
 log = logging.getLogger("midtown.log.driver")
 
@@ -69,7 +71,10 @@ class WriterDriver:
         self.core = core
         self.log_id = core.log_id
         self.inbox: queue.Queue[tuple[Any, ...]] = world.queue()
-        self._waiting: deque[tuple[Future[AppendResult], list[bytes]]] = deque()
+        self._waiting: deque[tuple[Future[AppendResult], list[bytes], Tags]] = deque()
+        # The shards sealed in this log (log/seals.py): read from the log service's list
+        # once this writer has fenced its predecessor, then kept in the order it sequences.
+        self.seals: Seals | None = None
         self._queued = 0
         self._qlock = world.lock()
         self.failed = world.event()
@@ -93,7 +98,9 @@ class WriterDriver:
         at worst a moment old)."""
         return self.core.next_position - 1
 
-    def submit(self, payloads: list[bytes]) -> Future[AppendResult]:
+    def submit(self, payloads: list[bytes], tags: Tags = UNTAGGED) -> Future[AppendResult]:
+        """Queue an append; its future fails with WriterFailed (outcome unknown) or Sealed
+        (refused whole: nothing of it sequenced)."""
         if self.failed.is_set():
             raise WriterFailed(self.core.failure or "the writer stopped")
         with self._qlock:
@@ -102,7 +109,7 @@ class WriterDriver:
             self._queued += len(payloads)
         fut: Future[AppendResult] = world.future()
         fut.entry_count = len(payloads)  # type: ignore[attr-defined]
-        self.inbox.put(("append", fut, payloads))
+        self.inbox.put(("append", fut, payloads, tags))
         return fut
 
     def stop(self, reason: str) -> None:
@@ -191,7 +198,7 @@ class WriterDriver:
         finally:
             self.failed.set()
             while self._waiting:
-                fut, _ = self._waiting.popleft()
+                fut, _, _ = self._waiting.popleft()
                 self._done(fut)
                 fut.set_exception(WriterFailed(core.failure))
             self._drain_inbox_failing()
@@ -212,7 +219,7 @@ class WriterDriver:
     def _handle(self, ev: tuple[Any, ...]) -> None:
         kind = ev[0]
         if kind == "append":
-            self._waiting.append((ev[1], ev[2]))
+            self._waiting.append((ev[1], ev[2], ev[3]))
         elif kind == "reply":
             _, replica, req, rep = ev
             with self._copies_lock:
@@ -235,8 +242,15 @@ class WriterDriver:
         batch: list[tuple[Future[AppendResult], list[bytes]]] = []
         room = limits.INFLIGHT_ENTRIES_MAX - self.core.inflight()
         n = 0
+        assert self.seals is not None  # read before the segment opened
         while self._waiting and n + len(self._waiting[0][1]) <= max(room, 0):
-            fut, payloads = self._waiting.popleft()
+            fut, payloads, tags = self._waiting.popleft()
+            try:
+                self.seals.admit(tags)  # in the order of the log
+            except Sealed as e:
+                self._done(fut)
+                fut.set_exception(e)
+                continue
             batch.append((fut, payloads))
             n += len(payloads)
         if batch:
@@ -261,6 +275,8 @@ class WriterDriver:
                         self.copies.sent(o.to, world.monotonic())
                     self.node.send(self, o.to, o.msg)
                 elif isinstance(o, WriteMetadata):
+                    if not self._read_seals():
+                        continue
                     ok, v = self.node.write_metadata(o.metadata, o.expected_version)
                     self.core.on_metadata_written(ok, v)
                     if self.core.state is State.WRITING:
@@ -282,6 +298,19 @@ class WriterDriver:
                 elif isinstance(o, Failed):
                     self._done(o.token)
                     o.token.set_exception(WriterFailed(o.reason))
+
+    def _read_seals(self) -> bool:
+        """Before the segment opens (the old writer fenced: it can sequence nothing more),
+        the shards sealed in this log, from the log service's list, which the hand-off's
+        driver writes before it appends the hand-off record (docs/log.md, step 3): a
+        takeover never reopens a sealed shard. False (the writer failed) if it cannot be read."""
+        if self.seals is None:
+            try:
+                self.seals = Seals(self.node.read_seals(self.log_id))
+            except Exception as e:
+                self.core.fail(f"the log's sealed shards could not be read ({e})")
+                return False
+        return True
 
     def _opened(self) -> None:
         """The writer's segment is open for appends (recovered, or moved): say so, and

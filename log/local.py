@@ -18,6 +18,7 @@ from log.catch_up import Unavailable
 from log.client_link import Answered, Entries, LogError, LogLink, LogState, PendingAppend
 from log.node import Node
 from log.ports import FollowedEntry
+from log.seals import UNTAGGED, Tags
 from runtime import inprocess, world
 
 log = logging.getLogger("midtown.log.follow")
@@ -32,11 +33,12 @@ class ProcessLog:
         self.node = node
         self.others = others
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> PendingAppend:
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Tags = UNTAGGED) -> PendingAppend:
         if addr != self.node.addr:
-            return self.others.append(addr, log_id, payloads, timeout_s)
+            return self.others.append(addr, log_id, payloads, timeout_s, tags)
         inprocess.used("append")
-        r = append.answer(self.node, log_id, payloads, timeout_s, hurry=False)
+        r = append.answer(self.node, log_id, payloads, timeout_s, hurry=False, tags=tags)
         return Answered(r if isinstance(r, append.AppendRefused) else
                         (r.first_position, r.count, r.timestamp_ms, r.epoch))
 

@@ -278,6 +278,9 @@ class Node:
         self.meta[meta.log_id] = meta
         return True, v
 
+    def read_seals(self, log_id: int) -> dict[int, int]:
+        return zkpaths.read_seals(self.zk, log_id)
+
     def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]:
         """An ensemble change's metadata write (Writer.change_ensemble): the log's metadata
         as it is now, sealed at the change's end with the next segment opened, by a

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from runtime.refusals import BadRequest
+
 NONE = -1  # no shard
 
 
@@ -30,11 +32,14 @@ class Tags:
 
     def __post_init__(self) -> None:
         if self.seal != NONE and self.open != NONE:
-            raise ValueError("seal, open: an append seals a shard or opens one, not both")
+            raise BadRequest("an append seals a shard or opens one, not both", field="open")
         if (self.seal != NONE) != (self.to != NONE):
-            raise ValueError("to: a hand-off record names the log its shard goes to")
-        if any(s < NONE for s in (self.seal, self.to, self.open, *self.shards)):
-            raise ValueError(f"shards: a shard is 0 or more ({NONE}: none)")
+            raise BadRequest("a hand-off record names the log its shard goes to", field="seal.to")
+        if any(s < NONE for s in self.shards):
+            raise BadRequest(f"a shard is 0 or more ({NONE}: none)", field="shards")
+
+
+UNTAGGED = Tags()  # an append that names no shard
 
 
 class Sealed(Exception):

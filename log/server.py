@@ -44,9 +44,9 @@ class Services:
     # ---------------------------------------------------------------- Log
     def append(self, req: pb.AppendRequest, ctx: grpc.ServicerContext) -> pb.AppendResponse:
         self._check_log(req.log_id)
-        remaining = ctx.time_remaining()
+        remaining, tags = ctx.time_remaining(), codec.tags_from_pb(req)
         r = append.answer(self.node, req.log_id, list(req.payloads),
-                          remaining if remaining is not None else 60, hurry=True)
+                          remaining if remaining is not None else 60, hurry=True, tags=tags)
         if isinstance(r, AppendRefused):
             raise Refusal(r.code, r.message, trailers=r.trailers())
         return pb.AppendResponse(

@@ -58,6 +58,9 @@ QUOTA_TRAILER = (REFUSED, "quota")
 NOT_WRITER = "not-writer"
 NO_WRITER = "no-writer"
 WRITER_TRAILER_KEY = "midtown-writer"
+# An append refused whole by a log's writer: it carries a record of a shard handed over to
+# another log (log/seals.py). The sender reads the shard -> log map again and sends there.
+SEALED = "sealed"
 # A storage node that has not applied far enough for a read yet (storage_node/reads.py
 # Behind): another replica may have; the coordinator asks it instead.
 BEHIND_TRAILER = (REFUSED, "behind")

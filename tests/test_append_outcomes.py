@@ -17,6 +17,8 @@ from log.client import AppendRefused
 from log.client_link import Answered
 from log.driver import AppendResult, Busy, WriterFailed
 from log.local import ProcessLog
+from log.seals import Sealed
+from runtime import refusals
 from runtime.refusals import BadRequest
 
 
@@ -25,7 +27,7 @@ class Driver:
         self.failed = SimpleNamespace(is_set=lambda: False)
         self._submit, self._result = submit, result
 
-    def submit(self, payloads: list[bytes]) -> Future:
+    def submit(self, payloads: list[bytes], tags: Any = None) -> Future:
         if isinstance(self._submit, Exception):
             raise self._submit
         f: Future = Future()
@@ -48,7 +50,8 @@ class Others:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Answered:
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Any = None) -> Answered:
         self.calls.append((addr, log_id))
         return Answered((0, 0, 0, 0))
 
@@ -67,11 +70,14 @@ def local(n: Any, addr: str = "a:1", payloads: list[bytes] | None = None, timeou
     (Driver(submit=WriterFailed("gone")), grpc.StatusCode.UNAVAILABLE),
     (Driver(result=WriterFailed("gone")), grpc.StatusCode.UNAVAILABLE),
     (Driver(), grpc.StatusCode.DEADLINE_EXCEEDED),
+    (Driver(result=Sealed(5, 2)), grpc.StatusCode.FAILED_PRECONDITION),
 ])
 def test_each_refusal_is_one_outcome_both_ways(driver: Driver, code: grpc.StatusCode) -> None:
     n = node(driver)
     got = append.append(n, 3, [b"x"], 0.01, hurry=True)
     assert isinstance(got, AppendRefused) and got.code == code
+    # a batch refused whole, its shard handed over (log/seals.py): the client is told why
+    assert (got.reason == refusals.SEALED) == (code == grpc.StatusCode.FAILED_PRECONDITION)
     assert local(n, timeout_s=0.01) == got
     assert n.hurried == []
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from log.seals import NONE, Sealed, Seals, Tags
+from runtime.refusals import BadRequest
 
 SHARDS = 4
 appends = st.lists(st.integers(NONE, SHARDS - 1), min_size=1, max_size=4).map(
@@ -56,13 +57,13 @@ def test_a_writer_taking_over_from_the_list_admits_what_the_old_one_would_have(
 
 
 @pytest.mark.parametrize("tags,field", [
-    (dict(seal=1, open=1, to=2), "seal, open"),
-    (dict(seal=1), "to"),
-    (dict(to=3), "to"),
+    (dict(seal=1, open=1, to=2), "open"),
+    (dict(seal=1), "seal.to"),
+    (dict(to=3), "seal.to"),
     (dict(shards=(0, -2)), "shards"),
 ])
 def test_tags_that_make_no_sense_are_refused_naming_the_field(tags: dict, field: str) -> None:
-    with pytest.raises(ValueError, match=f"^{field}"):
+    with pytest.raises(BadRequest, match=f"^{field}: "):
         Tags(**tags)
 
 

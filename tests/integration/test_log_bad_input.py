@@ -70,6 +70,15 @@ def test_append_errors_name_the_field(shared_client: LogClient) -> None:
          grpc.StatusCode.INVALID_ARGUMENT, "payloads[1]"),
         (pb.AppendRequest(log_id=0, payloads=[b"z" * 1000] * (limits.BATCH_ENTRIES_MAX + 1)),
          grpc.StatusCode.INVALID_ARGUMENT, "payloads"),
+        # the tags of a hand-off (log/seals.py): one shard per payload, none below -1, and
+        # a record seals a shard or opens one, not both
+        (pb.AppendRequest(log_id=0, payloads=[b"x", b"y"], shards=[1]), grpc.StatusCode.INVALID_ARGUMENT,
+         "shards: 1 shards for 2 payloads"),
+        (pb.AppendRequest(log_id=0, payloads=[b"x"], shards=[-2]), grpc.StatusCode.INVALID_ARGUMENT,
+         "shards: a shard is 0 or more"),
+        (pb.AppendRequest(log_id=0, payloads=[b"x"], seal=pb.Seal(shard=1, to=2), open=1),
+         grpc.StatusCode.INVALID_ARGUMENT,
+         "open: an append seals a shard or opens one"),
     ]
     for req, code, field in cases:
         with pytest.raises(grpc.RpcError) as ei:
@@ -244,6 +253,10 @@ METHODS = [
         st.binary(max_size=200),
         st.builds(lambda lg, ps: pb.AppendRequest(log_id=lg, payloads=ps).SerializeToString(),
                   st.integers(0, 2**32 - 1), st.lists(st.binary(max_size=50), max_size=5)),
+        st.builds(lambda lg, ps, ss, o: pb.AppendRequest(log_id=lg, payloads=ps, shards=ss, open=o)
+                  .SerializeToString(),
+                  st.integers(0, 20), st.lists(st.binary(max_size=5), max_size=3),
+                  st.lists(st.integers(-2**31, 2**31 - 1), max_size=3), st.integers(0, 2**32 - 1)),
         st.builds(lambda lg, f, m, w: pb.ReadRequest(log_id=lg, from_position=f, max_entries=m,
                                                       linger_ms=w).SerializeToString(),
                   st.integers(0, 40), st.integers(0, 2**64 - 1), st.integers(1, 5),

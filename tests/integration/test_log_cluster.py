@@ -14,8 +14,10 @@ import pytest
 from log import limits
 from log import zk as zkpaths
 from log.client import LogClient, LogError
+from log.seals import Tags
 from midtown.cluster import Cluster
 from midtown_pb import log_pb2 as pb
+from runtime import refusals
 from tests.integration.conftest import Ack, Appenders, restart_and_wait, started, verify_logs, wait_for
 
 pytestmark = pytest.mark.integration
@@ -193,3 +195,38 @@ def test_truncate_removes_prefix_everywhere(cluster: Cluster, client: LogClient)
     assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert "before_position" in ei.value.message
     assert client.truncate(1, 2) == 6, "truncation never moves backwards"
+
+
+def test_a_sealed_shard_stays_sealed_across_a_writer_kill(cluster: Cluster, client: LogClient) -> None:
+    """docs/log.md "Adding logs and handing shards over", step 3, with real servers: the
+    hand-off record seals its shard (the log service's list written first), an append with
+    a record of it is refused whole (FAILED_PRECONDITION, reason "sealed"), other shards'
+    go on; the writer SIGKILLed, the new one reads the list and refuses it too; an open
+    record, the list, and an open record again let it in once more."""
+    log_id, shard = 11, 5
+    w = _writer(client, log_id)
+    before = client.append(log_id, [b"s5-before"], tags=Tags((shard,)))
+    zkpaths.change_seal(client.zk, log_id, shard, 12)
+    seal = client.append(log_id, [b"s5-hand-off"], tags=Tags((shard,), seal=shard, to=12))
+
+    def refused(payload: bytes) -> None:
+        with pytest.raises(LogError) as ei:  # one record of the shard among others: all refused
+            client.append(log_id, [b"s6-" + payload, b"s5-" + payload], tags=Tags((6, shard)), timeout_s=60)
+        assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION and ei.value.reason == refusals.SEALED
+        assert f"shard {shard} was handed over to log 12" in ei.value.message
+
+    refused(b"late")
+    other = client.append(log_id, [b"s6-other"], tags=Tags((6,)))
+    cluster.kill(f"log-{w['server']}")
+    wait_for(lambda: (x := zkpaths.read_writer(client.zk, log_id)) and x["server"] != w["server"],
+             30, "a new writer")
+    refused(b"after-the-kill")
+    client.append(log_id, [b"s5-open"], tags=Tags((shard,), open=shard))
+    zkpaths.change_seal(client.zk, log_id, shard, None)
+    client.append(log_id, [b"s5-open"], tags=Tags((shard,), open=shard))
+    again = client.append(log_id, [b"s5-again"], tags=Tags((shard,)))
+    restart_and_wait(cluster, client, f"log-{w['server']}")
+    got = {e.position: e.payload for e in client.read(log_id, 0, max_entries=again.first_position + 1)}
+    assert got[before.first_position] == b"s5-before" and got[seal.first_position] == b"s5-hand-off"
+    assert got[other.first_position] == b"s6-other" and got[again.first_position] == b"s5-again"
+    assert not [p for p in got.values() if b"late" in p or b"after-the-kill" in p]  # nothing of them

@@ -81,6 +81,7 @@ from log.client import LogClient
 from log.entry import Entry
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
+from log.seals import UNTAGGED, Tags
 from log.store import Batch, MemStore
 from midtown import errors, retries
 from midtown.client import Client
@@ -362,10 +363,11 @@ class _DiskTaggedLink(_LogLink):
         super().__init__(sim)
         self.sent, self.n, self.disk = sim.sent_from_disk, n, sim.disk_generation(n)
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Any:
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Tags = UNTAGGED) -> Any:
         for p in payloads:  # (a node publishes the same position into each log: keyed by log too)
             self.sent.setdefault((self.n, log_id, p), []).append(self.disk)
-        return super().append(addr, log_id, payloads, timeout_s)
+        return super().append(addr, log_id, payloads, timeout_s, tags)
 
 
 class NodeSim(WriterSim):

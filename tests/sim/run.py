@@ -4,7 +4,7 @@ SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--ru
   [--slow] [--pauses] [--ingest] [--broken VARIANT] (nodes.py's BROKEN: no-hold, no-digest, by-load,
   publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow --pauses), ...)
 Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
-  --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges]
+  --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges] [--seals]
   [--broken VARIANT] (writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
   trust-cache, any-servers, record-first, no-wait (--bridges --late-notices 1), by-load
   (--machines 3 --servers 6), ...); without --elections, the writer driver alone, its
@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bridges", action="store_true",
                     help="with --elections: servers cut off from one another in pairs, each still reaching "
                          "the rest, in longer runs with one crash (tests/sim/writers.py BRIDGES)")
+    ap.add_argument("--seals", action="store_true",
+                    help="with --elections: appends name shards, which a hand-off's driver seals in the "
+                         "log and opens again (tests/sim/writers.py hand_offs)")
     ap.add_argument("--slow", action="store_true",
                     help="the whole cluster with slow disks and links now and then (tests/sim/nodes.py)")
     ap.add_argument("--pauses", action="store_true",
@@ -69,7 +72,7 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error(f"--broken: {a.broken!r} is not a broken variant of the {sim} simulation "
                  f"(one of: {', '.join(variants)})")
     for flag, given in (("--bridges", a.bridges), ("--late-notices", a.late_notices),
-                        ("--servers", a.servers != 3)):
+                        ("--servers", a.servers != 3), ("--seals", a.seals)):
         if given and not whole_servers:
             ap.error(f"{flag}: only with --elections (whole log servers)")
     if a.machines and not whole_servers:
@@ -94,13 +97,14 @@ def _writers(a: argparse.Namespace) -> int:
     """Runs of tests/sim/writers.py; with --trace, each run's figures."""
     t0 = time.monotonic()
     bad = acked = calls = carried = takeovers = live = wiped = refused = changes = failed = rounds = 0
-    followed = leased = 0
+    followed = leased = sealed = hand_offs = 0
     simulated = 0.0
     fired: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
         cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes,
                              servers=a.servers if a.elections or a.wipes else 3, machines=a.machines,
-                             late_notices_s=a.late_notices, **(writers.BRIDGES if a.bridges else {}))
+                             late_notices_s=a.late_notices, seals=a.seals,
+                             **(writers.BRIDGES if a.bridges else {}))
         r = writers.run(seed, cfg)
         acked += r.acked
         calls += r.replicate_calls
@@ -114,6 +118,8 @@ def _writers(a: argparse.Namespace) -> int:
         rounds += r.read_indexes
         followed += r.followed
         leased += r.lease_reads
+        sealed += r.sealed_refusals
+        hand_offs += r.hand_offs
         for point, n in r.buggified.items():
             fired[point] = fired.get(point, 0) + n
         simulated += r.simulated_s
@@ -130,7 +136,9 @@ def _writers(a: argparse.Namespace) -> int:
              f"changes; the log client: {failed} appends failed, {rounds} ReadIndex rounds answered, "
              f"{followed} positions followed, {leased} strong reads by a lease"
              if a.elections or a.wipes else "")
-          + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else ""))
+          + (f"; {wiped} restarts on an empty store, {refused} refused" if a.wipes else "")
+          + (f"; {hand_offs} shards sealed or opened again, {sealed} appends refused whole (their shard "
+             "sealed)" if a.seals else ""))
     print("fault points fired (world.buggify): "
           + (", ".join(f"{p} {n}" for p, n in sorted(fired.items())) or "none reached"))
     return 1 if bad else 0

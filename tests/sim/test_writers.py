@@ -107,7 +107,8 @@ class _Unanswered:
     def __init__(self, after_s: float) -> None:
         self.after_s = after_s
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> Any:
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Any = None) -> Any:
         world.sleep(min(self.after_s, timeout_s))
         return Answered(AppendRefused(grpc.StatusCode.UNAVAILABLE, "outcome unknown"))
 
@@ -250,3 +251,28 @@ def test_writers_answer_strong_reads_by_their_lease() -> None:
         assert r.failures == [] and r.violations == []
         leased += r.lease_reads
     assert leased > 100
+
+
+def test_nothing_of_a_sealed_shard_is_committed_across_takeovers() -> None:
+    """Appends name shards; a hand-off's driver seals shards in the log (the log service's
+    list, then the hand-off record) and opens them again (an open record, the list, an open
+    record again), while servers crash and pause and followers take the log over
+    (log/seals.py, docs/log.md "Adding logs and handing shards over" step 3). No committed
+    entry of a shard stands between its hand-off record and the next open record, and
+    appends of a sealed shard are refused whole, through the real log client."""
+    refused = hand_offs = takeovers = 0
+    for seed in range(1, 4):
+        r = writers.run(seed, writers.Config(elections=True, seals=True))
+        assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+        refused += r.sealed_refusals
+        hand_offs += r.hand_offs
+        takeovers += r.takeovers + r.writers
+    assert refused > 0 and hand_offs > 10 and takeovers > 6
+
+
+def test_a_writer_that_takes_the_log_over_without_its_sealed_shards_is_caught() -> None:
+    """Broken: a new writer that does not read the list of sealed shards reopens every shard
+    sealed before it took over (caught in 21 of seeds 1-30)."""
+    r = writers.run(2, writers.Config(elections=True, seals=True, broken="takeover-unseals"))
+    assert r.failures == []
+    assert r.violations and "(its hand-off record)" in r.violations[0], r.violations[:1]

@@ -62,10 +62,11 @@ from log.peers import Peers
 from log.quorum import AckTracker
 from log.replica import ReplicaCore
 from log.replica_link import NoAnswer, OwnReplica
+from log.seals import NONE, UNTAGGED, Tags
 from log.store import MemStore
 from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, Send, State, Writer
-from runtime import world
+from runtime import refusals, world
 from runtime.refusals import Refusal
 from tests.sim import broken
 from tests.sim.broken import Swap, swapped
@@ -75,7 +76,7 @@ from tests.sim.zookeeper import Client, Ensemble, Late
 LOG = 0
 BROKEN = ("ends-at-lac", "past-lac", "no-fence", "ack-before-quorum", "fences-own-ensemble", "skip-fence",
           "no-wait", "expired", "no-fencing", "trust-cache", "any-servers", "record-first", "by-load",
-          "no-store-check")
+          "no-store-check", "takeover-unseals")
 
 
 @dataclass
@@ -110,6 +111,10 @@ class Config:
     # ZooKeeper's notices (session state, watches) reach every process up to this late
     # (tests/sim/zookeeper.py Late): the protocol must not lean on their being on time
     late_notices_s: float = 0.0
+    # With elections: each append names one of SEAL_SHARDS shards, and a hand-off's driver
+    # seals them in the log and opens them again (log/seals.py, docs/log.md "Adding logs
+    # and handing shards over" step 3): nothing of a shard is committed while it is sealed
+    seals: bool = False
 
 
 # Bridges: links cut in pairs (Config.link_cuts), in runs long enough, and with few enough
@@ -136,6 +141,8 @@ class Result:
     read_indexes: int = 0  # ReadIndex rounds that returned an index (elections)
     followed: int = 0  # positions a follow through the log client delivered (elections)
     lease_reads: int = 0  # strong reads answered by a writer's read lease (elections)
+    sealed_refusals: int = 0  # appends refused whole, their shard sealed (seals)
+    hand_offs: int = 0  # shards sealed or opened again (seals)
     buggified: dict[str, int] = field(default_factory=dict)  # fault points enabled -> times fired
     failures: list[str] = field(default_factory=list)
 
@@ -200,6 +207,9 @@ def _records_part(seg: Segment, truncated_before: int, held: Any) -> list[Entry]
     return out[: world.choice(range(len(out) + 1))]
 
 
+SEAL_SHARDS = 3
+
+
 def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
     """The rules a broken variant swaps in for the run (none for "no-store-check", which
     the server's start skips: WriterSim.server)."""
@@ -232,6 +242,9 @@ def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
         "record-first": [(rereplicate, "to_copy", _records_part), (rereplicate, "complete", lambda *a: True)],
         # ensembles, their changes and re-replication placed by load alone, blind to machines
         "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
+        # a writer taking the log over that does not read the log's list of sealed shards
+        "takeover-unseals": [(_Host, "read_seals", lambda host, log_id: {}), (Node, "read_seals",
+                                                                             lambda node, log_id: {})],
     }.get(variant, [])
 
 
@@ -279,6 +292,9 @@ class _Host:
 
     def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]:
         return None, -1  # no ensemble changes here: the pool is the ensemble
+
+    def read_seals(self, log_id: int) -> dict[int, int]:
+        return zkpaths.read_seals(self.zk, log_id)  # type: ignore[arg-type]
 
 
 class _Link:
@@ -382,9 +398,10 @@ class _LogLink:
         carry(sim, reply, lambda: None if to in sim.down else sim.proc(to), lambda: answer(sim.nodes[to]),
               refused, lambda: sim.reachable(to), lossy=True)
 
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float) -> _PendingAppend:
+    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
+               tags: Tags = UNTAGGED) -> _PendingAppend:
         def answer(node: Node) -> Placement | AppendRefused:
-            r = append.answer(node, log_id, payloads, timeout_s, hurry=True)
+            r = append.answer(node, log_id, payloads, timeout_s, hurry=True, tags=tags)
             if isinstance(r, AppendRefused):
                 return r
             if log_id == LOG:  # acknowledged by the server, whether or not its caller still waits
@@ -605,6 +622,8 @@ class WriterSim:
         self.follow_delivered = 0  # positions the follow delivered (elections)
         self.appending = 0  # the log client's appenders still running
         self.lease_reads = 0  # strong reads answered by a writer's read lease (elections)
+        self.sealed_refusals = 0  # appends refused whole: their shard was sealed (seals)
+        self.hand_offs_made = 0  # shards sealed or opened again (seals)
         # Each server's boot clock (its writers' read leases) runs at one end of the drift
         # log/lease.py allows (drawn from a generator of their own: the other draws stay)
         d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
@@ -758,15 +777,19 @@ class WriterSim:
     def _append_until(self, client: LogClient, name: str, stop: Any) -> None:
         n = 0
         while not stop.is_set():
-            payload = f"{name}-{n}".encode()
+            shard = self.rng.randrange(SEAL_SHARDS) if self.cfg.seals else NONE
+            payload = f"{name}-{n}" + (f"/s{shard}" if self.cfg.seals else "")
             n += 1
             start = world.monotonic()
             try:
-                r = client.append(LOG, [payload], timeout_s=5)
-                self.acks.append((r.epoch, r.first_position, payload))
+                r = client.append(LOG, [payload.encode()], timeout_s=5, tags=Tags((shard,)))
+                self.acks.append((r.epoch, r.first_position, payload.encode()))
                 self.acked_at.append((world.monotonic(), r.first_position))
-            except LogError:
-                self.appends_failed += 1  # an unknown outcome: not acknowledged, so not checked
+            except LogError as e:
+                if e.reason == refusals.SEALED:
+                    self.sealed_refusals += 1  # refused whole: in the log nowhere after the seal
+                else:
+                    self.appends_failed += 1  # an unknown outcome: not acknowledged, so not checked
             took = world.monotonic() - start
             if took > 5 + 0.1:
                 self.violations.append(f"an append took {took:.2f} s, past its 5 s deadline")
@@ -910,6 +933,9 @@ class WriterSim:
                 world.spawn(f"client-{c}", lambda c=c: self.appender(f"c{c}", stop))
             else:
                 world.spawn(f"client-{c}", lambda c=c: self.client(f"c{c}", stop))
+        if self.cfg.seals:
+            assert self.cfg.elections, "seals: the servers' Append answers, with elections"
+            world.spawn("hand-offs", lambda: self.hand_offs(stop))
         if self.cfg.elections:
             world.spawn("reader", lambda: self.reader(stop))
             world.spawn("lease-reader", lambda: self.lease_reader(stop))
@@ -958,7 +984,64 @@ class WriterSim:
                       refused=self.refused,
                       appends_failed=self.appends_failed, read_indexes=self.read_indexes,
                       followed=self.follow_delivered, lease_reads=self.lease_reads,
+                      sealed_refusals=self.sealed_refusals, hand_offs=self.hand_offs_made,
                       buggified=dict(self.sched.buggified))
+
+    def hand_offs(self, stop: Any) -> None:
+        """A hand-off's driver, as docs/log.md step 3 has it: a shard sealed (the log
+        service's list first, then the hand-off record, appended until acknowledged), and
+        later opened again (an open record, the list, an open record again: a writer that
+        took the log over after the first read the shard as sealed). Each step retried
+        until done, as the driver taken up again after a crash would."""
+        zk = self.ens.client()
+        zk.start()
+        client = LogClient(zk=zk, link=_LogLink(self))
+        sealed: set[int] = set()
+        n = 0
+
+        def record(kind: str, shard: int, tags: Tags) -> None:
+            nonlocal n
+            while True:
+                n += 1
+                try:
+                    client.append(LOG, [f"{kind}/s{shard}/{n}".encode()], timeout_s=5, tags=tags)
+                    return
+                except LogError:
+                    world.sleep(0.1)
+
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(0.2, 2.0))
+            shard = self.rng.randrange(SEAL_SHARDS)
+            if shard not in sealed:
+                zkpaths.change_seal(zk, LOG, shard, 1)
+                record("seal", shard, Tags((shard,), seal=shard, to=1))
+                sealed.add(shard)
+            else:
+                record("open", shard, Tags((shard,), open=shard))
+                zkpaths.change_seal(zk, LOG, shard, None)
+                record("open", shard, Tags((shard,), open=shard))
+                sealed.discard(shard)
+            self.hand_offs_made += 1
+
+    def check_seals(self, meta: LogMetadata, end: int) -> None:
+        """No committed entry of a shard stands after its hand-off record and before the
+        next record that opens it again (seals)."""
+        sealed_at: dict[int, int] = {}
+        for p in range(FIRST_POSITION, end + 1):
+            held = self.held(meta, p)
+            if len(held) != 1:
+                continue  # reported by check()
+            kind, _, rest = next(iter(held)).decode().partition("/s")
+            if not rest:
+                continue  # a time mark
+            shard = int(rest.split("/")[0])
+            if kind == "seal":
+                sealed_at.setdefault(shard, p)
+            elif kind == "open":
+                sealed_at.pop(shard, None)
+            elif shard in sealed_at:
+                self.violations.append(f"position {p} holds {kind!r} of shard {shard}, sealed at "
+                                       f"{sealed_at[shard]} (its hand-off record)")
 
     def create_kv(self) -> None:
         """The key-value topology (catalog/registry.py), before the servers start: the log
@@ -1053,6 +1136,8 @@ class WriterSim:
         self.checked = meta, end  # what a subclass's checks go on from
         if self.cfg.elections and self.follows:
             self.check_followed(meta, end)
+        if self.cfg.seals:
+            self.check_seals(meta, end)
         last_ts = 0
         for p in range(FIRST_POSITION, end + 1):
             held = self.held(meta, p)

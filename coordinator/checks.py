@@ -55,8 +55,8 @@ def validate_op(op: pb.Op, i: int, prefix: str = "") -> None:
         raise Refusal(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
     if kind == "scan":
         raise Refusal(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
-    if kind in ("position", "drop"):
-        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the storage nodes' own")
+    if kind in ("position", "drop", "hand_off", "open"):
+        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the cluster's own")
     inner = getattr(op, kind)
     check_local(inner.local_key, f"{f}.{kind}.local_key")
     if kind == "put":

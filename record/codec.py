@@ -11,8 +11,10 @@ from record.model import (
     Get,
     Group,
     GroupResult,
+    HandOff,
     Incr,
     Op,
+    Open,
     OpResult,
     OpStatus,
     Position,
@@ -65,6 +67,10 @@ def op_from_pb(o: pb.Op) -> Op:
         return Position(o.position.node_id, o.position.position)
     if kind == "drop":
         return Drop(tuple(o.drop.shards))
+    if kind == "hand_off":
+        return HandOff(o.hand_off.to_log, o.hand_off.from_position)
+    if kind == "open":
+        return Open()
     raise BadRequest("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
 
 
@@ -89,6 +95,10 @@ def op_to_pb(op: Op) -> pb.Op:
         return pb.Op(position=pb.PositionOp(node_id=op.node_id, position=op.position))
     if isinstance(op, Drop):
         return pb.Op(drop=pb.DropOp(shards=list(op.shards)))
+    if isinstance(op, HandOff):
+        return pb.Op(hand_off=pb.HandOffOp(to_log=op.to, from_position=op.from_position))
+    if isinstance(op, Open):
+        return pb.Op(open=pb.OpenOp())
     return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))
 
 

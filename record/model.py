@@ -84,7 +84,20 @@ class Drop:
     shards: tuple[int, ...]  # the dropped dataset's keys in these shards go
 
 
-Op = Put | Delete | Cas | Incr | Get | Scan | Position | Drop
+@dataclass(frozen=True, slots=True)
+class HandOff:
+    """The record's shard goes to log `to`, its records there at or after `from_position`
+    (docs/log.md, "Adding logs and handing shards over"; storage_node/handoff.py)."""
+    to: int
+    from_position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    """The record's shard is opened in this log, the one it was handed to."""
+
+
+Op = Put | Delete | Cas | Incr | Get | Scan | Position | Drop | HandOff | Open
 MUTATIONS = (Put, Delete, Cas, Incr)
 
 
@@ -137,6 +150,14 @@ class Record:
     def drops(self) -> bool:
         """A dropped dataset's deletion in the shards it names."""
         return bool(self.ops) and all(isinstance(o, Drop) for o in self.ops)
+
+    def hand_off(self) -> HandOff | None:
+        """The hand-off of the record's shard to another log, if it is one."""
+        return self.ops[0] if len(self.ops) == 1 and isinstance(self.ops[0], HandOff) else None
+
+    def opens(self) -> bool:
+        """Whether it opens the record's shard in its log."""
+        return len(self.ops) == 1 and isinstance(self.ops[0], Open)
 
 
 @dataclass(frozen=True, slots=True)

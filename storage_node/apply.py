@@ -113,8 +113,10 @@ def next_digest(prev: int, position: int, writes: dict[bytes, Stored | None]) ->
 
 
 def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, node_id: int) -> Applied:
-    if rec.publishes_positions():
-        # A node's published position: replicated bookkeeping, no key-value effects.
+    if rec.publishes_positions() or rec.hand_off() is not None or rec.opens():
+        # A node's published position, or a shard's hand-off to another log or its opening
+        # there (the apply loop moves the shard: storage_node/handoff.py): bookkeeping, no
+        # key-value effects.
         pos = {o.node_id: o.position for o in rec.ops if isinstance(o, Position)}
         return Applied(digest=state.digest(rec.shard), positions=pos,
                        result=RecordResult(b"", log_id, position, rec.shard,

@@ -16,7 +16,7 @@ from catalog.replica_sets import everyone
 from log.entry import Entry
 from midtown.cli.logs import describe_entry
 from record import codec
-from record.model import Group, Incr, Position, Record
+from record.model import Group, HandOff, Incr, Open, Position, Record
 from runtime.inprocess import Local
 from storage_node import keys
 from storage_node.apply_loop import ApplyLoop
@@ -63,3 +63,7 @@ def test_the_log_command_names_a_bulk_writes_puts() -> None:
     assert said["operation"] == "bulk write, 1 puts" and said["keys"] == "q"
     assert describe_entry(codec.record_to_bytes(RECORDS[5]))["operation"] == "bulk write, 1 groups"
     assert describe_entry(codec.record_to_bytes(RECORDS[7]))["operation"] == "position"
+    # a shard's hand-off to another log, and its opening there (storage_node/handoff.py)
+    hand_off = describe_entry(codec.record_to_bytes(Record(b"", "", "", 3, b"", (HandOff(2, 40),))))
+    assert (hand_off["operation"], hand_off["keys"]) == ("hand-off", "shard 3 to log 2 from 40")
+    assert describe_entry(codec.record_to_bytes(Record(b"", "", "", 3, b"", (Open(),))))["keys"] == "shard 3"

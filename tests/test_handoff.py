@@ -9,10 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import grpc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.checks import check_op
+from midtown_pb import kv_pb2 as pb
+from record import codec
+from record.model import HandOff, Open, Record
+from runtime.refusals import Refusal
 from storage_node.handoff import Kind, Place, Step, Verdict, step
 
 LOGS, SHARDS = 3, 2
@@ -204,3 +210,18 @@ def test_versions_and_time_go_on_across_a_hand_off(skew: int) -> None:
     b = step(s.then, 1, 8, Kind.OPEN).then
     assert b.opened and b.version(9) > a.version(99)
     assert b.log_time(5000 + skew) >= 5000
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1))
+def test_hand_off_and_open_records_round_trip(to: int, start: int, shard: int) -> None:
+    for op in (HandOff(to, start), Open()):
+        rec = codec.record_from_bytes(codec.record_to_bytes(Record(b"", "", "", shard, b"", (op,))))
+        assert rec.ops == (op,) and rec.shard == shard
+        assert (rec.hand_off(), rec.opens()) == ((op, False) if isinstance(op, HandOff) else (None, True))
+
+
+@pytest.mark.parametrize("op", [pb.Op(hand_off=pb.HandOffOp(to_log=1)), pb.Op(open=pb.OpenOp())])
+def test_a_client_cannot_send_hand_off_or_open_records(op: pb.Op) -> None:
+    with pytest.raises(Refusal) as ei:
+        check_op(op, 2)
+    assert ei.value.code == grpc.StatusCode.INVALID_ARGUMENT and ei.value.text.startswith("ops[2]: ")

@@ -60,6 +60,11 @@ def describe_entry(payload: bytes) -> dict[str, str]:
         return {"operation": "position", "dataset": "", "keys": f"node {o.node_id} at {o.position}"}
     if rec.drops():
         return {"operation": "drop", "dataset": name, "keys": ""}
+    if (h := rec.hand_off()) is not None:
+        return {"operation": "hand-off", "dataset": "",
+                "keys": f"shard {rec.shard} to log {h.to} from {h.from_position}"}
+    if rec.opens():
+        return {"operation": "open", "dataset": "", "keys": f"shard {rec.shard}"}
     kinds = [type(o).__name__.lower() for o in rec.ops]
     pk = _show_payload(rec.partition_key)
     locals_ = [_show_payload(o.local_key) for o in rec.ops if hasattr(o, "local_key")]

@@ -33,14 +33,21 @@ class Handoff:
 class LogMap:
     """`logs`: the key-value logs (0..logs-1); `of[s]`: the log that carries shard s;
     `handoffs`: each handed-over shard's last hand-off; `version`: ZooKeeper's version of
-    the node it was read from (-1: none written, `shard mod logs`)."""
+    the node it was read from (-1: none written, `shard mod logs`); `origins[s]`: the log
+    shard s was in before its first hand-off (empty: `of`, no shard was ever handed over).
+    A replica that has applied none of a shard's hand-offs takes its records from there."""
     logs: int
     of: tuple[int, ...]
     version: int = -1
     handoffs: tuple[Handoff, ...] = ()
+    origins: tuple[int, ...] = ()
 
     def log_of(self, shard: int) -> int:
         return self.of[shard]
+
+    def origin(self, shard: int) -> int:
+        """The log shard `shard` was in before it was ever handed over."""
+        return self.origins[shard] if self.origins else self.of[shard]
 
     def shards_of_log(self, log_id: int) -> tuple[int, ...]:
         """The shards that travel in `log_id`."""
@@ -66,13 +73,13 @@ def with_more_logs(m: LogMap, n: int, service_logs: int) -> LogMap:
         raise ValueError(f"N: the key-value store uses {m.logs} of the log service's {service_logs} logs, "
                          f"so at most {service_logs - m.logs} more can be added (growing the log "
                          f"service itself is not built yet: docs/log.md)")
-    return LogMap(m.logs + n, m.of, m.version, m.handoffs)
+    return LogMap(m.logs + n, m.of, m.version, m.handoffs, m.origins)
 
 
 def to_json(m: LogMap) -> dict[str, Any]:
     return {"logs": m.logs, "of": list(m.of),
             "handoffs": [{"shard": h.shard, "old": h.old, "at": h.at, "new": h.new, "start": h.start}
-                         for h in m.handoffs]}
+                         for h in m.handoffs], **({"origins": list(m.origins)} if m.origins else {})}
 
 
 def from_json(d: Any, version: int) -> LogMap:
@@ -80,16 +87,19 @@ def from_json(d: Any, version: int) -> LogMap:
     Midtown's made)."""
     if not isinstance(d, dict):
         raise ValueError("log map: not a JSON object")
-    logs, of = d.get("logs"), d.get("of")
+    logs: Any = d.get("logs")
+    of: Any = d.get("of")
     if not isinstance(logs, int) or logs < 1:
         raise ValueError(f"log map: logs: {logs!r}, must be a number of logs, 1 or more")
-    if not isinstance(of, list) or not of or not all(
-            isinstance(x, int) and not isinstance(x, bool) and 0 <= x < logs for x in of):
-        raise ValueError(f"log map: of: each shard's log must be one of 0..{logs - 1}")
+    origins: Any = d.get("origins", [])
+    for name, shards in (("of", of), ("origins", origins or of)):
+        if not isinstance(shards, list) or len(shards) != len(of or ()) or not shards or not all(
+                isinstance(x, int) and not isinstance(x, bool) and 0 <= x < logs for x in shards):
+            raise ValueError(f"log map: {name}: each shard's log must be one of 0..{logs - 1}")
     handoffs = []
     for h in d.get("handoffs", []):
         try:
             handoffs.append(Handoff(*(int(h[k]) for k in ("shard", "old", "at", "new", "start"))))
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"log map: handoffs: {h!r} lacks a shard, old, at, new or start") from None
-    return LogMap(logs, tuple(of), version, tuple(handoffs))
+    return LogMap(logs, tuple(of), version, tuple(handoffs), tuple(origins))

@@ -29,9 +29,10 @@ from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from runtime.refusals import Refusal
-from storage_node import changes, keys, reclaim, shard_copy
+from storage_node import changes, handoff, keys, reclaim, shard_copy
 from storage_node.apply import Applied, apply
 from storage_node.callbacks import Answer, AnswerLink
+from storage_node.handoff import Place
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import APPLIED, POSITION, TAILED
@@ -153,8 +154,18 @@ class ApplyLoop:
             inprocess.used("tail")
         if world.buggify("tail.stall"):  # the tail falls behind a while (a slow read, a starved thread)
             world.sleep(3 * world.random())
+        s = self.state
         try:
-            self._group.call((log_id, entries))
+            while True:
+                self._group.call((log_id, entries))
+                nxt = s.positions[log_id][0]
+                entries = [e for e in entries if e.position >= nxt]
+                if not entries or s.stop.is_set():
+                    return
+                # A shard's open record waits for this node to apply the shard's hand-off in
+                # its old log (storage_node/handoff.py): until the next batch, then again.
+                with s.cond:
+                    s.cond.wait(timeout=0.5)
         except Exception:
             log.exception("apply failed")
             # Restart from the saved positions rather than diverge.
@@ -200,48 +211,37 @@ class ApplyLoop:
         view = BatchView(self.state.store)
         out: dict[str, list[Answer]] = {}
         new: dict[int, tuple[int, int]] = {}
+        places: dict[int, Place] = {}  # shards this batch moved from one log to another (handoff.py)
+        pending: list[tuple[int, Entries]] = []
         for log_id, entries in items:
             expected = new.get(log_id, self.state.positions[log_id])[0]
             entries = [e for e in entries if e.position >= expected]
             if not entries:
                 continue  # a stream restarted and sent again what was already applied
             assert entries[0].position == expected, f"log {log_id}: gap at {expected}"
-            applied_here = 0
-            recorder = ChangeRecorder(view, log_id, new.get(log_id, self.state.positions[log_id])[1],
-                                      entries[-1].timestamp_ms, self._applies_at)
-            for e in entries:
-                recorder.entry(e.position, e.timestamp_ms)
-                if not e.payload:  # a time mark: only the log's time moves (log/driver.py)
-                    self.state.last_data[log_id] = e.position
-                    continue
-                try:
-                    whole = codec.record_from_bytes(e.payload)
-                except Exception:  # not a record every replica can decode: a no-op everywhere
-                    log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
-                    continue
-                rec = self._mine(whole, e.position)
-                if rec is None:
-                    self.state.last_data[log_id] = e.position  # its position is to publish all the same
-                    continue  # another node's shard, or one whose copy holds it already
-                applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
-                applied_here += 1
-                recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
-                if not applied.positions:
-                    self.state.last_data[log_id] = e.position
-                if rec.callback and applied.result is not None and (
-                        self.answers.near(rec.callback)  # always: it costs no call
-                        or self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position)):
-                    out.setdefault(rec.callback, []).append((applied.result, rec.answer_secret))
-            new[log_id] = (entries[-1].position + 1, entries[-1].timestamp_ms)
-            TAILED.labels(log=str(log_id)).inc(len(entries))
-            APPLIED.labels(log=str(log_id)).inc(applied_here)
-            POSITION.labels(log=str(log_id)).set(entries[-1].position + 1)
+            pending.append((log_id, entries))
+        # A log's entries wait at a shard's open record until this node has applied the
+        # shard's hand-off in its old log, perhaps in this very batch: round again while
+        # a log moves on.
+        while pending:
+            waiting = [(lg, rest) for lg, es in pending
+                       if (rest := self._apply_log(view, lg, es, new, places, out))]
+            if [len(es) for _, es in waiting] == [len(es) for _, es in pending]:
+                break  # none moved on: the rest waits for a later batch
+            pending = waiting
         if not new:
             return
+        for place in places.values():  # a log no shard of this node came from before
+            if place.log not in self._follows and place.log not in new:
+                at = self.state.positions[place.log]
+                new[place.log] = (max(at[0], place.since), at[1])
         self._reclaim(view, new)
         with self.state.commit_lock:  # a shard scan sees a batch whole, with its positions, or not at all
             view.commit(new)  # effects and positions, atomically
             self.state.positions.update(new)
+            self.state.places.update(places)
+        for lg in sorted({p.log for p in places.values()} - set(self._follows)):
+            self._start_tail(lg)
         dropped_eventual = {keys.shard_of_key(p) for p in view.dropped if p[:1] == b"E"}
         if dropped_eventual:  # a dropped dataset's eventual values went by ranges
             self.lww.rehash(dropped_eventual)
@@ -251,6 +251,82 @@ class ApplyLoop:
         for addr, results in out.items():
             self.answers.send(addr, results)
 
+    def _apply_log(self, view: BatchView, log_id: int, entries: Entries, new: dict[int, tuple[int, int]],
+                   places: dict[int, Place], out: dict[str, list[Answer]]) -> Entries:
+        """Apply `entries` of `log_id` (the first at this node's next position in it) in
+        order into `view`, noting the log's new position in `new`, the shards handed over
+        in `places`, the answers to send in `out`; stop at a shard's open record whose
+        hand-off this node has not applied yet. Returns the entries not applied."""
+        s = self.state
+        applied_here, done = 0, 0
+        recorder = ChangeRecorder(view, log_id, new.get(log_id, s.positions[log_id])[1],
+                                  entries[-1].timestamp_ms,
+                                  lambda x, p: self._shard_position(places, x, log_id, p))
+        for e in entries:
+            rec, place = self._decode(e, log_id)
+            if rec is not None and not rec.publishes_positions() and not rec.drops():
+                place = places.get(rec.shard) or s.place_of(rec.shard)
+                kind = handoff.kind_of(rec)
+                h = rec.hand_off()
+                st = handoff.step(place, log_id, e.position, kind, e.timestamp_ms,
+                                  h.to if h else -1, h.from_position if h else 0)
+                if st.verdict is handoff.Verdict.WAIT:
+                    break
+                if st.verdict is handoff.Verdict.STOP:
+                    raise handoff.Impossible(f"shard {rec.shard}: {st.why}")
+                if st.then != place:
+                    places[rec.shard] = st.then
+                    view.hand_over(rec.shard, st.then, place.log)
+                    log.info("shard %d: its records now come from log %d (from %d), at %d:%d",
+                             rec.shard, st.then.log, st.then.since, log_id, e.position)
+                if st.verdict is handoff.Verdict.SKIP or kind is not handoff.Kind.RECORD:
+                    rec = None
+            done += 1
+            recorder.entry(e.position, e.timestamp_ms)
+            if rec is None:
+                s.last_data[log_id] = e.position  # its position is to publish all the same
+                continue  # a time mark, another node's shard, one whose copy holds it already...
+            base = place.version_base if place is not None else 0
+            ts = place.log_time(e.timestamp_ms) if place is not None else e.timestamp_ms
+            applied = apply(view, rec, log_id, e.position, ts, s.node_id, base)
+            applied_here += 1
+            recorder.add(rec, applied, e.position + base, ts, log_id)
+            if not applied.positions:
+                s.last_data[log_id] = e.position
+            if rec.callback and applied.result is not None and (
+                    self.answers.near(rec.callback)  # always: it costs no call
+                    or self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position)):
+                out.setdefault(rec.callback, []).append((applied.result, rec.answer_secret))
+        if done:
+            last = entries[done - 1]
+            new[log_id] = (last.position + 1, last.timestamp_ms)
+            TAILED.labels(log=str(log_id)).inc(done)
+            APPLIED.labels(log=str(log_id)).inc(applied_here)
+            POSITION.labels(log=str(log_id)).set(last.position + 1)
+        return entries[done:]
+
+    def _decode(self, e: FollowedEntry, log_id: int) -> tuple[Record | None, Place | None]:
+        """The part of the entry's record this node applies (None: a time mark, which only
+        moves the log's time, log/driver.py; a record it cannot decode, a no-op everywhere;
+        or nothing of it here), and no place yet (the caller's)."""
+        if not e.payload:
+            return None, None
+        try:
+            whole = codec.record_from_bytes(e.payload)
+        except Exception:  # not a record every replica can decode: a no-op everywhere
+            log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
+            return None, None
+        return self._mine(whole, e.position), None
+
+    def _shard_position(self, places: dict[int, Place], shard: int, log_id: int, position: int) -> int | None:
+        """Where a change of `shard` at `position` of `log_id` stands in the shard's own
+        order (its position there plus its version base, handoff.py), or None if this node
+        does not apply the shard's records there."""
+        if not self._applies_at(shard, position):
+            return None
+        place = places.get(shard) or self.state.place_of(shard)
+        return position + place.version_base if place.log == log_id and place.opened else None
+
     # ---------------------------------------------------------------- shard copies
     def install(self, shard: int, copy_at: int, log_time_ms: int) -> int:
         """Install a copy of `shard` taken at `copy_at` whose keys are written already
@@ -258,15 +334,16 @@ class ApplyLoop:
         shard's records between, read from the log), mark it, and start tailing the log
         if this node does not. Returns the position the copy stands at."""
         s = self.state
-        log_id = s.log_of(shard)
         with self._mutex:
+            place = s.store.place(shard)  # the copy's, if the shard was ever handed over
+            log_id = place.log if place is not None else s.log_map.origin(shard)
             others = any(s.applies_shard(x) for x in s.log_map.shards_of_log(log_id)
                          if x != shard)
             tail = shard_copy.tail(s.positions[log_id][0], log_id in self._follows, others)
             view = BatchView(s.store)
             forward = shard_copy.catch_up(tail, copy_at)
             if forward:
-                self._bring_forward(view, shard, log_id, forward, log_time_ms)
+                self._bring_forward(view, shard, log_id, forward, log_time_ms, place)
             new_tail, marks = shard_copy.install(tail, copy_at, shard, s.marks, others)
             view.marks[shard] = marks[shard]
             moved = {} if new_tail == tail else {log_id: (new_tail, log_time_ms)}
@@ -274,6 +351,10 @@ class ApplyLoop:
                 view.commit(moved)
                 s.positions.update(moved)
                 s.marks[shard] = marks[shard]
+                if place is None:
+                    s.places.pop(shard, None)
+                else:
+                    s.places[shard] = place
             s.store.sync()
         if log_id not in self._follows:
             self._start_tail(log_id)
@@ -284,14 +365,18 @@ class ApplyLoop:
         return marks[shard]
 
     def _bring_forward(self, view: BatchView, shard: int, log_id: int, forward: range,
-                       copy_ts_ms: int) -> None:
+                       copy_ts_ms: int, place: Place | None = None) -> None:
         """Apply `shard`'s records at the positions `forward` (from the log) to the copy,
-        which stands at log time `copy_ts_ms`, with their changes and the expiries between."""
+        which stands at log time `copy_ts_ms`, with their changes and the expiries between.
+        A copy that the shard's hand-off to another log overtook meanwhile is refused (a
+        move and a hand-off of one shard never run at once; a rebuild takes it again)."""
         got = 0
         entries = [e for e in self.state.logs.read(log_id, forward.start, max_entries=len(forward),
                                                    timeout_s=60) if e.position < forward.stop]
         last_ts = entries[-1].timestamp_ms if entries else copy_ts_ms
-        recorder = ChangeRecorder(view, log_id, copy_ts_ms, last_ts, lambda x, _: x == shard)
+        at = place or Place(log_id)  # the copy's place (its own: not this node's yet)
+        recorder = ChangeRecorder(view, log_id, copy_ts_ms, last_ts,
+                                  lambda x, p: p + at.version_base if x == shard else None)
         for e in entries:
             got = e.position + 1 - forward.start
             recorder.entry(e.position, e.timestamp_ms)
@@ -301,9 +386,13 @@ class ApplyLoop:
                 rec = self._mine(codec.record_from_bytes(e.payload), e.position, only=shard)
             except Exception:
                 continue  # undecodable: a no-op everywhere
+            if rec is not None and handoff.kind_of(rec) is not handoff.Kind.RECORD:
+                raise Refusal(grpc.StatusCode.UNAVAILABLE, f"shard {shard} was handed over at log {log_id} "
+                              f"position {e.position}, after its copy; retry")
             if rec is not None and not rec.publishes_positions():
-                applied = apply(view, rec, log_id, e.position, e.timestamp_ms, self.state.node_id)
-                recorder.add(rec, applied, e.position, e.timestamp_ms, log_id)
+                ts = at.log_time(e.timestamp_ms)
+                applied = apply(view, rec, log_id, e.position, ts, self.state.node_id, at.version_base)
+                recorder.add(rec, applied, e.position + at.version_base, ts, log_id)
         if got < len(forward):
             raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log {log_id} gave {got} of the {len(forward)} "
                           f"entries from {forward.start}; retry")
@@ -319,6 +408,7 @@ class ApplyLoop:
             with s.commit_lock:
                 view.commit({})
                 s.marks.pop(shard, None)
+                s.places.pop(shard, None)
         log.info("dropped shard %d", shard)
 
     def _reclaim(self, view: BatchView, new: dict[int, tuple[int, int]]) -> None:
@@ -348,21 +438,25 @@ class ChangeRecorder:
     """A log's changes through one batch of its entries (storage_node/changes.py): the
     values that expire as the log's time moves, then each record's writes. Call `entry`
     before each entry (time marks too), and `add` in place of `view.add` after a record is
-    applied. `applies(shard, position)`: whether this node applies that shard there."""
+    applied. `shard_position(shard, position)`: where a change of that shard at that
+    position of the log stands in the shard's order (None: this node does not apply the
+    shard's records there)."""
 
     def __init__(self, view: BatchView, log_id: int, after_ts_ms: int, upto_ts_ms: int,
-                 applies: Callable[[int, int], bool]) -> None:
+                 shard_position: Callable[[int, int], int | None]) -> None:
         self.view = view
         self.clock = _ExpiryClock(view, log_id, after_ts_ms, upto_ts_ms)
-        self.applies = applies
+        self.shard_position = shard_position
 
     def entry(self, position: int, ts_ms: int) -> None:
         for key, expired in self.clock.due(ts_ms):
-            if self.applies(keys.shard_of_key(key), position):
-                _record_expiry(self.view, key, expired, position, ts_ms)
+            at = self.shard_position(keys.shard_of_key(key), position)
+            if at is not None:
+                _record_expiry(self.view, key, expired, at, ts_ms)
 
     def add(self, rec: Record, applied: Applied, position: int, ts_ms: int, log_id: int) -> None:
-        """Record the changes of a record `apply` returned `applied` for, and add it to the view."""
+        """Record the changes of a record `apply` returned `applied` for, and add it to the
+        view (`position`: the record's in its shard's order)."""
         if applied.writes:  # before view.add: view.get still holds what the keys held before
             n = len(keys.dataset_shard_prefix(rec.shard, rec.dataset))
             self.view.record_changes(rec.shard, rec.dataset,

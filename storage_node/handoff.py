@@ -33,6 +33,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from record.model import Record
+
 
 @dataclass(frozen=True)
 class Place:
@@ -59,6 +61,10 @@ class Kind(enum.Enum):
     RECORD = "record"  # any record of the shard but these two
     HAND_OFF = "hand-off"
     OPEN = "open"
+
+
+def kind_of(rec: Record) -> Kind:
+    return Kind.HAND_OFF if rec.hand_off() is not None else Kind.OPEN if rec.opens() else Kind.RECORD
 
 
 class Verdict(enum.Enum):

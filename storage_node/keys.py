@@ -24,6 +24,10 @@
                                                                  (storage_node/changes.py)
   b"W" shard:4                                                -> position:8 (the shard's changes below it
                                                                  are reclaimed)
+  b"S" shard:4                                                -> log:4 since:8 opened:1 version base:8
+                                                                 (signed) time floor:8: where the shard's
+                                                                 records come from, once it was handed
+                                                                 to another log (storage_node/handoff.py)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -33,6 +37,7 @@ import struct
 from functools import lru_cache
 
 from record.model import Stored
+from storage_node.handoff import Place
 
 _I = struct.Struct(">I")
 _Q = struct.Struct(">Q")
@@ -247,11 +252,26 @@ def mark_key(shard: int) -> bytes:
     return b"M" + _I.pack(shard)
 
 
+_PLACE = struct.Struct(">IQ?qQ")
+
+
+def place_key(shard: int) -> bytes:
+    return b"S" + _I.pack(shard)
+
+
+def encode_place(p: Place) -> bytes:
+    return _PLACE.pack(p.log, p.since, p.opened, p.version_base, p.ts_floor)
+
+
+def decode_place(b: bytes) -> Place:
+    return Place(*_PLACE.unpack(b))
+
+
 # The key families that belong to one shard (a shard copy takes them all): b"K" values,
 # b"D" digest, b"R" ids seen, b"O" ids by age, b"N" ids held, b"H" eventual hash, b"E"
-# eventual values, b"C" changes, b"W" their floor. Its log's b"T" and b"X" index entries
-# are picked out (shard_index_entry).
-_SHARD_FAMILIES = (b"K", b"D", b"R", b"O", b"N", b"H", b"E", b"C", b"W")
+# eventual values, b"C" changes, b"W" their floor, b"S" its place among the logs. Its log's
+# b"T" and b"X" index entries are picked out (shard_index_entry).
+_SHARD_FAMILIES = (b"K", b"D", b"R", b"O", b"N", b"H", b"E", b"C", b"W", b"S")
 
 
 def shard_prefixes(shard: int) -> tuple[bytes, ...]:
@@ -261,6 +281,11 @@ def shard_prefixes(shard: int) -> tuple[bytes, ...]:
 def index_prefixes(log_id: int) -> tuple[bytes, bytes]:
     """The b"T" and b"X" index entries of a log (each names its shard inside)."""
     return dedup_time_prefix(log_id), expiry_prefix(log_id)
+
+
+def with_log(index_key: bytes, log_id: int) -> bytes:
+    """A b"T" or b"X" index entry as the same entry of another log's index."""
+    return index_key[:1] + _I.pack(log_id) + index_key[5:]
 
 
 def shard_index_entry(k: bytes, shard: int) -> bool:

@@ -79,8 +79,9 @@ class StorageNode:
             s.peer_calls = peers
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, parts.data_dir, s.commit_lock, s.cond, s.positions,
-                           lambda: s.kv, lambda: s.log_map, s.holds)
-        self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.log_map, s.holds, s.stop)
+                           lambda: s.kv, lambda: s.log_map, s.holds, s.place_of)
+        self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.log_map, s.holds, s.stop,
+                               s.place_of)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,
                                         lambda: s.sets, s.stop, s.peer_calls)
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),

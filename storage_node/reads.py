@@ -26,6 +26,7 @@ from runtime.disk import bounded_items
 from runtime.refusals import BadRequest, Refusal
 from storage_node import arrow_pages, keys, shard_copy
 from storage_node.apply import apply
+from storage_node.handoff import Place
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_BYTES_DEFAULT, SHARD_SCAN_PAGE_MAX
 from storage_node.store import BatchView, NodeStore
 from storage_node.views import TooManyViews, View, ViewGone, Views
@@ -94,10 +95,11 @@ class Reads:
     def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
                  kv: Callable[[], registry.KvTopology], log_map: Callable[[], LogMap],
-                 holds: Callable[[int], bool]) -> None:
+                 holds: Callable[[int], bool], place_of: Callable[[int], Place]) -> None:
         """`positions`: the node's (next position, log time) per log, updated by its applier
         under `commit_lock`, which notifies `cond`; `holds(shard)`: whether this node holds
-        a shard (catalog/replica_sets.py)."""
+        a shard (catalog/replica_sets.py); `place_of(shard)`: the log it takes the shard's
+        records from (storage_node/handoff.py)."""
         self.node_id = node_id
         self.store = store
         self.data_dir = data_dir
@@ -107,6 +109,7 @@ class Reads:
         self.kv = kv
         self.log_map = log_map
         self.holds = holds
+        self.place_of = place_of
         self.views = Views(data_dir, self._take_checkpoint, world.monotonic)
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
@@ -115,9 +118,11 @@ class Reads:
         self._check_held(req.shard, field)
         if req.op.WhichOneof("op") not in ("get", "scan"):
             raise BadRequest(f"{field}op: only get and scan read a replica")
-        log_id = self.log_map().log_of(req.shard)
+        place = self.place_of(req.shard)
+        log_id = place.log
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
+        ts = place.log_time(ts)
         op = codec.op_from_pb(req.op)
         rec = Record(b"", "", req.dataset, req.shard, req.partition_key, (op,))
         view = BatchView(self.store)
@@ -159,7 +164,7 @@ class Reads:
         checkpoint taken once the shard's log is applied up to req.min_position. The caller
         reads the pairs before it does anything else (the checkpoint goes with them)."""
         self._check_held(req.shard)
-        log_id = self.log_map().log_of(req.shard)
+        log_id = self.place_of(req.shard).log
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         cm = self._checkpointed()
         db = cm.__enter__()
@@ -241,7 +246,7 @@ class Reads:
             except ViewGone as e:
                 raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, str(e), field="token") from None
         self._check_held(shard)
-        log_id = self.log_map().log_of(shard)
+        log_id = self.place_of(shard).log
         self.wait_applied(log_id, min_position, wait_ms)
         try:
             view = self.views.open(log_id, min_position)
@@ -262,7 +267,7 @@ class Reads:
         page's items as one Arrow record batch (storage_node/arrow_pages.py)."""
         prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
         n = len(prefix)
-        ts = view.position(self.log_map().log_of(cur.shard))[1]
+        ts = self.place_of(cur.shard).log_time(view.position(self.place_of(cur.shard).log)[1])
         items: list[pb.ShardItem] = []
         raw = arrow_pages.Page()
         size = 0

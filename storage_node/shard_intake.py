@@ -68,7 +68,9 @@ class Intake:
     def _copy(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
         s, shard = self.state, req.shard
         self._check_moving_here(shard)
-        log_id = s.log_of(shard)
+        # Where the shard is now: a move never runs with a hand-off of the shard (both hold
+        # its record under /midtown/moves), and the copy brings the shard's place with it.
+        log_id = s.log_map.log_of(shard)
         if shard in s.marks:  # installed by an earlier call: publish again and say so
             self._publish(log_id)
             done = pb.CopyShardResponse(position=s.marks[shard], installed_before=True)

@@ -24,6 +24,7 @@ from log.client import LogClient
 from midtown_pb import kv_pb2_grpc
 from runtime import world
 from runtime.stubs import Calls, Stubs
+from storage_node.handoff import Place
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 
@@ -46,6 +47,10 @@ class NodeState:
     # shard -> its mark, for the shards that came by a copy (storage_node/shard_copy.py):
     # their records below it are in the copy. As durable as the last batch.
     marks: dict[int, int] = field(default_factory=dict)
+    # shard -> where its records come from, for the shards handed to another log since the
+    # cluster began (storage_node/handoff.py); the others' come from their first log. As
+    # durable as the last batch (a tail waiting for one to change waits on cond).
+    places: dict[int, Place] = field(default_factory=dict)
     moves: dict[int, Move] = field(default_factory=dict)  # shard moves under way; re-read with kv
     # (log, node) -> the position each member published in that log (for truncation).
     member_positions: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -70,8 +75,15 @@ class NodeState:
         """The logs that carry shards: the first kv_logs of the cluster's."""
         return self.log_map.logs
 
+    def place_of(self, shard: int) -> Place:
+        """Where this node takes `shard`'s records from (its own applied state, which the
+        map follows: a hand-off is in the map before or after a replica applies it)."""
+        p = self.places.get(shard)
+        return p if p is not None else Place(self.log_map.origin(shard))
+
     def log_of(self, shard: int) -> int:
-        return self.log_map.log_of(shard)
+        """The log this node takes `shard`'s records from now."""
+        return self.place_of(shard).log
 
     def learn_log_map(self, m: LogMap) -> None:
         """Keep `m` if it is newer than the map held (as learn_sets)."""
@@ -87,6 +99,8 @@ class NodeState:
         self.member_positions.update(self.store.member_positions())
         self.marks.clear()
         self.marks.update(self.store.marks())
+        self.places.clear()
+        self.places.update(self.store.places())
 
     def learn_sets(self, sets: ReplicaSets) -> None:
         """Keep `sets` if they are newer than the ones held: the watch on them and the
@@ -109,9 +123,11 @@ class NodeState:
         return self.holds(shard) or shard in self.marks
 
     def tailed_logs(self) -> tuple[int, ...]:
-        """The key-value logs that carry one of the shards this node applies: the only
-        ones it tails."""
-        return self.log_map.logs_of({*self.sets.shards_of(self.node_id), *self.marks})
+        """The key-value logs that carry one of the shards this node applies (as the map
+        says, and as the node's own places say: a hand-off under way has it in both): the
+        only ones it tails."""
+        shards = {*self.sets.shards_of(self.node_id), *self.marks}
+        return tuple(sorted({*self.log_map.logs_of(shards), *(self.log_of(s) for s in shards)}))
 
     def shard_digests(self) -> list[tuple[int, int, int, int]]:
         """(shard, its log, the position applied, the shard's digest there) of every shard

@@ -14,6 +14,7 @@ from record.model import GroupResult, RecordResult, Stored
 from runtime.disk import OpenDb, SyncedDb
 from storage_node import changes, keys
 from storage_node.apply import Applied, Event
+from storage_node.handoff import Place
 
 # Bloom filters on the node's state: ~1% false positives at 10 bits a key. Most lookups of
 # an ingestion are of event ids never seen, which without filters read an index block of
@@ -152,6 +153,15 @@ class NodeStore:
         """Shard -> its mark (storage_node/shard_copy.py), for the shards that came by a copy."""
         return {_I.unpack_from(k, 1)[0]: _Q.unpack(v)[0] for k, v in self.under(b"M")}
 
+    def place(self, shard: int) -> Place | None:
+        b = self._get(keys.place_key(shard))
+        return keys.decode_place(b) if b is not None else None
+
+    def places(self) -> dict[int, Place]:
+        """Shard -> where its records come from, for the shards handed to another log
+        (storage_node/handoff.py); the others' is their first log."""
+        return {_I.unpack_from(k, 1)[0]: keys.decode_place(v) for k, v in self.under(b"S")}
+
     def has_shard_data(self, shard: int) -> bool:
         """Whether any key of `shard` is stored here (values, digest, ids, eventual values)."""
         return any(next(self.under(p), None) is not None for p in keys.shard_prefixes(shard))
@@ -192,6 +202,8 @@ class BatchView:
         self.drop_markers: list[bytes] = []
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
         self.marks: dict[int, int | None] = {}  # shard -> its new mark (None: none any more)
+        self.places: dict[int, Place] = {}  # shard -> its new place among the logs (handoff.py)
+        self.index_puts: list[bytes] = []  # index entries moved to another log (hand_over)
         # Event ids recorded (an Event) or aged out (None) by this batch, their order-index
         # entries added and removed, and the counts per (shard, dataset).
         self.events: dict[tuple[int, str], dict[bytes, Event | None]] = {}  # by (shard, dataset)
@@ -409,6 +421,24 @@ class BatchView:
             n += 1
         return n
 
+    def hand_over(self, shard: int, place: Place, old_log: int) -> None:
+        """`shard` now takes its records from `place` (handed over from `old_log`, in this
+        batch): its b"T" and b"X" index entries go to the new log's indexes, so that its
+        request ids are reclaimed, and its values' expiries recorded, by the time of the
+        log its records now come from."""
+        self.places[shard] = place
+        if place.log == old_log:
+            return
+        for k in self.store.index_entries_of(old_log, shard):
+            self.deletes.append(k)
+            self.index_puts.append(keys.with_log(k, place.log))
+        for k, lg in self.expiring.items():  # this batch's own
+            if lg == old_log and keys.shard_of_key(k) == shard:
+                self.expiring[k] = place.log
+        for sr, lg in self.dedup_logs.items():
+            if lg == old_log and sr[0] == shard:
+                self.dedup_logs[sr] = place.log
+
     def drop_shard(self, shard: int, log_id: int) -> None:
         """Delete everything of `shard` (of log `log_id`) in this batch, with its mark."""
         self.dropped.extend(keys.shard_prefixes(shard))
@@ -459,6 +489,10 @@ class BatchView:
                 wb.delete(keys.mark_key(shard))
             else:
                 wb.put(keys.mark_key(shard), _Q.pack(mark))
+        for shard, place in self.places.items():
+            wb.put(keys.place_key(shard), keys.encode_place(place))
+        for k in self.index_puts:
+            wb.put(k, b"")
         for log_id, (next_position, last_ts) in positions.items():
             wb.put(keys.position_key(log_id), keys.encode_u64(next_position, last_ts))
         self.store.write(wb)

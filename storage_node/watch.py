@@ -19,6 +19,7 @@ from midtown_pb import kv_pb2 as pb
 from runtime import world
 from runtime.refusals import BadRequest, Refusal
 from storage_node import changes, keys
+from storage_node.handoff import Place
 from storage_node.store import NodeStore
 
 PROGRESS_S = 1.0  # a message with the resume points alone, at least this often
@@ -37,9 +38,11 @@ def change_to_pb(shard: int, c: changes.Change) -> pb.Change:
 class ChangeFeed:
     def __init__(self, node_id: int, store: NodeStore, cond: threading.Condition,
                  positions: dict[int, tuple[int, int]], log_map: Callable[[], LogMap],
-                 holds: Callable[[int], bool], stop: threading.Event) -> None:
+                 holds: Callable[[int], bool], stop: threading.Event,
+                 place_of: Callable[[int], Place]) -> None:
         """`positions`: the node's (next position, log time) per log, moved by its applier
-        once a batch (with its changes) is written, which then notifies `cond`."""
+        once a batch (with its changes) is written, which then notifies `cond`;
+        `place_of(shard)`: the log the node takes the shard's records from (handoff.py)."""
         self.node_id = node_id
         self.store = store
         self.cond = cond
@@ -47,6 +50,13 @@ class ChangeFeed:
         self.log_map = log_map
         self.holds = holds
         self.stop = stop
+        self.place_of = place_of
+
+    def _applied(self, shard: int) -> int:
+        """The shard's position (in its own order: changes.py) below which every change of it
+        is written here."""
+        p = self.place_of(shard)
+        return self.positions[p.log][0] + p.version_base
 
     def _check(self, shard: int, at: int) -> None:
         if not self.holds(shard):
@@ -84,7 +94,7 @@ class ChangeFeed:
             out: list[pb.Change] = []
             more = False
             for shard in sorted(at):
-                upto = self.positions[self.log_map().log_of(shard)][0]  # all written below it
+                upto = self._applied(shard)  # all written below it
                 start = at[shard]
                 if start >= upto or len(out) >= max_changes:
                     more = more or start < upto
@@ -106,5 +116,5 @@ class ChangeFeed:
                 return
             if not more:
                 with self.cond:
-                    if all(at[s] >= self.positions[self.log_map().log_of(s)][0] for s in at):
+                    if all(at[s] >= self._applied(s) for s in at):
                         self.cond.wait(max(0.01, min(PROGRESS_S, end - now)))

@@ -23,6 +23,7 @@ from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from runtime.stubs import Stubs
 from storage_node import bootstrap, rebuild, shard_copy
+from storage_node.handoff import Place
 
 PEER = {b"K\x00\x00\x00\x01a": b"v1", b"P\x00\x00\x00\x00": b"\x00" * 16, b"D\x00\x00\x00\x01": b"d" * 8}
 
@@ -107,7 +108,7 @@ def test_a_checkpoint_copy_does_not_see_later_writes(tmp_path) -> None:  # type:
         store.db.put(b"a", b"1")
         kv = KvTopology(shards=4, storage_nodes=(0,), logs=1)
         reads = Reads(0, store, str(tmp_path), threading.Lock(), threading.Condition(), {0: (0, 0)},
-                      lambda: kv, 1, lambda shard: True)
+                      lambda: kv, 1, lambda shard: True, lambda shard: Place(0))
         with reads.checkpoint() as pairs:
             wb = WriteBatch(raw_mode=True)
             wb.put(b"b", b"2")

@@ -62,7 +62,7 @@ def applied(store: NodeStore, entries: list[tuple[tuple, int]], cuts: list[int])
     start, prev = 0, 0
     for end in sorted({*[c for c in cuts if 0 < c < len(entries)], len(entries)}):
         view = BatchView(store)
-        rec = ChangeRecorder(view, LOG, prev, entries[end - 1][1], lambda *_: True)
+        rec = ChangeRecorder(view, LOG, prev, entries[end - 1][1], lambda shard, position: position)
         for pos in range(start, end):
             op, ts = entries[pos]
             rec.entry(pos, ts)

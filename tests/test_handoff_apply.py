@@ -1,0 +1,117 @@
+"""The apply loop runs storage_node/handoff.py's rule (docs/log.md, "Adding logs and handing
+shards over", step 4): a shard handed from log 0 to log 1 is applied from log 1 once, and
+only once, this node has applied the hand-off in log 0, whichever tail comes first; its
+versions go on above log 0's; its place is written with the positions, and read back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from catalog import log_map
+from catalog.registry import KvTopology
+from catalog.replica_sets import everyone
+from log.entry import Entry
+from record import codec
+from record.model import HandOff, Open, Put, Record
+from runtime.inprocess import Local
+from storage_node import keys
+from storage_node.apply_loop import ApplyLoop
+from storage_node.callbacks import Callbacks
+from storage_node.handoff import Impossible, Place
+from storage_node.settings import Settings
+from storage_node.state import NodeState
+from storage_node.store import NodeStore
+
+
+def _put(shard: int, key: bytes, value: bytes, ttl_ms: int = 0) -> bytes:
+    return codec.record_to_bytes(Record(b"", "", "d", shard, b"p", (Put(key, value, ttl_ms),)))
+
+
+def _entries(log: list[bytes], ts0: int) -> list[Entry]:
+    return [Entry(p, 1, ts0 + p, payload) for p, payload in enumerate(log)]
+
+
+# Shard 0 starts in log 0, shard 1 in log 1 (shard mod 2). Log 1's clock is behind log 0's.
+LOG0 = _entries([_put(0, b"a", b"1", ttl_ms=10**9),
+                 codec.record_to_bytes(Record(b"", "", "", 0, b"", (HandOff(1, 1),))),
+                 _put(0, b"late", b"x")], 5000)  # cannot exist: the old log sealed the shard
+LOG1 = _entries([_put(1, b"z", b"1"),
+                 codec.record_to_bytes(Record(b"", "", "", 0, b"", (Open(),))),
+                 _put(0, b"a", b"2")], 1000)
+
+
+class _Loop:
+    def __init__(self, path: Path) -> None:
+        self.followed: list[int] = []
+        logs = SimpleNamespace(follow=lambda log_id, *a: self.followed.append(log_id) or SimpleNamespace(
+            in_process=False))
+        self.store = NodeStore(str(path / "state.db"))
+        self.state = NodeState(0, Settings(), logs, self.store, KvTopology(2, (0,), 2), 2,  # type: ignore[arg-type]
+                               log_map.first(2, 2), everyone(2, (0,)))
+        self.state.reload_positions()
+        self.loop = ApplyLoop(self.state, None, self.fatal, Local(), Callbacks())  # type: ignore[arg-type]
+        self.loop._follows[0] = SimpleNamespace(in_process=False)  # type: ignore[assignment]
+        self.fatal_why: list[str] = []
+
+    def fatal(self, code: int, why: str) -> None:
+        self.fatal_why.append(why)
+
+    def value(self, key: bytes) -> Any:
+        return self.store.get(keys.value_key(0, "d", b"p", key))
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Any:
+    n = _Loop(tmp_path)
+    yield n
+    n.store.close()
+
+
+def test_the_new_logs_tail_waits_for_the_hand_off_then_takes_the_shard(node: _Loop) -> None:
+    node.loop.apply([(1, LOG1)])  # log 1 first: its open record of shard 0 must wait
+    assert node.state.positions[1][0] == 1 and node.state.log_of(0) == 0
+    node.loop.apply([(0, LOG0[:2])])  # the hand-off: shard 0 now awaits its open record in log 1
+    assert node.state.place_of(0) == Place(1, since=1, opened=False, version_base=1 + 1 - 1, ts_floor=5001)
+    assert node.value(b"a").value == b"1"
+    node.loop.apply([(1, LOG1[1:])])
+    a = node.value(b"a")
+    assert a.value == b"2" and a.version > 1  # above the version log 0 gave it (1)
+    assert a.version == 2 + 1 + node.state.place_of(0).version_base
+    # the shard's expiry index went with it: its values expire by log 1's time now
+    assert node.store.index_entries_of(0, 0) == [] and len(node.store.index_entries_of(1, 0)) == 1
+    assert node.followed == [1]  # and this node now tails log 1 (it held no shard there before)
+    # written with the positions: read back as a restarted node reads it
+    node.state.places.clear()
+    node.state.reload_positions()
+    assert node.state.place_of(0) == Place(1, since=1, opened=True, version_base=1, ts_floor=5001)
+
+
+def test_both_tails_in_one_batch_apply_whatever_their_order(node: _Loop) -> None:
+    node.loop.apply([(1, LOG1), (0, LOG0[:2])])
+    assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"
+
+
+def test_a_record_the_seals_rule_out_stops_the_node(node: _Loop) -> None:
+    node.loop.apply([(0, LOG0[:2])])
+    with pytest.raises(Impossible, match="shard 0"):
+        node.loop.apply([(0, LOG0[2:])])
+    assert node.state.positions[0][0] == 2  # nothing of that batch written
+
+
+def test_a_tail_thread_that_waits_goes_on_once_the_other_tail_applies_the_hand_off(node: _Loop) -> None:
+    t = threading.Thread(target=node.loop._apply_entries, args=(1, LOG1))
+    t.start()
+    deadline = time.monotonic() + 10
+    while node.state.positions[1][0] < 1 and time.monotonic() < deadline:  # it waits at the open record
+        time.sleep(0.01)
+    assert t.is_alive() and node.state.positions[1][0] == 1
+    node.loop._apply_entries(0, LOG0[:2])
+    t.join(10)
+    assert not t.is_alive() and node.fatal_why == []
+    assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"

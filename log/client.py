@@ -31,7 +31,9 @@ from log.metadata import LogMetadata
 from log.ports import FollowedEntry as FollowedEntry
 from log.ports import Following as Following
 from log.ports import LocalLog as LocalLog
-from log.seals import UNTAGGED, Tags
+from log.seals import NONE as NONE
+from log.seals import UNTAGGED as UNTAGGED
+from log.seals import Tags as Tags
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
 from runtime.refreshed import Refreshed

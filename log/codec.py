@@ -21,10 +21,11 @@ from runtime.refusals import BadRequest
 def tags_to_pb(req: pb.AppendRequest, tags: Tags) -> pb.AppendRequest:
     """An Append's tags (log/seals.py) written into its request."""
     req.shards.extend(tags.shards)
+    req.generations.extend(tags.generations)
     if tags.seal != NONE:
         req.seal.shard, req.seal.to = tags.seal, tags.to
     if tags.open != NONE:
-        req.open = tags.open
+        req.open.shard, req.open.generation = tags.open, tags.generation
     return req
 
 
@@ -32,7 +33,8 @@ def tags_from_pb(req: pb.AppendRequest) -> Tags:
     """An Append's tags as its request carries them; BadRequest naming the field at fault
     (log/append.py checks there is one shard per payload)."""
     seal, to = (req.seal.shard, req.seal.to) if req.HasField("seal") else (NONE, NONE)
-    return Tags(tuple(req.shards), seal, to, req.open if req.HasField("open") else NONE)
+    opens, generation = (req.open.shard, req.open.generation) if req.HasField("open") else (NONE, 0)
+    return Tags(tuple(req.shards), tuple(req.generations), seal, to, opens, generation)
 
 
 def entry_to_pb(e: Entry) -> pb.Entry:

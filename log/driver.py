@@ -15,7 +15,7 @@ from log import limits
 from log.ensemble_change import Copies
 from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
-from log.seals import UNTAGGED, Sealed, Seals, Tags
+from log.seals import UNTAGGED, Sealed, Seals, Stint, Tags
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
 from runtime import world
 from runtime.clock import lease_clock
@@ -32,7 +32,7 @@ class WriterHost(Protocol):
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None: ...
     def dispatch_reply(self, core: Writer, replica: int, req: Any, rep: Any) -> None: ...
     def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]: ...
-    def read_seals(self, log_id: int) -> dict[int, int]: ...
+    def read_seals(self, log_id: int) -> dict[int, Stint]: ...
 
 log = logging.getLogger("midtown.log.driver")
 

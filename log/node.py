@@ -32,6 +32,7 @@ from log.replica_link import GrpcReplicas, OwnReplica, ReplicaLink
 from log.rereplicator import INTERVAL_S as REREPLICATE_S
 from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
+from log.seals import Stint
 from log.writer import ChangeEnsemble, Writer
 from runtime import loops, world
 from runtime.clock import lease_clock
@@ -278,7 +279,7 @@ class Node:
         self.meta[meta.log_id] = meta
         return True, v
 
-    def read_seals(self, log_id: int) -> dict[int, int]:
+    def read_seals(self, log_id: int) -> dict[int, Stint]:
         return zkpaths.read_seals(self.zk, log_id)
 
     def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]:

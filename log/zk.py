@@ -5,8 +5,8 @@
   /midtown/logs/<log>               LogMetadata JSON (epoch, segments)       versioned writes only
   /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
   /midtown/logs/<log>/truncate      {"before": p}                            versioned writes only
-  /midtown/logs/<log>/seals         {"<shard>": to log, ...}                 versioned writes only
-                                    (log/seals.py; absent: none sealed)
+  /midtown/logs/<log>/seals         {"<shard>": {"generation": g, "to": log   versioned writes only
+                                    or -1 (open)}, ...} (log/seals.py; absent: none ever handed over)
   /midtown/log_servers_leaving/<id> (empty)                                  persistent
   /midtown/log_stores/<id>          the identity of server <id>'s replica store persistent
 
@@ -28,6 +28,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from catalog.connect import CONNECT_TIMEOUT_S, connect  # noqa: F401 (the log's servers connect so)
 from log import limits
 from log.metadata import LogMetadata
+from log.seals import Stint
 
 ROOT = "/midtown"
 TOPOLOGY = f"{ROOT}/topology"
@@ -192,8 +193,9 @@ def seals_path(log_id: int) -> str:
     return f"{log_path(log_id)}/seals"
 
 
-def read_seals(zk: KazooClient, log_id: int) -> dict[int, int]:
-    """The shards sealed in `log_id` (log/seals.py): shard -> the log it was handed to."""
+def read_seals(zk: KazooClient, log_id: int) -> dict[int, Stint]:
+    """The stints of the shards of `log_id` that were ever handed over (log/seals.py):
+    shard -> its generation here, and the log it went to if it was handed away."""
     try:
         data, _ = zk.get(seals_path(log_id))
     except NoNodeError:
@@ -201,13 +203,13 @@ def read_seals(zk: KazooClient, log_id: int) -> dict[int, int]:
     return _seals(data)
 
 
-def _seals(data: bytes) -> dict[int, int]:
-    return {int(s): int(to) for s, to in json.loads(data).items()}
+def _seals(data: bytes) -> dict[int, Stint]:
+    return {int(s): Stint(int(st["generation"]), int(st["to"])) for s, st in json.loads(data).items()}
 
 
-def change_seal(zk: KazooClient, log_id: int, shard: int, to: int | None) -> dict[int, int]:
-    """Seal `shard` in `log_id` as handed to log `to` (None: unseal it), by a versioned
-    write that retries on a race; returns the list as written."""
+def change_seal(zk: KazooClient, log_id: int, shard: int, stint: Stint) -> dict[int, Stint]:
+    """Write `shard`'s stint in `log_id`'s list (handed away to stint.to, or open at its
+    generation), by a versioned write that retries on a race; returns the list as written."""
     path = seals_path(log_id)
     while True:
         try:
@@ -215,11 +217,9 @@ def change_seal(zk: KazooClient, log_id: int, shard: int, to: int | None) -> dic
             sealed, version = _seals(data), stat.version
         except NoNodeError:
             sealed, version = {}, None
-        if to is None:
-            sealed.pop(shard, None)
-        else:
-            sealed[shard] = to
-        body = json.dumps({str(s): t for s, t in sorted(sealed.items())}).encode()
+        sealed[shard] = stint
+        body = json.dumps({str(s): {"generation": st.generation, "to": st.to}
+                           for s, st in sorted(sealed.items())}).encode()
         try:
             if version is None:
                 zk.create(path, body, makepath=True)

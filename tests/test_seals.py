@@ -1,8 +1,9 @@
-"""The writer's rule for shards handed over to another log (log/seals.py), checked against
-a model of the log over any sequence of appends, hand-off records and open records: no
-payload of a shard is admitted between its hand-off record and the next record opening it
-again; everything else is; a refused append is refused whole; a writer that takes the log
-over from the list of sealed shards admits exactly what the old one would have."""
+"""The writer's rule for a log's shards (log/seals.py), checked against a model of the log
+over any sequence of appends, hand-off records and open records: a payload of a shard is
+admitted only within the shard's stint of the generation its sender named (from the record
+that opened it at that generation, generation 0 from the start, to its next hand-off
+record); a refused append is refused whole; a writer that takes the log over from the list
+of stints admits exactly what the old one would have."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from log.seals import NONE, Sealed, Seals, Tags
+from log.seals import NONE, Sealed, Seals, Stint, Tags
 from runtime.refusals import BadRequest
 
-SHARDS = 4
-appends = st.lists(st.integers(NONE, SHARDS - 1), min_size=1, max_size=4).map(
-    lambda xs: Tags(tuple(xs)))
+SHARDS = 3
+payload = st.tuples(st.integers(NONE, SHARDS - 1), st.integers(0, 2))
+appends = st.lists(payload, min_size=1, max_size=4).map(
+    lambda xs: Tags(tuple(s for s, _ in xs), tuple(g for _, g in xs)))
 seals = st.integers(0, SHARDS - 1).map(lambda s: Tags((s,), seal=s, to=9))
-opens = st.integers(0, SHARDS - 1).map(lambda s: Tags((s,), open=s))
+opens = st.tuples(st.integers(0, SHARDS - 1), st.integers(0, 2)).map(
+    lambda sg: Tags((sg[0],), open=sg[0], generation=sg[1]))
 steps = st.lists(st.one_of(appends, appends, seals, opens), max_size=40)
 
 
@@ -28,23 +31,24 @@ def _run(seq: list[Tags], at: Seals) -> list[bool]:
             at.admit(t)
             out.append(True)
         except Sealed as e:
-            assert e.to == 9 and e.shard in t.shards
+            assert e.shard in t.shards
             out.append(False)
     return out
 
 
 @given(steps)
-def test_nothing_of_a_shard_is_admitted_between_its_hand_off_and_its_opening(seq: list[Tags]) -> None:
-    sealed: set[int] = set()  # the model: which shards are handed away, in the log's order
+def test_a_shard_is_admitted_only_in_its_stint_of_the_generation_named(seq: list[Tags]) -> None:
+    stint: dict[int, tuple[int, bool]] = {}  # the model: shard -> (generation, open), in the log's order
     for t, admitted in zip(seq, _run(seq, Seals())):
         if t.seal != NONE or t.open != NONE:
             assert admitted
         else:
-            assert admitted == (not sealed & set(t.shards))
+            assert admitted == all(s == NONE or stint.get(s, (0, True)) == (g, True)
+                                   for s, g in zip(t.shards, t.generations))
         if t.seal != NONE:
-            sealed.add(t.seal)
+            stint[t.seal] = (stint.get(t.seal, (0, True))[0], False)
         if t.open != NONE:
-            sealed.discard(t.open)
+            stint[t.open] = (t.generation, True)
 
 
 @given(steps, steps)
@@ -52,7 +56,7 @@ def test_a_writer_taking_over_from_the_list_admits_what_the_old_one_would_have(
         before: list[Tags], after: list[Tags]) -> None:
     old = Seals()
     _run(before, old)
-    new = Seals(old.sealed)  # the list the log service keeps, read at the takeover
+    new = Seals(old.stints)  # the list the log service keeps, read at the takeover
     assert _run(after, new) == _run(after, old)
 
 
@@ -61,6 +65,8 @@ def test_a_writer_taking_over_from_the_list_admits_what_the_old_one_would_have(
     (dict(seal=1), "seal.to"),
     (dict(to=3), "seal.to"),
     (dict(shards=(0, -2)), "shards"),
+    (dict(shards=(0, 1), generations=(1,)), "generations"),
+    (dict(shards=(0,), generations=(-1,)), "generations"),
 ])
 def test_tags_that_make_no_sense_are_refused_naming_the_field(tags: dict, field: str) -> None:
     with pytest.raises(BadRequest, match=f"^{field}: "):
@@ -77,13 +83,13 @@ def test_the_log_service_keeps_each_logs_sealed_shards() -> None:
         zk = ens.client()
         zk.start()
         out = [zkpaths.read_seals(zk, 2)]
-        zkpaths.change_seal(zk, 2, 5, 3)
-        zkpaths.change_seal(zk, 2, 7, 4)
+        zkpaths.change_seal(zk, 2, 5, Stint(0, to=3))
+        zkpaths.change_seal(zk, 2, 7, Stint(1, to=4))
         out.append(zkpaths.read_seals(zk, 2))
-        zkpaths.change_seal(zk, 2, 5, None)
+        zkpaths.change_seal(zk, 2, 5, Stint(2))
         out += [zkpaths.read_seals(zk, 2), zkpaths.read_seals(zk, 1)]
         return out
     ens = Ensemble()
     s = Scheduler(1)
-    assert s.run(body) == [{}, {5: 3, 7: 4}, {7: 4}, {}]
+    assert s.run(body) == [{}, {5: Stint(0, 3), 7: Stint(1, 4)}, {5: Stint(2), 7: Stint(1, 4)}, {}]
     assert s.failures == []

@@ -76,7 +76,9 @@ def test_append_errors_name_the_field(shared_client: LogClient) -> None:
          "shards: 1 shards for 2 payloads"),
         (pb.AppendRequest(log_id=0, payloads=[b"x"], shards=[-2]), grpc.StatusCode.INVALID_ARGUMENT,
          "shards: a shard is 0 or more"),
-        (pb.AppendRequest(log_id=0, payloads=[b"x"], seal=pb.Seal(shard=1, to=2), open=1),
+        (pb.AppendRequest(log_id=0, payloads=[b"x"], shards=[1], generations=[1, 2]),
+         grpc.StatusCode.INVALID_ARGUMENT, "generations: 2 generations for 1 shards"),
+        (pb.AppendRequest(log_id=0, payloads=[b"x"], seal=pb.Seal(shard=1, to=2), open=pb.Open(shard=1)),
          grpc.StatusCode.INVALID_ARGUMENT,
          "open: an append seals a shard or opens one"),
     ]
@@ -253,10 +255,12 @@ METHODS = [
         st.binary(max_size=200),
         st.builds(lambda lg, ps: pb.AppendRequest(log_id=lg, payloads=ps).SerializeToString(),
                   st.integers(0, 2**32 - 1), st.lists(st.binary(max_size=50), max_size=5)),
-        st.builds(lambda lg, ps, ss, o: pb.AppendRequest(log_id=lg, payloads=ps, shards=ss, open=o)
+        st.builds(lambda lg, ps, ss, gs, o: pb.AppendRequest(log_id=lg, payloads=ps, shards=ss,
+                                                             generations=gs, open=pb.Open(shard=o))
                   .SerializeToString(),
                   st.integers(0, 20), st.lists(st.binary(max_size=5), max_size=3),
-                  st.lists(st.integers(-2**31, 2**31 - 1), max_size=3), st.integers(0, 2**32 - 1)),
+                  st.lists(st.integers(-2**31, 2**31 - 1), max_size=3),
+                  st.lists(st.integers(0, 2**32 - 1), max_size=3), st.integers(0, 2**32 - 1)),
         st.builds(lambda lg, f, m, w: pb.ReadRequest(log_id=lg, from_position=f, max_entries=m,
                                                       linger_ms=w).SerializeToString(),
                   st.integers(0, 40), st.integers(0, 2**64 - 1), st.integers(1, 5),

@@ -14,7 +14,7 @@ import pytest
 from log import limits
 from log import zk as zkpaths
 from log.client import LogClient, LogError
-from log.seals import Tags
+from log.seals import Stint, Tags
 from midtown.cluster import Cluster
 from midtown_pb import log_pb2 as pb
 from runtime import refusals
@@ -202,11 +202,12 @@ def test_a_sealed_shard_stays_sealed_across_a_writer_kill(cluster: Cluster, clie
     hand-off record seals its shard (the log service's list written first), an append with
     a record of it is refused whole (FAILED_PRECONDITION, reason "sealed"), other shards'
     go on; the writer SIGKILLed, the new one reads the list and refuses it too; an open
-    record, the list, and an open record again let it in once more."""
+    record at the next generation, the list, and an open record again let it in once more,
+    at that generation only (a sender whose map is older is refused)."""
     log_id, shard = 11, 5
     w = _writer(client, log_id)
     before = client.append(log_id, [b"s5-before"], tags=Tags((shard,)))
-    zkpaths.change_seal(client.zk, log_id, shard, 12)
+    zkpaths.change_seal(client.zk, log_id, shard, Stint(0, to=12))
     seal = client.append(log_id, [b"s5-hand-off"], tags=Tags((shard,), seal=shard, to=12))
 
     def refused(payload: bytes) -> None:
@@ -221,12 +222,16 @@ def test_a_sealed_shard_stays_sealed_across_a_writer_kill(cluster: Cluster, clie
     wait_for(lambda: (x := zkpaths.read_writer(client.zk, log_id)) and x["server"] != w["server"],
              30, "a new writer")
     refused(b"after-the-kill")
-    client.append(log_id, [b"s5-open"], tags=Tags((shard,), open=shard))
-    zkpaths.change_seal(client.zk, log_id, shard, None)
-    client.append(log_id, [b"s5-open"], tags=Tags((shard,), open=shard))
-    again = client.append(log_id, [b"s5-again"], tags=Tags((shard,)))
+    opening = Tags((shard,), open=shard, generation=1)
+    client.append(log_id, [b"s5-open"], tags=opening)
+    zkpaths.change_seal(client.zk, log_id, shard, Stint(1))
+    client.append(log_id, [b"s5-open"], tags=opening)
+    again = client.append(log_id, [b"s5-again"], tags=Tags((shard,), (1,)))
+    with pytest.raises(LogError) as ei:
+        client.append(log_id, [b"s5-stale"], tags=Tags((shard,), (0,)))
+    assert ei.value.reason == refusals.SEALED and "generation 1 in this log, not 0" in ei.value.message
     restart_and_wait(cluster, client, f"log-{w['server']}")
     got = {e.position: e.payload for e in client.read(log_id, 0, max_entries=again.first_position + 1)}
     assert got[before.first_position] == b"s5-before" and got[seal.first_position] == b"s5-hand-off"
     assert got[other.first_position] == b"s6-other" and got[again.first_position] == b"s5-again"
-    assert not [p for p in got.values() if b"late" in p or b"after-the-kill" in p]  # nothing of them
+    assert not [p for p in got.values() if b"late" in p or b"after-the-kill" in p or b"stale" in p]

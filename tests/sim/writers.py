@@ -62,7 +62,7 @@ from log.peers import Peers
 from log.quorum import AckTracker
 from log.replica import ReplicaCore
 from log.replica_link import NoAnswer, OwnReplica
-from log.seals import NONE, UNTAGGED, Tags
+from log.seals import FIRST, NONE, UNTAGGED, Seals, Stint, Tags
 from log.store import MemStore
 from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, Send, State, Writer
@@ -76,7 +76,7 @@ from tests.sim.zookeeper import Client, Ensemble, Late
 LOG = 0
 BROKEN = ("ends-at-lac", "past-lac", "no-fence", "ack-before-quorum", "fences-own-ensemble", "skip-fence",
           "no-wait", "expired", "no-fencing", "trust-cache", "any-servers", "record-first", "by-load",
-          "no-store-check", "takeover-unseals")
+          "no-store-check", "takeover-unseals", "any-generation")
 
 
 @dataclass
@@ -152,6 +152,7 @@ class Result:
 _decide, _change_ensemble = Writer._decide, Writer.change_ensemble
 _on_ensemble_changed, _on_metadata_written = Writer.on_ensemble_changed, Writer.on_metadata_written
 _read_index, _to_copy, _start = ri.read_index, rereplicate.to_copy, Writer.start
+_admit = Seals.admit
 
 
 def _ends_at_lac(self: Writer) -> None:
@@ -245,7 +246,15 @@ def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
         # a writer taking the log over that does not read the log's list of sealed shards
         "takeover-unseals": [(_Host, "read_seals", lambda host, log_id: {}), (Node, "read_seals",
                                                                              lambda node, log_id: {})],
+        # a writer that admits a shard's records whatever generation their sender named
+        "any-generation": [(Seals, "admit", _any_generation)],
     }.get(variant, [])
+
+
+def _any_generation(self: Seals, tags: Tags) -> None:
+    if tags.seal == NONE and tags.open == NONE:
+        tags = dc_replace(tags, generations=tuple(self.stints.get(s, FIRST).generation for s in tags.shards))
+    _admit(self, tags)
 
 
 def _skips_fence(sim: WriterSim, w: Writer, now_ms: int) -> None:
@@ -293,7 +302,7 @@ class _Host:
     def change_ensemble(self, log_id: int, change: ChangeEnsemble) -> tuple[LogMetadata | None, int]:
         return None, -1  # no ensemble changes here: the pool is the ensemble
 
-    def read_seals(self, log_id: int) -> dict[int, int]:
+    def read_seals(self, log_id: int) -> dict[int, Stint]:
         return zkpaths.read_seals(self.zk, log_id)  # type: ignore[arg-type]
 
 
@@ -624,6 +633,7 @@ class WriterSim:
         self.lease_reads = 0  # strong reads answered by a writer's read lease (elections)
         self.sealed_refusals = 0  # appends refused whole: their shard was sealed (seals)
         self.hand_offs_made = 0  # shards sealed or opened again (seals)
+        self.generation: dict[int, int] = {}  # each shard's, as the senders' newest map has it (seals)
         # Each server's boot clock (its writers' read leases) runs at one end of the drift
         # log/lease.py allows (drawn from a generator of their own: the other draws stay)
         d, clocks = lease.DRIFT_MAX, random.Random(seed * 7919 + 1)
@@ -777,12 +787,16 @@ class WriterSim:
     def _append_until(self, client: LogClient, name: str, stop: Any) -> None:
         n = 0
         while not stop.is_set():
-            shard = self.rng.randrange(SEAL_SHARDS) if self.cfg.seals else NONE
-            payload = f"{name}-{n}" + (f"/s{shard}" if self.cfg.seals else "")
+            shard, gen = NONE, 0
+            if self.cfg.seals:  # one in five from a sender whose map is older than the newest
+                shard = self.rng.randrange(SEAL_SHARDS)
+                gen = self.generation.get(shard, 0)
+                gen = self.rng.randint(0, gen) if self.rng.random() < 0.2 else gen
+            payload = f"{name}-{n}" + (f"/s{shard}g{gen}" if self.cfg.seals else "")
             n += 1
             start = world.monotonic()
             try:
-                r = client.append(LOG, [payload.encode()], timeout_s=5, tags=Tags((shard,)))
+                r = client.append(LOG, [payload.encode()], timeout_s=5, tags=Tags((shard,), (gen,)))
                 self.acks.append((r.epoch, r.first_position, payload.encode()))
                 self.acked_at.append((world.monotonic(), r.first_position))
             except LogError as e:
@@ -990,9 +1004,10 @@ class WriterSim:
     def hand_offs(self, stop: Any) -> None:
         """A hand-off's driver, as docs/log.md step 3 has it: a shard sealed (the log
         service's list first, then the hand-off record, appended until acknowledged), and
-        later opened again (an open record, the list, an open record again: a writer that
-        took the log over after the first read the shard as sealed). Each step retried
-        until done, as the driver taken up again after a crash would."""
+        later opened again at its next generation (an open record, the list, an open
+        record again: a writer that took the log over after the first read the shard as
+        sealed), which the senders then learn (as from the map). Each step retried until
+        done, as the driver taken up again after a crash would."""
         zk = self.ens.client()
         zk.start()
         client = LogClient(zk=zk, link=_LogLink(self))
@@ -1012,21 +1027,25 @@ class WriterSim:
         while not stop.is_set():
             world.sleep(self.rng.uniform(0.2, 2.0))
             shard = self.rng.randrange(SEAL_SHARDS)
+            gen = self.generation.get(shard, 0)
             if shard not in sealed:
-                zkpaths.change_seal(zk, LOG, shard, 1)
+                zkpaths.change_seal(zk, LOG, shard, Stint(gen, to=1))
                 record("seal", shard, Tags((shard,), seal=shard, to=1))
                 sealed.add(shard)
             else:
-                record("open", shard, Tags((shard,), open=shard))
-                zkpaths.change_seal(zk, LOG, shard, None)
-                record("open", shard, Tags((shard,), open=shard))
+                opening = Tags((shard,), open=shard, generation=gen + 1)
+                record(f"open{gen + 1}", shard, opening)
+                zkpaths.change_seal(zk, LOG, shard, Stint(gen + 1))
+                record(f"open{gen + 1}", shard, opening)
                 sealed.discard(shard)
+                self.generation[shard] = gen + 1
             self.hand_offs_made += 1
 
     def check_seals(self, meta: LogMetadata, end: int) -> None:
-        """No committed entry of a shard stands after its hand-off record and before the
-        next record that opens it again (seals)."""
-        sealed_at: dict[int, int] = {}
+        """Every committed entry of a shard stands in the shard's stint of the generation
+        its sender named: after the record that opened it at that generation (none for
+        generation 0), before the next hand-off record (seals)."""
+        stint: dict[int, tuple[int, int]] = {}  # shard -> (generation, position of its hand-off or -1)
         for p in range(FIRST_POSITION, end + 1):
             held = self.held(meta, p)
             if len(held) != 1:
@@ -1034,14 +1053,18 @@ class WriterSim:
             kind, _, rest = next(iter(held)).decode().partition("/s")
             if not rest:
                 continue  # a time mark
-            shard = int(rest.split("/")[0])
+            shard, _, gen = rest.split("/")[0].partition("g")
+            s, (at_gen, sealed) = int(shard), stint.get(int(shard), (0, -1))
             if kind == "seal":
-                sealed_at.setdefault(shard, p)
-            elif kind == "open":
-                sealed_at.pop(shard, None)
-            elif shard in sealed_at:
+                stint[s] = (at_gen, sealed if sealed >= 0 else p)
+            elif kind.startswith("open"):
+                stint[s] = (int(kind[4:]), -1)
+            elif sealed >= 0:
                 self.violations.append(f"position {p} holds {kind!r} of shard {shard}, sealed at "
-                                       f"{sealed_at[shard]} (its hand-off record)")
+                                       f"{sealed} (its hand-off record)")
+            elif int(gen) != at_gen:
+                self.violations.append(f"position {p} holds {kind!r} of shard {shard} at generation "
+                                       f"{gen}, in its stint of generation {at_gen}")
 
     def create_kv(self) -> None:
         """The key-value topology (catalog/registry.py), before the servers start: the log

@@ -12,6 +12,8 @@ stands in the old log, and from which position of the new log the shard's record
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +23,29 @@ from catalog.routing import log_of
 @dataclass(frozen=True)
 class Handoff:
     """A shard handed from log `old` to log `new`: the hand-off record stands at position
-    `at` of `old`, and the shard's records in `new` stand at `start` or after."""
+    `at` of `old`, and the shard's records in `new` stand at `start` or after. In `new` the
+    shard is at `generation` (log/seals.py); a write at position q of it gets version
+    q + 1 + `version_base`, and its log time is at least `ts_floor`
+    (storage_node/handoff.py: what every replica computes from the hand-off record)."""
     shard: int
     old: int
     at: int
     new: int
     start: int
+    generation: int = 0
+    version_base: int = 0
+    ts_floor: int = 0
+
+
+@dataclass(frozen=True)
+class Handing:
+    """A hand-off under way (docs/log.md, step 7): shard `shard` goes from log `old` to log
+    `new`, and its hand-off record is in `old` at or after position `scan_from` (the driver
+    that takes it up again looks for it there); its writes wait until it is done."""
+    shard: int
+    old: int
+    new: int
+    scan_from: int
 
 
 @dataclass(frozen=True)
@@ -41,9 +60,31 @@ class LogMap:
     version: int = -1
     handoffs: tuple[Handoff, ...] = ()
     origins: tuple[int, ...] = ()
+    handing: tuple[Handing, ...] = ()
 
     def log_of(self, shard: int) -> int:
         return self.of[shard]
+
+    def last_handoff(self, shard: int) -> Handoff | None:
+        """The shard's last hand-off, if it is in the log that hand-off took it to."""
+        h = next((h for h in self.handoffs if h.shard == shard), None)
+        return h if h is not None and h.new == self.of[shard] else None
+
+    def stint(self, shard: int) -> tuple[int, int, int]:
+        """(generation, version base, time floor) of the shard in its log now."""
+        h = self.last_handoff(shard)
+        return (h.generation, h.version_base, h.ts_floor) if h is not None else (0, 0, 0)
+
+    def may_carry(self, shard: int, log_id: int) -> bool:
+        """Whether `log_id` carries, or carried, `shard` as far as this map knows (its log,
+        its first one, either end of its last hand-off or of one under way)."""
+        ends = [(h.old, h.new) for h in self.handoffs if h.shard == shard]
+        ends += [(h.old, h.new) for h in self.handing if h.shard == shard]
+        return log_id in (self.of[shard], self.origin(shard), *(x for e in ends for x in e))
+
+    def handing_of(self, shard: int) -> Handing | None:
+        """The shard's hand-off under way, if any: its writes wait for it."""
+        return next((h for h in self.handing if h.shard == shard), None)
 
     def origin(self, shard: int) -> int:
         """The log shard `shard` was in before it was ever handed over."""
@@ -73,13 +114,13 @@ def with_more_logs(m: LogMap, n: int, service_logs: int) -> LogMap:
         raise ValueError(f"N: the key-value store uses {m.logs} of the log service's {service_logs} logs, "
                          f"so at most {service_logs - m.logs} more can be added (growing the log "
                          f"service itself is not built yet: docs/log.md)")
-    return LogMap(m.logs + n, m.of, m.version, m.handoffs, m.origins)
+    return LogMap(m.logs + n, m.of, m.version, m.handoffs, m.origins, m.handing)
 
 
 def to_json(m: LogMap) -> dict[str, Any]:
-    return {"logs": m.logs, "of": list(m.of),
-            "handoffs": [{"shard": h.shard, "old": h.old, "at": h.at, "new": h.new, "start": h.start}
-                         for h in m.handoffs], **({"origins": list(m.origins)} if m.origins else {})}
+    return {"logs": m.logs, "of": list(m.of), "handoffs": [dataclasses.asdict(h) for h in m.handoffs],
+            **({"origins": list(m.origins)} if m.origins else {}),
+            **({"handing": [dataclasses.asdict(h) for h in m.handing]} if m.handing else {})}
 
 
 def from_json(d: Any, version: int) -> LogMap:
@@ -96,10 +137,18 @@ def from_json(d: Any, version: int) -> LogMap:
         if not isinstance(shards, list) or len(shards) != len(of or ()) or not shards or not all(
                 isinstance(x, int) and not isinstance(x, bool) and 0 <= x < logs for x in shards):
             raise ValueError(f"log map: {name}: each shard's log must be one of 0..{logs - 1}")
-    handoffs = []
-    for h in d.get("handoffs", []):
+    handoffs = tuple(_each(Handoff, d, "handoffs"))
+    handing = tuple(_each(Handing, d, "handing"))
+    return LogMap(logs, tuple(of), version, handoffs, tuple(origins), handing)
+
+
+def _each(cls: Any, d: dict[str, Any], name: str) -> Iterator[Any]:
+    """Each `cls` of the list `name` of `d`: its fields numbers, the required ones there."""
+    fields = dataclasses.fields(cls)
+    for h in d.get(name, []):
         try:
-            handoffs.append(Handoff(*(int(h[k]) for k in ("shard", "old", "at", "new", "start"))))
+            yield cls(**{f.name: int(h[f.name]) for f in fields
+                         if f.name in h or f.default is dataclasses.MISSING})
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"log map: handoffs: {h!r} lacks a shard, old, at, new or start") from None
-    return LogMap(logs, tuple(of), version, tuple(handoffs), tuple(origins))
+            need = ", ".join(f.name for f in fields if f.default is dataclasses.MISSING)
+            raise ValueError(f"log map: {name}: {h!r} lacks one of {need}") from None

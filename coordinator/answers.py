@@ -42,8 +42,10 @@ def answer_expected(sent: tuple[int, int] | None, members: Any, m: Answer, secre
     it sent none with this request id; `members` the registered storage node ids; `secret`
     the record's answer secret for an answer that came over the network (None: from the
     storage node in this process). Anything else (a forged or misdirected Deliver, even one
-    naming a real request id) must neither wake a waiter nor be compared."""
-    return (sent is not None and sent == (m.log_id, m.shard) and m.node_id in members
+    naming a real request id) must neither wake a waiter nor be compared. (Its log may be
+    another than the one the record was sent to: a record sent again after its shard was
+    handed to another log is answered there with its first outcome, from the old log.)"""
+    return (sent is not None and sent[1] == m.shard and m.node_id in members
             and (secret is None or secret == answer.secret_of(m)))
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from log import limits as log_limits
-from log.client import Appended, LogClient
-from runtime import world
+from log.client import NONE, Appended, LogClient, LogError, Tags
+from runtime import refusals, world
 from runtime.group_commit import GroupCommit
 
 APPEND_CALLS = Counter("midtown_coordinator_log_appends_total",
@@ -25,42 +25,65 @@ class Placed:
     # The log client sent it more than once (an attempt's outcome was unknown): an earlier
     # copy may be in the log too, at a lower position, and that copy is the one applied.
     maybe_earlier_copy: bool
+    log_id: int = -1  # the log it was placed in
+    # The shard's stint in the log it was placed in (catalog/log_map.py LogMap.stint): a
+    # put's version is its position + 1 + version_base, its log time at least ts_floor.
+    version_base: int = 0
+    ts_floor: int = 0
+
+
+class Sealed(Exception):
+    """The log refused the append whole: a record in it is of a shard outside its stint
+    there (handed over, or another generation: log/seals.py). Nothing of it is in the log:
+    each record may be sent again, by the shard -> log map read again."""
+
+
+# One record to append: its payload, its caller's deadline (world.monotonic()), its shard
+# and the shard's generation as the coordinator's map has it.
+Item = tuple[bytes, float, int, int]
 
 
 class Appender:
     def __init__(self, logs: LogClient, log_id: int) -> None:
         self.logs = logs
         self.log_id = log_id
-        # Each item: a payload and its caller's deadline (world.monotonic()).
-        self._group: GroupCommit[tuple[bytes, float], Placed] = GroupCommit(
+        self._group: GroupCommit[Item, Placed] = GroupCommit(
             self._batch, size=lambda item: len(item[0]), max_size=log_limits.BATCH_BYTES_MAX)
 
-    def append(self, payload: bytes, timeout_s: float) -> Placed:
-        """Where the log put the payload, once it has it durably, within `timeout_s`.
-        LogError from the log (an append that ran out of time among them); GroupTimeout if
-        the append could not start within `timeout_s`."""
-        return self._group.call((payload, world.monotonic() + timeout_s), timeout_s)
+    def append(self, payload: bytes, timeout_s: float, shard: int = NONE, generation: int = 0) -> Placed:
+        """Where the log put the payload (a record of `shard`, at `generation`), once it
+        has it durably, within `timeout_s`. LogError from the log (an append that ran out
+        of time among them); Sealed; GroupTimeout if the append could not start within
+        `timeout_s`."""
+        return self._group.call((payload, world.monotonic() + timeout_s, shard, generation), timeout_s)
 
-    def append_many(self, payloads: list[bytes], timeout_s: float) -> list[Placed]:
-        """Payloads that already make a batch (a bulk write's records): one Append of their
-        own, beside the group commit."""
-        return self._append(payloads, timeout_s)
+    def append_many(self, items: list[Item], timeout_s: float) -> list[Placed]:
+        """Records that already make a batch (a bulk write's): one Append of their own,
+        beside the group commit."""
+        return self._append(items, timeout_s)
 
-    def _batch(self, items: list[tuple[bytes, float]]) -> list[Placed]:
+    def _batch(self, items: list[Item]) -> list[Placed]:
         """One group's append, within the earliest deadline among its callers: none of them
         waits past its own (a caller that joined later may see its append fail sooner than
         it had to, and retries; its outcome is unknown, as after any failed append)."""
-        budget = max(0.0, min(d for _, d in items) - world.monotonic())
-        return self._append([p for p, _ in items], budget)
+        budget = max(0.0, min(d for _, d, _, _ in items) - world.monotonic())
+        return self._append(items, budget)
 
-    def _append(self, payloads: list[bytes], timeout_s: float) -> list[Placed]:
+    def _append(self, items: list[Item], timeout_s: float) -> list[Placed]:
         deadline = world.monotonic() + timeout_s
         out: list[Placed] = []
-        for i in range(0, len(payloads), log_limits.BATCH_ENTRIES_MAX):
-            chunk = payloads[i:i + log_limits.BATCH_ENTRIES_MAX]
+        for i in range(0, len(items), log_limits.BATCH_ENTRIES_MAX):
+            chunk = items[i:i + log_limits.BATCH_ENTRIES_MAX]
             APPEND_CALLS.labels(log=str(self.log_id)).inc()
             left = max(0.0, deadline - world.monotonic())
-            r: Appended = self.logs.append(self.log_id, chunk, timeout_s=left)
-            out.extend(Placed(r.first_position + j, r.timestamp_ms, r.attempts > 1)
+            tags = Tags(tuple(s for _, _, s, _ in chunk), tuple(g for _, _, _, g in chunk))
+            try:
+                r: Appended = self.logs.append(self.log_id, [p for p, _, _, _ in chunk], timeout_s=left,
+                                               tags=tags)
+            except LogError as e:
+                if e.reason == refusals.SEALED:
+                    raise Sealed(e.message) from None
+                raise
+            out.extend(Placed(r.first_position + j, r.timestamp_ms, r.attempts > 1, self.log_id)
                        for j in range(len(chunk)))
         return out

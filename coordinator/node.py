@@ -24,7 +24,7 @@ from catalog.routing import shard_of
 from coordinator import eventual, limits
 from coordinator.admission import Admission
 from coordinator.answers import Answers
-from coordinator.appender import Appender, Placed
+from coordinator.appender import Appender, Placed, Sealed
 from coordinator.checks import (
     Code,
     check_partition,
@@ -244,7 +244,7 @@ class Coordinator:
                 out[i] = self.outcome(rec, r)  # type: ignore[arg-type]
             else:
                 d = writes[i][0]
-                known = early_result(rec, a.log_id, r, d.ttl_ms)  # type: ignore[arg-type]
+                known = early_result(rec, r, d.ttl_ms)  # type: ignore[arg-type]
                 if known is not None:
                     out[i] = known
                 else:
@@ -294,30 +294,59 @@ class Coordinator:
         """Append records, all of one log in one append (group commit when alone), and
         for each: the storage node's answer if it names this coordinator's callback (`wait`),
         else where the log placed it; or the Refusal that ended it (its log was unavailable,
-        or no answer came in time). Each record fails alone."""
+        or no answer came in time). Each record fails alone.
+
+        Each record goes to its shard's log as the shard -> log map says when it is sent,
+        named with the shard's generation there (log/seals.py). A log that refuses an append
+        because a record in it is of a shard handed over (or whose map here is older) has
+        sequenced nothing of it: the map is read again and each record sent where it now
+        says, under the same request id. A shard whose hand-off is under way holds its
+        records until it is done (docs/log.md, "Adding logs and handing shards over")."""
         waiting = [i for i, r in enumerate(records) if r.wait]
         waiters = self.answers.expect([(records[i].log_id, records[i].shard, records[i].request_id)
                                        for i in waiting])
         deadline = world.monotonic() + deadline_s
         out: list[Answer | Placed | Refusal | None] = [None] * len(records)
         try:
-            by_log: dict[int, list[int]] = {}
-            for i, r in enumerate(records):
-                by_log.setdefault(r.log_id, []).append(i)
-            for log_id, idx in by_log.items():
-                try:
-                    if len(idx) == 1:
-                        placed = [self._append(log_id, records[idx[0]].payload, deadline_s)]
+            todo, backoff, first = list(range(len(records))), 0.02, True
+            while todo:
+                m, again = self.log_map, []
+                by_log: dict[int, list[int]] = {}
+                for i in todo:
+                    if m.handing_of(records[i].shard) is not None:
+                        again.append(i)
                     else:
-                        placed = self._append_many(log_id, [records[i].payload for i in idx],
-                                                   max(0.0, deadline - world.monotonic()))
-                except Refusal as e:
-                    for i in idx:
-                        out[i] = e
-                    continue
-                for i, pl in zip(idx, placed):
-                    if not records[i].wait:
-                        out[i] = pl
+                        by_log.setdefault(m.log_of(records[i].shard), []).append(i)
+                for log_id, idx in by_log.items():
+                    stints = [m.stint(records[i].shard) for i in idx]
+                    try:
+                        # (A lone record's first append is given the whole deadline_s, as it
+                        # always was: noticed, left for the simulation's next recalibration.)
+                        left = max(0.0, deadline - world.monotonic())
+                        placed = self._append_to(log_id, [records[i] for i in idx], [g for g, _, _ in stints],
+                                                 deadline_s if len(idx) == 1 and first else left)
+                    except Sealed:
+                        again += idx
+                        continue
+                    except Refusal as e:
+                        for i in idx:
+                            out[i] = e
+                        continue
+                    for i, pl, (_, base, floor) in zip(idx, placed, stints):
+                        if not records[i].wait:
+                            out[i] = dataclasses.replace(pl, version_base=base, ts_floor=floor)
+                todo, first = sorted(again), False
+                left = deadline - world.monotonic()
+                if todo and left <= 0:
+                    for i in todo:
+                        out[i] = Refusal(Code.UNAVAILABLE, f"shard {records[i].shard} is being handed "
+                                         "over to another log (it was not applied); retry with the "
+                                         "same header.request_id")
+                    break
+                if todo:
+                    world.sleep(min(backoff, left))
+                    backoff = min(2 * backoff, 0.2)
+                    self.refresh_log_map()
             for i, w in zip(waiting, waiters):
                 if out[i] is not None:  # its append failed
                     continue
@@ -331,15 +360,26 @@ class Coordinator:
         finally:
             self.answers.forget([records[i].request_id for i in waiting], waiters)
 
-    def _append_many(self, log_id: int, payloads: list[bytes], deadline_s: float) -> list[Placed]:
+    def refresh_log_map(self) -> None:
+        """Read the shard -> log map again (a log refused a record: its shard moved)."""
         try:
-            return self.appender(log_id).append_many(payloads, deadline_s)
-        except LogError as e:
-            raise Refusal(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
+            m = registry.read_log_map(self.zk, self.kv, self.log_count)
+        except Exception as e:  # ZooKeeper does not answer now: the next try reads again
+            log.warning("the shard -> log map could not be read: %s", e)
+            return
+        if m.version >= self.log_map.version:
+            self.log_map = m
 
-    def _append(self, log_id: int, payload: bytes, deadline_s: float) -> Placed:
+    def _append_to(self, log_id: int, records: list[Appending], generations: list[int],
+                   deadline_s: float) -> list[Placed]:
+        """Append `records` to `log_id` (one alone by group commit, more in one append of
+        their own). Sealed if the log refused them (nothing of them appended); Refusal."""
         try:
-            return self.appender(log_id).append(payload, deadline_s)
+            if len(records) == 1:
+                r = records[0]
+                return [self.appender(log_id).append(r.payload, deadline_s, r.shard, generations[0])]
+            return self.appender(log_id).append_many(
+                [(r.payload, 0.0, r.shard, g) for r, g in zip(records, generations)], deadline_s)
         except LogError as e:
             raise Refusal(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
         except GroupTimeout:
@@ -465,21 +505,26 @@ def read_header(header: pb.RequestHeader) -> pb.RequestHeader:
     return pb.RequestHeader(dataset=header.dataset, request_id=header.request_id)
 
 
-def early_result(rec: Record, log_id: int, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
+def early_result(rec: Record, placed: Placed, default_ttl_ms: int) -> RecordResult | None:
     """The outcome of a plain put or delete as apply will compute it (storage_node/apply.py):
-    a put's version is its position + 1. None when the log client retried the append after
-    an unknown outcome: an earlier copy may sit at a lower position, and that copy is the
-    one applied (the later one is a duplicate), so the position in hand proves nothing."""
+    a put's position is its shard's (its log position, plus the shard's version base in
+    the log for a shard handed over from another: the log took the record only in the stint
+    the coordinator's map named, log/seals.py), its version that + 1, its log time at least
+    the shard's floor there. None when the log client retried the append after an unknown
+    outcome: an earlier copy may sit at a lower position, and that copy is the one applied
+    (the later one is a duplicate), so the position in hand proves nothing."""
     if placed.maybe_earlier_copy:
         return None
     assert len(rec.ops) == 1
     op = rec.ops[0]
     if isinstance(op, Put):
         ttl = op.ttl_ms or default_ttl_ms
-        value = Stored(op.value, placed.position + 1, placed.timestamp_ms + ttl if ttl else 0)
+        ts = max(placed.timestamp_ms, placed.ts_floor)
+        value = Stored(op.value, placed.position + placed.version_base + 1, ts + ttl if ttl else 0)
         res = OpResult(found=True, value=value)
     else:
         res = OpResult()
-    return RecordResult(rec.request_id, log_id, placed.position, rec.shard, 0, -1, True, False, (res,))
+    position = placed.position + placed.version_base
+    return RecordResult(rec.request_id, placed.log_id, position, rec.shard, 0, -1, True, False, (res,))
 
 

@@ -112,10 +112,10 @@ def next_digest(prev: int, position: int, writes: dict[bytes, Stored | None]) ->
     return int.from_bytes(h.digest(), "big")
 
 
-def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, node_id: int,
-          version_base: int = 0) -> Applied:
-    """`version_base`: added to position + 1 to make the record's version (a shard handed
-    to another log goes on above the versions its old log gave: storage_node/handoff.py)."""
+def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, node_id: int) -> Applied:
+    """`position`: the record's in its shard's order, its version - 1 (its position in
+    `log_id`, plus the shard's version base there for a shard handed over from another
+    log: storage_node/handoff.py)."""
     if rec.publishes_positions() or rec.hand_off() is not None or rec.opens():
         # A node's published position, or a shard's hand-off to another log or its opening
         # there (the apply loop moves the shard: storage_node/handoff.py): bookkeeping, no
@@ -146,9 +146,9 @@ def apply(state: State, rec: Record, log_id: int, position: int, ts_ms: int, nod
                                first.groups)
             return Applied(result=dup, digest=state.digest(rec.shard))
     if rec.groups or rec.puts:
-        return _apply_groups(state, rec, log_id, position, ts_ms, node_id, version_base)
+        return _apply_groups(state, rec, log_id, position, ts_ms, node_id)
     overlay: dict[bytes, Stored | None] = {}
-    version = position + 1 + version_base  # versions start at 1: 0 means "no version" in check-and-set
+    version = position + 1  # versions start at 1: 0 means "no version" in check-and-set
 
     def read(lkey: bytes) -> Stored | None:
         k = keys.value_key(rec.shard, rec.dataset, rec.partition_key, lkey)
@@ -235,7 +235,7 @@ def _run_ops(state: State, rec: Record, pkey: bytes, ops: tuple, read: Callable[
 
 
 def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: int,
-                  node_id: int, version_base: int) -> Applied:
+                  node_id: int) -> Applied:
     """A record of independent groups: each all or nothing on its own, in order (a later
     group sees an earlier one's writes), and each at most once per event id within the
     dataset's window, judged on log time. The ids applied are recorded with the effects;
@@ -243,7 +243,7 @@ def _apply_groups(state: State, rec: Record, log_id: int, position: int, ts_ms: 
     the same ids after the same records."""
     window = rec.dedup_window_ms or EVENT_WINDOW_MS_DEFAULT
     cap = rec.dedup_max_ids or EVENT_IDS_PER_SHARD_DEFAULT
-    version = position + 1 + version_base
+    version = position + 1
     overlay: dict[bytes, Stored | None] = {}
     new: dict[bytes, Event] = {}  # event ids recorded by this record
     replaced: list[tuple[bytes, int, int]] = []  # entries past the window written over

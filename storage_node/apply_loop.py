@@ -288,7 +288,7 @@ class ApplyLoop:
                 continue  # a time mark, another node's shard, one whose copy holds it already...
             base = place.version_base if place is not None else 0
             ts = place.log_time(e.timestamp_ms) if place is not None else e.timestamp_ms
-            applied = apply(view, rec, log_id, e.position, ts, s.node_id, base)
+            applied = apply(view, rec, log_id, e.position + base, ts, s.node_id)
             applied_here += 1
             recorder.add(rec, applied, e.position + base, ts, log_id)
             if not applied.positions:
@@ -391,7 +391,7 @@ class ApplyLoop:
                               f"position {e.position}, after its copy; retry")
             if rec is not None and not rec.publishes_positions():
                 ts = at.log_time(e.timestamp_ms)
-                applied = apply(view, rec, log_id, e.position, ts, self.state.node_id, at.version_base)
+                applied = apply(view, rec, log_id, e.position + at.version_base, ts, self.state.node_id)
                 recorder.add(rec, applied, e.position + at.version_base, ts, log_id)
         if got < len(forward):
             raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log {log_id} gave {got} of the {len(forward)} "

@@ -122,7 +122,7 @@ class Reads:
         log_id = place.log
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
-        ts = place.log_time(ts)
+        pos, ts = pos + place.version_base, place.log_time(ts)  # the shard's own order and time
         op = codec.op_from_pb(req.op)
         rec = Record(b"", "", req.dataset, req.shard, req.partition_key, (op,))
         view = BatchView(self.store)
@@ -311,13 +311,21 @@ class Reads:
                 self.cond.wait(left)
 
     def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
-        m = self.log_map()
-        if not 0 <= req.log_id < m.logs:
-            raise BadRequest(f"log_id: log {req.log_id} carries no key-value data "
-                             f"(logs 0..{m.logs - 1} do)")
+        if req.log_id not in self.positions:
+            raise BadRequest(f"log_id: log {req.log_id} is not one of this cluster's logs "
+                             f"0..{len(self.positions) - 1}")
+        if req.log_id >= self.log_map().logs:  # `log add` gave it: this node has not read the map since
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log_id: log {req.log_id} carries no key-value data "
+                          "as this node knows; retry")
         self.wait_applied(req.log_id, req.min_position, req.wait_ms)
         for i, r in enumerate(req.requests):
-            if r.shard < self.kv().shards and m.log_of(r.shard) != req.log_id:
-                raise BadRequest(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
+            if r.shard >= self.kv().shards or self.place_of(r.shard).log == req.log_id:
+                continue
+            # Handed over (docs/log.md step 5), or not yet here (this node's map, or its
+            # state, older than the asker's): the index of the log the asker's map names
+            # says nothing of the shard's state here.
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"requests[{i}].shard: shard {r.shard}'s records "
+                          f"come from log {self.place_of(r.shard).log} here, not {req.log_id}; read the "
+                          "shard -> log map again, or another replica")
         return pb.ReadManyResponse(
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])

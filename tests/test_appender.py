@@ -8,8 +8,13 @@ from __future__ import annotations
 import threading
 import time
 
-from coordinator.appender import Appender
-from log.client import Appended
+import grpc
+import pytest
+
+from coordinator.appender import Appender, Sealed
+from log.client import Appended, LogError
+from log.seals import UNTAGGED, Tags
+from runtime import refusals
 
 
 class _Logs:
@@ -18,10 +23,15 @@ class _Logs:
 
     def __init__(self) -> None:
         self.timeouts: list[float] = []
+        self.tags: list[Tags] = []
         self.go = threading.Event()
 
-    def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0) -> Appended:
+    def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0,
+               tags: Tags = UNTAGGED) -> Appended:
         self.timeouts.append(timeout_s)
+        self.tags.append(tags)
+        if 7 in tags.shards:  # a shard this log handed over (log/seals.py)
+            raise LogError(grpc.StatusCode.FAILED_PRECONDITION, "shard 7 was handed over", refusals.SEALED)
         if len(self.timeouts) == 1:
             assert self.go.wait(10)
         return Appended(len(self.timeouts) * 100, len(payloads), 0, 1, 1)
@@ -52,3 +62,17 @@ def test_a_group_runs_within_the_earliest_deadline_of_its_callers() -> None:
         t.join(10)
     assert len(logs.timeouts) == 2, "the three callers behind the first make one group"
     assert 0 < logs.timeouts[1] <= 1.5
+
+
+def test_each_record_names_its_shard_and_generation_and_a_sealed_refusal_is_told_apart() -> None:
+    """The log's writer admits a record only in its shard's stint of the generation the
+    coordinator's map names (log/seals.py); a refusal for that is Sealed (nothing of the
+    append is in the log: its records are sent again by the map read again), not LogError."""
+    logs = _Logs()
+    logs.go.set()
+    a = Appender(logs, 0)  # type: ignore[arg-type]
+    a.append_many([(b"x", 0.0, 3, 1), (b"y", 0.0, 4, 0)], 2.0)
+    assert logs.tags[-1] == Tags((3, 4), (1, 0))
+    with pytest.raises(Sealed):
+        a.append(b"z", 2.0, 7, 2)
+    assert logs.tags[-1] == Tags((7,), (2,))

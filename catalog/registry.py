@@ -181,6 +181,63 @@ def add_kv_logs(zk: KazooClient, n: int, service_logs: int) -> LogMap:
     return read_log_map(zk, kv, service_logs)
 
 
+class Conflict(Exception):
+    """A change of the shard -> log map that cannot be made as asked (its text says why)."""
+
+
+def begin_handoff(zk: KazooClient, m: LogMap, h: log_map.Handing) -> LogMap:
+    """Record a hand-off's beginning (docs/log.md step 7) over the map `m` was read at:
+    the map with `h` under way; the same if it is there already. Conflict while a move of
+    the shard is under way (the write bumps the shard's move record too, so a move that
+    starts meanwhile, or began since, fails one of the two writes); BadVersionError when
+    the map changed meanwhile."""
+    kv = read_kv(zk)
+    assert kv is not None
+    path = f"{MOVES}/{h.shard}"
+    zk.ensure_path(MOVES)
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        data, stat = ENDED, None
+    if data != ENDED:
+        raise Conflict(f"SHARD: shard {h.shard} is being moved to another storage node; hand it over "
+                       "once the move ends")
+    now = read_log_map(zk, kv)
+    if now.handing_of(h.shard) == h:
+        return now
+    if now.version != m.version or now.handing_of(h.shard) is not None or now.of[h.shard] != h.old:
+        raise BadVersionError("the shard -> log map changed")
+
+    def touch_move(tx: Any) -> None:
+        if stat is None:
+            tx.create(path, ENDED)
+        else:
+            tx.set_data(path, ENDED, version=stat.version)
+    begun = log_map.LogMap(m.logs, m.of, m.version, m.handoffs, m.origins, (*m.handing, h))
+    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(begun),
+                     None if m.version < 0 else m.version,
+                     f"shard {h.shard}: hand-off from log {h.old} to log {h.new} begun", touch_move)
+    return read_log_map(zk, kv)
+
+
+def finish_handoff(zk: KazooClient, kv: KvTopology, done: log_map.Handoff) -> LogMap:
+    """Record a hand-off done: the shard in its new log, with `done` (the map as it is if
+    another driver recorded it first)."""
+    m = read_log_map(zk, kv)
+    if m.handing_of(done.shard) is None:
+        if m.of[done.shard] == done.new:
+            return m
+        raise Conflict(f"SHARD: shard {done.shard} has no hand-off under way to log {done.new}")
+    of = tuple(done.new if s == done.shard else x for s, x in enumerate(m.of))
+    handoffs = (*(x for x in m.handoffs if x.shard != done.shard), done)
+    finished = log_map.LogMap(m.logs, of, m.version, handoffs, m.origins or m.of,
+                              tuple(x for x in m.handing if x.shard != done.shard))
+    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(finished), m.version,
+                     f"shard {done.shard}: handed from log {done.old} (at {done.at}) to log {done.new} "
+                     f"(from {done.start})")
+    return read_log_map(zk, kv)
+
+
 def log_map_history(zk: KazooClient) -> list[dict[str, Any]]:
     """Every version of the shard -> log map written, oldest first, with when and why."""
     return _history(zk, LOG_MAP_HISTORY)
@@ -336,6 +393,15 @@ def start_move(zk: KazooClient, m: Move, sets_version: int) -> None:
         if data != ENDED:
             raise NodeExistsError(f"{path}: a move is under way")
         tx.set_data(path, _move_json(m), version=stat.version)
+    # Read after the move's record: a hand-off begun since bumped that record (begin_handoff)
+    try:
+        raw, mstat = zk.get(LOG_MAP)
+    except NoNodeError:
+        pass
+    else:
+        if any(h.get("shard") == m.shard for h in json.loads(raw).get("handing", [])):
+            raise NodeExistsError(f"{LOG_MAP}: shard {m.shard} is being handed over to another log")
+        tx.check(LOG_MAP, mstat.version)
     _commit(tx)
 
 

@@ -1,7 +1,9 @@
-"""`midtown shard list|move|abort`: where each shard lives, and moving a shard's replica
-to another storage node online. The command is the mover of catalog/shard_moves.py: it
-keeps nothing of its own (every step is a versioned write in ZooKeeper), so a move it
-left half-way, killed or timed out, is taken up by running the same command again."""
+"""`midtown shard list|move|abort|hand-off`: where each shard lives, moving a shard's
+replica to another storage node online, and handing a shard over to another key-value log
+online. The command is the mover of catalog/shard_moves.py, or the hand-off's driver
+(midtown/handoffs.py): either keeps nothing of its own (every step is a versioned write in
+ZooKeeper, or a record a replica applies once), so one left half-way, killed or timed out,
+is taken up by running the same command again."""
 
 from __future__ import annotations
 
@@ -31,11 +33,35 @@ def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.
     mv.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT, help=RATE_HELP)
     ab = sps.add_parser("abort", help="give up a move of SHARD that has not joined yet")
     ab.add_argument("shard", type=int, metavar="SHARD")
+    ho = sps.add_parser("hand-off", help="hand SHARD over to key-value log --to, online (docs/log.md)")
+    ho.add_argument("shard", type=int, metavar="SHARD")
+    ho.add_argument("--to", type=int, required=True, help="the key-value log that takes the shard's records")
     common(ls)
     common(mv, timeout_s=600.0)
     common(ab)
+    common(ho, timeout_s=60.0)
     for p in (ls, mv, ab):
         p.set_defaults(fn=lambda a: _run(a, zk_of))
+    ho.set_defaults(fn=_hand_off)
+
+
+def _hand_off(a: argparse.Namespace) -> int:
+    """Hand a shard over to another key-value log (midtown/handoffs.py); CliError naming the
+    argument when it cannot."""
+    from midtown.cli.connect import log_client
+    from midtown.handoffs import HandOffError, hand_off
+
+    with log_client(a) as logs:
+        kv = registry.read_kv(logs.zk)
+        if kv is None:
+            raise CliError("no key-value topology in this cluster: run `midtown cluster init`")
+        say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+        try:
+            out = hand_off(logs, kv, a.shard, a.to, a.timeout, say)
+        except HandOffError as e:
+            raise CliError(str(e)) from None
+    emit(out, a.json)
+    return 0
 
 
 def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> int:
@@ -68,7 +94,9 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         got = moves.get(shard)
         m = None if got is None else got[0]
         copies = sets.of(shard)
+        handing = logs.handing_of(shard)
         rows.append({"shard": shard, "log": logs.log_of(shard), "replicas": list(copies),
+                     "handing_to": None if handing is None else handing.new,
                      "machines": [where(n).label() for n in copies],
                      "shared_machines": sorted(failure_domains.shared(copies, where)),
                      "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})
@@ -83,7 +111,9 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         got = moves.get(shard)
         said = "" if got is None else f"{got[0].phase}: to {got[0].dest}" + (
             f" from {got[0].leaving}" if got[0].leaving is not None else "")
-        table.append({**r, "replicas": ",".join(str(n) for n in r["replicas"]),
+        to = "" if r["handing_to"] is None else f" -> {r['handing_to']}"
+        table.append({**r, "log": f"{r['log']}{to}",
+                      "replicas": ",".join(str(n) for n in r["replicas"]),
                       "machines": ",".join(r["machines"]), "shared": ",".join(r["shared_machines"]),
                       "move": said})
     emit(table, False, ["shard", "log", "replicas", "machines", "shared", "move"])

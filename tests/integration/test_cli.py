@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from catalog.routing import shard_of
 from midtown.cluster import pid_alive
 
 pytestmark = pytest.mark.integration
@@ -127,6 +128,23 @@ def _supervised(tmp_path: Path, d: str, up: dict) -> None:
     assert {r["log"] for r in listed["shards"]} == {0} and listed["log_map_version"] == 0
     mt("put", "sv", "p", "l", "w", "--dir", d)
     assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "w"
+    # `shard hand-off`: the key's shard is handed over to log 1 online (docs/log.md); the
+    # key keeps its value, and its versions go on above the old log's
+    ds = next(r for r in json.loads(mt("dataset", "list", "--dir", d, "--json").stdout) if r["name"] == "sv")
+    shard = shard_of(ds["id"], b"p", len(listed["shards"]))
+    before = json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)
+    handed = json.loads(mt("shard", "hand-off", str(shard), "--to", "1", "--dir", d, "--json").stdout)
+    assert (handed["from"], handed["to"], handed["handed"], handed["generation"]) == (0, 1, True, 1)
+    assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "w"
+    mt("put", "sv", "p", "l", "x", "--dir", d)
+    after = json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)
+    assert after["value"] == "x" and after["version"] > before["version"]
+    rows = json.loads(mt("shard", "list", "--dir", d, "--json").stdout)["shards"]
+    assert [r["log"] for r in rows if r["shard"] == shard] == [1] and {r["log"] for r in rows} == {0, 1}
+    again = json.loads(mt("shard", "hand-off", str(shard), "--to", "1", "--dir", d, "--json").stdout)
+    assert not again["handed"]
+    p = mt("shard", "hand-off", str(shard), "--to", "7", "--dir", d, check=False)
+    assert p.returncode != 0 and "--to: log 7 is not one of" in p.stderr and "Traceback" not in p.stderr
     for n, needle in (("14", "at most 13 more"), ("0", "N: 0, must be 1 or more"), ("x", "N must be")):
         p = mt("log", "add", n, "--dir", d, check=False)
         assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr

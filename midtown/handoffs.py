@@ -1,0 +1,156 @@
+"""The driver of a shard's hand-off from one key-value log to another (docs/log.md, "Adding
+logs and handing shards over", step 7). It keeps nothing of its own: the hand-off under way
+is in the shard -> log map (catalog/log_map.py `Handing`), the shard's stint in each log in
+the log service's lists (log/seals.py), the hand-off and open records in the logs
+themselves; every step can be made again. So a driver killed at any step is taken up by
+the next one asked to hand the shard over (`midtown shard hand-off`, `cluster rebalance`):
+
+1. the map records the hand-off's beginning, with the old log's committed end (where its
+   hand-off record will be looked for); from then on coordinators hold the shard's writes;
+2. the old log's list ends the shard's stint there, then its hand-off record is appended
+   (unless one is found already from a driver before), naming the new log and that log's
+   committed end fB: every replica takes the shard's records from the new log from its
+   open record at or after fB (storage_node/handoff.py);
+3. the new log's open record starts the shard's next stint (generation + 1), then its
+   list, then a second open record (log/seals.py);
+4. the map names the new log, with the hand-off (its position, fB, the generation, the
+   version base and time floor every replica computes from it): the shard's writes go
+   there.
+
+A hand-off and a move of one shard never run at once: the map's beginning is written only
+while no move of the shard is under way, and a move starts only while the map has no
+hand-off of the shard (both checked in the same ZooKeeper transaction as the write)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from catalog import log_map, registry
+from log import zk as zkpaths
+from log.client import LogClient, LogError, Tags
+from log.seals import Stint
+from record import codec
+from record.model import HandOff, Open, Record
+from runtime import world
+
+RETRY_S = 0.2
+
+
+class HandOffError(Exception):
+    """A hand-off that cannot go on as asked; the text names the argument at fault."""
+
+
+def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, timeout_s: float,
+             progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Hand `shard` over to log `to`, or take up its hand-off under way; a dict of what it
+    did (with `took_s`, the time the shard's writes were held). HandOffError naming the
+    argument when it cannot."""
+    zk, t0 = logs.zk, world.monotonic()
+    deadline = t0 + timeout_s
+    m = registry.read_log_map(zk, kv, logs.topology().logs)
+    if not 0 <= shard < kv.shards:
+        raise HandOffError(f"SHARD: {shard}, this cluster has shards 0..{kv.shards - 1}")
+    if not 0 <= to < m.logs:
+        raise HandOffError(f"--to: log {to} is not one of the key-value store's logs 0..{m.logs - 1} "
+                           "(midtown log add gives it more)")
+    h = m.handing_of(shard)
+    if h is None and m.log_of(shard) == to:
+        return {"shard": shard, "from": to, "to": to, "handed": False, "took_s": 0.0}
+    if h is not None and h.new != to:
+        raise HandOffError(f"--to: shard {shard} is being handed over to log {h.new}; run the command "
+                           f"with --to {h.new} to finish that first")
+    if h is None:
+        old = m.log_of(shard)
+        h = log_map.Handing(shard, old, to, _end(logs, old) + 1)
+        progress(f"shard {shard}: hand-off from log {old} to log {to} begun")
+        m = _until(deadline, "begin", lambda: registry.begin_handoff(zk, m, h))
+        t0 = world.monotonic()
+    gen, base, floor = m.stint(shard)
+    zkpaths.change_seal(zk, h.old, shard, Stint(gen, to=h.new))
+    found = _find(logs, h, deadline)
+    if found is None:
+        start = _end(logs, h.new) + 1
+        rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start),))
+        _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new), deadline)
+        found = _find(logs, h, deadline)
+        if found is None:
+            raise HandOffError(f"shard {shard}: its hand-off record in log {h.old} was acknowledged but "
+                               f"not found from position {h.scan_from}; run the command again")
+    at, ts, start = found
+    progress(f"shard {shard}: sealed in log {h.old} at position {at}")
+    opening = Tags((shard,), open=shard, generation=gen + 1)
+    rec = Record(b"", "", "", shard, b"", (Open(),))
+    _append(logs, h.new, rec, opening, deadline)
+    zkpaths.change_seal(zk, h.new, shard, Stint(gen + 1))
+    _append(logs, h.new, rec, opening, deadline)
+    done = log_map.Handoff(shard, h.old, at, h.new, start, gen + 1, at + 1 + base - start, max(floor, ts))
+    _until(deadline, "finish", lambda: registry.finish_handoff(zk, kv, done))
+    took = world.monotonic() - t0
+    progress(f"shard {shard}: in log {h.new} from position {start} (writes held {took:.3f} s)")
+    return {"shard": shard, "from": h.old, "to": h.new, "handed": True, "at": at, "start": start,
+            "generation": gen + 1, "took_s": round(took, 4)}
+
+
+def _end(logs: LogClient, log_id: int) -> int:
+    """The log's last committed position as its writer reports it (-1: none)."""
+    row = next((r for r in logs.status() if r["log"] == log_id), None)
+    return -1 if row is None else int(row["last"])
+
+
+def _find(logs: LogClient, h: log_map.Handing, deadline: float) -> tuple[int, int, int] | None:
+    """The shard's first hand-off record to `h.new` in `h.old` from `h.scan_from`: its
+    (position, log time, the new log's position it names), the one every replica applies.
+    Read from the log's writer, again while it has none or changes (its server died)."""
+    while True:
+        try:
+            return _scan(logs, h, max(1.0, deadline - world.monotonic()))
+        except LogError as e:
+            if world.monotonic() >= deadline:
+                raise HandOffError(f"shard {h.shard}: log {h.old} could not be read ({e}); run the command "
+                                   "again to go on") from None
+            world.sleep(RETRY_S)
+
+
+def _scan(logs: LogClient, h: log_map.Handing, timeout_s: float) -> tuple[int, int, int] | None:
+    for e in logs.read(h.old, h.scan_from, timeout_s=timeout_s):
+        try:
+            rec = codec.record_from_bytes(e.payload) if e.payload else None
+        except Exception:
+            continue
+        op = rec.hand_off() if rec is not None and rec.shard == h.shard else None
+        if op is not None and op.to == h.new:
+            return e.position, e.timestamp_ms, op.from_position
+    return None
+
+
+def _append(logs: LogClient, log_id: int, rec: Record, tags: Tags, deadline: float) -> None:
+    """Append a hand-off's record (always admitted by the writer), retried until it is
+    acknowledged or the time is out."""
+    payload = codec.record_to_bytes(rec)
+    while True:
+        left = deadline - world.monotonic()
+        if left <= 0:
+            raise HandOffError(f"shard {rec.shard}: log {log_id} did not take its record in time; run the "
+                               "command again to go on")
+        try:
+            logs.append(log_id, [payload], timeout_s=left, tags=tags)
+            return
+        except LogError:
+            world.sleep(min(RETRY_S, max(0.0, deadline - world.monotonic())))
+
+
+def _until(deadline: float, step: str, write: Callable[[], log_map.LogMap]) -> log_map.LogMap:
+    """A map write, tried again while ZooKeeper is away or the time lasts."""
+    while True:
+        try:
+            return write()
+        except registry.Conflict as e:
+            raise HandOffError(str(e)) from None
+        except Exception as e:
+            if world.monotonic() >= deadline:
+                raise HandOffError(f"the hand-off's {step} could not be written ({e}); run the command "
+                                   "again") from None
+            world.sleep(RETRY_S)
+
+

@@ -127,7 +127,8 @@ class ApplyLoop:
 
         def needed() -> bool:  # a shard of the log it holds, or takes in by a move under way
             return any(s.holds(x) or (x in incoming and x in s.marks)
-                       for x in s.log_map.shards_of_log(log_id))
+                       for x in {*s.log_map.shards_of_log(log_id),
+                                 *(x for x in range(s.kv.shards) if s.log_of(x) == log_id)})
         if not needed():
             try:
                 first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)

@@ -25,7 +25,7 @@ from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S
 from storage_node.lww import LwwReplica
 from storage_node.metrics import DIVERGED, EVENT_IDS, LAG
 from storage_node.state import NodeState
-from storage_node.truncation import needs_publish, truncation_point
+from storage_node.truncation import handed_holders, needs_publish, truncation_point
 
 log = logging.getLogger("midtown.storage.bookkeeping")
 
@@ -136,11 +136,16 @@ class Bookkeeping:
 
     def _holders(self, log_id: int) -> tuple[int, ...]:
         """The members a log's truncation waits for: those that hold one of its shards (all
-        members when every member holds every shard); a log that carries no shards, all."""
+        members when every member holds every shard), and those that hold a shard handed
+        from it to another log until each of them has published a position past the
+        hand-off (docs/log.md step 6: they still apply its records before it); a log that
+        carries no shards, all."""
         s = self.state
         if log_id >= s.kv_logs:
             return s.kv.storage_nodes
-        return tuple(n for n in s.sets.nodes_of_log(log_id, s.log_map) if n in s.kv.storage_nodes)
+        holders = {*s.sets.nodes_of_log(log_id, s.log_map),
+                   *handed_holders(log_id, s.log_map.handoffs, s.sets.of, s.member_positions)}
+        return tuple(n for n in sorted(holders) if n in s.kv.storage_nodes)
 
     def _append_drops(self) -> None:
         """Put a drop record for each dataset dropped more than DROP_DELAY_S ago into every

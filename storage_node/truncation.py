@@ -3,7 +3,9 @@ truncated. Pure: the node's shell (storage_node/node.py) does the appends and ca
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+
+from catalog.log_map import Handoff
 
 
 def needs_publish(last_data_position: int | None, published: int | None) -> bool:
@@ -22,3 +24,17 @@ def truncation_point(positions: Mapping[tuple[int, int], int], log_id: int,
     if not known or any(k is None for k in known):
         return None
     return min(k for k in known if k is not None)
+
+
+def handed_holders(log_id: int, handoffs: Iterable[Handoff], holders_of: Callable[[int], Iterable[int]],
+                   positions: Mapping[tuple[int, int], int]) -> set[int]:
+    """The holders of shards handed from `log_id` to another log that a truncation of it
+    still waits for (docs/log.md step 6): each shard's, until every one of them has
+    published a position of `log_id` past the hand-off record (they apply the shard's
+    records before it from this log, and the record itself)."""
+    out: set[int] = set()
+    for h in handoffs:
+        nodes = set(holders_of(h.shard))
+        if h.old == log_id and any(positions.get((log_id, n), -1) <= h.at for n in nodes):
+            out |= nodes
+    return out

@@ -27,6 +27,7 @@ from storage_node.handoff import Impossible, Place
 from storage_node.settings import Settings
 from storage_node.state import NodeState
 from storage_node.store import NodeStore
+from storage_node.truncation import handed_holders
 
 
 def _put(shard: int, key: bytes, value: bytes, ttl_ms: int = 0) -> bytes:
@@ -115,3 +116,14 @@ def test_a_tail_thread_that_waits_goes_on_once_the_other_tail_applies_the_hand_o
     t.join(10)
     assert not t.is_alive() and node.fatal_why == []
     assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"
+
+
+def test_the_old_logs_truncation_waits_for_the_shards_holders_until_each_passed_the_hand_off() -> None:
+    """docs/log.md step 6: shard 5 handed from log 0 at position 40 to log 1; its holders
+    are nodes 1 and 2, which hold no other shard of log 0."""
+    h = log_map.Handoff(5, old=0, at=40, new=1, start=7)
+    holders = {5: (1, 2)}.get
+    assert handed_holders(0, [h], holders, {(0, 1): 41, (0, 2): 40}) == {1, 2}  # node 2 not past it
+    assert handed_holders(0, [h], holders, {(0, 1): 41}) == {1, 2}  # node 2 never published
+    assert handed_holders(0, [h], holders, {(0, 1): 41, (0, 2): 45}) == set()  # both past it
+    assert handed_holders(1, [h], holders, {}) == set()  # the new log: they hold a shard of it anyway

@@ -43,6 +43,9 @@ class _State:
     def holds(self, shard: int) -> bool:
         return self.sets.holds(self.node_id, shard)
 
+    def log_of(self, shard: int) -> int:  # no shard was handed over: its first log
+        return self.log_map.origin(shard)
+
 
 def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],
             monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[int, tuple[int, int]]]:

@@ -36,6 +36,12 @@ def cmd_bench_moves(a: argparse.Namespace) -> int:
     return bench(a)
 
 
+def cmd_bench_handoffs(a: argparse.Namespace) -> int:
+    from midtown.bench.handoffs import run as bench
+
+    return bench(a)
+
+
 def cmd_bench_ingest(a: argparse.Namespace) -> int:
     from midtown.bench.ingest import run as bench
 
@@ -161,6 +167,14 @@ def add_parser(sub: Any) -> None:
                     help="the rate of the move under the workload, MB/s (default: the moves' default)")
     bm.add_argument("--json", action="store_true")
     bm.set_defaults(fn=cmd_bench_moves)
+    bh = bns.add_parser("handoffs", help="puts/s with every shard on one log and once log add and hand-offs "
+                                         "spread them over three; the time a hand-off holds writes; put p99 "
+                                         "during hand-offs against without")
+    bh.add_argument("--seconds", type=positive_arg("--seconds"), default=10.0,
+                    help="the workload before, and after, the hand-offs")
+    bh.add_argument("--clients", type=at_least_one_arg("--clients"), default=16)
+    bh.add_argument("--json", action="store_true")
+    bh.set_defaults(fn=cmd_bench_handoffs)
     bs = bns.add_parser("spread", help="per storage node, records applied/s and bytes held with 3 nodes and "
                                       "with 6 at the same offered load; per log server, segments and bytes")
     bs.add_argument("--rate", type=positive_arg("--rate"), default=150.0, help="puts per second offered")

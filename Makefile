@@ -52,7 +52,8 @@ test-fast: proto
 # BRIDGES=1: servers cut off from one another in pairs, each still reaching the rest, and
 # followers taking the log over from a writer that still runs, BRIDGES=1 LATE=1
 # BROKEN=no-wait); WIPES=1: some restart on an empty disk, BROKEN=no-store-check starting
-# on it all the same; SEALS=1: appends name shards, which a hand-off's driver seals in the log
+# on it all the same; HANDOFFS=1 (the whole cluster): shards handed between the logs, their
+# drivers killed mid-way; SEALS=1: appends name shards, which a hand-off's driver seals in the log
 # and opens again, BROKEN=takeover-unseals, any-generation; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac.
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \
@@ -62,7 +63,8 @@ sim: proto
 		$(if $(MACHINES),--machines $(MACHINES)) \
 		$(if $(LATE),--late-notices $(LATE)) \
 		$(if $(BRIDGES),--bridges) $(if $(SEALS),--writers --elections --seals) \
-		$(if $(SLOW),--slow) $(if $(PAUSES),--pauses) $(if $(INGEST),--ingest)
+		$(if $(SLOW),--slow) $(if $(PAUSES),--pauses) $(if $(INGEST),--ingest) \
+		$(if $(HANDOFFS),--handoffs)
 
 # A long run outside the suite: linearizability under many rounds of kills, and 6,500
 # simulation seeds. make soak ROUNDS=30

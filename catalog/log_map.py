@@ -41,11 +41,17 @@ class Handoff:
 class Handing:
     """A hand-off under way (docs/log.md, step 7): shard `shard` goes from log `old` to log
     `new`, and its hand-off record is in `old` at or after position `scan_from` (the driver
-    that takes it up again looks for it there); its writes wait until it is done."""
+    that takes it up again looks for it there; once found, at `at`, stamped `ts`, naming
+    `start` of the new log: -1 until then); its writes wait until it is done. The old log
+    is not truncated past `scan_from` meanwhile, and the new log's truncation waits for the
+    shard's holders (storage_node/bookkeeping.py)."""
     shard: int
     old: int
     new: int
     scan_from: int
+    at: int = -1
+    ts: int = 0
+    start: int = 0
 
 
 @dataclass(frozen=True)

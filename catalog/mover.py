@@ -81,6 +81,8 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
                 registry.start_move(zk, m, sets.version)
             except (NodeExistsError, BadVersionError):
                 continue  # another mover started one first, or changed the sets: look again
+            except registry.Conflict as e:
+                raise MoveError(str(e)) from None
             started = True
             continue
         m, version = got

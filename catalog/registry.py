@@ -220,6 +220,22 @@ def begin_handoff(zk: KazooClient, m: LogMap, h: log_map.Handing) -> LogMap:
     return read_log_map(zk, kv)
 
 
+def note_handoff_record(zk: KazooClient, kv: KvTopology, h: log_map.Handing) -> LogMap:
+    """Record where the hand-off's record is (h.at, h.ts, h.start) in the hand-off under
+    way, so a driver that takes it up needs not read the old log again."""
+    m = read_log_map(zk, kv)
+    cur = m.handing_of(h.shard)
+    if cur is None or cur.at >= 0:
+        return m
+    if (cur.old, cur.new) != (h.old, h.new):
+        raise Conflict(f"SHARD: shard {h.shard} is being handed to log {cur.new}, not {h.new}")
+    noted = log_map.LogMap(m.logs, m.of, m.version, m.handoffs, m.origins,
+                           tuple(h if x.shard == h.shard else x for x in m.handing))
+    _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(noted), m.version,
+                     f"shard {h.shard}: its hand-off record is at {h.at} of log {h.old}")
+    return read_log_map(zk, kv)
+
+
 def finish_handoff(zk: KazooClient, kv: KvTopology, done: log_map.Handoff) -> LogMap:
     """Record a hand-off done: the shard in its new log, with `done` (the map as it is if
     another driver recorded it first)."""
@@ -380,7 +396,8 @@ def start_move(zk: KazooClient, m: Move, sets_version: int) -> None:
     """Record a new move, planned on the replica sets of `sets_version` (NodeExistsError:
     the shard has one under way already; BadVersionError: the sets changed since, and the
     move may make no sense now: another mover may have just put its destination in, or
-    a move of the shard began and ended since the caller looked)."""
+    a move of the shard began and ended since the caller looked, or the shard -> log map
+    changed; Conflict: the shard is being handed over to another log)."""
     zk.ensure_path(MOVES)
     path = f"{MOVES}/{m.shard}"
     tx = zk.transaction()
@@ -400,7 +417,8 @@ def start_move(zk: KazooClient, m: Move, sets_version: int) -> None:
         pass
     else:
         if any(h.get("shard") == m.shard for h in json.loads(raw).get("handing", [])):
-            raise NodeExistsError(f"{LOG_MAP}: shard {m.shard} is being handed over to another log")
+            raise Conflict(f"SHARD: shard {m.shard} is being handed over to another log; move it once "
+                           "the hand-off ends")
         tx.check(LOG_MAP, mstat.version)
     _commit(tx)
 

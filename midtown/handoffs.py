@@ -62,25 +62,30 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
                            f"with --to {h.new} to finish that first")
     if h is None:
         old = m.log_of(shard)
-        h = log_map.Handing(shard, old, to, _end(logs, old) + 1)
+        begin = log_map.Handing(shard, old, to, _end(logs, old) + 1)
         progress(f"shard {shard}: hand-off from log {old} to log {to} begun")
-        m = _until(deadline, "begin", lambda: registry.begin_handoff(zk, m, h))
+        m = _until(deadline, "begin", lambda: registry.begin_handoff(zk, m, begin))
+        h = begin
         t0 = world.monotonic()
     gen, base, floor = m.stint(shard)
-    zkpaths.change_seal(zk, h.old, shard, Stint(gen, to=h.new))
-    found = _find(logs, h, deadline)
-    if found is None:
-        start = _end(logs, h.new) + 1
-        rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start),))
-        _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new), deadline)
+    if h.at < 0:
+        zkpaths.change_seal(zk, h.old, shard, Stint(gen, to=h.new))
         found = _find(logs, h, deadline)
         if found is None:
-            raise HandOffError(f"shard {shard}: its hand-off record in log {h.old} was acknowledged but "
-                               f"not found from position {h.scan_from}; run the command again")
-    at, ts, start = found
+            start = _end(logs, h.new) + 1
+            rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start),))
+            _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new), deadline)
+            found = _find(logs, h, deadline)
+            if found is None:
+                raise HandOffError(f"shard {shard}: its hand-off record in log {h.old} was acknowledged "
+                                   f"but not found from position {h.scan_from}; run the command again")
+        noted = log_map.Handing(shard, h.old, h.new, h.scan_from, *found)
+        m = _until(deadline, "record", lambda: registry.note_handoff_record(zk, kv, noted))
+        h = noted
+    at, ts, start = h.at, h.ts, h.start
     progress(f"shard {shard}: sealed in log {h.old} at position {at}")
     opening = Tags((shard,), open=shard, generation=gen + 1)
-    rec = Record(b"", "", "", shard, b"", (Open(),))
+    rec = Record(b"", "", "", shard, b"", (Open(gen + 1),))
     _append(logs, h.new, rec, opening, deadline)
     zkpaths.change_seal(zk, h.new, shard, Stint(gen + 1))
     _append(logs, h.new, rec, opening, deadline)

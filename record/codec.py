@@ -70,7 +70,7 @@ def op_from_pb(o: pb.Op) -> Op:
     if kind == "hand_off":
         return HandOff(o.hand_off.to_log, o.hand_off.from_position)
     if kind == "open":
-        return Open()
+        return Open(o.open.generation)
     raise BadRequest("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
 
 
@@ -98,7 +98,7 @@ def op_to_pb(op: Op) -> pb.Op:
     if isinstance(op, HandOff):
         return pb.Op(hand_off=pb.HandOffOp(to_log=op.to, from_position=op.from_position))
     if isinstance(op, Open):
-        return pb.Op(open=pb.OpenOp())
+        return pb.Op(open=pb.OpenOp(generation=op.generation))
     return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))
 
 

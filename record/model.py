@@ -94,7 +94,9 @@ class HandOff:
 
 @dataclass(frozen=True, slots=True)
 class Open:
-    """The record's shard is opened in this log, the one it was handed to."""
+    """The record's shard is opened in this log, the one it was handed to, at `generation`
+    (its hand-offs so far: log/seals.py)."""
+    generation: int = 0
 
 
 Op = Put | Delete | Cas | Incr | Get | Scan | Position | Drop | HandOff | Open

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import heapq
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 
 import grpc
 
@@ -178,7 +178,8 @@ class ApplyLoop:
         self.apply(items)
         return [None] * len(items)
 
-    def _mine(self, rec: Record, position: int, only: int | None = None) -> Record | None:
+    def _mine(self, rec: Record, position: int, only: int | None = None,
+              moved: Container[int] = ()) -> Record | None:
         """The part of a record this node applies (None: none): a record of a shard it
         applies (of `only`, if given) at or past the shard's mark; a published position;
         a drop, in the shards of it this node applies."""
@@ -194,7 +195,8 @@ class ApplyLoop:
             return dataclasses.replace(rec, shard=shards[0], ops=(Drop(shards),)) if shards else None
         if only is not None:  # a copy brought forward: the shard is not applied here yet
             return rec if rec.shard == only else None
-        if not s.applies_shard(rec.shard) or not shard_copy.applies(s.marks, rec.shard, position):
+        if not s.applies_shard(rec.shard) or (
+                rec.shard not in moved and not shard_copy.applies(s.marks, rec.shard, position)):
             return None
         return rec
 
@@ -241,6 +243,7 @@ class ApplyLoop:
             view.commit(new)  # effects and positions, atomically
             self.state.positions.update(new)
             self.state.places.update(places)
+            self.state.marks.update({x: m for x, m in view.marks.items() if m is not None and x in places})
         for lg in sorted({p.log for p in places.values()} - set(self._follows)):
             self._start_tail(lg)
         dropped_eventual = {keys.shard_of_key(p) for p in view.dropped if p[:1] == b"E"}
@@ -264,13 +267,13 @@ class ApplyLoop:
                                   entries[-1].timestamp_ms,
                                   lambda x, p: self._shard_position(places, x, log_id, p))
         for e in entries:
-            rec, place = self._decode(e, log_id)
+            rec, place = self._decode(e, log_id, places)
             if rec is not None and not rec.publishes_positions() and not rec.drops():
                 place = places.get(rec.shard) or s.place_of(rec.shard)
                 kind = handoff.kind_of(rec)
                 h = rec.hand_off()
                 st = handoff.step(place, log_id, e.position, kind, e.timestamp_ms,
-                                  h.to if h else -1, h.from_position if h else 0)
+                                  h.to if h else -1, h.from_position if h else 0, handoff.generation_of(rec))
                 if st.verdict is handoff.Verdict.WAIT:
                     break
                 if st.verdict is handoff.Verdict.STOP:
@@ -278,6 +281,8 @@ class ApplyLoop:
                 if st.then != place:
                     places[rec.shard] = st.then
                     view.hand_over(rec.shard, st.then, place.log)
+                    if rec.shard in s.marks:  # a copy's mark counts in the log it was taken in only
+                        view.marks[rec.shard] = 0
                     log.info("shard %d: its records now come from log %d (from %d), at %d:%d",
                              rec.shard, st.then.log, st.then.since, log_id, e.position)
                 if st.verdict is handoff.Verdict.SKIP or kind is not handoff.Kind.RECORD:
@@ -306,10 +311,12 @@ class ApplyLoop:
             POSITION.labels(log=str(log_id)).set(last.position + 1)
         return entries[done:]
 
-    def _decode(self, e: FollowedEntry, log_id: int) -> tuple[Record | None, Place | None]:
+    def _decode(self, e: FollowedEntry, log_id: int,
+                moved: dict[int, Place]) -> tuple[Record | None, Place | None]:
         """The part of the entry's record this node applies (None: a time mark, which only
         moves the log's time, log/driver.py; a record it cannot decode, a no-op everywhere;
-        or nothing of it here), and no place yet (the caller's)."""
+        or nothing of it here; `moved`: shards handed over in this batch, whose copy's mark
+        no longer counts), and no place yet (the caller's)."""
         if not e.payload:
             return None, None
         try:
@@ -317,7 +324,7 @@ class ApplyLoop:
         except Exception:  # not a record every replica can decode: a no-op everywhere
             log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
             return None, None
-        return self._mine(whole, e.position), None
+        return self._mine(whole, e.position, moved=moved), None
 
     def _shard_position(self, places: dict[int, Place], shard: int, log_id: int, position: int) -> int | None:
         """Where a change of `shard` at `position` of `log_id` stands in the shard's own

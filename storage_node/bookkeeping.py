@@ -113,6 +113,9 @@ class Bookkeeping:
         low = truncation_point(s.member_positions, log_id, self._holders(log_id))
         if log_id >= s.kv_logs:
             return low
+        # A hand-off under way from this log: its driver may look for its record from there
+        caps = [h.scan_from for h in s.log_map.handing if h.old == log_id and h.at < 0]
+        low = low if low is None or not caps else min(low, *caps)
         moves = [m for m in s.moves.values() if s.log_of(m.shard) == log_id]
         dests = {m.dest: p for m in moves if (p := s.member_positions.get((log_id, m.dest))) is not None}
         return shard_moves.truncation_point(low, moves, dests)
@@ -144,7 +147,8 @@ class Bookkeeping:
         if log_id >= s.kv_logs:
             return s.kv.storage_nodes
         holders = {*s.sets.nodes_of_log(log_id, s.log_map),
-                   *handed_holders(log_id, s.log_map.handoffs, s.sets.of, s.member_positions)}
+                   *handed_holders(log_id, s.log_map.handoffs, s.sets.of, s.member_positions),
+                   *(n for h in s.log_map.handing if log_id in (h.old, h.new) for n in s.sets.of(h.shard))}
         return tuple(n for n in sorted(holders) if n in s.kv.storage_nodes)
 
     def _append_drops(self) -> None:

@@ -17,11 +17,13 @@ order its tails of A and B run in:
   here; the open record opens it; any other record of the shard cannot exist (the old log
   sealed the shard before the driver opened it here), and a replica that met one stops
   rather than guess;
-- in another log: an open record of the shard means this replica has not applied the
-  hand-off that leads here yet: that tail waits for it (never skips it). Every open record
+- in another log: an open record of the shard at a later generation than the replica's
+  (the shard's stint it takes records from) means this replica has not applied the
+  hand-off that leads there yet: that tail waits for it (never skips it). Every open record
   is appended after the hand-off record before it is committed, so a chain of tails
-  waiting on one another always ends. A hand-off record of a shard that left the log is a
-  driver's repeat: nothing. Any other record of it cannot exist: stop.
+  waiting on one another always ends. Any other record of the shard there is of a stint
+  before the replica's: applied already, or in the copy the replica took the shard from
+  (a copy carries its place, not where its source's tails stood in each log): nothing.
 
 Across a hand-off a shard's versions and log time go on from where they were: a record at
 position q of the new log gets version q + 1 + `version_base`, which is above every
@@ -33,7 +35,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from record.model import Record
+from record.model import Open, Record
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Place:
     opened: bool = True
     version_base: int = 0
     ts_floor: int = 0
+    generation: int = 0  # the shard's stint's (log/seals.py): its hand-offs so far
 
     def version(self, position: int) -> int:
         """The version a write of the record at `position` of the shard's log gets."""
@@ -61,6 +64,12 @@ class Kind(enum.Enum):
     RECORD = "record"  # any record of the shard but these two
     HAND_OFF = "hand-off"
     OPEN = "open"
+
+
+def generation_of(rec: Record) -> int:
+    """An open record's generation (0 for any other)."""
+    op = rec.ops[0] if rec.opens() else None
+    return op.generation if isinstance(op, Open) else 0
 
 
 def kind_of(rec: Record) -> Kind:
@@ -86,29 +95,28 @@ class Impossible(Exception):
 
 
 def step(place: Place, log_id: int, position: int, kind: Kind, ts_ms: int = 0,
-         to: int = -1, from_position: int = 0) -> Step:
+         to: int = -1, from_position: int = 0, generation: int = 0) -> Step:
     """What a replica whose shard stands at `place` does with the shard's record at
-    `position` of `log_id` stamped `ts_ms`: of `kind`, and if a hand-off, to log `to` from
-    `from_position` of it."""
+    `position` of `log_id` stamped `ts_ms`: of `kind`; if a hand-off, to log `to` from
+    `from_position` of it; if an open record, of `generation`."""
     if log_id == place.log and place.opened:
         if kind is Kind.HAND_OFF:
             if to == log_id:
                 return Step(Verdict.STOP, place, f"a hand-off of the shard to its own log {log_id}")
             # The new log's versions start above the hand-off's own (which no write took).
             base = place.version(position) - from_position
-            return Step(Verdict.APPLY, Place(to, from_position, False, base, place.log_time(ts_ms)))
+            return Step(Verdict.APPLY, Place(to, from_position, False, base, place.log_time(ts_ms),
+                                             place.generation + 1))
         return Step(Verdict.SKIP if kind is Kind.OPEN else Verdict.APPLY, place)
     if log_id == place.log:  # awaiting the open record here
         if position < place.since:
             return Step(Verdict.SKIP, place)
-        if kind is Kind.OPEN:
+        if kind is Kind.OPEN and generation == place.generation:
             return Step(Verdict.APPLY, Place(place.log, place.since, True, place.version_base,
-                                             place.ts_floor))
+                                             place.ts_floor, place.generation))
         return Step(Verdict.STOP, place, f"a {kind.value} record of the shard at {log_id}:{position}, "
-                    f"before its open record (expected at or after {place.since})")
-    if kind is Kind.OPEN:
+                    f"before its open record at generation {place.generation} (expected at or after "
+                    f"{place.since})")
+    if kind is Kind.OPEN and generation > place.generation:
         return Step(Verdict.WAIT, place)
-    if kind is Kind.HAND_OFF:
-        return Step(Verdict.SKIP, place)
-    return Step(Verdict.STOP, place, f"a record of the shard at {log_id}:{position}, whose records "
-                f"come from log {place.log}")
+    return Step(Verdict.SKIP, place)  # of a stint before the replica's

@@ -25,9 +25,10 @@
   b"W" shard:4                                                -> position:8 (the shard's changes below it
                                                                  are reclaimed)
   b"S" shard:4                                                -> log:4 since:8 opened:1 version base:8
-                                                                 (signed) time floor:8: where the shard's
-                                                                 records come from, once it was handed
-                                                                 to another log (storage_node/handoff.py)
+                                                                 (signed) time floor:8 generation:4:
+                                                                 where the shard's records come from,
+                                                                 once it was handed to another log
+                                                                 (storage_node/handoff.py)
 
 All local keys of one partitioning key share a prefix, so a scan is one range."""
 
@@ -252,7 +253,7 @@ def mark_key(shard: int) -> bytes:
     return b"M" + _I.pack(shard)
 
 
-_PLACE = struct.Struct(">IQ?qQ")
+_PLACE = struct.Struct(">IQ?qQI")
 
 
 def place_key(shard: int) -> bytes:
@@ -260,7 +261,7 @@ def place_key(shard: int) -> bytes:
 
 
 def encode_place(p: Place) -> bytes:
-    return _PLACE.pack(p.log, p.since, p.opened, p.version_base, p.ts_floor)
+    return _PLACE.pack(p.log, p.since, p.opened, p.version_base, p.ts_floor, p.generation)
 
 
 def decode_place(b: bytes) -> Place:

@@ -79,7 +79,8 @@ class StorageNode:
             s.peer_calls = peers
         self.lww = LwwReplica(store, int(settings.tombstone_grace_s * 1000))  # eventual datasets
         self.reads = Reads(node_id, store, parts.data_dir, s.commit_lock, s.cond, s.positions,
-                           lambda: s.kv, lambda: s.log_map, s.holds, s.place_of)
+                           lambda: s.kv, lambda: s.log_map, s.holds, s.place_of,
+                           lambda: s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count)))
         self.feed = ChangeFeed(node_id, store, s.cond, s.positions, lambda: s.log_map, s.holds, s.stop,
                                s.place_of)
         self.eventual = EventualService(node_id, s.zk, store, self.lww, lambda: s.kv, s.peer_ids,

@@ -95,11 +95,13 @@ class Reads:
     def __init__(self, node_id: int, store: NodeStore, data_dir: str, commit_lock: threading.Lock,
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
                  kv: Callable[[], registry.KvTopology], log_map: Callable[[], LogMap],
-                 holds: Callable[[int], bool], place_of: Callable[[int], Place]) -> None:
+                 holds: Callable[[int], bool], place_of: Callable[[int], Place],
+                 reread_log_map: Callable[[], None] = lambda: None) -> None:
         """`positions`: the node's (next position, log time) per log, updated by its applier
         under `commit_lock`, which notifies `cond`; `holds(shard)`: whether this node holds
         a shard (catalog/replica_sets.py); `place_of(shard)`: the log it takes the shard's
-        records from (storage_node/handoff.py)."""
+        records from (storage_node/handoff.py); `reread_log_map()`: read the shard -> log
+        map from ZooKeeper now (a log added since the last read)."""
         self.node_id = node_id
         self.store = store
         self.data_dir = data_dir
@@ -110,6 +112,7 @@ class Reads:
         self.log_map = log_map
         self.holds = holds
         self.place_of = place_of
+        self.reread_log_map = reread_log_map
         self.views = Views(data_dir, self._take_checkpoint, world.monotonic)
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
@@ -311,16 +314,21 @@ class Reads:
                 self.cond.wait(left)
 
     def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
-        if req.log_id not in self.positions:
-            raise BadRequest(f"log_id: log {req.log_id} is not one of this cluster's logs "
-                             f"0..{len(self.positions) - 1}")
-        if req.log_id >= self.log_map().logs:  # `log add` gave it: this node has not read the map since
-            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"log_id: log {req.log_id} carries no key-value data "
-                          "as this node knows; retry")
+        if req.log_id >= self.log_map().logs:  # `log add` may have given it since the map was read
+            self.reread_log_map()
+        m = self.log_map()
+        if not 0 <= req.log_id < m.logs:
+            raise BadRequest(f"log_id: log {req.log_id} carries no key-value data "
+                             f"(logs 0..{m.logs - 1} do)")
         self.wait_applied(req.log_id, req.min_position, req.wait_ms)
         for i, r in enumerate(req.requests):
             if r.shard >= self.kv().shards or self.place_of(r.shard).log == req.log_id:
                 continue
+            if not m.may_carry(r.shard, req.log_id):  # a shard of another log, unless the map moved on
+                self.reread_log_map()
+                m = self.log_map()
+                if not m.may_carry(r.shard, req.log_id):
+                    raise BadRequest(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
             # Handed over (docs/log.md step 5), or not yet here (this node's map, or its
             # state, older than the asker's): the index of the log the asker's map names
             # says nothing of the shard's state here.

@@ -40,11 +40,12 @@ def _entries(log: list[bytes], ts0: int) -> list[Entry]:
 
 # Shard 0 starts in log 0, shard 1 in log 1 (shard mod 2). Log 1's clock is behind log 0's.
 LOG0 = _entries([_put(0, b"a", b"1", ttl_ms=10**9),
-                 codec.record_to_bytes(Record(b"", "", "", 0, b"", (HandOff(1, 1),))),
-                 _put(0, b"late", b"x")], 5000)  # cannot exist: the old log sealed the shard
+                 codec.record_to_bytes(Record(b"", "", "", 0, b"", (HandOff(1, 1),)))], 5000)
 LOG1 = _entries([_put(1, b"z", b"1"),
-                 codec.record_to_bytes(Record(b"", "", "", 0, b"", (Open(),))),
+                 codec.record_to_bytes(Record(b"", "", "", 0, b"", (Open(1),))),
                  _put(0, b"a", b"2")], 1000)
+# Cannot exist: a record of shard 0 in log 1 after its hand-off names it, before its open record
+LOG1_EARLY = _entries([_put(1, b"z", b"1"), _put(0, b"early", b"x")], 1000)
 
 
 class _Loop:
@@ -77,8 +78,9 @@ def node(tmp_path: Path) -> Any:
 def test_the_new_logs_tail_waits_for_the_hand_off_then_takes_the_shard(node: _Loop) -> None:
     node.loop.apply([(1, LOG1)])  # log 1 first: its open record of shard 0 must wait
     assert node.state.positions[1][0] == 1 and node.state.log_of(0) == 0
-    node.loop.apply([(0, LOG0[:2])])  # the hand-off: shard 0 now awaits its open record in log 1
-    assert node.state.place_of(0) == Place(1, since=1, opened=False, version_base=1 + 1 - 1, ts_floor=5001)
+    node.loop.apply([(0, LOG0)])  # the hand-off: shard 0 now awaits its open record in log 1
+    assert node.state.place_of(0) == Place(1, since=1, opened=False, version_base=1 + 1 - 1, ts_floor=5001,
+                                           generation=1)
     assert node.value(b"a").value == b"1"
     node.loop.apply([(1, LOG1[1:])])
     a = node.value(b"a")
@@ -90,19 +92,20 @@ def test_the_new_logs_tail_waits_for_the_hand_off_then_takes_the_shard(node: _Lo
     # written with the positions: read back as a restarted node reads it
     node.state.places.clear()
     node.state.reload_positions()
-    assert node.state.place_of(0) == Place(1, since=1, opened=True, version_base=1, ts_floor=5001)
+    assert node.state.place_of(0) == Place(1, since=1, opened=True, version_base=1, ts_floor=5001,
+                                           generation=1)
 
 
 def test_both_tails_in_one_batch_apply_whatever_their_order(node: _Loop) -> None:
-    node.loop.apply([(1, LOG1), (0, LOG0[:2])])
+    node.loop.apply([(1, LOG1), (0, LOG0)])
     assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"
 
 
 def test_a_record_the_seals_rule_out_stops_the_node(node: _Loop) -> None:
-    node.loop.apply([(0, LOG0[:2])])
+    node.loop.apply([(0, LOG0)])
     with pytest.raises(Impossible, match="shard 0"):
-        node.loop.apply([(0, LOG0[2:])])
-    assert node.state.positions[0][0] == 2  # nothing of that batch written
+        node.loop.apply([(1, LOG1_EARLY)])
+    assert node.state.positions[1][0] == 1  # at the hand-off's start: nothing of that batch written
 
 
 def test_a_tail_thread_that_waits_goes_on_once_the_other_tail_applies_the_hand_off(node: _Loop) -> None:
@@ -112,7 +115,7 @@ def test_a_tail_thread_that_waits_goes_on_once_the_other_tail_applies_the_hand_o
     while node.state.positions[1][0] < 1 and time.monotonic() < deadline:  # it waits at the open record
         time.sleep(0.01)
     assert t.is_alive() and node.state.positions[1][0] == 1
-    node.loop._apply_entries(0, LOG0[:2])
+    node.loop._apply_entries(0, LOG0)
     t.join(10)
     assert not t.is_alive() and node.fatal_why == []
     assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"

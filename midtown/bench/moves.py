@@ -34,12 +34,12 @@ from midtown.output import emit
 SHARDS, NODES, VALUE_BYTES = 8, 4, 64 * 1024
 
 
-def _p(xs: list[float], q: float) -> float:
+def percentile_ms(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else float("nan")
 
 
-def _workload(db: Client, clients: int, until: threading.Event) -> list[tuple[float, float]]:
+def steady_puts(db: Client, clients: int, until: threading.Event) -> list[tuple[float, float]]:
     """(start time, latency) of each put of `clients` threads until `until` is set."""
     out: list[tuple[float, float]] = []
     lock = threading.Lock()
@@ -106,7 +106,7 @@ def run(a: argparse.Namespace) -> int:
             stop = threading.Event()
             timer = threading.Timer(a.seconds, stop.set)
             timer.start()
-            before = [lat for _, lat in _workload(db, a.clients, stop)]
+            before = [lat for _, lat in steady_puts(db, a.clients, stop)]
             log(f"moving shard {shard} from node {holders[0]} to node {dest} under the same workload...")
             stop = threading.Event()
             got: dict[str, Any] = {}
@@ -120,7 +120,7 @@ def run(a: argparse.Namespace) -> int:
             move_t0 = time.monotonic()
             th = threading.Thread(target=mover, daemon=True)
             th.start()
-            during_all = _workload(db, a.clients, stop)
+            during_all = steady_puts(db, a.clients, stop)
             th.join()
             during = [lat for t, lat in during_all if move_t0 <= t <= done_at[0]]
         log("moving it back with no rate limit...")
@@ -134,7 +134,8 @@ def run(a: argparse.Namespace) -> int:
             return m["copied_bytes"] / 1e6 / m["copy_seconds"] if m.get("copy_seconds") else float("nan")
         paced, rate = copy_rate(got), copy_rate(back)
         def lat(xs: list[float]) -> str:
-            return f"{_p(xs, .5):.2f} / {_p(xs, .99):.2f} ms ({len(xs)} puts)"
+            return f"{percentile_ms(xs, .5):.2f} / {percentile_ms(xs, .99):.2f} ms ({len(xs)} puts)"
+        p99_ratio = percentile_ms(during, .99) / percentile_ms(before, .99)
         rows = [
             {"what": "shard loaded", "value": f"{got['copied_bytes'] / 2**20:.1f} MiB copied "
                                               f"({got['copied_keys']} keys, values and first outcomes)"},
@@ -145,13 +146,13 @@ def run(a: argparse.Namespace) -> int:
             {"what": "move, no limit: 1 GB at that rate", "value": f"{1000 / rate:.0f} s"},
             {"what": "puts without a move: p50 / p99", "value": lat(before)},
             {"what": "puts during the move: p50 / p99", "value": lat(during)},
-            {"what": "p99 during / without", "value": f"{_p(during, .99) / _p(before, .99):.2f}x"},
+            {"what": "p99 during / without", "value": f"{p99_ratio:.2f}x"},
             {"what": f"drain node {holders[1]} ({len(drained['moves'])} shards)",
              "value": f"{drain_s:.1f} s"},
         ]
         if a.json:
             emit({"rows": rows, "copy_mb_s": rate, "paced_mb_s": paced,
-                  "p99_ratio": _p(during, .99) / _p(before, .99),
+                  "p99_ratio": p99_ratio,
                   "p50_before_ms": statistics.median(before) * 1000 if before else None,
                   "drain_s": drain_s}, True)
         else:

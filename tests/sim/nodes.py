@@ -83,7 +83,7 @@ from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
 from log.seals import UNTAGGED, Tags
 from log.store import Batch, MemStore
-from midtown import errors, retries
+from midtown import errors, handoffs, retries
 from midtown.client import Client
 from midtown.model import Op as SdkOp
 from midtown.model import Write as SdkWrite
@@ -374,7 +374,7 @@ class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
     def __init__(self, seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
-                 pauses: bool = False, ingest: bool = False) -> None:
+                 pauses: bool = False, ingest: bool = False, handoffs: bool = False) -> None:
         assert broken in ("",) + BROKEN, broken
         super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS))
         self.broken = broken
@@ -390,6 +390,9 @@ class NodeSim(WriterSim):
         # request id as a Spark task is (ingester); event id -> (its partitioning key,
         # whether an attempt's outcome said it was applied)
         self.ingest = ingest
+        # Shards handed between the two logs now and then, their drivers killed mid-way
+        # (hand_offs: midtown/handoffs.py)
+        self.handoffs = handoffs
         self.events: dict[bytes, tuple[bytes, bool]] = {}
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
         self.stores = {s: _KeptStore(self.kept) for s in self.servers}
@@ -416,6 +419,9 @@ class NodeSim(WriterSim):
                        "moves onto a copy's machine refused": 0,
                        "movers killed": 0, "movers paused": 0, "coordinator crashes": 0,
                        "nodes paused": 0, "ingest attempts": 0}
+        if handoffs:
+            self.counts.update(dict.fromkeys(("hand-offs", "hand-offs done", "hand-offs refused",
+                                              "hand-off drivers killed"), 0))
 
     # --- the storage nodes ----------------------------------------------------------------
 
@@ -569,6 +575,60 @@ class NodeSim(WriterSim):
             world.spawn("node-pauses", lambda: self.node_pauses(stop))
         if self.ingest:
             world.spawn("ingester", lambda: self.ingester(stop))
+        if self.handoffs:
+            world.spawn("hand-offs", lambda: self.hand_offs(stop))
+
+    # --- shards handed between the logs ------------------------------------------------------
+
+    def hand_offs(self, stop: Any) -> None:
+        """Operators handing shards from one log to the other (`midtown shard hand-off`: the
+        real driver, midtown/handoffs.py, over the simulated network and ZooKeeper), each in
+        a process of its own, which a fault kills now and then at any step; the next driver
+        takes up the hand-off it finds under way. At the end, every one under way is finished."""
+        self.appending += 1  # the check waits for the last hand-off to end
+        try:
+            k = 0
+            while not stop.is_set():
+                world.sleep(self.rng.uniform(0.5, 3.0))
+                self.one_hand_off(f"hand-off-{k}", last=False)
+                k += 1
+            self.one_hand_off(f"hand-off-{k}", last=True)
+        finally:
+            self.appending -= 1
+
+    def one_hand_off(self, proc: str, last: bool) -> None:
+        done = world.event()
+
+        def run() -> None:
+            try:
+                logs = self.log_client()
+                kv = registry.read_kv(logs.zk)
+                assert kv is not None
+                m = registry.read_log_map(logs.zk, kv, LOGS)
+                todo = [(h.shard, h.new) for h in m.handing]
+                if not todo and not last:
+                    shard = self.rng.randrange(SHARDS)
+                    todo = [(shard, 1 - m.log_of(shard))]
+                for shard, to in todo:
+                    self.counts["hand-offs"] += 1
+                    r = handoffs.hand_off(logs, kv, shard, to, 120 if last else 30)
+                    self.counts["hand-offs done"] += r["handed"]
+            except handoffs.HandOffError as e:  # a move of the shard under way; or out of time
+                self.counts["hand-offs refused"] += 1
+                if last:
+                    self.violations.append(f"the last hand-off driver could not finish: {e}")
+            finally:
+                done.set()
+        with self.sched.process(proc):
+            world.spawn("hand-off", run)
+        if not last and self.rng.random() < 0.3:  # the driver killed mid-way
+            world.sleep(self.rng.uniform(0.0, 0.3))
+            if not done.is_set():
+                self.sched.crash(proc)
+                self.counts["hand-off drivers killed"] += 1
+                return
+        while not done.is_set():
+            world.sleep(0.1)
 
     # --- shard moves ----------------------------------------------------------------------
 
@@ -944,11 +1004,13 @@ class NodeSim(WriterSim):
         if behind():  # (5)
             self.violations.append(f"nodes applied only up to {behind()} of the committed ends {ends}")
             return
-        # A model applying each log in order: the logs' shards are apart, so log by log
+        # A model applying each shard's records in order: the shards are apart, so shard by
+        # shard, each from its first log, then from each log a hand-off took it to
         model = MemState()
         first: dict[bytes, RecordResult] = {}
         # (log, log time, node, position, the disk generation of the node that sent it)
         published: list[tuple[int, int, int, int, int]] = []
+        records: dict[int, dict[int, tuple[int, Record]]] = {lg: {} for lg in logs}  # log -> position -> rec
         for lg, (meta, end) in sorted(logs.items()):
             for p in range(FIRST_POSITION, end + 1):
                 e = self.entry(meta, p)
@@ -956,13 +1018,15 @@ class NodeSim(WriterSim):
                 if not e.payload:
                     continue
                 rec = codec.record_from_bytes(e.payload)
-                if not rec.request_id:
-                    ps = [op for op in rec.ops if isinstance(op, Position)]
-                    if ps:  # (one node's: the disk its entry was sent from)
-                        gen = _sent_from(self.sent_from_disk, (ps[0].node_id, lg, e.payload))
-                        published += [(lg, e.timestamp_ms, op.node_id, op.position, gen) for op in ps]
-                    continue
-                first.setdefault(rec.request_id, model.run(rec, p, e.timestamp_ms))
+                ps = [op for op in rec.ops if isinstance(op, Position)]
+                if ps:  # (one node's: the disk its entry was sent from)
+                    gen = _sent_from(self.sent_from_disk, (ps[0].node_id, lg, e.payload))
+                    published += [(lg, e.timestamp_ms, op.node_id, op.position, gen) for op in ps]
+                elif rec.request_id or rec.hand_off() is not None or rec.opens():
+                    records[lg][p] = (e.timestamp_ms, rec)
+        for shard in range(SHARDS):
+            for p, ts, rec in self.shard_order(shard, records):
+                first.setdefault(rec.request_id, model.run(rec, p, ts))
         for lg, end in ends.items():
             self.counts[f"log {lg} positions"] = end + 1 - FIRST_POSITION
         self.counts["positions published"] = len(published)
@@ -977,6 +1041,46 @@ class NodeSim(WriterSim):
         self.check_events(model)
         self.check_restarts(published)
         self.check_replicas(model)
+
+    def shard_order(self, shard: int, records: dict[int, dict[int, tuple[int, Record]]]) -> Iterator[
+            tuple[int, int, Record]]:
+        """The shard's records with a request id in the order every replica must apply them,
+        each with its position in the shard's order and its log time (docs/log.md, "Adding
+        logs and handing shards over"): its first log's, up to its first hand-off record;
+        then the new log's from the shard's first open record at or after the position the
+        hand-off names, its positions above the old log's, its time never below the
+        hand-off's; and so on. A record of the shard found anywhere else is one the logs'
+        seals should have refused: said."""
+        lg, since, opened, base, floor = shard % LOGS, FIRST_POSITION, True, 0, 0
+        taken: set[tuple[int, int]] = set()
+        while True:
+            nxt = None
+            for p in sorted(x for x in records[lg] if x >= since):
+                ts, rec = records[lg][p]
+                if rec.shard != shard or rec.drops():
+                    continue
+                taken.add((lg, p))
+                if not opened:
+                    if rec.opens():
+                        opened = True
+                    elif rec.request_id:
+                        taken.discard((lg, p))  # before the open record: not the shard's here
+                    continue
+                h = rec.hand_off()
+                if h is not None:
+                    nxt = (h.to, h.from_position, p + 1 + base - h.from_position, max(floor, ts))
+                    break
+                if rec.request_id:
+                    yield p + base, max(ts, floor), rec
+            if nxt is None:
+                break
+            lg, since, base, floor = nxt[0], nxt[1], nxt[2], nxt[3]
+            opened = False
+        stray = sorted((g, p) for g, recs in records.items() for p, (_, rec) in recs.items()
+                       if rec.shard == shard and rec.request_id and not rec.drops() and (g, p) not in taken)
+        if stray:
+            self.violations.append(f"shard {shard}: records at (log, position) {stray[:3]} stand outside "
+                                   "its stints in the logs")
 
     @staticmethod
     def _outcome(r: RecordResult) -> tuple[Any, ...]:
@@ -1298,10 +1402,11 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
 
 
 def run(seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
-        pauses: bool = False, ingest: bool = False) -> tuple[Result, dict[str, int]]:
+        pauses: bool = False, ingest: bool = False, handoffs: bool = False) -> tuple[Result, dict[str, int]]:
     """One run; `slow`: with slow disks and links; `pauses`: with nodes paused and tails
-    stalled; `ingest`: with an ingestion pipeline writing events by id (NodeSim)."""
-    sim = NodeSim(seed, cfg, broken, slow, pauses, ingest)
+    stalled; `ingest`: with an ingestion pipeline writing events by id; `handoffs`: with
+    shards handed between the logs (NodeSim)."""
+    sim = NodeSim(seed, cfg, broken, slow, pauses, ingest, handoffs)
     try:
         with swapped(_BROKEN_RULES.get(broken, ())):
             r = sim.sched.run(sim.main)

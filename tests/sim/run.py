@@ -1,8 +1,9 @@
 """Replay simulation seeds.
 The whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
 SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--runs 1000]
-  [--slow] [--pauses] [--ingest] [--broken VARIANT] (nodes.py's BROKEN: no-hold, no-digest, by-load,
-  publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow --pauses), ...)
+  [--slow] [--pauses] [--ingest] [--handoffs] [--broken VARIANT] (nodes.py's BROKEN: no-hold,
+  no-digest, by-load, publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow
+  --pauses), ...)
 Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
   --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges] [--seals]
   [--broken VARIANT] (writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
@@ -53,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ingest", action="store_true",
                     help="the whole cluster with an ingestion pipeline writing events by id, its tasks "
                          "run again under new request ids (tests/sim/nodes.py ingester)")
+    ap.add_argument("--handoffs", action="store_true",
+                    help="the whole cluster with shards handed between its two logs now and then, the "
+                         "drivers killed mid-way (tests/sim/nodes.py hand_offs)")
     ap.add_argument("--broken", default="", help="a broken variant of the simulation run (its BROKEN list)")
     a = ap.parse_args(argv)
     _check(ap, a)
@@ -77,7 +81,8 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             ap.error(f"{flag}: only with --elections (whole log servers)")
     if a.machines and not whole_servers:
         ap.error("--machines: only with --elections (the whole cluster's nodes are on three)")
-    for flag, given in (("--slow", a.slow), ("--pauses", a.pauses), ("--ingest", a.ingest)):
+    for flag, given in (("--slow", a.slow), ("--pauses", a.pauses), ("--ingest", a.ingest),
+                        ("--handoffs", a.handoffs)):
         if given and sim != "nodes":
             ap.error(f"{flag}: only for the whole cluster (no --writers or --elections)")
     if a.late_notices < 0 or a.runs < 1:
@@ -151,7 +156,8 @@ def _nodes(a: argparse.Namespace) -> int:
     simulated = 0.0
     counts: dict[str, int] = {}
     for seed in range(a.seed, a.seed + a.runs):
-        r, c = nodes.run(seed, broken=a.broken, slow=a.slow, pauses=a.pauses, ingest=a.ingest)
+        r, c = nodes.run(seed, broken=a.broken, slow=a.slow, pauses=a.pauses, ingest=a.ingest,
+                         handoffs=a.handoffs)
         simulated += r.simulated_s
         for k, n in c.items():
             if k != "results crc":

@@ -585,16 +585,7 @@ class NodeSim(WriterSim):
         real driver, midtown/handoffs.py, over the simulated network and ZooKeeper), each in
         a process of its own, which a fault kills now and then at any step; the next driver
         takes up the hand-off it finds under way. At the end, every one under way is finished."""
-        self.appending += 1  # the check waits for the last hand-off to end
-        try:
-            k = 0
-            while not stop.is_set():
-                world.sleep(self.rng.uniform(0.5, 3.0))
-                self.one_hand_off(f"hand-off-{k}", last=False)
-                k += 1
-            self.one_hand_off(f"hand-off-{k}", last=True)
-        finally:
-            self.appending -= 1
+        self.operators(stop, self.one_hand_off, "hand-off")
 
     def one_hand_off(self, proc: str, last: bool) -> None:
         done = world.event()
@@ -638,14 +629,19 @@ class NodeSim(WriterSim):
         of its own, which a fault may kill or pause (SIGSTOP) past its session timeout
         mid-move; the next mover takes up whatever move it finds under way. At the end,
         every move under way is finished."""
-        self.appending += 1  # the check waits for the last move to end
+        self.operators(stop, self.one_mover, f"mover-{i}")
+
+    def operators(self, stop: Any, one: Callable[[str, bool], None], name: str) -> None:
+        """`one(process name, last)` every few seconds until `stop`, then once more as the
+        last (which must finish what is under way); the check waits for the last to end."""
+        self.appending += 1
         try:
             k = 0
             while not stop.is_set():
                 world.sleep(self.rng.uniform(0.5, 3.0))
-                self.one_mover(f"mover-{i}-{k}", last=False)
+                one(f"{name}-{k}", False)
                 k += 1
-            self.one_mover(f"mover-{i}-{k}", last=True)
+            one(f"{name}-{k}", True)
         finally:
             self.appending -= 1
 

@@ -116,7 +116,10 @@ class Bookkeeping:
         # A hand-off under way from this log: its driver may look for its record from there
         caps = [h.scan_from for h in s.log_map.handing if h.old == log_id and h.at < 0]
         low = low if low is None or not caps else min(low, *caps)
-        moves = [m for m in s.moves.values() if s.log_of(m.shard) == log_id]
+        # A move of a shard handed over counts in each log that may carry it: its
+        # destination may still take the shard from the old one (a copy taken there)
+        moves = [m for m in s.moves.values() if s.log_of(m.shard) == log_id
+                 or s.log_map.may_carry(m.shard, log_id)]
         dests = {m.dest: p for m in moves if (p := s.member_positions.get((log_id, m.dest))) is not None}
         return shard_moves.truncation_point(low, moves, dests)
 

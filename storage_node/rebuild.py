@@ -74,12 +74,12 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     bootstrap.begin(s.store.db, s.store.sync)
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
     for i, shard in enumerate(shards):
-        copies[shard] = _copy(s, shard, known[s.log_of(shard)], receive, deadline)
+        copies[shard] = _copy(s, shard, known[s.log_map.log_of(shard)], receive, deadline)
         log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(shards), shard, copies[shard][0])
     view = BatchView(s.store)
     tails: dict[int, tuple[int, int]] = {}
-    for lg in s.log_map.logs_of(copies):
-        mine = {x: p for x, (p, _) in copies.items() if s.log_of(x) == lg}
+    for lg in sorted({_copy_log(s, x) for x in copies}):
+        mine = {x: p for x, (p, _) in copies.items() if _copy_log(s, x) == lg}
         tail, marks = shard_copy.rebuild(mine)
         tails[lg] = (tail, min(ts for p, ts in copies.values() if p == tail))
         view.marks.update(marks)
@@ -88,6 +88,13 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     bootstrap.finish(s.store.db, s.store.sync)
     log.info("rebuilt shard by shard: %d shards, tails %s", len(copies),
              {lg: p for lg, (p, _) in tails.items()})
+
+
+def _copy_log(s: NodeState, shard: int) -> int:
+    """The log a copy of `shard` in the store stands in: its place's, which the copy brings
+    if the shard was ever handed over (storage_node/handoff.py), else the map's."""
+    place = s.store.place(shard)
+    return place.log if place is not None else s.log_map.log_of(shard)
 
 
 def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float) -> tuple[int, int]:
@@ -106,7 +113,7 @@ def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float
                 log.warning("rebuild: copying shard %d from node %d: %s", shard, n, msg)
                 errors.append(f"node {n}: {msg}")
                 view = BatchView(s.store)  # what the failed try left
-                view.drop_shard(shard, s.log_of(shard))
+                view.drop_shard(shard, _copy_log(s, shard))
                 view.commit({})
         if world.monotonic() > deadline:
             raise bootstrap.BootstrapFailed(f"no replica of shard {shard} gave a whole copy ("

@@ -309,6 +309,7 @@ class Coordinator:
         out: list[Answer | Placed | Refusal | None] = [None] * len(records)
         try:
             todo, backoff, first = list(range(len(records))), 0.02, True
+            resent: set[int] = set()  # refused as sealed: an attempt before may have landed
             while todo:
                 m, again = self.log_map, []
                 by_log: dict[int, list[int]] = {}
@@ -327,6 +328,7 @@ class Coordinator:
                                                  deadline_s if len(idx) == 1 and first else left)
                     except Sealed:
                         again += idx
+                        resent.update(idx)
                         continue
                     except Refusal as e:
                         for i in idx:
@@ -334,7 +336,11 @@ class Coordinator:
                         continue
                     for i, pl, (_, base, floor) in zip(idx, placed, stints):
                         if not records[i].wait:
-                            out[i] = dataclasses.replace(pl, version_base=base, ts_floor=floor)
+                            # (the log client may have retried an attempt of unknown outcome
+                            # before the refusal: then only the storage nodes know its outcome)
+                            unsure = pl.maybe_earlier_copy or i in resent
+                            out[i] = dataclasses.replace(pl, version_base=base, ts_floor=floor,
+                                                         maybe_earlier_copy=unsure)
                 todo, first = sorted(again), False
                 left = deadline - world.monotonic()
                 if todo and left <= 0:

@@ -44,8 +44,9 @@ class HandOffError(Exception):
 def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, timeout_s: float,
              progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Hand `shard` over to log `to`, or take up its hand-off under way; a dict of what it
-    did (with `took_s`, the time the shard's writes were held). HandOffError naming the
-    argument when it cannot."""
+    did (with `took_s`, from the hand-off's beginning in the map to the map naming the new
+    log: the shard's writes can be held only within it, from when the old log seals the
+    shard). HandOffError naming the argument when it cannot."""
     zk, t0 = logs.zk, world.monotonic()
     deadline = t0 + timeout_s
     m = registry.read_log_map(zk, kv, logs.topology().logs)
@@ -92,7 +93,8 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
     done = log_map.Handoff(shard, h.old, at, h.new, start, gen + 1, at + 1 + base - start, max(floor, ts))
     _until(deadline, "finish", lambda: registry.finish_handoff(zk, kv, done))
     took = world.monotonic() - t0
-    progress(f"shard {shard}: in log {h.new} from position {start} (writes held {took:.3f} s)")
+    progress(f"shard {shard}: in log {h.new} from position {start} ({took:.3f} s from its beginning; "
+             "writes were held within it)")
     return {"shard": shard, "from": h.old, "to": h.new, "handed": True, "at": at, "start": start,
             "generation": gen + 1, "took_s": round(took, 4)}
 

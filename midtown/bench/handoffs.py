@@ -6,7 +6,8 @@ first; split layout: each log's writer in a log server process). Measured, in on
   small values over every shard), for --seconds;
 - the same workload while `log add` gives the store two more logs and the shards are
   handed over one by one to spread them over the three (docs/log.md, "Adding logs and
-  handing shards over"): each hand-off's time holding its shard's writes (p50, max), and
+  handing shards over"): each hand-off's time from its beginning in the map to the map
+  naming the new log, within which its shard's writes can be held (p50, max), and
   the put latency during the hand-offs against before (p50, p99, p99 ratio);
 - puts per second of the workload after, for --seconds, and the ratio after / before;
 - as a control, puts per second of the same workload on a second fresh cluster made with
@@ -71,7 +72,7 @@ def run(a: argparse.Namespace) -> int:
                         r = hand_off(logs, kv, shard, to, 120)
                         spans.append((t0, time.monotonic()))
                         held.append(r["took_s"])
-                        log(f"shard {shard} -> log {to}: writes held {r['took_s'] * 1000:.1f} ms")
+                        log(f"shard {shard} -> log {to}: {r['took_s'] * 1000:.1f} ms begun to done")
                 finally:
                     stop.set()
             th = threading.Thread(target=spread, daemon=True)
@@ -102,7 +103,7 @@ def run(a: argparse.Namespace) -> int:
             {"what": f"control: puts/s, a cluster made with {1 + ADDED} logs",
              "value": f"{made['rate']:.0f}"},
             {"what": "after / control", "value": f"{after['rate'] / made['rate']:.2f}x"},
-            {"what": f"hand-offs: writes held p50 / max ({len(held)} shards)",
+            {"what": f"hand-offs begun to done, writes held within: p50 / max ({len(held)} shards)",
              "value": f"{statistics.median(held) * 1000:.1f} / {max(held) * 1000:.1f} ms"},
             {"what": "puts without hand-offs: p50 / p99", "value": lat(lat_before)},
             {"what": "puts during hand-offs: p50 / p99", "value": lat(during)},

@@ -43,8 +43,9 @@ class Handing:
     `new`, and its hand-off record is in `old` at or after position `scan_from` (the driver
     that takes it up again looks for it there; once found, at `at`, stamped `ts`, naming
     `start` of the new log: -1 until then); its writes wait until it is done. The old log
-    is not truncated past `scan_from` meanwhile, and the new log's truncation waits for the
-    shard's holders (storage_node/bookkeeping.py)."""
+    is not truncated past `scan_from` until the record is found (the driver holds its
+    truncation point there, log/zk.py hold_truncation), and the new log's truncation waits
+    for the shard's holders (storage_node/bookkeeping.py)."""
     shard: int
     old: int
     new: int
@@ -121,6 +122,30 @@ def with_more_logs(m: LogMap, n: int, service_logs: int) -> LogMap:
                          f"so at most {service_logs - m.logs} more can be added (growing the log "
                          f"service itself is not built yet: docs/log.md)")
     return LogMap(m.logs + n, m.of, m.version, m.handoffs, m.origins, m.handing)
+
+
+def spread(m: LogMap, max_handoffs: int | None = None) -> list[tuple[int, int, int]]:
+    """The hand-offs (shard, from log, to log) that leave every log carrying as many shards
+    as the others to within one (`cluster rebalance`), as few as that takes: the hand-offs
+    under way first (they are finished, not undone), then, while two logs differ by more
+    than one, the highest shard of the fullest log to the emptiest (the lowest log on a
+    tie). At most `max_handoffs` (None: all)."""
+    of = list(m.of)
+    plan = [(h.shard, h.old, h.new) for h in sorted(m.handing, key=lambda h: h.shard)]
+    for shard, _, new in plan:
+        of[shard] = new
+    while max_handoffs is None or len(plan) < max_handoffs:
+        counts = [of.count(lg) for lg in range(m.logs)]
+        full = max(range(m.logs), key=lambda lg: (counts[lg], -lg))
+        empty = min(range(m.logs), key=lambda lg: (counts[lg], lg))
+        if counts[full] - counts[empty] <= 1:
+            break
+        moved = {p[0] for p in plan}
+        there = [s for s, lg in enumerate(of) if lg == full]
+        shard = max([s for s in there if s not in moved] or there)
+        of[shard] = empty
+        plan.append((shard, full, empty))
+    return plan[:max_handoffs] if max_handoffs is not None else plan
 
 
 def to_json(m: LogMap) -> dict[str, Any]:

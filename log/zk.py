@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -176,17 +177,59 @@ def read_truncation(zk: KazooClient, log_id: int) -> tuple[int, int]:
     return int(json.loads(data)["before"]), stat.version
 
 
+def _truncation(zk: KazooClient, log_id: int) -> tuple[dict[str, Any], int]:
+    data, stat = zk.get(truncate_path(log_id))
+    body = json.loads(data)
+    body.setdefault("holds", {})
+    return body, stat.version
+
+
 def raise_truncation(zk: KazooClient, log_id: int, before: int) -> int:
-    """Move the truncation point up to `before` (never down); returns the point in force."""
+    """Move the truncation point up to `before` (never down), but not past a hold
+    (hold_truncation); returns the point in force."""
     while True:
-        cur, version = read_truncation(zk, log_id)
+        body, version = _truncation(zk, log_id)
+        cur = int(body["before"])
+        before = min(before, *body["holds"].values()) if body["holds"] else before
         if before <= cur:
             return cur
+        body["before"] = before
+        if not body["holds"]:
+            del body["holds"]
         try:
-            zk.set(truncate_path(log_id), json.dumps({"before": before}).encode(), version=version)
+            zk.set(truncate_path(log_id), json.dumps(body).encode(), version=version)
             return before
         except BadVersionError:
             continue
+
+
+def hold_truncation(zk: KazooClient, log_id: int, name: str, at: int | None) -> int:
+    """Keep the log's truncation point at or below `at` (None: release `name`'s hold)
+    until released, by a versioned write on the point itself, so that no truncation that
+    raced with it passes it: the hold is in force for every truncation ordered after it.
+    Returns the truncation point in force when it was written (positions from
+    max(point, at) on stay readable while it holds)."""
+    while True:
+        body, version = _truncation(zk, log_id)
+        holds = body["holds"]
+        if holds.get(name) == at or (at is None and name not in holds):
+            return int(body["before"])
+        if at is None:
+            del holds[name]
+        else:
+            holds[name] = at
+        if not holds:
+            del body["holds"]
+        try:
+            zk.set(truncate_path(log_id), json.dumps(body).encode(), version=version)
+            return int(body["before"])
+        except BadVersionError:
+            continue
+
+
+def truncation_holds(zk: KazooClient, log_id: int) -> dict[str, int]:
+    """The holds on a log's truncation point (hold_truncation): name -> position."""
+    return dict(_truncation(zk, log_id)[0]["holds"])
 
 
 def seals_path(log_id: int) -> str:

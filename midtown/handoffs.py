@@ -7,7 +7,9 @@ the next one asked to hand the shard over (`midtown shard hand-off`, `cluster re
 
 1. the map records the hand-off's beginning, with the old log's committed end (where its
    hand-off record will be looked for); from then on coordinators hold the shard's writes;
-2. the old log's list ends the shard's stint there, then its hand-off record is appended
+2. the old log's truncation point is held at that end (log/zk.py hold_truncation: a node
+   that truncates by a map from before the beginning is held back too) until the record
+   is noted; the old log's list ends the shard's stint there, then its hand-off record is appended
    (unless one is found already from a driver before), naming the new log and that log's
    committed end fB: every replica takes the shard's records from the new log from its
    open record at or after fB (storage_node/handoff.py);
@@ -24,7 +26,7 @@ hand-off of the shard (both checked in the same ZooKeeper transaction as the wri
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from catalog import log_map, registry
 from log import zk as zkpaths
@@ -35,6 +37,7 @@ from record.model import HandOff, Open, Record
 from runtime import world
 
 RETRY_S = 0.2
+T = TypeVar("T")
 
 
 class HandOffError(Exception):
@@ -69,20 +72,27 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
         h = begin
         t0 = world.monotonic()
     gen, base, floor = m.stint(shard)
+    hold, old, scan_from = f"hand-off of shard {shard}", h.old, h.scan_from
     if h.at < 0:
+        # The old log keeps its positions from scan_from on until the record is noted: a
+        # node that truncates it by a map from before the beginning is held back as well
+        first = _until(deadline, "hold", lambda: zkpaths.hold_truncation(zk, old, hold, scan_from))
+        since = max(h.scan_from, first)  # (no hand-off record is appended before the hold)
         zkpaths.change_seal(zk, h.old, shard, Stint(gen, to=h.new))
-        found = _find(logs, h, deadline)
+        found = _find(logs, h, since, deadline)
         if found is None:
             start = _end(logs, h.new) + 1
             rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start),))
             _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new), deadline)
-            found = _find(logs, h, deadline)
+            found = _find(logs, h, since, deadline)
             if found is None:
                 raise HandOffError(f"shard {shard}: its hand-off record in log {h.old} was acknowledged "
-                                   f"but not found from position {h.scan_from}; run the command again")
+                                   f"but not found from position {since}; run the command again")
         noted = log_map.Handing(shard, h.old, h.new, h.scan_from, *found)
         m = _until(deadline, "record", lambda: registry.note_handoff_record(zk, kv, noted))
         h = noted
+    # Noted in the map: the old log's truncation waits for the shard's holders from here
+    _until(deadline, "release", lambda: zkpaths.hold_truncation(zk, old, hold, None))
     at, ts, start = h.at, h.ts, h.start
     progress(f"shard {shard}: sealed in log {h.old} at position {at}")
     opening = Tags((shard,), open=shard, generation=gen + 1)
@@ -105,13 +115,13 @@ def _end(logs: LogClient, log_id: int) -> int:
     return -1 if row is None else int(row["last"])
 
 
-def _find(logs: LogClient, h: log_map.Handing, deadline: float) -> tuple[int, int, int] | None:
-    """The shard's first hand-off record to `h.new` in `h.old` from `h.scan_from`: its
+def _find(logs: LogClient, h: log_map.Handing, since: int, deadline: float) -> tuple[int, int, int] | None:
+    """The shard's first hand-off record to `h.new` in `h.old` from `since`: its
     (position, log time, the new log's position it names), the one every replica applies.
     Read from the log's writer, again while it has none or changes (its server died)."""
     while True:
         try:
-            return _scan(logs, h, max(1.0, deadline - world.monotonic()))
+            return _scan(logs, h, since, max(1.0, deadline - world.monotonic()))
         except LogError as e:
             if world.monotonic() >= deadline:
                 raise HandOffError(f"shard {h.shard}: log {h.old} could not be read ({e}); run the command "
@@ -119,8 +129,8 @@ def _find(logs: LogClient, h: log_map.Handing, deadline: float) -> tuple[int, in
             world.sleep(RETRY_S)
 
 
-def _scan(logs: LogClient, h: log_map.Handing, timeout_s: float) -> tuple[int, int, int] | None:
-    for e in logs.read(h.old, h.scan_from, timeout_s=timeout_s):
+def _scan(logs: LogClient, h: log_map.Handing, since: int, timeout_s: float) -> tuple[int, int, int] | None:
+    for e in logs.read(h.old, since, timeout_s=timeout_s):
         try:
             rec = codec.record_from_bytes(e.payload) if e.payload else None
         except Exception:
@@ -147,8 +157,8 @@ def _append(logs: LogClient, log_id: int, rec: Record, tags: Tags, deadline: flo
             world.sleep(min(RETRY_S, max(0.0, deadline - world.monotonic())))
 
 
-def _until(deadline: float, step: str, write: Callable[[], log_map.LogMap]) -> log_map.LogMap:
-    """A map write, tried again while ZooKeeper is away or the time lasts."""
+def _until(deadline: float, step: str, write: Callable[[], T]) -> T:
+    """A ZooKeeper write, tried again while ZooKeeper is away or the time lasts."""
     while True:
         try:
             return write()

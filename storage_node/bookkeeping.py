@@ -113,9 +113,6 @@ class Bookkeeping:
         low = truncation_point(s.member_positions, log_id, self._holders(log_id))
         if log_id >= s.kv_logs:
             return low
-        # A hand-off under way from this log: its driver may look for its record from there
-        caps = [h.scan_from for h in s.log_map.handing if h.old == log_id and h.at < 0]
-        low = low if low is None or not caps else min(low, *caps)
         # A move of a shard handed over counts in each log that may carry it: its
         # destination may still take the shard from the old one (a copy taken there)
         moves = [m for m in s.moves.values() if s.log_of(m.shard) == log_id

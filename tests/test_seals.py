@@ -93,3 +93,50 @@ def test_the_log_service_keeps_each_logs_sealed_shards() -> None:
     s = Scheduler(1)
     assert s.run(body) == [{}, {5: Stint(0, 3), 7: Stint(1, 4)}, {5: Stint(2), 7: Stint(1, 4)}, {}]
     assert s.failures == []
+
+
+truncations = st.lists(st.one_of(
+    st.tuples(st.just("raise"), st.integers(0, 60)),
+    st.tuples(st.just("hold"), st.sampled_from(["a", "b"]), st.integers(0, 60)),
+    st.tuples(st.just("release"), st.sampled_from(["a", "b"]))), max_size=25)
+
+
+@given(truncations)
+def test_a_held_truncation_point_never_passes_the_hold(ops: list[tuple]) -> None:
+    """log/zk.py hold_truncation, which a hand-off's driver puts on its old log before
+    sealing the shard there (midtown/handoffs.py): from the hold on, no truncation raises
+    the point past it, whatever it asks for, until it is released; a hold never lowers the
+    point. Against a model: the point is the highest asked for, capped by the holds in
+    force when each was asked."""
+    from log import zk as zkpaths
+    from tests.sim.scheduler import Scheduler
+    from tests.sim.zookeeper import Ensemble
+
+    def body() -> list[int]:
+        zk = ens.client()
+        zk.start()
+        zk.create(zkpaths.truncate_path(4), b'{"before": 0}', makepath=True)
+        out = []
+        for op in ops:
+            if op[0] == "raise":
+                out.append(zkpaths.raise_truncation(zk, 4, op[1]))
+            else:
+                out.append(zkpaths.hold_truncation(zk, 4, op[1], op[2] if op[0] == "hold" else None))
+        out.append(zkpaths.read_truncation(zk, 4)[0])
+        assert zkpaths.truncation_holds(zk, 4) == holds
+        return out
+
+    point, holds, expected = 0, {}, []
+    for op in ops:
+        if op[0] == "raise":
+            point = max(point, min(op[1], *holds.values()) if holds else op[1])
+        elif op[0] == "hold":
+            holds[op[1]] = op[2]
+        else:
+            holds.pop(op[1], None)
+        expected.append(point)
+    expected.append(point)
+    ens = Ensemble()
+    s = Scheduler(1)
+    assert s.run(body) == expected
+    assert s.failures == []

@@ -182,3 +182,43 @@ def test_a_dropped_dataset_is_done_with_once_the_logs_that_carry_shards_applied_
         return dropped, datasets.dropped(zk)
     before, after = _zk(body)
     assert len(before) == 1 and after == [] and appended == []
+
+
+@given(st.integers(1, 5), st.data())
+def test_rebalance_hands_over_as_few_shards_as_leave_every_log_within_one(logs: int,
+                                                                           data: st.DataObject) -> None:
+    """catalog/log_map.py spread (`cluster rebalance`): after its plan every log carries as
+    many shards as the others to within one; hand-offs under way come first and are
+    finished where they go; no shard is handed twice by the rest of the plan; each step
+    starts where the shard is then; and no plan is shorter (the fewest: the shards above each log's share, the
+    fullest logs keeping one more)."""
+    shards = data.draw(st.integers(1, 24))
+    of = tuple(data.draw(st.lists(st.integers(0, logs - 1), min_size=shards, max_size=shards)))
+    under_way = data.draw(st.sets(st.integers(0, shards - 1), max_size=2)) if logs > 1 else set()
+    others = [[lg for lg in range(logs) if lg != of[s]] for s in range(shards)]
+    handing = tuple(log_map.Handing(s, of[s], data.draw(st.sampled_from(others[s])), 0)
+                    for s in sorted(under_way))
+    m = LogMap(logs, of, 3, handing=handing)
+    plan = log_map.spread(m)
+    assert [p[0] for p in plan[:len(handing)]] == [h.shard for h in handing]
+    now = list(of)
+    for shard, frm, to in plan:
+        assert now[shard] == frm and frm != to
+        now[shard] = to
+    counts = [now.count(lg) for lg in range(logs)]
+    assert max(counts) - min(counts) <= 1
+    fresh = plan[len(handing):]
+    assert len({p[0] for p in fresh}) == len(fresh)
+    after_handing = list(of)
+    for h in handing:
+        after_handing[h.shard] = h.new
+    have = sorted((after_handing.count(lg) for lg in range(logs)), reverse=True)
+    q, r = divmod(shards, logs)
+    fewest = sum(max(0, c - (q + 1 if i < r else q)) for i, c in enumerate(have))
+    assert len(plan) - len(handing) == fewest
+    assert log_map.spread(m, max_handoffs=1) == plan[:1]
+
+
+def test_a_balanced_map_needs_no_hand_off() -> None:
+    assert log_map.spread(log_map.first(8, 3)) == []
+    assert log_map.spread(LogMap(3, (0,) * 7)) == [(6, 0, 1), (5, 0, 2), (4, 0, 1), (3, 0, 2)]

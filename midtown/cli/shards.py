@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from catalog import failure_domains, mover, registry, replica_sets, shard_moves, usage
+from catalog import failure_domains, log_map, mover, registry, replica_sets, shard_moves, usage
 from catalog.failure_domains import PlacementError
 from midtown.cli.connect import CliError
 from midtown.output import emit
@@ -178,6 +178,8 @@ def topology(zk: Any) -> tuple[registry.KvTopology, replica_sets.ReplicaSets]:
 
 def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], drain: int | None) -> int:
     check_rate(a.rate)
+    if drain is None and a.max_handoffs is not None and a.max_handoffs < 0:
+        raise CliError(f"--max-handoffs: {a.max_handoffs}, must be 0 or more")
     zk = zk_of(a)
     try:
         kv, sets = topology(zk)
@@ -220,7 +222,14 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
                            else str(e)) from None
         rows: list[dict[str, Any]] = [{"shard": s, "from": f, "to": t} for s, t, f in plan]
         say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+        # A rebalance also spreads the shards over the key-value logs, before the moves (a
+        # move of a shard is refused while it is being handed over: one left under way by a
+        # hand-off that was killed is finished first)
+        lmap = registry.read_log_map(zk, kv)
+        handoffs = [] if drain is not None else [
+            {"shard": sh, "from_log": f, "to_log": t} for sh, f, t in log_map.spread(lmap, a.max_handoffs)]
         if not a.dry_run:
+            _hand_offs(a, kv, handoffs, say)
             for i, row in enumerate(rows):
                 say(f"move {i + 1} of {len(rows)}: shard {row['shard']} "
                     f"from node {row['from']} to {row['to']}")
@@ -241,9 +250,12 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         held_bytes = {n: sum(sizes.get(s, 0) for s in after.shards_of(n)) for n in kv.storage_nodes}
         for row in rows:
             row["shard_bytes"] = sizes.get(row["shard"])
+        per_log = _shards_per_log(registry.read_log_map(zk, kv) if not a.dry_run else lmap,
+                                  [] if not a.dry_run else handoffs)
         if a.json:
             removed = drain if drain is not None and not a.dry_run else None
             emit({"moves": rows, "dry_run": a.dry_run, "removed": removed, "dropped_copies": dropped,
+                  **({} if drain is not None else {"handoffs": handoffs, "shards_per_log": per_log}),
                   "shards_per_node": {str(n): counts.get(n, 0) for n in kv.storage_nodes},
                   "bytes_per_node": {str(n): held_bytes[n] for n in kv.storage_nodes}}, True)
         else:
@@ -262,10 +274,43 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
             else:
                 gone = f"; node {drain} removed" if drain is not None else ""
                 print(f"{len(rows)} moves; shards per node now {held}{gone}")
+            if drain is None:
+                if handoffs:
+                    emit(handoffs, False, ["shard", "from_log", "to_log", "took_s"])
+                logs_now = ", ".join(f"{lg}: {c}" for lg, c in per_log.items())
+                print(f"{len(handoffs)} hand-offs{' planned (dry run: none made)' if a.dry_run else ''}; "
+                      f"shards per key-value log {'after them' if a.dry_run else 'now'} {logs_now}")
         return 0
     finally:
         zk.stop()
         zk.close()
+
+
+def _hand_offs(a: argparse.Namespace, kv: registry.KvTopology, rows: list[dict[str, Any]],
+               say: Callable[[str], None]) -> None:
+    """Make the planned hand-offs one after the other (midtown/handoffs.py), each within
+    --timeout; a row gets the seconds its hand-off took."""
+    if not rows:
+        return
+    from midtown.cli.connect import log_client
+    from midtown.handoffs import HandOffError, hand_off
+
+    with log_client(a) as logs:
+        for i, row in enumerate(rows):
+            say(f"hand-off {i + 1} of {len(rows)}: shard {row['shard']} from log {row['from_log']} "
+                f"to log {row['to_log']}")
+            try:
+                row["took_s"] = hand_off(logs, kv, row["shard"], row["to_log"], a.timeout)["took_s"]
+            except HandOffError as e:
+                raise CliError(f"hand-off of shard {row['shard']}: {e}") from None
+
+
+def _shards_per_log(m: log_map.LogMap, planned: list[dict[str, Any]]) -> dict[int, int]:
+    """How many shards each key-value log carries, after the `planned` hand-offs."""
+    of = list(m.of)
+    for row in planned:
+        of[row["shard"]] = row["to_log"]
+    return {lg: of.count(lg) for lg in range(m.logs)}
 
 
 def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
@@ -276,6 +321,8 @@ def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
                             help="move shards until every member holds as many (to within one) "
                             "and about as many bytes")
     rb.add_argument("--max-moves", type=int, default=None, help="at most this many moves (default: all)")
+    rb.add_argument("--max-handoffs", type=int, default=None,
+                    help="at most this many hand-offs of shards between key-value logs (default: all)")
     dc = node.add_parser("decommission",
                          help="move a storage node's shards to the others, then take it out")
     dc.add_argument("id", type=int, metavar="ID")

@@ -145,6 +145,24 @@ def _supervised(tmp_path: Path, d: str, up: dict) -> None:
     assert not again["handed"]
     p = mt("shard", "hand-off", str(shard), "--to", "7", "--dir", d, check=False)
     assert p.returncode != 0 and "--to: log 7 is not one of" in p.stderr and "Traceback" not in p.stderr
+    p = mt("shard", "hand-off", str(len(rows)), "--to", "1", "--dir", d, check=False)
+    assert p.returncode != 0 and f"SHARD: {len(rows)}, this cluster has shards 0..{len(rows) - 1}" in p.stderr
+    # `cluster rebalance` spreads the shards over the three logs (a dry run plans it and
+    # hands nothing over); the key keeps its value through it
+    dry = json.loads(mt("cluster", "rebalance", "--dry-run", "--dir", d, "--json").stdout)
+    q, r = divmod(len(rows), 3)
+    assert sorted(dry["shards_per_log"].values()) == [q] * (3 - r) + [q + 1] * r and dry["handoffs"]
+    assert json.loads(mt("shard", "list", "--dir", d, "--json").stdout)["shards"] == rows
+    done = json.loads(mt("cluster", "rebalance", "--dir", d, "--json").stdout)
+    planned = [(h["shard"], h["to_log"]) for h in dry["handoffs"]]
+    assert [(h["shard"], h["to_log"]) for h in done["handoffs"]] == planned
+    assert all(h["took_s"] > 0 for h in done["handoffs"]) and done["shards_per_log"] == dry["shards_per_log"]
+    spread = json.loads(mt("shard", "list", "--dir", d, "--json").stdout)["shards"]
+    assert {str(lg): sum(1 for x in spread if x["log"] == lg) for lg in range(3)} == done["shards_per_log"]
+    assert json.loads(mt("get", "sv", "p", "l", "--dir", d, "--json").stdout)["value"] == "x"
+    assert json.loads(mt("cluster", "rebalance", "--dir", d, "--json").stdout)["handoffs"] == []
+    p = mt("cluster", "rebalance", "--max-handoffs", "-1", "--dir", d, check=False)
+    assert p.returncode != 0 and "--max-handoffs: -1, must be 0 or more" in p.stderr
     for n, needle in (("14", "at most 13 more"), ("0", "N: 0, must be 1 or more"), ("x", "N must be")):
         p = mt("log", "add", n, "--dir", d, check=False)
         assert p.returncode != 0 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -347,8 +347,12 @@ class KVService:
             return self.c.replicas.scan_shard(sreq, self._deadline(ctx), node=cursor.node)
         if req.HasField("partition_key"):
             sreq.partition_key = req.partition_key
-        sreq.min_position = self._min_position(req.shard, req.consistency)
-        return self.c.replicas.scan_shard(sreq, self._deadline(ctx))
+        self._at_read_index(sreq, req.consistency)
+        try:
+            return self.c.replicas.scan_shard(sreq, self._deadline(ctx))
+        except Refusal:
+            self.c.refresh_log_map()  # (a replica may have refused it: the shard went to another log)
+            raise
 
     def shard_splits(self, req: pb.ShardSplitsRequest, ctx: grpc.ServicerContext,
                      d: Dataset | None) -> pb.ShardSplitsResponse:
@@ -356,14 +360,15 @@ class KVService:
         token a ScanShard reads, all from one replica's view at one position."""
         d, _ = self._shard_read(req.header, req.shard, d, b"")
         sreq = pb.StorageShardSplitsRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
-                                            split_bytes=req.split_bytes or limits.SHARD_SPLIT_BYTES_DEFAULT,
-                                            min_position=self._min_position(req.shard, req.consistency))
+                                            split_bytes=req.split_bytes or limits.SHARD_SPLIT_BYTES_DEFAULT)
+        self._at_read_index(sreq, req.consistency)
         if req.HasField("partition_key"):
             sreq.partition_key = req.partition_key
         deadline_s = self._deadline(ctx)
         sreq.time_left_ms = max(1, int(deadline_s * 1000))  # a node reads the shard's keys no longer
         got = self.c.replicas.first_answer("ShardSplits", sreq, deadline_s, req.shard)
         if got is None:
+            self.c.refresh_log_map()  # (as for a scan)
             raise Refusal(Code.UNAVAILABLE, "no storage node could split the shard; retry")
         return got  # type: ignore[no-any-return]
 
@@ -433,12 +438,19 @@ class KVService:
             raise Refusal(Code.INVALID_ARGUMENT, f"token: not a token of a scan of {d.name!r} shard {shard}")
         return d, cursor
 
-    def _min_position(self, shard: int, consistency: int) -> int:
+    def _at_read_index(self, sreq: Any, consistency: int) -> None:
+        """A strong scan's or split's position to see, of the log the map names for its
+        shard (a replica that takes the shard from another refuses it: it was handed over)."""
+        if consistency == pb.STRONG:
+            sreq.log_id = self.c.log_map.log_of(sreq.shard)
+            sreq.min_position = self._min_position(sreq.shard, consistency, sreq.log_id)
+
+    def _min_position(self, shard: int, consistency: int, log_id: int | None = None) -> int:
         """The position a strong read of `shard` must see (its log's ReadIndex, plus one);
         0 for an eventual read."""
         if consistency != pb.STRONG:
             return 0
-        idx = self.c.read_index(self.c.log_map.log_of(shard))
+        idx = self.c.read_index(self.c.log_map.log_of(shard) if log_id is None else log_id)
         if idx is None:
             raise Refusal(Code.UNAVAILABLE, "the shard's log did not answer; retry")
         return idx + 1

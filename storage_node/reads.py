@@ -199,7 +199,8 @@ class Reads:
         if not 1 <= req.page <= SHARD_SCAN_PAGE_MAX:
             raise BadRequest(f"page: {req.page}, must be between 1 and {SHARD_SCAN_PAGE_MAX}")
         view, cur = self._view_for(req.cursor, req.dataset, req.shard, req.min_position, req.wait_ms,
-                                   req.partition_key if req.HasField("partition_key") else None)
+                                   req.partition_key if req.HasField("partition_key") else None,
+                                   req.log_id if req.HasField("log_id") else None)
         try:
             pages = self._pages(view, cur, req.page, req.max_bytes or SHARD_SCAN_BYTES_DEFAULT, req.arrow)
             first = next(pages)
@@ -215,7 +216,8 @@ class Reads:
         split_bytes is a range of its own; no keys: one empty range."""
         until = world.monotonic() + req.time_left_ms / 1000 if req.time_left_ms else float("inf")
         view, cur = self._view_for(b"", req.dataset, req.shard, req.min_position, req.wait_ms,
-                                   req.partition_key if req.HasField("partition_key") else None)
+                                   req.partition_key if req.HasField("partition_key") else None,
+                                   req.log_id if req.HasField("log_id") else None)
         try:
             prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
             items = bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end))
@@ -231,10 +233,11 @@ class Reads:
             self.views.release(view)
 
     def _view_for(self, cursor: bytes, dataset: str, shard: int, min_position: int, wait_ms: int,
-                  partition_key: bytes | None) -> tuple[View, pb.ScanCursor]:
+                  partition_key: bytes | None, asked_log: int | None) -> tuple[View, pb.ScanCursor]:
         """The view a scan reads and where in it: the cursor's (which must name this node,
-        `dataset` and `shard`), or a view opened now at or after `min_position`, from the
-        start of the shard's keys of `dataset` (of `partition_key`'s only, if given)."""
+        `dataset` and `shard`), or a view opened now at or after `min_position` of
+        `asked_log` (None: the shard's log here), from the start of the shard's keys of
+        `dataset` (of `partition_key`'s only, if given)."""
         if cursor:
             cur = pb.ScanCursor()
             try:
@@ -249,8 +252,11 @@ class Reads:
             except ViewGone as e:
                 raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, str(e), field="token") from None
         self._check_held(shard)
-        log_id = self.place_of(shard).log
+        log_id = self.place_of(shard).log if asked_log is None else asked_log
+        if log_id not in self.positions:
+            raise BadRequest(f"log_id: log {log_id} carries no key-value data here")
         self.wait_applied(log_id, min_position, wait_ms)
+        self._placed_in(shard, log_id)
         try:
             view = self.views.open(log_id, min_position)
         except TooManyViews as e:
@@ -297,6 +303,16 @@ class Reads:
                 items, raw, size = [], arrow_pages.Page(), 0
         yield message()
 
+    def _placed_in(self, shard: int, log_id: int, field: str = "") -> None:
+        """Refused (UNAVAILABLE) unless this replica takes the shard's records from `log_id`
+        (checked once it has applied that log as far as asked): handed over (docs/log.md
+        step 5), or not yet here (this node's map, or its state, older than the asker's),
+        the index of the log the asker's map names says nothing of the shard's state here."""
+        here = self.place_of(shard).log
+        if here != log_id:
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{field}shard {shard}'s records come from log {here} "
+                          f"here, not {log_id}; read the shard -> log map again, or another replica")
+
     def _check_held(self, shard: int, field: str = "") -> None:
         check_held(self.node_id, shard, self.kv().shards, self.holds, field)
 
@@ -329,11 +345,6 @@ class Reads:
                 m = self.log_map()
                 if not m.may_carry(r.shard, req.log_id):
                     raise BadRequest(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
-            # Handed over (docs/log.md step 5), or not yet here (this node's map, or its
-            # state, older than the asker's): the index of the log the asker's map names
-            # says nothing of the shard's state here.
-            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"requests[{i}].shard: shard {r.shard}'s records "
-                          f"come from log {self.place_of(r.shard).log} here, not {req.log_id}; read the "
-                          "shard -> log map again, or another replica")
+            self._placed_in(r.shard, req.log_id, f"requests[{i}].shard: ")
         return pb.ReadManyResponse(
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])

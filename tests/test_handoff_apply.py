@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import grpc
 import pytest
 
 from catalog import log_map
@@ -20,6 +21,7 @@ from log.entry import Entry
 from record import codec
 from record.model import HandOff, Open, Put, Record
 from runtime.inprocess import Local
+from runtime.refusals import Refusal
 from storage_node import keys
 from storage_node.apply_loop import ApplyLoop
 from storage_node.callbacks import Callbacks
@@ -119,6 +121,40 @@ def test_a_tail_thread_that_waits_goes_on_once_the_other_tail_applies_the_hand_o
     t.join(10)
     assert not t.is_alive() and node.fatal_why == []
     assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"
+
+
+def test_a_strong_scan_by_a_map_of_the_other_side_of_the_hand_off_is_refused(node: _Loop,
+                                                                            tmp_path: Path) -> None:
+    """storage_node/reads.py: a strong scan or split names the log its min_position is of
+    (the one the asker's map names for the shard); a replica that takes the shard's
+    records from another log refuses it (UNAVAILABLE: the asker reads the map again),
+    whichever side of the hand-off either is on; asked of its own log, it answers."""
+    from midtown_pb import kv_pb2 as pb
+    from storage_node.reads import Reads
+
+    s = node.state
+    reads = Reads(0, node.store, str(tmp_path), s.commit_lock, s.cond, s.positions,
+                  lambda: s.kv, lambda: s.log_map, s.holds, s.place_of)
+
+    def keys_at(log_id: int, min_position: int) -> list[bytes]:
+        req = pb.StorageScanShardRequest(dataset="d", shard=0, page=10, min_position=min_position, wait_ms=0,
+                                         log_id=log_id)
+        return [it.local_key for page in reads.scan_shard(req) for it in page.items]
+
+    node.loop.apply([(0, LOG0[:1]), (1, LOG1[:1])])
+    assert keys_at(0, 1) == [b"a"]
+    with pytest.raises(Refusal) as e:  # the asker's map already names log 1; not here yet
+        keys_at(1, 1)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and "come from log 0 here, not 1" in str(e.value)
+    node.loop.apply([(0, LOG0[1:]), (1, LOG1[1:])])
+    with pytest.raises(Refusal) as e:  # handed over here; the asker's map still names log 0
+        keys_at(0, 2)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and "come from log 1 here, not 0" in str(e.value)
+    assert keys_at(1, 3) == [b"a"]
+    with pytest.raises(Refusal):
+        reads.shard_splits(pb.StorageShardSplitsRequest(dataset="d", shard=0, split_bytes=100, log_id=0))
+    assert len(reads.shard_splits(pb.StorageShardSplitsRequest(dataset="d", shard=0, split_bytes=100,
+                                                               log_id=1)).splits) == 1
 
 
 def test_the_old_logs_truncation_waits_for_the_shards_holders_until_each_passed_the_hand_off() -> None:

@@ -179,10 +179,12 @@ class ApplyLoop:
         return [None] * len(items)
 
     def _mine(self, rec: Record, position: int, only: int | None = None,
-              moved: Container[int] = ()) -> Record | None:
+              moved: Container[int] = (), log_id: int | None = None) -> Record | None:
         """The part of a record this node applies (None: none): a record of a shard it
-        applies (of `only`, if given) at or past the shard's mark; a published position;
-        a drop, in the shards of it this node applies."""
+        applies (of `only`, if given) at or past the shard's mark, if the record is of the
+        log the mark is of (`log_id`: the shard's log here, where its copy was taken; in
+        another, its open record or one of an older stint, storage_node/handoff.py judges
+        it); a published position; a drop, in the shards of it this node applies."""
         s = self.state
         if rec.publishes_positions():
             return rec if only is None else None
@@ -195,8 +197,10 @@ class ApplyLoop:
             return dataclasses.replace(rec, shard=shards[0], ops=(Drop(shards),)) if shards else None
         if only is not None:  # a copy brought forward: the shard is not applied here yet
             return rec if rec.shard == only else None
-        if not s.applies_shard(rec.shard) or (
-                rec.shard not in moved and not shard_copy.applies(s.marks, rec.shard, position)):
+        if not s.applies_shard(rec.shard):
+            return None
+        marked_here = log_id is None or s.place_of(rec.shard).log == log_id
+        if rec.shard not in moved and marked_here and not shard_copy.applies(s.marks, rec.shard, position):
             return None
         return rec
 
@@ -324,7 +328,7 @@ class ApplyLoop:
         except Exception:  # not a record every replica can decode: a no-op everywhere
             log.warning("log %d position %d: undecodable record skipped", log_id, e.position)
             return None, None
-        return self._mine(whole, e.position, moved=moved), None
+        return self._mine(whole, e.position, moved=moved, log_id=log_id), None
 
     def _shard_position(self, places: dict[int, Place], shard: int, log_id: int, position: int) -> int | None:
         """Where a change of `shard` at `position` of `log_id` stands in the shard's own

@@ -123,6 +123,22 @@ def test_a_tail_thread_that_waits_goes_on_once_the_other_tail_applies_the_hand_o
     assert node.state.positions[1][0] == 3 and node.value(b"a").value == b"2"
 
 
+def test_a_copys_mark_does_not_pass_over_the_open_record_in_the_new_log(node: _Loop) -> None:
+    """A node holding shard 0 by a copy taken at log 0 position 2 (its mark) tails log 1
+    past the shard's open record before it applies the hand-off in log 0: the mark is a
+    position of log 0 and says nothing of log 1's, so log 1's tail waits at the open
+    record all the same (the hand-off simulation's seed 140 stopped a node: the mark
+    passed the open record over, and the shard's next record came "before" it)."""
+    log0 = _entries([_put(0, b"a", b"1"), b"",
+                     codec.record_to_bytes(Record(b"", "", "", 0, b"", (HandOff(1, 1),)))], 5000)
+    node.state.marks[0] = 2
+    node.loop.apply([(1, LOG1)])
+    assert node.state.positions[1][0] == 1 and node.fatal_why == []
+    node.loop.apply([(0, log0)])
+    node.loop.apply([(1, LOG1[1:])])
+    assert node.state.place_of(0).opened and node.value(b"a").value == b"2"
+
+
 def test_a_strong_scan_by_a_map_of_the_other_side_of_the_hand_off_is_refused(node: _Loop,
                                                                             tmp_path: Path) -> None:
     """storage_node/reads.py: a strong scan or split names the log its min_position is of

@@ -204,6 +204,8 @@ class Replicas:
                 sub.CopyFrom(req)
                 sub.ClearField("from")
                 getattr(sub, "from").update(starts)
+                sub.ClearField("logs")
+                sub.logs.update({x: lg for x, lg in req.logs.items() if x in starts})
                 try:
                     it, call = self.stream(addr, "Watch", sub, deadline_s)
                     first = next(it, None)

@@ -398,23 +398,32 @@ class KVService:
         if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
             raise Refusal(Code.INVALID_ARGUMENT, f"duration_ms: {req.duration_ms}, the limit is "
                         f"{limits.WATCH_DURATION_MS_MAX}")
-        if req.from_now:  # one ReadIndex round per log, for all its shards
-            by_log: dict[int, int] = {}
-            for s in [only] if only is not None else range(shards):
-                lg = self.c.log_map.log_of(s)
-                if lg not in by_log:
-                    by_log[lg] = self._min_position(s, pb.STRONG)
-                starts[s] = by_log[lg]
         sreq = pb.StorageWatchRequest(dataset=d.id, duration_ms=req.duration_ms or
                                       limits.WATCH_DURATION_MS_DEFAULT)
+        if req.from_now:  # one ReadIndex round per log, for all its shards
+            by_log: dict[int, int] = {}
+            m = self.c.log_map
+            for s in [only] if only is not None else range(shards):
+                lg = m.log_of(s)
+                if lg not in by_log:
+                    by_log[lg] = self._min_position(s, pb.STRONG, lg)
+                # in the shard's own order (a shard handed over: its stint's version base),
+                # of the log named (a replica that takes it from another refuses)
+                starts[s] = by_log[lg] + m.stint(s)[1]
+                sreq.logs[s] = lg
         getattr(sreq, "from").update(starts)
         if only is not None:
             sreq.partition_key = req.partition_key
         # Each shard from the replica beside its log's writer where there is one (the host
         # layout): it applies as the writer commits, where the others' Read streams linger.
-        return self.c.replicas.watch(
-            sreq, self._deadline(ctx), lambda: ctx.is_active(),
-            lambda shard: self.c.replicas.beside(self.c.logs.writer_addr(self.c.log_map.log_of(shard))))
+        try:
+            return self.c.replicas.watch(
+                sreq, self._deadline(ctx), lambda: ctx.is_active(),
+                lambda shard: self.c.replicas.beside(self.c.logs.writer_addr(self.c.log_map.log_of(shard))))
+        except Refusal:
+            if req.from_now:
+                self.c.refresh_log_map()  # (as for a scan)
+            raise
 
     def _shard_read(self, header: pb.RequestHeader, shard: int, d: Dataset | None,
                     token: bytes) -> tuple[Dataset, pb.ScanCursor | None]:

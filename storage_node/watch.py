@@ -79,6 +79,14 @@ class ChangeFeed:
             if shard >= shards:
                 raise BadRequest(f"from: shard {shard}, this cluster has shards 0..{shards - 1}")
             self._check(shard, p)
+        for shard, log_id in req.logs.items():
+            if shard not in at:
+                raise BadRequest(f"logs: shard {shard} is not watched (no from position)")
+            here = self.place_of(shard).log
+            if here != log_id:  # its position is of the other side of a hand-off (docs/log.md step 5)
+                raise Refusal(grpc.StatusCode.UNAVAILABLE, f"logs: shard {shard}'s records come from log "
+                              f"{here} here, not {log_id}; read the shard -> log map again, or another "
+                              "replica")
         if req.duration_ms > WATCH_DURATION_MS_MAX:
             raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is {WATCH_DURATION_MS_MAX}")
         pkey = req.partition_key if req.HasField("partition_key") else None

@@ -30,6 +30,7 @@ from storage_node.settings import Settings
 from storage_node.state import NodeState
 from storage_node.store import NodeStore
 from storage_node.truncation import handed_holders
+from storage_node.watch import ChangeFeed
 
 
 def _put(shard: int, key: bytes, value: bytes, ttl_ms: int = 0) -> bytes:
@@ -169,6 +170,17 @@ def test_a_strong_scan_by_a_map_of_the_other_side_of_the_hand_off_is_refused(nod
     assert keys_at(1, 3) == [b"a"]
     with pytest.raises(Refusal):
         reads.shard_splits(pb.StorageShardSplitsRequest(dataset="d", shard=0, split_bytes=100, log_id=0))
+    # a watch from now names the log each start was read from (storage_node/watch.py)
+    feed = ChangeFeed(0, node.store, s.cond, s.positions, lambda: s.log_map, s.holds, threading.Event(),
+                      s.place_of)
+    ask = pb.StorageWatchRequest(dataset="d", duration_ms=1)
+    getattr(ask, "from")[0] = s.place_of(0).version(2) - 1  # log 1 position 2 (the put), in shard order
+    ask.logs[0] = 0
+    with pytest.raises(Refusal) as e:
+        feed.watch(ask)
+    assert e.value.code == grpc.StatusCode.UNAVAILABLE and "come from log 1 here, not 0" in str(e.value)
+    ask.logs[0] = 1
+    assert [c.local_key for r in feed.watch(ask) for c in r.changes] == [b"a"]
     assert len(reads.shard_splits(pb.StorageShardSplitsRequest(dataset="d", shard=0, split_bytes=100,
                                                                log_id=1)).splits) == 1
 

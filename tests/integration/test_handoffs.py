@@ -8,6 +8,7 @@ at the same positions with the same digests."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -76,3 +77,31 @@ def test_linearizable_while_shards_hand_over_and_the_old_writer_is_killed(cluste
     assert m.handing == () and all(m.stint(s)[0] == 1 for s in shards)
     wait_for(lambda: _converged(cluster), 90, "every shard's replicas at the same position and digest")
     print(f"hand-offs: writes held {[r['took_s'] for r in done]} s")
+
+
+def test_a_watch_from_now_and_a_strong_scan_follow_a_handed_shard(cluster: Cluster) -> None:
+    """After the hand-offs above (run first): a watch from now of a handed shard starts at
+    now in the shard's own order (the new log's ReadIndex plus the stint's version base,
+    not the raw index, which stands below every position the shard had in its old log:
+    the watch would replay older changes), and its first change is the put made after it;
+    a strong scan of the shard, by the new log's index, sees that put."""
+    with LogClient(cluster.zk_hosts) as logs, Client(zk=cluster.zk_hosts, timeout=20) as db:
+        kv = registry.read_kv(logs.zk)
+        d = datasets.get(logs.zk, "t")
+        assert kv is not None and d is not None
+        shard = shard_of(d.id, b"h0", kv.shards)
+        gen, base, _ = registry.read_log_map(logs.zk, kv).stint(shard)
+        assert gen == 1 and base > 0  # handed above, from a log further on than the new one
+        watcher = db.watch("t", partition_key="h0")
+        later = threading.Timer(1.0, lambda: db.put("t", "h0", "watched", b"1"))
+        later.start()
+        try:
+            first = next(iter(watcher))
+        finally:
+            later.join()
+            watcher.close()
+        got = db.get("t", "h0", "watched")
+        assert (first.local_key, first.shard, first.version) == (b"watched", shard, got.version)
+        pages = db.scan_shard("t", shard, partition_key="h0")
+        scanned = [it.local_key for page in pages for it in page.items]
+        assert b"watched" in scanned

@@ -15,7 +15,7 @@ from log import limits
 from log.ensemble_change import Copies
 from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
-from log.seals import UNTAGGED, Sealed, Seals, Stint, Tags
+from log.seals import NONE, UNTAGGED, Sealed, Seals, Stint, Tags
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
 from runtime import world
 from runtime.clock import lease_clock
@@ -251,6 +251,8 @@ class WriterDriver:
                 self._done(fut)
                 fut.set_exception(e)
                 continue
+            if tags.open != NONE:  # a shard handed here: this log carries key-value shards now
+                self.core.carry_shards()
             batch.append((fut, payloads))
             n += len(payloads)
         if batch:

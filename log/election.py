@@ -392,7 +392,7 @@ class Election:
         # Strong reads ask the key-value logs' writers for their lease (log/lease.py).
         is_kv = kv is not None and log_id < kv.logs
         core = Writer(log_id, new.epoch, new, v, replicas, time_marks=is_kv,
-                      lease_s=self.lease_s if is_kv else 0.0, clock=lease_clock)
+                      lease_s=self.lease_s if is_kv else 0.0, clock=lease_clock, kv_lease_s=self.lease_s)
         d = self.new_driver(core)
         self.writers[log_id] = d
         log.info("server %d writes log %d at epoch %d", self.server_id, log_id, new.epoch)

@@ -126,6 +126,8 @@ class Writer:
     # The read lease (log/lease.py): its length (0: none) and the clock it is timed on.
     lease_s: float = 0.0
     clock: Callable[[], float] | None = None
+    # ... the lease's length to take on if the log starts to carry shards (carry_shards)
+    kv_lease_s: float = 0.0
     state: State = State.FENCING
     failure: str = ""
     highest_epoch_seen: int = 0  # from FENCED replies: the next claim must go past it
@@ -162,6 +164,19 @@ class Writer:
         assert self.lease_s == 0 or self.clock is not None, "a lease needs a clock"
         # (Whole milliseconds, as the messages carry it: the replicas promise no more.)
         self._holder = lease.Holder(round(self.lease_s * 1000) / 1000, self.ack_quorum)
+
+    def carry_shards(self) -> None:
+        """The log starts carrying key-value shards (one is opened in it: a hand-off,
+        log/seals.py): take on time marks, and the read lease of `kv_lease_s` at once,
+        rather than at the next election. The lease holds only once an ack quorum has
+        acknowledged messages carrying it (lease.Holder, new here), and replicas promise
+        only for what they acknowledged: taking it on mid-epoch is the same as at the start."""
+        self.time_marks = True
+        if self.kv_lease_s and not self.lease_s and self.clock is not None:
+            self.lease_s = self.kv_lease_s
+            held = self._holder.replicas  # (none while its segment moves: as the old one)
+            self._holder = lease.Holder(round(self.lease_s * 1000) / 1000, self.ack_quorum)
+            self._holder.open(held)
 
     # ---------------------------------------------------------------- plumbing
     def _to(self, state: State) -> None:

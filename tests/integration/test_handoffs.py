@@ -105,3 +105,23 @@ def test_a_watch_from_now_and_a_strong_scan_follow_a_handed_shard(cluster: Clust
         pages = db.scan_shard("t", shard, partition_key="h0")
         scanned = [it.local_key for page in pages for it in page.items]
         assert b"watched" in scanned
+
+
+def test_a_log_added_takes_on_time_marks_once_a_shard_is_handed_to_it(cluster: Cluster) -> None:
+    """The new logs' writers were elected before `log add` made them key-value logs, so
+    they began without the key-value duties; the first shard opened in one (a hand-off,
+    above) gives it time marks at once (log/writer.py carry_shards): idle, its time moves
+    on by itself, every TIME_MARK_IDLE_MS, for the storage nodes' expiry of its shards."""
+    with LogClient(cluster.zk_hosts) as logs:
+        kv = registry.read_kv(logs.zk)
+        d = datasets.get(logs.zk, "t")
+        assert kv is not None and d is not None
+        new = registry.read_log_map(logs.zk, kv).log_of(shard_of(d.id, b"h0", kv.shards))
+        assert new >= kv.logs - 2
+
+        def last() -> int:
+            return next(int(r["last"]) for r in logs.status() if r["log"] == new)
+        time.sleep(2)  # the positions the nodes publish after the last writes land first
+        before = last()
+        time.sleep(3.5)
+        assert last() - before >= 2

@@ -53,7 +53,7 @@ test-fast: proto
 # followers taking the log over from a writer that still runs, BRIDGES=1 LATE=1
 # BROKEN=no-wait); WIPES=1: some restart on an empty disk, BROKEN=no-store-check starting
 # on it all the same; HANDOFFS=1 (the whole cluster): shards handed between the logs, their
-# drivers killed mid-way; SEALS=1: appends name shards, which a hand-off's driver seals in the log
+# drivers killed mid-way, BROKEN=open-early, unsealed; SEALS=1: appends name shards, which a hand-off's driver seals in the log
 # and opens again, BROKEN=takeover-unseals, any-generation; WRITERS=1: the writer driver alone, BROKEN=ends-at-lac.
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --servers $(SERVERS) \

@@ -81,7 +81,7 @@ from log.client import LogClient
 from log.entry import Entry
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
-from log.seals import UNTAGGED, Tags
+from log.seals import UNTAGGED, Seals, Tags
 from log.store import Batch, MemStore
 from midtown import errors, handoffs, retries
 from midtown.client import Client
@@ -93,7 +93,7 @@ from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
 from runtime import world
 from runtime.refusals import Refusal
 from runtime.stubs import CallFailed
-from storage_node import bookkeeping, keys, reads, rebuild, shard_copy, shard_intake
+from storage_node import bookkeeping, handoff, keys, reads, rebuild, shard_copy, shard_intake
 from storage_node import node as node_module
 from storage_node.bookkeeping import Bookkeeping
 from storage_node.callbacks import Answer, encoded
@@ -117,7 +117,7 @@ PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold", "stale-position",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
-          "no-event-ids")
+          "no-event-ids", "open-early", "unsealed")
 MOVERS = 2  # operators moving shards, perhaps at the same time
 SLOW_COPY_S = 3.0  # (slow) a shard copy over a slow link comes up to this late
 WIPES = 0.3  # of power losses, those that lose the disk too
@@ -462,7 +462,11 @@ class NodeSim(WriterSim):
         return at
 
     def fatal(self, n: int, why: str) -> None:
-        """Node `n` must not go on (storage_node/node.py on_fatal): its process exits. (4)"""
+        """Node `n` must not go on (storage_node/node.py on_fatal): its process exits. (4)
+        Not counted from a process that crashed already: one of its threads, unwinding,
+        met the state the others left half-way (a real crash stops them all at once)."""
+        if self.sched.dying():
+            return
         self.violations.append(f"node {n} stopped: {why}")
         if n in self.storage:
             self.stop_node(n, power=False)
@@ -1337,6 +1341,19 @@ def _recreated_start_move(zk: Any, m: Any, sets_version: int) -> None:
     _start_move(zk, m, sets_version)
 
 
+_step = handoff.step
+
+
+def _opened_at_once(place: handoff.Place, log_id: int, position: int, kind: handoff.Kind, ts_ms: int = 0,
+                    to: int = -1, from_position: int = 0, generation: int = 0) -> handoff.Step:
+    """A replica that takes a shard's records from the new log from its open record on,
+    without waiting to apply the shard's hand-off in the old log."""
+    if log_id != place.log and kind is handoff.Kind.OPEN and generation > place.generation:
+        return handoff.Step(handoff.Verdict.APPLY, handoff.Place(log_id, position, True, place.version_base,
+                                                                 place.ts_floor, generation))
+    return _step(place, log_id, position, kind, ts_ms, to, from_position, generation)
+
+
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
 _BROKEN_RULES: dict[str, list[Swap]] = {
     # positions published as applied, perhaps not synced yet
@@ -1394,6 +1411,12 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     "by-shard-behind": [(rebuild, "by_shard", _by_shard_anywhere)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
     "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
+    # with HANDOFFS=1: a replica that takes the new log's records of a shard before it has
+    # applied the shard's hand-off in the old log (storage_node/handoff.py step)
+    "open-early": [(handoff, "step", _opened_at_once)],
+    # ... and a log that takes a shard's records after its hand-off (log/seals.py admit):
+    # a coordinator with an old map has them acknowledged on the old log
+    "unsealed": [(Seals, "admit", lambda self, tags: None)],
 }
 
 

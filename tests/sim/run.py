@@ -3,7 +3,7 @@ The whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mo
 SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--runs 1000]
   [--slow] [--pauses] [--ingest] [--handoffs] [--broken VARIANT] (nodes.py's BROKEN: no-hold,
   no-digest, by-load, publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow
-  --pauses), ...)
+  --pauses), open-early and unsealed (--handoffs), ...)
 Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
   --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges] [--seals]
   [--broken VARIANT] (writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,

@@ -115,6 +115,11 @@ class Scheduler:
             raise RuntimeError(f"a task cannot act as process {name}: it is dead or paused")
         return _Process(self._me(), name)
 
+    def dying(self) -> bool:
+        """Whether the running task's process has crashed (its tasks unwind where they next
+        run; what one of them does meanwhile, a real crash would not have let it do)."""
+        return self._current is not None and self._current.process in self.dead
+
     def crash(self, process: str) -> None:
         """Every task of `process` dies where it next runs (a crash: no more of its steps)."""
         self.dead.add(process)

@@ -124,6 +124,22 @@ def test_a_broken_variant_is_caught(broken: str, seeds: range, finding: tuple[st
     assert found and any(f in found[0] for f in finding), found[:1]
 
 
+@pytest.mark.parametrize("broken,seed,finding", [
+    # a replica that takes a shard's records from the new log's open record on, before it
+    # has applied the shard's hand-off in the old log (caught in 4 of seeds 1-10)
+    ("open-early", 1, LOST),
+    # a log that takes a shard's records after its hand-off: a coordinator with an old map
+    # has them sequenced, and acknowledged, on the old log (caught in 3 of seeds 1-10)
+    ("unsealed", 1, ("stand outside its stints",)),
+])
+def test_a_broken_hand_off_rule_is_caught(broken: str, seed: int, finding: tuple[str, ...]) -> None:
+    """The hand-offs' broken variants (make sim HANDOFFS=1 BROKEN=open-early / unsealed),
+    caught by the whole cluster's checks with shards handed between the logs."""
+    r, counts = nodes.run(seed, broken=broken, handoffs=True)
+    assert r.failures == [] and counts["hand-offs done"] >= 1
+    assert r.violations and any(f in r.violations[0] for f in finding), r.violations[:1]
+
+
 def test_a_node_that_lost_its_store_takes_no_copy_behind_the_logs_heads() -> None:
     """Slow disks and links (make sim SLOW=1), seed 5: node 2 loses its disk; node 1, whose
     tail of log 0 stood still while the log's writer moved, gives it a whole copy at

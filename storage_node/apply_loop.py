@@ -120,6 +120,9 @@ class ApplyLoop:
             # log's last shard here (a move ended while it restarted) must not stop for it.
             s.read_sets()
             incoming = {x for x, (m, _) in registry.read_moves(s.zk).items() if m.dest == s.node_id}
+            # ... and its map: a node that started before a hand-off of its shards from this
+            # log and bootstrapped meanwhile tails it by the map it started with
+            s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
         except Exception as e:  # ZooKeeper does not answer now: the tail tries again
             log.warning("log %d: %s; the replica sets cannot be read now (%s)", log_id, why, e)
             world.sleep(1)

@@ -167,6 +167,8 @@ class StorageNode:
         while True:
             bounds = self._log_bounds() or bounds  # read again: a rebuild needs every head
             moves = {x: m for x, (m, _) in registry.read_moves(s.zk).items()}
+            # the map too: the logs its shards are in now (a hand-off since this node started)
+            s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
             shards, moving = rebuild.wanted(s.node_id, s.sets, moves)
             # A whole copy: from a member (a removed node may be behind the logs) that holds
             # every shard this node holds (replica sets); it applies only its own after.

@@ -80,6 +80,7 @@ soak: proto
 	$(PY) -m tests.sim.run --seed 950000 --runs 500 --slow
 	$(PY) -m tests.sim.run --seed 970000 --runs 500 --slow --pauses
 	$(PY) -m tests.sim.run --seed 980000 --runs 500 --ingest --pauses
+	$(PY) -m tests.sim.run --seed 990000 --runs 500 --handoffs
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m moved_to_sim tests \

@@ -5,8 +5,8 @@ first; split layout: each log's writer in a log server process). Measured, in on
 - puts per second of a workload that saturates the one log (--clients threads putting
   small values over every shard), for --seconds;
 - the same workload while `log add` gives the store two more logs and the shards are
-  handed over one by one to spread them over the three (docs/log.md, "Adding logs and
-  handing shards over"): each hand-off's time from its beginning in the map to the map
+  handed over one by one to spread them over the three, as `cluster rebalance` plans it
+  (docs/log.md, "Adding logs and handing shards over"): each hand-off's time from its beginning in the map to the map
   naming the new log, within which its shard's writes can be held (p50, max), and
   the put latency during the hand-offs against before (p50, p99, p99 ratio);
 - puts per second of the workload after, for --seconds, and the ratio after / before;
@@ -47,7 +47,7 @@ def run(a: argparse.Namespace) -> int:
         log(f"starting a local cluster: {NODES} storage nodes, {SHARDS} shards, 1 key-value log...")
         c.start()
         c.create_dataset("steady")
-        from catalog import registry
+        from catalog import log_map, registry
         from log.client import LogClient
         from midtown.handoffs import hand_off
 
@@ -62,12 +62,9 @@ def run(a: argparse.Namespace) -> int:
             stop = threading.Event()
             spans: list[tuple[float, float]] = []
 
-            def spread() -> None:
+            def spread() -> None:  # as `cluster rebalance` does (catalog/log_map.py spread)
                 try:
-                    for shard in range(SHARDS):
-                        to = shard % grown.logs
-                        if to == 0:
-                            continue
+                    for shard, _, to in log_map.spread(registry.read_log_map(logs.zk, kv)):
                         t0 = time.monotonic()
                         r = hand_off(logs, kv, shard, to, 120)
                         spans.append((t0, time.monotonic()))

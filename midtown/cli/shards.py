@@ -274,7 +274,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
             else:
                 gone = f"; node {drain} removed" if drain is not None else ""
                 print(f"{len(rows)} moves; shards per node now {held}{gone}")
-            if drain is None:
+            if drain is None and len(per_log) > 1:  # (one key-value log: nothing to spread)
                 if handoffs:
                     emit(handoffs, False, ["shard", "from_log", "to_log", "took_s"])
                 logs_now = ", ".join(f"{lg}: {c}" for lg, c in per_log.items())

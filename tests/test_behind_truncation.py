@@ -27,9 +27,11 @@ STALE = ReplicaSets(3, ((1, 2, 3), (0, 1, 2), (0, 1, 2), (0, 1, 2), (1, 2, 3), (
 class _State:
     """The fields of storage_node/state.py NodeState the decision reads, for node 0."""
 
-    def __init__(self, view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int]) -> None:
-        self.node_id, self.kv = 0, SimpleNamespace(shards=6)
+    def __init__(self, view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int],
+                 places: dict[int, int] | None = None) -> None:
+        self.node_id, self.kv, self.log_count = 0, SimpleNamespace(shards=6), 2
         self.log_map = log_map.first(6, 2)
+        self.places = places or {}
         self.zk = None
         self.sets, self._in_zk, self.marks = view, in_zk, marks
         self.positions = {0: (58, 5), 1: (78, 5)}
@@ -43,17 +45,23 @@ class _State:
     def holds(self, shard: int) -> bool:
         return self.sets.holds(self.node_id, shard)
 
-    def log_of(self, shard: int) -> int:  # no shard was handed over: its first log
-        return self.log_map.origin(shard)
+    def log_of(self, shard: int) -> int:  # its place here, else its first log
+        return self.places.get(shard, self.log_map.origin(shard))
+
+    def learn_log_map(self, m: log_map.LogMap) -> None:
+        self.log_map = m
 
 
 def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],
-            monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], dict[int, tuple[int, int]]]:
+            monkeypatch: pytest.MonkeyPatch, in_zk_map: log_map.LogMap | None = None,
+            places: dict[int, int] | None = None) -> tuple[list[str], dict[int, tuple[int, int]]]:
     committed: dict[int, tuple[int, int]] = {}
     monkeypatch.setattr(apply_loop.registry, "read_moves", lambda zk: {s: (m, 0) for s, m in moves.items()})
+    monkeypatch.setattr(apply_loop.registry, "read_log_map",
+                        lambda zk, kv, count: in_zk_map or log_map.first(6, 2))
     monkeypatch.setattr(apply_loop, "BatchView", lambda store: SimpleNamespace(commit=committed.update))
     fatal: list[str] = []
-    node: Any = SimpleNamespace(state=_State(view, in_zk, marks), _mutex=threading.Lock(),
+    node: Any = SimpleNamespace(state=_State(view, in_zk, marks, places), _mutex=threading.Lock(),
                                 _fatal=lambda code, why: fatal.append(why))
     ApplyLoop._behind_truncation(node, 0, "position 58 was truncated")
     return fatal, committed
@@ -77,3 +85,15 @@ def test_a_node_that_holds_or_takes_in_a_shard_of_the_log_stops(case: str,
     else:  # a copy of shard 4 installed here, its move to this node under way
         fatal, committed = _decide(LEFT, LEFT, {4: 60}, {4: Move(4, 0, 1, "tailing", 60)}, monkeypatch)
     assert len(fatal) == 1 and "behind a truncation" in fatal[0] and committed == {}
+
+
+def test_a_node_whose_shard_was_handed_away_since_it_started_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It holds shard 0, which log 0 carried when it started; shard 0 has since been handed
+    to log 1 (its copy here, a rebuild's, came with that place): it decides by the map in
+    ZooKeeper, which no longer has shard 0 on log 0, so it goes on. (By the map it started
+    with it stopped: the hand-off simulation's seed 22.)"""
+    handed = log_map.LogMap(2, (1, 1, 0, 1, 0, 1), version=3)
+    fatal, committed = _decide(HELD, HELD, {}, {}, monkeypatch, handed, {0: 1})
+    assert fatal == [] and committed == {0: (67, 5)}
+    fatal, _ = _decide(HELD, HELD, {}, {}, monkeypatch)  # the map unchanged: shard 0 is here
+    assert len(fatal) == 1

@@ -6,8 +6,9 @@ first; split layout: each log's writer in a log server process). Measured, in on
   small values over every shard), for --seconds;
 - the same workload while `log add` gives the store two more logs and the shards are
   handed over one by one to spread them over the three, as `cluster rebalance` plans it
-  (docs/log.md, "Adding logs and handing shards over"): each hand-off's time from its beginning in the map to the map
-  naming the new log, within which its shard's writes can be held (p50, max), and
+  (docs/log.md, "Adding logs and handing shards over"): each hand-off's time from its
+  beginning in the map to the map naming the new log, within which its shard's writes
+  can be held (p50, max), and
   the put latency during the hand-offs against before (p50, p99, p99 ratio);
 - puts per second of the workload after, for --seconds, and the ratio after / before;
 - as a control, puts per second of the same workload on a second fresh cluster made with

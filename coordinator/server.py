@@ -406,7 +406,7 @@ class KVService:
             for s in [only] if only is not None else range(shards):
                 lg = m.log_of(s)
                 if lg not in by_log:
-                    by_log[lg] = self._min_position(s, pb.STRONG, lg)
+                    by_log[lg] = self._min_position(lg)
                 # in the shard's own order (a shard handed over: its stint's version base),
                 # of the log named (a replica that takes it from another refuses)
                 starts[s] = by_log[lg] + m.stint(s)[1]
@@ -449,17 +449,15 @@ class KVService:
 
     def _at_read_index(self, sreq: Any, consistency: int) -> None:
         """A strong scan's or split's position to see, of the log the map names for its
-        shard (a replica that takes the shard from another refuses it: it was handed over)."""
+        shard (a replica that takes the shard from another refuses it: it was handed over);
+        an eventual one's: none."""
         if consistency == pb.STRONG:
             sreq.log_id = self.c.log_map.log_of(sreq.shard)
-            sreq.min_position = self._min_position(sreq.shard, consistency, sreq.log_id)
+            sreq.min_position = self._min_position(sreq.log_id)
 
-    def _min_position(self, shard: int, consistency: int, log_id: int | None = None) -> int:
-        """The position a strong read of `shard` must see (its log's ReadIndex, plus one);
-        0 for an eventual read."""
-        if consistency != pb.STRONG:
-            return 0
-        idx = self.c.read_index(self.c.log_map.log_of(shard) if log_id is None else log_id)
+    def _min_position(self, log_id: int) -> int:
+        """The position a strong read of a shard of `log_id` must see: its ReadIndex, plus one."""
+        idx = self.c.read_index(log_id)
         if idx is None:
             raise Refusal(Code.UNAVAILABLE, "the shard's log did not answer; retry")
         return idx + 1

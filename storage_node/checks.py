@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.refusals import BadRequest
+import grpc
+
+from runtime.refusals import BadRequest, Refusal
 from storage_node.limits import DATASET_ID_BYTES_MAX
 
 
@@ -28,3 +30,13 @@ def request(req: Any) -> Any:
             if "dataset" in r.DESCRIPTOR.fields_by_name:
                 dataset_id(r.dataset, f"requests[{i}].dataset")
     return req
+
+
+def placed_in(here: int, shard: int, asked: int, field: str = "") -> None:
+    """Refused (UNAVAILABLE) unless this replica takes `shard`'s records from log `asked`,
+    the log a read's position is of (`here`: the log it takes them from): handed over
+    (docs/log.md step 5), or not yet here (this node's map, or its state, older than the
+    asker's), the index of the log the asker's map names says nothing of the shard here."""
+    if here != asked:
+        raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{field}shard {shard}'s records come from log {here} "
+                      f"here, not {asked}; read the shard -> log map again, or another replica")

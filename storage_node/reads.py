@@ -24,7 +24,7 @@ from record.model import Behind, Record
 from runtime import world
 from runtime.disk import bounded_items
 from runtime.refusals import BadRequest, Refusal
-from storage_node import arrow_pages, keys, shard_copy
+from storage_node import arrow_pages, checks, keys, shard_copy
 from storage_node.apply import apply
 from storage_node.handoff import Place
 from storage_node.limits import READ_WAIT_MS_MAX, SHARD_SCAN_BYTES_DEFAULT, SHARD_SCAN_PAGE_MAX
@@ -256,7 +256,7 @@ class Reads:
         if log_id not in self.positions:
             raise BadRequest(f"log_id: log {log_id} carries no key-value data here")
         self.wait_applied(log_id, min_position, wait_ms)
-        self._placed_in(shard, log_id)
+        checks.placed_in(self.place_of(shard).log, shard, log_id)  # (once applied as far as asked)
         try:
             view = self.views.open(log_id, min_position)
         except TooManyViews as e:
@@ -303,16 +303,6 @@ class Reads:
                 items, raw, size = [], arrow_pages.Page(), 0
         yield message()
 
-    def _placed_in(self, shard: int, log_id: int, field: str = "") -> None:
-        """Refused (UNAVAILABLE) unless this replica takes the shard's records from `log_id`
-        (checked once it has applied that log as far as asked): handed over (docs/log.md
-        step 5), or not yet here (this node's map, or its state, older than the asker's),
-        the index of the log the asker's map names says nothing of the shard's state here."""
-        here = self.place_of(shard).log
-        if here != log_id:
-            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{field}shard {shard}'s records come from log {here} "
-                          f"here, not {log_id}; read the shard -> log map again, or another replica")
-
     def _check_held(self, shard: int, field: str = "") -> None:
         check_held(self.node_id, shard, self.kv().shards, self.holds, field)
 
@@ -345,6 +335,6 @@ class Reads:
                 m = self.log_map()
                 if not m.may_carry(r.shard, req.log_id):
                     raise BadRequest(f"requests[{i}].shard: {r.shard} is not on log {req.log_id}")
-            self._placed_in(r.shard, req.log_id, f"requests[{i}].shard: ")
+            checks.placed_in(self.place_of(r.shard).log, r.shard, req.log_id, f"requests[{i}].shard: ")
         return pb.ReadManyResponse(
             responses=[self.read(r, f"requests[{i}].") for i, r in enumerate(req.requests)])

@@ -18,7 +18,7 @@ from catalog.log_map import LogMap
 from midtown_pb import kv_pb2 as pb
 from runtime import world
 from runtime.refusals import BadRequest, Refusal
-from storage_node import changes, keys
+from storage_node import changes, checks, keys
 from storage_node.handoff import Place
 from storage_node.store import NodeStore
 
@@ -82,11 +82,7 @@ class ChangeFeed:
         for shard, log_id in req.logs.items():
             if shard not in at:
                 raise BadRequest(f"logs: shard {shard} is not watched (no from position)")
-            here = self.place_of(shard).log
-            if here != log_id:  # its position is of the other side of a hand-off (docs/log.md step 5)
-                raise Refusal(grpc.StatusCode.UNAVAILABLE, f"logs: shard {shard}'s records come from log "
-                              f"{here} here, not {log_id}; read the shard -> log map again, or another "
-                              "replica")
+            checks.placed_in(self.place_of(shard).log, shard, log_id, "logs: ")
         if req.duration_ms > WATCH_DURATION_MS_MAX:
             raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is {WATCH_DURATION_MS_MAX}")
         pkey = req.partition_key if req.HasField("partition_key") else None

@@ -21,7 +21,7 @@ from log.entry import Entry
 from record import codec
 from record.model import HandOff, Open, Put, Record
 from runtime.inprocess import Local
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 from storage_node import keys
 from storage_node.apply_loop import ApplyLoop
 from storage_node.callbacks import Callbacks
@@ -181,6 +181,12 @@ def test_a_strong_scan_by_a_map_of_the_other_side_of_the_hand_off_is_refused(nod
     assert e.value.code == grpc.StatusCode.UNAVAILABLE and "come from log 1 here, not 0" in str(e.value)
     ask.logs[0] = 1
     assert [c.local_key for r in feed.watch(ask) for c in r.changes] == [b"a"]
+    # bad input names its field: a log no key-value data travels in, a log of a shard not watched
+    with pytest.raises(BadRequest, match="log_id: log 7"):
+        keys_at(7, 0)
+    ask.logs[1] = 1
+    with pytest.raises(BadRequest, match="logs: shard 1 is not watched"):
+        feed.watch(ask)
     assert len(reads.shard_splits(pb.StorageShardSplitsRequest(dataset="d", shard=0, split_bytes=100,
                                                                log_id=1)).splits) == 1
 

@@ -250,8 +250,8 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         held_bytes = {n: sum(sizes.get(s, 0) for s in after.shards_of(n)) for n in kv.storage_nodes}
         for row in rows:
             row["shard_bytes"] = sizes.get(row["shard"])
-        per_log = _shards_per_log(registry.read_log_map(zk, kv) if not a.dry_run else lmap,
-                                  [] if not a.dry_run else handoffs)
+        per_log = {} if drain is not None else _shards_per_log(
+            lmap if a.dry_run else registry.read_log_map(zk, kv), handoffs if a.dry_run else [])
         if a.json:
             removed = drain if drain is not None and not a.dry_run else None
             emit({"moves": rows, "dry_run": a.dry_run, "removed": removed, "dropped_copies": dropped,

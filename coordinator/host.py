@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     if pooled:
         ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
         log_server.add_health(ls, node)
-        parts.append(Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0))
+        parts.append(Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0, name="log server"))
     else:  # decommissioned (midtown log-server decommission): the rest of the host serves on
         logging.getLogger("coordinator.host").warning(
             "log server %d is not in the log servers' pool (decommissioned, or never added): this host "
@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> None:
         local_log=local_log,
         storage_link=ProcessStorage(storage, storage_addr, GrpcStorage()))
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
-    parts += [Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop),
-              Part(b.internal, "", lambda: None, lambda: None),
-              Part(b.client, "", b.coordinator.start, b.coordinator.stop)]
+    parts += [Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop, name="storage node"),
+              Part(b.internal, "", lambda: None, lambda: None, name="coordinator's callback port"),
+              Part(b.client, "", b.coordinator.start, b.coordinator.stop, name="coordinator")]
     serve_all(parts, f"host {a.id} ready: log server on {log_addr if node is not None else '(none)'}, "
                      f"storage node on {storage_addr}, coordinator on {coord_addr}")
 

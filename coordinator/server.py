@@ -689,11 +689,11 @@ def build(coord_id: int, addr: str, zk_hosts: str, listen: str,
     c.admission.client_rate_limit = client_rate_limit
     kv, cb = Shell(c).handlers()
     internal.add_generic_rpc_handlers([cb])
-    serve_health(internal, ["midtown.kv.v1.Callback"], c.ready, c.stopped)
+    serve_health(internal, ["midtown.kv.v1.Callback"], c.ready, c.stopped, limits.CALLBACK_THREADS)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=limits.CLIENT_THREADS), options=GRPC_OPTIONS,
                          maximum_concurrent_rpcs=limits.PENDING_MAX)
     server.add_generic_rpc_handlers([kv])
-    serve_health(server, ["midtown.kv.v1.KV"], c.ready, c.stopped)
+    serve_health(server, ["midtown.kv.v1.KV"], c.ready, c.stopped, limits.CLIENT_THREADS)
     transport.listen(server, listen, internal=False)
     return Built(server, internal, c, callback_addr)
 
@@ -723,8 +723,8 @@ def main(argv: list[str] | None = None) -> None:
     b = build(a.id, a.advertise or listen, a.zk, listen, a.client_rate_limit,
               f"{a.host}:{a.callback_port}")
     how = "" if creds is None else " (TLS" + (", mutual TLS inside the cluster)" if creds.mutual else ")")
-    serve_all([Part(b.internal, "", lambda: None, lambda: None),
-               Part(b.client, "", b.coordinator.start, b.coordinator.stop)],
+    serve_all([Part(b.internal, "", lambda: None, lambda: None, name="coordinator's callback port"),
+               Part(b.client, "", b.coordinator.start, b.coordinator.stop, name="coordinator")],
               f"coordinator {a.id} ready on {listen}{how}; answers on {b.callback_addr}")
 
 

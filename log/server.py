@@ -190,9 +190,12 @@ def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
     return [log_service, replica_service]
 
 
+THREADS = 64  # the gRPC server's workers
+
+
 def build(server_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc.Server, Node]:
     """A log server's gRPC server (not listening yet) and its node (not started)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=64), options=limits.GRPC_OPTIONS,
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=THREADS), options=limits.GRPC_OPTIONS,
                          maximum_concurrent_rpcs=2000)
     node = Node.open(server_id, addr, zk_hosts, data_dir, spares.linger_s_from_env(os.environ),
                      ensemble_change.enabled_from_env(os.environ), lease.lease_s_from_env(os.environ))
@@ -207,7 +210,7 @@ def serve(server_id: int, port: int, zk_hosts: str, data_dir: str, host: str = "
     server, node = build(server_id, addr, zk_hosts, data_dir)
     add_health(server, node)
     serve_until_signal(server, listen, f"log server {server_id} ready on {addr}", node.start,
-                       node.stop, grace_s=2.0)
+                       node.stop, grace_s=2.0, name="log server")
 
 
 SERVICES = ["midtown.log.v1.Log", "midtown.log.v1.Replica"]
@@ -215,7 +218,7 @@ SERVICES = ["midtown.log.v1.Log", "midtown.log.v1.Replica"]
 
 def add_health(server: grpc.Server, node: Node) -> None:
     """Health (SERVING once registered with a live ZooKeeper session) and reflection."""
-    serve_health(server, SERVICES, node.ready, node._stop)
+    serve_health(server, SERVICES, node.ready, node._stop, THREADS)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,14 +23,16 @@ T = TypeVar("T")
 
 def serve_until_signal(server: grpc.Server, listen: str, ready: str,
                        on_start: Callable[[], None], on_stop: Callable[[], None],
-                       grace_s: float = 1.0) -> None:
-    serve_all([Part(server, listen, on_start, on_stop, grace_s)], ready)
+                       grace_s: float = 1.0, name: str = "") -> None:
+    serve_all([Part(server, listen, on_start, on_stop, grace_s, name)], ready)
 
 
 # Exit codes a server process ends with when it must not go on; the supervisor
 # (midtown/cluster/supervisor.py) reads them.
 EXIT_APPLY_FAILED = 70  # a storage node could not apply a record: restart from its positions
 EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: restart to bootstrap
+EXIT_WEDGED = 69  # (EX_UNAVAILABLE) its own gRPC server stopped answering (runtime/health.py):
+#                   restart it
 EXIT_CONFIG = 78  # (sysexits' EX_CONFIG) it cannot start as configured: another machine than its
 #                   data's, an id another live process holds. Restarting would not help.
 
@@ -93,28 +97,40 @@ class Part:
     on_start: Callable[[], None]
     on_stop: Callable[[], None]
     grace_s: float = 1.0
+    name: str = ""  # what its log lines call it
 
 
 def serve_all(parts: list[Part], ready: str) -> None:
     """Start the parts in order, say `ready`, run until SIGTERM, SIGINT or SIGHUP, then stop them in
-    the reverse order."""
-    for p in parts:
-        if p.listen:
-            transport.listen(p.server, p.listen)
-        p.server.start()
-        try:
-            p.on_start()
-        except StartRefused as e:
-            exit_now(EXIT_CONFIG, str(e))
-    print(ready, flush=True)
+    the reverse order. Each part's gRPC server is watched through a port of its own
+    (runtime/health.py): one that stops answering ends the process with EXIT_WEDGED."""
+    from runtime import health  # the health and reflection services: servers only
+
+    probes = tempfile.mkdtemp(prefix="midtown-probe-")  # mode 0700: this user's alone
     done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: done.set())
-    while not done.wait(1):
-        pass
-    for p in reversed(parts):
-        p.server.stop(p.grace_s)
-        p.on_stop()
+    watched: list[tuple[str, str]] = []
+    try:
+        for i, p in enumerate(parts):
+            if p.listen:
+                transport.listen(p.server, p.listen)
+            watched.append((p.name or f"server {i}", health.own_port(p.server, probes, str(i))))
+            p.server.start()
+            try:
+                p.on_start()
+            except StartRefused as e:
+                exit_now(EXIT_CONFIG, str(e))
+        for name, addr in watched:
+            health.watch_own_port(name, addr, done, lambda why: exit_now(EXIT_WEDGED, why))
+        print(ready, flush=True)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: done.set())
+        while not done.wait(1):
+            pass
+        for p in reversed(parts):
+            p.server.stop(p.grace_s)
+            p.on_stop()
+    finally:
+        shutil.rmtree(probes, ignore_errors=True)
 
 
 # The GIL hand-over interval of Midtown's server processes (Python's default is 5 ms).

@@ -51,20 +51,23 @@ def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
     })
 
 
+THREADS = 128  # the gRPC server's workers
+
+
 def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
           log_link: LogLink | None = None, local_log: inprocess.Local[LocalLog] | None = None,
           answers: AnswerLink | None = None) -> tuple[grpc.Server, StorageNode]:
     """A storage node's gRPC server (not listening yet) and the node (not started)."""
     node = StorageNode.open(node_id, addr, zk_hosts, data_dir, Settings.from_env(),
                             log_link=log_link, local_log=local_log, answers=answers)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=128), options=log_limits.GRPC_OPTIONS)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=THREADS), options=log_limits.GRPC_OPTIONS)
     server.add_generic_rpc_handlers([_handlers(node)])
     return server, node
 
 
 def add_health(server: grpc.Server, node: StorageNode) -> None:
     """Health (SERVING once registered and caught up with its logs) and reflection."""
-    serve_health(server, ["midtown.kv.v1.Storage"], node.ready, node.state.stop)
+    serve_health(server, ["midtown.kv.v1.Storage"], node.ready, node.state.stop, THREADS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     server, node = build(a.id, a.advertise or listen, a.zk, a.data)
     add_health(server, node)
     serve_until_signal(server, listen, f"storage node {a.id} ready on {listen}", node.start,
-                       node.stop)
+                       node.stop, name="storage node")
 
 
 if __name__ == "__main__":

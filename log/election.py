@@ -39,7 +39,7 @@ from log.messages import ReadRange
 from log.metadata import LogMetadata
 from log.replica_link import NoAnswer, Refused, ReplicaLink
 from log.writer import State, Writer
-from runtime import world
+from runtime import faults, world
 from runtime.clock import lease_clock
 
 log = logging.getLogger("midtown.log.election")
@@ -376,10 +376,10 @@ class Election:
             meta, version = zkpaths.read_metadata(self.zk, log_id)
             new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
             v = zkpaths.cas_metadata(self.zk, new, version)
-        except Exception:
+        except Exception as e:
             # Whatever went wrong, the writer node must not stay held by a server that does
             # not write: the log would have no writer and no election.
-            log.exception("claiming log %d", log_id)
+            faults.log_failure(log, f"claiming log {log_id}", e)
             self._relinquish(log_id)
             return
         if v is None:

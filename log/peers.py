@@ -19,7 +19,7 @@ from log import limits, linger, spares
 from log.driver import WriterDriver
 from log.messages import AddEntries
 from log.replica_link import ReplicaLink
-from runtime import world
+from runtime import faults, world
 
 log = logging.getLogger("midtown.log.peers")
 OUTLET_CALLS_IN_FLIGHT = 1  # 4 measured slower here: smaller batches, more calls
@@ -147,8 +147,8 @@ class Outlet:
             try:
                 link = self.peers.link(self.to)
                 replies = None if link is None else link.replicate(msgs)
-            except Exception:
-                log.exception("replicating to %d", self.to)
+            except Exception as e:
+                faults.log_failure(log, f"replicating to {self.to}", e)
                 replies = None
             self.waiting_since = None
             if self.to != self.peers.server_id:

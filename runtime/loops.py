@@ -3,7 +3,8 @@
 Every background thread of a server either retries with backoff or ends the process with
 a clear log line (STYLE.md, "Habits"). `every` runs a periodic task; `forever` runs a task
 that loops on its own (a tail, an election loop) and starts it again if it raises. Both
-log the failure with its traceback, wait (doubling up to BACKOFF_MAX_S) and go on."""
+log the failure (runtime/faults.py: an expected fault in one line, once per run of them;
+a defect with its traceback), wait (doubling up to BACKOFF_MAX_S) and go on."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from runtime import world
+from runtime import faults, world
 
 log = logging.getLogger("midtown.loops")
 
@@ -91,16 +92,18 @@ def every(name: str, interval_s: float, body: Callable[[], float | None], stop: 
 
     def run() -> None:
         backoff = Backoff(max_s=max(BACKOFF_FIRST_S, min(BACKOFF_MAX_S, interval_s)))
+        episode = faults.Episode(log, name)
         wait = 0.0 if first_at_once else interval_s
         while not stop.wait(wait):
             started = world.monotonic()
             try:
                 busy = body()
-            except Exception:
+            except Exception as e:
                 wait = backoff.failed()
-                log.warning("%s failed; retrying in %.1f s", name, wait, exc_info=True)
+                episode.failed(e, f"retrying in {wait:.1f} s")
                 continue
             backoff.succeeded()
+            episode.succeeded()
             took = busy if busy is not None else world.monotonic() - started
             wait = paced_wait(interval_s, took, duty, max_interval_s)
 
@@ -113,15 +116,17 @@ def forever(name: str, body: Callable[[], None], stop: threading.Event) -> world
 
     def run() -> None:
         backoff = Backoff()
+        episode = faults.Episode(log, name)
         while not stop.is_set():
             try:
                 body()
-            except Exception:
+            except Exception as e:
                 wait = backoff.failed()
-                log.warning("%s failed; starting it again in %.1f s", name, wait, exc_info=True)
+                episode.failed(e, f"starting it again in {wait:.1f} s")
                 stop.wait(wait)
                 continue
             backoff.succeeded()
+            episode.succeeded()
             stop.wait(BACKOFF_FIRST_S)  # returned by itself: go round again, gently
 
     return world.spawn(name, run)

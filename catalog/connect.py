@@ -3,7 +3,12 @@ the SDK's discovery connect the same way."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from kazoo.client import KazooClient
+from kazoo.exceptions import OperationTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from runtime import reach
 
@@ -17,18 +22,19 @@ ZK_TICK_MS = 500
 
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
             connect_timeout_s: float = CONNECT_TIMEOUT_S,
-            refused_retry_s: float | None = None) -> KazooClient:
+            refused_retry_s: float | None = None, logger: logging.Logger | None = None) -> KazooClient:
     """A started client; kazoo's timeout error if ZooKeeper does not answer within
     `connect_timeout_s` (the client is stopped then: no thread keeps retrying).
     `refused_retry_s` (the command line, the SDK): raise runtime.reach.KnownDown once every
     server has refused connections (or has no address) for that long, instead of waiting
     out `connect_timeout_s`; a server that does not answer is still waited for. Servers
-    leave it unset: at start-up ZooKeeper may be starting too."""
+    leave it unset: at start-up ZooKeeper may be starting too. `logger`: where kazoo's own
+    lines go (default: "kazoo")."""
     if refused_retry_s is not None:
         why = reach.all_down(reach.zk_addrs(hosts), refused_retry_s, default_port=2181)
         if why is not None:
             raise reach.KnownDown(why)
-    zk = KazooClient(hosts=hosts, timeout=timeout_s)
+    zk = KazooClient(hosts=hosts, timeout=timeout_s, **({"logger": logger} if logger is not None else {}))
     try:
         zk.start(timeout=connect_timeout_s)
     except Exception:
@@ -36,3 +42,49 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
         zk.close()
         raise
     return zk
+
+
+# How long a read through BoundedReads waits for ZooKeeper (then OperationTimeoutError).
+READ_WAIT_S = 1.0
+# ... where the reader has a value read earlier to go on with (a cache read again): a read
+# takes a millisecond or two when ZooKeeper answers.
+STALE_READ_WAIT_S = 0.1
+
+
+class BoundedReads:
+    """A ZooKeeper session whose reads (get, get_children, exists) end within `wait_s`:
+    kazoo's own wait with no bound, and with ZooKeeper paused or without a quorum a
+    request that read it waited 67 s (PITFALLS.md) while its thread was held. A read that
+    is not answered in time raises OperationTimeoutError (an expected fault: retried,
+    or met with the last value read). Everything else is the session's own."""
+
+    def __init__(self, zk: KazooClient, wait_s: float = READ_WAIT_S) -> None:
+        self._zk = zk
+        self.wait_s = wait_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._zk, name)
+
+    def _wait(self, result: Any, what: str, path: str) -> Any:
+        try:
+            return result.get(timeout=self.wait_s)
+        except KazooTimeoutError:
+            raise OperationTimeoutError(f"ZooKeeper did not answer {what} {path} within {self.wait_s:g}s") from None
+
+    def get(self, path: str, watch: Any = None) -> Any:
+        return self._wait(self._zk.get_async(path, watch), "a read of", path)
+
+    def get_children(self, path: str, watch: Any = None, include_data: bool = False) -> Any:
+        return self._wait(self._zk.get_children_async(path, watch, include_data), "a list of", path)
+
+    def exists(self, path: str, watch: Any = None) -> Any:
+        return self._wait(self._zk.exists_async(path, watch), "a look at", path)
+
+
+def bounded(zk: Any, wait_s: float = READ_WAIT_S) -> Any:
+    """`zk` with its reads bounded by `wait_s` (BoundedReads) if it is a kazoo session (or
+    one bounded already); anything else (the simulation's ensemble, whose answers never
+    wait) as it is."""
+    if isinstance(zk, BoundedReads):
+        zk = zk._zk
+    return BoundedReads(zk, wait_s) if isinstance(zk, KazooClient) else zk

@@ -14,7 +14,7 @@ from decimal import Decimal
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import limits
+from catalog import connect, limits
 from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
 from catalog.users import check_user
 from runtime import world
@@ -263,7 +263,15 @@ class DatasetCache:
     """A coordinator's view of the datasets, refreshed at most every `ttl_s`; an unknown
     name is looked up again at once (it may have just been created). A dataset created or
     dropped empties it (a ZooKeeper watch on the list): a dropped dataset is refused as
-    soon as ZooKeeper tells the coordinator, not up to `ttl_s` later."""
+    soon as ZooKeeper tells the coordinator, not up to `ttl_s` later.
+
+    A coordinator's reads of ZooKeeper end within catalog/connect.py's READ_WAIT_S. An
+    entry older than `ttl_s` is looked up again (waiting STALE_READ_WAIT_S at most), and
+    it is still taken when the look-up fails, until it is `2 * ttl_s` old:
+    the bound `_wait_out_a_recent_drop` waits out.
+    Past that a write whose look-up fails is refused UNAVAILABLE (the dataset may have been
+    dropped meanwhile, and a write into a dropped one would be lost); a read takes the entry
+    however old (at worst it reads a dataset that was dropped since)."""
 
     def __init__(self, zk: KazooClient, ttl_s: float = CACHE_TTL_S) -> None:
         self.zk = zk
@@ -271,6 +279,7 @@ class DatasetCache:
         self._cache: dict[str, tuple[float, Dataset | None]] = {}
         self._lock = world.lock()
         self._emptied = 0  # times the watch emptied it: a lookup begun before is not kept
+        self._quick = connect.bounded(zk, connect.STALE_READ_WAIT_S)
 
     def watch(self) -> None:
         """Empty the cache whenever a dataset is created or dropped (from now on)."""
@@ -282,13 +291,23 @@ class DatasetCache:
             self._cache.clear()
             self._emptied += 1
 
-    def get(self, name: str) -> Dataset | None:
+    def get(self, name: str, write: bool = True) -> Dataset | None:
+        """The dataset `name` (None: there is none); `write`: for a request that writes.
+        Raises ZooKeeper's error if it could not be looked up and no entry may be used."""
+        if not NAME.match(name):
+            return None
         now = world.monotonic()
         with self._lock:
             hit, emptied = self._cache.get(name), self._emptied
-        if hit is not None and now - hit[0] < self.ttl_s and hit[1] is not None:
-            return hit[1]
-        d = get(self.zk, name) if NAME.match(name) else None
+            usable = hit[1] if hit is not None and (not write or now - hit[0] < 2 * self.ttl_s) else None
+            if hit is not None and usable is not None and now - hit[0] < self.ttl_s:
+                return usable
+        try:  # a short bound on ZooKeeper's answer where there is an entry to go on with
+            d = get(self.zk if usable is None else self._quick, name)
+        except Exception:
+            if usable is not None:  # ZooKeeper away for now: the entry holds a while longer
+                return usable
+            raise
         with self._lock:
             if self._emptied == emptied:
                 self._cache[name] = (now, d)

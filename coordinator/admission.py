@@ -36,10 +36,12 @@ class Admission:
         self.datasets.watch()
         self.users.watch()
 
-    def lookup(self, header: pb.RequestHeader) -> Dataset | None:
+    def lookup(self, header: pb.RequestHeader, write: bool = True) -> Dataset | None:
         """The request's dataset (from the cache of the catalog), or None: looked up once
-        per request by the service, which hands it to every check and call."""
-        return self.datasets.get(header.dataset) if header.dataset else None
+        per request by the service, which hands it to every check and call. `write`: the
+        request may write (catalog/datasets.py, DatasetCache: how stale an entry it takes
+        while ZooKeeper does not answer)."""
+        return self.datasets.get(header.dataset, write) if header.dataset else None
 
     @staticmethod
     def need(d: Dataset | None, header: pb.RequestHeader) -> Dataset:

@@ -16,6 +16,7 @@ import grpc
 from kazoo.client import KazooClient
 
 from catalog import registry
+from catalog.connect import STALE_READ_WAIT_S, bounded
 from catalog.replica_sets import ReplicaSets
 from coordinator import limits
 from coordinator.checks import Code
@@ -37,15 +38,19 @@ class Replicas:
         self.link: StorageLink = link or GrpcStorage()
         # Each registered node's entry: its address, and in the host layout the log server
         # beside it ("log").
+        # Read again (a request's thread waits) with a short bound on ZooKeeper's answers.
+        quick = bounded(zk, STALE_READ_WAIT_S)
         self._entries: Refreshed[dict[int, Any]] = Refreshed(
             lambda: registry.children_json(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
-            initial={})
-        self._sets: Refreshed[ReplicaSets | None] = Refreshed(self._read_sets, limits.MEMBERS_CACHE_S,
-                                                              initial=None)
+            initial={}, reload=lambda: registry.children_json(quick, registry.STORAGE_NODES))
+        self._sets: Refreshed[ReplicaSets | None] = Refreshed(
+            lambda: self._read_sets(self.zk), limits.MEMBERS_CACHE_S, initial=None,
+            reload=lambda: self._read_sets(quick))
 
-    def _read_sets(self) -> ReplicaSets | None:
-        kv = registry.read_kv(self.zk)
-        return None if kv is None else registry.read_replica_sets(self.zk, kv)
+    @staticmethod
+    def _read_sets(zk: KazooClient) -> ReplicaSets | None:
+        kv = registry.read_kv(zk)
+        return None if kv is None else registry.read_replica_sets(zk, kv)
 
     def sets(self) -> ReplicaSets | None:
         """Each shard's replica set as last read (None: not read yet, or every member holds

@@ -528,9 +528,10 @@ class Shell:
         """The request's dataset (looked up once, then every check and the call take it),
         once the request is admitted: its rate, its rights and its dataset's quota."""
         a = self.c.admission
-        d = a.lookup(req.header)
+        write = name not in ("get", "scan")
+        d = a.lookup(req.header, write)
         a.check_rate(d, ctx.peer())
-        a.authorize(d, ctx, write=name not in ("get", "scan"))
+        a.authorize(d, ctx, write=write)
         a.check_quota(d, req)
         return d
 

@@ -68,7 +68,8 @@ class LogClient:
         self.link: LogLink = link or self.grpc
         self.local_log = local_log  # None: no log server in this process
         self._own_zk = zk is None or own_zk  # closed with this client
-        self.zk = zk or zkpaths.connect(zk_hosts)  # type: ignore[arg-type]
+        # Reads on request paths end within READ_WAIT_S (catalog/connect.py, issue 68).
+        self.zk = zkpaths.bounded(zk or zkpaths.connect(zk_hosts))  # type: ignore[arg-type]
         self._writers: dict[int, str] = {}
         self._watched: set[int] = set()  # logs whose writer node this client watches
         self._on_writer: dict[int, list[Callable[[str | None], None]]] = {}  # on_writer_change
@@ -76,8 +77,10 @@ class LogClient:
         # Each log's metadata as last read: whose replicas a ReadIndex round asks; read
         # again when a replica shows a newer writer (log/read_index.py).
         self._log_meta: dict[int, LogMetadata] = {}
-        self._servers: Refreshed[dict[int, str]] = Refreshed(self.servers, limits.SERVERS_CACHE_S,
-                                                             initial={})
+        quick = zkpaths.bounded(self.zk, zkpaths.STALE_READ_WAIT_S)  # read again: a short bound
+        self._servers: Refreshed[dict[int, str]] = Refreshed(
+            self.servers, limits.SERVERS_CACHE_S, initial={},
+            reload=lambda: {i: s["addr"] for i, s in zkpaths.servers(quick).items()})
         self._topology: zkpaths.Topology | None = None
         self._follows: list[Follow] = []  # LogClient.follow
 

@@ -160,11 +160,12 @@ class AsyncClient:
         return self.endpoints.coordinator_for(dataset, partition)
 
     # ------------------------------------------------------------ plumbing
-    async def coordinators(self, refresh: bool = False) -> list[str]:
+    async def coordinators(self, refresh: bool = False, wait_s: float | None = None) -> list[str]:
         found = self.endpoints.known(refresh)
         if found is not None:  # no thread hop while the list is fresh
             return found
-        return await asyncio.to_thread(self.endpoints.coordinators, refresh)  # ZooKeeper: blocking
+        # it waits (at most wait_s) only when no coordinator is known yet
+        return await asyncio.to_thread(self.endpoints.coordinators, refresh, wait_s)
 
     def _stub(self, addr: str) -> kv_pb2_grpc.KVStub:
         s = self._stubs.get(addr)
@@ -183,7 +184,7 @@ class AsyncClient:
         ends = self.endpoints
         # midtown/retries.py
         attempts = Attempts(method, ends.retries, ends.deadline(timeout), ends.known_down_s)
-        addr = to or ends.pick(await self.coordinators())
+        addr = to or ends.pick(await self.coordinators(wait_s=attempts.left()))
         while True:
             left = attempts.start(req)
             try:
@@ -195,11 +196,13 @@ class AsyncClient:
                 finally:
                     call.cancel()
             except grpc.RpcError as e:
+                if attempts.unanswered(e):
+                    ends.unanswered(addr)
                 down = (await asyncio.to_thread(ends.known_down, addr, e)
                         if ends.known_down_s is not None else None)
                 switch, pause = attempts.failed(e, down)
                 if switch:
-                    addr = ends.switch(addr, await self.coordinators(refresh=True))
+                    addr = ends.switch(addr, await self.coordinators(refresh=True, wait_s=attempts.left()))
                 await asyncio.sleep(pause)
 
     # ------------------------------------------------------------ multi-call operations

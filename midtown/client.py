@@ -176,7 +176,7 @@ class Client(Operations):
         ends = self.endpoints
         # midtown/retries.py
         attempts = Attempts(method, ends.retries, ends.deadline(timeout), ends.known_down_s)
-        addr = to or ends.pick(ends.coordinators())
+        addr = to or ends.pick(ends.coordinators(wait_s=attempts.left()))
         while True:
             left = attempts.start(req)
             try:
@@ -188,9 +188,11 @@ class Client(Operations):
                 finally:
                     call.cancel()
             except grpc.RpcError as e:
+                if attempts.unanswered(e):
+                    ends.unanswered(addr)
                 switch, pause = attempts.failed(e, ends.known_down(addr, e))
                 if switch:
-                    addr = ends.switch(addr, ends.coordinators(refresh=True))
+                    addr = ends.switch(addr, ends.coordinators(refresh=True, wait_s=attempts.left()))
                 world.sleep(pause)
 
     # ------------------------------------------------------------ operations of many calls

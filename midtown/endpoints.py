@@ -2,7 +2,8 @@
 ZooKeeper), which one a call tries first (a key's route, else one at random, passing over
 those just found unreachable), and what every call carries (credentials, the bearer token,
 the default deadline and retries). Shared by Client and AsyncClient; it sends nothing
-itself, and reads ZooKeeper only for a client given zk=."""
+itself, and reads ZooKeeper only for a client given zk=, in the background, never past a
+call's deadline (midtown/discovery.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ import grpc
 
 from midtown import errors
 from midtown.checks import Key, to_bytes, to_dataset
+from midtown.discovery import Discovery
 from midtown.routes import AVOID_S, Routes, routed
 from runtime import reach, world
-
-DISCOVERY_TTL_S = 5.0
 
 
 class Endpoints:
@@ -42,22 +42,19 @@ class Endpoints:
         self.zk_hosts = zk
         self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
         self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (pick)
-        self._zk: Any = None
-        self._found: tuple[float, list[str]] = (0.0, [])
-        self._lock = world.lock()
-        self.routes = Routes(self.session) if zk is not None and route and not self._fixed else None
+        self.discovery = Discovery(zk, known_down_s) if zk is not None and not self._fixed else None
+        self.routes = (Routes(self.discovery.session) if self.discovery is not None and route else None)
 
     def close(self) -> None:
         if self.routes is not None:
             self.routes.stop()
-        if self._zk is not None:
-            self._zk.stop()
-            self._zk.close()
+        if self.discovery is not None:
+            self.discovery.close()
 
     @property
     def has_session(self) -> bool:
         """Whether a ZooKeeper session was opened (closing it blocks)."""
-        return self._zk is not None
+        return self.discovery is not None and self.discovery.has_session
 
     def deadline(self, timeout: float | None) -> float:
         """A call's timeout: the one given (checked), else the client's."""
@@ -65,48 +62,21 @@ class Endpoints:
             raise errors.InvalidArgument(f"timeout: {timeout!r}, must be a number of seconds above 0")
         return timeout or self.timeout
 
-    def coordinators(self, refresh: bool = False) -> list[str]:
+    def coordinators(self, refresh: bool = False, wait_s: float | None = None) -> list[str]:
         """The coordinators to use: the addresses given, or those registered in ZooKeeper
-        (looked up at most every DISCOVERY_TTL_S, or at once after a failure). Blocks on
-        ZooKeeper when it looks them up."""
-        found = self.known(refresh)
-        if found is None:
-            from catalog import registry  # ZooKeeper's client loads for a Client given zk= only
-            zk = self.session()
-            try:
-                found = list(registry.members(zk, registry.COORDINATORS).values())
-            except Exception as e:  # the session is being re-established: a retryable error
-                raise errors.Unavailable(f"ZooKeeper at {self.zk_hosts} did not answer "
-                                         f"({type(e).__name__}); retry") from None
-            with self._lock:
-                self._found = (world.monotonic(), found)
-        if not found:
-            raise errors.Unavailable("no coordinator is registered in ZooKeeper")
-        return found
+        (midtown/discovery.py: looked up in the background at most every DISCOVERY_TTL_S,
+        or soon after a failure with `refresh`). Waits at most `wait_s` (the call's time
+        left; the client's timeout if None), and only when it knows no coordinator yet."""
+        if self.discovery is None:
+            return self._fixed
+        return self.discovery.coordinators(self.timeout if wait_s is None else wait_s, refresh)
 
     def known(self, refresh: bool = False) -> list[str] | None:
         """The coordinators given, or unless `refresh` those found in ZooKeeper less than
-        DISCOVERY_TTL_S ago (None: they must be looked up)."""
-        if self._fixed:
+        DISCOVERY_TTL_S ago (None: they must be looked up). No I/O."""
+        if self.discovery is None:
             return self._fixed
-        at, found = self._found
-        return found if not refresh and found and world.monotonic() - at <= DISCOVERY_TTL_S else None
-
-    def session(self) -> Any:
-        """The ZooKeeper session, connected on first use (Unavailable if it cannot be)."""
-        from catalog import connect as zkpaths  # ZooKeeper's client loads for a Client given zk= only
-        with self._lock:
-            if self._zk is None:
-                wait = min(zkpaths.CONNECT_TIMEOUT_S, self.timeout)
-                try:
-                    self._zk = zkpaths.connect(self.zk_hosts, connect_timeout_s=wait,  # type: ignore[arg-type]
-                                               refused_retry_s=self.known_down_s)
-                except reach.KnownDown as e:
-                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self.zk_hosts} ({e})") from None
-                except Exception:
-                    raise errors.Unavailable(f"cannot reach ZooKeeper at {self.zk_hosts} within "
-                                             f"{wait:g}s") from None
-            return self._zk
+        return self.discovery.known(refresh)
 
     def known_down(self, addr: str, e: grpc.RpcError) -> str | None:
         """Why `addr` is known to be down now (it refuses connections, say), after a call
@@ -127,6 +97,14 @@ class Endpoints:
             self._unreached[failed] = now + AVOID_S
         ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now]
         return world.choice(ok or addrs)
+
+    def unanswered(self, addr: str) -> None:
+        """A call to `addr` got no answer within its deadline (paused, cut off, wedged):
+        the next calls pass it over for AVOID_S, routed ones too, and the routes are read
+        again."""
+        self._unreached[addr] = world.monotonic() + AVOID_S
+        if self.routes is not None:
+            self.routes.failed(addr)
 
     def switch(self, failed: str, coordinators: list[str]) -> str:
         """Another coordinator than `failed`, which was unavailable (and is no route now)."""

@@ -49,6 +49,17 @@ class Attempts:
             mark_retry(req)
         return left
 
+    def left(self) -> float:
+        """Seconds left before the call's deadline (0 if none)."""
+        return max(0.0, self.deadline - world.monotonic())
+
+    def unanswered(self, e: grpc.RpcError) -> bool:
+        """Whether the failed attempt `e` means the coordinator did not answer within the
+        call's deadline (DEADLINE_EXCEEDED once the deadline has passed): the clients pass
+        it over for a while (Endpoints.unanswered), whether it was paused, cut off, wedged
+        or waiting on something that is."""
+        return bool(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and world.monotonic() >= self.deadline)
+
     def failed(self, e: grpc.RpcError, down: str | None = None) -> tuple[bool, float]:
         """(whether to try another coordinator, the pause first), or the error raised.
         `down`: why the coordinator tried is known to be down (Endpoints.known_down)."""

@@ -4,7 +4,9 @@ request path many threads share.
 When the period is over, one caller reads the value again (a single flight); the callers
 that come meanwhile take the last value instead of each reading it too, and wait only when
 there is no value yet. A read that fails keeps the last value, and the next caller tries
-again."""
+again. A read again may be made another way than the first (`reload`): with ZooKeeper
+paused or without a quorum, the caller reading gives up soon and goes on with the last
+value (issue 68)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,14 @@ T = TypeVar("T")
 
 class Refreshed(Generic[T]):
     def __init__(self, load: Callable[[], T], period_s: float, initial: T,
-                 clock: Callable[[], float] = world.monotonic) -> None:
-        """`initial`: what `last()` gives before the first read."""
+                 clock: Callable[[], float] = world.monotonic,
+                 reload: Callable[[], T] | None = None) -> None:
+        """`initial`: what `last()` gives before the first read. `reload`: how to read it
+        again once there is a value (default: `load`): one that gives up sooner (a short
+        bound on ZooKeeper's answer, catalog/connect.py), since the caller may go on with
+        the last value."""
         self._load = load
+        self._reload = reload or load
         self._period_s = period_s
         self._clock = clock
         self._value = initial
@@ -38,7 +45,7 @@ class Refreshed(Generic[T]):
             if self._fresh():  # read while this caller waited
                 return self._value
             at = self._clock()
-            value = self._load()
+            value = self._load() if self._at is None else self._reload()
             self._value, self._at = value, at
             return value
         finally:

@@ -36,6 +36,9 @@ def parser() -> argparse.ArgumentParser:
                "codes: 0 done, 1 refused by the store, 2 bad command line, 3 get found nothing, 4 cas "
                "did not succeed, 5 cluster unreachable or no answer in time, 128+N signal N.")
     p.add_argument("--version", action="version", version=f"midtown {version()}")
+    p.add_argument("--verbose", action="store_true",
+                   help="log what the command's clients do to stderr, ZooKeeper's client (kazoo) included "
+                        "(before the command: midtown --verbose get ...)")
     sub = p.add_subparsers(dest="group", metavar="COMMAND", required=True)
     cluster = cluster_cli.add_parser(sub)
     for group in (logs_cli, datasets_cli, users_cli, data_cli):
@@ -146,7 +149,12 @@ def main(argv: list[str] | None = None) -> int:
         restart_without_grpc_fork_handlers("midtown.cli", args)
     import logging
 
-    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # reconnect chatter on exit
+    if a.verbose:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    else:  # kazoo's connection chatter is no part of a command's output
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        logging.getLogger("midtown.zookeeper").setLevel(logging.CRITICAL)
     from log.client import LogError
     from midtown.errors import MidtownError
 

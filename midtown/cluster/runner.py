@@ -235,7 +235,9 @@ class Cluster:
                                                metrics_port=next(ports))
             return
         ports = iter(free_ports(1 + 2 * (self.log_server_count + self.storage_nodes + self.coordinators)))
-        self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", next(ports))
+        zk_port = next(ports)
+        if not self.zk_external:  # else it joins that ZooKeeper (an ensemble a test started)
+            self.procs["zookeeper"] = Proc("zookeeper", "zookeeper", zk_port)
         for i in range(self.log_server_count):
             self.procs[f"log-{i}"] = Proc(f"log-{i}", "log-server", next(ports), server_id=i,
                                           metrics_port=next(ports))
@@ -254,7 +256,8 @@ class Cluster:
         if running:
             raise ClusterError(f"cluster in {self.dir} is already running ({', '.join(running)}); "
                                f"stop it with `midtown cluster down --dir {self.dir}`")
-        self.start_process("zookeeper")
+        if "zookeeper" in self.procs:
+            self.start_process("zookeeper")
         self.save()
         zk = zkpaths.connect(self.zk_hosts)
         try:

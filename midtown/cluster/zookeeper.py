@@ -1,5 +1,14 @@
 """Start and stop a real standalone ZooKeeper server (Debian's `zookeeper` package) on a
-loopback port, with its data in a directory of our choosing."""
+loopback port, with its data in a directory of our choosing.
+
+ZooKeeper logs through SLF4J, and Debian's package puts no binding on its class path, so a
+server started as `java -cp zookeeper.jar` says `SLF4J: Defaulting to no-operation (NOP)
+logger` and logs nothing (PITFALLS.md): the one component that decides who writes left no
+trace. Every member Midtown starts (`cluster up`, `python -m midtown.cluster.zookeeper`,
+and so compose and the benchmarks) runs with SLF4J's log4j 1.2 binding, which Debian ships
+with ZooKeeper's own dependencies (libslf4j-java, liblog4j1.2-java), and a log4j
+configuration of its own: INFO and above into `zookeeper.log` beside its data (rolled at
+LOG_FILE_MB, LOG_FILES kept)."""
 
 from __future__ import annotations
 
@@ -12,8 +21,10 @@ from pathlib import Path
 from log import limits
 from runtime import children
 
-CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar"
+CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+LOG_NAME = "zookeeper.log"
+LOG_FILE_MB, LOG_FILES = 16, 4
 
 
 def four_letter(host: str, port: int, cmd: bytes, timeout_s: float = 1.0) -> bytes:
@@ -58,19 +69,43 @@ def config_text(data_dir: Path, port: int, host: str = "127.0.0.1", peers: list[
     )
 
 
-def command(config: Path) -> list[str]:
-    return ["java", "-Xmx256m", "-cp", CLASSPATH, MAIN, str(config)]
+def log4j_text(log_file: Path) -> str:
+    """A log4j 1.2 configuration: INFO and above into `log_file`, rolled."""
+    return "\n".join([
+        "log4j.rootLogger=INFO, FILE",
+        "log4j.appender.FILE=org.apache.log4j.RollingFileAppender",
+        f"log4j.appender.FILE.File={log_file}",
+        f"log4j.appender.FILE.MaxFileSize={LOG_FILE_MB}MB",
+        f"log4j.appender.FILE.MaxBackupIndex={LOG_FILES - 1}",
+        "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout",
+        "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n",
+        "",
+    ])
+
+
+def command(config: Path, log_file: Path | None = None) -> list[str]:
+    """The java command line of a server with `config` (zoo.cfg), logging into `log_file`
+    (default: LOG_NAME beside the config) through log4j.properties, written beside it."""
+    log_file = log_file or config.parent / LOG_NAME
+    props = config.parent / "log4j.properties"
+    props.write_text(log4j_text(log_file))
+    return ["java", "-Xmx256m", f"-Dlog4j.configuration=file:{props}", "-cp", CLASSPATH, MAIN, str(config)]
 
 
 class ZooKeeper:
     """A ZooKeeper server process. `start()` returns once it answers `ruok`."""
 
     def __init__(self, data_dir: Path, port: int, log_path: Path | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", peers: list[str] | None = None, member: int = 0) -> None:
+        """`peers`, `member`: a member of an ensemble (config_text), the `member`-th from 1."""
+        assert not peers or 1 <= member <= len(peers), (member, peers)
         self.data_dir = Path(data_dir)
         self.port = port
         self.host = host
-        self.log_path = log_path or self.data_dir / "zookeeper.out"
+        self.peers = peers
+        self.member = member
+        self.log_path = log_path or self.data_dir / LOG_NAME  # log4j's
+        self.out_path = self.log_path.with_suffix(".out")  # the JVM's own output (start-up errors)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,14 +117,18 @@ class ZooKeeper:
             raise RuntimeError("ZooKeeper is not installed: run `make install` (apt-get install zookeeper)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text(config_text(self.data_dir, self.port, self.host))
-        out = open(self.log_path, "ab")
-        self.proc = children.start(command(cfg), stdout=out, stderr=subprocess.STDOUT,
+        cfg.write_text(config_text(self.data_dir, self.port, self.host, self.peers))
+        if self.peers:
+            (self.data_dir / "myid").write_text(f"{self.member}\n")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.out_path, "ab")
+        self.proc = children.start(command(cfg, self.log_path), stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.log_path} "
+                                   f"and {self.out_path}")
             if is_ok(self.host, self.port):
                 return self
             time.sleep(0.1)

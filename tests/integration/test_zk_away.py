@@ -1,0 +1,141 @@
+"""Every call ends by its deadline, ZooKeeper or not (issue 68, item 2).
+
+A cluster over a ZooKeeper ensemble of three real members. With the whole ensemble paused
+(SIGSTOP), `midtown get --timeout 2` exits 5 within its timeout, and a client that knows
+its coordinators has every call end by its deadline. With two of the three members killed
+(no quorum), single-key calls with deadlines of 0.5-2 s all return by their deadline plus
+LATE_S; reads of an eventual dataset through the coordinators the client knows are served
+(the coordinators go on with what they read of the catalog: catalog/datasets.py), while a
+new client, which knows no coordinator, fails UNAVAILABLE within its deadline."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from midtown import Client, errors
+from midtown.cluster.ports import free_ports
+from midtown.cluster.zookeeper import ZooKeeper
+from tests.integration.conftest import started, wait_for
+
+pytestmark = pytest.mark.integration
+
+# What "by its deadline" allows: a thread's wake-up on this loaded 2-core machine.
+LATE_S = 0.25
+# A command's own start (the interpreter, its imports) before its --timeout begins.
+START_S = 3.0
+
+
+@pytest.fixture
+def ensemble(tmp_path: Path) -> Iterator[list[ZooKeeper]]:
+    ports = free_ports(9)
+    peers = [f"127.0.0.1:{ports[3 + 2 * i]}:{ports[4 + 2 * i]}" for i in range(3)]
+    zks = [ZooKeeper(tmp_path / f"zk-{i}", ports[i], peers=peers, member=i + 1) for i in range(3)]
+    try:
+        for z in zks:
+            z.start()
+        yield zks
+    finally:
+        for z in zks:
+            if z.proc is not None:
+                z.proc.send_signal(signal.SIGCONT)
+            z.stop()
+
+
+def _call(db: Client, op: str, deadline_s: float) -> str:
+    """One call; its outcome's name."""
+    try:
+        if op == "put strong":
+            db.put("s", "k", b"", b"x", timeout=deadline_s)
+        elif op == "get strong":
+            db.get("s", "k", timeout=deadline_s)
+        elif op == "cas strong":
+            db.cas("s", "c", b"", b"y", expect_absent=True, timeout=deadline_s)
+        elif op == "put eventual":
+            db.put("e", "k", b"", b"x", timeout=deadline_s)
+        else:
+            db.get("e", "k", consistency="eventual", timeout=deadline_s)
+    except errors.MidtownError as e:
+        return type(e).__name__
+    return "ok"
+
+
+def _timed(db: Client, op: str, deadline_s: float) -> tuple[str, float]:
+    t0 = time.monotonic()
+    outcome = _call(db, op, deadline_s)
+    return outcome, time.monotonic() - t0
+
+
+def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
+        tmp_path: Path, ensemble: list[ZooKeeper]) -> None:
+    hosts = ",".join(z.hosts for z in ensemble)
+    for z in ensemble:  # ZooKeeper logs (log4j through SLF4J's binding) beside its data
+        assert z.log_path == z.data_dir / "zookeeper.log"
+        wait_for(lambda: z.log_path.exists() and " INFO " in z.log_path.read_text(), 30, "ZooKeeper's log")
+        assert "NOP" not in z.out_path.read_text()
+    with started(tmp_path / "c", zk_external=hosts) as c:
+        c.create_dataset("s")
+        c.create_dataset("e", consistency="eventual")
+        db = Client(zk=hosts, timeout=5)
+        try:
+            for i in range(10):
+                db.put("s", f"k{i}", b"", b"v")
+                db.put("e", "k", b"", b"v")
+            assert db.coordinators()
+
+            # The whole ensemble paused: the command fails UNAVAILABLE (exit 5) within its
+            # timeout, and the client's calls end by their deadlines.
+            for z in ensemble:
+                assert z.proc is not None
+                z.proc.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            p = subprocess.run([sys.executable, "-m", "midtown", "get", "s", "k1", "--zk", hosts, "--timeout", "2"],
+                               capture_output=True, text=True, timeout=60)
+            took = time.monotonic() - t0
+            assert p.returncode == 5, (p.returncode, p.stdout, p.stderr)
+            assert "ZooKeeper" in p.stderr and "Traceback" not in p.stderr, p.stderr
+            assert "kazoo" not in p.stderr and "Connection dropped" not in p.stderr, p.stderr
+            assert took < 2 + START_S, f"midtown get --timeout 2 took {took:.1f}s"
+            for op in ("put strong", "get strong", "get eventual"):
+                outcome, took = _timed(db, op, 1.0)
+                assert took <= 1.0 + LATE_S, (op, outcome, took)
+            for z in ensemble:
+                assert z.proc is not None
+                z.proc.send_signal(signal.SIGCONT)
+            wait_for(lambda: _call(db, "put strong", 2.0) == "ok", 60, "puts once ZooKeeper is back")
+
+            # Two of the three members killed: no quorum.
+            for z in ensemble[:2]:
+                z.stop()
+            rnd = random.Random(68)
+            late, outcomes = [], {}
+            until = time.monotonic() + 8
+            while time.monotonic() < until:
+                op = rnd.choice(["put strong", "get strong", "cas strong", "put eventual", "get eventual"])
+                deadline_s = rnd.uniform(0.5, 2.0)
+                outcome, took = _timed(db, op, deadline_s)
+                outcomes.setdefault(op, []).append(outcome)
+                if took > deadline_s + LATE_S:
+                    late.append((op, round(deadline_s, 2), round(took, 2), outcome))
+            assert late == [], f"calls past their deadline: {late}"
+            # Reads of an eventual dataset need no ZooKeeper: the known coordinator serves them.
+            served = [_call(db, "get eventual", 2.0) for _ in range(20)]
+            assert served == ["ok"] * 20, (served, outcomes)
+
+            # A client that knows no coordinator fails within its deadline, naming ZooKeeper.
+            with Client(zk=hosts, timeout=1.0) as fresh:
+                t0 = time.monotonic()
+                with pytest.raises(errors.Unavailable, match="ZooKeeper"):
+                    fresh.get("s", "k1")
+                assert time.monotonic() - t0 <= 1.0 + LATE_S
+            t0 = time.monotonic()
+        finally:
+            db.close()
+        assert time.monotonic() - t0 < 2.0, "closing a client waited on ZooKeeper"

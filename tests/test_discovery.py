@@ -1,0 +1,152 @@
+"""The SDK's look-ups in ZooKeeper never hold a call past its deadline (midtown/discovery.py),
+and a coordinator's reads of ZooKeeper end within their bound (catalog/connect.py), here
+with a stand-in session whose answers wait until a test lets them through."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import grpc
+import pytest
+from kazoo.exceptions import OperationTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from catalog.connect import BoundedReads
+from midtown import errors
+from midtown.discovery import CLOSE_WAIT_S, DISCOVERY_TTL_S, Discovery
+from midtown.endpoints import Endpoints
+from midtown.retries import Attempts
+
+LATE_S = 0.25
+
+
+class Session:
+    """Answers the coordinators' registry with `addrs`, each read held until `open` is set."""
+
+    def __init__(self, addrs: list[str]) -> None:
+        self.addrs = addrs
+        self.open = threading.Event()
+        self.open.set()
+        self.reads = 0
+        self.stopped = threading.Event()
+
+    def get_children(self, path: str) -> list[str]:
+        self.reads += 1
+        assert self.open.wait(30)
+        return [str(i) for i in range(len(self.addrs))]
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        return json.dumps({"addr": self.addrs[int(path.rsplit("/", 1)[1])]}).encode(), SimpleNamespace(version=0)
+
+    def stop(self) -> None:
+        assert self.open.wait(30)  # kazoo's stop waits for a ZooKeeper that does not answer
+        self.stopped.set()
+
+    def close(self) -> None:
+        pass
+
+
+def _discovery(monkeypatch: pytest.MonkeyPatch, s: Session) -> Discovery:
+    d = Discovery("127.0.0.1:1", None)
+    monkeypatch.setattr(d, "session", lambda: s)
+    d._zk = s  # as if connected
+    return d
+
+
+def test_a_call_with_no_coordinator_known_waits_for_zookeeper_only_until_its_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Session(["a:1"])
+    s.open.clear()
+    d = _discovery(monkeypatch, s)
+    t0 = time.monotonic()
+    with pytest.raises(errors.Unavailable, match="did not answer within 0.3s"):
+        d.coordinators(0.3)
+    assert time.monotonic() - t0 <= 0.3 + LATE_S
+    s.open.set()
+    assert d.coordinators(5) == ["a:1"]
+    s.open.clear()
+    t0 = time.monotonic()
+    d.close()
+    assert time.monotonic() - t0 <= CLOSE_WAIT_S + LATE_S
+    s.open.set()
+
+
+def test_a_known_list_is_used_at_once_while_it_is_looked_up_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Session(["a:1", "b:2"])
+    d = _discovery(monkeypatch, s)
+    assert d.coordinators(5) == ["a:1", "b:2"] and s.reads == 1
+    assert d.coordinators(5) == ["a:1", "b:2"] and s.reads == 1  # fresh: no look-up
+    s.open.clear()
+    s.addrs = ["c:3"]
+    t0 = time.monotonic()
+    assert d.coordinators(5, refresh=True) == ["a:1", "b:2"]  # the last list, at once
+    assert time.monotonic() - t0 < LATE_S
+    s.open.set()
+    deadline = time.monotonic() + 10
+    while d.known() != ["c:3"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert d.known() == ["c:3"]
+    d.close()
+
+
+def test_a_list_older_than_its_time_to_live_is_looked_up_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Session(["a:1"])
+    d = _discovery(monkeypatch, s)
+    d.coordinators(5)
+    assert d._found is not None
+    d._found = (d._found[0] - DISCOVERY_TTL_S - 1, d._found[1])
+    assert d.known() is None
+    s.addrs = ["b:2"]
+    assert d.coordinators(5) == ["a:1"]  # stale, given while the look-up runs
+    deadline = time.monotonic() + 10
+    while d.known() != ["b:2"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert s.reads == 2 and d.known() == ["b:2"]
+    d.close()
+
+
+def test_no_coordinator_registered_is_unavailable_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _discovery(monkeypatch, Session([]))
+    with pytest.raises(errors.Unavailable, match="no coordinator is registered"):
+        d.coordinators(5)
+    d.close()
+
+
+class _Unanswered:
+    def get(self, timeout: float | None = None) -> Any:
+        time.sleep(timeout or 0)
+        raise KazooTimeoutError()
+
+
+def test_bounded_reads_end_within_their_bound() -> None:
+    zk = SimpleNamespace(get_async=lambda path, watch=None: _Unanswered(),
+                         get_children_async=lambda path, watch=None, include_data=False: _Unanswered(),
+                         exists_async=lambda path, watch=None: _Unanswered(), state="CONNECTED")
+    b = BoundedReads(zk, 0.1)  # type: ignore[arg-type]
+    for read in (lambda: b.get("/x"), lambda: b.get_children("/x"), lambda: b.exists("/x")):
+        t0 = time.monotonic()
+        with pytest.raises(OperationTimeoutError, match="within 0.1s"):
+            read()
+        assert time.monotonic() - t0 <= 0.1 + LATE_S
+    assert b.state == "CONNECTED"  # the rest is the session's own
+
+
+class _Rpc(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_a_coordinator_silent_through_a_calls_deadline_is_passed_over() -> None:
+    """The call that waited out its deadline on `a` marks it: the next calls go to `b`."""
+    ends = Endpoints(["a:1", "b:2"], None, timeout=1.0, retries=3, token=None, tls_ca=None, route=True)
+    attempts = Attempts("Put", 3, 0.05)
+    attempts.start(object())
+    assert not attempts.unanswered(_Rpc())  # its deadline has not passed: it may be the server's own
+    time.sleep(0.06)
+    assert attempts.unanswered(_Rpc())
+    ends.unanswered("a:1")
+    assert {ends.pick(ends.coordinators()) for _ in range(50)} == {"b:2"}

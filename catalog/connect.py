@@ -8,7 +8,8 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import OperationTimeoutError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
+from kazoo.retry import KazooRetry
 
 from runtime import reach
 
@@ -18,6 +19,25 @@ CONNECT_TIMEOUT_S = 15.0
 # takes over once the session expires. ZooKeeper needs tickTime <= timeout / 2.
 ZK_SESSION_TIMEOUT_S = 4.0
 ZK_TICK_MS = 500
+# Moving a session to another member when its own went quiet (paused, cut off, or electing
+# a leader: issue 68). kazoo tries the members in turn, each TCP connect waiting up to the
+# whole session timeout (4 s against a member whose machine is cut off), and backs off
+# between rounds from 0.1 s doubling to an hour: a ZooKeeper leader change left servers
+# reconnecting for 4 s. A connect that has not succeeded in CONNECT_ATTEMPT_S fails (a
+# member that answers does so in milliseconds), and rounds are at most RECONNECT_MAX_S
+# apart.
+CONNECT_ATTEMPT_S = 0.5
+RECONNECT_FIRST_S = 0.05
+RECONNECT_MAX_S = 0.5
+
+
+class _Handler(SequentialThreadingHandler):
+    """kazoo's threading handler, with each TCP connect bounded by CONNECT_ATTEMPT_S."""
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        timeout = kwargs.get("timeout")
+        kwargs["timeout"] = CONNECT_ATTEMPT_S if timeout is None else min(timeout, CONNECT_ATTEMPT_S)
+        return super().create_connection(*args, **kwargs)
 
 
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
@@ -34,7 +54,11 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
         why = reach.all_down(reach.zk_addrs(hosts), refused_retry_s, default_port=2181)
         if why is not None:
             raise reach.KnownDown(why)
-    zk = KazooClient(hosts=hosts, timeout=timeout_s, **({"logger": logger} if logger is not None else {}))
+    handler = _Handler()
+    zk = KazooClient(hosts=hosts, timeout=timeout_s, handler=handler,
+                     connection_retry=KazooRetry(max_tries=-1, delay=RECONNECT_FIRST_S, backoff=2, max_jitter=0.1,
+                                                 max_delay=RECONNECT_MAX_S, sleep_func=handler.sleep_func),
+                     **({"logger": logger} if logger is not None else {}))
     try:
         zk.start(timeout=connect_timeout_s)
     except Exception:

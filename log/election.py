@@ -311,6 +311,7 @@ class Election:
         # (a segment opens rarely).
         where = machines.domains(self.zk, machines.LOG_SERVERS)
         one = machines.one_machine(self.zk)
+        live = ensemble.off_machines_of(exclude, live, where, one)
         if topo.preferred_rank(log_id, self.server_id) == 0:
             return ensemble.ring(self.server_id, live, pool, domain_of=where, one_machine=one)
         open_segments, writers = self._loads(topo.logs)

@@ -89,3 +89,18 @@ def ring(claimant: int, live: Iterable[int], pool: Sequence[int],
         after = [s for g in groups.values() for s in g[i % len(g):] + g[:i % len(g)]]
     return _placed(claimant, [*[s for s in after if s in live], *[s for s in after if s not in live]],
                    size, domain_of, one_machine)
+
+
+def off_machines_of(lost: Iterable[int], live: Sequence[int], domain_of: Domains, one_machine: bool = False,
+                    size: int = limits.ENSEMBLE_SIZE) -> list[int]:
+    """`live` less every server on a machine where one of `lost` runs (pure). A copy that
+    stopped answering is most often a machine that went quiet whole (paused, cut off): its
+    other servers are still registered until their sessions expire, and a segment moved
+    onto one of them stopped again a second later (issue 68: three ensemble changes in a
+    row). Unless that leaves fewer than `size` (or the cluster runs on one machine): then
+    `live` as it is."""
+    gone = {domain_of(s).machine for s in lost}
+    if one_machine or not gone:
+        return list(live)
+    off = [s for s in live if domain_of(s).machine not in gone]
+    return off if len(off) >= size else list(live)

@@ -155,3 +155,21 @@ def test_a_machine_name_is_taken_or_refused_naming_the_field(name: str) -> None:
         assert fd.check_machine(name) == name
     except ValueError as e:
         assert str(e).startswith("machine: ")
+
+
+def test_a_segment_moved_off_a_lost_copy_leaves_that_copys_machine_whole() -> None:
+    """log/ensemble.py off_machines_of: a copy that stopped answering is most often its
+    machine gone quiet, whose other servers are registered still."""
+    off_machines_of = ensemble.off_machines_of
+    machine = {0: "a", 1: "a", 2: "b", 3: "b", 4: "c", 5: "c", 6: "d"}
+
+    def domain_of(s: int) -> Domain:
+        return Domain(machine[s])
+
+    assert off_machines_of({1}, [0, 2, 3, 4, 5, 6], domain_of) == [2, 3, 4, 5, 6]
+    assert off_machines_of({1, 3}, [0, 2, 4, 5, 6], domain_of) == [4, 5, 6]
+    # Too few left off those machines: the live servers as they are.
+    assert off_machines_of({1, 3, 5}, [0, 2, 4, 6], domain_of) == [0, 2, 4, 6]
+    # One machine for all (a development cluster): nothing to leave.
+    assert off_machines_of({1}, [0, 2], lambda s: Domain("one"), one_machine=True) == [0, 2]
+    assert off_machines_of(set(), [0, 2, 4], domain_of) == [0, 2, 4]

@@ -289,6 +289,9 @@ class Election:
         log.warning("server %d takes log %d over from server %d (lost: no answer to two probes)",
                     self.server_id, log_id, w["server"])
         self.writer_cache.pop(log_id, None)
+        # Its server (and its machine: log/ensemble.py off_machines_of) is left out of the
+        # segments opened here for a while, as a copy found lost is.
+        self._lost_until[w["server"]] = world.monotonic() + LOST_EXCLUDED_S
         self._claim(log_id, exclude={w["server"]})
 
     def _pool_registered(self) -> bool:

@@ -8,12 +8,15 @@ machine without a certificate of the cluster's CA is refused on every internal m
 
 Under the linearizability checker's workload: every process of one machine is SIGKILLed at
 once (its ZooKeeper member too) and the machine brought back; another machine's network
-goes down and comes back; a third is killed for good and its copies moved to the others
-(`node decommission`, `log-server decommission`). Nothing acknowledged is lost (the
-checker), writes go on while each machine is away, and at the end every shard and open
-segment has its copies on distinct machines (`cluster check`).
+goes down and comes back; the machine beside the probed key's log's writer is paused whole
+(SIGSTOP, its ZooKeeper member too if it has one) past the servers' ZooKeeper sessions and
+resumed; a third is killed for good and its copies moved to the others (`node
+decommission`, `log-server decommission`). Nothing acknowledged is lost (the checker),
+writes go on while each machine is away, no server logs a traceback at WARNING or above
+(an expected fault is one line), and at the end every shard and open segment has its
+copies on distinct machines (`cluster check`).
 
-MIDTOWN_NETNS_ROUNDS=N repeats the kill and the partition N times (`make soak-machines`:
+MIDTOWN_NETNS_ROUNDS=N repeats the kill, the partition and the pause N times (`make soak-machines`:
 the longer run, outside the suite)."""
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +50,8 @@ SUBNET = "10.202.{}.{}"  # this test's namespaces only (test_partition.py uses 1
 MACHINES, ZK_MEMBERS, WORKERS = 4, 3, 2
 ZK_PORT, BASE_PORT = 2181, 7000
 ROUNDS = int(os.environ.get("MIDTOWN_NETNS_ROUNDS", "1"))
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")  # a log line's start (not a traceback's)
+PAUSE_S = 6.0  # past the servers' ZooKeeper sessions (4 s)
 
 
 @dataclass
@@ -123,6 +129,33 @@ class Machines:
         for name in (f"m{i}", f"zk-{i}"):
             if name in self.procs:
                 self.procs[name].wait(30)
+
+    def pause(self, i: int, on: bool) -> None:
+        """Every process of machine i stopped (SIGSTOP) or continued at once: a machine gone
+        quiet without dying (a hung kernel, a stalled VM), its sockets open."""
+        sig = signal.SIGSTOP if on else signal.SIGCONT
+        for pid in self.spaces[i].pids():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def machine_of(self, addr: str) -> int:
+        """The machine whose address `addr` (HOST:PORT) is on."""
+        return [ns.ip for ns in self.spaces].index(addr.rsplit(":", 1)[0])
+
+    def tracebacks_at_warning(self) -> list[str]:
+        """Every traceback a server logged at WARNING or above (a defect: an expected
+        fault is one line, runtime/faults.py), as the line that introduced it."""
+        found = []
+        for f in sorted(self.dir.glob("m*/logs/*.log")):
+            lines = f.read_text(errors="replace").splitlines()
+            for k, line in enumerate(lines):
+                if line.startswith("Traceback (most recent call last)") and k > 0:
+                    said = next((x for x in reversed(lines[max(0, k - 30):k]) if LOG_LINE.match(x)), "")
+                    if re.search(r" (WARNING|ERROR|CRITICAL) ", said):
+                        found.append(f"{f.relative_to(self.dir)}: {said[:300]}")
+        return found
 
     def bring_back(self, i: int) -> None:
         if i < ZK_MEMBERS:
@@ -223,7 +256,7 @@ def test_a_caller_on_another_machine_without_a_certificate_is_refused_on_every_i
 def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_nothing(
         machines: Machines) -> None:
     m = machines
-    gaps: dict[str, list[float]] = {"kill": [], "partition": []}
+    gaps: dict[str, list[float]] = {"kill": [], "partition": [], "pause": []}
     with Client(zk=m.zk, timeout=30, tls_ca=m.ca) as db:
         probe = Prober(lambda n: db.put("t", "probe", "n", str(n).encode(), timeout=10))
 
@@ -246,6 +279,19 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
                 time.sleep(6)
                 m.spaces[2].link(True)
                 all_registered(m, "m2")
+                # The machine beside the probed key's log's writer paused whole, past its
+                # servers' ZooKeeper sessions: the log is taken over while it sleeps.
+                time.sleep(1)
+                beside = db.coordinator_for("t", "probe")
+                quiet = m.machine_of(beside) if beside is not None else 3
+                t = time.monotonic()
+                m.pause(quiet, True)
+                try:
+                    gaps["pause"].append(first_after(probe, t))
+                    time.sleep(max(0.0, PAUSE_S - (time.monotonic() - t)))
+                finally:
+                    m.pause(quiet, False)
+                all_registered(m, f"m{quiet}")
             # m3 is lost for good: its copies move to the others.
             gone = m.ids(3)
             m.kill(3)
@@ -264,6 +310,7 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
     assert [r["machine"] for r in out["machines"]] == ["m0", "m1", "m2"]
     assert out["ok"] and out["shards_sharing_a_machine"] == 0 and out["open_segments_sharing_a_machine"] == 0
     assert out["open_segments"] == 4
+    assert m.tracebacks_at_warning() == []
     said = {k: ", ".join(f"{g:.2f}" for g in v) for k, v in gaps.items()}
     print(f"\nfrom a machine killed to the next acknowledged put: {said['kill']} s; "
-          f"from a machine cut off: {said['partition']} s")
+          f"from a machine cut off: {said['partition']} s; from the writer's machine paused: {said['pause']} s")

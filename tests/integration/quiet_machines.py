@@ -1,0 +1,158 @@
+"""How long writes stop when a machine goes quiet (issue 68): `make quiet-machines`
+(QUIET_ROUNDS=N, 3 by default), outside the suite. Needs root (network namespaces).
+
+Four machines played by network namespaces, as tests/integration/test_netns.py lays them
+(a ZooKeeper member on three, `midtown machine up --workers 2` on each, mutual TLS, two
+key-value logs). One key per key-value log gets a put every 50 ms, each with a 2 s
+deadline, from a client outside the machines. Each round pauses whole (SIGSTOP of every
+process in the namespace) and then cuts off (its interface down) the machine beside the
+first key's log's writer, for 8 s, and reports per key the time from the fault to the
+first acknowledged put started after it, and whether ZooKeeper's leader was on that
+machine. A line of JSON a round, then the median and the largest per kind of fault over
+the keys whose log's writer was on the quiet machine.
+
+What it measures is the seconds a share of the keys is stopped for; where the time goes
+is in the workers' logs and ZooKeeper's (`zookeeper.log` beside each member's data) under
+the directory it prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from midtown import Client
+from midtown.cluster.zookeeper import four_letter
+from tests.integration import netns
+from tests.integration.conftest import wait_for
+from tests.integration.test_netns import MACHINES, ZK_MEMBERS, ZK_PORT, Machines
+
+QUIET_S = 8.0
+PUT_EVERY_S = 0.05
+PUT_DEADLINE_S = 2.0
+SUBNET = "10.204.{}.{}"  # its own namespaces (test_netns.py uses 10.202)
+
+
+class Ticker:
+    """A put on `key` every PUT_EVERY_S, each with a PUT_DEADLINE_S deadline, each in a
+    thread of its own (at most PUT_DEADLINE_S / PUT_EVERY_S at once)."""
+
+    def __init__(self, db: Client, key: str) -> None:
+        self.db, self.key = db, key
+        self.done: list[tuple[float, float, bool]] = []
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _one(self, n: int) -> None:
+        t0 = time.monotonic()
+        try:
+            self.db.put("t", self.key, "n", str(n).encode(), timeout=PUT_DEADLINE_S)
+            ok = True
+        except Exception:  # noqa: BLE001  (a failed put is what is measured)
+            ok = False
+        with self.lock:
+            self.done.append((t0, time.monotonic(), ok))
+
+    def _run(self) -> None:
+        n = 0
+        while not self.stopped.is_set():
+            n += 1
+            threading.Thread(target=self._one, args=(n,), daemon=True).start()
+            time.sleep(PUT_EVERY_S)
+
+    def first_ack_after(self, t: float, timeout_s: float) -> float | None:
+        """Seconds from `t` to the first acknowledged put started at or after it."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                acks = [end for start, end, ok in self.done if ok and start >= t]
+            if acks:
+                return min(acks) - t
+            time.sleep(0.02)
+        return None
+
+
+def zk_leader(m: Machines) -> int | None:
+    for i in range(ZK_MEMBERS):
+        try:
+            if b"Mode: leader" in four_letter(m.spaces[i].ip, ZK_PORT, b"srvr"):
+                return i
+        except OSError:
+            pass
+    return None
+
+
+def main() -> None:
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    why = netns.can_make()
+    if why is not None:
+        raise SystemExit(f"quiet-machines: {why}")
+    with netns.namespaces(MACHINES, SUBNET, "q") as (spaces, _):
+        m = Machines(spaces, Path(tempfile.mkdtemp(prefix="midtown-quiet-")))
+        print(f"machines under {m.dir}", flush=True)
+        m.make_certs()
+        for i in range(ZK_MEMBERS):
+            m.start_zk(i)
+        wait_for(lambda: all(m.zk_serving(i) for i in range(ZK_MEMBERS)), 90, "a ZooKeeper quorum", every_s=0.5)
+        m.mt("cluster", "init", "--by-machines", "--logs", "4", "--shards", "16", "--kv-logs", "2")
+        for i in range(MACHINES):
+            m.start_machine(i)
+        for i in range(MACHINES):
+            wait_for(lambda i=i: m.machine_up(i), 240, f"machine m{i}", every_s=0.5)
+        m.mt("cluster", "rebalance", "--json", timeout=600)
+        m.mt("dataset", "create", "t")
+        results: dict[str, list[float]] = {"pause": [], "cut": []}
+        with Client(zk=m.zk, timeout=10, tls_ca=m.ca) as db:
+            for n in range(100):  # routes are learnt by use
+                db.put("t", f"p{n}", "n", b"x")
+            time.sleep(3)
+            keys: dict[str, str] = {}  # the coordinator beside a log's writer -> a key of that log
+            for n in range(100):
+                beside = db.coordinator_for("t", f"p{n}")
+                if beside is not None:
+                    keys.setdefault(beside, f"p{n}")
+            tickers = [Ticker(db, k) for k in keys.values()]
+            time.sleep(3)
+            for r in range(rounds):
+                for kind in ("pause", "cut"):
+                    beside = db.coordinator_for("t", tickers[0].key)
+                    if beside is None:
+                        time.sleep(2)
+                        continue
+                    i = m.machine_of(beside)
+                    # the keys whose log's writer is on that machine (the first key's, at least)
+                    there = {tk.key for tk in tickers
+                             if (c := db.coordinator_for("t", tk.key)) is not None and m.machine_of(c) == i}
+                    leader = zk_leader(m)
+                    t = time.monotonic()
+                    m.pause(i, True) if kind == "pause" else m.spaces[i].link(False)
+                    try:
+                        gaps = {tk.key: tk.first_ack_after(t, 60) for tk in tickers}
+                        time.sleep(max(0.0, QUIET_S - (time.monotonic() - t)))
+                    finally:
+                        m.pause(i, False) if kind == "pause" else m.spaces[i].link(True)
+                    print(json.dumps({"round": r, "fault": kind, "machine": f"m{i}", "zk_leader_there": leader == i,
+                                      "at": time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - t))),
+                                      "seconds_to_next_ack": {k: None if g is None else round(g, 2)
+                                                              for k, g in gaps.items()},
+                                      "writer_there": sorted(there)}), flush=True)
+                    results[kind] += [g if g is not None else float("inf") for k, g in gaps.items() if k in there]
+                    time.sleep(10)
+            for tk in tickers:
+                tk.stopped.set()
+        for kind, gs in results.items():
+            if gs:
+                print(f"{kind}: the next acknowledged put of a log whose writer's machine went quiet, over "
+                      f"{len(gs)}: median {statistics.median(gs):.2f} s, largest {max(gs):.2f} s", flush=True)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    main()

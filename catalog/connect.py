@@ -56,7 +56,8 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
             raise reach.KnownDown(why)
     handler = _Handler()
     zk = KazooClient(hosts=hosts, timeout=timeout_s, handler=handler,
-                     connection_retry=KazooRetry(max_tries=-1, delay=RECONNECT_FIRST_S, backoff=2, max_jitter=0.1,
+                     connection_retry=KazooRetry(max_tries=-1, delay=RECONNECT_FIRST_S, backoff=2,
+                                                 max_jitter=0.1,
                                                  max_delay=RECONNECT_MAX_S, sleep_func=handler.sleep_func),
                      **({"logger": logger} if logger is not None else {}))
     try:
@@ -93,7 +94,8 @@ class BoundedReads:
         try:
             return result.get(timeout=self.wait_s)
         except KazooTimeoutError:
-            raise OperationTimeoutError(f"ZooKeeper did not answer {what} {path} within {self.wait_s:g}s") from None
+            raise OperationTimeoutError(f"ZooKeeper did not answer {what} {path} "
+                                        f"within {self.wait_s:g}s") from None
 
     def get(self, path: str, watch: Any = None) -> Any:
         return self._wait(self._zk.get_async(path, watch), "a read of", path)

@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     if pooled:
         ls, node = log_server.build(a.id, log_addr, a.zk, os.path.join(a.data, "log"))
         log_server.add_health(ls, node)
-        parts.append(Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0, name="log server"))
+        parts.append(Part(ls, f"{a.host}:{a.log_port}", node.start, node.stop, grace_s=2.0,
+                          name="log server"))
     else:  # decommissioned (midtown log-server decommission): the rest of the host serves on
         logging.getLogger("coordinator.host").warning(
             "log server %d is not in the log servers' pool (decommissioned, or never added): this host "

@@ -211,6 +211,7 @@ def watch_own_port(name: str, addr: str, stop: threading.Event, wedged: Callable
                         name, PROBE_TIMEOUT_S, judge.in_a_row + 1)
         if judge.checked(ok or stop.is_set()):
             wedged(f"{name}: its gRPC server answered no health check for {judge.in_a_row} checks "
-                   f"of {PROBE_TIMEOUT_S:g}s in a row (wedged); exiting so that the supervisor starts it again")
+                   f"of {PROBE_TIMEOUT_S:g}s in a row (wedged); exiting so that the supervisor "
+                   "starts it again")
 
     loops.every(f"probe {name}", PROBE_INTERVAL_S, probe, stop)

@@ -40,7 +40,8 @@ class Session:
         return [str(i) for i in range(len(self.addrs))]
 
     def get(self, path: str) -> tuple[bytes, Any]:
-        return json.dumps({"addr": self.addrs[int(path.rsplit("/", 1)[1])]}).encode(), SimpleNamespace(version=0)
+        addr = self.addrs[int(path.rsplit("/", 1)[1])]
+        return json.dumps({"addr": addr}).encode(), SimpleNamespace(version=0)
 
     def stop(self) -> None:
         assert self.open.wait(30)  # kazoo's stop waits for a ZooKeeper that does not answer

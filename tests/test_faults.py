@@ -26,7 +26,8 @@ class _Rpc(grpc.RpcError):
         return self._details
 
 
-@pytest.mark.parametrize("e", [SessionExpiredError(), ConnectionLoss(), TimeoutError("t"), ConnectionRefusedError(),
+@pytest.mark.parametrize("e", [SessionExpiredError(), ConnectionLoss(), TimeoutError("t"),
+                               ConnectionRefusedError(),
                                LogError(grpc.StatusCode.UNAVAILABLE, "log server 2: Connection refused"),
                                _Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")])
 def test_faults_of_the_world_are_expected(e: BaseException) -> None:
@@ -34,7 +35,8 @@ def test_faults_of_the_world_are_expected(e: BaseException) -> None:
 
 
 @pytest.mark.parametrize("e", [KeyError("x"), AssertionError("invariant"), NoNodeError(),
-                               LogError(grpc.StatusCode.INTERNAL, "bug"), _Rpc(grpc.StatusCode.INVALID_ARGUMENT, "x")])
+                               LogError(grpc.StatusCode.INTERNAL, "bug"),
+                               _Rpc(grpc.StatusCode.INVALID_ARGUMENT, "x")])
 def test_defects_are_not(e: BaseException) -> None:
     assert not faults.expected(e)
 

@@ -103,7 +103,8 @@ def test_a_watch_sends_each_change_and_ends_with_its_call() -> None:
             time.sleep(0.02)
         assert h._watches == 0
         with grpc.insecure_channel(addr) as ch:
-            unknown = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=1)
+            nope = health_pb2.HealthCheckRequest(service="nope")
+            unknown = health_pb2_grpc.HealthStub(ch).Watch(nope, timeout=1)
             assert next(iter(unknown)).status == health.SERVICE_UNKNOWN
             unknown.cancel()
             with pytest.raises(grpc.RpcError) as e:
@@ -157,7 +158,8 @@ def test_the_self_probe_finds_a_server_that_stopped_answering(tmp_path) -> None:
     time.sleep(health.PROBE_INTERVAL_S * 2.5)
     assert wedged == []
     block.clear()
-    deadline = time.monotonic() + (health.PROBE_INTERVAL_S + health.PROBE_TIMEOUT_S) * (health.PROBE_FAILURES_MAX + 2)
+    each_s = health.PROBE_INTERVAL_S + health.PROBE_TIMEOUT_S
+    deadline = time.monotonic() + each_s * (health.PROBE_FAILURES_MAX + 2)
     while not wedged and time.monotonic() < deadline:
         time.sleep(0.1)
     stop.set()

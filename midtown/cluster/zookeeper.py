@@ -54,7 +54,8 @@ def is_ok(host: str, port: int) -> bool:
 def config_text(data_dir: Path, port: int, host: str = "127.0.0.1", peers: list[str] | None = None) -> str:
     """zoo.cfg of a standalone server, or of a member of the ensemble `peers` (each
     HOST:PEER_PORT:ELECTION_PORT, member i+1 being the i-th: its myid file says which)."""
-    ensemble = ["initLimit=10", f"syncLimit={SYNC_LIMIT_TICKS}", "reconfigEnabled=false", "standaloneEnabled=false",
+    ensemble = ["initLimit=10", f"syncLimit={SYNC_LIMIT_TICKS}", "reconfigEnabled=false",
+                "standaloneEnabled=false",
                 "quorumListenOnAllIPs=true",
                 *(f"server.{i + 1}={p}" for i, p in enumerate(peers))] if peers else []
     return "\n".join(

@@ -30,7 +30,6 @@ from pathlib import Path
 from midtown import Client
 from midtown.cluster.zookeeper import four_letter
 from tests.integration import netns
-from tests.integration.conftest import wait_for
 from tests.integration.test_netns import MACHINES, ZK_MEMBERS, ZK_PORT, Machines
 
 QUIET_S = 8.0
@@ -79,6 +78,14 @@ class Ticker:
         return None
 
 
+def quiet(m: Machines, i: int, fault: str, on: bool) -> None:
+    """Machine i paused whole ("pause") or cut off ("cut"), or back."""
+    if fault == "pause":
+        m.pause(i, on)
+    else:
+        m.spaces[i].link(not on)
+
+
 def zk_leader(m: Machines) -> int | None:
     for i in range(ZK_MEMBERS):
         try:
@@ -97,17 +104,7 @@ def main() -> None:
     with netns.namespaces(MACHINES, SUBNET, "q") as (spaces, _):
         m = Machines(spaces, Path(tempfile.mkdtemp(prefix="midtown-quiet-")))
         print(f"machines under {m.dir}", flush=True)
-        m.make_certs()
-        for i in range(ZK_MEMBERS):
-            m.start_zk(i)
-        wait_for(lambda: all(m.zk_serving(i) for i in range(ZK_MEMBERS)), 90, "a ZooKeeper quorum", every_s=0.5)
-        m.mt("cluster", "init", "--by-machines", "--logs", "4", "--shards", "16", "--kv-logs", "2")
-        for i in range(MACHINES):
-            m.start_machine(i)
-        for i in range(MACHINES):
-            wait_for(lambda i=i: m.machine_up(i), 240, f"machine m{i}", every_s=0.5)
-        m.mt("cluster", "rebalance", "--json", timeout=600)
-        m.mt("dataset", "create", "t")
+        m.lay_out()
         results: dict[str, list[float]] = {"pause": [], "cut": []}
         with Client(zk=m.zk, timeout=10, tls_ca=m.ca) as db:
             for n in range(100):  # routes are learnt by use
@@ -132,18 +129,19 @@ def main() -> None:
                              if (c := db.coordinator_for("t", tk.key)) is not None and m.machine_of(c) == i}
                     leader = zk_leader(m)
                     t = time.monotonic()
-                    m.pause(i, True) if kind == "pause" else m.spaces[i].link(False)
+                    quiet(m, i, kind, True)
                     try:
                         gaps = {tk.key: tk.first_ack_after(t, 60) for tk in tickers}
                         time.sleep(max(0.0, QUIET_S - (time.monotonic() - t)))
                     finally:
-                        m.pause(i, False) if kind == "pause" else m.spaces[i].link(True)
-                    print(json.dumps({"round": r, "fault": kind, "machine": f"m{i}", "zk_leader_there": leader == i,
-                                      "at": time.strftime("%H:%M:%S", time.localtime(time.time() - (time.monotonic() - t))),
+                        quiet(m, i, kind, False)
+                    at = time.strftime("%H:%M:%S", time.localtime(time.time() - time.monotonic() + t))
+                    print(json.dumps({"round": r, "fault": kind, "machine": f"m{i}", "at": at,
+                                      "zk_leader_there": leader == i,
                                       "seconds_to_next_ack": {k: None if g is None else round(g, 2)
                                                               for k, g in gaps.items()},
                                       "writer_there": sorted(there)}), flush=True)
-                    results[kind] += [g if g is not None else float("inf") for k, g in gaps.items() if k in there]
+                    results[kind] += [float("inf") if g is None else g for k, g in gaps.items() if k in there]
                     time.sleep(10)
             for tk in tickers:
                 tk.stopped.set()

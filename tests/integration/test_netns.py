@@ -130,6 +130,23 @@ class Machines:
             if name in self.procs:
                 self.procs[name].wait(30)
 
+    def lay_out(self) -> None:
+        """The ZooKeeper ensemble, the cluster made by machines, every machine up, the
+        shards placed on three machines each, and the dataset "t"."""
+        self.make_certs()
+        for i in range(ZK_MEMBERS):
+            self.start_zk(i)
+        wait_for(lambda: all(self.zk_serving(i) for i in range(ZK_MEMBERS)), 90, "a ZooKeeper quorum",
+                 every_s=0.5)
+        self.mt("cluster", "init", "--by-machines", "--logs", "4", "--shards", "16", "--kv-logs", "2")
+        for i in range(MACHINES):
+            self.start_machine(i)
+        for i in range(MACHINES):
+            wait_for(lambda i=i: self.machine_up(i), 240, f"machine m{i}", every_s=0.5)
+        # The machines joined one after another: place every shard on three of them.
+        self.mt("cluster", "rebalance", "--json", timeout=600)
+        self.mt("dataset", "create", "t")
+
     def pause(self, i: int, on: bool) -> None:
         """Every process of machine i stopped (SIGSTOP) or continued at once: a machine gone
         quiet without dying (a hung kernel, a stalled VM), its sockets open."""
@@ -177,19 +194,7 @@ class Machines:
 def machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machines]:
     with netns.namespaces(MACHINES, SUBNET, "m") as (spaces, _):
         m = Machines(spaces, Path(tmp_path_factory.mktemp("machines")))
-        m.make_certs()
-        for i in range(ZK_MEMBERS):
-            m.start_zk(i)
-        wait_for(lambda: all(m.zk_serving(i) for i in range(ZK_MEMBERS)), 90, "a ZooKeeper quorum",
-                 every_s=0.5)
-        m.mt("cluster", "init", "--by-machines", "--logs", "4", "--shards", "16", "--kv-logs", "2")
-        for i in range(MACHINES):
-            m.start_machine(i)
-        for i in range(MACHINES):
-            wait_for(lambda i=i: m.machine_up(i), 240, f"machine m{i}", every_s=0.5)
-        # The machines joined one after another: place every shard on three of them.
-        m.mt("cluster", "rebalance", "--json", timeout=600)
-        m.mt("dataset", "create", "t")
+        m.lay_out()
         yield m
 
 
@@ -313,4 +318,5 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
     assert m.tracebacks_at_warning() == []
     said = {k: ", ".join(f"{g:.2f}" for g in v) for k, v in gaps.items()}
     print(f"\nfrom a machine killed to the next acknowledged put: {said['kill']} s; "
-          f"from a machine cut off: {said['partition']} s; from the writer's machine paused: {said['pause']} s")
+          f"from a machine cut off: {said['partition']} s; "
+          f"from the writer's machine paused: {said['pause']} s")

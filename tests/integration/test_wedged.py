@@ -50,7 +50,8 @@ def supervised(tmp_path: Path) -> Iterator[Cluster]:
 
 def _check(addr: str, timeout_s: float) -> int:
     with grpc.insecure_channel(addr) as ch:
-        return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=timeout_s).status)
+        stub = health_pb2_grpc.HealthStub(ch)
+        return int(stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout_s).status)
 
 
 def _race_watches(addrs: list[str], seconds: float) -> None:
@@ -99,7 +100,8 @@ def test_racing_health_watches_wedge_no_server(supervised: Cluster) -> None:
         db.put("h", "k", b"", b"v")
         # The statuses change meanwhile: a storage node restarted is NOT_SERVING until it
         # has caught up, then SERVING.
-        restarting = threading.Thread(target=lambda: mt("cluster", "restart", "storage-1", "--dir", str(c.dir)))
+        restarting = threading.Thread(
+            target=lambda: mt("cluster", "restart", "storage-1", "--dir", str(c.dir)))
         restarting.start()
         _race_watches(addrs, 6.0)
         restarting.join(60)

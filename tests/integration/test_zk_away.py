@@ -96,7 +96,8 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
                 assert z.proc is not None
                 z.proc.send_signal(signal.SIGSTOP)
             t0 = time.monotonic()
-            p = subprocess.run([sys.executable, "-m", "midtown", "get", "s", "k1", "--zk", hosts, "--timeout", "2"],
+            p = subprocess.run([sys.executable, "-m", "midtown", "get", "s", "k1", "--zk", hosts,
+                                "--timeout", "2"],
                                capture_output=True, text=True, timeout=60)
             took = time.monotonic() - t0
             assert p.returncode == 5, (p.returncode, p.stdout, p.stderr)

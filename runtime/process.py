@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -106,14 +105,16 @@ def serve_all(parts: list[Part], ready: str) -> None:
     (runtime/health.py): one that stops answering ends the process with EXIT_WEDGED."""
     from runtime import health  # the health and reflection services: servers only
 
-    probes = tempfile.mkdtemp(prefix="midtown-probe-")  # mode 0700: this user's alone
+    probes = health.probe_directory()
     done = threading.Event()
     watched: list[tuple[str, str]] = []
     try:
         for i, p in enumerate(parts):
             if p.listen:
                 transport.listen(p.server, p.listen)
-            watched.append((p.name or f"server {i}", health.own_port(p.server, probes, str(i))))
+            probe = health.own_port(p.server, probes, str(i))
+            if probe is not None:
+                watched.append((p.name or f"server {i}", probe))
             p.server.start()
             try:
                 p.on_start()

@@ -150,7 +150,8 @@ def test_the_self_probe_finds_a_server_that_stopped_answering(tmp_path) -> None:
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     health_pb2_grpc.add_HealthServicer_to_server(Stuck(), server)
-    addr = health.own_port(server, str(tmp_path), "0")
+    addr = health.own_port(server, health.probe_directory(), "0")
+    assert addr is not None
     server.start()
     stop, wedged = threading.Event(), []
     block.set()  # answering at first: no verdict
@@ -166,3 +167,21 @@ def test_the_self_probe_finds_a_server_that_stopped_answering(tmp_path) -> None:
     block.set()
     server.stop(0)
     assert wedged and "test server" in wedged[0] and "wedged" in wedged[0]
+
+
+def test_the_probes_directory_is_short_whatever_tmpdir_says(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A Unix socket's path has at most 107 bytes; a test's or a benchmark's TMPDIR is
+    longer (a server that could not bind its probe exited at start)."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 80)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    d = health.probe_directory()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    try:
+        assert len(d) < health.SHORT_PATH + 20
+        assert health.own_port(server, d, "3") is not None
+        assert health.own_port(server, str(deep / ("x" * 40)), "3") is None  # too long: unprobed, not dead
+    finally:
+        server.stop(0)

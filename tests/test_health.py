@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
@@ -138,7 +139,7 @@ def test_unanswered_checks_in_a_row_make_a_server_wedged() -> None:
     assert u.checked(False) is True
 
 
-def test_the_self_probe_finds_a_server_that_stopped_answering(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_self_probe_finds_a_server_that_stopped_answering() -> None:
     """A server whose worker pool no call leaves (here: every worker held by a blocked
     call) answers no check on its own port: the probe calls `wedged`."""
     block = threading.Event()
@@ -169,7 +170,8 @@ def test_the_self_probe_finds_a_server_that_stopped_answering(tmp_path) -> None:
     assert wedged and "test server" in wedged[0] and "wedged" in wedged[0]
 
 
-def test_the_probes_directory_is_short_whatever_tmpdir_says(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_probes_directory_is_short_whatever_tmpdir_says(monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
     """A Unix socket's path has at most 107 bytes; a test's or a benchmark's TMPDIR is
     longer (a server that could not bind its probe exited at start)."""
     import tempfile

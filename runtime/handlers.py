@@ -5,9 +5,11 @@ Each method is registered through `unary`, `unary_stream` or `stream_stream` her
 request is parsed from its bytes (INVALID_ARGUMENT "request: not a valid X" when it is not
 one) and handed to the method with the call's context. A `Refusal` (runtime/refusals.py)
 raised anywhere below ends the call with its code, its "field: message" text and its
-trailers; any other exception ends it with INTERNAL naming the method, and is logged with
-its traceback, never with gRPC's bare UNKNOWN. Nothing below refuses through the context:
-cores raise Refusal (BadRequest for what a client sent), shells let it through."""
+trailers; an expected fault (ZooKeeper or a peer away: runtime/faults.py) ends it with
+UNAVAILABLE, logged as one line; any other exception ends it with INTERNAL naming the
+method, and is logged with its traceback, never with gRPC's bare UNKNOWN. Nothing below
+refuses through the context: cores raise Refusal (BadRequest for what a client sent),
+shells let it through."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError
 
+from runtime import faults
 from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.handlers")
@@ -59,6 +62,11 @@ def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Intern
         raise e
     if not ctx.is_active():  # the call ended under the method (the client went away): no one to tell
         raise e
+    if faults.expected(e):  # ZooKeeper or a peer away (runtime/faults.py): one line, and a retry may do
+        faults.log_failure(log, name, e)
+        if outcome:
+            outcome(name, "UNAVAILABLE")
+        Refusal(grpc.StatusCode.UNAVAILABLE, f"{name}: {faults.one_line(e)}; retry").abort(ctx)
     log.error("%s failed", name, exc_info=e)
     if outcome:
         outcome(name, "INTERNAL")

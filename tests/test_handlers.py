@@ -6,6 +6,7 @@ status after them."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -14,6 +15,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kazoo.exceptions import ConnectionLoss
 
 from midtown_pb import kv_pb2 as pb
 from runtime import handlers
@@ -38,6 +40,10 @@ def _bug(req: pb.GetRequest, ctx: Any) -> pb.GetResponse:
     return {}["missing"]  # type: ignore[no-any-return]
 
 
+def _zk_away(req: pb.GetRequest, ctx: Any) -> pb.GetResponse:
+    raise ConnectionLoss()  # ZooKeeper's connection dropped under the method: expected
+
+
 def _stream(req: pb.GetRequest, ctx: Any) -> Iterator[pb.GetResponse]:
     yield pb.GetResponse(found=True)
     yield pb.GetResponse(found=False)
@@ -56,7 +62,8 @@ def server() -> Iterator[tuple[grpc.Channel, list[tuple[str, str]]]]:
     def outcome(method: str, code: str) -> None:
         seen.append((method, code))
     methods = {name: handlers.unary(name, pb.GetRequest, fn, outcome=outcome)
-               for name, fn in (("Ok", _ok), ("Refuse", _refuse), ("Bad", _bad), ("Bug", _bug))}
+               for name, fn in (("Ok", _ok), ("Refuse", _refuse), ("Bad", _bad), ("Bug", _bug),
+                                ("ZkAway", _zk_away))}
     methods["Stream"] = handlers.unary_stream("Stream", pb.GetRequest, _stream, outcome=outcome)
     methods["Echo"] = handlers.stream_stream("Echo", pb.GetRequest, _echo, outcome=outcome)
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -164,3 +171,17 @@ def test_a_client_that_goes_away_is_no_error(server: tuple[grpc.Channel, list[tu
         release.set()
         time.sleep(0.2)
     assert [r.getMessage() for r in caplog.records if r.name == "midtown.handlers"] == []
+
+
+def test_an_expected_fault_is_unavailable_and_one_line(server: tuple[grpc.Channel, list[tuple[str, str]]],
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A fault of the world (ZooKeeper away, a peer refused: runtime/faults.py) ends the
+    call UNAVAILABLE, for the client to retry, logged as one line without a traceback (a
+    log server's Truncate logged one at ERROR when its session's connection dropped)."""
+    ch, seen = server
+    with caplog.at_level(logging.DEBUG, logger="midtown.handlers"):
+        e = _status(ch, "ZkAway", GET)
+    assert e.code() == grpc.StatusCode.UNAVAILABLE and (e.details() or "").startswith("ZkAway: ConnectionLoss")
+    assert ("ZkAway", "UNAVAILABLE") in seen
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned and all(r.exc_info is None for r in warned)

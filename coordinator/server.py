@@ -56,7 +56,7 @@ from record.model import (
     RecordResult,
     Scan,
 )
-from runtime import handlers, inprocess, metrics, transport, world
+from runtime import faults, handlers, inprocess, metrics, transport, world
 from runtime.health import serve_health
 from runtime.process import Part, serve_all, tune_runtime
 from runtime.refusals import REFUSED, BadRequest, Refusal
@@ -520,7 +520,12 @@ class Shell:
                           f"({type(e).__name__}); the request was not applied; retry") from None
         except Refusal:
             raise
-        except Exception:
+        except Exception as e:
+            if faults.expected(e):  # a peer or the log away (runtime/faults.py): one line, retry
+                faults.log_failure(log, f"coordinator {self.c.coord_id}: {name}", e)
+                raise Refusal(Code.UNAVAILABLE, f"coordinator {self.c.coord_id}: {name}: "
+                              f"{faults.one_line(e)}; the outcome is unknown: retry with the same "
+                              "header.request_id") from None
             log.exception("%s failed", name)
             raise Refusal(Code.INTERNAL, self.internal_text(name)) from None
 

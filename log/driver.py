@@ -17,7 +17,7 @@ from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
 from log.seals import NONE, UNTAGGED, Sealed, Seals, Stint, Tags
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
-from runtime import world
+from runtime import faults, world
 from runtime.clock import lease_clock
 
 
@@ -191,9 +191,10 @@ class WriterDriver:
                     self.node.notify(self.log_id)
                     if lac_due == float("inf"):
                         lac_due = world.monotonic() + LAC_PUSH_DELAY_S
-        except Exception:  # a bug: stop writing rather than risk anything
-            log.exception("writer for log %d crashed", self.log_id)
-            core.fail("internal error in the writer")
+        except Exception as e:  # stop writing rather than risk anything
+            # ZooKeeper or a peer away mid-step is expected (one line); anything else a bug.
+            faults.log_failure(log, f"writer for log {self.log_id} stopped", e)
+            core.fail("internal error in the writer" if not faults.expected(e) else faults.one_line(e))
             self._flush()
         finally:
             self.failed.set()

@@ -19,9 +19,9 @@ at once, and the next one is refused (RESOURCE_EXHAUSTED) rather than starve the
 `watch_own_port` is the check a load balancer would make, made by the process itself: a
 `Health/Check` on its own port every PROBE_INTERVAL_S. A server that does not answer its
 own port PROBE_FAILURES_MAX times in a row is wedged (a deadlock in a library, a worker
-pool that no call leaves): the process says so, turns NOT_SERVING and exits with
-EXIT_WEDGED, which closes its ZooKeeper session (it leaves the registry) and lets its
-supervisor start it again."""
+pool that no call leaves): the process says so and exits with EXIT_WEDGED, so its port
+refuses connections, its ZooKeeper session goes (it leaves the registry) and its
+supervisor starts it again."""
 
 from __future__ import annotations
 
@@ -69,12 +69,6 @@ class Health(health_pb2_grpc.HealthServicer):
                 self._status[service] = status
                 self._version += 1
                 self._cond.notify_all()
-
-    def set_all(self, status: int) -> None:
-        with self._cond:
-            services = list(self._status)
-        for service in services:
-            self.set(service, status)
 
     def status(self, service: str) -> int | None:
         with self._cond:

@@ -5,9 +5,11 @@ server that stops answering its own port is found out."""
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
@@ -29,6 +31,19 @@ def _server(threads: int = 16) -> tuple[grpc.Server, health.Health, str]:
     h.set("", health.SERVING)
     h.set("midtown.kv.v1.KV", health.SERVING)
     return server, h, f"127.0.0.1:{port}"
+
+
+def race(bodies: list[Callable[[], None]], stop: threading.Event, seconds: float) -> list[threading.Thread]:
+    """Each of `bodies` in a daemon thread for `seconds`, then `stop` set: the threads that
+    had not ended 10 s later (a server holding their calls)."""
+    threads = [threading.Thread(target=b, daemon=True) for b in bodies]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    return [t for t in threads if t.is_alive()]
 
 
 def _race(addr: str, h: health.Health, seconds: float, seed: int) -> None:
@@ -61,15 +76,8 @@ def _race(addr: str, h: health.Health, seconds: float, seed: int) -> None:
         while not stop.is_set():
             h.set(rnd.choice(SERVICES[:2]), rnd.choice([health.SERVING, health.NOT_SERVING]))
 
-    threads = [threading.Thread(target=watcher, args=(n,), daemon=True) for n in range(4)]
-    threads.append(threading.Thread(target=flipper, daemon=True))
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(10)
-        assert not t.is_alive(), "a racing thread did not end: the server holds its calls"
+    stuck = race([*(functools.partial(watcher, n) for n in range(4)), flipper], stop, seconds)
+    assert stuck == [], "a racing thread did not end: the server holds its calls"
 
 
 def test_racing_watches_and_status_changes_leave_the_server_answering() -> None:

@@ -12,6 +12,7 @@ with real processes under `midtown cluster up`'s supervisor.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -32,6 +33,7 @@ from midtown_pb import log_pb2, log_pb2_grpc
 from runtime.process import EXIT_WEDGED
 from tests.integration.conftest import wait_for
 from tests.integration.test_cli import mt
+from tests.test_health import race
 
 pytestmark = pytest.mark.integration
 
@@ -78,13 +80,7 @@ def _race_watches(addrs: list[str], seconds: float) -> None:
             for ch in chans.values():
                 ch.close()
 
-    threads = [threading.Thread(target=watcher, args=(n,), daemon=True) for n in range(8)]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join(10)
+    race([functools.partial(watcher, n) for n in range(8)], stop, seconds)
 
 
 def _internal_ports(c: Cluster) -> list[str]:

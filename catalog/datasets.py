@@ -279,6 +279,7 @@ class DatasetCache:
         self._cache: dict[str, tuple[float, Dataset | None]] = {}
         self._lock = world.lock()
         self._emptied = 0  # times the watch emptied it: a lookup begun before is not kept
+        self._names: frozenset[str] | None = None  # the datasets' names the watch last saw
         self._quick = connect.bounded(zk, connect.STALE_READ_WAIT_S)
 
     def watch(self) -> None:
@@ -287,7 +288,16 @@ class DatasetCache:
         self.zk.ChildrenWatch(ROOT, self._on_children)
 
     def _on_children(self, children: list[str]) -> None:
+        # kazoo calls this again, with the same list, when a session is re-established: a
+        # list unchanged since the last call empties nothing (entries the coordinator goes
+        # on with while ZooKeeper is away again). A dataset dropped and made again meanwhile
+        # keeps its name: the create waited out two lifetimes of an entry, past which a
+        # write reads it again (a read may see the old one, as while ZooKeeper is away).
+        names = frozenset(children)
         with self._lock:
+            if names == self._names:
+                return
+            self._names = names
             self._cache.clear()
             self._emptied += 1
 

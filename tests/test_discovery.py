@@ -151,3 +151,37 @@ def test_a_coordinator_silent_through_a_calls_deadline_is_passed_over() -> None:
     assert attempts.unanswered(_Rpc())
     ends.unanswered("a:1")
     assert {ends.pick(ends.coordinators()) for _ in range(50)} == {"b:2"}
+
+
+class _Catalog:
+    """A ZooKeeper holding one dataset, "e"; `away` makes every read fail as a ZooKeeper
+    without a quorum does."""
+
+    def __init__(self) -> None:
+        self.away = False
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        if self.away:
+            raise OperationTimeoutError("ZooKeeper did not answer")
+        body = {"consistency": "eventual", "replication": 3, "ttl_ms": 0}
+        return json.dumps(body).encode(), SimpleNamespace(czxid=7)
+
+
+def test_a_dataset_entry_outlives_a_session_reestablished_with_the_same_datasets() -> None:
+    """kazoo calls the datasets' watch again, with the same list, when a session is made
+    anew: that empties nothing, so a read goes on with the entry while ZooKeeper is away
+    again (it emptied the cache, and eventual reads failed without a quorum). A list that
+    changed (a dataset made or dropped) empties it."""
+    from catalog.datasets import DatasetCache
+
+    zk = _Catalog()
+    cache = DatasetCache(zk, ttl_s=0.0)  # type: ignore[arg-type]
+    cache._on_children(["e"])
+    assert cache.get("e", write=False) is not None
+    cache._on_children(["e"])  # a new session: the same datasets
+    zk.away = True
+    d = cache.get("e", write=False)
+    assert d is not None and d.consistency == "eventual"
+    cache._on_children(["e", "f"])  # a dataset made: emptied
+    with pytest.raises(OperationTimeoutError):
+        cache.get("e", write=False)

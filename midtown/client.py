@@ -14,6 +14,7 @@ runs them on blocking gRPC stubs."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,10 @@ from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
 from runtime import world
 from runtime.transport import GRPC_OPTIONS
+
+# Each failed attempt of a call, at DEBUG (the coordinator, why, the time left): where a
+# slow call spent its deadline (tests/integration/quiet_machines.py writes them to a file).
+log = logging.getLogger("midtown.client")
 
 # A watch's streams end after a minute (the coordinator's default), and are started again.
 WATCH_STREAM_S = 90.0
@@ -188,6 +193,8 @@ class Client(Operations):
                 finally:
                     call.cancel()
             except grpc.RpcError as e:
+                log.debug("%s attempt %d at %s: %s, %.2fs left", method, attempts.attempt + 1, addr,
+                          e.code().name, attempts.left())
                 if attempts.unanswered(e):
                     ends.unanswered(addr)
                 switch, pause = attempts.failed(e, ends.known_down(addr, e))

@@ -149,7 +149,10 @@ class Routes:
             try:
                 with self._lock:
                     names = sorted(self._names)
-                self._table = read_table(self._zk(), names)
+                t = read_table(self._zk(), names)
+                if t.beside != self._table.beside:
+                    log.debug("routes: log -> coordinator %s", t.beside)
+                self._table = t
                 self.reads += 1
             except Exception as e:  # ZooKeeper away: keep the last routes, try again later
                 log.debug("routes not read: %s", e)

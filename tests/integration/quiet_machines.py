@@ -18,6 +18,7 @@ the directory it prints."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import statistics
@@ -105,6 +106,12 @@ def main() -> None:
         m = Machines(spaces, Path(tempfile.mkdtemp(prefix="midtown-quiet-")))
         print(f"machines under {m.dir}", flush=True)
         m.lay_out()
+        # The SDK's side of a round: each failed attempt and each change of routes.
+        trace = logging.FileHandler(m.dir / "client.log")
+        trace.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(name)s %(message)s", "%H:%M:%S"))
+        for name in ("midtown.client", "midtown.routes", "midtown.discovery"):
+            logging.getLogger(name).addHandler(trace)
+            logging.getLogger(name).setLevel(logging.DEBUG)
         results: dict[str, list[float]] = {"pause": [], "cut": []}
         with Client(zk=m.zk, timeout=10, tls_ca=m.ca) as db:
             for n in range(100):  # routes are learnt by use

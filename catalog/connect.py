@@ -4,11 +4,13 @@ the SDK's discovery connect the same way."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import OperationTimeoutError
+from kazoo.exceptions import ConnectionDropped, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
+from kazoo.protocol.connection import ConnectionHandler
 from kazoo.retry import KazooRetry
 
 from runtime import reach
@@ -40,6 +42,36 @@ class _Handler(SequentialThreadingHandler):
         return super().create_connection(*args, **kwargs)
 
 
+class _Connection(ConnectionHandler):
+    """kazoo's connection (2.11, pinned), which also drops a connection whose server has
+    sent nothing for the read timeout (2/3 of the session) while requests wait on it.
+
+    kazoo counts a request sent as a ping (its ping is sent only after a quiet half of
+    the read timeout), so a client that sends a request more often than that never notices
+    a member that stopped answering: on a machine cut off, servers whose sessions were on
+    its member went on sending reads, every one timing out, for 8-10 s, until their
+    retries backed off far enough, and found their sessions expired (issue 68).
+    ZooKeeper's Java client drops the connection when it "has not heard from server" for
+    the read timeout, whatever it sent; this does the same."""
+
+    heard = 0.0  # when the server last sent something on this connection (time.monotonic)
+
+    def _connect(self, *args: Any) -> Any:
+        got = super()._connect(*args)
+        self.heard = time.monotonic()
+        return got
+
+    def _read_socket(self, read_timeout: float) -> Any:
+        self.heard = time.monotonic()  # the socket is readable: the server sent something
+        return super()._read_socket(read_timeout)
+
+    def _send_request(self, read_timeout: float, connect_timeout: float) -> Any:
+        silent = time.monotonic() - self.heard
+        if self.client._pending and silent > read_timeout:
+            raise ConnectionDropped(f"no answer from the server in {silent:.1f}s while requests waited")
+        return super()._send_request(read_timeout, connect_timeout)
+
+
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
             connect_timeout_s: float = CONNECT_TIMEOUT_S,
             refused_retry_s: float | None = None, logger: logging.Logger | None = None) -> KazooClient:
@@ -60,6 +92,7 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
                                                  max_jitter=0.1,
                                                  max_delay=RECONNECT_MAX_S, sleep_func=handler.sleep_func),
                      **({"logger": logger} if logger is not None else {}))
+    zk._connection.__class__ = _Connection  # made by KazooClient's constructor, not started yet
     try:
         zk.start(timeout=connect_timeout_s)
     except Exception:

@@ -140,3 +140,32 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
         finally:
             db.close()
         assert time.monotonic() - t0 < 2.0, "closing a client waited on ZooKeeper"
+
+
+def test_a_session_moves_off_a_silent_member_while_requests_keep_going(tmp_path: Path) -> None:
+    """A member that stops answering (paused here; on a machine cut off, the same) is left
+    within the read timeout (2/3 of the session), even while the client sends a request
+    every 0.2 s. kazoo alone counts each request sent as a ping and never notices: on the
+    namespace-machines, servers whose sessions were on a cut-off machine's member kept
+    them there for 8-10 s, until their sessions had expired (catalog/connect.py)."""
+    from kazoo.client import KazooState
+
+    from catalog.connect import ZK_SESSION_TIMEOUT_S, connect
+
+    z = ZooKeeper(tmp_path / "zk", free_ports(1)[0]).start()
+    zk = connect(z.hosts)
+    states: list[str] = []
+    zk.add_listener(states.append)
+    assert z.proc is not None
+    try:
+        z.proc.send_signal(signal.SIGSTOP)
+        until = time.monotonic() + 3 * ZK_SESSION_TIMEOUT_S
+        while KazooState.SUSPENDED not in states and time.monotonic() < until:
+            zk.exists_async("/")
+            time.sleep(0.2)
+        assert KazooState.SUSPENDED in states, "the session stayed on a member that did not answer"
+    finally:
+        z.proc.send_signal(signal.SIGCONT)
+        zk.stop()
+        zk.close()
+        z.stop()

@@ -43,7 +43,8 @@ class _Handler(SequentialThreadingHandler):
 
 
 class _Connection(ConnectionHandler):
-    """kazoo's connection (2.11, pinned), which also drops a connection whose server has
+    """kazoo's connection (2.11, pinned), which waits at most CONNECT_ATTEMPT_S for a
+    member's answer to a connection's handshake, and drops a connection whose server has
     sent nothing for the read timeout (2/3 of the session) while requests wait on it.
 
     kazoo counts a request sent as a ping (its ping is sent only after a quiet half of
@@ -55,6 +56,12 @@ class _Connection(ConnectionHandler):
     the read timeout, whatever it sent; this does the same."""
 
     heard = 0.0  # when the server last sent something on this connection (time.monotonic)
+
+    def _invoke(self, timeout: float, *args: Any, **kwargs: Any) -> Any:
+        # The handshake of a connection (and its auth): kazoo waits session / members for
+        # its answer (1.3 s with three), which a paused member never sends; one that
+        # answers does so in milliseconds (a leaderless one closes the connection at once).
+        return super()._invoke(min(timeout, CONNECT_ATTEMPT_S), *args, **kwargs)
 
     def _connect(self, *args: Any) -> Any:
         got = super()._connect(*args)

@@ -78,6 +78,11 @@ class Ticker:
             time.sleep(0.02)
         return None
 
+    def puts_between(self, t: float, until: float) -> list[tuple[float, float, bool]]:
+        """The puts started from `t` to `until`: (start, end, acknowledged), from `t`."""
+        with self.lock:
+            return [(round(s - t, 2), round(e - t, 2), ok) for s, e, ok in self.done if t <= s <= until]
+
 
 def quiet(m: Machines, i: int, fault: str, on: bool) -> None:
     """Machine i paused whole ("pause") or cut off ("cut"), or back."""
@@ -147,7 +152,10 @@ def main() -> None:
                                       "zk_leader_there": leader == i,
                                       "seconds_to_next_ack": {k: None if g is None else round(g, 2)
                                                               for k, g in gaps.items()},
-                                      "writer_there": sorted(there)}), flush=True)
+                                      "writer_there": sorted(there),
+                                      # the first key's puts up to its next ack: (start, end, ok)
+                                      "puts": tickers[0].puts_between(t, t + (gaps[tickers[0].key] or 0))}),
+                          flush=True)
                     results[kind] += [float("inf") if g is None else g for k, g in gaps.items() if k in there]
                     time.sleep(10)
             for tk in tickers:

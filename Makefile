@@ -94,7 +94,7 @@ soak-machines: proto
 
 # How long a log's writes stop when its writer's machine is paused or cut off whole, over
 # four namespace-machines (issue 68): make quiet-machines QUIET_ROUNDS=5. Needs root.
-QUIET_ROUNDS ?= 3
+QUIET_ROUNDS ?= 5
 quiet-machines: proto
 	ROUNDS=$(QUIET_ROUNDS) $(PY) -m tests.integration.quiet_machines
 

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -43,23 +44,29 @@ class KV(Protocol):
 
 
 class Etcd:
-    """Three members on free loopback ports under `root`; `stop()` ends them."""
+    """Three members on free ports under `root`; `stop()` ends them. On loopback by default;
+    `hosts`: each member's address, and `wrap(i, command)` the command that runs member i
+    there (tests/integration/quiet_machines.py: `ip netns exec`, a member per machine)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, hosts: Sequence[str] = ("127.0.0.1",) * 3,
+                 wrap: Callable[[int, list[str]], list[str]] | None = None) -> None:
         if not shutil.which("etcd"):
             raise SystemExit("etcd is not installed: run `make bench` (it installs Debian's etcd-server)")
         self.root = root
+        self.hosts = list(hosts)
         ports = free_ports(6)
         self.client_ports = ports[:3]
         peers = ports[3:]
-        cluster = ",".join(f"m{i}=http://127.0.0.1:{peers[i]}" for i in range(3))
+        cluster = ",".join(f"m{i}=http://{hosts[i]}:{peers[i]}" for i in range(3))
         self.cmds = [["etcd", "--name", f"m{i}", "--data-dir", str(root / f"m{i}"),
-                      "--listen-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
-                      "--advertise-client-urls", f"http://127.0.0.1:{self.client_ports[i]}",
-                      "--listen-peer-urls", f"http://127.0.0.1:{peers[i]}",
-                      "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                      "--listen-client-urls", f"http://{hosts[i]}:{self.client_ports[i]}",
+                      "--advertise-client-urls", f"http://{hosts[i]}:{self.client_ports[i]}",
+                      "--listen-peer-urls", f"http://{hosts[i]}:{peers[i]}",
+                      "--initial-advertise-peer-urls", f"http://{hosts[i]}:{peers[i]}",
                       "--initial-cluster", cluster, "--initial-cluster-state", "new",
                       "--initial-cluster-token", "midtown-bench"] for i in range(3)]
+        if wrap is not None:
+            self.cmds = [wrap(i, c) for i, c in enumerate(self.cmds)]
         self.procs: list[subprocess.Popen[bytes]] = []
         self._channels: dict[int, grpc.Channel] = {}
         self._lock = threading.Lock()
@@ -75,7 +82,7 @@ class Etcd:
         return children.start(self.cmds[i], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _gateway(self, i: int, path: str, body: dict | None = None, timeout_s: float = 2.0) -> dict:
-        c = http.client.HTTPConnection("127.0.0.1", self.client_ports[i], timeout=timeout_s)
+        c = http.client.HTTPConnection(self.hosts[i], self.client_ports[i], timeout=timeout_s)
         try:
             if body is None:
                 c.request("GET", path)
@@ -147,10 +154,10 @@ class Etcd:
         one keep-alive HTTP/1.1 connection of its own."""
         m = i % 3
         if api == "json":
-            return JsonKV(self.client_ports[m], timeout_s)
+            return JsonKV(self.hosts[m], self.client_ports[m], timeout_s)
         with self._lock:
             if m not in self._channels:
-                self._channels[m] = grpc.insecure_channel(f"127.0.0.1:{self.client_ports[m]}")
+                self._channels[m] = grpc.insecure_channel(f"{self.hosts[m]}:{self.client_ports[m]}")
             return GrpcKV(self._channels[m], timeout_s)
 
 
@@ -190,8 +197,8 @@ def _b64(b: bytes) -> str:
 class JsonKV:
     """etcd's v3 JSON gateway, one keep-alive HTTP/1.1 connection."""
 
-    def __init__(self, port: int, timeout_s: float) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
 
     def _call(self, path: str, body: dict) -> dict:
         self.conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
@@ -216,3 +223,29 @@ class JsonKV:
         r = self._call("/v3/kv/txn", {"compare": [cmp],
                                        "success": [{"requestPut": {"key": _b64(key), "value": _b64(value)}}]})
         return bool(r.get("succeeded"))
+
+
+class FailingOver:
+    """Puts through `clients` (one per member, each try bounded by its timeout): a put tries
+    the member last used and, on a failure, the next, until its deadline. What Midtown's
+    SDK does on its own, the harness does for etcd (bench failover, quiet-machines)."""
+
+    def __init__(self, clients: list[KV], first: int) -> None:
+        self.clients = clients
+        self.at = first
+        self._lock = threading.Lock()
+
+    def put(self, key: bytes, value: bytes, deadline_s: float) -> None:
+        deadline = time.monotonic() + deadline_s
+        while True:
+            with self._lock:
+                at = self.at
+            try:
+                self.clients[at % len(self.clients)].put(key, value)
+                return
+            except grpc.RpcError:
+                if time.monotonic() >= deadline:
+                    raise
+                with self._lock:
+                    if self.at == at:
+                        self.at += 1

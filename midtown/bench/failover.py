@@ -23,14 +23,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
-
 from catalog import datasets, registry
 from catalog.routing import shard_of
 from log import zk as zkpaths
 from log.takeover import SETTLE_S
 from midtown.bench import quiet
-from midtown.bench.etcd import Etcd
+from midtown.bench.etcd import Etcd, FailingOver
 from midtown.bench.kv import log
 from midtown.client import Client
 from midtown.cluster import Cluster
@@ -169,20 +167,11 @@ def midtown_side(cluster: Cluster, n: int, pause_s: float, deadline_s: float) ->
 
 
 def etcd_side(etcd: Etcd, n: int, pause_s: float, deadline_s: float) -> dict:
-    clients = [etcd.client(i, "grpc", timeout_s=ETCD_TRY_S) for i in range(3)]
-    at = [etcd.leader() - 1]  # the harness talks to a member that is not the leader
+    # The harness talks to a member that is not the leader.
+    puts = FailingOver([etcd.client(i, "grpc", timeout_s=ETCD_TRY_S) for i in range(3)], etcd.leader() - 1)
 
     def put(i: int) -> None:
-        """Try the current member; on a failure, the next, until the deadline."""
-        deadline = time.monotonic() + deadline_s
-        while True:
-            try:
-                clients[at[0] % 3].put(b"probe", str(i).encode())
-                return
-            except grpc.RpcError:
-                if time.monotonic() >= deadline:
-                    raise
-                at[0] += 1
+        puts.put(b"probe", str(i).encode(), deadline_s)
 
     def kill() -> tuple[float, Callable[[], object]]:
         m = etcd.leader()

@@ -44,10 +44,19 @@ class Namespace:
 
     def kill_all(self) -> int:
         """SIGKILL every process in the namespace at once, as a machine that loses power."""
+        return self.signal_all(signal.SIGKILL)
+
+    def pause_all(self, on: bool) -> None:
+        """Every process in the namespace stopped (SIGSTOP) or continued at once: a machine
+        gone quiet without dying (a hung kernel, a stalled VM), its sockets open."""
+        self.signal_all(signal.SIGSTOP if on else signal.SIGCONT)
+
+    def signal_all(self, sig: int) -> int:
+        """`sig` to every process in the namespace (ours: the namespace is this test's)."""
         pids = self.pids()
         for pid in pids:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, sig)
             except ProcessLookupError:
                 pass
         return len(pids)

@@ -1,5 +1,6 @@
-"""How long writes stop when a machine goes quiet (issue 68): `make quiet-machines`
-(QUIET_ROUNDS=N, 3 by default), outside the suite. Needs root (network namespaces).
+"""How long writes stop when a machine goes quiet (issue 68), Midtown beside etcd:
+`make quiet-machines` (QUIET_ROUNDS=N, 5 by default), outside the suite. Needs root
+(network namespaces).
 
 Four machines played by network namespaces, as tests/integration/test_netns.py lays them
 (a ZooKeeper member on three, `midtown machine up --workers 2` on each, mutual TLS, two
@@ -8,8 +9,10 @@ deadline, from a client outside the machines. Each round pauses whole (SIGSTOP o
 process in the namespace) and then cuts off (its interface down) the machine beside the
 first key's log's writer, for 8 s, and reports per key the time from the fault to the
 first acknowledged put started after it, and whether ZooKeeper's leader was on that
-machine. A line of JSON a round, then the median and the largest per kind of fault over
-the keys whose log's writer was on the quiet machine.
+machine. Then the same faults, as many rounds, on etcd's leader: three etcd members, each
+in a namespace of its own, the client outside trying the next member when one fails. A line
+of JSON a round, then a table: per system and kind of fault, the median and the largest
+(Midtown: over the keys whose log's writer was on the quiet machine).
 
 What it measures is the seconds a share of the keys is stopped for; where the time goes
 is in the workers' logs and ZooKeeper's (`zookeeper.log` beside each member's data) under
@@ -20,15 +23,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from midtown import Client
+from midtown.bench.etcd import Etcd, FailingOver
+from midtown.bench.failover import ETCD_TRY_S
 from midtown.cluster.zookeeper import four_letter
 from tests.integration import netns
 from tests.integration.test_netns import MACHINES, ZK_MEMBERS, ZK_PORT, Machines
@@ -37,14 +44,15 @@ QUIET_S = 8.0
 PUT_EVERY_S = 0.05
 PUT_DEADLINE_S = 2.0
 SUBNET = "10.204.{}.{}"  # its own namespaces (test_netns.py uses 10.202)
+ETCD_SUBNET = "10.205.{}.{}"
 
 
 class Ticker:
-    """A put on `key` every PUT_EVERY_S, each with a PUT_DEADLINE_S deadline, each in a
-    thread of its own (at most PUT_DEADLINE_S / PUT_EVERY_S at once)."""
+    """`put(n)` every PUT_EVERY_S, each in a thread of its own with a PUT_DEADLINE_S deadline
+    of its own (at most PUT_DEADLINE_S / PUT_EVERY_S at once); `key`: what it puts to."""
 
-    def __init__(self, db: Client, key: str) -> None:
-        self.db, self.key = db, key
+    def __init__(self, key: str, put: Callable[[int], object]) -> None:
+        self.key, self.put = key, put
         self.done: list[tuple[float, float, bool]] = []
         self.stopped = threading.Event()
         self.lock = threading.Lock()
@@ -53,7 +61,7 @@ class Ticker:
     def _one(self, n: int) -> None:
         t0 = time.monotonic()
         try:
-            self.db.put("t", self.key, "n", str(n).encode(), timeout=PUT_DEADLINE_S)
+            self.put(n)
             ok = True
         except Exception:  # noqa: BLE001  (a failed put is what is measured)
             ok = False
@@ -84,12 +92,12 @@ class Ticker:
             return [(round(s - t, 2), round(e - t, 2), ok) for s, e, ok in self.done if t <= s <= until]
 
 
-def quiet(m: Machines, i: int, fault: str, on: bool) -> None:
-    """Machine i paused whole ("pause") or cut off ("cut"), or back."""
+def quiet(space: netns.Namespace, fault: str, on: bool) -> None:
+    """A machine paused whole ("pause") or cut off ("cut"), or back."""
     if fault == "pause":
-        m.pause(i, on)
+        space.pause_all(on)
     else:
-        m.spaces[i].link(not on)
+        space.link(not on)
 
 
 def zk_leader(m: Machines) -> int | None:
@@ -102,11 +110,28 @@ def zk_leader(m: Machines) -> int | None:
     return None
 
 
-def main() -> None:
-    rounds = int(os.environ.get("ROUNDS", "3"))
-    why = netns.can_make()
-    if why is not None:
-        raise SystemExit(f"quiet-machines: {why}")
+def at(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(time.time() - time.monotonic() + t))
+
+
+def one_round(space: netns.Namespace, kind: str,
+              tickers: list[Ticker]) -> tuple[float, dict[str, float | None]]:
+    """`space` quiet for QUIET_S: (when it began, each ticker's seconds to its next ack)."""
+    t = time.monotonic()
+    quiet(space, kind, True)
+    try:
+        gaps = {tk.key: tk.first_ack_after(t, 60) for tk in tickers}
+        time.sleep(max(0.0, QUIET_S - (time.monotonic() - t)))
+    finally:
+        quiet(space, kind, False)
+    return t, gaps
+
+
+def _putter(db: Client, key: str) -> Callable[[int], object]:
+    return lambda n: db.put("t", key, "n", str(n).encode(), timeout=PUT_DEADLINE_S)
+
+
+def midtown_rounds(rounds: int, results: dict[str, list[float]]) -> None:
     with netns.namespaces(MACHINES, SUBNET, "q") as (spaces, _):
         m = Machines(spaces, Path(tempfile.mkdtemp(prefix="midtown-quiet-")))
         print(f"machines under {m.dir}", flush=True)
@@ -117,7 +142,6 @@ def main() -> None:
         for name in ("midtown.client", "midtown.routes", "midtown.discovery"):
             logging.getLogger(name).addHandler(trace)
             logging.getLogger(name).setLevel(logging.DEBUG)
-        results: dict[str, list[float]] = {"pause": [], "cut": []}
         with Client(zk=m.zk, timeout=10, tls_ca=m.ca) as db:
             for n in range(100):  # routes are learnt by use
                 db.put("t", f"p{n}", "n", b"x")
@@ -127,7 +151,7 @@ def main() -> None:
                 beside = db.coordinator_for("t", f"p{n}")
                 if beside is not None:
                     keys.setdefault(beside, f"p{n}")
-            tickers = [Ticker(db, k) for k in keys.values()]
+            tickers = [Ticker(k, _putter(db, k)) for k in keys.values()]
             time.sleep(3)
             for r in range(rounds):
                 for kind in ("pause", "cut"):
@@ -140,16 +164,9 @@ def main() -> None:
                     there = {tk.key for tk in tickers
                              if (c := db.coordinator_for("t", tk.key)) is not None and m.machine_of(c) == i}
                     leader = zk_leader(m)
-                    t = time.monotonic()
-                    quiet(m, i, kind, True)
-                    try:
-                        gaps = {tk.key: tk.first_ack_after(t, 60) for tk in tickers}
-                        time.sleep(max(0.0, QUIET_S - (time.monotonic() - t)))
-                    finally:
-                        quiet(m, i, kind, False)
-                    at = time.strftime("%H:%M:%S", time.localtime(time.time() - time.monotonic() + t))
-                    print(json.dumps({"round": r, "fault": kind, "machine": f"m{i}", "at": at,
-                                      "zk_leader_there": leader == i,
+                    t, gaps = one_round(spaces[i], kind, tickers)
+                    print(json.dumps({"system": "midtown", "round": r, "fault": kind, "machine": f"m{i}",
+                                      "at": at(t), "zk_leader_there": leader == i,
                                       "seconds_to_next_ack": {k: None if g is None else round(g, 2)
                                                               for k, g in gaps.items()},
                                       "writer_there": sorted(there),
@@ -160,10 +177,57 @@ def main() -> None:
                     time.sleep(10)
             for tk in tickers:
                 tk.stopped.set()
-        for kind, gs in results.items():
+
+
+def etcd_rounds(rounds: int, results: dict[str, list[float]]) -> None:
+    """The same faults on etcd's leader, a member in each of three namespaces (etcd 3.4's
+    defaults: heartbeat 100 ms, election timeout 1 s), the client in the root namespace
+    trying the next member when one fails (midtown/bench/etcd.py FailingOver)."""
+    with netns.namespaces(ZK_MEMBERS, ETCD_SUBNET, "e") as (spaces, _):
+        etcd = Etcd(Path(tempfile.mkdtemp(prefix="midtown-quiet-etcd-")), hosts=[s.ip for s in spaces],
+                    wrap=lambda i, cmd: spaces[i].run(*cmd))
+        try:
+            puts = FailingOver([etcd.client(i, "grpc", timeout_s=ETCD_TRY_S) for i in range(3)],
+                               etcd.leader() - 1)
+            ticker = Ticker("probe", lambda n: puts.put(b"probe", str(n).encode(), PUT_DEADLINE_S))
+            time.sleep(3)
+            for r in range(rounds):
+                for kind in ("pause", "cut"):
+                    i = etcd.leader()
+                    t, gaps = one_round(spaces[i], kind, [ticker])
+                    g = gaps["probe"]
+                    took = None if g is None else round(g, 2)
+                    print(json.dumps({"system": "etcd", "round": r, "fault": kind, "member": f"m{i}",
+                                      "at": at(t), "seconds_to_next_ack": took}), flush=True)
+                    results[kind].append(float("inf") if g is None else g)
+                    etcd.wait_healthy(60)
+                    time.sleep(10)
+            ticker.stopped.set()
+        finally:
+            etcd.stop()
+
+
+def main() -> None:
+    rounds = int(os.environ.get("ROUNDS", "5"))
+    why = netns.can_make()
+    if why is not None:
+        raise SystemExit(f"quiet-machines: {why}")
+    figures: dict[str, dict[str, list[float]]] = {}
+    figures["midtown"] = {"pause": [], "cut": []}
+    midtown_rounds(rounds, figures["midtown"])
+    if shutil.which("etcd"):
+        figures["etcd"] = {"pause": [], "cut": []}
+        etcd_rounds(rounds, figures["etcd"])
+    else:
+        print("etcd is not installed (make bench installs it): no etcd figures", flush=True)
+    print("\nfrom the fault to the next acknowledged put (a put every 50 ms, 2 s deadline); Midtown: the "
+          "logs whose writer was on the quiet machine; etcd: its leader's machine", flush=True)
+    print(f"{'system':8} {'fault':6} {'rounds':>6} {'median s':>9} {'largest s':>10}")
+    for system, by_kind in figures.items():
+        for kind, gs in by_kind.items():
             if gs:
-                print(f"{kind}: the next acknowledged put of a log whose writer's machine went quiet, over "
-                      f"{len(gs)}: median {statistics.median(gs):.2f} s, largest {max(gs):.2f} s", flush=True)
+                print(f"{system:8} {kind:6} {len(gs):6d} {statistics.median(gs):9.2f} {max(gs):10.2f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -150,12 +149,7 @@ class Machines:
     def pause(self, i: int, on: bool) -> None:
         """Every process of machine i stopped (SIGSTOP) or continued at once: a machine gone
         quiet without dying (a hung kernel, a stalled VM), its sockets open."""
-        sig = signal.SIGSTOP if on else signal.SIGCONT
-        for pid in self.spaces[i].pids():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        self.spaces[i].pause_all(on)
 
     def machine_of(self, addr: str) -> int:
         """The machine whose address `addr` (HOST:PORT) is on."""

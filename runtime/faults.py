@@ -10,6 +10,8 @@ traceback at WARNING: a traceback at WARNING or above in a server's log means a 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from concurrent import futures
 
 import grpc
@@ -91,3 +93,31 @@ class Episode:
             self.logger.info("%s: working again after %d failure%s", self.what, self.failures,
                              "" if self.failures == 1 else "s")
         self.failures = 0
+
+
+class Calls:
+    """Expected failures of calls that run side by side (a server's gRPC methods): the
+    first of an episode of one method at WARNING in one line, the others at DEBUG, until
+    the method has gone QUIET_S without one. Five Truncate calls failing together on a
+    ZooKeeper connection that was lost made five lines."""
+
+    QUIET_S = 5.0
+
+    def __init__(self, logger: logging.Logger, clock: Callable[[], float]) -> None:
+        self.logger = logger
+        self.clock = clock
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, what: str, e: BaseException) -> None:
+        if not expected(e):
+            log_failure(self.logger, what, e)  # a defect: every time, with its traceback
+            return
+        now = self.clock()
+        with self._lock:
+            last = self._last.get(what)
+            self._last[what] = now
+        if last is not None and now - last < self.QUIET_S:
+            self.logger.debug("%s: %s", what, one_line(e), exc_info=e)
+        else:
+            log_failure(self.logger, what, e)

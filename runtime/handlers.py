@@ -20,10 +20,12 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError
 
-from runtime import faults
+from runtime import faults, world
 from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.handlers")
+# Expected failures of calls, one line per method and episode (runtime/faults.py Calls).
+_calls = faults.Calls(log, lambda: world.monotonic())
 
 # (method name, code name) of each call as it ends: a server's request counter.
 Outcome = Callable[[str, str], None]
@@ -63,7 +65,7 @@ def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Intern
     if not ctx.is_active():  # the call ended under the method (the client went away): no one to tell
         raise e
     if faults.expected(e):  # ZooKeeper or a peer away (runtime/faults.py): one line, and a retry may do
-        faults.log_failure(log, name, e)
+        _calls.failed(name, e)
         if outcome:
             outcome(name, "UNAVAILABLE")
         Refusal(grpc.StatusCode.UNAVAILABLE, f"{name}: {faults.one_line(e)}; retry").abort(ctx)

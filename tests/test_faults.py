@@ -63,6 +63,24 @@ def test_an_episode_logs_its_first_expected_failure_and_its_end(caplog: pytest.L
                for r in caplog.records)
 
 
+def test_calls_failing_together_log_one_line_per_method_and_episode(caplog: pytest.LogCaptureFixture) -> None:
+    """Calls of one method failing side by side on one fault make one WARNING line; a
+    method quiet for Calls.QUIET_S starts a new episode; a defect keeps its traceback."""
+    now = [100.0]
+    calls = faults.Calls(logging.getLogger("test.calls"), lambda: now[0])
+    with caplog.at_level(logging.DEBUG, logger="test.calls"):
+        for _ in range(5):
+            calls.failed("Truncate", ConnectionLoss())
+        calls.failed("Append", ConnectionLoss())
+        now[0] += faults.Calls.QUIET_S
+        calls.failed("Truncate", ConnectionLoss())
+        calls.failed("Truncate", KeyError("k"))
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warned] == ["Truncate: ConnectionLoss", "Append: ConnectionLoss",
+                                                "Truncate: ConnectionLoss", "Truncate failed"]
+    assert [r.exc_info is not None for r in warned] == [False, False, False, True]
+
+
 def test_a_loop_failing_on_zookeeper_logs_one_line_at_warning(caplog: pytest.LogCaptureFixture) -> None:
     stop, runs = threading.Event(), []
 

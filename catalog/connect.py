@@ -4,7 +4,6 @@ the SDK's discovery connect the same way."""
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -13,7 +12,7 @@ from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandl
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.retry import KazooRetry
 
-from runtime import reach
+from runtime import reach, world
 
 # How long a process waits for ZooKeeper when it connects (a server at start-up).
 CONNECT_TIMEOUT_S = 15.0
@@ -55,7 +54,7 @@ class _Connection(ConnectionHandler):
     ZooKeeper's Java client drops the connection when it "has not heard from server" for
     the read timeout, whatever it sent; this does the same."""
 
-    heard = 0.0  # when the server last sent something on this connection (time.monotonic)
+    heard = 0.0  # when the server last sent something on this connection (world.monotonic)
 
     def _invoke(self, timeout: float, *args: Any, **kwargs: Any) -> Any:
         # The handshake of a connection (and its auth): kazoo waits session / members for
@@ -65,15 +64,15 @@ class _Connection(ConnectionHandler):
 
     def _connect(self, *args: Any) -> Any:
         got = super()._connect(*args)
-        self.heard = time.monotonic()
+        self.heard = world.monotonic()
         return got
 
     def _read_socket(self, read_timeout: float) -> Any:
-        self.heard = time.monotonic()  # the socket is readable: the server sent something
+        self.heard = world.monotonic()  # the socket is readable: the server sent something
         return super()._read_socket(read_timeout)
 
     def _send_request(self, read_timeout: float, connect_timeout: float) -> Any:
-        silent = time.monotonic() - self.heard
+        silent = world.monotonic() - self.heard
         if self.client._pending and silent > read_timeout:
             raise ConnectionDropped(f"no answer from the server in {silent:.1f}s while requests waited")
         return super()._send_request(read_timeout, connect_timeout)

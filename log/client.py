@@ -8,6 +8,7 @@ the request id carried in the payload (storage nodes do)."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
@@ -37,6 +38,8 @@ from log.seals import Tags as Tags
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
 from runtime.refreshed import Refreshed
+
+log = logging.getLogger("midtown.log.client")
 
 if TYPE_CHECKING:  # the client alone (`pip install .`) has no prometheus_client, which inprocess uses
     from log.follow import Follow
@@ -143,9 +146,14 @@ class LogClient:
             addr = None
             if data:
                 try:
-                    addr = self._writers[log_id] = json.loads(data)["addr"]
+                    addr = json.loads(data)["addr"]
                 except (ValueError, KeyError):
                     pass
+            if addr is not None:
+                before = self._writers.get(log_id)
+                if before is not None and before != addr:
+                    log.info("log %d: its writer is %s now", log_id, addr)
+                self._writers[log_id] = addr
             for fn in list(self._on_writer.get(log_id, ())):
                 fn(addr)
         try:

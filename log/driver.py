@@ -26,6 +26,7 @@ class WriterHost(Protocol):
     server is wired above the driver, never imported by it."""
 
     def zk_ok(self) -> bool: ...
+    def session_ok(self) -> bool: ...
     def write_metadata(self, meta: LogMetadata, version: int) -> tuple[bool, int]: ...
     def announce_writer(self, log_id: int, epoch: int) -> None: ...
     def notify(self, log_id: int) -> None: ...
@@ -39,7 +40,7 @@ log = logging.getLogger("midtown.log.driver")
 TICK_S = 0.1
 # Replicas that missed a LAC (down, paused) learn it this often, and followers hear that
 # the writer is alive (log/takeover.py suspects one quiet for QUIET_S).
-LAC_HEARTBEAT_S = 0.5
+LAC_HEARTBEAT_S = 0.25
 # A new LAC rides on the next append; if none comes this soon, it is pushed on its own,
 # so tailing readers on other replicas see entries within about this delay. (Readers on
 # the writer's server see them at once.) 5 ms cost ~15% of KV throughput in extra
@@ -79,6 +80,7 @@ class WriterDriver:
         self._qlock = world.lock()
         self.failed = world.event()
         self.started_at = world.monotonic()
+        self._announced = False  # whether its first open (the end of its recovery) was logged
         # Its open segment's copies, as answers come back (log/ensemble_change.py): written
         # by this writer's thread, read by the election's.
         self.copies = Copies()
@@ -289,10 +291,10 @@ class WriterDriver:
                     self.core.on_ensemble_changed(new, v)
                 elif isinstance(o, Acked):
                     self._done(o.token)
-                    if not self.node.zk_ok():
-                        # The session is suspended: another server may be writing already.
-                        o.token.set_exception(WriterFailed("ZooKeeper session suspended"))
-                        self.core.fail("ZooKeeper session suspended")
+                    if not self.node.session_ok():
+                        # The session was lost: another server may be writing already.
+                        o.token.set_exception(WriterFailed("ZooKeeper session lost"))
+                        self.core.fail("ZooKeeper session lost")
                     else:
                         APPENDS.labels(log=str(self.log_id)).inc(o.count)
                         o.token.set_result(
@@ -320,6 +322,10 @@ class WriterDriver:
         watch its copies from now."""
         with self._copies_lock:
             self.copies.open(self.core.replicas, world.monotonic())
+        if not self._announced:  # recovered (a later open is an ensemble change, logged apart)
+            self._announced = True
+            log.info("log %d: open for appends at epoch %d on %s, %.0f ms after its claim", self.log_id,
+                     self.core.epoch, self.core.replicas, 1000 * (world.monotonic() - self.started_at))
         EPOCH.labels(log=str(self.log_id)).set(self.core.epoch)
         self.node.announce_writer(self.log_id, self.core.epoch)
 

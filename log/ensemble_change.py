@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-LOST_S = 1.0  # a message unanswered this long (heartbeats go every 0.5 s): the copy is lost
+LOST_S = 1.0  # a message unanswered this long (heartbeats go every 0.25 s): the copy is lost
 SETTLE_S = 1.0  # a segment younger than this is not changed
 PAUSE_S = 0.5  # a gap this long between two checks: the writer itself was paused
 

@@ -61,8 +61,10 @@ class Node:
         self.server_id = server_id
         self.addr = addr
         self.zk = zk
-        self._zk_ok = world.event()
+        self._zk_ok = world.event()  # connected now
         self._zk_ok.set()
+        self._session_ok = world.event()  # the session not known lost (connected or suspended)
+        self._session_ok.set()
         self.zk.add_listener(self._on_zk_state)
         self.topo = topo
         self.store = store
@@ -184,6 +186,10 @@ class Node:
     def zk_ok(self) -> bool:
         return self._zk_ok.is_set()
 
+    def session_ok(self) -> bool:
+        """The session is not known to be lost (a suspended one may come back)."""
+        return self._session_ok.is_set()
+
     def ready(self) -> bool:
         """Serving: started, with a live ZooKeeper session, registered under it."""
         if not self.zk_ok() or not hasattr(self, "membership"):
@@ -193,11 +199,19 @@ class Node:
 
     def _on_zk_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
+            self._session_ok.set()
             self._zk_ok.set()  # registering again is the membership's job
             return
-        # SUSPENDED or LOST: a lock holder must assume nothing (kazoo docs). Stop
-        # acknowledging at once; the fencing epoch protects the log meanwhile.
         self._zk_ok.clear()
+        if state == KazooState.SUSPENDED:
+            # Writers go on: a suspended session may come back, and what keeps one writer
+            # is the epoch fenced on the replicas and the read lease waited out, never the
+            # session (docs/log.md, invariant 1). A leader change of ZooKeeper suspends every
+            # session for a second or two; stopping here stopped every log with it.
+            return
+        # LOST: another server may claim the log now (no new claim of ours until
+        # connected: the election loop); stop acknowledging at once.
+        self._session_ok.clear()
         for d in list(self.writers.values()):
             d.stop(f"ZooKeeper session {state.lower()}")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-QUIET_S = 0.8  # heard nothing for this long (the heartbeat is every 0.5 s): suspect
+QUIET_S = 0.5  # heard nothing for this long (the heartbeat is every 0.25 s): suspect
 PROBE_TIMEOUT_S = 0.25
 PROBES = 2  # failed probes in a row before a takeover
 PROBE_GAP_S = 0.1  # between probes

@@ -41,6 +41,7 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 import grpc
+from kazoo.client import KazooState
 
 from catalog import failure_domains, machines, registry
 from catalog.failure_domains import Domain
@@ -282,6 +283,9 @@ class _Host:
 
     def zk_ok(self) -> bool:
         return self.zk.connected
+
+    def session_ok(self) -> bool:
+        return bool(self.zk.state != KazooState.LOST)
 
     def write_metadata(self, meta: LogMetadata, version: int) -> tuple[bool, int]:
         v = zkpaths.cas_metadata(self.zk, meta, version)

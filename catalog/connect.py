@@ -55,6 +55,7 @@ class _Connection(ConnectionHandler):
     the read timeout, whatever it sent; this does the same."""
 
     heard = 0.0  # when the server last sent something on this connection (world.monotonic)
+    patience: float | None = None  # hurry(): the next request's bound on silence, once
 
     def _invoke(self, timeout: float, *args: Any, **kwargs: Any) -> Any:
         # The handshake of a connection (and its auth): kazoo waits session / members for
@@ -71,11 +72,30 @@ class _Connection(ConnectionHandler):
         self.heard = world.monotonic()  # the socket is readable: the server sent something
         return super()._read_socket(read_timeout)
 
+    def hurry(self, silent_s: float) -> None:
+        """A caller waited `silent_s` for an answer: when the next request is sent, drop the
+        connection if the server has sent nothing for that long (move_if_silent)."""
+        self.patience = silent_s
+
     def _send_request(self, read_timeout: float, connect_timeout: float) -> Any:
         silent = world.monotonic() - self.heard
-        if self.client._pending and silent > read_timeout:
+        limit = read_timeout if self.patience is None else min(read_timeout, self.patience)
+        self.patience = None
+        if self.client._pending and silent > limit:
             raise ConnectionDropped(f"no answer from the server in {silent:.1f}s while requests waited")
         return super()._send_request(read_timeout, connect_timeout)
+
+
+def move_if_silent(zk: Any, silent_s: float) -> None:
+    """`zk` (a kazoo session made by connect) moves to another member now if its member has
+    sent nothing for `silent_s` while requests wait: a caller that waited that long for an
+    answer need not wait out the read timeout (a member paused or cut off answers nothing;
+    one that answers does so in milliseconds). The look at "/" wakes the connection, which
+    decides; it is sent on whichever connection there is then."""
+    conn = getattr(zk, "_connection", None)
+    if isinstance(conn, _Connection) and zk.connected:
+        conn.hurry(silent_s)
+        zk.exists_async("/")
 
 
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
@@ -133,6 +153,7 @@ class BoundedReads:
         try:
             return result.get(timeout=self.wait_s)
         except KazooTimeoutError:
+            move_if_silent(self._zk, self.wait_s)
             raise OperationTimeoutError(f"ZooKeeper did not answer {what} {path} "
                                         f"within {self.wait_s:g}s") from None
 
@@ -144,6 +165,9 @@ class BoundedReads:
 
     def exists(self, path: str, watch: Any = None) -> Any:
         return self._wait(self._zk.exists_async(path, watch), "a look at", path)
+
+    def sync(self, path: str) -> Any:
+        return self._wait(self._zk.sync_async(path), "a sync of", path)
 
 
 def bounded(zk: Any, wait_s: float = READ_WAIT_S) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+from kazoo.exceptions import OperationTimeoutError
 from kazoo.protocol.states import KazooState
 
 from log import lease, limits, reading, spares, store_identity
@@ -46,6 +47,10 @@ ELECTION_POLL_S = 0.25
 WRITER_REFRESH_S = 5.0
 CATCHUP_POLL_S = 1.0
 STORE_RECORD_S = 5.0  # how often a server checks that its store's identity is recorded
+# A replica asked by a new writer checks its epoch in ZooKeeper: each try waits this long,
+# all of them together at most EPOCH_CHECK_S (check_epoch_issued).
+EPOCH_READ_WAIT_S = 0.3
+EPOCH_CHECK_S = 2.0
 
 
 class Node:
@@ -255,17 +260,35 @@ class Node:
         fence the replica out of reach of every real writer. A Refusal (FAILED_PRECONDITION) names it.
 
         The epochs seen so far cost a dictionary look-up; only a higher one (a new writer's
-        first message) costs a ZooKeeper read, after a sync so that it sees the new epoch."""
+        first message) costs a ZooKeeper read, after a sync so that it sees the new epoch.
+        Each try waits EPOCH_READ_WAIT_S: a session whose member went quiet moves to
+        another (catalog/connect.py move_if_silent) and the next try asks there, until
+        EPOCH_CHECK_S (then OperationTimeoutError). A new writer's recovery waited here for
+        the read timeout (2.7 s) when this replica's member was on a machine gone quiet."""
         if epoch == 0:
             return  # a plain read: no fencing
         known = self.meta.get(log_id)
         if known is not None and epoch <= known.epoch:
             return
-        self.zk.sync(zkpaths.log_path(log_id))
-        meta, _ = zkpaths.read_metadata(self.zk, log_id)
+        meta = self._metadata_now(log_id)
         if epoch > meta.epoch:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, f"{epoch} was never issued for log "
                           f"{log_id} (its epoch in ZooKeeper is {meta.epoch}); refused", field="epoch")
+
+    def _metadata_now(self, log_id: int) -> LogMetadata:
+        """The log's metadata as ZooKeeper's leader has it now (a sync, then a read), tried
+        again on a member that answers (check_epoch_issued)."""
+        quick = zkpaths.bounded(self.zk, EPOCH_READ_WAIT_S)
+        until = None
+        while True:
+            try:
+                quick.sync(zkpaths.log_path(log_id))
+                return zkpaths.read_metadata(quick, log_id)[0]
+            except OperationTimeoutError:
+                now = world.monotonic()
+                until = now + EPOCH_CHECK_S - EPOCH_READ_WAIT_S if until is None else until
+                if now >= until:
+                    raise
 
     def apply_truncation_now(self, log_id: int) -> None:
         """Read the truncation point from ZooKeeper (after a sync) instead of waiting for the

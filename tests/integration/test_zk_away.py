@@ -169,3 +169,34 @@ def test_a_session_moves_off_a_silent_member_while_requests_keep_going(tmp_path:
         zk.stop()
         zk.close()
         z.stop()
+
+
+def test_a_read_that_waited_moves_its_session_off_a_silent_member_at_once(tmp_path: Path) -> None:
+    """A bounded read that gets no answer (catalog/connect.py BoundedReads) moves its
+    session off a member that has sent nothing for as long (move_if_silent), rather than
+    waiting out the read timeout (2.7 s): a replica checking a new writer's epoch held the
+    writer's recovery that long when its member's machine went quiet."""
+    from kazoo.client import KazooState
+    from kazoo.exceptions import OperationTimeoutError
+
+    from catalog.connect import bounded, connect
+
+    z = ZooKeeper(tmp_path / "zk", free_ports(1)[0]).start()
+    zk = connect(z.hosts)
+    suspended: list[float] = []
+    zk.add_listener(lambda s: suspended.append(time.monotonic()) if s == KazooState.SUSPENDED else None)
+    assert z.proc is not None
+    try:
+        zk.exists("/")  # heard from just now
+        z.proc.send_signal(signal.SIGSTOP)
+        with pytest.raises(OperationTimeoutError):
+            bounded(zk, 0.3).get("/")
+        waited = time.monotonic()
+        wait_for(lambda: suspended, 10, "the session suspended")
+        # Without the move, the read timeout (2/3 of 4 s) runs from the last answer.
+        assert suspended[0] - waited < 1.2, f"suspended {suspended[0] - waited:.2f}s after the read gave up"
+    finally:
+        z.proc.send_signal(signal.SIGCONT)
+        zk.stop()
+        zk.close()
+        z.stop()

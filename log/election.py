@@ -179,11 +179,14 @@ class Election:
         meta = self.meta.get(log_id)
         seg = meta.last_segment if meta is not None else None
         w = self.writer_cache.get(log_id)
-        if (seg is None or seg.sealed or self.server_id not in seg.replicas or w is None
-                or w["server"] == self.server_id or w.get("state") != "writing"
-                or w.get("epoch") != seg.epoch or self.server_id in self.leaving):
+        replicas = seg.replicas if seg is not None and not seg.sealed else None
+        seen = takeover.view(replicas, seg.epoch if seg is not None else -1, w, self.server_id,
+                             self.server_id in self.leaving)
+        if seen == takeover.FORGET:
             self.takeover.forget(log_id)
+        if seen != takeover.WATCH:
             return
+        assert w is not None and seg is not None
         now = world.monotonic()
         self.takeover.writing(log_id, w["server"], now)
         if not self.takeover.probe_due(log_id, now):

@@ -21,13 +21,36 @@ than SETTLE_S (as this follower saw it), and a failed probe must be repeated."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 QUIET_S = 0.5  # heard nothing for this long (the heartbeat is every 0.25 s): suspect
 PROBE_TIMEOUT_S = 0.25
 PROBES = 2  # failed probes in a row before a takeover
 PROBE_GAP_S = 0.1  # between probes
 SETTLE_S = 5.0  # a writer newer than this (as seen here) is not taken over
+
+
+# What a server does about a log's writer as it sees it (view()).
+FORGET, WAIT, WATCH = "forget", "wait", "watch"
+
+
+def view(replicas: Collection[int] | None, seg_epoch: int, writer: Mapping[str, Any] | None, me: int,
+         leaving: bool) -> str:
+    """FORGET: this server follows no writer of the log now (no open segment of which it is
+    a replica, no writer, the writer is itself, or it is leaving the pool); WAIT: the
+    writer recovers, or moves its segment (an ensemble change: the next epoch, the same
+    writer), so nothing is probed but what was seen of it stays; WATCH: suspect and probe
+    it (Takeover). `replicas`: the open segment's (None: the last one is sealed, or none);
+    `writer`: the writer node. Forgetting a writer at each ensemble change started its
+    SETTLE_S again, and one whose segment had moved in the last 5 s was not taken over
+    until its session expired (6.5 s in a quiet-machine round, issue 68)."""
+    if replicas is None or me not in replicas or writer is None or writer.get("server") == me or leaving:
+        return FORGET
+    if writer.get("state") != "writing" or writer.get("epoch") != seg_epoch:
+        return WAIT
+    return WATCH
 
 
 @dataclass

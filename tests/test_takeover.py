@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from log.takeover import PROBE_GAP_S, QUIET_S, SETTLE_S, Takeover
+from log.takeover import FORGET, PROBE_GAP_S, QUIET_S, SETTLE_S, WAIT, WATCH, Takeover, view
 
 
 def _settled(t: Takeover, at: float = 0.0) -> float:
@@ -95,3 +95,18 @@ def test_a_takeover_needs_consecutive_failed_probes_of_a_settled_writer(
             assert took == (fails >= 2)
         if t.probe_due(0, now):  # the shell probes only when this says so
             assert now - since >= SETTLE_S
+
+
+def test_a_follower_keeps_what_it_saw_of_a_writer_across_its_ensemble_changes() -> None:
+    """An ensemble change gives the segment the next epoch while the writer node still
+    names the last one: the follower waits (probes nothing) but does not forget the writer,
+    so the writer's SETTLE_S does not start again; leaving the segment, it forgets."""
+    w = {"server": 2, "state": "writing", "epoch": 4}
+    assert view((1, 2, 3), 4, w, me=1, leaving=False) == WATCH
+    assert view((1, 2, 5), 5, w, me=1, leaving=False) == WAIT  # moved: the node says 4 yet
+    assert view((1, 2, 3), 4, {**w, "state": "recovering"}, me=1, leaving=False) == WAIT
+    assert view((2, 3, 5), 5, w, me=1, leaving=False) == FORGET  # no longer a copy
+    assert view(None, 4, w, me=1, leaving=False) == FORGET  # sealed
+    assert view((1, 2, 3), 4, w, me=2, leaving=False) == FORGET  # the writer itself
+    assert view((1, 2, 3), 4, None, me=1, leaving=False) == FORGET
+    assert view((1, 2, 3), 4, w, me=1, leaving=True) == FORGET

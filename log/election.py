@@ -119,8 +119,14 @@ class Election:
         backoff_until: dict[int, float] = {}
         next_refresh = 0.0
         while not self.stop_event.is_set():
-            # Watches wake the loop at once; the poll is for backoffs and failed writers.
-            self._wake.wait(ELECTION_POLL_S)
+            # Watches wake the loop at once; the poll is for backoffs and failed writers, and
+            # it comes sooner (PROBE_GAP_S at the soonest) when a writer's probe falls due
+            # (log/takeover.py).
+            wait = ELECTION_POLL_S
+            due = self.takeover.next_due()
+            if due is not None:
+                wait = min(wait, max(takeover.PROBE_GAP_S, due - world.monotonic()))
+            self._wake.wait(wait)
             self._wake.clear()
             if not self.zk_ok():
                 continue

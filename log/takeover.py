@@ -98,6 +98,15 @@ class Takeover:
             return False
         return st.lost or now - st.heard >= self.quiet_s
 
+    def next_due(self) -> float | None:
+        """The soonest time a probe of any log's writer may be due (probe_due), if nothing
+        is heard meanwhile; None: no writer followed. The election's loop wakes then, so a
+        quiet writer is probed QUIET_S after it was last heard and probed again
+        PROBE_GAP_S after a failure, not at its next poll (up to 0.25 s later each)."""
+        due = [max(st.since + self.settle_s, st.next_probe, st.heard + (0.0 if st.lost else self.quiet_s))
+               for st in self._logs.values()]
+        return min(due) if due else None
+
     def probed(self, log_id: int, answered: bool, now: float) -> bool:
         """A probe's outcome; True: take the log over now."""
         st = self._logs.get(log_id)

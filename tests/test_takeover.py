@@ -110,3 +110,16 @@ def test_a_follower_keeps_what_it_saw_of_a_writer_across_its_ensemble_changes() 
     assert view((1, 2, 3), 4, w, me=2, leaving=False) == FORGET  # the writer itself
     assert view((1, 2, 3), 4, None, me=1, leaving=False) == FORGET
     assert view((1, 2, 3), 4, w, me=1, leaving=True) == FORGET
+
+
+def test_the_next_probe_falls_due_when_the_writer_has_been_quiet_long_enough() -> None:
+    t = Takeover()
+    assert t.next_due() is None
+    now = _settled(t)
+    t.heard(0, now)
+    assert t.next_due() == now + QUIET_S  # the loop wakes then, not at its next poll
+    assert t.probe_due(0, now + QUIET_S)
+    t.probed(0, answered=False, now=now + QUIET_S)
+    assert t.next_due() == now + QUIET_S + PROBE_GAP_S
+    t.lost(0)
+    assert t.next_due() == now + QUIET_S + PROBE_GAP_S  # the gap still holds

@@ -144,16 +144,29 @@ class Routes:
                 self._thread = world.spawn("midtown routes", self._keep)
 
     def _keep(self) -> None:
+        from log import zk as log_zk  # kazoo loads for a Client given zk= only
+        watched: set[int] = set()  # logs whose writer node is watched
         while not self._stop.is_set():
             self._wake.clear()
             try:
                 with self._lock:
                     names = sorted(self._names)
-                t = read_table(self._zk(), names)
+                zk = self._zk()
+                t = read_table(zk, names)
                 if t.beside != self._table.beside:
                     log.debug("routes: log -> coordinator %s", t.beside)
                 self._table = t
                 self.reads += 1
+                # A writer that changes (a takeover) is read at once, not at the next
+                # ROUTES_TTL_S: until then, writes went to the coordinator beside the old
+                # writer (a machine gone quiet: each waited out its deadline there).
+                for i in sorted(set(t.log_of) - watched):
+                    zk.DataWatch(log_zk.writer_path(i), self._writer_changed)
+                    watched.add(i)
             except Exception as e:  # ZooKeeper away: keep the last routes, try again later
                 log.debug("routes not read: %s", e)
             self._wake.wait(ROUTES_TTL_S)
+
+    def _writer_changed(self, data: bytes | None, stat: Any) -> None:
+        """A log's writer node changed (kazoo's thread: it must not block): read again."""
+        self._wake.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -52,3 +53,36 @@ def test_a_coordinator_that_failed_gets_no_routed_calls_for_a_while(monkeypatch)
     r.failed("c0")
     time.sleep(0.01)
     assert r.coordinator_for("d", b"k") == "c0"
+
+
+class _Watching:
+    """A ZooKeeper session that only records data watches (read_table is replaced)."""
+
+    def __init__(self) -> None:
+        self.watches: dict[str, Any] = {}
+
+    def DataWatch(self, path: str, fn: Any) -> None:  # noqa: N802 (kazoo's name)
+        self.watches[path] = fn
+
+
+def test_routes_are_read_again_as_soon_as_a_logs_writer_changes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A takeover moves a log's writer: the routes follow it when its writer node changes,
+    not at the next ROUTES_TTL_S (made an hour here)."""
+    zk = _Watching()
+    tables = [Table(2, (0, 1), {"d": "d#0"}, {0: "c0", 1: "c1"})]
+    monkeypatch.setattr(routes, "read_table", lambda zk, names: tables[-1])
+    monkeypatch.setattr(routes, "ROUTES_TTL_S", 3600.0)
+    r = Routes(lambda: zk)
+    try:
+        r.coordinator_for("d", b"k")  # starts the thread
+        deadline = time.monotonic() + 10
+        while len(zk.watches) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(zk.watches) == ["/midtown/logs/0/writer", "/midtown/logs/1/writer"]
+        tables.append(Table(2, (0, 1), {"d": "d#0"}, {0: "c2", 1: "c2"}))  # both taken over
+        zk.watches["/midtown/logs/0/writer"](b"{}", None)
+        while r.coordinator_for("d", b"k") != "c2" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert r.coordinator_for("d", b"k") == "c2"
+    finally:
+        r.stop()

@@ -36,9 +36,8 @@ from pathlib import Path
 from midtown import Client
 from midtown.bench.etcd import Etcd, FailingOver
 from midtown.bench.failover import ETCD_TRY_S
-from midtown.cluster.zookeeper import four_letter
 from tests.integration import netns
-from tests.integration.test_netns import MACHINES, ZK_MEMBERS, ZK_PORT, Machines
+from tests.integration.test_netns import MACHINES, ZK_MEMBERS, Machines
 
 QUIET_S = 8.0
 PUT_EVERY_S = 0.05
@@ -100,16 +99,6 @@ def quiet(space: netns.Namespace, fault: str, on: bool) -> None:
         space.link(not on)
 
 
-def zk_leader(m: Machines) -> int | None:
-    for i in range(ZK_MEMBERS):
-        try:
-            if b"Mode: leader" in four_letter(m.spaces[i].ip, ZK_PORT, b"srvr"):
-                return i
-        except OSError:
-            pass
-    return None
-
-
 def at(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(time.time() - time.monotonic() + t))
 
@@ -163,7 +152,7 @@ def midtown_rounds(rounds: int, results: dict[str, list[float]]) -> None:
                     # the keys whose log's writer is on that machine (the first key's, at least)
                     there = {tk.key for tk in tickers
                              if (c := db.coordinator_for("t", tk.key)) is not None and m.machine_of(c) == i}
-                    leader = zk_leader(m)
+                    leader = m.zk_leader()
                     t, gaps = one_round(spaces[i], kind, tickers)
                     print(json.dumps({"system": "midtown", "round": r, "fault": kind, "machine": f"m{i}",
                                       "at": at(t), "zk_leader_there": leader == i,

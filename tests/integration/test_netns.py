@@ -10,7 +10,7 @@ Under the linearizability checker's workload: every process of one machine is SI
 once (its ZooKeeper member too) and the machine brought back; another machine's network
 goes down and comes back; the machine beside the probed key's log's writer is paused whole
 (SIGSTOP, its ZooKeeper member too if it has one) past the servers' ZooKeeper sessions and
-resumed; a third is killed for good and its copies moved to the others (`node
+resumed, and then the machine of ZooKeeper's leader the same way; a third is killed for good and its copies moved to the others (`node
 decommission`, `log-server decommission`). Nothing acknowledged is lost (the checker),
 writes go on while each machine is away, no server logs a traceback at WARNING or above
 (an expected fault is one line), and at the end every shard and open segment has its
@@ -151,6 +151,16 @@ class Machines:
         quiet without dying (a hung kernel, a stalled VM), its sockets open."""
         self.spaces[i].pause_all(on)
 
+    def zk_leader(self) -> int | None:
+        """The machine whose ZooKeeper member leads now (None: none answers so)."""
+        for i in range(ZK_MEMBERS):
+            try:
+                if b"Mode: leader" in four_letter(self.spaces[i].ip, ZK_PORT, b"srvr"):
+                    return i
+            except OSError:
+                pass
+        return None
+
     def machine_of(self, addr: str) -> int:
         """The machine whose address `addr` (HOST:PORT) is on."""
         return [ns.ip for ns in self.spaces].index(addr.rsplit(":", 1)[0])
@@ -255,7 +265,7 @@ def test_a_caller_on_another_machine_without_a_certificate_is_refused_on_every_i
 def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_nothing(
         machines: Machines) -> None:
     m = machines
-    gaps: dict[str, list[float]] = {"kill": [], "partition": [], "pause": []}
+    gaps: dict[str, list[float]] = {"kill": [], "partition": [], "pause": [], "zk leader": []}
     with Client(zk=m.zk, timeout=30, tls_ca=m.ca) as db:
         probe = Prober(lambda n: db.put("t", "probe", "n", str(n).encode(), timeout=10))
 
@@ -291,6 +301,19 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
                 finally:
                     m.pause(quiet, False)
                 all_registered(m, f"m{quiet}")
+                # ZooKeeper's leader's machine paused whole (every session suspended while
+                # the others elect one; writers there or not): writes go on.
+                time.sleep(1)
+                leader = m.zk_leader()
+                if leader is not None:
+                    t = time.monotonic()
+                    m.pause(leader, True)
+                    try:
+                        gaps["zk leader"].append(first_after(probe, t))
+                        time.sleep(max(0.0, PAUSE_S - (time.monotonic() - t)))
+                    finally:
+                        m.pause(leader, False)
+                    all_registered(m, f"m{leader}")
             # m3 is lost for good: its copies move to the others.
             gone = m.ids(3)
             m.kill(3)
@@ -313,4 +336,5 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
     said = {k: ", ".join(f"{g:.2f}" for g in v) for k, v in gaps.items()}
     print(f"\nfrom a machine killed to the next acknowledged put: {said['kill']} s; "
           f"from a machine cut off: {said['partition']} s; "
-          f"from the writer's machine paused: {said['pause']} s")
+          f"from the writer's machine paused: {said['pause']} s; "
+          f"from ZooKeeper's leader's machine paused: {said['zk leader']} s")

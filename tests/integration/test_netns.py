@@ -10,11 +10,11 @@ Under the linearizability checker's workload: every process of one machine is SI
 once (its ZooKeeper member too) and the machine brought back; another machine's network
 goes down and comes back; the machine beside the probed key's log's writer is paused whole
 (SIGSTOP, its ZooKeeper member too if it has one) past the servers' ZooKeeper sessions and
-resumed, and then the machine of ZooKeeper's leader the same way; a third is killed for good and its copies moved to the others (`node
-decommission`, `log-server decommission`). Nothing acknowledged is lost (the checker),
-writes go on while each machine is away, no server logs a traceback at WARNING or above
-(an expected fault is one line), and at the end every shard and open segment has its
-copies on distinct machines (`cluster check`).
+resumed, and then the machine of ZooKeeper's leader the same way; a third is killed for
+good and its copies moved to the others (`node decommission`, `log-server decommission`).
+Nothing acknowledged is lost (the checker), writes go on while each machine is away, no
+server logs a traceback at WARNING or above (an expected fault is one line), and at the
+end every shard and open segment has its copies on distinct machines (`cluster check`).
 
 MIDTOWN_NETNS_ROUNDS=N repeats the kill, the partition and the pause N times (`make soak-machines`:
 the longer run, outside the suite)."""
@@ -269,6 +269,18 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
     with Client(zk=m.zk, timeout=30, tls_ca=m.ca) as db:
         probe = Prober(lambda n: db.put("t", "probe", "n", str(n).encode(), timeout=10))
 
+        def paused(i: int, kind: str) -> None:
+            """Machine i paused whole past its servers' sessions, the time to the next
+            acknowledged put kept under `kind`, then resumed and registered again."""
+            t = time.monotonic()
+            m.pause(i, True)
+            try:
+                gaps[kind].append(first_after(probe, t))
+                time.sleep(max(0.0, PAUSE_S - (time.monotonic() - t)))
+            finally:
+                m.pause(i, False)
+            all_registered(m, f"m{i}")
+
         def disturb() -> None:
             for _ in range(ROUNDS):
                 time.sleep(1)
@@ -292,28 +304,13 @@ def test_a_machine_killed_a_machine_cut_off_and_a_machine_gone_for_good_lose_not
                 # servers' ZooKeeper sessions: the log is taken over while it sleeps.
                 time.sleep(1)
                 beside = db.coordinator_for("t", "probe")
-                quiet = m.machine_of(beside) if beside is not None else 3
-                t = time.monotonic()
-                m.pause(quiet, True)
-                try:
-                    gaps["pause"].append(first_after(probe, t))
-                    time.sleep(max(0.0, PAUSE_S - (time.monotonic() - t)))
-                finally:
-                    m.pause(quiet, False)
-                all_registered(m, f"m{quiet}")
+                paused(m.machine_of(beside) if beside is not None else 3, "pause")
                 # ZooKeeper's leader's machine paused whole (every session suspended while
                 # the others elect one; writers there or not): writes go on.
                 time.sleep(1)
                 leader = m.zk_leader()
                 if leader is not None:
-                    t = time.monotonic()
-                    m.pause(leader, True)
-                    try:
-                        gaps["zk leader"].append(first_after(probe, t))
-                        time.sleep(max(0.0, PAUSE_S - (time.monotonic() - t)))
-                    finally:
-                        m.pause(leader, False)
-                    all_registered(m, f"m{leader}")
+                    paused(leader, "zk leader")
             # m3 is lost for good: its copies move to the others.
             gone = m.ids(3)
             m.kill(3)

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from catalog import registry
+from catalog.connect import connect
+from coordinator.limits import MEMBERS_CACHE_S
 from midtown import Client, errors
 from midtown.cluster.ports import free_ports
 from midtown.cluster.zookeeper import ZooKeeper
@@ -89,6 +92,12 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
                 db.put("s", f"k{i}", b"", b"v")
                 db.put("e", "k", b"", b"v")
             assert db.coordinators()
+            zk = connect(hosts)
+            try:
+                before = {p: len(zk.get_children(p)) for p in (registry.STORAGE_NODES, registry.COORDINATORS)}
+            finally:
+                zk.stop()
+                zk.close()
 
             # The whole ensemble paused: the command fails UNAVAILABLE (exit 5) within its
             # timeout, and the client's calls end by their deadlines.
@@ -111,12 +120,26 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
                 assert z.proc is not None
                 z.proc.send_signal(signal.SIGCONT)
             wait_for(lambda: _call(db, "put strong", 2.0) == "ok", 60, "puts once ZooKeeper is back")
+            # The pause outlived the servers' sessions: each registers again. The guarantee
+            # below is for coordinators that saw the cluster whole before ZooKeeper went
+            # away: every server registered again, and their lists (read every second,
+            # coordinator/limits.py MEMBERS_CACHE_S) read since.
+            zk = connect(hosts)
+            try:
+                wait_for(lambda: all(len(zk.get_children(p)) >= n for p, n in before.items()) and
+                         all(_call(db, "get eventual", 2.0) == "ok" for _ in range(3)), 60,
+                         "every server registered again, eventual gets served")
+            finally:
+                zk.stop()
+                zk.close()
+            time.sleep(3 * MEMBERS_CACHE_S)
 
             # Two of the three members killed: no quorum.
             for z in ensemble[:2]:
                 z.stop()
             rnd = random.Random(68)
-            late, outcomes = [], {}
+            late: list[tuple[str, float, float, str]] = []
+            outcomes: dict[str, list[str]] = {}
             until = time.monotonic() + 8
             while time.monotonic() < until:
                 op = rnd.choice(["put strong", "get strong", "cas strong", "put eventual", "get eventual"])

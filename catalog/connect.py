@@ -17,9 +17,11 @@ from runtime import reach, world
 # How long a process waits for ZooKeeper when it connects (a server at start-up).
 CONNECT_TIMEOUT_S = 15.0
 # The session: a log writer that loses its session stops acknowledging; another server
-# takes over once the session expires. ZooKeeper needs tickTime <= timeout / 2.
+# takes over once the session expires. ZooKeeper needs 2 ticks <= timeout <= 20 ticks.
 ZK_SESSION_TIMEOUT_S = 4.0
-ZK_TICK_MS = 500
+# ZooKeeper's tick, for the servers Midtown starts (midtown/cluster/zookeeper.py): the unit
+# of its members' patience with one another (SYNC_LIMIT_TICKS there).
+ZK_TICK_MS = 250
 # Moving a session to another member when its own went quiet (paused, cut off, or electing
 # a leader: issue 68). kazoo tries the members in turn, each TCP connect waiting up to the
 # whole session timeout (4 s against a member whose machine is cut off), and backs off
@@ -30,32 +32,60 @@ ZK_TICK_MS = 500
 CONNECT_ATTEMPT_S = 0.5
 RECONNECT_FIRST_S = 0.05
 RECONNECT_MAX_S = 0.5
+# A request that has waited this long with nothing at all from its member since it was sent
+# (no answer, no ping reply) moves the session to another member. A member that answers
+# does so in milliseconds, and a slow write holds up a session's replies for tens; the read
+# timeout (2/3 of the session, 2.7 s) held every server whose session was on a quiet
+# machine's member for 2-3 s, and with them the coordinators' puts, the election's loop
+# (which probes writers) and the replicas' epoch checks of a new writer (issue 68). A
+# member dropped for nothing costs a reconnection and ConnectionLoss for what waited.
+PATIENCE_S = 0.5
+# How often the connection's loop looks at its waiting requests (PATIENCE_S).
+PATIENCE_CHECK_S = 0.05
 
 
 class _Handler(SequentialThreadingHandler):
-    """kazoo's threading handler, with each TCP connect bounded by CONNECT_ATTEMPT_S."""
+    """kazoo's threading handler, with each TCP connect bounded by CONNECT_ATTEMPT_S, and
+    the connection's loop woken every PATIENCE_CHECK_S while requests wait, to drop a
+    member that is silent past PATIENCE_S (_Connection.check_patience)."""
+
+    connection: _Connection | None = None
 
     def create_connection(self, *args: Any, **kwargs: Any) -> Any:
         timeout = kwargs.get("timeout")
         kwargs["timeout"] = CONNECT_ATTEMPT_S if timeout is None else min(timeout, CONNECT_ATTEMPT_S)
         return super().create_connection(*args, **kwargs)
 
+    def select(self, rlist: Any, wlist: Any, xlist: Any, timeout: float | None = None) -> Any:
+        conn = self.connection
+        if conn is None or conn._read_sock not in rlist or timeout is None:
+            return super().select(rlist, wlist, xlist, timeout)
+        # The connection's own loop: wait as it asked, in slices, unless it must drop.
+        end = world.monotonic() + timeout
+        while True:
+            conn.check_patience()
+            left = end - world.monotonic()
+            got = super().select(rlist, wlist, xlist, max(0.0, min(left, PATIENCE_CHECK_S)))
+            if got[0] or got[1] or got[2] or left <= PATIENCE_CHECK_S:
+                return got
+
 
 class _Connection(ConnectionHandler):
     """kazoo's connection (2.11, pinned), which waits at most CONNECT_ATTEMPT_S for a
-    member's answer to a connection's handshake, and drops a connection whose server has
-    sent nothing for the read timeout (2/3 of the session) while requests wait on it.
+    member's answer to a connection's handshake, and drops a connection on which a request
+    has waited PATIENCE_S with nothing from the member since it was sent (check_patience).
 
-    kazoo counts a request sent as a ping (its ping is sent only after a quiet half of
-    the read timeout), so a client that sends a request more often than that never notices
-    a member that stopped answering: on a machine cut off, servers whose sessions were on
-    its member went on sending reads, every one timing out, for 8-10 s, until their
-    retries backed off far enough, and found their sessions expired (issue 68).
-    ZooKeeper's Java client drops the connection when it "has not heard from server" for
-    the read timeout, whatever it sent; this does the same."""
+    kazoo drops a connection only when its own ping goes unanswered, and counts a request
+    sent as a ping (its ping is sent only after a quiet half of the read timeout): a client
+    that sends a request more often than that never notices a member that stopped
+    answering. On a machine cut off, servers whose sessions were on its member went on
+    sending reads, every one timing out, for 8-10 s, until their sessions had expired
+    (issue 68). ZooKeeper's Java client drops the connection when it "has not heard from
+    server" for the read timeout (2/3 of the session), whatever it sent; this drops it
+    sooner, and only while something waits for an answer."""
 
     heard = 0.0  # when the server last sent something on this connection (world.monotonic)
-    patience: float | None = None  # hurry(): the next request's bound on silence, once
+    waiting_since = 0.0  # when a request was sent with none waiting before it
 
     def _invoke(self, timeout: float, *args: Any, **kwargs: Any) -> Any:
         # The handshake of a connection (and its auth): kazoo waits session / members for
@@ -72,30 +102,22 @@ class _Connection(ConnectionHandler):
         self.heard = world.monotonic()  # the socket is readable: the server sent something
         return super()._read_socket(read_timeout)
 
-    def hurry(self, silent_s: float) -> None:
-        """A caller waited `silent_s` for an answer: when the next request is sent, drop the
-        connection if the server has sent nothing for that long (move_if_silent)."""
-        self.patience = silent_s
-
     def _send_request(self, read_timeout: float, connect_timeout: float) -> Any:
-        silent = world.monotonic() - self.heard
-        limit = read_timeout if self.patience is None else min(read_timeout, self.patience)
-        self.patience = None
-        if self.client._pending and silent > limit:
-            raise ConnectionDropped(f"no answer from the server in {silent:.1f}s while requests waited")
-        return super()._send_request(read_timeout, connect_timeout)
+        idle = not self.client._pending
+        got = super()._send_request(read_timeout, connect_timeout)
+        if idle and self.client._pending:
+            self.waiting_since = world.monotonic()
+        return got
 
-
-def move_if_silent(zk: Any, silent_s: float) -> None:
-    """`zk` (a kazoo session made by connect) moves to another member now if its member has
-    sent nothing for `silent_s` while requests wait: a caller that waited that long for an
-    answer need not wait out the read timeout (a member paused or cut off answers nothing;
-    one that answers does so in milliseconds). The look at "/" wakes the connection, which
-    decides; it is sent on whichever connection there is then."""
-    conn = getattr(zk, "_connection", None)
-    if isinstance(conn, _Connection) and zk.connected:
-        conn.hurry(silent_s)
-        zk.exists_async("/")
+    def check_patience(self) -> None:
+        """Drop the connection (kazoo moves the session to another member) if a request
+        has waited PATIENCE_S and the member has sent nothing since it was sent."""
+        if not self.client._pending:
+            return
+        now = world.monotonic()
+        if now - max(self.heard, self.waiting_since) > PATIENCE_S:
+            raise ConnectionDropped(f"no answer from the server in {now - self.heard:.1f}s while a request "
+                                    f"waited {now - self.waiting_since:.1f}s")
 
 
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
@@ -119,6 +141,7 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
                                                  max_delay=RECONNECT_MAX_S, sleep_func=handler.sleep_func),
                      **({"logger": logger} if logger is not None else {}))
     zk._connection.__class__ = _Connection  # made by KazooClient's constructor, not started yet
+    handler.connection = zk._connection
     try:
         zk.start(timeout=connect_timeout_s)
     except Exception:
@@ -152,8 +175,7 @@ class BoundedReads:
     def _wait(self, result: Any, what: str, path: str) -> Any:
         try:
             return result.get(timeout=self.wait_s)
-        except KazooTimeoutError:
-            move_if_silent(self._zk, self.wait_s)
+        except KazooTimeoutError:  # a member that went quiet is left meanwhile (PATIENCE_S)
             raise OperationTimeoutError(f"ZooKeeper did not answer {what} {path} "
                                         f"within {self.wait_s:g}s") from None
 

@@ -128,16 +128,20 @@ class Election:
                 wait = min(wait, max(takeover.PROBE_GAP_S, due - world.monotonic()))
             self._wake.wait(wait)
             self._wake.clear()
-            if not self.zk_ok():
-                continue
+            # Writers are probed while this server's session is suspended too (its member
+            # went quiet, or ZooKeeper elects a leader: both when a machine with a member
+            # goes quiet), so a writer found lost is taken over as soon as ZooKeeper answers,
+            # not two probes later (issue 68).
+            zk_ok = self.zk_ok()
             now = world.monotonic()
-            if now >= next_refresh:  # a safety net under the watches
+            if zk_ok and now >= next_refresh:  # a safety net under the watches
                 self.writer_cache.clear()
                 next_refresh = now + WRITER_REFRESH_S
             for log_id in range(self.topo.logs):
                 try:
-                    self._elect_one(log_id, now, vacant_since, backoff_until)
-                    self._watch_writer(log_id)
+                    if zk_ok:
+                        self._elect_one(log_id, now, vacant_since, backoff_until)
+                    self._watch_writer(log_id, zk_ok)
                 except Exception as e:  # ZooKeeper hiccup: try again next round
                     log.debug("election for log %d: %s", log_id, e)
 
@@ -180,8 +184,12 @@ class Election:
             return  # a cluster starting: its servers' ensembles spread once all are here
         self._claim(log_id)
 
-    def _watch_writer(self, log_id: int) -> None:
-        """As a follower of the log's open segment, run log/takeover.py on its writer."""
+    def _watch_writer(self, log_id: int, zk_ok: bool) -> None:
+        """As a follower of the log's open segment, run log/takeover.py on its writer. With
+        the session suspended (not `zk_ok`), on what was last read of ZooKeeper, and a
+        writer found lost waits for ZooKeeper to be taken over."""
+        if not zk_ok and log_id not in self.writer_cache:
+            return  # nothing read to go on
         meta = self.meta.get(log_id)
         seg = meta.last_segment if meta is not None else None
         w = self.writer_cache.get(log_id)
@@ -195,6 +203,11 @@ class Election:
         assert w is not None and seg is not None
         now = world.monotonic()
         self.takeover.writing(log_id, w["server"], now)
+        if self.takeover.condemned(log_id):
+            if zk_ok:  # found lost while ZooKeeper did not answer, or a try failed: now
+                self._take_over(log_id, w)
+                self.takeover.forget(log_id)
+            return
         if not self.takeover.probe_due(log_id, now):
             return
         # One probe of a server serves every log it writes in this round: a lost server
@@ -203,9 +216,9 @@ class Election:
         if now - at >= takeover.PROBE_GAP_S:
             answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
             self._probes[w["server"]] = (world.monotonic(), answered)
-        if self.takeover.probed(log_id, answered, world.monotonic()):
+        if self.takeover.probed(log_id, answered, world.monotonic()) and zk_ok:
+            self._take_over(log_id, w)  # a ZooKeeper error leaves it condemned: tried again
             self.takeover.forget(log_id)
-            self._take_over(log_id, w)
 
     def _watch_copies(self, log_id: int, d: WriterDriver, now: float) -> None:
         """As the writer of `log_id`, move its open segment off copies that stopped

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from kazoo.exceptions import OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 from kazoo.protocol.states import KazooState
 
 from log import lease, limits, reading, spares, store_identity
@@ -262,7 +262,7 @@ class Node:
         The epochs seen so far cost a dictionary look-up; only a higher one (a new writer's
         first message) costs a ZooKeeper read, after a sync so that it sees the new epoch.
         Each try waits EPOCH_READ_WAIT_S: a session whose member went quiet moves to
-        another (catalog/connect.py move_if_silent) and the next try asks there, until
+        another (catalog/connect.py PATIENCE_S) and the next try asks there, until
         EPOCH_CHECK_S (then OperationTimeoutError). A new writer's recovery waited here for
         the read timeout (2.7 s) when this replica's member was on a machine gone quiet."""
         if epoch == 0:
@@ -284,7 +284,7 @@ class Node:
             try:
                 quick.sync(zkpaths.log_path(log_id))
                 return zkpaths.read_metadata(quick, log_id)[0]
-            except OperationTimeoutError:
+            except (OperationTimeoutError, ConnectionLoss):  # the session moves meanwhile
                 now = world.monotonic()
                 until = now + EPOCH_CHECK_S - EPOCH_READ_WAIT_S if until is None else until
                 if now >= until:

@@ -119,6 +119,12 @@ class Takeover:
         st.next_probe = now + self.probe_gap_s
         return st.failures >= self.probes
 
+    def condemned(self, log_id: int) -> bool:
+        """The writer failed PROBES probes in a row and nothing was heard from it since:
+        take the log over as soon as the shell can (its ZooKeeper session answers)."""
+        st = self._logs.get(log_id)
+        return st is not None and st.failures >= self.probes
+
     def forget(self, log_id: int) -> None:
         """This server is no longer a follower of the log (or took it over)."""
         self._logs.pop(log_id, None)

@@ -123,3 +123,21 @@ def test_the_next_probe_falls_due_when_the_writer_has_been_quiet_long_enough() -
     assert t.next_due() == now + QUIET_S + PROBE_GAP_S
     t.lost(0)
     assert t.next_due() == now + QUIET_S + PROBE_GAP_S  # the gap still holds
+
+
+def test_a_writer_found_lost_stays_condemned_until_heard_from_or_forgotten() -> None:
+    """A follower whose ZooKeeper session is suspended probes all the same; a writer that
+    failed its probes is taken over once ZooKeeper answers, with no probe again (issue 68),
+    unless a message of it arrives first."""
+    t = Takeover()
+    now = _settled(t) + QUIET_S + 0.001
+    assert not t.condemned(0)
+    t.probed(0, answered=False, now=now)
+    assert not t.condemned(0)
+    t.probed(0, answered=False, now=now + PROBE_GAP_S)
+    assert t.condemned(0)
+    t.writing(0, writer=2, now=now + 1)  # seen again in the writer node: still condemned
+    assert t.condemned(0)
+    t.heard(0, now + 1)
+    assert not t.condemned(0)
+    assert not t.condemned(7)  # a log never followed

@@ -24,7 +24,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 from midtown import Client
 from midtown.bench.etcd import Etcd, FailingOver
 from midtown.bench.failover import ETCD_TRY_S
+from midtown.cli import interrupts
 from tests.integration import netns
 from tests.integration.test_netns import MACHINES, ZK_MEMBERS, Machines
 
@@ -100,7 +100,9 @@ def quiet(space: netns.Namespace, fault: str, on: bool) -> None:
 
 
 def at(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(time.time() - time.monotonic() + t))
+    """The wall-clock time of monotonic `t`, to the millisecond (the servers' logs')."""
+    wall = time.time() - time.monotonic() + t
+    return time.strftime("%H:%M:%S", time.localtime(wall)) + f".{int(wall * 1000) % 1000:03d}"
 
 
 def one_round(space: netns.Namespace, kind: str,
@@ -220,5 +222,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    main()
+    # SIGINT, SIGTERM, SIGHUP: the namespaces and their processes go (a second signal does
+    # not cut that short: a `timeout` wrapper and a `kill` of both left namespaces behind).
+    interrupts.interrupt_on_stop_signals()
+    try:
+        main()
+    except KeyboardInterrupt as e:
+        sys.exit(interrupts.exit_code(e))

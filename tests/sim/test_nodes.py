@@ -9,6 +9,7 @@ and each broken variant is caught."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
@@ -97,7 +98,8 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     ("no-catch-up", range(1, 4), LOST),
     ("join-early", range(1, 3), LOST),
     # and its rebuild-high: a node that lost its disk rebuilt with its tail at its highest copy
-    ("rebuild-high", range(4, 5), LOST),
+    # (seed 7, the first of 0-7 since followers probe through a suspended session; 4 before)
+    ("rebuild-high", range(7, 8), LOST),
     # a race only the whole simulation reaches: a mover paused past its session writes over
     # the shard's next move when an ended move's record is deleted (rare: seed 31, the first
     # of 0-31 since writers go on through a suspended session; before, 1241 of 1000-1241)
@@ -234,7 +236,8 @@ def test_an_ingestion_pipeline_counts_each_event_once_through_task_retries_and_m
     assert r.failures == [] and r.violations == []
     r, _ = nodes.run(1, broken="no-event-ids", ingest=True)
     assert r.failures == []
-    assert r.violations and "counted 2 times (told applied)" in r.violations[0], r.violations[:1]
+    twice = r"counted \d+ times \(told applied\)"  # twice or more: one run again, or two
+    assert r.violations and re.search(twice, r.violations[0]), r.violations[:1]
 
 
 def test_shards_handed_between_the_logs_while_their_drivers_are_killed() -> None:

@@ -126,3 +126,28 @@ def test_replica_set_watches_run_again_on_a_new_session() -> None:
         assert got == [(0, (1, 2, 3)), (1, (1, 2, 4))]
 
     _run(3, body)
+
+
+def test_a_multi_replaces_a_node_in_one_step_or_not_at_all() -> None:
+    """As ZooKeeper runs a multi, each op on what the ops before it did: a lost writer's
+    node deleted (at its version) and created again by its successor (log/election.py
+    _take_over); at another version nothing happens."""
+    def body(ens: Ensemble) -> tuple[bytes, list[str], bytes]:
+        a, b = ens.client(), ens.client()
+        a.start()
+        b.start()
+        a.create("/w", b"old", ephemeral=True)
+        tx = b.transaction()
+        tx.delete("/w", version=0)
+        tx.create("/w", b"new", ephemeral=True)
+        assert not any(isinstance(r, Exception) for r in tx.commit())
+        replaced = b.get("/w")[0]
+        tx = a.transaction()
+        tx.delete("/w", version=5)
+        tx.create("/w", b"stale", ephemeral=True)
+        failed = [type(r).__name__ for r in tx.commit()]
+        return replaced, failed, a.get("/w")[0]
+
+    replaced, failed, after = _run(1, body)
+    assert replaced == b"new" and after == b"new"
+    assert failed == ["BadVersionError", "RuntimeInconsistency"]

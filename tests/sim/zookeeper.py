@@ -434,14 +434,24 @@ class _Transaction:
     def commit(self) -> list[Any]:
         session = self.c._session()
         ens = self.c.ens
-        for i, (kind, a) in enumerate(self.ops):  # all checked first: nothing applied if one would fail
+        # All checked first, in order, each on what the ops before it did (a node deleted
+        # and created again in one multi, as a writer taken over is): nothing applied if one
+        # would fail.
+        there = {p: n.version for p, n in ens.nodes.items()}
+        for i, (kind, a) in enumerate(self.ops):
             if kind == "create":
-                if a[0] in ens.nodes and not a[3]:
+                if a[0] in there and not a[3]:
                     return self._failed(i, NodeExistsError(a[0]))
-            elif a[0] not in ens.nodes:
+                there[a[0]] = 0
+                continue
+            if a[0] not in there:
                 return self._failed(i, NoNodeError(a[0]))
-            elif kind != "create" and a[-1] != -1 and ens.nodes[a[0]].version != a[-1]:
+            if a[-1] != -1 and there[a[0]] != a[-1]:
                 return self._failed(i, BadVersionError(a[0]))
+            if kind == "delete":
+                del there[a[0]]
+            elif kind == "set":
+                there[a[0]] += 1
         out: list[Any] = []
         for kind, a in self.ops:
             if kind == "create":

@@ -4,6 +4,8 @@ the SDK's discovery connect the same way."""
 from __future__ import annotations
 
 import logging
+import random
+import socket
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -42,6 +44,9 @@ RECONNECT_MAX_S = 0.5
 PATIENCE_S = 0.5
 # How often the connection's loop looks at its waiting requests (PATIENCE_S).
 PATIENCE_CHECK_S = 0.05
+# A member left for its silence (PATIENCE_S), or that did not answer a connection attempt,
+# is passed over this long while another member may answer.
+SILENT_PASSED_OVER_S = 3.0
 
 
 class _Handler(SequentialThreadingHandler):
@@ -86,6 +91,8 @@ class _Connection(ConnectionHandler):
 
     heard = 0.0  # when the server last sent something on this connection (world.monotonic)
     waiting_since = 0.0  # when a request was sent with none waiting before it
+    member: tuple[str, int] | None = None  # the member this connection is to (or being made to)
+    silent: dict[tuple[str, int], float] | None = None  # member -> passed over until then
 
     def _invoke(self, timeout: float, *args: Any, **kwargs: Any) -> Any:
         # The handshake of a connection (and its auth): kazoo waits session / members for
@@ -93,10 +100,30 @@ class _Connection(ConnectionHandler):
         # answers does so in milliseconds (a leaderless one closes the connection at once).
         return super()._invoke(min(timeout, CONNECT_ATTEMPT_S), *args, **kwargs)
 
-    def _connect(self, *args: Any) -> Any:
-        got = super()._connect(*args)
+    def _connect_attempt(self, host: str, hostip: str, port: int, retry: Any) -> Any:
+        # A member that was silent lately is passed over while another may answer: kazoo
+        # tries the members in turn, and one that is paused or cut off cost a connection
+        # attempt (CONNECT_ATTEMPT_S) in every round, while ZooKeeper elected a leader.
+        silent, now = self.silent or {}, world.monotonic()
+        quiet = {m for m, until in silent.items() if until > now}
+        if (host, port) in quiet and len(quiet) < len(self.client.hosts):
+            return None
+        return super()._connect_attempt(host, hostip, port, retry)
+
+    def _connect(self, host: str, hostip: str, port: int) -> Any:
+        self.member, t0 = (host, port), world.monotonic()
+        try:
+            got = super()._connect(host, hostip, port)
+        except Exception:
+            if world.monotonic() - t0 >= 0.9 * CONNECT_ATTEMPT_S:  # not refused: no answer
+                self._went_silent()
+            raise
         self.heard = world.monotonic()
         return got
+
+    def _went_silent(self) -> None:
+        if self.member is not None:
+            self.silent = {**(self.silent or {}), self.member: world.monotonic() + SILENT_PASSED_OVER_S}
 
     def _read_socket(self, read_timeout: float) -> Any:
         self.heard = world.monotonic()  # the socket is readable: the server sent something
@@ -116,8 +143,41 @@ class _Connection(ConnectionHandler):
             return
         now = world.monotonic()
         if now - max(self.heard, self.waiting_since) > PATIENCE_S:
+            self._went_silent()
             raise ConnectionDropped(f"no answer from the server in {now - self.heard:.1f}s while a request "
                                     f"waited {now - self.waiting_since:.1f}s")
+
+
+def local_first(hosts: str) -> str:
+    """`hosts` (a connection string) with the members on this machine first, each group in
+    a random order: a session stays on its own machine's member, so a machine that goes
+    quiet holds up only the sessions of its own processes and of machines with no member
+    of their own, not every session that happened to pick its member (issue 68). A member
+    is on this machine if its address can be bound here."""
+    head, sep, chroot = hosts.partition("/")
+    addrs = [h.strip() for h in head.split(",") if h.strip()]
+    local = [a for a in addrs if _is_here(a)]
+    rest = [a for a in addrs if a not in local]
+    random.shuffle(local)
+    random.shuffle(rest)
+    return ",".join(local + rest) + sep + chroot
+
+
+def _is_here(addr: str) -> bool:
+    host = addr.rsplit(":", 1)[0] if addr.count(":") == 1 or addr.startswith("[") else addr
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    except OSError:
+        return False
+    for family, _, _, _, sockaddr in infos:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            try:
+                s.bind((sockaddr[0], 0))
+                return True
+            except OSError:
+                continue
+    return False
 
 
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
@@ -135,7 +195,7 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
         if why is not None:
             raise reach.KnownDown(why)
     handler = _Handler()
-    zk = KazooClient(hosts=hosts, timeout=timeout_s, handler=handler,
+    zk = KazooClient(hosts=local_first(hosts), randomize_hosts=False, timeout=timeout_s, handler=handler,
                      connection_retry=KazooRetry(max_tries=-1, delay=RECONNECT_FIRST_S, backoff=2,
                                                  max_jitter=0.1,
                                                  max_delay=RECONNECT_MAX_S, sleep_func=handler.sleep_func),

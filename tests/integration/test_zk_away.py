@@ -208,3 +208,58 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
         zk.stop()
         zk.close()
         z.stop()
+
+
+
+def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kazoo tries the members in turn in every round of reconnection; one that is paused
+    cost a connection attempt (0.5 s) in each, while ZooKeeper elected a leader on a
+    machine gone quiet. A member that did not answer is passed over for
+    SILENT_PASSED_OVER_S (catalog/connect.py) while another may answer. Standalone servers
+    in a fixed order: the first answers until it is killed, the second is not started yet,
+    the third is paused. While the client goes round them, the paused one is tried once in
+    that time, not in every round."""
+    import logging
+
+    from catalog import connect as connecting
+
+    monkeypatch.setattr(connecting, "local_first", lambda hosts: hosts)  # the order as given
+    ports = free_ports(3)
+    first, second, paused = (ZooKeeper(tmp_path / f"zk{i}", p) for i, p in enumerate(ports))
+    first.start()
+    paused.start()
+    tried: list[tuple[int, float]] = []
+
+    class Tried(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("Connecting to"):
+                tried.append((int(record.args[2]), record.created))  # type: ignore[index]
+
+    logger = logging.getLogger("test-zk-passed-over")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Tried())
+    zk = None
+    assert first.proc is not None and paused.proc is not None
+    try:
+        paused.proc.send_signal(signal.SIGSTOP)
+        zk = connect(",".join(f"127.0.0.1:{p}" for p in ports), logger=logger)
+        first.proc.kill()
+        wait_for(lambda: any(p == ports[2] for p, _ in tried), 20, "an attempt on the paused member")
+        t0 = time.time()
+        assert connecting.SILENT_PASSED_OVER_S > 2.5
+        while time.time() - t0 < 1.5:  # rounds go on meanwhile
+            time.sleep(0.1)
+        at = [t for p, t in tried if p == ports[2]]
+        rounds = [t for p, t in tried if p == ports[0] and t > at[0]]
+        assert len(rounds) >= 2, tried  # the client went round the members again...
+        assert len(at) == 1, tried  # ...not to the paused one (passed over for longer than this)
+        second.start()
+        wait_for(lambda: zk is not None and zk.connected, 20, "a session on the second member")
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+        if zk is not None:
+            zk.stop()
+            zk.close()
+        for z in (first, second, paused):
+            z.stop()

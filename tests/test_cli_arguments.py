@@ -92,3 +92,30 @@ def test_machine_up_refuses_what_it_cannot_run_naming_the_flag(args: list[str], 
     with pytest.raises(CliError) as e:
         a.fn(a)
     assert says in str(e.value)
+
+
+def test_a_lost_zookeeper_connection_ends_a_command_as_an_expected_fault() -> None:
+    """A command whose ZooKeeper connection drops mid-way (ConnectionLoss, SessionExpired)
+    says so in one line and exits 5 (unreachable), not "unexpected error" with exit 1."""
+    import subprocess
+    import sys
+
+    code = (
+        "import argparse, sys\n"
+        "from kazoo.exceptions import ConnectionLoss\n"
+        "import importlib\n"
+        "m = importlib.import_module('midtown.cli.main')\n"
+        "def lost(a):\n"
+        "    raise ConnectionLoss()\n"
+        "def fake():\n"
+        "    p = argparse.ArgumentParser()\n"
+        "    p.add_argument('--go', action='store_true')\n"
+        "    p.set_defaults(fn=lost, verbose=False)\n"
+        "    return p\n"
+        "m.parser = fake\n"
+        "sys.exit(m.main(['--go']))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 5, (p.returncode, p.stderr)
+    assert "ZooKeeper's connection was lost during the command (ConnectionLoss)" in p.stderr
+    assert "unexpected error" not in p.stderr and "Traceback" not in p.stderr

@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     else:  # kazoo's connection chatter is no part of a command's output
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
         logging.getLogger("midtown.zookeeper").setLevel(logging.CRITICAL)
+    from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
     from log.client import LogError
     from midtown.errors import MidtownError
 
@@ -176,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     except (LogError, MidtownError) as e:
         print(f"midtown: {e.code.name}: {e.message}", file=sys.stderr)
         return EXIT_UNREACHABLE if e.code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else EXIT_REFUSED
+    except (ConnectionLoss, SessionExpiredError) as e:  # an expected fault, not a defect
+        print(f"midtown: ZooKeeper's connection was lost during the command ({type(e).__name__}): "
+              "what it was changing may or may not have changed; look, and run it again",
+              file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KeyboardInterrupt as e:
         if argv is None:  # the command itself (not a caller in this process): end it now
             _exit_now(exit_code(e))

@@ -126,7 +126,8 @@ class _Connection(ConnectionHandler):
 
     def _went_silent(self) -> None:
         if self.member is not None:
-            self.silent = {**(self.silent or {}), self.member: world.monotonic() + SILENT_PASSED_OVER_S}
+            self.silent = self.silent or {}  # (its own: kazoo made the object, not __init__)
+            self.silent[self.member] = world.monotonic() + SILENT_PASSED_OVER_S
 
     def _read_socket(self, read_timeout: float) -> Any:
         self.heard = world.monotonic()  # the socket is readable: the server sent something
@@ -157,8 +158,8 @@ def local_first(hosts: str) -> str:
     quiet holds up only the sessions of its own processes and of machines with no member
     of their own, not every session that happened to pick its member (issue 68). A member
     is on this machine if its address can be bound here."""
-    head, sep, chroot = hosts.partition("/")
-    addrs = [h.strip() for h in head.split(",") if h.strip()]
+    _, sep, chroot = hosts.partition("/")
+    addrs = reach.zk_addrs(hosts)
     local = [a for a in addrs if _is_here(a)]
     rest = [a for a in addrs if a not in local]
     random.shuffle(local)
@@ -167,12 +168,11 @@ def local_first(hosts: str) -> str:
 
 
 def _is_here(addr: str) -> bool:
-    host = addr.rsplit(":", 1)[0] if addr.count(":") == 1 or addr.startswith("[") else addr
-    host = host.strip("[]")
     try:
+        host, _ = reach.split_addr(addr, default_port=2181)
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
-    except OSError:
-        return False
+    except (ValueError, OSError):
+        return False  # (kazoo says what is wrong with it)
     for family, _, _, _, sockaddr in infos:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
             try:

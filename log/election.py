@@ -203,21 +203,20 @@ class Election:
         assert w is not None and seg is not None
         now = world.monotonic()
         self.takeover.writing(log_id, w["server"], now)
-        if self.takeover.condemned(log_id):
-            if zk_ok:  # found lost while ZooKeeper did not answer, or a try failed: now
-                self._take_over(log_id, w)
-                self.takeover.forget(log_id)
-            return
-        if not self.takeover.probe_due(log_id, now):
-            return
-        # One probe of a server serves every log it writes in this round: a lost server
-        # that wrote many logs is not probed once per log, one after another.
-        at, answered = self._probes.get(w["server"], (-1.0, False))
-        if now - at >= takeover.PROBE_GAP_S:
-            answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
-            self._probes[w["server"]] = (world.monotonic(), answered)
-        if self.takeover.probed(log_id, answered, world.monotonic()) and zk_ok:
-            self._take_over(log_id, w)  # a ZooKeeper error leaves it condemned: tried again
+        if not self.takeover.condemned(log_id):
+            if not self.takeover.probe_due(log_id, now):
+                return
+            # One probe of a server serves every log it writes in this round: a lost server
+            # that wrote many logs is not probed once per log, one after another.
+            at, answered = self._probes.get(w["server"], (-1.0, False))
+            if now - at >= takeover.PROBE_GAP_S:
+                answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
+                self._probes[w["server"]] = (world.monotonic(), answered)
+            self.takeover.probed(log_id, answered, world.monotonic())
+        # Found lost now, or while ZooKeeper did not answer: taken over once it does (a
+        # ZooKeeper error in the takeover leaves it condemned, so the next round tries again).
+        if self.takeover.condemned(log_id) and zk_ok:
+            self._take_over(log_id, w)
             self.takeover.forget(log_id)
 
     def _watch_copies(self, log_id: int, d: WriterDriver, now: float) -> None:

@@ -117,7 +117,7 @@ class Takeover:
             return False
         st.failures += 1
         st.next_probe = now + self.probe_gap_s
-        return st.failures >= self.probes
+        return self.condemned(log_id)
 
     def condemned(self, log_id: int) -> bool:
         """The writer failed PROBES probes in a row and nothing was heard from it since:

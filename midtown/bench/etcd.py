@@ -135,6 +135,8 @@ class Etcd:
 
     def pause(self, i: int, paused: bool) -> None:
         self.procs[i].send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+        if paused:  # measured from when it is stopped, as Midtown's writer is (Cluster.signal)
+            children.wait_stopped(self.procs[i].pid)
 
     def stop(self) -> None:
         for ch in self._channels.values():

@@ -13,6 +13,7 @@ LOG_FILE_MB, LOG_FILES kept)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -144,6 +145,14 @@ class ZooKeeper:
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"ZooKeeper did not answer on port {self.port} within {timeout_s}s")
+
+    def pause(self, paused: bool = True) -> None:
+        """SIGSTOP the server (returns once every thread of it is stopped: until then it can
+        still answer a request sent after the kill) or, `paused` False, SIGCONT it."""
+        assert self.proc is not None, "not started"
+        self.proc.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+        if paused:
+            children.wait_stopped(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc is None:

@@ -102,8 +102,7 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
             # The whole ensemble paused: the command fails UNAVAILABLE (exit 5) within its
             # timeout, and the client's calls end by their deadlines.
             for z in ensemble:
-                assert z.proc is not None
-                z.proc.send_signal(signal.SIGSTOP)
+                z.pause()
             t0 = time.monotonic()
             p = subprocess.run([sys.executable, "-m", "midtown", "get", "s", "k1", "--zk", hosts,
                                 "--timeout", "2"],
@@ -187,7 +186,7 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
     assert z.proc is not None
     try:
         zk.exists("/")  # heard from just now
-        z.proc.send_signal(signal.SIGSTOP)
+        z.pause()  # stopped when this returns: an answer sent after it would hide the patience
         sent = time.monotonic()
         if asking == "one request":
             zk.exists_async("/")
@@ -234,7 +233,7 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
     class Tried(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             if record.getMessage().startswith("Connecting to"):
-                tried.append((int(record.args[2]), record.created))  # type: ignore[index]
+                tried.append((int(record.args[2]), record.created))  # type: ignore[index, arg-type]
 
     logger = logging.getLogger("test-zk-passed-over")
     logger.setLevel(logging.INFO)
@@ -242,7 +241,7 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
     zk = None
     assert first.proc is not None and paused.proc is not None
     try:
-        paused.proc.send_signal(signal.SIGSTOP)
+        paused.pause()
         zk = connect(",".join(f"127.0.0.1:{p}" for p in ports), logger=logger)
         first.proc.kill()
         wait_for(lambda: any(p == ports[2] for p, _ in tried), 20, "an attempt on the paused member")

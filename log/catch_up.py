@@ -30,6 +30,17 @@ class Unavailable(Exception):
     pass
 
 
+def _asked_in_turn(replicas: tuple[int, ...], sealed: bool) -> tuple[int, ...]:
+    """The order in which a read asks a segment's replicas for what this server misses: a
+    sealed segment's writer (its first replica) last. Its log was taken over, most often
+    because that writer went quiet, and every replica asked answers or times out
+    (REPLICA_RPC_TIMEOUT_S, 2 s) before the next is asked: a storage node's read of a log
+    just taken over from a paused machine waited out the old writer first (issue 68). A
+    committed entry is on an ack quorum, so another replica has it whenever the old writer
+    does not answer; an open segment's writer is asked first (it has every entry)."""
+    return replicas[1:] + replicas[:1] if sealed else replicas
+
+
 class CatchUp:
     def __init__(self, server_id: int, logs: int, store: RocksStore, replica: ReplicaCore,
                  rlock: threading.Lock, meta: dict[int, LogMetadata], writers: dict[int, WriterDriver],
@@ -75,7 +86,7 @@ class CatchUp:
             if len(got) != seg_hi - p + 1:
                 have = {e.position for e in got}
                 missing = [q for q in range(p, seg_hi + 1) if q not in have]
-                got += self._fetch(log_id, seg.epoch, missing, seg.replicas,
+                got += self._fetch(log_id, seg.epoch, missing, _asked_in_turn(seg.replicas, seg.sealed),
                                    keep=self.server_id in seg.replicas)
                 got.sort(key=lambda e: e.position)
                 if len(got) != seg_hi - p + 1:

@@ -161,7 +161,7 @@ BROKEN_LOG = LOST + ("committed position", "answered a strong read")
     ("past-lac", 5, range(1, 3), BROKEN_LOG),
     ("no-fence", 5, range(10, 11), ("acknowledged before it",)),
     # a re-replication recorded before the new server holds the whole segment
-    ("record-first", 5, range(6, 7), ("re-replicated there",)),
+    ("record-first", 5, range(7, 8), ("re-replicated there",)),
     # ensembles and re-replication placed by load alone, blind to the servers' machines
     ("by-load", 6, range(1, 2), ("share a machine",)),
     # a writer that answers strong reads by its lease after the lease ran out (a read

@@ -37,7 +37,7 @@ class _Empty:
 def _reader(links: dict[int, _Holds], segments: tuple[Segment, ...]) -> CatchUp:
     meta = {0: LogMetadata(0, 2, segments, writer=3)}
     return CatchUp(3, 1, _Empty(), None, threading.Lock(), meta, {},  # type: ignore[arg-type]
-                   links.get, threading.Event())
+                   links.get, threading.Event())  # type: ignore[arg-type]
 
 
 def test_a_sealed_segment_is_read_from_its_writer_last() -> None:

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.sim import nodes
+from tests.sim import nodes, seeds
 from tests.sim.writers import Config
 
 
@@ -61,9 +61,12 @@ def test_a_position_sent_before_a_disk_was_lost_counts_against_that_disk_only() 
     through a suspended session). Check (3) attributed it to the new disk by the log's time
     and failed the node's next restart (on the new disk, at 0): a flaw of the check, not of
     the node, which publishes only what is durable on the disk it runs on."""
-    r, counts = nodes.run(1032)
-    assert r.failures == [] and r.violations == []
-    assert counts["positions landed after their disk was lost"] > 0
+    def landed_late(seed: int) -> int | None:
+        r, counts = nodes.run(seed)
+        assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+        return counts["positions landed after their disk was lost"] or None
+
+    seeds.first(landed_late, 1032, "a position landing in the log after its disk was lost")
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -76,57 +79,57 @@ def test_a_seed_replays_exactly() -> None:
 LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "does not linearize")
 
 
-@pytest.mark.parametrize("broken,seeds,finding", [
+@pytest.mark.parametrize("broken,start,finding", [
     # positions published before they are synced: a node restarts below one after a power loss
-    ("publish-unsynced", range(1, 2), ("below the",)),
+    ("publish-unsynced", 1, ("below the",)),
     # the log truncated below a node's own position, ignoring its peers': a node falls behind it
-    ("truncate-ahead", range(1, 4), ("behind a truncation",)),
+    ("truncate-ahead", 1, ("behind a truncation",)),
     # a strong read that does not wait for the read index misses a write answered before it
     # (or a shared key's history does not linearize)
-    ("read-anywhere", range(0, 1), ("a strong read", "does not linearize")),
+    ("read-anywhere", 0, ("a strong read", "does not linearize")),
     # the SDK retrying a write under a new request id: it counts twice (a strong read sees
     # 2), or its client is told the outcome of a copy that is not the first
-    ("retry-new-id", range(1, 4), ("a strong read", "its client was told", "counted 2 times",
-                                   "does not linearize")),
+    ("retry-new-id", 1, ("a strong read", "its client was told", "counted 2 times",
+                         "does not linearize")),
     # a race of a shard move with a node's restart, which only the whole simulation reaches:
     # a copy taken in while the node starts moves its position past its other shards'
     # records (what it answers and holds then differs from the log's outcome)
-    ("copy-while-starting", range(27, 28), ("answered", "its client was told", "a strong read")),
+    ("copy-while-starting", 27, ("answered", "its client was told", "a strong read")),
     # the shard moves' model's (tests/sim/moves.py, retired), on the real code: a copy
     # installed behind the destination's tail without the shard's records between; the
     # mover recording a copy never taken in
-    ("no-catch-up", range(1, 4), LOST),
-    ("join-early", range(1, 3), LOST),
+    ("no-catch-up", 1, LOST),
+    ("join-early", 1, LOST),
     # and its rebuild-high: a node that lost its disk rebuilt with its tail at its highest copy
     # (seed 7, the first of 0-7 since followers probe through a suspended session; 4 before)
-    ("rebuild-high", range(7, 8), LOST),
+    ("rebuild-high", 7, LOST),
     # a race only the whole simulation reaches: a mover paused past its session writes over
     # the shard's next move when an ended move's record is deleted (rare: seed 45, the first
     # of 0-45 since a sealed segment's writer is read last, and 49 and 101 of 46-300; 31
     # before; once 1241 of 1000-1241)
-    ("moves-recreated", range(45, 46), ("replicas at the end", "changed shard")),
+    ("moves-recreated", 45, ("replicas at the end", "changed shard")),
     # the moves' model's no-hold: the log truncated while a shard of it is copied to a node
     # holding no other shard of that log (which then stops behind the truncation; seed 52 is
     # the first of 0-52 that catches it since writers go on through a suspended session)
-    ("no-hold", range(52, 53), ("behind a truncation",)),
+    ("no-hold", 52, ("behind a truncation",)),
     # (Its stale-position, a copy recorded before the destination published its position
     # again, is not caught on the real code: the copy is asked at the destination's own
     # position, so a position it published before is never above it. Its one finding here,
     # seed 165, was a needless stop that storage_node/apply_loop.py no longer makes.)
     # its no-digest: a copy without the shard's digest (what the node answers then differs)
-    ("no-digest", range(1, 2), LOST),
+    ("no-digest", 1, LOST),
     # its by-load (and the log's): placement blind to the nodes' machines
-    ("by-load", range(1, 2), ("share machines",)),
+    ("by-load", 1, ("share machines",)),
 ])
-def test_a_broken_variant_is_caught(broken: str, seeds: range, finding: tuple[str, ...]) -> None:
-    found = []
-    for seed in seeds:
+def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str, ...]) -> None:
+    """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py)."""
+    def caught(seed: int) -> list[str] | None:
         r, _ = nodes.run(seed, broken=broken)
-        assert r.failures == []
-        found += r.violations
-        if r.violations:
-            break
-    assert found and any(f in found[0] for f in finding), found[:1]
+        assert r.failures == [], (seed, r.failures[:1])
+        return r.violations or None
+
+    seed, found = seeds.first(caught, start, f"a seed that catches {broken}")
+    assert any(f in found[0] for f in finding), (seed, found[:1])
 
 
 @pytest.mark.parametrize("broken,seed,finding", [
@@ -140,10 +143,15 @@ def test_a_broken_variant_is_caught(broken: str, seeds: range, finding: tuple[st
 ])
 def test_a_broken_hand_off_rule_is_caught(broken: str, seed: int, finding: tuple[str, ...]) -> None:
     """The hand-offs' broken variants (make sim HANDOFFS=1 BROKEN=open-early / unsealed),
-    caught by the whole cluster's checks with shards handed between the logs."""
-    r, counts = nodes.run(seed, broken=broken, handoffs=True)
-    assert r.failures == [] and counts["hand-offs done"] >= 1
-    assert r.violations and any(f in r.violations[0] for f in finding), r.violations[:1]
+    caught by the whole cluster's checks with shards handed between the logs (searched from
+    `seed`: tests/sim/seeds.py)."""
+    def caught(seed: int) -> list[str] | None:
+        r, counts = nodes.run(seed, broken=broken, handoffs=True)
+        assert r.failures == [] and counts["hand-offs done"] >= 1, (seed, r.failures[:1])
+        return r.violations or None
+
+    at, found = seeds.first(caught, seed, f"a seed that catches {broken}")
+    assert any(f in found[0] for f in finding), (at, found[:1])
 
 
 def test_a_node_that_lost_its_store_takes_no_copy_behind_the_logs_heads() -> None:
@@ -153,10 +161,14 @@ def test_a_node_that_lost_its_store_takes_no_copy_behind_the_logs_heads() -> Non
     publishes, and log 0 is truncated to 11, node 2's position from before its loss holding
     nothing back. Node 2 used to read on from 7 and stop behind the truncation; a bootstrap
     now takes its copy at or past the heads it began with (storage_node/bootstrap.py
-    behind), as a rebuild's copies are. Without that rule, this seed stops node 2 (below)."""
-    r, counts = nodes.run(5, slow=True)
-    assert r.failures == [] and r.violations == []
-    assert counts["disks lost"] >= 1
+    behind), as a rebuild's copies are. Without that rule, this seed stops node 2 (below).
+    (Searched from 5 for a seed where a disk is lost: tests/sim/seeds.py.)"""
+    def lost_a_disk(seed: int) -> int | None:
+        r, counts = nodes.run(seed, slow=True)
+        assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+        return counts["disks lost"] or None
+
+    seeds.first(lost_a_disk, 5, "a lost disk with slow disks and links")
 
 
 def test_a_copy_taken_behind_the_heads_is_caught_with_slow_disks_links_and_pauses() -> None:
@@ -165,12 +177,24 @@ def test_a_copy_taken_behind_the_heads_is_caught_with_slow_disks_links_and_pause
     with slow disks and links alone in seed 5 only, of 1-699 (a whole copy from a source
     slowed by a writer change); since writers go on through a suspended session, writers
     change less and none of seeds 0-399 catches it so. With nodes paused too, seed 4 does
-    (the variant's own rule: by-shard-behind passes that seed), and as built it passes."""
-    r, _ = nodes.run(4, slow=True, pauses=True)
-    assert r.failures == [] and r.violations == []
-    r, _ = nodes.run(4, broken="rebuild-behind", slow=True, pauses=True)
-    assert r.failures == []
-    assert r.violations and "behind a truncation" in r.violations[0], r.violations[:1]
+    (the variant's own rule: by-shard-behind passes that seed), and as built it passes.
+    (Searched from 4: tests/sim/seeds.py.)"""
+    _caught_and_passed("rebuild-behind", 4, "behind a truncation")
+
+
+def _caught_and_passed(broken: str, start: int, finding: str) -> int:
+    """The first seed from `start` (slow disks and links, nodes paused) in which `broken`
+    is caught with `finding`, checked to pass as built."""
+    def caught(seed: int) -> list[str] | None:
+        r, _ = nodes.run(seed, broken=broken, slow=True, pauses=True)
+        assert r.failures == [], (seed, r.failures[:1])
+        return r.violations or None
+
+    seed, found = seeds.first(caught, start, f"a seed that catches {broken} with slow disks, links, pauses")
+    assert finding in found[0], (seed, found[:1])
+    r, _ = nodes.run(seed, slow=True, pauses=True)
+    assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+    return seed
 
 
 def test_a_node_whose_shard_of_a_log_moved_away_does_not_stop_behind_its_truncation() -> None:
@@ -191,13 +215,18 @@ def test_a_node_paused_past_its_session_in_its_start_goes_on_when_it_wakes() -> 
     a read of ZooKeeper in its start fails (SessionExpiredError) before kazoo has a new
     one. The start used to end there and the node never served; it now makes such a step
     again once ZooKeeper answers (runtime/process.py through_zk_loss). Without that
-    ("start-once"), the node stays behind the logs to the end."""
-    r, counts = nodes.run(34, slow=True, pauses=True)
-    assert r.failures == [] and r.violations == []
+    ("start-once"), the node stays behind the logs to the end. (Searched from 34 for a
+    seed where start-once fails so: tests/sim/seeds.py.)"""
+    def caught(seed: int) -> list[str] | None:
+        r, _ = nodes.run(seed, broken="start-once", slow=True, pauses=True)
+        expired = any("SessionExpiredError" in f for f in r.failures)
+        return r.violations if expired and r.violations else None
+
+    seed, found = seeds.first(caught, 34, "a node's start failing on an expired session")
+    assert "nodes applied only up to" in found[0], (seed, found[:1])
+    r, counts = nodes.run(seed, slow=True, pauses=True)
+    assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
     assert counts["nodes paused"] > 0
-    r, _ = nodes.run(34, broken="start-once", slow=True, pauses=True)
-    assert any("SessionExpiredError" in f for f in r.failures), r.failures[:1]
-    assert r.violations and "nodes applied only up to" in r.violations[0], r.violations[:1]
 
 
 def test_a_rebuild_shard_by_shard_behind_the_logs_heads_is_caught() -> None:
@@ -210,12 +239,9 @@ def test_a_rebuild_shard_by_shard_behind_the_logs_heads_is_caught() -> None:
     catches up and publishes, and log 0 is truncated past the copy before node 2 (itself
     paused a while) reads on: node 2 stops behind the truncation. As built, the copies
     stand at or past the heads the rebuild began with, and the seed passes. (Seed 117 since
-    writers go on through a suspended session: the first of 0-117 that catches it.)"""
-    r, _ = nodes.run(117, slow=True, pauses=True)
-    assert r.failures == [] and r.violations == []
-    r, _ = nodes.run(117, broken="by-shard-behind", slow=True, pauses=True)
-    assert r.failures == []
-    assert r.violations and "behind a truncation" in r.violations[0], r.violations[:1]
+    writers go on through a suspended session: the first of 0-117 that catches it;
+    searched from there: tests/sim/seeds.py.)"""
+    _caught_and_passed("by-shard-behind", 117, "behind a truncation")
 
 
 def test_an_ingestion_pipeline_counts_each_event_once_through_task_retries_and_moves() -> None:

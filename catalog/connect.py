@@ -42,9 +42,13 @@ RECONNECT_MAX_S = 0.5
 # (which probes writers) and the replicas' epoch checks of a new writer (issue 68). A
 # member dropped for nothing costs a reconnection and ConnectionLoss for what waited: at
 # 0.5 s, a command's session was dropped once in a suite run on a loaded machine (most
-# likely so); sessions are on their own machine's member first (local_first), so few wait
-# on a quiet machine's member at all.
+# likely so), and the command failed. So commands and the SDK wait PATIENCE_S, servers
+# SERVER_PATIENCE_S: a server retries what failed, and at 1 s, a new writer's recovery
+# waited 0.75-1.1 s on its replicas' epoch checks whose sessions were on a paused member
+# (issue 68). Sessions are on their own machine's member first (local_first), so only
+# those of a machine without a member wait on another machine's.
 PATIENCE_S = 1.0
+SERVER_PATIENCE_S = 0.5
 # How often the connection's loop looks at its waiting requests (PATIENCE_S).
 PATIENCE_CHECK_S = 0.05
 # A member left for its silence (PATIENCE_S), or that did not answer a connection attempt,
@@ -92,6 +96,7 @@ class _Connection(ConnectionHandler):
     server" for the read timeout (2/3 of the session), whatever it sent; this drops it
     sooner, and only while something waits for an answer."""
 
+    patience_s = PATIENCE_S  # (connect's)
     heard = 0.0  # when the server last sent something on this connection (world.monotonic)
     waiting_since = 0.0  # when a request was sent with none waiting before it
     member: tuple[str, int] | None = None  # the member this connection is to (or being made to)
@@ -142,11 +147,11 @@ class _Connection(ConnectionHandler):
 
     def check_patience(self) -> None:
         """Drop the connection (kazoo moves the session to another member) if a request
-        has waited PATIENCE_S and the member has sent nothing since it was sent."""
+        has waited `patience_s` and the member has sent nothing since it was sent."""
         if not self.client._pending:
             return
         now = world.monotonic()
-        if now - max(self.heard, self.waiting_since) > PATIENCE_S:
+        if now - max(self.heard, self.waiting_since) > self.patience_s:
             self._went_silent()
             raise ConnectionDropped(f"no answer from the server in {now - self.heard:.1f}s while a request "
                                     f"waited {now - self.waiting_since:.1f}s")
@@ -185,14 +190,16 @@ def _is_here(addr: str) -> bool:
 
 def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
             connect_timeout_s: float = CONNECT_TIMEOUT_S,
-            refused_retry_s: float | None = None, logger: logging.Logger | None = None) -> KazooClient:
+            refused_retry_s: float | None = None, logger: logging.Logger | None = None,
+            patience_s: float = PATIENCE_S) -> KazooClient:
     """A started client; kazoo's timeout error if ZooKeeper does not answer within
     `connect_timeout_s` (the client is stopped then: no thread keeps retrying).
     `refused_retry_s` (the command line, the SDK): raise runtime.reach.KnownDown once every
     server has refused connections (or has no address) for that long, instead of waiting
     out `connect_timeout_s`; a server that does not answer is still waited for. Servers
     leave it unset: at start-up ZooKeeper may be starting too. `logger`: where kazoo's own
-    lines go (default: "kazoo")."""
+    lines go (default: "kazoo"). `patience_s`: how long a request waits on a silent member
+    before the session moves (servers: SERVER_PATIENCE_S)."""
     if refused_retry_s is not None:
         why = reach.all_down(reach.zk_addrs(hosts), refused_retry_s, default_port=2181)
         if why is not None:
@@ -204,6 +211,7 @@ def connect(hosts: str, timeout_s: float = ZK_SESSION_TIMEOUT_S,
                                                  max_delay=RECONNECT_MAX_S, sleep_func=handler.sleep_func),
                      **({"logger": logger} if logger is not None else {}))
     zk._connection.__class__ = _Connection  # made by KazooClient's constructor, not started yet
+    zk._connection.patience_s = patience_s
     handler.connection = zk._connection
     try:
         zk.start(timeout=connect_timeout_s)

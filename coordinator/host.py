@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
 def in_the_pool(zk_hosts: str, server_id: int) -> bool:
     """Whether `server_id` is in the log servers' pool (waiting, as a log server does, for a
     topology to exist). A host whose log server was decommissioned runs without it."""
-    zk = zkpaths.connect(zk_hosts)
+    zk = zkpaths.connect(zk_hosts, patience_s=zkpaths.SERVER_PATIENCE_S)
     try:
         topo = wait_until(lambda: zkpaths.read_topology(zk),
                           "no topology in ZooKeeper: run `midtown cluster up` (or create it)")

@@ -100,7 +100,7 @@ class Node:
              lease_s: float = lease.LEASE_S_DEFAULT) -> Node:
         """The shell: connect to ZooKeeper, wait for the topology (a minute at most; exits
         if it never comes or does not name this server), open the store under `data_dir`."""
-        zk = zkpaths.connect(zk_hosts)
+        zk = zkpaths.connect(zk_hosts, patience_s=zkpaths.SERVER_PATIENCE_S)
         topo = wait_until(lambda: zkpaths.read_topology(zk),
                           "no topology in ZooKeeper: run `midtown cluster up` (or create it)")
         if server_id not in topo.log_servers:

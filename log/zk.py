@@ -26,7 +26,13 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog.connect import CONNECT_TIMEOUT_S, STALE_READ_WAIT_S, bounded, connect  # noqa: F401 (the log's servers connect so)
+from catalog.connect import (  # noqa: F401 (the log's servers connect so)
+    CONNECT_TIMEOUT_S,
+    SERVER_PATIENCE_S,
+    STALE_READ_WAIT_S,
+    bounded,
+    connect,
+)
 from log import limits
 from log.metadata import LogMetadata
 from log.seals import Stint

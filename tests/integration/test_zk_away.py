@@ -164,7 +164,8 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
         assert time.monotonic() - t0 < 2.0, "closing a client waited on ZooKeeper"
 
 
-@pytest.mark.parametrize("asking", ["one request", "a request every 0.2 s", "a bounded read"])
+@pytest.mark.parametrize("asking", ["one request", "one request, a server's session", "a request every 0.2 s",
+                                    "a bounded read"])
 def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path: Path, asking: str) -> None:
     """Once a request has waited PATIENCE_S with nothing from its member since it was sent
     (paused here; on a machine cut off, the same), the session moves to another member
@@ -177,10 +178,11 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
     from kazoo.client import KazooState
     from kazoo.exceptions import OperationTimeoutError
 
-    from catalog.connect import PATIENCE_S, ZK_SESSION_TIMEOUT_S, bounded, connect
+    from catalog.connect import PATIENCE_S, SERVER_PATIENCE_S, ZK_SESSION_TIMEOUT_S, bounded, connect
 
     z = ZooKeeper(tmp_path / "zk", free_ports(1)[0]).start()
-    zk = connect(z.hosts)
+    patience = SERVER_PATIENCE_S if "server" in asking else PATIENCE_S
+    zk = connect(z.hosts, patience_s=patience)
     suspended: list[float] = []
     zk.add_listener(lambda s: suspended.append(time.monotonic()) if s == KazooState.SUSPENDED else None)
     assert z.proc is not None
@@ -188,7 +190,7 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
         zk.exists("/")  # heard from just now
         z.pause()  # stopped when this returns: an answer sent after it would hide the patience
         sent = time.monotonic()
-        if asking == "one request":
+        if asking.startswith("one request"):
             zk.exists_async("/")
         elif asking == "a bounded read":
             with pytest.raises(OperationTimeoutError):
@@ -200,7 +202,7 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
                 time.sleep(0.2)
         wait_for(lambda: suspended, 10, "the session suspended")
         read_timeout = ZK_SESSION_TIMEOUT_S * 2 / 3
-        assert suspended[0] - sent < (PATIENCE_S + read_timeout) / 2, \
+        assert suspended[0] - sent < (patience + read_timeout) / 2, \
             f"suspended {suspended[0] - sent:.2f}s after the first request was sent"
     finally:
         z.proc.send_signal(signal.SIGCONT)

@@ -66,6 +66,20 @@ class Namespace:
         sh("ip", "netns", "exec", self.name, "ip", "link", "set", "eth0", "up" if up else "down")
 
 
+def _free_net(subnet: str, start: int) -> int:
+    """A net of `subnet` (20-219) no address on this machine is in, from the `start`-th on:
+    a bridge left by a run that was killed keeps its address and its route, and a run that
+    took the same net (its pid's) reached none of its namespaces (10.204.21.0/24 routed to
+    the dead bridge)."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                          timeout=30).stdout
+    for i in range(200):
+        net = (start + i) % 200 + 20
+        if f" {subnet.format(net, '')}" not in used:
+            return net
+    raise RuntimeError(f"every net of {subnet} is in use on this machine")
+
+
 @contextmanager
 def namespaces(n: int, subnet: str, kind: str) -> Iterator[tuple[list[Namespace], str]]:
     """`n` namespaces on a bridge, and the bridge's (root side) address. `subnet`: a format
@@ -74,7 +88,7 @@ def namespaces(n: int, subnet: str, kind: str) -> Iterator[tuple[list[Namespace]
     left being torn down)."""
     num = os.getpid() % 10000
     tag = f"{kind}{num}"
-    net = num % 200 + 20
+    net = _free_net(subnet, num % 200)
     bridge = f"mtbr{tag}"
     made: list[Namespace] = []
     try:

@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from runtime import children
+
 
 def sh(*args: str) -> None:
     subprocess.run(list(args), check=True, capture_output=True, timeout=30)
@@ -48,18 +50,26 @@ class Namespace:
 
     def pause_all(self, on: bool) -> None:
         """Every process in the namespace stopped (SIGSTOP) or continued at once: a machine
-        gone quiet without dying (a hung kernel, a stalled VM), its sockets open."""
-        self.signal_all(signal.SIGSTOP if on else signal.SIGCONT)
+        gone quiet without dying (a hung kernel, a stalled VM), its sockets open. A pause
+        returns once every one of them is stopped: until then they still answer (a
+        quiet-machines round counted a put answered 10 ms after its pause began)."""
+        pids = self._signal(signal.SIGSTOP if on else signal.SIGCONT)
+        if on:
+            for pid in pids:
+                children.wait_stopped(pid)
 
     def signal_all(self, sig: int) -> int:
         """`sig` to every process in the namespace (ours: the namespace is this test's)."""
+        return len(self._signal(sig))
+
+    def _signal(self, sig: int) -> list[int]:
         pids = self.pids()
         for pid in pids:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
                 pass
-        return len(pids)
+        return pids
 
     def link(self, up: bool) -> None:
         """The machine's network interface up or down (a partition of the whole machine)."""

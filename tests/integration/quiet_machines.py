@@ -107,9 +107,12 @@ def at(t: float) -> str:
 
 def one_round(space: netns.Namespace, kind: str,
               tickers: list[Ticker]) -> tuple[float, dict[str, float | None]]:
-    """`space` quiet for QUIET_S: (when it began, each ticker's seconds to its next ack)."""
-    t = time.monotonic()
+    """`space` quiet for QUIET_S: (when it was quiet, each ticker's seconds to its next put
+    started then or after and acknowledged). Counted from when every process is stopped
+    or the link is down: a put sent while the pause was still being signalled was answered
+    by the machine, 0.01 s "after the fault"."""
     quiet(space, kind, True)
+    t = time.monotonic()
     try:
         gaps = {tk.key: tk.first_ack_after(t, 60) for tk in tickers}
         time.sleep(max(0.0, QUIET_S - (time.monotonic() - t)))

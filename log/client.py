@@ -72,7 +72,9 @@ class LogClient:
         self.local_log = local_log  # None: no log server in this process
         self._own_zk = zk is None or own_zk  # closed with this client
         # Reads on request paths end within READ_WAIT_S (catalog/connect.py, issue 68).
-        self.zk = zkpaths.bounded(zk or zkpaths.connect(zk_hosts, patience_s=zkpaths.SERVER_PATIENCE_S))  # type: ignore[arg-type]
+        if zk is None:  # a server's or a benchmark's (commands pass their own session)
+            zk = zkpaths.connect(zk_hosts, patience_s=zkpaths.SERVER_PATIENCE_S)  # type: ignore[arg-type]
+        self.zk = zkpaths.bounded(zk)
         self._writers: dict[int, str] = {}
         self._watched: set[int] = set()  # logs whose writer node this client watches
         self._on_writer: dict[int, list[Callable[[str | None], None]]] = {}  # on_writer_change

@@ -137,6 +137,14 @@ def signal_recorded(pid: int, started: int, sig: int) -> bool:
         os.close(fd)
 
 
+def pause(proc: subprocess.Popen[Any], paused: bool) -> None:
+    """SIGSTOP `proc` (started here: its Popen, which signals nothing once it is reaped),
+    returning once it is stopped (wait_stopped), or, `paused` False, SIGCONT it."""
+    proc.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
+    if paused:
+        wait_stopped(proc.pid)
+
+
 def wait_stopped(pid: int, timeout_s: float = 5.0) -> bool:
     """Whether every thread of `pid` is stopped (SIGSTOP has taken effect) within
     `timeout_s`. kill() returns once the signal is sent; each thread stops when it next runs

@@ -134,9 +134,8 @@ class Etcd:
         self.procs[i] = self._start(i)
 
     def pause(self, i: int, paused: bool) -> None:
-        self.procs[i].send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
-        if paused:  # measured from when it is stopped, as Midtown's writer is (Cluster.signal)
-            children.wait_stopped(self.procs[i].pid)
+        # (measured from when it is stopped, as Midtown's writer is: Cluster.signal)
+        children.pause(self.procs[i], paused)
 
     def stop(self) -> None:
         for ch in self._channels.values():

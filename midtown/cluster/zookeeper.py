@@ -13,7 +13,6 @@ LOG_FILE_MB, LOG_FILES kept)."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -150,9 +149,7 @@ class ZooKeeper:
         """SIGSTOP the server (returns once every thread of it is stopped: until then it can
         still answer a request sent after the kill) or, `paused` False, SIGCONT it."""
         assert self.proc is not None, "not started"
-        self.proc.send_signal(signal.SIGSTOP if paused else signal.SIGCONT)
-        if paused:
-            children.wait_stopped(self.proc.pid)
+        children.pause(self.proc, paused)
 
     def stop(self) -> None:
         if self.proc is None:

@@ -11,7 +11,6 @@ new client, which knows no coordinator, fails UNAVAILABLE within its deadline.""
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -48,7 +47,7 @@ def ensemble(tmp_path: Path) -> Iterator[list[ZooKeeper]]:
     finally:
         for z in zks:
             if z.proc is not None:
-                z.proc.send_signal(signal.SIGCONT)
+                z.pause(False)
             z.stop()
 
 
@@ -116,8 +115,7 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
                 outcome, took = _timed(db, op, 1.0)
                 assert took <= 1.0 + LATE_S, (op, outcome, took)
             for z in ensemble:
-                assert z.proc is not None
-                z.proc.send_signal(signal.SIGCONT)
+                z.pause(False)
             wait_for(lambda: _call(db, "put strong", 2.0) == "ok", 60, "puts once ZooKeeper is back")
             # The pause outlived the servers' sessions: each registers again. The guarantee
             # below is for coordinators that saw the cluster whole before ZooKeeper went
@@ -205,7 +203,7 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
         assert suspended[0] - sent < (patience + read_timeout) / 2, \
             f"suspended {suspended[0] - sent:.2f}s after the first request was sent"
     finally:
-        z.proc.send_signal(signal.SIGCONT)
+        z.pause(False)
         zk.stop()
         zk.close()
         z.stop()
@@ -258,7 +256,7 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
         second.start()
         wait_for(lambda: zk is not None and zk.connected, 20, "a session on the second member")
     finally:
-        paused.proc.send_signal(signal.SIGCONT)
+        paused.pause(False)
         if zk is not None:
             zk.stop()
             zk.close()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 
 from catalog import machines
 from coordinator import limits as kv_limits
@@ -30,7 +29,7 @@ from log.client_link import GrpcLog
 from log.local import ProcessLog
 from log.node import Node
 from runtime import inprocess, metrics, transport
-from runtime.process import Part, serve_all, tune_runtime, wait_until
+from runtime.process import Part, log_to_stderr, serve_all, tune_runtime, wait_until
 from storage_node import server as storage_server
 from storage_node.callbacks import AnswerTaker, Callbacks, ProcessAnswers
 
@@ -54,9 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     transport.use_flags(ap, a)
     domain = machines.flags_domain(ap, a)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s host-{a.id} %(name)s %(levelname)s %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    log_to_stderr(f"host-{a.id}")
     if a.metrics_port:
         metrics.serve(a.metrics_port, a.host)
     tune_runtime()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -58,7 +57,7 @@ from record.model import (
 )
 from runtime import faults, handlers, inprocess, metrics, transport, world
 from runtime.health import serve_health
-from runtime.process import Part, serve_all, tune_runtime
+from runtime.process import Part, log_to_stderr, serve_all, tune_runtime
 from runtime.refusals import REFUSED, BadRequest, Refusal
 from runtime.transport import GRPC_OPTIONS
 
@@ -721,9 +720,7 @@ def main(argv: list[str] | None = None) -> None:
     creds = transport.use_flags(ap, a)
     if a.metrics_port:
         metrics.serve(a.metrics_port, a.host)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s coordinator-{a.id} %(name)s %(levelname)s %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    log_to_stderr(f"coordinator-{a.id}")
     tune_runtime()
     listen = f"{a.host}:{a.port}"
     b = build(a.id, a.advertise or listen, a.zk, listen, a.client_rate_limit,

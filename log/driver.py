@@ -156,10 +156,13 @@ class WriterDriver:
                         events.append(self.inbox.get_nowait())
                     except queue.Empty:
                         break
-                lac0 = core.lac
+                lac0, state0 = core.lac, core.state
                 for ev in events:
                     self._handle(ev)
                 core.poll()
+                if core.state is not state0:  # a failover's steps, traced (MIDTOWN_DEBUG)
+                    log.debug("log %d: %s -> %s, %.0f ms after its claim", self.log_id, state0.value,
+                              core.state.value, 1000 * (world.monotonic() - self.started_at))
                 if core.lease_s and core.lease_renewal_due(lease_clock()):
                     core.push_lac(force=True)  # readers use the lease: keep it (log/lease.py)
                 if core.state is State.WRITING:

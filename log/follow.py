@@ -82,6 +82,7 @@ class Follow:
                 if self._moved:
                     self._moved = False
                     continue  # the writer moved (writer_is): follow it at once
+                log.debug("log %d: reading from %s failed: %s", self.log_id, addr, e.code.name)
                 if e.code == grpc.StatusCode.OUT_OF_RANGE:
                     self.behind(e.message or "truncated")
                 else:
@@ -98,12 +99,18 @@ class Follow:
         self._stream = (addr, stream)
         self.in_process = stream.in_process
         self.writer_is(self.client.writer_addr(self.log_id))  # moved meanwhile?
+        log.debug("log %d: reading from %s at position %d", self.log_id, addr, self.position())
+        first = True
         try:
             for entries in stream:
                 if self.stop.is_set():
                     stream.cancel()
                     return
                 if entries:
+                    if first:  # a failover's last step, traced (MIDTOWN_DEBUG)
+                        log.debug("log %d: first entries from %s, at position %d", self.log_id, addr,
+                                  entries[0].position)
+                        first = False
                     self.deliver(entries)
                     self._delivered = True
         finally:

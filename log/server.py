@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -24,7 +23,7 @@ from log.node import Node
 from midtown_pb import log_pb2 as pb
 from runtime import handlers, metrics, transport, world
 from runtime.health import serve_health
-from runtime.process import serve_until_signal, tune_runtime
+from runtime.process import log_to_stderr, serve_until_signal, tune_runtime
 from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.log.server")
@@ -237,11 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     transport.use_flags(ap, a)
     domain = machines.flags_domain(ap, a)
     metrics.serve(a.metrics_port, a.host)
-    logging.basicConfig(
-        level=a.log_level, format=f"%(asctime)s log-server-{a.id} %(name)s %(levelname)s %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    log_to_stderr(f"log-server-{a.id}", a.log_level)
     # Hand the GIL over sooner: a woken thread (an RPC reply, an ack) otherwise waits up
     # to the default 5 ms while another thread computes.
     tune_runtime()

@@ -41,7 +41,7 @@ from midtown.operations import Call, Operations, PagedScan
 from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
-from runtime.transport import GRPC_OPTIONS
+from runtime.transport import CLIENT_GRPC_OPTIONS
 
 
 class _Builder(Operations):
@@ -171,8 +171,8 @@ class AsyncClient:
         s = self._stubs.get(addr)
         if s is None:
             creds = self.endpoints.credentials
-            ch = (grpc.aio.insecure_channel(addr, options=GRPC_OPTIONS) if creds is None
-                  else grpc.aio.secure_channel(addr, creds, options=GRPC_OPTIONS))
+            ch = (grpc.aio.insecure_channel(addr, options=CLIENT_GRPC_OPTIONS) if creds is None
+                  else grpc.aio.secure_channel(addr, creds, options=CLIENT_GRPC_OPTIONS))
             self._channels.append(ch)
             s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
         return s

@@ -43,7 +43,7 @@ from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
 from runtime import world
-from runtime.transport import GRPC_OPTIONS
+from runtime.transport import CLIENT_GRPC_OPTIONS
 
 # Each failed attempt of a call, at DEBUG (the coordinator, why, the time left): where a
 # slow call spent its deadline (tests/integration/quiet_machines.py writes them to a file).
@@ -155,8 +155,8 @@ class Client(Operations):
                 s = self._stubs[addr] = self._link(addr)
             elif s is None:
                 creds = self.endpoints.credentials
-                ch = (grpc.insecure_channel(addr, options=GRPC_OPTIONS) if creds is None
-                      else grpc.secure_channel(addr, creds, options=GRPC_OPTIONS))
+                ch = (grpc.insecure_channel(addr, options=CLIENT_GRPC_OPTIONS) if creds is None
+                      else grpc.secure_channel(addr, creds, options=CLIENT_GRPC_OPTIONS))
                 self._channels.append(ch)
                 s = self._stubs[addr] = kv_pb2_grpc.KVStub(ch)
             return s

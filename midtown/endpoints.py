@@ -89,14 +89,18 @@ class Endpoints:
 
     def pick(self, addrs: list[str], failed: str | None = None) -> str:
         """A coordinator at random, passing over those a call could not reach in the last
-        AVOID_S while others remain (`failed`: one just now). A paused coordinator is found
-        out by keepalive in about 2 s (runtime/transport.py), and a new call to it would
-        wait on its connection until the deadline."""
+        AVOID_S while others remain (`failed`: one just now, and then one on another host
+        if there is one: what silenced a coordinator, a machine paused or cut off, likely
+        silenced its neighbours). A paused coordinator is found out by keepalive in 0.5-1 s
+        (runtime/transport.py), and a new call to it would wait on its connection until
+        the deadline."""
         now = world.monotonic()
         if failed is not None:
             self._unreached[failed] = now + AVOID_S
-        ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now]
-        return world.choice(ok or addrs)
+        ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now] or addrs
+        if failed is not None:
+            ok = [a for a in ok if _host(a) != _host(failed)] or ok
+        return world.choice(ok)
 
     def unanswered(self, addr: str) -> None:
         """A call to `addr` got no answer within its deadline (paused, cut off, wedged):
@@ -126,3 +130,8 @@ class Endpoints:
         background: None at first."""
         r = self.routes
         return None if r is None else r.coordinator_for(to_dataset(dataset), to_bytes(partition, "partition"))
+
+
+def _host(addr: str) -> str:
+    """The host part of `host:port` (`[v6]:port` too)."""
+    return addr.rsplit(":", 1)[0]

@@ -141,6 +141,21 @@ def serve_all(parts: list[Part], ready: str) -> None:
 SWITCH_INTERVAL_S = 0.02
 
 
+def log_to_stderr(name: str, level: int | str = logging.INFO, env: Mapping[str, str] = os.environ) -> None:
+    """A server process's log: one line per record on stderr, each naming the process
+    (`name`, such as "host-3"), kazoo's own lines at WARNING and above, and the loggers
+    MIDTOWN_DEBUG names (comma-separated, such as `midtown.log.driver,midtown.log.follow`:
+    a failover's steps, docs/operations.md) at DEBUG."""
+    import sys
+
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format=f"%(asctime)s {name} %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    for n in env.get("MIDTOWN_DEBUG", "").split(","):
+        if n.strip():
+            logging.getLogger(n.strip()).setLevel(logging.DEBUG)
+
+
 def tune_runtime(env: Mapping[str, str] = os.environ) -> None:
     """Interpreter settings for a server process: the GIL switch interval, and a garbage
     collector that runs less often (each request allocates many short-lived objects, and

@@ -27,17 +27,31 @@ GRPC_MESSAGE_BYTES_MAX = 32 * 1024 * 1024
 # and would hold a call until its deadline; its pings go unanswered, while a merely busy
 # one answers them from gRPC's own threads. Servers accept pings that often (no strikes).
 KEEPALIVE_MS = 1000
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
-    ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-    ("grpc.keepalive_timeout_ms", KEEPALIVE_MS),
-    ("grpc.keepalive_permit_without_calls", 0),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.http2.ping_timeout_ms", KEEPALIVE_MS),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
-    ("grpc.http2.max_ping_strikes", 0),
-]
+# The SDK's channels to coordinators ping twice as often: a call to a quiet coordinator is
+# found out 0.5-1.25 s after it went quiet (1.0-2.05 s at 1000 ms; measured with a paused
+# server, six phases of the ping's timer each), within the 2 s a client typically gives a
+# write, and retried on another. (gRPC's flow-control probes, `grpc.http2.bdp_probe`, delay
+# the keepalive ping: without them it was 0.55-0.75 s; they are left on, since they size the
+# windows of large messages, scans and bulk loads, and that cost was not measured.)
+CLIENT_KEEPALIVE_MS = 500
+
+
+def _options(keepalive_ms: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+        ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_ms),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.ping_timeout_ms", keepalive_ms),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", CLIENT_KEEPALIVE_MS // 2),
+        ("grpc.http2.max_ping_strikes", 0),
+    ]
+
+
+GRPC_OPTIONS = _options(KEEPALIVE_MS)  # servers, and channels between Midtown's processes
+CLIENT_GRPC_OPTIONS = _options(CLIENT_KEEPALIVE_MS)  # the SDK's channels to coordinators
 
 
 @dataclass(frozen=True)

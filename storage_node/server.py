@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
@@ -17,7 +15,7 @@ from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
-from runtime.process import serve_until_signal, tune_runtime
+from runtime.process import log_to_stderr, serve_until_signal, tune_runtime
 from storage_node import checks
 from storage_node.callbacks import AnswerLink
 from storage_node.node import StorageNode
@@ -85,9 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     transport.use_flags(ap, a)
     domain = machines.flags_domain(ap, a)
     metrics.serve(a.metrics_port, a.host)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s storage-{a.id} %(name)s %(levelname)s %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    log_to_stderr(f"storage-{a.id}")
     tune_runtime()
     machines.claim_at_start(a.zk, [(machines.STORAGE_NODES, a.id)], domain)
     listen = f"{a.host}:{a.port}"

@@ -153,6 +153,28 @@ def test_a_coordinator_silent_through_a_calls_deadline_is_passed_over() -> None:
     assert {ends.pick(ends.coordinators()) for _ in range(50)} == {"b:2"}
 
 
+def test_a_call_that_could_not_reach_a_coordinator_goes_to_another_host_next() -> None:
+    """What silenced a coordinator (its machine paused or cut off) likely silenced the
+    others on its host: a retry goes to another host while one remains, and to the failed
+    host's other coordinators only when no other host is known."""
+    ends = Endpoints(["10.0.0.1:7000", "10.0.0.1:7004", "10.0.0.2:7000"], None, timeout=1.0, retries=3,
+                     token=None, tls_ca=None, route=True)
+    assert {ends.switch("10.0.0.1:7000", ends.coordinators()) for _ in range(50)} == {"10.0.0.2:7000"}
+    one_host = Endpoints(["127.0.0.1:1", "127.0.0.1:2"], None, timeout=1.0, retries=3, token=None,
+                         tls_ca=None, route=True)
+    assert {one_host.switch("127.0.0.1:1", one_host.coordinators()) for _ in range(20)} == {"127.0.0.1:2"}
+
+
+def test_clients_find_a_silent_coordinator_within_half_a_typical_deadline() -> None:
+    """The SDK's channels ping twice as often as the servers' (a paused coordinator's calls
+    fail UNAVAILABLE within 0.5-1 s and are retried elsewhere), and servers accept it."""
+    from runtime import transport
+    client = dict(transport.CLIENT_GRPC_OPTIONS)
+    server = dict(transport.GRPC_OPTIONS)
+    assert client["grpc.keepalive_time_ms"] + client["grpc.keepalive_timeout_ms"] <= 1000
+    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] <= client["grpc.keepalive_time_ms"]
+
+
 class _Catalog:
     """A ZooKeeper holding one dataset, "e"; `away` makes every read fail as a ZooKeeper
     without a quorum does."""

@@ -341,6 +341,35 @@ def test_async_client_and_addresses(kv_cluster: Cluster, db: Client) -> None:
         assert one.get("t", "async", "n").value == b"10"  # type: ignore[union-attr]
 
 
+def test_calls_on_a_paused_coordinator_go_on_at_the_other_within_their_deadline(
+        kv_cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
+    """A coordinator paused under calls (its machine stalled, a VM frozen) keeps its
+    sockets open: the calls sent to it fail UNAVAILABLE once a keepalive ping goes
+    unanswered (the SDK's channels ping every 0.5 s, runtime/transport.py: found out
+    0.5-1.25 s after the pause; at 1 s per ping, 1-2 s) and each goes on at the other
+    coordinator, every one within a 1.8 s deadline."""
+    import logging
+    from concurrent.futures import ThreadPoolExecutor
+
+    caplog.set_level(logging.DEBUG, logger="midtown.client")
+    paused = kv_cluster.playing("coordinator")[0]
+    with Client(kv_cluster.coordinator_addrs, timeout=20, coalesce=False) as c:
+        for i in range(20):  # a connection to each coordinator (they are picked at random)
+            c.put("t", "paused-coordinator", f"warm{i}", b"v")
+        kv_cluster.signal(paused.name, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(16) as pool:
+                versions = list(pool.map(
+                    lambda i: c.put("t", "paused-coordinator", f"k{i}", b"v", timeout=1.8), range(16)))
+        finally:
+            kv_cluster.signal(paused.name, signal.SIGCONT)
+        assert all(v > 0 for v in versions)
+        got = c.get("t", "paused-coordinator", "k15")
+        assert got is not None and got.value == b"v"
+    moved = [r.getMessage() for r in caplog.records if f"at {paused.addr}: UNAVAILABLE" in r.getMessage()]
+    assert moved, "no put was sent to the paused coordinator first (16 picked at random)"
+
+
 def test_data_commands(kv_cluster: Cluster) -> None:
     import json
     import os

@@ -51,6 +51,12 @@ PATIENCE_S = 1.0
 SERVER_PATIENCE_S = 0.5
 # How often the connection's loop looks at its waiting requests (PATIENCE_S).
 PATIENCE_CHECK_S = 0.05
+# An idle session asks its member something this often (an `exists` of the root), so that
+# the patience above finds a member gone quiet while nothing else was asked of it: before a
+# failover needs the session. Without it, a replica's epoch check of a new writer (issue
+# 68, `make quiet-machines`) waited on a session idle on the quiet machine's member, which
+# kazoo's ping found out only 1.9-2.7 s after; the recovery's fence took 0.52 s.
+IDLE_ASK_S = 0.25
 # A member left for its silence (PATIENCE_S), or that did not answer a connection attempt,
 # is passed over this long while another member may answer.
 SILENT_PASSED_OVER_S = 3.0
@@ -147,10 +153,14 @@ class _Connection(ConnectionHandler):
 
     def check_patience(self) -> None:
         """Drop the connection (kazoo moves the session to another member) if a request
-        has waited `patience_s` and the member has sent nothing since it was sent."""
-        if not self.client._pending:
-            return
+        has waited `patience_s` and the member has sent nothing since it was sent; ask
+        something of a member not heard from for IDLE_ASK_S (the connection's thread)."""
         now = world.monotonic()
+        client = self.client
+        if not client._pending:
+            if now - self.heard >= IDLE_ASK_S and not client._queue and client.connected:
+                client.exists_async("/")
+            return
         if now - max(self.heard, self.waiting_since) > self.patience_s:
             self._went_silent()
             raise ConnectionDropped(f"no answer from the server in {now - self.heard:.1f}s while a request "

@@ -215,12 +215,16 @@ class Election:
             if now - at >= takeover.PROBE_GAP_S and at < self._round_began:
                 answered = self._probe(w["server"], log_id, seg.epoch, seg.first)
                 self._probes[w["server"]] = (world.monotonic(), answered)
+                log.debug("log %d: its writer, server %d, %s a probe", log_id, w["server"],
+                          "answered" if answered else "did not answer")
             self.takeover.probed(log_id, answered, world.monotonic())
         # Found lost now, or while ZooKeeper did not answer: taken over once it does (a
         # ZooKeeper error in the takeover leaves it condemned, so the next round tries again).
         if self.takeover.condemned(log_id) and zk_ok:
             self._take_over(log_id, w)
             self.takeover.forget(log_id)
+        elif self.takeover.condemned(log_id):
+            log.debug("log %d: its writer is lost; taken over once ZooKeeper answers", log_id)
 
     def _watch_copies(self, log_id: int, d: WriterDriver, now: float) -> None:
         """As the writer of `log_id`, move its open segment off copies that stopped

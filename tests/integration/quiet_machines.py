@@ -209,7 +209,9 @@ def main() -> None:
     figures: dict[str, dict[str, list[float]]] = {}
     figures["midtown"] = {"pause": [], "cut": []}
     midtown_rounds(rounds, figures["midtown"])
-    if shutil.which("etcd"):
+    if os.environ.get("ETCD", "1") == "0":
+        print("ETCD=0: no etcd figures", flush=True)
+    elif shutil.which("etcd"):
         figures["etcd"] = {"pause": [], "cut": []}
         etcd_rounds(rounds, figures["etcd"])
     else:

@@ -18,7 +18,7 @@ from coordinator.checks import Code
 from coordinator.ratelimit import RateLimiter
 from midtown_pb import kv_pb2 as pb
 from runtime import world
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 
 
 class Admission:
@@ -47,7 +47,7 @@ class Admission:
     def need(d: Dataset | None, header: pb.RequestHeader) -> Dataset:
         """The dataset a request names; a Refusal naming header.dataset if it has none."""
         if not header.dataset:
-            raise Refusal(Code.INVALID_ARGUMENT, "header.dataset: required")
+            raise BadRequest("header.dataset: required")
         if d is None:
             raise Refusal(Code.NOT_FOUND, f"header.dataset: unknown dataset {header.dataset!r}")
         return d

@@ -1,5 +1,5 @@
 """Checks of a client's request, each naming the field at fault: pure functions that
-raise a Refusal (runtime/refusals.py) with INVALID_ARGUMENT and "field: what is wrong"."""
+raise a BadRequest (runtime/refusals.py: INVALID_ARGUMENT) saying "field: what is wrong"."""
 
 from __future__ import annotations
 
@@ -12,23 +12,21 @@ from coordinator import limits
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Op
-from runtime.refusals import BadRequest, Refusal
+from runtime.refusals import BadRequest
 
 Code = grpc.StatusCode
 
 
 def check_partition(pkey: bytes, field: str) -> None:
     if not pkey:
-        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: the partitioning key must not be empty")
+        raise BadRequest(f"{field}: the partitioning key must not be empty")
     if len(pkey) > limits.PARTITION_KEY_BYTES_MAX:
-        raise Refusal(Code.INVALID_ARGUMENT,
-                    f"{field}: {len(pkey)} bytes, the limit is {limits.PARTITION_KEY_BYTES_MAX}")
+        raise BadRequest(f"{field}: {len(pkey)} bytes, the limit is {limits.PARTITION_KEY_BYTES_MAX}")
 
 
 def check_local(lkey: bytes, field: str) -> None:
     if len(lkey) > limits.LOCAL_KEY_BYTES_MAX:
-        raise Refusal(Code.INVALID_ARGUMENT,
-                    f"{field}: {len(lkey)} bytes, the limit is {limits.LOCAL_KEY_BYTES_MAX}")
+        raise BadRequest(f"{field}: {len(lkey)} bytes, the limit is {limits.LOCAL_KEY_BYTES_MAX}")
 
 
 def check_value(v: bytes, field: str) -> None:
@@ -38,7 +36,7 @@ def check_value(v: bytes, field: str) -> None:
 
 def check_ttl(ttl: int, field: str) -> None:
     if ttl > limits.TTL_MS_MAX:
-        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
+        raise BadRequest(f"{field}: {ttl} ms, the limit is {limits.TTL_MS_MAX}")
 
 
 def check_op(op: pb.Op, i: int, prefix: str = "") -> Op:
@@ -52,11 +50,11 @@ def validate_op(op: pb.Op, i: int, prefix: str = "") -> None:
     kind = op.WhichOneof("op")
     f = f"{prefix}ops[{i}]"
     if kind is None:
-        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: empty; set one of put, delete, cas, incr, get")
+        raise BadRequest(f"{f}: empty; set one of put, delete, cas, incr, get")
     if kind == "scan":
-        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: scan is not allowed in a batch; use Scan")
+        raise BadRequest(f"{f}: scan is not allowed in a batch; use Scan")
     if kind in ("position", "drop", "hand_off", "open"):
-        raise Refusal(Code.INVALID_ARGUMENT, f"{f}: {kind} records are the cluster's own")
+        raise BadRequest(f"{f}: {kind} records are the cluster's own")
     inner = getattr(op, kind)
     check_local(inner.local_key, f"{f}.{kind}.local_key")
     if kind == "put":
@@ -86,14 +84,13 @@ def check_batch(ops: Any, field: str, validate: Callable[[pb.Op, int], Any]) -> 
     whose results are returned), then their bytes together (op_bytes); Refusal names the
     field at fault under `field`."""
     if not ops:
-        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: a batch needs at least one operation")
+        raise BadRequest(f"{field}: a batch needs at least one operation")
     if len(ops) > limits.BATCH_OPS_MAX:
-        raise Refusal(Code.INVALID_ARGUMENT,
-                    f"{field}: {len(ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
+        raise BadRequest(f"{field}: {len(ops)} operations, the limit is {limits.BATCH_OPS_MAX}")
     out = [validate(o, i) for i, o in enumerate(ops)]
     total = sum(map(op_bytes, ops))
     if total > limits.BATCH_BYTES_MAX:
-        raise Refusal(Code.INVALID_ARGUMENT, f"{field}: the local keys and values add up to {total} "
+        raise BadRequest(f"{field}: the local keys and values add up to {total} "
                     f"bytes, the limit is {limits.BATCH_BYTES_MAX}")
     return out
 
@@ -103,11 +100,10 @@ def check_put_columns(c: pb.PutColumns) -> int:
     n = len(c.partition_keys)
     for name, col in (("local_keys", c.local_keys), ("values", c.values)):
         if len(col) != n:
-            raise Refusal(Code.INVALID_ARGUMENT, f"puts.{name}: {len(col)} rows, puts.partition_keys has {n}")
+            raise BadRequest(f"puts.{name}: {len(col)} rows, puts.partition_keys has {n}")
     for name, col in (("event_ids", c.event_ids), ("ttl_ms", c.ttl_ms)):
         if col and len(col) != n:
-            raise Refusal(Code.INVALID_ARGUMENT,
-                        f"puts.{name}: {len(col)} rows, puts.partition_keys has {n} (or leave it empty)")
+            raise BadRequest(f"puts.{name}: {len(col)} rows, puts.partition_keys has {n} (or leave it empty)")
     if not n:
         return 0
     # One pass per column over the lengths; a bad row is looked for only when there is one.
@@ -130,14 +126,12 @@ def check_put_columns(c: pb.PutColumns) -> int:
 
 def check_event_id(event_id: bytes, field: str) -> None:
     if len(event_id) > limits.EVENT_ID_BYTES_MAX:
-        raise Refusal(Code.INVALID_ARGUMENT,
-                    f"{field}: {len(event_id)} bytes, the limit is {limits.EVENT_ID_BYTES_MAX}")
+        raise BadRequest(f"{field}: {len(event_id)} bytes, the limit is {limits.EVENT_ID_BYTES_MAX}")
 
 
 def check_cas(which: str | None, expected_version: int, field: str) -> None:
     if which is None and not expected_version:
-        raise Refusal(Code.INVALID_ARGUMENT,
-                    f"{field}: set expected_value, expect_absent or expected_version")
+        raise BadRequest(f"{field}: set expected_value, expect_absent or expected_version")
 
 
 def check_key(key: pb.Key) -> tuple[bytes, bytes]:

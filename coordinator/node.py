@@ -47,7 +47,7 @@ from record.model import (
 )
 from runtime import inprocess, world
 from runtime.group_commit import GroupTimeout
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.coordinator")
 
@@ -155,8 +155,8 @@ class Coordinator:
     def request_id(self, header: pb.RequestHeader) -> bytes:
         rid = header.request_id
         if len(rid) > limits.REQUEST_ID_BYTES_MAX:
-            raise Refusal(Code.INVALID_ARGUMENT,
-                        f"header.request_id: {len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}")
+            raise BadRequest(f"{len(rid)} bytes, the limit is {limits.REQUEST_ID_BYTES_MAX}",
+                             field="header.request_id")
         return rid or uuid.uuid4().bytes
 
     def plan(self, d: Dataset, header: pb.RequestHeader, pkey: bytes, ops: list[Op]) -> tuple[Record, bool]:
@@ -193,7 +193,7 @@ class Coordinator:
         payload = codec.record_to_bytes(
             dataclasses.replace(rec, answer_secret=self.answers.secret(rec.request_id)))
         if len(payload) > limits.RECORD_BYTES_MAX:  # the checks of each field keep within it
-            raise Refusal(Code.INVALID_ARGUMENT, f"request: its record is {len(payload)} bytes, "
+            raise BadRequest(f"request: its record is {len(payload)} bytes, "
                         f"the limit is {limits.RECORD_BYTES_MAX}")
         return payload
 

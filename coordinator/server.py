@@ -95,7 +95,7 @@ def op_error(status: OpStatus, field: str) -> Refusal:
 def _bulk_op(o: pb.Op, j: int, prefix: str) -> None:
     """An operation of a bulk write's group: as in a batch, reads excepted."""
     if o.WhichOneof("op") == "get":
-        raise Refusal(Code.INVALID_ARGUMENT, f"{prefix}ops[{j}]: get is not allowed in a bulk write")
+        raise BadRequest(f"{prefix}ops[{j}]: get is not allowed in a bulk write")
     validate_op(o, j, prefix)
 
 
@@ -294,9 +294,9 @@ class KVService:
         rows = check_put_columns(req.puts)
         n = len(req.groups) + rows
         if not n:
-            raise Refusal(Code.INVALID_ARGUMENT, "groups: a bulk write needs at least one group or put")
+            raise BadRequest("groups: a bulk write needs at least one group or put")
         if n > limits.WRITE_MANY_GROUPS_MAX:
-            raise Refusal(Code.INVALID_ARGUMENT, f"groups: {n} groups and puts, the limit is "
+            raise BadRequest(f"groups: {n} groups and puts, the limit is "
                         f"{limits.WRITE_MANY_GROUPS_MAX} per call")
         self._eventual(d, req.header, "a bulk write")
         d = self.c.admission.need(d, req.header)
@@ -337,7 +337,7 @@ class KVService:
         if req.page > limits.SHARD_SCAN_PAGE_MAX:
             raise BadRequest(f"{req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}", field="page")
         if req.max_bytes > limits.SHARD_SCAN_BYTES_MAX:
-            raise Refusal(Code.INVALID_ARGUMENT, f"max_bytes: {req.max_bytes}, the limit is "
+            raise BadRequest(f"max_bytes: {req.max_bytes}, the limit is "
                         f"{limits.SHARD_SCAN_BYTES_MAX}")
         sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
                                           page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT,
@@ -385,17 +385,17 @@ class KVService:
             check_partition(req.partition_key, "partition_key")
             only = shard_of(d.id, req.partition_key, shards)
         if req.from_now == bool(starts):
-            raise Refusal(Code.INVALID_ARGUMENT, "from: give the positions to start at, or from_now, not both"
+            raise BadRequest("from: give the positions to start at, or from_now, not both"
                         if starts else "from: no positions to start at (or set from_now)")
         for shard in starts:
             if shard >= shards:
-                raise Refusal(Code.INVALID_ARGUMENT, f"from: shard {shard}, this cluster has shards "
+                raise BadRequest(f"from: shard {shard}, this cluster has shards "
                             f"0..{shards - 1}")
             if only is not None and shard != only:
-                raise Refusal(Code.INVALID_ARGUMENT, f"from: shard {shard}; the partitioning key is in "
+                raise BadRequest(f"from: shard {shard}; the partitioning key is in "
                             f"shard {only} alone")
         if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
-            raise Refusal(Code.INVALID_ARGUMENT, f"duration_ms: {req.duration_ms}, the limit is "
+            raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is "
                         f"{limits.WATCH_DURATION_MS_MAX}")
         sreq = pb.StorageWatchRequest(dataset=d.id, duration_ms=req.duration_ms or
                                       limits.WATCH_DURATION_MS_DEFAULT)
@@ -433,7 +433,7 @@ class KVService:
             raise Refusal(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
                         "a shard scan reads strong datasets")
         if shard >= self.c.kv.shards:
-            raise Refusal(Code.INVALID_ARGUMENT, f"shard: {shard}, this cluster has shards "
+            raise BadRequest(f"shard: {shard}, this cluster has shards "
                         f"0..{self.c.kv.shards - 1}")
         if not token:
             return d, None
@@ -441,9 +441,9 @@ class KVService:
         try:
             cursor.ParseFromString(token)
         except Exception:
-            raise Refusal(Code.INVALID_ARGUMENT, "token: not a scan token") from None
+            raise BadRequest("token: not a scan token") from None
         if cursor.dataset != d.id or cursor.shard != shard or not cursor.view:
-            raise Refusal(Code.INVALID_ARGUMENT, f"token: not a token of a scan of {d.name!r} shard {shard}")
+            raise BadRequest(f"token: not a token of a scan of {d.name!r} shard {shard}")
         return d, cursor
 
     def _at_read_index(self, sreq: Any, consistency: int) -> None:
@@ -466,7 +466,7 @@ class KVService:
         check_local(req.start, "start")
         check_local(req.end, "end")
         if req.limit > limits.SCAN_LIMIT_MAX:
-            raise Refusal(Code.INVALID_ARGUMENT, f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
+            raise BadRequest(f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
         op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
         ed = self._eventual(d, req.header)
         if ed is not None:
@@ -555,10 +555,9 @@ class Shell:
         datasets (and eventual reads) on a pool, as their own calls. One answer each, in
         order; one that fails fails alone."""
         if not req.items:
-            raise Refusal(Code.INVALID_ARGUMENT, "items: a call needs at least one item")
+            raise BadRequest("items: a call needs at least one item")
         if len(req.items) > limits.MANY_ITEMS_MAX:
-            raise Refusal(Code.INVALID_ARGUMENT,
-                          f"items: {len(req.items)} items, the limit is {limits.MANY_ITEMS_MAX}")
+            raise BadRequest(f"items: {len(req.items)} items, the limit is {limits.MANY_ITEMS_MAX}")
         c = self.c
         answers: list[pb.ManyAnswer | None] = [None] * len(req.items)
         writes: list[tuple[int, str, Planned]] = []

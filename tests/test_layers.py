@@ -21,11 +21,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("log",),  # the replicated log
     ("storage_node",),  # replicas applying the logs
     ("coordinator",),  # the KV service: requests to records, answers to responses
+    ("drivers",),  # multi-step changes of the cluster (hand-offs, moves) that commands run
     ("midtown",),  # the SDK a user imports
     ("spark_connector",),  # the Spark data source, on the SDK
     ("midtown.cli", "midtown.cluster", "midtown.bench", "midtown.__main__"),  # commands: drive all
 ]
-PACKAGES = ("runtime", "record", "catalog", "log", "storage_node", "coordinator", "midtown",
+PACKAGES = ("runtime", "record", "catalog", "log", "storage_node", "coordinator", "drivers", "midtown",
             "spark_connector")
 
 
@@ -196,6 +197,27 @@ def test_one_way_to_refuse() -> None:
                 if "ValueError" in names:
                     bad.append(f"{rel}:{node.lineno} catches ValueError")
     assert bad == []
+
+
+def _invalid_argument_refusals(source: str) -> list[int]:
+    """Lines that spell a refusal of a bad request as Refusal(...INVALID_ARGUMENT...)."""
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Refusal" and node.args
+            and isinstance(node.args[0], ast.Attribute) and node.args[0].attr == "INVALID_ARGUMENT"]
+
+
+def test_a_bad_request_has_one_spelling() -> None:
+    """A request no retry can make right is refused as BadRequest (runtime/refusals.py),
+    never as Refusal(INVALID_ARGUMENT, ...) beside it (issue 69: the coordinator had 31)."""
+    paths = [path for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))]
+    bad = [f"{path.relative_to(ROOT)}:{line}" for path in paths
+           for line in _invalid_argument_refusals(path.read_text())]
+    assert bad == []
+
+
+def test_the_spelling_check_sees_a_second_spelling() -> None:
+    assert _invalid_argument_refusals("raise Refusal(Code.INVALID_ARGUMENT, 'x: bad')\n") == [1]
+    assert _invalid_argument_refusals("raise BadRequest('x: bad')\n") == []
 
 
 def test_importing_the_sdk_loads_the_client_only() -> None:

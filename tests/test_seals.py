@@ -104,7 +104,7 @@ truncations = st.lists(st.one_of(
 @given(truncations)
 def test_a_held_truncation_point_never_passes_the_hold(ops: list[tuple]) -> None:
     """log/zk.py hold_truncation, which a hand-off's driver puts on its old log before
-    sealing the shard there (midtown/handoffs.py): from the hold on, no truncation raises
+    sealing the shard there (drivers/handoffs.py): from the hold on, no truncation raises
     the point past it, whatever it asks for, until it is released; a hold never lowers the
     point. Against a model: the point is the highest asked for, capped by the holds in
     force when each was asked."""

@@ -49,8 +49,8 @@ def run(a: argparse.Namespace) -> int:
         c.start()
         c.create_dataset("steady")
         from catalog import log_map, registry
+        from drivers.handoffs import hand_off
         from log.client import LogClient
-        from midtown.handoffs import hand_off
 
         with Client(c.coordinator_addrs, timeout=60) as db, LogClient(c.zk_hosts) as logs:
             log(f"the workload on one log for {a.seconds:g}s...")

@@ -1,7 +1,7 @@
 """`midtown shard list|move|abort|hand-off`: where each shard lives, moving a shard's
 replica to another storage node online, and handing a shard over to another key-value log
 online. The command is the mover of catalog/shard_moves.py, or the hand-off's driver
-(midtown/handoffs.py): either keeps nothing of its own (every step is a versioned write in
+(drivers/handoffs.py): either keeps nothing of its own (every step is a versioned write in
 ZooKeeper, or a record a replica applies once), so one left half-way, killed or timed out,
 is taken up by running the same command again."""
 
@@ -12,8 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from catalog import failure_domains, log_map, mover, registry, replica_sets, shard_moves, usage
+from catalog import failure_domains, log_map, registry, replica_sets, shard_moves, usage
 from catalog.failure_domains import PlacementError
+from drivers import moves
 from midtown.cli.connect import CliError
 from midtown.output import emit
 
@@ -46,10 +47,10 @@ def add_parser(sub: Any, common: Callable[..., None], zk_of: Callable[[argparse.
 
 
 def _hand_off(a: argparse.Namespace) -> int:
-    """Hand a shard over to another key-value log (midtown/handoffs.py); CliError naming the
+    """Hand a shard over to another key-value log (drivers/handoffs.py); CliError naming the
     argument when it cannot."""
+    from drivers.handoffs import HandOffError, hand_off
     from midtown.cli.connect import log_client
-    from midtown.handoffs import HandOffError, hand_off
 
     with log_client(a) as logs:
         kv = registry.read_kv(logs.zk)
@@ -87,11 +88,11 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
 def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
     sets = registry.read_replica_sets(zk, kv)
     logs = registry.read_log_map(zk, kv)
-    moves = registry.read_moves(zk)
+    under_way = registry.read_moves(zk)
     where, _ = registry.placement_rule(zk)
     rows: list[dict[str, Any]] = []
     for shard in range(kv.shards):
-        got = moves.get(shard)
+        got = under_way.get(shard)
         m = None if got is None else got[0]
         copies = sets.of(shard)
         handing = logs.handing_of(shard)
@@ -108,7 +109,7 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         return 0
     table = []
     for r, shard in zip(rows, range(kv.shards)):
-        got = moves.get(shard)
+        got = under_way.get(shard)
         said = "" if got is None else f"{got[0].phase}: to {got[0].dest}" + (
             f" from {got[0].leaving}" if got[0].leaving is not None else "")
         to = "" if r["handing_to"] is None else f" -> {r['handing_to']}"
@@ -138,15 +139,15 @@ def _abort(a: argparse.Namespace, zk: Any) -> int:
 
 def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int | None, rate_mb_s: float,
          timeout_s: float, progress: Callable[[str], None]) -> dict[str, Any]:
-    """A move driven to its end by catalog/mover.py over gRPC; CliError naming the argument
+    """A move driven to its end by drivers/moves.py over gRPC; CliError naming the argument
     when it cannot."""
     from midtown_pb import kv_pb2_grpc
     from runtime.stubs import Stubs
 
     calls = Stubs(kv_pb2_grpc.StorageStub)
     try:
-        return mover.move(zk, kv, shard, dest, leaving, rate_mb_s, timeout_s, progress, calls)
-    except mover.MoveError as e:
+        return moves.move(zk, kv, shard, dest, leaving, rate_mb_s, timeout_s, progress, calls)
+    except moves.MoveError as e:
         raise CliError(str(e)) from None
     finally:
         calls.close()
@@ -288,12 +289,12 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
 
 def _hand_offs(a: argparse.Namespace, kv: registry.KvTopology, rows: list[dict[str, Any]],
                say: Callable[[str], None]) -> None:
-    """Make the planned hand-offs one after the other (midtown/handoffs.py), each within
+    """Make the planned hand-offs one after the other (drivers/handoffs.py), each within
     --timeout; a row gets the seconds its hand-off took."""
     if not rows:
         return
+    from drivers.handoffs import HandOffError, hand_off
     from midtown.cli.connect import log_client
-    from midtown.handoffs import HandOffError, hand_off
 
     with log_client(a) as logs:
         for i, row in enumerate(rows):

@@ -4,7 +4,7 @@ process starts it: ZooKeeper registration and the replica sets' watch, the boots
 the bookkeeping rounds that publish durable positions, truncate the log and measure the lag,
 the apply loop's tail threads following the log through the real log client), a real
 coordinator (coordinator/node.py Coordinator, and its KV service's gRPC handlers,
-coordinator/server.py Shell), the real shard mover (catalog/mover.py) and applications on
+coordinator/server.py Shell), the real shard mover (drivers/moves.py) and applications on
 the real SDK (midtown/client.py Client), each in its own simulated process on the simulated
 ZooKeeper; the stores on the simulator's disk (tests/sim/disk.py); the SDK's calls to the
 coordinator, the nodes' calls to each other, the coordinator's to them and their answers
@@ -67,7 +67,7 @@ from typing import Any
 
 import grpc
 
-from catalog import datasets, failure_domains, machines, mover, registry, shard_moves
+from catalog import datasets, failure_domains, machines, registry, shard_moves
 from catalog.failure_domains import Domain
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import shard_of
@@ -75,6 +75,7 @@ from coordinator import bulk, server
 from coordinator.node import Coordinator
 from coordinator.records import record_for
 from coordinator.server import Shell
+from drivers import handoffs, moves
 from log import reading
 from log import zk as zkpaths
 from log.client import LogClient
@@ -83,7 +84,7 @@ from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
 from log.seals import UNTAGGED, Seals, Tags
 from log.store import Batch, MemStore
-from midtown import errors, handoffs, retries
+from midtown import errors, retries
 from midtown.client import Client
 from midtown.model import Op as SdkOp
 from midtown.model import Write as SdkWrite
@@ -391,7 +392,7 @@ class NodeSim(WriterSim):
         # whether an attempt's outcome said it was applied)
         self.ingest = ingest
         # Shards handed between the two logs now and then, their drivers killed mid-way
-        # (hand_offs: midtown/handoffs.py)
+        # (hand_offs: drivers/handoffs.py)
         self.handoffs = handoffs
         self.events: dict[bytes, tuple[bytes, bool]] = {}
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
@@ -586,7 +587,7 @@ class NodeSim(WriterSim):
 
     def hand_offs(self, stop: Any) -> None:
         """Operators handing shards from one log to the other (`midtown shard hand-off`: the
-        real driver, midtown/handoffs.py, over the simulated network and ZooKeeper), each in
+        real driver, drivers/handoffs.py, over the simulated network and ZooKeeper), each in
         a process of its own, which a fault kills now and then at any step; the next driver
         takes up the hand-off it finds under way. At the end, every one under way is finished."""
         self.operators(stop, self.one_hand_off, "hand-off")
@@ -629,7 +630,7 @@ class NodeSim(WriterSim):
 
     def movers(self, i: int, stop: Any) -> None:
         """Operators moving shards one after another (`midtown shard move`: the real mover,
-        catalog/mover.py, over the simulated network and ZooKeeper), each move in a process
+        drivers/moves.py, over the simulated network and ZooKeeper), each move in a process
         of its own, which a fault may kill or pause (SIGSTOP) past its session timeout
         mid-move; the next mover takes up whatever move it finds under way. At the end,
         every move under way is finished."""
@@ -677,9 +678,9 @@ class NodeSim(WriterSim):
                 for shard, dest, leaving in todo:
                     self.counts["moves"] += 1
                     t0 = world.monotonic()
-                    mover.move(zk, kv, shard, dest, leaving, 0, timeout_s, lambda _: None, _PeerCalls(self))
+                    moves.move(zk, kv, shard, dest, leaving, 0, timeout_s, lambda _: None, _PeerCalls(self))
                     self.counts["moves done"] += 1
-            except mover.MoveError as e:  # another move of the shard under way; or out of time
+            except moves.MoveError as e:  # another move of the shard under way; or out of time
                 self.counts["moves refused"] += 1
                 # (or onto a machine holding a copy of the shard: check_rule's --to)
                 self.counts["moves onto a copy's machine refused"] += str(e).startswith("--to:")
@@ -1371,9 +1372,9 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # the shard moves' model's variants (tests/sim/moves.py, retired), on the real code: a
     # copy installed behind the node's tail without the shard's records between
     # (storage_node/shard_copy.py catch_up), the mover recording a copy the destination
-    # never took in (catalog/mover.py _copy). (Its no-hold: below.)
+    # never took in (drivers/moves.py _copy). (Its no-hold: below.)
     "no-catch-up": [(shard_copy, "catch_up", _no_catch_up)],
-    "join-early": [(mover, "_copy", _joined_uncopied)],
+    "join-early": [(moves, "_copy", _joined_uncopied)],
     # and its rebuild-high: a node that lost its disk rebuilt shard by shard
     # (storage_node/rebuild.py) with its tail of the log starting at the highest copy, the
     # other shards' records between never applied (shard_copy.rebuild). (Its rebuild-behind,

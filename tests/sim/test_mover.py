@@ -1,4 +1,4 @@
-"""catalog/mover.py on the simulated ZooKeeper: a move another mover finished meanwhile
+"""drivers/moves.py on the simulated ZooKeeper: a move another mover finished meanwhile
 ends the move quietly (it once raised NoNodeError out of `midtown shard move` when the
 move's record was gone at its next versioned write; the whole-cluster simulation's movers,
 killed and paused mid-move, found it)."""
@@ -9,7 +9,8 @@ from typing import Any
 
 import grpc
 
-from catalog import mover, registry, replica_sets, shard_moves
+from catalog import registry, replica_sets, shard_moves
+from drivers import moves
 from midtown_pb import kv_pb2 as pb
 from runtime import world
 from runtime.stubs import CallFailed
@@ -42,7 +43,7 @@ def test_a_move_finished_by_another_mover_ends_quietly() -> None:
         registry.register(zk, registry.STORAGE_NODES, 3, "n:3")
         shard = next(s for s in range(4) if 3 not in registry.read_replica_sets(zk, kv).of(s))
         leaving = registry.read_replica_sets(zk, kv).of(shard)[0]
-        return mover.move(zk, kv, shard, 3, leaving, 0, 30, lambda _: None, _FinishedElsewhere(zk))
+        return moves.move(zk, kv, shard, 3, leaving, 0, 30, lambda _: None, _FinishedElsewhere(zk))
 
     s = Scheduler(1)
     out = s.run(lambda: body(Ensemble()))
@@ -91,18 +92,18 @@ def test_a_copy_refused_because_another_mover_moved_on_is_not_an_error() -> None
         zk.start()
         kv, shard, leaving = _cluster(zk)
         try:
-            mover.move(zk, kv, shard, 3, leaving, 0, 2, lambda _: None, _JoinedElsewhere(zk, kv))
-        except mover.MoveError as e:
+            moves.move(zk, kv, shard, 3, leaving, 0, 2, lambda _: None, _JoinedElsewhere(zk, kv))
+        except moves.MoveError as e:
             return str(e), registry.read_moves(zk)
         return None, registry.read_moves(zk)
 
     s = Scheduler(2)
-    err, moves = s.run(lambda: body(Ensemble()))
+    err, recorded = s.run(lambda: body(Ensemble()))
     assert s.failures == []
     # It took the move up from JOINED: only its last step (the leaving replica's positions,
     # which nobody answers here) is left when its 2 s run out; no refusal.
     assert err is not None and "did not end within" in err and "joined" in err
-    assert [m.phase for m, _ in moves.values()] == [shard_moves.JOINED]
+    assert [m.phase for m, _ in recorded.values()] == [shard_moves.JOINED]
 
 
 def test_a_transaction_that_fails_raises_its_cause_and_a_move_starts_on_the_sets_it_read() -> None:
@@ -201,8 +202,8 @@ def test_a_move_ends_by_its_timeout_when_the_nodes_do_not_answer() -> None:
         kv, shard, leaving = _cluster(zk)
         t0 = world.monotonic()
         try:
-            mover.move(zk, kv, shard, 3, leaving, 0, 2, lambda _: None, _SilentNodes(zk, kv))
-        except mover.MoveError as e:
+            moves.move(zk, kv, shard, 3, leaving, 0, 2, lambda _: None, _SilentNodes(zk, kv))
+        except moves.MoveError as e:
             return str(e), world.monotonic() - t0
         return "", world.monotonic() - t0
 

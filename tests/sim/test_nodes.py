@@ -40,7 +40,7 @@ def test_storage_nodes_and_a_coordinator_keep_every_guarantee_through_crashes_an
     assert total["restarts"] >= 8 and total["positions published"] > 50
     assert total["truncated entries checked"] > 100
     assert total["retries"] > 0  # writes whose outcome was unknown, sent again
-    # Shard moves by the real mover (catalog/mover.py), some of its processes killed or
+    # Shard moves by the real mover (drivers/moves.py), some of its processes killed or
     # paused past their sessions mid-move and their moves taken up by the next
     assert total["moves done"] >= 10 and total["movers killed"] + total["movers paused"] > 0
     # The SDK's clients: the coordinator killed under them, their operations on shared keys
@@ -268,7 +268,7 @@ def test_an_ingestion_pipeline_counts_each_event_once_through_task_retries_and_m
 
 
 def test_shards_handed_between_the_logs_while_their_drivers_are_killed() -> None:
-    """Hand-offs (make sim HANDOFFS=1: midtown/handoffs.py's driver over the simulated
+    """Hand-offs (make sim HANDOFFS=1: drivers/handoffs.py's driver over the simulated
     network and ZooKeeper, killed now and then mid-way and taken up by the next) beside the
     whole cluster's faults, moves and clients: each shard's records are applied in its own
     order across its logs (the check's model follows each hand-off), every client's answer

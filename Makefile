@@ -93,7 +93,7 @@ soak-machines: proto
 		tests/integration/test_netns.py
 
 # How long a log's writes stop when its writer's machine is paused or cut off whole, over
-# four namespace-machines (issue 68): make quiet-machines QUIET_ROUNDS=5. Needs root.
+# four namespace-machines (issue 68): make quiet-machines QUIET_ROUNDS=5 [ETCD=0]. Needs root.
 QUIET_ROUNDS ?= 5
 quiet-machines: proto
 	ROUNDS=$(QUIET_ROUNDS) $(PY) -m tests.integration.quiet_machines

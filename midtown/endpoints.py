@@ -99,7 +99,7 @@ class Endpoints:
             self._unreached[failed] = now + AVOID_S
         ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now] or addrs
         if failed is not None:
-            ok = [a for a in ok if _host(a) != _host(failed)] or ok
+            ok = [a for a in ok if reach.host_of(a) != reach.host_of(failed)] or ok
         return world.choice(ok)
 
     def unanswered(self, addr: str) -> None:
@@ -130,8 +130,3 @@ class Endpoints:
         background: None at first."""
         r = self.routes
         return None if r is None else r.coordinator_for(to_dataset(dataset), to_bytes(partition, "partition"))
-
-
-def _host(addr: str) -> str:
-    """The host part of `host:port` (`[v6]:port` too)."""
-    return addr.rsplit(":", 1)[0]

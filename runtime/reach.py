@@ -34,6 +34,14 @@ class KnownDown(ConnectionError):
     """Every address tried is known to be down; the message says why, per address."""
 
 
+def host_of(addr: str) -> str:
+    """The host of HOST:PORT ([v6]:PORT too), or the whole of `addr` when it names no port;
+    never an error (split_addr checks an address)."""
+    host, sep, _ = addr.strip().rpartition(":")
+    host = host if sep else addr.strip()
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def split_addr(addr: str, default_port: int | None = None) -> tuple[str, int]:
     """HOST:PORT ([v6]:PORT too) as (host, port); ValueError if it is not one."""
     host, sep, port = addr.strip().rpartition(":")

@@ -12,6 +12,8 @@ from typing import Any
 
 import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kazoo.exceptions import OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -163,6 +165,24 @@ def test_a_call_that_could_not_reach_a_coordinator_goes_to_another_host_next() -
     one_host = Endpoints(["127.0.0.1:1", "127.0.0.1:2"], None, timeout=1.0, retries=3, token=None,
                          tls_ca=None, route=True)
     assert {one_host.switch("127.0.0.1:1", one_host.coordinators()) for _ in range(20)} == {"127.0.0.1:2"}
+
+
+@given(st.text(max_size=40))
+def test_the_host_of_an_address_is_never_an_error_and_agrees_with_the_check(addr: str) -> None:
+    """reach.host_of (the host a retry moves away from) takes any text; where split_addr
+    accepts the address, both name the same host."""
+    from runtime import reach
+    host = reach.host_of(addr)
+    try:
+        checked, _ = reach.split_addr(addr)
+    except ValueError:
+        return
+    assert host == checked
+
+
+def test_the_host_of_a_v6_address_or_one_without_a_port() -> None:
+    from runtime import reach
+    assert reach.host_of("[::1]:7000") == "::1" and reach.host_of("10.0.0.1") == "10.0.0.1"
 
 
 def test_clients_find_a_silent_coordinator_within_half_a_typical_deadline() -> None:

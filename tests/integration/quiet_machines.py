@@ -202,7 +202,13 @@ def etcd_rounds(rounds: int, results: dict[str, list[float]]) -> None:
 
 
 def main() -> None:
-    rounds = int(os.environ.get("ROUNDS", "5"))
+    raw = os.environ.get("ROUNDS", "5")
+    if not raw.isdigit() or int(raw) < 1:
+        raise SystemExit(f"quiet-machines: ROUNDS={raw!r}: a number of rounds, 1 or more")
+    rounds = int(raw)
+    if os.environ.get("ETCD", "1") not in ("0", "1"):
+        raise SystemExit(f"quiet-machines: ETCD={os.environ['ETCD']!r}: 0 leaves etcd's rounds out, 1 runs "
+                         "them (the default)")
     why = netns.can_make()
     if why is not None:
         raise SystemExit(f"quiet-machines: {why}")

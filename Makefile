@@ -99,20 +99,20 @@ quiet-machines: proto
 	ROUNDS=$(QUIET_ROUNDS) $(PY) -m tests.integration.quiet_machines
 
 bench: proto
-	.venv/bin/midtown bench log
-	.venv/bin/midtown bench kv
-	.venv/bin/midtown bench ingest
-	.venv/bin/midtown bench failover
-	.venv/bin/midtown bench machines
+	.venv/bin/midtown-bench log
+	.venv/bin/midtown-bench kv
+	.venv/bin/midtown-bench ingest
+	.venv/bin/midtown-bench failover
+	.venv/bin/midtown-bench machines
 
 # Exactly-once ingestion through Spark, checked by eye (on the cluster in $(DIR), started if
 # it does not run).
 demo: proto
-	$(PY) -m midtown.cli.demo --dir $(DIR)
+	$(PY) -m cli.demo --dir $(DIR)
 
 lint: proto
-	.venv/bin/ruff check midtown runtime record catalog log coordinator storage_node spark_connector tests
-	.venv/bin/mypy midtown runtime record catalog log coordinator storage_node spark_connector
+	.venv/bin/ruff check midtown runtime record catalog log coordinator storage_node drivers spark_connector cluster cli bench tests
+	.venv/bin/mypy midtown runtime record catalog log coordinator storage_node drivers spark_connector cluster cli bench
 
 clean:
 	rm -rf midtown_pb .venv run

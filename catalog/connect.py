@@ -21,7 +21,7 @@ CONNECT_TIMEOUT_S = 15.0
 # The session: a log writer that loses its session stops acknowledging; another server
 # takes over once the session expires. ZooKeeper needs 2 ticks <= timeout <= 20 ticks.
 ZK_SESSION_TIMEOUT_S = 4.0
-# ZooKeeper's tick, for the servers Midtown starts (midtown/cluster/zookeeper.py): the unit
+# ZooKeeper's tick, for the servers Midtown starts (cluster/zookeeper.py): the unit
 # of its members' patience with one another (SYNC_LIMIT_TICKS there).
 ZK_TICK_MS = 250
 # Moving a session to another member when its own went quiet (paused, cut off, or electing

@@ -1,7 +1,7 @@
 """Moving a shard's replica from one storage node to another, online (issue 32): the
 protocol's decisions, pure. The seeded simulator runs it (tests/sim/moves.py) through
 crashes of the mover, the source and the destination at every step; `midtown shard move`
-(midtown/cli/shards.py) runs it against the cluster (docs/storage.md).
+(cli/shards.py) runs it against the cluster (docs/storage.md).
 
 A move is kept in ZooKeeper beside the replica sets, one per shard at a time, and every
 step is a versioned write, so a mover that dies is replaced by any other, which reads the
@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 # What a move copies at unless told (MB/s; 0: no limit), as production stores pace their
 # rebalancing copies by default (CockroachDB's kv.snapshot_rebalance.max_rate, Cassandra's
-# stream throughput): `midtown bench moves` on this 2-core machine measured a steady
+# stream throughput): `midtown-bench moves` on this 2-core machine measured a steady
 # workload's put p99 during an unpaced move at 2.7x and 4.9x its p99 without, and 1.0x and
 # 1.8x at 32 MB/s (docs/operations.md).
 RATE_MB_S_DEFAULT = 32.0

@@ -4,7 +4,7 @@ the destination joining the replica set, the leaving replica going once the dest
 has passed the point it joined at). It keeps nothing of its own: every step is a versioned
 write in ZooKeeper, so a move left half-way (its mover killed, paused past its session, or
 out of time) is taken up by any mover after it. `midtown shard move`, `cluster rebalance`
-and `node decommission` run it (midtown/cli/shards.py), and the seeded simulation
+and `node decommission` run it (cli/shards.py), and the seeded simulation
 (tests/sim/nodes.py)."""
 
 from __future__ import annotations

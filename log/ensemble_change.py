@@ -68,7 +68,7 @@ class Copies:
 
 def enabled_from_env(env: Mapping[str, str]) -> bool:
     """MIDTOWN_ENSEMBLE_CHANGE: "on" (the default) or "off" (a writer keeps its segment's
-    copies until the next writer change, as before issue 48: `midtown bench log` measures
+    copies until the next writer change, as before issue 48: `midtown-bench log` measures
     both). ValueError naming the variable for anything else."""
     raw = env.get("MIDTOWN_ENSEMBLE_CHANGE", "on")
     if raw not in ("on", "off"):

@@ -6,7 +6,7 @@ A lone caller pays nothing: with no call in flight its operation goes at once, a
 call. Under load, calls carry what queued while the previous one ran, at most ITEMS_MAX
 operations and BYTES_MAX bytes. One call per route (coordinator) is in flight at a time:
 more calls in flight carry fewer operations each and cost more than they save (measured
-with `midtown bench kv`, 64 threads on one Client: put 1.18x etcd's throughput with one
+with `midtown-bench kv`, 64 threads on one Client: put 1.18x etcd's throughput with one
 call in flight, 0.99x with two, 0.75x with four; docs/performance.md).
 
 Each operation keeps its own request id, its own outcome and its own deadline: the

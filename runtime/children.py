@@ -4,7 +4,7 @@ it started when it ends, wherever a stop signal landed: in a constructor before 
 was bound to a name, between two starts, or in a wait for readiness.
 
 A process is started and recorded with stop signals held: the command's signal handler
-(midtown/cli/interrupts.py) asks `hold` first, and a signal that lands inside `held()` is
+(cli/interrupts.py) asks `hold` first, and a signal that lands inside `held()` is
 sent again on the way out, so no signal falls between the start and the record. The record
 is the `Popen` object itself: until it is reaped its pid cannot be reused, so signalling it
 can never reach another program. `release` hands a process over for good (a detached

@@ -27,7 +27,7 @@ def serve_until_signal(server: grpc.Server, listen: str, ready: str,
 
 
 # Exit codes a server process ends with when it must not go on; the supervisor
-# (midtown/cluster/supervisor.py) reads them.
+# (cluster/supervisor.py) reads them.
 EXIT_APPLY_FAILED = 70  # a storage node could not apply a record: restart from its positions
 EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: restart to bootstrap
 EXIT_WEDGED = 69  # (EX_UNAVAILABLE) its own gRPC server stopped answering (runtime/health.py):

@@ -1,9 +1,9 @@
-"""Benchmarks' figures from their rounds: `midtown bench kv --rounds N` reports each figure's
+"""Benchmarks' figures from their rounds: `midtown-bench kv --rounds N` reports each figure's
 median; `bench spark-read` each source's first and fastest round."""
 
 from __future__ import annotations
 
-from midtown.bench.kv import medians
+from bench.kv import medians
 
 
 def test_medians_of_odd_and_even_rounds() -> None:
@@ -24,7 +24,7 @@ def test_cpu_per_operation_counts_the_processes_it_is_given() -> None:
     import os
     import time
 
-    from midtown.bench.kv import cpu_seconds, with_cpu
+    from bench.kv import cpu_seconds, with_cpu
 
     def busy(op: str, clients: int, seconds: float) -> dict:
         end = time.process_time() + 0.2  # 0.2 s of this process's CPU for 100 operations
@@ -44,17 +44,17 @@ def test_bench_kv_runs_the_workloads_and_client_counts_asked() -> None:
     import importlib
 
     import pytest
-    cli = importlib.import_module("midtown.cli.main")
-    a = cli.parser().parse_args(["bench", "kv", "--ops", "cas", "--clients", "1"])
+    bench = importlib.import_module("bench.main")
+    a = bench.parser().parse_args(["kv", "--ops", "cas", "--clients", "1"])
     assert (a.ops, a.clients) == (("cas",), ("1",))
-    a = cli.parser().parse_args(["bench", "kv", "--ops", "cas,put", "--clients", "64,1"])
+    a = bench.parser().parse_args(["kv", "--ops", "cas,put", "--clients", "64,1"])
     assert (a.ops, a.clients) == (("put", "cas"), ("1", "64"))  # in the benchmark's order
-    a = cli.parser().parse_args(["bench", "kv"])
+    a = bench.parser().parse_args(["kv"])
     assert (a.ops, a.clients) == (("put", "get", "cas"), ("1", "64"))
     for args in (["--ops", "delete"], ["--clients", "2"], ["--ops", ","]):
         with pytest.raises(SystemExit):
-            cli.parser().parse_args(["bench", "kv", *args])
-    conv = importlib.import_module("midtown.cli.arguments").subset_arg("--ops", ("put", "get", "cas"))
+            bench.parser().parse_args(["kv", *args])
+    conv = importlib.import_module("cli.arguments").subset_arg("--ops", ("put", "get", "cas"))
     with pytest.raises(Exception, match="--ops: delete not among put,get,cas"):
         conv("put,delete")
     with pytest.raises(Exception, match="--ops: give one or more of put,get,cas"):
@@ -62,7 +62,7 @@ def test_bench_kv_runs_the_workloads_and_client_counts_asked() -> None:
 
 
 def test_the_spark_read_table_shows_each_sources_first_and_fastest_round() -> None:
-    from midtown.bench.spark_read import COLUMNS, figures
+    from bench.spark_read import COLUMNS, figures
 
     row = figures(300_000, [10.0, 3.0, 4.0], [1.0, 0.5, 0.6], 2048 * 1024, 4)
     assert set(row) == set(COLUMNS)

@@ -1,4 +1,4 @@
-"""A benchmark warns when the machine is not quiet (midtown/bench/quiet.py)."""
+"""A benchmark warns when the machine is not quiet (bench/quiet.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from midtown.bench import quiet
-from midtown.cluster import Cluster
+from bench import quiet
+from cluster import Cluster
 
 
 @pytest.mark.parametrize("layout", ["split", "host"])
@@ -20,7 +20,7 @@ def test_every_process_a_cluster_starts_is_recognised(tmp_path: Path, layout: st
     for name, p in c.procs.items():
         if p.kind != "zookeeper":
             assert quiet.kind(c.command(name)) == "midtown", name
-    assert quiet.kind([sys.executable, "-m", "midtown.cluster.supervisor", "--dir", "d"]) == "midtown"
+    assert quiet.kind([sys.executable, "-m", "cluster.supervisor", "--dir", "d"]) == "midtown"
     assert quiet.kind(["java", "-cp", "x", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                        "zoo.cfg"]) == "zookeeper"
     assert quiet.kind(["/usr/local/bin/etcd", "--name", "m0"]) == "etcd"

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 from catalog import log_map
 from catalog.registry import KvTopology
 from catalog.replica_sets import everyone
+from cli.logs import describe_entry
 from log.entry import Entry
-from midtown.cli.logs import describe_entry
 from record import codec
 from record.model import Group, HandOff, Incr, Open, Position, Record
 from runtime.inprocess import Local

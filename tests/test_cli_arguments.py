@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from midtown.cli.arguments import parse_duration_ms
-from midtown.cli.connect import CliError
-from midtown.cli.main import parser
+from cli.arguments import parse_duration_ms
+from cli.connect import CliError
+from cli.main import parser
 
 
 def _parsers(p: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[
@@ -44,7 +44,7 @@ def test_no_argument_of_a_command_is_kept_where_another_is() -> None:
     ["restore", "bk", "--dir", "run/local"],
 ])
 def test_a_backup_directory_and_the_cluster_directory_are_two_things(args: list[str]) -> None:
-    from midtown.cli.main import hoist_common
+    from cli.main import hoist_common
 
     a = parser().parse_args(hoist_common(args))
     assert a.backup_dir == "bk" and a.dir == "run/local"
@@ -104,7 +104,7 @@ def test_a_lost_zookeeper_connection_ends_a_command_as_an_expected_fault() -> No
         "import argparse, sys\n"
         "from kazoo.exceptions import ConnectionLoss\n"
         "import importlib\n"
-        "m = importlib.import_module('midtown.cli.main')\n"
+        "m = importlib.import_module('cli.main')\n"
         "def lost(a):\n"
         "    raise ConnectionLoss()\n"
         "def fake():\n"

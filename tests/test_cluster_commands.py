@@ -1,4 +1,4 @@
-"""The local cluster's process commands (midtown/cluster/runner.py), read without starting
+"""The local cluster's process commands (cluster/runner.py), read without starting
 anything: the coordinators' client rate limit is passed on when the cluster sets one (the
 benchmarks set none, 0) and survives cluster.json."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from midtown.cluster import Cluster
+from cluster import Cluster
 
 
 def flag(cmd: list[str]) -> str | None:

@@ -1,4 +1,4 @@
-"""The floor `midtown bench kv` prints beside Midtown and etcd: a real echo server process,
+"""The floor `midtown-bench kv` prints beside Midtown and etcd: a real echo server process,
 called as the benchmark calls it, stopped by SIGTERM."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from midtown.bench import echo
-from midtown.bench.kv import EchoFloor
-from midtown.bench.loadgen import run_workload
+from bench import echo
+from bench.kv import EchoFloor
+from bench.loadgen import run_workload
 from runtime.disk import SyncedDb
 
 
@@ -31,7 +31,7 @@ def test_the_floor_answers_every_client_and_stops_cleanly() -> None:
 
 @pytest.mark.parametrize("bad", ["", "x", "-1", "0", "65536"])
 def test_the_floor_names_a_bad_port(bad: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", bad],
+    p = subprocess.run([sys.executable, "-m", "bench.echo", "--port", bad],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--port" in p.stderr
 
@@ -39,8 +39,8 @@ def test_the_floor_names_a_bad_port(bad: str) -> None:
 def test_the_floor_for_coalesced_calls_answers_the_sdk_item_by_item() -> None:
     """The echo server's KV service, called by the SDK's coalescing Client as bench kv's
     floor_many does: every operation answered (a Many call item by item, nothing done)."""
+    from bench.kv import midtown_ops
     from midtown import Client
-    from midtown.bench.kv import midtown_ops
     from midtown_pb import kv_pb2 as pb
     from midtown_pb import kv_pb2_grpc
 
@@ -95,6 +95,6 @@ def test_the_replicated_floor_answers_only_once_its_follower_holds_the_bytes(tmp
 def test_the_replicated_floor_names_a_bad_flag(tmp_path: Path, args: list[str], named: str) -> None:
     (tmp_path / "FILE").write_text("")
     args = [str(tmp_path / a) if a in ("D", "FILE") else a for a in args]
-    p = subprocess.run([sys.executable, "-m", "midtown.bench.echo", "--port", "5", *args],
+    p = subprocess.run([sys.executable, "-m", "bench.echo", "--port", "5", *args],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and named in p.stderr, p.stderr

@@ -1,5 +1,5 @@
 """A command stops on SIGINT, SIGTERM and SIGHUP even when it started with them ignored
-(midtown/cli/interrupts.py): a shell starts background jobs with SIGINT ignored, and a
+(cli/interrupts.py): a shell starts background jobs with SIGINT ignored, and a
 suite run in the background once left `bench log` running on SIGINT."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = """
 import os, signal, sys, time
-from midtown.cli.interrupts import exit_code, interrupt_on_stop_signals
+from cli.interrupts import exit_code, interrupt_on_stop_signals
 interrupt_on_stop_signals()
 try:
     os.kill(os.getpid(), int(sys.argv[1]))

@@ -97,7 +97,7 @@ def test_attempts_ride_out_a_restart_when_one_answer_comes_between() -> None:
 def _midtown(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     env = {k: v for k, v in os.environ.items() if k != "MIDTOWN_ZK"}
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True, text=True, env=env,
+    p = subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, env=env,
                        timeout=120)
     return p, time.monotonic() - t0
 

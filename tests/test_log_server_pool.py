@@ -1,12 +1,12 @@
 """`midtown log-server decommission` refuses to leave fewer live servers than an ensemble
-needs, naming the argument (midtown/cli/log_servers.py)."""
+needs, naming the argument (cli/log_servers.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from midtown.cli.connect import CliError
-from midtown.cli.log_servers import check_enough_stay
+from cli.connect import CliError
+from cli.log_servers import check_enough_stay
 
 
 def test_a_server_may_leave_while_three_live_servers_stay() -> None:

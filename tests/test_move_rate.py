@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import pytest
 
+from bench.main import parser as bench_parser
 from catalog import shard_moves
-from midtown.cli.main import parser
+from cli.main import parser
 
 
 @pytest.mark.parametrize("args", [["shard", "move", "1", "--to", "2"], ["cluster", "rebalance"],
-                                  ["node", "decommission", "3"], ["node", "add", "3", "--rebalance"],
-                                  ["bench", "moves"]])
+                                  ["node", "decommission", "3"], ["node", "add", "3", "--rebalance"]])
 def test_every_command_that_moves_shards_is_paced_by_default(args: list[str]) -> None:
     assert parser().parse_args(args).rate == shard_moves.RATE_MB_S_DEFAULT > 0
+
+
+def test_the_moves_benchmark_is_paced_by_default() -> None:
+    assert bench_parser().parse_args(["moves"]).rate == shard_moves.RATE_MB_S_DEFAULT > 0
 
 
 def test_zero_is_no_limit() -> None:

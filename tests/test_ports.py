@@ -1,5 +1,5 @@
 """Ports for local clusters: processes that pick at the same moment never get the same port
-(midtown/cluster/ports.py), though none of them binds what it got."""
+(cluster/ports.py), though none of them binds what it got."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_processes_picking_at_once_never_share_a_port(tmp_path: Path) -> None:
     """Six processes, each with a TMPDIR of its own (as the signal test's commands have),
     pick 150 ports each at once."""
-    code = "from midtown.cluster.ports import free_ports; print(' '.join(map(str, free_ports(150))))"
+    code = "from cluster.ports import free_ports; print(' '.join(map(str, free_ports(150))))"
     for i in range(6):
         (tmp_path / str(i)).mkdir()
     procs = [subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from midtown.cluster.runner import Cluster, Proc
+from cluster.runner import Cluster, Proc
 from runtime import children
 
 
@@ -66,7 +66,7 @@ def test_a_cluster_never_signals_a_pid_someone_else_holds_now(tmp_path: Path,
     assert stranger.poll() is None, "a process the cluster did not start was signalled"
     # The command line, from cluster.json, as after a crash or a reboot.
     _cluster_naming(tmp_path / "again", stranger.pid, ticks + 100)
-    p = subprocess.run([sys.executable, "-m", "midtown", "cluster", "down", "--dir",
+    p = subprocess.run([sys.executable, "-m", "cli", "cluster", "down", "--dir",
                         str(tmp_path / "again" / "c"), "--json"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert {r["state"] for r in json.loads(p.stdout)} == {"stopped"}

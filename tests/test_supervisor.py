@@ -1,4 +1,4 @@
-"""When the local cluster's supervisor starts a process again (midtown/cluster/supervisor.py)."""
+"""When the local cluster's supervisor starts a process again (cluster/supervisor.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from midtown.cluster.runner import Cluster, Proc, pid_alive
-from midtown.cluster.supervisor import EXIT_BEHIND_TRUNCATION, RestartPolicy
+from cluster.runner import Cluster, Proc, pid_alive
+from cluster.supervisor import EXIT_BEHIND_TRUNCATION, RestartPolicy
 
 
 def test_restarts_back_off_and_reset_after_a_healthy_run() -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import pytest
 
+from cluster import Cluster
 from log.client import LogClient, LogError
-from midtown.cluster import Cluster
 from midtown_pb import log_pb2
 
 # Logs of a test cluster unless a test asks for more (`cluster up` makes 16): four keep an

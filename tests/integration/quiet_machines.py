@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.etcd import Etcd, FailingOver
+from bench.failover import ETCD_TRY_S
+from cli import interrupts
 from midtown import Client
-from midtown.bench.etcd import Etcd, FailingOver
-from midtown.bench.failover import ETCD_TRY_S
-from midtown.cli import interrupts
 from tests.integration import netns
 from tests.integration.test_netns import MACHINES, ZK_MEMBERS, Machines
 
@@ -176,7 +176,7 @@ def midtown_rounds(rounds: int, results: dict[str, list[float]]) -> None:
 def etcd_rounds(rounds: int, results: dict[str, list[float]]) -> None:
     """The same faults on etcd's leader, a member in each of three namespaces (etcd 3.4's
     defaults: heartbeat 100 ms, election timeout 1 s), the client in the root namespace
-    trying the next member when one fails (midtown/bench/etcd.py FailingOver)."""
+    trying the next member when one fails (bench/etcd.py FailingOver)."""
     with netns.namespaces(ZK_MEMBERS, ETCD_SUBNET, "e") as (spaces, _):
         etcd = Etcd(Path(tempfile.mkdtemp(prefix="midtown-quiet-etcd-")), hosts=[s.ip for s in spaces],
                     wrap=lambda i, cmd: spaces[i].run(*cmd))

@@ -1,7 +1,7 @@
 """Run a command as a child subreaper's child, stop it with a signal at a chosen point of its
 output, and report every process of it that outlived it.
 
-    python -m tests.integration.reaper --after TEXT --delay S --signal HUP -- midtown bench kv ...
+    python -m tests.integration.reaper --after TEXT --delay S --signal HUP -- midtown-bench kv ...
 
 This process marks itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so whatever the
 command started and left behind (even started in a session of its own) becomes this

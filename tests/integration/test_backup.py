@@ -1,4 +1,4 @@
-"""`midtown backup DIR` and `midtown restore DIR` (midtown/cli/backup.py): every shard's
+"""`midtown backup DIR` and `midtown restore DIR` (cli/backup.py): every shard's
 values at one position of its log, written out, and read back into a new cluster with a
 different shard count; refusals name what is wrong."""
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def _mt(zk: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", zk, "--json"],
+    return subprocess.run([sys.executable, "-m", "cli", *args, "--zk", zk, "--json"],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -28,7 +28,7 @@ def _as_readme(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """A command as the README writes it: no --zk, the cluster found as ./run/local or by
     --dir, run from `cwd` (MIDTOWN_ZK unset)."""
     env = {k: v for k, v in os.environ.items() if k != "MIDTOWN_ZK"}
-    return subprocess.run([sys.executable, "-m", "midtown", *args, "--json"], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "cli", *args, "--json"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-BENCH = ["bench", "kv", "--seconds", "1", "--rounds", "1", "--ops", "put", "--clients", "1"]
+BENCH = ["kv", "--seconds", "1", "--rounds", "1", "--ops", "put", "--clients", "1"]
 # (the line after which, seconds after it, which signal): ZooKeeper starting, the cluster's
 # processes starting, etcd's members starting (at once and 50-150 ms on, where the signal
 # was seen to land in the constructor), the echo floors starting.
@@ -36,7 +36,7 @@ def _run(where: Path, after: str, delay: float, sig: str) -> dict:
     where.mkdir(parents=True)
     env = {**os.environ, "TMPDIR": str(where)}
     p = subprocess.run([sys.executable, "-m", "tests.integration.reaper", "--after", after, "--delay",
-                        str(delay), "--signal", sig, "--", sys.executable, "-m", "midtown", *BENCH],
+                        str(delay), "--signal", sig, "--", sys.executable, "-m", "bench", *BENCH],
                        capture_output=True, text=True, env=env, timeout=300,
                        cwd=Path(__file__).resolve().parents[2])
     assert p.returncode == 0, p.stderr

@@ -16,14 +16,22 @@ from pathlib import Path
 import pytest
 
 from catalog.routing import shard_of
-from midtown.cluster import pid_alive
+from cluster import pid_alive
 
 pytestmark = pytest.mark.integration
 
 
+def program(args: list[str] | tuple[str, ...]) -> list[str]:
+    """`midtown ARGS`, or `midtown-bench REST` for ARGS `bench REST` (the benchmarks' own
+    program), run as the installed scripts run them."""
+    if args[:1] in (["bench"], ("bench",)):
+        return [sys.executable, "-m", "bench", *args[1:]]
+    return [sys.executable, "-m", "cli", *args]
+
+
 def mt(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
     """`midtown ARGS` as a user runs it (no arguments: the bare command)."""
-    p = subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True, text=True,
+    p = subprocess.run(program(args), capture_output=True, text=True,
                        timeout=120, env={**os.environ, **(env or {})})
     if check and p.returncode != 0:
         raise AssertionError(f"midtown {' '.join(args)} failed ({p.returncode}): {p.stderr}")
@@ -174,7 +182,7 @@ def test_cluster_up_in_the_foreground_stops_on_ctrl_c(tmp_path: Path) -> None:
     """What `make run` does: foreground, Ctrl-C stops everything cleanly; data survives
     a restart of the same directory."""
     d = str(tmp_path / "fg")
-    proc = subprocess.Popen([sys.executable, "-m", "midtown", "cluster", "up", "--dir", d, "--logs", "4"],
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "cluster", "up", "--dir", d, "--logs", "4"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = []
     assert proc.stdout is not None
@@ -227,7 +235,7 @@ def _cluster_commands(load: Path) -> list[list[str]]:
     with stand-in arguments: its positionals, and the options it requires."""
     import argparse
 
-    from midtown.cli.main import parser
+    from cli.main import parser
 
     required = {("log", "truncate"): ["--before", "1"], ("cas",): ["--expect-absent"],
                 ("placement", "balance"): ["--load", str(load)], ("shard", "move"): ["--to", "1"],
@@ -284,11 +292,11 @@ def test_values_from_files_and_stdin_deletes_counted_and_the_log_readable(tmp_pa
         (tmp_path / "big.bin").write_bytes(big)
         put_at = json.loads(mt("put", "files", "p", "big", f"@{tmp_path / 'big.bin'}", "--dir", d,
                                "--json").stdout)["version"] - 1  # its position in log 0
-        p = subprocess.run([sys.executable, "-m", "midtown", "put", "files", "p", "in", "-", "--dir", d],
+        p = subprocess.run([sys.executable, "-m", "cli", "put", "files", "p", "in", "-", "--dir", d],
                            input=b"from stdin", capture_output=True, timeout=60)
         assert p.returncode == 0, p.stderr
+        from cluster import Cluster
         from midtown import Client
-        from midtown.cluster import Cluster
 
         c = Cluster.load(Path(d))
         with Client(c.coordinator_addrs) as db:
@@ -349,7 +357,7 @@ def _stopped_by(sig: int, args: list[str], ready: str, where: Path, code: int | 
     where.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TMPDIR": str(where / "tmp")}
     (where / "tmp").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "midtown", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(program(args), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     assert proc.stdout is not None
     out = []

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
+from cluster import Cluster
 from midtown import Client, Op, errors
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started

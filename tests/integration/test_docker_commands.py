@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.ports import free_ports
+from cluster.zookeeper import four_letter
 from midtown import Client
-from midtown.cluster.ports import free_ports
-from midtown.cluster.zookeeper import four_letter
 from tests.integration.conftest import wait_for
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ class Loopback:
         cmd = services[name]["command"]
         out = [self.arg(cmd[i - 1] if i else "", a, name) for i, a in enumerate(cmd)]
         if out[0] == "midtown":
-            return [sys.executable, "-m", "midtown", *out[1:]]
+            return [sys.executable, "-m", "cli", *out[1:]]
         assert out[0] == "python"
         return [sys.executable, *out[1:]]
 
@@ -114,7 +114,7 @@ def test_compose_commands_form_a_cluster_over_three_machines(tmp_path: Path) -> 
             assert "mutual TLS between machines" in said(m)
 
         def admin(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "midtown", *args], env=env, capture_output=True,
+            return subprocess.run([sys.executable, "-m", "cli", *args], env=env, capture_output=True,
                                   text=True, timeout=600)
         placed = admin("cluster", "rebalance", "--json")
         assert placed.returncode == 0, placed.stderr

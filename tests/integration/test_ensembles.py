@@ -17,11 +17,11 @@ import pytest
 
 from catalog import datasets
 from catalog.routing import log_of, shard_of
+from cluster import Cluster
 from log import limits
 from log import zk as zkpaths
 from log.catch_up import CATCHUP_POLL_S
 from midtown import Client
-from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import check_per_key
@@ -180,7 +180,7 @@ def test_a_log_server_is_decommissioned_while_writes_go_on_and_added_back(pool: 
     from log.client import LogClient
 
     def mt(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        p = subprocess.run([sys.executable, "-m", "midtown", "log-server", *args, "--zk", pool.zk_hosts],
+        p = subprocess.run([sys.executable, "-m", "cli", "log-server", *args, "--zk", pool.zk_hosts],
                            capture_output=True, text=True, timeout=300)
         assert (p.returncode == 0) == ok, p.stdout + p.stderr
         return p
@@ -273,7 +273,7 @@ def test_a_log_server_that_lost_its_disk_refuses_to_start_until_decommissioned(p
         assert f"midtown log-server decommission {x}" in said
         recorded = zkpaths.read_store_identity(zk, x)
         for args in (("decommission", str(x)), ("add", str(x))):
-            p = subprocess.run([sys.executable, "-m", "midtown", "log-server", *args, "--zk", pool.zk_hosts],
+            p = subprocess.run([sys.executable, "-m", "cli", "log-server", *args, "--zk", pool.zk_hosts],
                                capture_output=True, text=True, timeout=300)
             assert p.returncode == 0, p.stdout + p.stderr
             if args[0] == "decommission":

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from catalog.routing import shard_of
+from cluster import Cluster
 from midtown import Client, errors
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started, wait_for
@@ -172,7 +172,7 @@ def test_anti_entropy_fills_a_replica_that_missed_writes(ec_ae: Cluster) -> None
     import sys
 
     def status() -> dict:
-        out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", ec_ae.zk_hosts,
+        out = subprocess.run([sys.executable, "-m", "cli", "node", "status", "--zk", ec_ae.zk_hosts,
                               "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
         return {r["node"]: r for r in json.loads(out)}
 
@@ -235,7 +235,7 @@ def test_tombstones_are_purged_and_a_node_back_after_the_grace_brings_nothing_ba
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", c.zk_hosts,
+    out = subprocess.run([sys.executable, "-m", "cli", "node", "status", "--zk", c.zk_hosts,
                           "--json"], capture_output=True, text=True, timeout=60, check=False).stdout
     rows = {r["node"]: r for r in json.loads(out)}
     assert rows[0]["purged"] >= 2 and rows[1]["purged"] >= 2

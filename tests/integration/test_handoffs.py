@@ -17,11 +17,11 @@ import pytest
 
 from catalog import datasets, registry
 from catalog.routing import shard_of
+from cluster import Cluster
 from drivers.handoffs import hand_off
 from log import zk as zkpaths
 from log.client import LogClient
 from midtown import Client
-from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 from tests.integration.test_kv import _converged, run_history
 from tests.linearizability import check_per_key

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster import Cluster, pid_alive
 from log import zk as logzk
 from log.client import LogClient
 from midtown import AsyncClient, Client, errors
-from midtown.cluster import Cluster, pid_alive
 from tests.integration.conftest import started, wait_for
 from tests.integration.test_kv import _converged, run_history, writer_of
 from tests.linearizability import check_per_key
@@ -327,7 +327,7 @@ def test_a_host_whose_log_server_left_the_pool_serves_on(tmp_path: Path) -> None
     from catalog import registry
 
     def mt(*args: str) -> object:
-        p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts, "--json"],
+        p = subprocess.run([sys.executable, "-m", "cli", *args, "--zk", c.zk_hosts, "--json"],
                            capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr
         return json.loads(p.stdout)

@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from cluster import Cluster
 from midtown import Client
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from cluster import Cluster
 from midtown import Client, Write, errors
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started
@@ -196,7 +196,7 @@ def test_window_and_cap_age_ids_out_on_every_replica(ic: Cluster) -> None:
     assert 0 < next(iter(held.values())) <= 40 + 2  # the capped shard, plus the window's shard
 
     def describe() -> dict:
-        out = subprocess.run([sys.executable, "-m", "midtown", "dataset", "describe", "win", "--zk",
+        out = subprocess.run([sys.executable, "-m", "cli", "dataset", "describe", "win", "--zk",
                               ic.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
                              check=True).stdout
         return json.loads(out)  # type: ignore[no-any-return]

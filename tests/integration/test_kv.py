@@ -16,9 +16,9 @@ import pytest
 
 from catalog import datasets
 from catalog.routing import log_of, shard_of
+from cluster import Cluster
 from log import zk as zkpaths
 from midtown import Client, Op, errors
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started, wait_for
@@ -169,7 +169,7 @@ def test_storage_node_crash_and_resume_converges(kv_cluster: Cluster, db: Client
     import sys
 
     def node_status() -> bool:
-        p = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk",
+        p = subprocess.run([sys.executable, "-m", "cli", "node", "status", "--zk",
                             kv_cluster.zk_hosts, "--json"], capture_output=True, text=True,
                            timeout=60, check=False)
         rows = json.loads(p.stdout)
@@ -379,7 +379,7 @@ def test_data_commands(kv_cluster: Cluster) -> None:
     env = {**os.environ, "MIDTOWN_ZK": kv_cluster.zk_hosts}
 
     def mt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True,
                               text=True, timeout=60, env=env, check=False)
 
     assert mt("dataset", "create", "cli", "--ttl", "1h").returncode == 0

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cluster import Cluster
 from coordinator import limits
 from midtown import Client, Op, errors
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started
@@ -327,7 +327,7 @@ def test_admin_commands_name_the_bad_field(kvc: Cluster) -> None:
     import sys
 
     def mt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", kvc.zk_hosts],
+        return subprocess.run([sys.executable, "-m", "cli", *args, "--zk", kvc.zk_hosts],
                               capture_output=True, text=True, timeout=60, check=False)
 
     for args, needle in [
@@ -412,7 +412,7 @@ def test_access_lists_from_the_command_line(kvc: Cluster) -> None:
     import sys
 
     def mt(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", kvc.zk_hosts],
+        return subprocess.run([sys.executable, "-m", "cli", *args, "--zk", kvc.zk_hosts],
                               capture_output=True, text=True, timeout=60, check=False,
                               env={**os.environ, **(env or {})})
 
@@ -510,7 +510,7 @@ def test_the_largest_value_is_stored_through_every_path(kvc: Cluster, cl: Client
     assert (cl.get("d", "bulk2", "a") or Stub).value == big
     f = tmp_path / "big.bin"
     f.write_bytes(big)
-    p = subprocess.run([sys.executable, "-m", "midtown", "put", "d", "cli", "k", f"@{f}",
+    p = subprocess.run([sys.executable, "-m", "cli", "put", "d", "cli", "k", f"@{f}",
                         "--zk", kvc.zk_hosts], capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stderr
     assert (cl.get("d", "cli", "k") or Stub).value == big

@@ -11,9 +11,9 @@ import pytest
 
 from catalog import usage
 from catalog.routing import log_of, shard_of
+from cluster import Cluster
 from log.client import LogClient
 from midtown import Client
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started, wait_for
@@ -83,7 +83,7 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         import subprocess
         import sys
 
-        out = subprocess.run([sys.executable, "-m", "midtown", "node", "remove", "2", "--zk",
+        out = subprocess.run([sys.executable, "-m", "cli", "node", "remove", "2", "--zk",
                               tc.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
                              check=True).stdout
         assert json.loads(out)["storage_nodes"] == [0, 1]
@@ -94,11 +94,11 @@ def test_logs_are_truncated_below_every_members_position(tc: Cluster) -> None:
         wait_for(lambda: logs.status()[log_id]["first"] > p2, 30, "truncation past the removed node")
         # Made a member again and started with its old data, it is behind the truncation:
         # it bootstraps from a peer's copy, then applies the log from the copy's position.
-        out = subprocess.run([sys.executable, "-m", "midtown", "node", "add", "2", "--zk",
+        out = subprocess.run([sys.executable, "-m", "cli", "node", "add", "2", "--zk",
                               tc.zk_hosts, "--json"], capture_output=True, text=True, timeout=60,
                              check=True).stdout
         assert json.loads(out)["storage_nodes"] == [0, 1, 2]
-        again = subprocess.run([sys.executable, "-m", "midtown", "node", "add", "0", "--zk",
+        again = subprocess.run([sys.executable, "-m", "cli", "node", "add", "0", "--zk",
                                 tc.zk_hosts], capture_output=True, text=True, timeout=60)
         assert again.returncode != 0 and "ID: storage node 0 is a member already" in again.stderr
         assert "Traceback" not in again.stderr
@@ -149,7 +149,7 @@ def test_dropped_datasets_are_deleted_from_every_replica(tc: Cluster) -> None:
             for ds in ("gone", "egone", "kept"):
                 db.put(ds, p, "k", b"v")
         for name in ("gone", "egone"):
-            subprocess.run([sys.executable, "-m", "midtown", "dataset", "drop", name, "--zk",
+            subprocess.run([sys.executable, "-m", "cli", "dataset", "drop", name, "--zk",
                             tc.zk_hosts], check=True, capture_output=True, timeout=60)
         again = tc.create_dataset("gone")
         assert again.id != gone.id

@@ -10,10 +10,10 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cluster import Cluster
 from log import limits, linger
 from log import zk as zkpaths
 from log.client import LogClient
-from midtown.cluster import Cluster
 from midtown_pb import log_pb2 as pb
 from tests.integration.conftest import started
 

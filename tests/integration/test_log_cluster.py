@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from cluster import Cluster
 from log import limits
 from log import zk as zkpaths
 from log.client import LogClient, LogError
 from log.seals import Stint, Tags
-from midtown.cluster import Cluster
 from midtown_pb import log_pb2 as pb
 from runtime import refusals
 from tests.integration.conftest import Ack, Appenders, restart_and_wait, started, verify_logs, wait_for

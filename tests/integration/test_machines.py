@@ -20,10 +20,10 @@ import pytest
 
 from catalog import failure_domains, machines, registry
 from catalog.failure_domains import Domain
+from cluster import Cluster
+from cluster.ports import free_ports
 from log import zk as zkpaths
 from midtown import Client
-from midtown.cluster import Cluster
-from midtown.cluster.ports import free_ports
 from runtime.process import EXIT_CONFIG
 from tests.integration.conftest import started, wait_for
 
@@ -42,7 +42,7 @@ def six(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def mt(c: Cluster, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "cli", *args, "--zk", c.zk_hosts], capture_output=True,
                        text=True, timeout=300)
     if ok:
         assert p.returncode == 0, p.stdout + p.stderr

@@ -15,9 +15,9 @@ import pytest
 import trustme
 
 from catalog import registry
+from cluster import Cluster
 from log import zk as logzk
 from midtown import Client
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as kvpb
 from midtown_pb import kv_pb2_grpc, log_pb2, log_pb2_grpc
 from runtime import transport
@@ -93,7 +93,7 @@ def test_a_tls_cluster_works_and_refuses_strangers(mc: Cluster, tmp_path: Path) 
     # The command line uses the cluster's admin certificate and CA by itself.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MIDTOWN_")}
     for args in (["node", "status"], ["log", "status"], ["get", "t", "p", "k"]):
-        out = subprocess.run([sys.executable, "-m", "midtown", *args, "--dir", str(mc.dir), "--json"],
+        out = subprocess.run([sys.executable, "-m", "cli", *args, "--dir", str(mc.dir), "--json"],
                              capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 0, (args, out.stderr)
         json.loads(out.stdout)

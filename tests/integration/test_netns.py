@@ -35,9 +35,9 @@ from typing import Any
 
 import pytest
 
+from bench.failover import Prober
+from cluster.zookeeper import four_letter
 from midtown import Client
-from midtown.bench.failover import Prober
-from midtown.cluster.zookeeper import four_letter
 from tests.integration import netns
 from tests.integration.conftest import wait_for
 from tests.integration.test_kv import run_history
@@ -72,7 +72,7 @@ class Machines:
     def start_zk(self, i: int) -> None:
         ns = self.spaces[i]
         peers = ",".join(f"{m.ip}:2888:3888" for m in self.spaces[:ZK_MEMBERS])
-        self._start(f"zk-{i}", ns, [sys.executable, "-m", "midtown.cluster.zookeeper", "--port", str(ZK_PORT),
+        self._start(f"zk-{i}", ns, [sys.executable, "-m", "cluster.zookeeper", "--port", str(ZK_PORT),
                                     "--host", ns.ip, "--data", str(self.dir / f"zk-{i}"), "--id", str(i + 1),
                                     "--peers", peers])
 
@@ -85,7 +85,7 @@ class Machines:
     def start_machine(self, i: int) -> None:
         ns = self.spaces[i]
         (self.dir / f"m{i}.log").unlink(missing_ok=True)
-        self._start(f"m{i}", ns, [sys.executable, "-m", "midtown", "machine", "up", "--zk", self.zk, "--dir",
+        self._start(f"m{i}", ns, [sys.executable, "-m", "cli", "machine", "up", "--zk", self.zk, "--dir",
                                   str(self.dir / f"m{i}"), "--workers", str(WORKERS), "--machine", f"m{i}",
                                   "--locality", f"zone=z{i}", "--host", ns.ip, "--base-port", str(BASE_PORT),
                                   "--tls-dir", str(self.dir / f"tls-m{i}"), "--timeout", "180"])
@@ -187,7 +187,7 @@ class Machines:
     def mt(self, *args: str, ok: bool = True, timeout: float = 300,
            zk: bool = True) -> subprocess.CompletedProcess[str]:
         # (without --zk: `cluster certs`, which makes the certificates the environment names)
-        p = subprocess.run([sys.executable, "-m", "midtown", *args, *(["--zk", self.zk] if zk else [])],
+        p = subprocess.run([sys.executable, "-m", "cli", *args, *(["--zk", self.zk] if zk else [])],
                            capture_output=True, text=True, timeout=timeout, env=self.env() if zk else None)
         if ok:
             assert p.returncode == 0, f"midtown {' '.join(args)}: {p.stdout}{p.stderr}"

@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from cluster import Cluster
 from midtown import Client, Write
-from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ import pytest
 
 from catalog import registry
 from catalog.routing import log_of, shard_of
+from cluster import Cluster
 from log import zk as logzk
 from log.client import LogClient
 from midtown import Client
-from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster import Cluster
 from midtown import Client
-from midtown.cluster import Cluster
 from midtown.placements import Placement, Placements, Settings
 from tests.integration.conftest import started
 
@@ -65,7 +65,7 @@ def test_the_placement_command(pc: Cluster, tmp_path: Path) -> None:
     import sys
 
     def mt(*args: str) -> dict:
-        p = subprocess.run([sys.executable, "-m", "midtown", "placement", *args, "--zk", pc.zk_hosts,
+        p = subprocess.run([sys.executable, "-m", "cli", "placement", *args, "--zk", pc.zk_hosts,
                             "--json"], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
         return json.loads(p.stdout)  # type: ignore[no-any-return]

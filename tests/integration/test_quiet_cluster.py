@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from cluster import Cluster
 from midtown import Client
-from midtown.cluster import Cluster
 from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from cluster import Cluster
 from midtown import Client, Op, QuotaExceeded
-from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,7 @@ def qc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
 
 
 def mt(c: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "MIDTOWN_ZK": c.zk_hosts}, check=False)
 
 

@@ -21,10 +21,10 @@ import pytest
 
 from catalog import registry, replica_sets, usage
 from catalog.routing import shard_of
+from cluster import Cluster
 from log import zk as zkpaths
 from log.client import LogClient
 from midtown import Client
-from midtown.cluster import Cluster
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started, storage_status, wait_for
@@ -111,7 +111,7 @@ def test_each_node_holds_half_the_shards_and_answers_for_those_only(six: Cluster
     # Each node's status covers its own shards and the bytes it holds; replicas at one
     # position agree.
     def status() -> list[dict]:
-        out = subprocess.run([sys.executable, "-m", "midtown", "node", "status", "--zk", six.zk_hosts,
+        out = subprocess.run([sys.executable, "-m", "cli", "node", "status", "--zk", six.zk_hosts,
                               "--json"], capture_output=True, text=True, timeout=60)
         assert out.returncode in (0, 1), out.stdout + out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]
@@ -255,7 +255,7 @@ def _dataset(c: Cluster, name: str) -> Any:
 
 def _slow_move(c: Cluster, shard: int, dest: int, leaving: int) -> subprocess.Popen[str]:
     """`midtown shard move` at 0.5 MB/s, started: once the move is recorded in ZooKeeper."""
-    p = subprocess.Popen([sys.executable, "-m", "midtown", "shard", "move", str(shard), "--to", str(dest),
+    p = subprocess.Popen([sys.executable, "-m", "cli", "shard", "move", str(shard), "--to", str(dest),
                           "--from", str(leaving), "--rate", "0.5", "--zk", c.zk_hosts, "--json",
                           "--timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     zk = zkpaths.connect(c.zk_hosts)
@@ -393,7 +393,7 @@ def test_bad_moves_are_refused_naming_the_argument(six: Cluster) -> None:
     outside = next(n for n in range(NODES) if n not in holders)
 
     def mt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "midtown", "shard", *args, "--zk", six.zk_hosts],
+        return subprocess.run([sys.executable, "-m", "cli", "shard", *args, "--zk", six.zk_hosts],
                               capture_output=True, text=True, timeout=60)
     for args, said in [(["move", "99", "--to", "1"], "SHARD: 99, this cluster has shards 0..63"),
                        (["move", str(shard), "--to", str(holders[0])],
@@ -555,7 +555,7 @@ def test_a_cluster_made_before_replica_sets_is_placed_on_r_nodes_each() -> None:
 
 
 def _mt(c: Cluster, *args: str) -> Any:
-    p = subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", c.zk_hosts, "--json"],
+    p = subprocess.run([sys.executable, "-m", "cli", *args, "--zk", c.zk_hosts, "--json"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     return json.loads(p.stdout)
@@ -579,7 +579,7 @@ def test_a_move_under_way_is_shown_kept_to_its_arguments_and_given_up(six: Clust
         zk.close()
 
     def mt(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "midtown", *args, "--zk", six.zk_hosts, "--json"],
+        return subprocess.run([sys.executable, "-m", "cli", *args, "--zk", six.zk_hosts, "--json"],
                               capture_output=True, text=True, timeout=60)
     listed = json.loads(mt("shard", "list").stdout)["shards"][shard]
     assert listed["move"] == {"to": outside, "from": holders[0], "phase": "copying"}

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from cluster import LAYOUT_DEFAULT, Cluster
 from midtown import Client
-from midtown.cluster import LAYOUT_DEFAULT, Cluster
 from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration
@@ -331,7 +331,7 @@ def test_routing_by_placements_keeps_tasks_to_few_tenants_and_counts_exact(spark
 
 def test_make_demo_prints_only_what_it_checked(spark: Any, sc: Cluster,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """`make demo`'s run (midtown/cli/demo.py) in this session: the first attempt of a task
+    """`make demo`'s run (cli/demo.py) in this session: the first attempt of a task
     dies after its first bulk calls were written. Every line it prints with a number is a
     claim with its own check (or the input it generated, or a time it measured), and every
     claim holds; among them, the duplicates the sink skipped are the input's repeats plus
@@ -339,7 +339,7 @@ def test_make_demo_prints_only_what_it_checked(spark: Any, sc: Cluster,
     zero. (It once printed a fixed sentence saying so while the attempt had written nothing.)"""
     import re
 
-    from midtown.cli import demo
+    from cli import demo
 
     claims = demo.Claims()
     assert demo._run(sc, 8000, Client, spark, claims=claims) == 0
@@ -359,7 +359,7 @@ def test_make_demo_prints_only_what_it_checked(spark: Any, sc: Cluster,
 def test_the_demo_fails_when_its_task_failure_does_not_happen(
         spark: Any, sc: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
     """The demo is evidence of a retry: without one, it says so and exits 1."""
-    from midtown.cli import demo
+    from cli import demo
 
     assert demo._run(sc, 500, Client, spark, inject_failure=False) == 1
     assert "the injected task failure did not happen" in capsys.readouterr().err

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from cluster import LAYOUT_DEFAULT, Cluster
 from midtown import Client, Write
-from midtown.cluster import LAYOUT_DEFAULT, Cluster
 from tests.integration.conftest import started
 from tests.integration.test_spark import _files, _stream, counters, events, frame, write_increments
 

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from cluster import Cluster
 from log import zk as zkpaths
 from log.client import LogClient
 from log.takeover import SETTLE_S
-from midtown.cluster import Cluster
 from tests.integration.conftest import started, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.moved_to_sim]

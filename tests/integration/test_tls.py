@@ -15,9 +15,9 @@ import grpc
 import pytest
 import trustme
 
+from cluster import Cluster
+from cluster.ports import free_ports
 from midtown import Client, errors
-from midtown.cluster import Cluster
-from midtown.cluster.ports import free_ports
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
 from tests.integration.conftest import started
@@ -79,7 +79,7 @@ def test_clients_call_over_tls_and_storage_nodes_answer_inside(tls: tuple[Cluste
     env = {**os.environ, "MIDTOWN_ZK": c.zk_hosts}
 
     def mt(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "midtown", *args], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True,
                               timeout=60, env={**env, **extra}, check=False)
 
     got = mt("get", "t", "p", "k", "--coordinator", addr, "--tls-ca", str(ca), "--json")

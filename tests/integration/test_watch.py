@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from catalog.routing import log_of, shard_of
+from cluster import Cluster
 from log.client import LogClient
 from midtown import Client, Write, errors
-from midtown.cluster import Cluster
 from midtown.watch import Change
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
@@ -248,7 +248,7 @@ def test_the_command_prints_changes_and_where_to_go_on(w: W) -> None:
     at = expected(w)[shard][0]
     w.db.put("w", "cli", "a", b"1")
     w.db.delete("w", "cli", "a")
-    cmd = [sys.executable, "-m", "midtown", "watch", "w", "--from", f"{shard}={at}", "--partition-key", "cli",
+    cmd = [sys.executable, "-m", "cli", "watch", "w", "--from", f"{shard}={at}", "--partition-key", "cli",
            "--count", "2", "--coordinator", w.c.coordinator_addrs[0], "--timeout", "30"]
     out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

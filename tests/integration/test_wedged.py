@@ -25,10 +25,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from catalog import registry
+from cluster import Cluster
 from log import zk as zkpaths
 from log.server import THREADS as LOG_SERVER_THREADS
 from midtown import Client
-from midtown.cluster import Cluster
 from midtown_pb import log_pb2, log_pb2_grpc
 from runtime.process import EXIT_WEDGED
 from tests.integration.conftest import wait_for

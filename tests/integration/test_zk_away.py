@@ -21,10 +21,10 @@ import pytest
 
 from catalog import registry
 from catalog.connect import connect
+from cluster.ports import free_ports
+from cluster.zookeeper import ZooKeeper
 from coordinator.limits import MEMBERS_CACHE_S
 from midtown import Client, errors
-from midtown.cluster.ports import free_ports
-from midtown.cluster.zookeeper import ZooKeeper
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -103,7 +103,7 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
             for z in ensemble:
                 z.pause()
             t0 = time.monotonic()
-            p = subprocess.run([sys.executable, "-m", "midtown", "get", "s", "k1", "--zk", hosts,
+            p = subprocess.run([sys.executable, "-m", "cli", "get", "s", "k1", "--zk", hosts,
                                 "--timeout", "2"],
                                capture_output=True, text=True, timeout=60)
             took = time.monotonic() - t0

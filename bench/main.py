@@ -1,0 +1,212 @@
+"""`midtown-bench`: the benchmarks' program (`python -m bench` without the installed
+script), one command per benchmark of this package, each starting what it measures on this
+machine and printing a table (JSON with --json). Its outcomes end the process as the
+`midtown` command's do (cli/main.py `run`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from catalog import registry, shard_moves
+from cli.arguments import ascending_arg, at_least_one_arg, positive_arg, subset_arg
+from cli.main import run
+from cluster import LAYOUT_DEFAULT, LAYOUTS
+
+ETCD_APIS = ("grpc", "json")  # bench/etcd.py APIS (not imported: it loads gRPC)
+
+
+def cmd_bench_kv(a: argparse.Namespace) -> int:
+    from bench.kv import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_placements(a: argparse.Namespace) -> int:
+    from bench.placements import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_spread(a: argparse.Namespace) -> int:
+    from bench.spread import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_moves(a: argparse.Namespace) -> int:
+    from bench.moves import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_handoffs(a: argparse.Namespace) -> int:
+    from bench.handoffs import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_ingest(a: argparse.Namespace) -> int:
+    from bench.ingest import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_failover(a: argparse.Namespace) -> int:
+    from bench.failover import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_machines(a: argparse.Namespace) -> int:
+    from bench.machines import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_spark_read(a: argparse.Namespace) -> int:
+    from bench.spark_read import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_watch(a: argparse.Namespace) -> int:
+    from bench.watch import run as bench
+
+    return bench(a)
+
+
+def cmd_bench_log(a: argparse.Namespace) -> int:
+    from bench.appends import run as bench
+
+    return bench(a)
+
+
+def parser() -> argparse.ArgumentParser:
+    """midtown-bench log|kv|failover|machines|...: one command per benchmark."""
+    p = argparse.ArgumentParser(prog="midtown-bench", description="Midtown's benchmarks, on this machine")
+    p.add_argument("--verbose", action="store_true", help="log what the benchmark's clients do to stderr")
+    bns = p.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
+    bl = bns.add_parser("log", help="append throughput, latency and failover time")
+    bl.add_argument("--seconds", type=float, default=5.0, help="per workload")
+    bl.add_argument("--dir", help="benchmark this running cluster instead of a fresh one")
+    bl.add_argument("--no-failover", action="store_true")
+    bl.add_argument("--json", action="store_true")
+    bl.set_defaults(fn=cmd_bench_log)
+    bf = bns.add_parser("failover", help="time from SIGKILL or SIGSTOP of a key's writer to its next "
+                                         "acknowledged put, Midtown beside etcd (its leader)")
+    bf.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=10,
+                    help="kills, and then pauses, of each system")
+    bf.add_argument("--pause-seconds", type=positive_arg("--pause-seconds"), default=10.0)
+    bf.add_argument("--deadline", type=positive_arg("--deadline"), default=10.0,
+                    help="each put's deadline, in seconds, within which it retries")
+    bf.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="the Midtown cluster's process layout (see `cluster up --layout`)")
+    bf.add_argument("--no-etcd", action="store_true", help="measure Midtown only")
+    bf.add_argument("--json", action="store_true")
+    bf.set_defaults(fn=cmd_bench_failover)
+    bmc = bns.add_parser("machines", help="three machines played on this one, with one and two workers each "
+                                          "and with mutual TLS: puts, CPU per put, a machine killed, "
+                                          "placement counts")
+    bmc.add_argument("--seconds", type=positive_arg("--seconds"), default=5.0,
+                     help="each workload's length")
+    bmc.add_argument("--clients", type=at_least_one_arg("--clients"), default=64)
+    bmc.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
+                     help="machines killed, per layout")
+    bmc.add_argument("--json", action="store_true")
+    bmc.set_defaults(fn=cmd_bench_machines)
+    br = bns.add_parser("spark-read", help="a whole dataset read through the Spark data source: rows/s and "
+                                           "the Python workers' peak memory, beside Parquet on local disk")
+    br.add_argument("--keys", type=ascending_arg("--keys"), default=(1_000_000, 5_000_000),
+                    help="dataset sizes, comma-separated, ascending (default 1000000,5000000)")
+    br.add_argument("--value-bytes", type=at_least_one_arg("--value-bytes"), default=100)
+    br.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
+                    help="reads of each source per size, alternating (default 3)")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(fn=cmd_bench_spark_read, starts_spark=True)
+    bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "
+                                      "put's acknowledgement to its delivery (p50, p99)")
+    bw.add_argument("--watchers", type=ascending_arg("--watchers"), default=(1, 16),
+                    help="watcher counts, comma-separated, ascending (default 1,16)")
+    bw.add_argument("--seconds", type=positive_arg("--seconds"), default=10.0,
+                    help="of puts per watcher count")
+    bw.add_argument("--count", type=at_least_one_arg("--count"), default=1000,
+                    help="puts timed for the delay")
+    bw.add_argument("--rate", type=positive_arg("--rate"), default=100.0, help="of those puts, per second")
+    bw.add_argument("--json", action="store_true")
+    bw.set_defaults(fn=cmd_bench_watch)
+    bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd "
+                                   "and a Python gRPC server doing nothing (the floor)")
+    bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")
+    bk.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=1,
+                    help="measure each workload this many times, Midtown, etcd and the floor alternating, "
+                         "and print medians (this machine is noisy)")
+    bk.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="the Midtown cluster's process layout (see `cluster up --layout`); with host, "
+                         "clients send each key to the coordinator beside its log's writer, and an "
+                         "'unrouted' column sends to any")
+    bk.add_argument("--kv-logs", type=at_least_one_arg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
+                    help="logs the key-value store spreads its shards over (see `cluster up --kv-logs`)")
+    bk.add_argument("--ops", type=subset_arg("--ops", ("put", "get", "cas")), default=("put", "get", "cas"),
+                    help="the workloads, comma-separated (default put,get,cas)")
+    bk.add_argument("--clients", type=subset_arg("--clients", ("1", "64")), default=("1", "64"),
+                    help="the client counts, comma-separated (default 1,64); --ops cas --clients 1 "
+                         "measures single-client CAS alone")
+    bk.add_argument("--etcd-api", choices=ETCD_APIS, default="grpc",
+                    help="how etcd is called: its gRPC API (default) or its v3 JSON gateway over HTTP/1.1, "
+                         "as this benchmark did before")
+    bk.add_argument("--json", action="store_true")
+    bk.set_defaults(fn=cmd_bench_kv)
+    bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "
+                                           "under contention (16 threads) per second")
+    bp.add_argument("--seconds", type=float, default=5.0)
+    bp.add_argument("--json", action="store_true")
+    bp.set_defaults(fn=cmd_bench_placements)
+    bm = bns.add_parser("moves", help="a shard move's copy rate, puts' latency during a move against "
+                                      "without, and the time to drain a node")
+    bm.add_argument("--mb", type=at_least_one_arg("--mb"), default=64, help="MB loaded into the moved shard")
+    bm.add_argument("--seconds", type=positive_arg("--seconds"), default=10.0,
+                    help="the steady workload alone, before the move")
+    bm.add_argument("--clients", type=at_least_one_arg("--clients"), default=4)
+    bm.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT,
+                    help="the rate of the move under the workload, MB/s (default: the moves' default)")
+    bm.add_argument("--json", action="store_true")
+    bm.set_defaults(fn=cmd_bench_moves)
+    bh = bns.add_parser("handoffs", help="puts/s with every shard on one log and once log add and hand-offs "
+                                         "spread them over three; the time a hand-off holds writes; put p99 "
+                                         "during hand-offs against without")
+    bh.add_argument("--seconds", type=positive_arg("--seconds"), default=10.0,
+                    help="the workload before, and after, the hand-offs")
+    bh.add_argument("--clients", type=at_least_one_arg("--clients"), default=16)
+    bh.add_argument("--json", action="store_true")
+    bh.set_defaults(fn=cmd_bench_handoffs)
+    bs = bns.add_parser("spread", help="per storage node, records applied/s and bytes held with 3 nodes and "
+                                      "with 6 at the same offered load; per log server, segments and bytes")
+    bs.add_argument("--rate", type=positive_arg("--rate"), default=150.0, help="puts per second offered")
+    bs.add_argument("--seconds", type=positive_arg("--seconds"), default=20.0)
+    bs.add_argument("--value-bytes", type=at_least_one_arg("--value-bytes"), default=1000)
+    bs.add_argument("--json", action="store_true")
+    bs.set_defaults(fn=cmd_bench_spread)
+    bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
+                                       "against etcd, and through Spark plain vs exactly once")
+    bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")
+    bi.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=1,
+                    help="rounds, the systems alternating; medians are printed")
+    bi.add_argument("--clients", type=at_least_one_arg("--clients"), default=64, help="concurrent writers")
+    bi.add_argument("--batch", type=at_least_one_arg("--batch"), default=500, help="events per bulk call")
+    bi.add_argument("--spark", action=argparse.BooleanOptionalAction, default=True,
+                    help="also measure Spark end to end (default: yes)")
+    bi.add_argument("--spark-rows", type=at_least_one_arg("--spark-rows"), default=200_000)
+    bi.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="the Midtown cluster's process layout (see `cluster up --layout`)")
+    bi.add_argument("--kv-logs", type=at_least_one_arg("--kv-logs"), default=registry.KV_LOGS_LOCAL_DEFAULT,
+                    help="logs the key-value store spreads its shards over (see `cluster up --kv-logs`)")
+    bi.add_argument("--etcd-api", choices=ETCD_APIS, default="grpc",
+                    help="how etcd is called: its gRPC API (default) or its v3 JSON gateway over HTTP/1.1, "
+                         "as this benchmark did before")
+    bi.add_argument("--json", action="store_true")
+    bi.set_defaults(fn=cmd_bench_ingest, starts_spark=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser(), "bench", argv)

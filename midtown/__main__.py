@@ -1,5 +1,0 @@
-import sys
-
-from midtown.cli import main
-
-sys.exit(main())

@@ -111,8 +111,8 @@ demo: proto
 	$(PY) -m cli.demo --dir $(DIR)
 
 lint: proto
-	.venv/bin/ruff check midtown runtime record catalog log coordinator storage_node drivers spark_connector cluster cli bench tests
-	.venv/bin/mypy midtown runtime record catalog log coordinator storage_node drivers spark_connector cluster cli bench
+	.venv/bin/ruff check midtown runtime record fleet catalog log coordinator storage_node drivers spark_connector cluster cli bench tests
+	.venv/bin/mypy midtown runtime record fleet catalog log coordinator storage_node drivers spark_connector cluster cli bench
 
 clean:
 	rm -rf midtown_pb .venv run

@@ -14,9 +14,10 @@ from decimal import Decimal
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import connect, limits
+from catalog import limits
 from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
 from catalog.users import check_user
+from fleet import connect
 from runtime import world
 
 ROOT = "/midtown/datasets"
@@ -265,7 +266,7 @@ class DatasetCache:
     dropped empties it (a ZooKeeper watch on the list): a dropped dataset is refused as
     soon as ZooKeeper tells the coordinator, not up to `ttl_s` later.
 
-    A coordinator's reads of ZooKeeper end within catalog/connect.py's READ_WAIT_S. An
+    A coordinator's reads of ZooKeeper end within fleet/connect.py's READ_WAIT_S. An
     entry older than `ttl_s` is looked up again (waiting STALE_READ_WAIT_S at most), and
     it is still taken when the look-up fails, until it is `2 * ttl_s` old:
     the bound `_wait_out_a_recent_drop` waits out.

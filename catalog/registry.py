@@ -32,13 +32,15 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from catalog import log_map, machines, replica_sets, shard_moves
-from catalog.failure_domains import Domains, PlacementError
+from catalog import log_map, replica_sets, shard_moves
 from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
+from fleet import machines
+from fleet.failure_domains import Domains, PlacementError
+from log import zk as zkpaths
 from runtime import world
-from runtime.membership import Membership
+from runtime.membership import Membership, numbered_children
 
 KV = "/midtown/kv"
 STORAGE_NODES = "/midtown/storage_nodes"
@@ -91,8 +93,16 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
         if len(storage_nodes) > replicas:  # before the topology: a reader never sees one without it
             _write_sets(zk, replica_sets.spread(shards, storage_nodes, replicas, *placement_rule(zk)), None,
                         "placed at cluster creation")
-        zk.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
-                                  "logs": logs, "replicas": replicas}).encode(), makepath=True)
+        # The key-value logs keep a read lease and mark idle time (log/zk.py
+        # Topology.leased_below): asked of the log in the same transaction, unless the log's
+        # cluster was made so, so the topology is never seen without it.
+        lease = zkpaths.leased_update(zk, logs)
+        tx = zk.transaction()
+        tx.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
+                                  "logs": logs, "replicas": replicas}).encode())
+        if lease is not None:
+            tx.set_data(zkpaths.TOPOLOGY, lease[0], version=lease[1])
+        _commit(tx)
     except NodeExistsError:
         pass
     t = read_kv(zk)
@@ -101,7 +111,7 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
 
 
 def placement_rule(zk: KazooClient) -> tuple[Domains, bool]:
-    """What the placement rule needs (catalog/failure_domains.py): the storage nodes'
+    """What the placement rule needs (fleet/failure_domains.py): the storage nodes'
     machines as recorded, and whether the cluster says it runs on one machine."""
     return machines.domains(zk, machines.STORAGE_NODES), machines.one_machine(zk)
 
@@ -173,8 +183,12 @@ def add_kv_logs(zk: KazooClient, n: int, service_logs: int) -> LogMap:
     data, stat = zk.get(KV)
     kv_json = {**json.loads(data), "logs": grown.logs}
 
-    def topology(tx: Any) -> None:
+    lease = zkpaths.leased_update(zk, grown.logs)
+
+    def topology(tx: Any) -> None:  # with the log's lease for the logs added (log/zk.py Topology)
         tx.set_data(KV, json.dumps(kv_json).encode(), version=stat.version)
+        if lease is not None:
+            tx.set_data(zkpaths.TOPOLOGY, lease[0], version=lease[1])
     _write_versioned(zk, LOG_MAP, LOG_MAP_HISTORY, log_map.to_json(grown),
                      None if m.version < 0 else m.version,
                      f"{n} key-value log(s) added: {m.logs} -> {grown.logs}", topology)
@@ -380,7 +394,7 @@ def _move_json(m: Move) -> bytes:
 def read_moves(zk: KazooClient) -> dict[int, tuple[Move, int]]:
     """Every shard move under way: shard -> (the move, its record's version)."""
     out: dict[int, tuple[Move, int]] = {}
-    for shard, (d, version) in _children(zk, MOVES).items():
+    for shard, (d, version) in numbered_children(zk, MOVES).items():
         if d is None:
             continue  # ENDED
         try:
@@ -508,28 +522,3 @@ def register(zk: KazooClient, parent: str, member_id: int, addr: str, **more: st
     m.start()
     return m
 
-
-def members(zk: KazooClient, parent: str) -> dict[int, str]:
-    return {i: b["addr"] for i, b in children_json(zk, parent).items()}
-
-
-def children_json(zk: KazooClient, parent: str) -> dict[int, Any]:
-    """The JSON of each child of `parent` named by a number (node and coordinator ids);
-    children gone meanwhile, or not numbers, or not JSON, are left out."""
-    return {c: d for c, (d, _) in _children(zk, parent).items()}
-
-
-def _children(zk: KazooClient, parent: str) -> dict[int, tuple[Any, int]]:
-    """children_json, with each child's version."""
-    out: dict[int, tuple[Any, int]] = {}
-    try:
-        children = zk.get_children(parent)
-    except NoNodeError:
-        return out
-    for c in children:
-        try:
-            data, stat = zk.get(f"{parent}/{c}")
-            out[int(c)] = (json.loads(data), stat.version)
-        except (NoNodeError, ValueError):
-            continue
-    return out

@@ -17,9 +17,9 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from catalog import failure_domains
-from catalog.failure_domains import Domains, PlacementError
 from catalog.log_map import LogMap
+from fleet import failure_domains
+from fleet.failure_domains import Domains, PlacementError
 
 REPLICAS_DEFAULT = 3
 REPLICAS_MAX = 9
@@ -72,7 +72,7 @@ def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domain
     """The first placement: the shards' S*R copies dealt round the sorted members in turn,
     each shard's R copies to R members (distinct, as R <= N) that hold fewest so far, in
     the turn's order, so every member holds S*R/N shards, give or take one. With
-    `domain_of`, the placement rule picks among them (catalog/failure_domains.py: never two
+    `domain_of`, the placement rule picks among them (fleet/failure_domains.py: never two
     copies on one machine, spread over localities); PlacementError when it cannot hold."""
     check_replicas(replicas, len(members))
     nodes = sorted(members)
@@ -158,7 +158,7 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
     member that holds fewest (then fewest bytes) among those without a copy of the shard.
     Deterministic; the moves are planned one after another on the sets as each leaves them.
 
-    With `domain_of`, every move keeps the placement rule (catalog/failure_domains.py): no
+    With `domain_of`, every move keeps the placement rule (fleet/failure_domains.py): no
     move puts a copy on a machine that holds another copy of the shard, and, before the
     evening, a shard whose copies share a machine (laid out before the rule) has the
     extra ones moved to machines without one. A drain that cannot keep the rule raises

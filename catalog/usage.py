@@ -13,7 +13,7 @@ from kazoo.exceptions import NoNodeError
 
 from catalog import registry
 from catalog.replica_sets import ReplicaSets
-from runtime import world
+from runtime import membership, world
 
 USAGE = "/midtown/usage"
 CACHE_TTL_S = 1.0  # how stale a coordinator's view of the counts may be
@@ -44,7 +44,7 @@ def publish(zk: KazooClient, node_id: int, counts: dict[str, int], at_ms: int,
 def read_reports(zk: KazooClient) -> dict[int, Report]:
     """Every node's latest counts."""
     out: dict[int, Report] = {}
-    for node, b in registry.children_json(zk, USAGE).items():
+    for node, b in membership.children_json(zk, USAGE).items():
         try:
             out[node] = Report(int(b["at_ms"]), {str(k): int(v) for k, v in b["bytes"].items()},
                                {int(k): int(v) for k, v in b.get("shards", {}).items()})

@@ -33,6 +33,7 @@ from catalog import datasets, registry
 from cli.connect import CliError, kv_client
 from cli.output import emit
 from cli.shards import check_rate, topology
+from runtime import membership
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -89,7 +90,7 @@ def backup(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) ->
         shards: list[dict[str, Any]] = []
         t0, total = time.monotonic(), 0
         for shard in range(kv.shards):
-            live = registry.members(zk, registry.STORAGE_NODES)
+            live = membership.members(zk, registry.STORAGE_NODES)
             errors = []
             for node in [n for n in sets.of(shard) if n in live]:
                 path = out / f"shard-{shard:05d}.pb"

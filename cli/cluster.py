@@ -11,13 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from catalog import machines, registry, replica_sets
+from catalog import registry, replica_sets
 from catalog.replica_sets import REPLICAS_DEFAULT
 from cli.arguments import at_least_one_arg, nonneg_arg, positive_arg
 from cli.connect import DEFAULT_DIR, CliError, zk_client
 from cli.interrupts import STOP_SIGNALS
 from cli.output import emit
 from cluster import LAYOUT_DEFAULT, LAYOUTS
+from fleet import machines
 
 
 # ---------------------------------------------------------------- cluster
@@ -164,7 +165,7 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
     zk = zk_client(a)
     try:
         machines.set_one_machine(zk, a.one_machine)
-        topo = zkpaths.create_cluster(zk, a.logs, ids)
+        topo = zkpaths.create_cluster(zk, a.logs, ids, leased_below=a.kv_logs)
     except ValueError as e:
         raise CliError(str(e)) from None
     finally:

@@ -118,7 +118,7 @@ LOG_COLUMNS = ["position", "time", "epoch", "operation", "dataset", "keys"]
 
 
 def cmd_log_status(a: argparse.Namespace) -> int:
-    from catalog import failure_domains, machines
+    from fleet import failure_domains, machines
 
     with log_client(a) as c:
         rows = c.status()

@@ -1,7 +1,7 @@
 """`midtown machine up`: one machine's workers (cluster/machine.py), and `midtown
 cluster check`: the placement health check. The machines the cluster's servers
 run on (and their localities), and how many shards and open log segments have copies that
-share a machine (catalog/failure_domains.py). Exit 0 when none do (or the cluster says it
+share a machine (fleet/failure_domains.py). Exit 0 when none do (or the cluster says it
 runs on one machine), 1 otherwise: `cluster rebalance` moves shards apart; a segment's
 next one (an ensemble change, or the writer's next claim) is placed apart."""
 
@@ -13,10 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from catalog import failure_domains, machines, registry
+from catalog import registry
 from cli.connect import CliError, zk_client
 from cli.output import emit
+from fleet import failure_domains, machines
 from log import zk as zkpaths
+from runtime import membership
 
 
 def check(zk: Any) -> dict[str, Any]:
@@ -28,7 +30,7 @@ def check(zk: Any) -> dict[str, Any]:
     log_where = machines.domains(zk, machines.LOG_SERVERS)
     node_where = machines.domains(zk, machines.STORAGE_NODES)
     live_logs = set(zkpaths.servers(zk))
-    live_nodes = set(registry.members(zk, registry.STORAGE_NODES))
+    live_nodes = set(membership.members(zk, registry.STORAGE_NODES))
     by_machine: dict[str, dict[str, Any]] = {}
 
     def row(d: failure_domains.Domain) -> dict[str, Any]:

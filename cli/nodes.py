@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from catalog import failure_domains, registry, shard_moves
+from catalog import registry, shard_moves
 from cli.arguments import common_options, nonneg_arg
 from cli.connect import CliError, log_client, zk_client
 from cli.output import emit
+from fleet import failure_domains
+from runtime import membership
 
 
 def node_states(zk: Any) -> dict[int, Any]:
@@ -23,7 +25,7 @@ def node_states(zk: Any) -> dict[int, Any]:
     kv = registry.read_kv(zk)
     if kv is None:
         raise CliError("no key-value topology in this cluster")
-    live = registry.members(zk, registry.STORAGE_NODES)
+    live = membership.members(zk, registry.STORAGE_NODES)
     states: dict[int, Any] = {}
     for nid in kv.storage_nodes:
         addr = live.get(nid)  # members only
@@ -47,7 +49,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise CliError("no key-value topology in this cluster")
-        live = registry.members(logs.zk, registry.STORAGE_NODES)
+        live = membership.members(logs.zk, registry.STORAGE_NODES)
         sets = registry.read_replica_sets(logs.zk, kv)
         log_map = registry.read_log_map(logs.zk, kv)
         where, _ = registry.placement_rule(logs.zk)

@@ -12,11 +12,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from catalog import failure_domains, log_map, registry, replica_sets, shard_moves, usage
-from catalog.failure_domains import PlacementError
+from catalog import log_map, registry, replica_sets, shard_moves, usage
 from cli.connect import CliError
 from cli.output import emit
 from drivers import moves
+from fleet import failure_domains
+from fleet.failure_domains import PlacementError
+from runtime import membership
 
 RATE_HELP = (f"copy at most this many MB/s (default {shard_moves.RATE_MB_S_DEFAULT:g}, "
              "catalog/shard_moves.py; 0: no limit)")
@@ -189,7 +191,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         # A decommission moves copies to nodes that are up: a member that is down (its
         # machine lost with the one drained, say) would hold a move at its copy until it came
         # back. A rebalance plans onto every member (one just added may still be starting).
-        live = registry.members(zk, registry.STORAGE_NODES)
+        live = membership.members(zk, registry.STORAGE_NODES)
         members = [n for n in kv.storage_nodes if drain is None or n in live or n == drain]
         if drain is not None and len(members) - 1 < kv.replicas:
             raise CliError(f"ID: the other {len(members) - 1} members that are up cannot hold {kv.replicas} "

@@ -15,11 +15,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from catalog import failure_domains, machines, registry
-from catalog.failure_domains import Domain
+from catalog import registry
 from cluster.ports import free_ports
 from cluster.runner import Cluster, ClusterError, Proc
+from fleet import failure_domains, machines
+from fleet.failure_domains import Domain
 from log import zk as zkpaths
+from runtime import membership
 
 IDS = "/midtown/ids"
 ID_FILE = "id"
@@ -122,8 +124,8 @@ def wait_workers(c: Cluster, timeout_s: float, say: Any = None) -> None:
             topo = zkpaths.read_topology(zk)
             pool = set(topo.log_servers) if topo else set()
             logs = ids & pool & set(zkpaths.servers(zk))
-            nodes = ids & set(registry.members(zk, registry.STORAGE_NODES))
-            coords = ids & set(registry.members(zk, registry.COORDINATORS))
+            nodes = ids & set(membership.members(zk, registry.STORAGE_NODES))
+            coords = ids & set(membership.members(zk, registry.COORDINATORS))
             msg = (f"workers up: log servers {len(logs)}/{len(ids & pool)}, storage nodes {len(nodes)}/"
                    f"{len(ids)}, coordinators {len(coords)}/{len(ids)}")
             if say is not None and msg != last:

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from catalog import failure_domains, machines, registry
-from catalog.failure_domains import Domain
+from catalog import registry
 from catalog.replica_sets import REPLICAS_DEFAULT
 from cluster.ports import free_ports
 from cluster.zookeeper import ZooKeeper, is_ok
+from fleet import failure_domains, machines
+from fleet.failure_domains import Domain
 from log import limits
 from log import zk as zkpaths
-from runtime import children
+from runtime import children, membership
 from runtime.transport import Credentials
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Proc:
     host: str = "127.0.0.1"  # where it listens and is reached
     netns: str = ""  # a network namespace it runs in (tests of partitions), or none
     machine: str = ""  # the machine it says it runs on ("": this host's name)
-    locality: str = ""  # zone=...,rack=... (catalog/failure_domains.py)
+    locality: str = ""  # zone=...,rack=... (fleet/failure_domains.py)
     advertise: str = ""  # the name others reach it by, when not `host` (a machine's: 0.0.0.0)
 
     def addr_of(self, role: str) -> str:
@@ -262,7 +263,8 @@ class Cluster:
         zk = zkpaths.connect(self.zk_hosts)
         try:
             self._record_machines(zk)
-            zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.playing("log-server")])
+            zkpaths.create_cluster(zk, self.logs, [p.server_id for p in self.playing("log-server")],
+                                   leased_below=self.kv_logs)
             registry.create_kv(zk, self.shards, [p.server_id for p in self.playing("storage-node")],
                                self.kv_logs, self.replicas)
             for p in self.procs.values():
@@ -288,7 +290,7 @@ class Cluster:
         return len({self.machine_of(p) for p in self.procs.values() if p.kind != "zookeeper"}) <= 1
 
     def _record_machines(self, zk: Any) -> None:
-        """Before placing anything: where each server runs (catalog/machines.py), and, for
+        """Before placing anything: where each server runs (fleet/machines.py), and, for
         a cluster whose servers share machines, that it runs so (its copies share them)."""
         machines.set_one_machine(zk, self.one_machine())
         for role, kind in ((machines.LOG_SERVERS, "log-server"), (machines.STORAGE_NODES, "storage-node")):
@@ -408,8 +410,8 @@ class Cluster:
             pool = set(topo.log_servers) if topo is not None else set()
             want_l = sum(1 for p in self.playing("log-server") if p.server_id in pool)
             writers = sum(1 for i in range(self.logs) if zkpaths.writer_is_live(zk, i))  # type: ignore[arg-type]
-            storage = len(registry.members(zk, registry.STORAGE_NODES))  # type: ignore[arg-type]
-            coords = len(registry.members(zk, registry.COORDINATORS))  # type: ignore[arg-type]
+            storage = len(membership.members(zk, registry.STORAGE_NODES))  # type: ignore[arg-type]
+            coords = len(membership.members(zk, registry.COORDINATORS))  # type: ignore[arg-type]
             want_s, want_c = len(self.playing("storage-node")), len(self.playing("coordinator"))
             msg = (f"log servers up: {len(regs)}/{want_l}, logs with a writer: "
                    f"{writers}/{self.logs}, storage nodes: {storage}/{want_s}, "

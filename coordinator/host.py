@@ -18,10 +18,10 @@ import argparse
 import logging
 import os
 
-from catalog import machines
 from coordinator import limits as kv_limits
 from coordinator import server as coordinator_server
 from coordinator.storage_link import GrpcStorage, ProcessStorage
+from fleet import machines
 from log import server as log_server
 from log import zk as zkpaths
 from log.client import LocalLog

@@ -16,14 +16,14 @@ import grpc
 from kazoo.client import KazooClient
 
 from catalog import registry
-from catalog.connect import STALE_READ_WAIT_S, bounded
 from catalog.replica_sets import ReplicaSets
 from coordinator import limits
 from coordinator.checks import Code
 from coordinator.storage_link import GrpcStorage, StorageLink
+from fleet.connect import STALE_READ_WAIT_S, bounded
 from midtown_pb import kv_pb2 as pb
 from record.model import Behind
-from runtime import world
+from runtime import membership, world
 from runtime.refreshed import Refreshed
 from runtime.refusals import BEHIND_TRAILER, Refusal, reason
 
@@ -41,8 +41,8 @@ class Replicas:
         # Read again (a request's thread waits) with a short bound on ZooKeeper's answers.
         quick = bounded(zk, STALE_READ_WAIT_S)
         self._entries: Refreshed[dict[int, Any]] = Refreshed(
-            lambda: registry.children_json(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
-            initial={}, reload=lambda: registry.children_json(quick, registry.STORAGE_NODES))
+            lambda: membership.children_json(self.zk, registry.STORAGE_NODES), limits.MEMBERS_CACHE_S,
+            initial={}, reload=lambda: membership.children_json(quick, registry.STORAGE_NODES))
         self._sets: Refreshed[ReplicaSets | None] = Refreshed(
             lambda: self._read_sets(self.zk), limits.MEMBERS_CACHE_S, initial=None,
             reload=lambda: self._read_sets(quick))

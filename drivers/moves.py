@@ -15,9 +15,10 @@ from typing import Any
 import grpc
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import failure_domains, registry, replica_sets, shard_moves
+from catalog import registry, replica_sets, shard_moves
+from fleet import failure_domains
 from midtown_pb import kv_pb2 as pb
-from runtime import world
+from runtime import membership, world
 from runtime.stubs import Calls
 
 POLL_S = 0.2
@@ -30,7 +31,7 @@ class MoveError(Exception):
 
 def check_rule(zk: Any, copies: tuple[int, ...], shard: int, dest: int, leaving: int | None) -> None:
     """MoveError naming --to when a move of `shard` to `dest` would put two of its copies on
-    one machine (catalog/failure_domains.py), unless the cluster runs on one machine."""
+    one machine (fleet/failure_domains.py), unless the cluster runs on one machine."""
     where, one = registry.placement_rule(zk)
     if failure_domains.allowed(copies, dest, leaving, where, one) or dest in copies:
         return
@@ -130,7 +131,7 @@ def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int |
 def _copy(zk: Any, shard: int, dest: int, leaving: int | None, rate_mb_s: float, deadline: float,
           calls: Calls) -> Any:
     """Ask the destination to take the copy in (None: not now, try again)."""
-    addr = registry.members(zk, registry.STORAGE_NODES).get(dest)
+    addr = membership.members(zk, registry.STORAGE_NODES).get(dest)
     if addr is None:
         return None  # the destination is down: wait for it (or abort the move)
     req = pb.CopyShardRequest(shard=shard, rate_mb_s=rate_mb_s,
@@ -157,7 +158,7 @@ def _pause(seconds: float, deadline: float) -> None:
 def _positions(zk: Any, kv: registry.KvTopology, shard: int, nodes: tuple[int, int | None],
                calls: Calls, deadline: float) -> dict[int, int]:
     """Each of `nodes`' position in the shard's log, from those that answer by `deadline`."""
-    live = registry.members(zk, registry.STORAGE_NODES)
+    live = membership.members(zk, registry.STORAGE_NODES)
     lg = registry.read_log_map(zk, kv).log_of(shard)
     out = {}
     for n in nodes:

@@ -71,7 +71,7 @@ class LogClient:
         self.link: LogLink = link or self.grpc
         self.local_log = local_log  # None: no log server in this process
         self._own_zk = zk is None or own_zk  # closed with this client
-        # Reads on request paths end within READ_WAIT_S (catalog/connect.py, issue 68).
+        # Reads on request paths end within READ_WAIT_S (fleet/connect.py, issue 68).
         if zk is None:  # a server's or a benchmark's (commands pass their own session)
             zk = zkpaths.connect(zk_hosts, patience_s=zkpaths.SERVER_PATIENCE_S)  # type: ignore[arg-type]
         self.zk = zkpaths.bounded(zk)

@@ -30,7 +30,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import failure_domains, machines, registry
+from fleet import failure_domains, machines
 from log import ensemble, limits, takeover
 from log import zk as zkpaths
 from log.driver import WriterDriver
@@ -51,7 +51,7 @@ WRITER_REFRESH_S = 5.0
 # over every server of a cluster that starts at once, not over the first ones up.
 STARTUP_GRACE_S = 3.0
 # A server a writer found lost is left out of new segments this long: longer than a ZooKeeper
-# session (catalog/connect.py), so a killed server's registration is gone by then, and
+# session (fleet/connect.py), so a killed server's registration is gone by then, and
 # short enough that one that was only paused is used again soon.
 LOST_EXCLUDED_S = 10.0
 # How often a writer looks whether its open segment's servers share a machine (_keep_apart).
@@ -264,7 +264,7 @@ class Election:
     def _keep_apart(self, log_id: int, d: WriterDriver, now: float) -> None:
         """As the writer of `log_id`, move its open segment off servers that share a
         machine (placed before the rule, or before their machines were recorded) once a
-        placement that keeps them apart exists (catalog/failure_domains.py): an ensemble
+        placement that keeps them apart exists (fleet/failure_domains.py): an ensemble
         change with every old copy answering. Looked at every KEEP_APART_S per log."""
         if now - self._apart_checked.get(log_id, -KEEP_APART_S) < KEEP_APART_S:
             return
@@ -338,7 +338,7 @@ class Election:
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
         live = [s for s in zkpaths.servers(self.zk) if s in pool and s not in (exclude or ())]
-        # The placement rule (catalog/failure_domains.py): the servers' machines, read now
+        # The placement rule (fleet/failure_domains.py): the servers' machines, read now
         # (a segment opens rarely).
         where = machines.domains(self.zk, machines.LOG_SERVERS)
         one = machines.one_machine(self.zk)
@@ -407,7 +407,7 @@ class Election:
             return
         created = world.monotonic()
         try:
-            kv = registry.read_kv(self.zk)
+            topo = zkpaths.read_topology(self.zk)
             meta, version = zkpaths.read_metadata(self.zk, log_id)
             new = meta.bump(self.server_id, at_least=self.epoch_floor.get(log_id, 0) + 1)
             v = zkpaths.cas_metadata(self.zk, new, version)
@@ -422,12 +422,12 @@ class Election:
             return
         self.writer_cache.pop(log_id, None)
         self.meta[log_id] = new
-        # A log that carries key-value shards gets time marks when idle: its storage nodes
-        # judge expiry by its time (Writer.time_marks).
-        # Strong reads ask the key-value logs' writers for their lease (log/lease.py).
-        is_kv = kv is not None and log_id < kv.logs
-        core = Writer(log_id, new.epoch, new, v, replicas, time_marks=is_kv,
-                      lease_s=self.lease_s if is_kv else 0.0, clock=lease_clock, kv_lease_s=self.lease_s)
+        # A log its users asked a lease of (log/zk.py Topology.leased_below: the key-value
+        # store's logs) marks time when idle, by which storage nodes judge expiry
+        # (Writer.time_marks), and keeps a read lease for strong reads (log/lease.py).
+        leased = topo is not None and log_id < topo.leased_below
+        core = Writer(log_id, new.epoch, new, v, replicas, time_marks=leased,
+                      lease_s=self.lease_s if leased else 0.0, clock=lease_clock, kv_lease_s=self.lease_s)
         d = self.new_driver(core)
         self.writers[log_id] = d
         log.info("server %d writes log %d at epoch %d", self.server_id, log_id, new.epoch)

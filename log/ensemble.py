@@ -7,15 +7,15 @@ counts toward the ack quorum, and costs no network hop), then the live servers t
 the fewest segments and write the fewest logs, ties broken by id from the claimant's. A dead server drops out
 at the next segment of each log it held (an ensemble change); a new server is filled by
 the next segments opened. Within that order the placement rule picks
-(catalog/failure_domains.py): never two of a segment's servers on one machine, spread over
+(fleet/failure_domains.py): never two of a segment's servers on one machine, spread over
 localities, so that an ack quorum is always on two machines."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from catalog import failure_domains
-from catalog.failure_domains import Domains, PlacementError
+from fleet import failure_domains
+from fleet.failure_domains import Domains, PlacementError
 from log import limits
 
 

@@ -37,8 +37,8 @@ ACK_QUORUM = 2  # of ENSEMBLE_SIZE; a write is durable once this many replicas s
 RESEND_INTERVAL_MS = 500
 
 # ZooKeeper session (a writer that loses its session stops acknowledging; another server
-# takes over once the session expires): defined with the connection (catalog/connect.py).
-from catalog.connect import ZK_SESSION_TIMEOUT_S, ZK_TICK_MS  # noqa: E402,F401
+# takes over once the session expires): defined with the connection (fleet/connect.py).
+from fleet.connect import ZK_SESSION_TIMEOUT_S, ZK_TICK_MS  # noqa: E402,F401
 
 # A non-preferred server waits this long before contesting a log with no writer, so that
 # writers stay spread over the servers (each log has a preferred server).

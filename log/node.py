@@ -262,7 +262,7 @@ class Node:
         The epochs seen so far cost a dictionary look-up; only a higher one (a new writer's
         first message) costs a ZooKeeper read, after a sync so that it sees the new epoch.
         Each try waits EPOCH_READ_WAIT_S: a session whose member went quiet moves to
-        another (catalog/connect.py PATIENCE_S) and the next try asks there, until
+        another (fleet/connect.py PATIENCE_S) and the next try asks there, until
         EPOCH_CHECK_S (then OperationTimeoutError). A new writer's recovery waited here for
         the read timeout (2.7 s) when this replica's member was on a machine gone quiet."""
         if epoch == 0:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from catalog import failure_domains
-from catalog.failure_domains import Domains
+from fleet import failure_domains
+from fleet.failure_domains import Domains
 from log.entry import Entry
 from log.metadata import LogMetadata, Segment
 
@@ -32,7 +32,7 @@ def plan(meta: LogMetadata, live: Iterable[int], load: Mapping[int, int],
          domain_of: Domains = failure_domains.unknown, one_machine: bool = False) -> list[Move]:
     """One move for each sealed segment with a replica that is not live: to the least
     loaded live server that holds no copy of it, on a machine that holds none of the
-    copies that stay (the placement rule, catalog/failure_domains.py; spread over
+    copies that stay (the placement rule, fleet/failure_domains.py; spread over
     localities first); none when there is no such server."""
     live = set(live)
     out = []

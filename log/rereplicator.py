@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from catalog import machines
+from fleet import machines
 from log import limits, rereplicate
 from log import zk as zkpaths
 from log.entry import Entry

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from catalog import machines
+from fleet import machines
 from log import append, codec, ensemble_change, lease, limits, linger, reading, spares
 from log.catch_up import Unavailable
 from log.client import AppendRefused

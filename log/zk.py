@@ -1,6 +1,8 @@
 """The log's ZooKeeper layout and the few operations on it (a thin shell over kazoo).
 
-  /midtown/topology                 {"logs": N, "log_servers": [ids]}       persistent
+  /midtown/topology                 {"logs": N, "log_servers": [ids],          persistent
+                                     "leased_below": K}: logs 0..K-1 keep a read lease and
+                                    mark idle time (log/lease.py, Writer.time_marks)
   /midtown/log_servers/<id>         {"addr": "host:port", "pid": n}          ephemeral
   /midtown/logs/<log>               LogMetadata JSON (epoch, segments)       versioned writes only
   /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
@@ -26,7 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog.connect import (  # noqa: F401 (the log's servers connect so)
+from fleet.connect import (  # noqa: F401 (the log's servers connect so)
     CONNECT_TIMEOUT_S,
     SERVER_PATIENCE_S,
     STALE_READ_WAIT_S,
@@ -36,6 +38,7 @@ from catalog.connect import (  # noqa: F401 (the log's servers connect so)
 from log import limits
 from log.metadata import LogMetadata
 from log.seals import Stint
+from runtime import membership
 
 ROOT = "/midtown"
 TOPOLOGY = f"{ROOT}/topology"
@@ -61,6 +64,9 @@ def truncate_path(log_id: int) -> str:
 class Topology:
     logs: int
     log_servers: tuple[int, ...]
+    # Logs below this keep a read lease and mark idle time: the log's own setting, which
+    # its users ask for (the key-value store, for its logs: catalog/registry.py).
+    leased_below: int = 0
 
     def preferred_rank(self, log_id: int, server_id: int) -> int:
         """0 for the server that should write `log_id` (spreading writers), then 1, 2..."""
@@ -69,8 +75,9 @@ class Topology:
         return (i - log_id) % n
 
 
-def create_cluster(zk: KazooClient, logs: int, log_servers: list[int]) -> Topology:
-    """Create the topology and every log's metadata, or return what exists already."""
+def create_cluster(zk: KazooClient, logs: int, log_servers: list[int], leased_below: int = 0) -> Topology:
+    """Create the topology and every log's metadata, or return what exists already; logs
+    below `leased_below` keep a read lease and mark idle time."""
     if not 1 <= logs <= limits.LOGS_MAX:
         raise ValueError(f"logs: must be between 1 and {limits.LOGS_MAX}")
     if 0 < len(log_servers) < limits.ENSEMBLE_SIZE:  # none: they join by `machine up`
@@ -79,7 +86,8 @@ def create_cluster(zk: KazooClient, logs: int, log_servers: list[int]) -> Topolo
     zk.ensure_path(LEAVING)
     zk.ensure_path(LOGS)
     try:
-        zk.create(TOPOLOGY, json.dumps({"logs": logs, "log_servers": log_servers}).encode())
+        zk.create(TOPOLOGY, json.dumps({"logs": logs, "log_servers": log_servers,
+                                        "leased_below": leased_below}).encode())
     except NodeExistsError:
         pass
     topo = read_topology(zk)
@@ -101,8 +109,25 @@ def read_topology(zk: KazooClient) -> Topology | None:
         data, _ = zk.get(TOPOLOGY)
     except NoNodeError:
         return None
+    return _topology(json.loads(data))
+
+
+def _topology(d: dict[str, Any]) -> Topology:
+    return Topology(d["logs"], tuple(d["log_servers"]), int(d.get("leased_below", 0)))
+
+
+def leased_update(zk: KazooClient, below: int) -> tuple[bytes, int] | None:
+    """For a user of the log that needs logs below `below` leased (the key-value catalog):
+    the topology's data with them leased and the version it was read at, to write in the
+    user's own transaction; None when they are already (or there is no topology yet)."""
+    try:
+        data, stat = zk.get(TOPOLOGY)
+    except NoNodeError:
+        return None
     d = json.loads(data)
-    return Topology(d["logs"], tuple(d["log_servers"]))
+    if int(d.get("leased_below", 0)) >= below:
+        return None
+    return json.dumps({**d, "leased_below": below}).encode(), stat.version
 
 
 def change_pool(zk: KazooClient, add: int | None = None, remove: int | None = None) -> Topology:
@@ -115,10 +140,10 @@ def change_pool(zk: KazooClient, add: int | None = None, remove: int | None = No
         if add is not None and add not in pool:
             pool.append(add)
         if pool == d["log_servers"]:
-            return Topology(d["logs"], tuple(pool))
+            return _topology(d)
         try:
             zk.set(TOPOLOGY, json.dumps({**d, "log_servers": pool}).encode(), version=stat.version)
-            return Topology(d["logs"], tuple(pool))
+            return _topology({**d, "log_servers": pool})
         except BadVersionError:
             continue
 
@@ -281,9 +306,7 @@ def change_seal(zk: KazooClient, log_id: int, shard: int, stint: Stint) -> dict[
 
 def servers(zk: KazooClient) -> dict[int, dict]:
     """Live log servers: id -> {"addr": "host:port"}."""
-    from catalog import registry
-
-    return {i: {"addr": addr} for i, addr in registry.members(zk, SERVERS).items()}
+    return {i: {"addr": addr} for i, addr in membership.members(zk, SERVERS).items()}
 
 
 def read_store_identity(zk: KazooClient, server_id: int) -> str | None:

@@ -97,7 +97,7 @@ class Discovery:
     def session(self) -> Any:
         """The ZooKeeper session, connected on first use (blocks: for the client's own
         background tasks, never a call's path). Unavailable if it cannot be made."""
-        from catalog import connect as zkpaths  # ZooKeeper's client loads for a Client given zk= only
+        from fleet import connect as zkpaths  # ZooKeeper's client loads for a Client given zk= only
         with self._connecting:
             if self._stopped:
                 raise errors.Unavailable("the client is closed")
@@ -140,8 +140,9 @@ class Discovery:
 
     def _look_up(self) -> tuple[list[str] | None, str | None]:
         from catalog import registry  # ZooKeeper's client loads for a Client given zk= only
+        from runtime import membership
         try:
-            found = sorted(registry.members(self.session(), registry.COORDINATORS).values())
+            found = sorted(membership.members(self.session(), registry.COORDINATORS).values())
         except errors.Unavailable as e:
             return None, str(e)
         except Exception as e:  # the session is being re-established: the next look-up may do

@@ -79,11 +79,12 @@ def read_table(zk: Any, names: Iterable[str]) -> Table:
     catalog's readers, and kazoo with them, load only for a Client given zk=)."""
     from catalog import datasets, registry
     from log import zk as log_zk
+    from runtime import membership
     kv, topology = registry.read_kv(zk), log_zk.read_topology(zk)
     if kv is None or topology is None:
         return EMPTY
     m = registry.read_log_map(zk, kv, topology.logs)
-    coordinators = registry.children_json(zk, registry.COORDINATORS).values()
+    coordinators = membership.children_json(zk, registry.COORDINATORS).values()
     if not any(isinstance(c, dict) and c.get("log") for c in coordinators):
         return Table(kv.shards, m.of, {}, {})  # nothing beside a log server: no reads more
     writers = {}

@@ -29,7 +29,7 @@ log = logging.getLogger("midtown.membership")
 CHECK_S = 10.0
 
 
-# The machine this process says it runs on (catalog/machines.py sets it from --machine):
+# The machine this process says it runs on (fleet/machines.py sets it from --machine):
 # with the pid and its start time, which process holds a registration.
 machine = socket.gethostname() or "localhost"
 # How long a starting process waits for another process's node to go (a previous run of
@@ -140,3 +140,31 @@ def _instance_of(data: bytes) -> dict[str, Any]:
     except (ValueError, AttributeError):
         got = None
     return got if isinstance(got, dict) else {}
+
+
+# Reading the members: the servers' registries (log/zk.py, catalog/registry.py) list theirs so.
+def members(zk: KazooClient, parent: str) -> dict[int, str]:
+    """The address of each member registered under `parent` (children_json's "addr")."""
+    return {i: b["addr"] for i, b in children_json(zk, parent).items()}
+
+
+def children_json(zk: KazooClient, parent: str) -> dict[int, Any]:
+    """The JSON of each child of `parent` named by a number (node and coordinator ids);
+    children gone meanwhile, or not numbers, or not JSON, are left out."""
+    return {c: d for c, (d, _) in numbered_children(zk, parent).items()}
+
+
+def numbered_children(zk: KazooClient, parent: str) -> dict[int, tuple[Any, int]]:
+    """children_json, with each child's version."""
+    out: dict[int, tuple[Any, int]] = {}
+    try:
+        names = zk.get_children(parent)
+    except NoNodeError:
+        return out
+    for c in names:
+        try:
+            data, stat = zk.get(f"{parent}/{c}")
+            out[int(c)] = (json.loads(data), stat.version)
+        except (NoNodeError, ValueError):
+            continue
+    return out

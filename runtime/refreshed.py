@@ -24,7 +24,7 @@ class Refreshed(Generic[T]):
                  reload: Callable[[], T] | None = None) -> None:
         """`initial`: what `last()` gives before the first read. `reload`: how to read it
         again once there is a value (default: `load`): one that gives up sooner (a short
-        bound on ZooKeeper's answer, catalog/connect.py), since the caller may go on with
+        bound on ZooKeeper's answer, fleet/connect.py), since the caller may go on with
         the last value."""
         self._load = load
         self._reload = reload or load

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from catalog import machines
+from fleet import machines
 from log import limits as log_limits
 from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb

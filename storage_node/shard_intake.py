@@ -15,7 +15,7 @@ import grpc
 from catalog import registry
 from catalog.routing import check_shard
 from midtown_pb import kv_pb2 as pb
-from runtime import world
+from runtime import membership, world
 from runtime.refusals import BadRequest, Refusal
 from storage_node import keys
 from storage_node.state import NodeState
@@ -80,7 +80,7 @@ class Intake:
             return done
         kv = registry.read_kv(s.zk) or s.kv
         holders = registry.read_replica_sets(s.zk, kv).of(shard)
-        live = registry.members(s.zk, registry.STORAGE_NODES)
+        live = membership.members(s.zk, registry.STORAGE_NODES)
         order = [n for n in holders if n in live and n != s.node_id]
         world.shuffle(order)
         order.sort(key=lambda n: n != req.prefer_source)

@@ -22,7 +22,7 @@ from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from log.client import LogClient
 from midtown_pb import kv_pb2_grpc
-from runtime import world
+from runtime import membership, world
 from runtime.stubs import Calls, Stubs
 from storage_node.handoff import Place
 from storage_node.settings import Settings
@@ -140,7 +140,7 @@ class NodeState:
 
     def peer_ids(self) -> dict[int, str]:
         """The other storage nodes that are up: id -> address."""
-        return {nid: a for nid, a in registry.members(self.zk, registry.STORAGE_NODES).items()
+        return {nid: a for nid, a in membership.members(self.zk, registry.STORAGE_NODES).items()
                 if nid != self.node_id}
 
     def peers(self, members_only: bool = False, shards: Iterable[int] = ()) -> list[str]:

@@ -1,13 +1,13 @@
-"""How processes connect to ZooKeeper (catalog/connect.py): pure parts."""
+"""How processes connect to ZooKeeper (fleet/connect.py): pure parts."""
 
 from __future__ import annotations
 
 
 def test_a_session_goes_to_a_member_on_its_own_machine_first() -> None:
-    """catalog/connect.py local_first: the members whose address this machine holds come
+    """fleet/connect.py local_first: the members whose address this machine holds come
     first (so a machine that goes quiet holds up its own processes' sessions, not others'),
     each group shuffled, the chroot kept."""
-    from catalog.connect import local_first
+    from fleet.connect import local_first
 
     for _ in range(20):
         got = local_first("203.0.113.5:2181,127.0.0.1:2181,203.0.113.6:2181/midtown")

@@ -1,5 +1,5 @@
 """The SDK's look-ups in ZooKeeper never hold a call past its deadline (midtown/discovery.py),
-and a coordinator's reads of ZooKeeper end within their bound (catalog/connect.py), here
+and a coordinator's reads of ZooKeeper end within their bound (fleet/connect.py), here
 with a stand-in session whose answers wait until a test lets them through."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kazoo.exceptions import OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from catalog.connect import BoundedReads
+from fleet.connect import BoundedReads
 from midtown import errors
 from midtown.discovery import CLOSE_WAIT_S, DISCOVERY_TTL_S, Discovery
 from midtown.endpoints import Endpoints

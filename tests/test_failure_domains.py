@@ -1,4 +1,4 @@
-"""The placement rule (catalog/failure_domains.py) wherever copies are placed: replica sets
+"""The placement rule (fleet/failure_domains.py) wherever copies are placed: replica sets
 at creation and in moves (catalog/replica_sets.py), segment ensembles (log/ensemble.py)
 and re-replication (log/rereplicate.py)."""
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog import failure_domains as fd
 from catalog import replica_sets
-from catalog.failure_domains import Domain, PlacementError
+from fleet import failure_domains as fd
+from fleet.failure_domains import Domain, PlacementError
 from log import ensemble, rereplicate
 from log.metadata import LogMetadata, Segment
 

@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: list[tuple[str, ...]] = [
     ("runtime", "midtown_pb"),  # process start-up, transport, loops, membership, refusals
     ("record",),  # the record contract between the coordinator and the storage node
-    ("catalog",),  # what ZooKeeper holds: topology, datasets, users, usage; key routing
+    ("fleet",),  # ZooKeeper sessions, the machines and their failure domains
     ("log",),  # the replicated log
+    ("catalog",),  # the key-value catalog in ZooKeeper: topology, datasets, users, usage; routing
     ("storage_node",),  # replicas applying the logs
     ("coordinator",),  # the KV service: requests to records, answers to responses
     ("drivers",),  # multi-step changes of the cluster (hand-offs, moves) that commands run
@@ -28,8 +29,31 @@ LAYERS: list[tuple[str, ...]] = [
     ("cli",),  # the `midtown` command
     ("bench",),  # the benchmarks' program, `midtown-bench`
 ]
-PACKAGES = ("runtime", "record", "catalog", "log", "storage_node", "coordinator", "drivers", "midtown",
-            "spark_connector", "cluster", "cli", "bench")
+PACKAGES = ("runtime", "record", "fleet", "log", "catalog", "storage_node", "coordinator", "drivers",
+            "midtown", "spark_connector", "cluster", "cli", "bench")
+
+_SERVERS = {"runtime", "midtown_pb", "record", "fleet", "log", "catalog"}
+# Every edge between two top-level packages that may exist: a package imports only these
+# (the generated midtown_pb counts as a package). A new edge is a decision, made here.
+ALLOWED: dict[str, set[str]] = {
+    "runtime": {"midtown_pb"},
+    "record": {"runtime", "midtown_pb"},
+    "fleet": {"runtime"},
+    # The log reads nothing of the key-value store: which logs keep a read lease and mark
+    # idle time is the log's own setting (log/zk.py LEASED), which the catalog asks for.
+    "log": {"runtime", "midtown_pb", "fleet"},
+    "catalog": {"runtime", "fleet", "log"},
+    "storage_node": _SERVERS,
+    "coordinator": _SERVERS | {"storage_node"},  # coordinator/host.py alone (a test below)
+    "drivers": _SERVERS,
+    "midtown": {"runtime", "midtown_pb", "fleet", "log", "catalog"},  # ZooKeeper's, for a Client given zk=
+    "spark_connector": {"midtown"},  # the SDK alone
+    "cluster": {"runtime", "fleet", "log", "catalog"},
+    # the command: a restore writes stored values back (storage_node/keys.py, lww.py), the
+    # log commands decode records
+    "cli": _SERVERS | {"storage_node", "drivers", "midtown", "spark_connector", "cluster"},
+    "bench": _SERVERS | {"drivers", "midtown", "spark_connector", "cluster", "cli"},
+}
 
 
 def layer_of(module: str) -> int:
@@ -73,6 +97,57 @@ def upward_imports() -> list[str]:
 
 def test_no_layer_imports_a_layer_above_it() -> None:
     assert upward_imports() == []
+
+
+def package_edges() -> dict[str, dict[str, str]]:
+    """package -> {package it imports: the first place it does}."""
+    out: dict[str, dict[str, str]] = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            for line, target in imports(path):
+                theirs = target.split(".")[0]
+                if theirs != pkg:
+                    out.setdefault(pkg, {}).setdefault(theirs, f"{path.relative_to(ROOT)}:{line}")
+    return out
+
+
+def edges_not_allowed(edges: dict[str, dict[str, str]]) -> list[str]:
+    return [f"{where}: {pkg} imports {theirs}" for pkg, targets in sorted(edges.items())
+            for theirs, where in sorted(targets.items()) if theirs not in ALLOWED[pkg]]
+
+
+def test_packages_import_only_the_allowed_packages() -> None:
+    """The edges between top-level packages are the ALLOWED ones (issue 69: the Spark
+    connector sat below its own client, the log read the key-value catalog)."""
+    assert set(ALLOWED) == set(PACKAGES)
+    assert edges_not_allowed(package_edges()) == []
+
+
+def test_the_allowed_edges_point_down() -> None:
+    """The table itself keeps to the layers: no allowed edge points up, so none makes a
+    circle."""
+    up = [(a, b) for a, bs in ALLOWED.items() for b in bs if layer_of(b) > layer_of(a)]
+    assert up == []
+
+
+def test_the_edge_check_sees_a_new_edge() -> None:
+    edges = {"log": {"catalog": "log/election.py:33", "fleet": "log/zk.py:29"},
+             "spark_connector": {"midtown": "x", "cluster": "spark_connector/source.py:1"}}
+    assert edges_not_allowed(edges) == ["log/election.py:33: log imports catalog",
+                                        "spark_connector/source.py:1: spark_connector imports cluster"]
+
+
+def test_every_package_is_installed_and_in_the_image() -> None:
+    """pyproject.toml installs every package, and the image (docker/Dockerfile) copies it:
+    drivers/ was missing from the image for a while."""
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    copied = {line.split()[1] for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines()
+              if line.startswith("COPY ")}
+    for pkg in PACKAGES:
+        assert f"{pkg}*" in include["include"], pkg
+        assert pkg in copied, pkg
 
 
 def test_every_module_has_a_layer() -> None:
@@ -389,7 +464,7 @@ def test_the_check_sees_a_server_reaching_into_the_log() -> None:
                                             "storage_node.apply_loop imports log.node"]
 
 
-SERVER_PACKAGES = ("log", "storage_node", "coordinator", "catalog", "record")
+SERVER_PACKAGES = ("fleet", "log", "storage_node", "coordinator", "catalog", "record")
 
 
 PRIMITIVES = ("Lock", "RLock", "Condition", "Event", "Semaphore")

@@ -155,6 +155,36 @@ def test_logs_added_to_the_key_value_store_carry_no_shard_and_are_counted_everyw
     assert entries == 1
 
 
+def test_the_key_value_logs_are_leased_by_the_logs_own_setting() -> None:
+    """The log reads nothing of the key-value store: which logs keep a read lease and mark
+    idle time is its topology's `leased_below` (log/zk.py). A cluster made with it set is
+    left as it is by the key-value topology (no write); one made without gets it in the
+    topology's own transaction, and `log add` raises it with the map, so neither is ever
+    seen without the other."""
+    from log import zk as zkpaths
+
+    def body(zk: Any) -> list[int]:
+        seen = []
+        zkpaths.create_cluster(zk, 8, [], leased_below=2)
+        _, before = zk.get(zkpaths.TOPOLOGY)
+        registry.create_kv(zk, 8, [0, 1, 2], logs=2)
+        _, after = zk.get(zkpaths.TOPOLOGY)
+        seen.append(after.version - before.version)  # 0: nothing asked of the log
+        registry.add_kv_logs(zk, 3, service_logs=8)
+        seen.append(zkpaths.read_topology(zk).leased_below)
+        return seen
+
+    def made_without(zk: Any) -> tuple[int, int, int]:
+        zkpaths.create_cluster(zk, 4, [])
+        before = zkpaths.read_topology(zk).leased_below
+        registry.create_kv(zk, 8, [0, 1, 2], logs=3)
+        t = zkpaths.read_topology(zk)
+        return before, t.leased_below, t.logs
+
+    assert _zk(body) == [0, 5]
+    assert _zk(made_without) == (0, 3, 4)
+
+
 def test_a_dropped_dataset_is_done_with_once_the_logs_that_carry_shards_applied_its_drop() -> None:
     """A key-value log added and carrying no shard yet is applied by no node: a dataset's
     drop no longer waits for it (storage_node/bookkeeping.py _append_drops), where it would

@@ -191,10 +191,11 @@ def registered(cluster: Cluster, name: str) -> bool:
     from kazoo.client import KazooClient
 
     from catalog import registry
+    from runtime import membership
     zk = KazooClient(hosts=cluster.zk_hosts, timeout=5)
     zk.start(timeout=10)
     try:
-        entry = registry.children_json(zk, registry.STORAGE_NODES).get(cluster.procs[name].server_id)
+        entry = membership.children_json(zk, registry.STORAGE_NODES).get(cluster.procs[name].server_id)
     finally:
         zk.stop()
         zk.close()

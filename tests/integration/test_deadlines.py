@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import pytest
 
-from catalog.connect import ZK_SESSION_TIMEOUT_S
+from fleet.connect import ZK_SESSION_TIMEOUT_S
 from log import zk as zkpaths
 from midtown import Client, errors
 from tests.integration.conftest import started, wait_for

@@ -325,6 +325,7 @@ def test_a_host_whose_log_server_left_the_pool_serves_on(tmp_path: Path) -> None
     import sys
 
     from catalog import registry
+    from runtime import membership
 
     def mt(*args: str) -> object:
         p = subprocess.run([sys.executable, "-m", "cli", *args, "--zk", c.zk_hosts, "--json"],
@@ -345,8 +346,8 @@ def test_a_host_whose_log_server_left_the_pool_serves_on(tmp_path: Path) -> None
         c.restart("host-3")
         zk = logzk.connect(c.zk_hosts)
         try:
-            wait_for(lambda: 3 in registry.members(zk, registry.STORAGE_NODES)
-                     and 3 in registry.members(zk, registry.COORDINATORS), 60,
+            wait_for(lambda: 3 in membership.members(zk, registry.STORAGE_NODES)
+                     and 3 in membership.members(zk, registry.COORDINATORS), 60,
                      "host-3's storage node and coordinator registered again")
             assert 3 not in logzk.servers(zk)  # its log server is not started
         finally:

@@ -1,5 +1,5 @@
 """Failure domains in real processes: six hosts that say they run on three machines, two
-each, in three zones (catalog/failure_domains.py; the network is loopback: what is
+each, in three zones (fleet/failure_domains.py; the network is loopback: what is
 tested here is placement; tests/integration/test_netns.py plays machines with network
 namespaces). Every shard's and every open segment's copies land on three machines; moves
 that would put two on one are refused; copies laid out before the rule are moved apart;
@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from catalog import failure_domains, machines, registry
-from catalog.failure_domains import Domain
+from catalog import registry
 from cluster import Cluster
 from cluster.ports import free_ports
+from fleet import failure_domains, machines
+from fleet.failure_domains import Domain
 from log import zk as zkpaths
 from midtown import Client
 from runtime.process import EXIT_CONFIG

@@ -20,7 +20,7 @@ from log import zk as logzk
 from midtown import Client
 from midtown_pb import kv_pb2 as kvpb
 from midtown_pb import kv_pb2_grpc, log_pb2, log_pb2_grpc
-from runtime import transport
+from runtime import membership, transport
 from tests.integration.conftest import started
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def _internal(c: Cluster) -> dict[str, tuple[str, str]]:
     zk = logzk.connect(c.zk_hosts)
     try:
         log_addr = logzk.servers(zk)[0]["addr"]
-        storage_addr = registry.members(zk, registry.STORAGE_NODES)[0]
+        storage_addr = membership.members(zk, registry.STORAGE_NODES)[0]
     finally:
         zk.stop()
         zk.close()

@@ -24,12 +24,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from catalog import registry
 from cluster import Cluster
 from log import zk as zkpaths
 from log.server import THREADS as LOG_SERVER_THREADS
 from midtown import Client
 from midtown_pb import log_pb2, log_pb2_grpc
+from runtime import membership
 from runtime.process import EXIT_WEDGED
 from tests.integration.conftest import wait_for
 from tests.integration.test_cli import mt
@@ -122,7 +122,7 @@ def _answers(addr: str) -> bool:
 def _log_server_pid(c: Cluster, server_id: int) -> int | None:
     zk = zkpaths.connect(c.zk_hosts)
     try:
-        entry = registry.children_json(zk, zkpaths.SERVERS).get(server_id)
+        entry = membership.children_json(zk, zkpaths.SERVERS).get(server_id)
     finally:
         zk.stop()
         zk.close()

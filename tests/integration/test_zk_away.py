@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from catalog import registry
-from catalog.connect import connect
 from cluster.ports import free_ports
 from cluster.zookeeper import ZooKeeper
 from coordinator.limits import MEMBERS_CACHE_S
+from fleet.connect import connect
 from midtown import Client, errors
 from tests.integration.conftest import started, wait_for
 
@@ -167,7 +167,7 @@ def test_calls_end_by_their_deadline_with_zookeeper_paused_or_without_a_quorum(
 def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path: Path, asking: str) -> None:
     """Once a request has waited PATIENCE_S with nothing from its member since it was sent
     (paused here; on a machine cut off, the same), the session moves to another member
-    (catalog/connect.py check_patience). kazoo alone moves it only when its own ping goes
+    (fleet/connect.py check_patience). kazoo alone moves it only when its own ping goes
     unanswered, at the read timeout (2/3 of the 4 s session) after the last send, and counts
     each request sent as a ping: a client that sends one every 0.2 s never left the member
     (servers whose sessions were on a cut-off machine's member kept them there for 8-10 s,
@@ -179,7 +179,7 @@ def test_a_session_moves_off_a_member_that_leaves_a_request_unanswered(tmp_path:
     from kazoo.client import KazooState
     from kazoo.exceptions import OperationTimeoutError
 
-    from catalog.connect import PATIENCE_S, SERVER_PATIENCE_S, ZK_SESSION_TIMEOUT_S, bounded, connect
+    from fleet.connect import PATIENCE_S, SERVER_PATIENCE_S, ZK_SESSION_TIMEOUT_S, bounded, connect
 
     z = ZooKeeper(tmp_path / "zk", free_ports(1)[0]).start()
     patience = SERVER_PATIENCE_S if "server" in asking else PATIENCE_S
@@ -220,13 +220,13 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
     """kazoo tries the members in turn in every round of reconnection; one that is paused
     cost a connection attempt (0.5 s) in each, while ZooKeeper elected a leader on a
     machine gone quiet. A member that did not answer is passed over for
-    SILENT_PASSED_OVER_S (catalog/connect.py) while another may answer. Standalone servers
+    SILENT_PASSED_OVER_S (fleet/connect.py) while another may answer. Standalone servers
     in a fixed order: the first answers until it is killed, the second is not started yet,
     the third is paused. While the client goes round them, the paused one is tried once in
     that time, not in every round."""
     import logging
 
-    from catalog import connect as connecting
+    from fleet import connect as connecting
 
     monkeypatch.setattr(connecting, "local_first", lambda hosts: hosts)  # the order as given
     ports = free_ports(3)

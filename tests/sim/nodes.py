@@ -47,7 +47,7 @@ the whole committed log is checked):
   (8) once the faults have ended, a put on each shared key succeeds within 30 s;
   (9) a mover that was not paused ends by its --timeout;
   (10) in no version of the replica sets has a shard two copies that stay on one machine
-      (the nodes run on three machines, recorded as catalog/machines.py records them; an
+      (the nodes run on three machines, recorded as fleet/machines.py records them; an
       operator moving a shard onto a machine that holds a copy of it is refused).
 
 Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
@@ -67,8 +67,7 @@ from typing import Any
 
 import grpc
 
-from catalog import datasets, failure_domains, machines, registry, shard_moves
-from catalog.failure_domains import Domain
+from catalog import datasets, registry, shard_moves
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import shard_of
 from coordinator import bulk, server
@@ -76,6 +75,8 @@ from coordinator.node import Coordinator
 from coordinator.records import record_for
 from coordinator.server import Shell
 from drivers import handoffs, moves
+from fleet import failure_domains, machines
+from fleet.failure_domains import Domain
 from log import reading
 from log import zk as zkpaths
 from log.client import LogClient
@@ -555,6 +556,9 @@ class NodeSim(WriterSim):
             self.counts["nodes paused"] += 1
 
     # --- the clients ----------------------------------------------------------------------
+
+    def kv_logs(self) -> int:
+        return LOGS
 
     def create_kv(self) -> None:
         for n in NODES:  # each node's machine, as its process records it when it first starts
@@ -1177,7 +1181,7 @@ class NodeSim(WriterSim):
     def check_machines(self, version: dict[str, Any], moving: set[int]) -> None:
         """(10) In every version of the replica sets, no shard has two copies on one machine,
         but for one whose move's destination has joined and whose leaving replica has not
-        left yet (catalog/failure_domains.py: the rule is on the copies that stay)."""
+        left yet (fleet/failure_domains.py: the rule is on the copies that stay)."""
         for shard, copies in enumerate(version["sets"]):
             if shard not in moving and (shared := failure_domains.shared(copies, NODE_MACHINES)):
                 self.violations.append(f"replica sets version {version['version']} ({version['why']}): shard "

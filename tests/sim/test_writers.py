@@ -186,7 +186,7 @@ def test_a_broken_rule_of_the_log_servers_is_caught(broken: str, servers: int, s
 
 
 def test_no_segment_has_two_servers_on_one_machine() -> None:
-    """Six servers on three machines (catalog/machines.py records them): the election's
+    """Six servers on three machines (fleet/machines.py records them): the election's
     ensembles, its ensemble changes and re-replication keep every segment's servers on
     distinct machines, through crashes and pauses (by load alone they are not: above)."""
     for seed in range(3):

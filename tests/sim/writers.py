@@ -43,8 +43,9 @@ from typing import Any
 import grpc
 from kazoo.client import KazooState
 
-from catalog import failure_domains, machines, registry
-from catalog.failure_domains import Domain
+from catalog import registry
+from fleet import failure_domains, machines
+from fleet.failure_domains import Domain
 from log import append, lease, limits, reading, rereplicate
 from log import read_index as ri
 from log import zk as zkpaths
@@ -106,7 +107,7 @@ class Config:
     # Logs in the cluster (elections): the checks here are on LOG's; nodes.py's on every one
     logs: int = 1
     # With elections: the servers on this many machines (server s on machine s % machines,
-    # recorded as catalog/machines.py records them; 0: each its own, none recorded). No
+    # recorded as fleet/machines.py records them; 0: each its own, none recorded). No
     # segment may have two servers on one machine (checked every 0.1 s).
     machines: int = 0
     # ZooKeeper's notices (session state, watches) reach every process up to this late
@@ -932,7 +933,10 @@ class WriterSim:
     def main(self) -> Result:
         self.admin = self.ens.client()
         self.admin.start()
-        zkpaths.create_cluster(self.admin, self.cfg.logs, list(self.servers))
+        # As the runner makes a cluster: the key-value logs leased from the start (log/zk.py
+        # Topology.leased_below; create_kv then asks nothing more of the log).
+        zkpaths.create_cluster(self.admin, self.cfg.logs, list(self.servers),
+                               leased_below=self.kv_logs() if self.cfg.elections else 0)
         for srv in self.servers if self.cfg.machines else ():
             machines.record(self.admin, machines.LOG_SERVERS, srv, self.machine_of(srv))
         if self.cfg.elections:
@@ -1070,11 +1074,15 @@ class WriterSim:
                 self.violations.append(f"position {p} holds {kind!r} of shard {shard} at generation "
                                        f"{gen}, in its stint of generation {at_gen}")
 
+    def kv_logs(self) -> int:
+        """The logs the key-value store uses: here, every log."""
+        return self.cfg.logs
+
     def create_kv(self) -> None:
         """The key-value topology (catalog/registry.py), before the servers start: the log
         is a key-value log, whose writers mark time when idle and hold read leases while
         strong reads ask (log/election.py)."""
-        registry.create_kv(self.admin, 1, [], logs=self.cfg.logs)
+        registry.create_kv(self.admin, 1, [], logs=self.kv_logs())
 
     def after_faults(self) -> None:
         """Once the faults and the workload have ended, before the checks (tests/sim/nodes.py)."""

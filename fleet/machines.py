@@ -1,6 +1,6 @@
 """The machine (and locality) each log server and storage node runs on, kept in ZooKeeper
 for as long as the server is a member, alive or not: placement reads them to keep copies on
-distinct machines (catalog/failure_domains.py, the rule; this module, its records).
+distinct machines (fleet/failure_domains.py, the rule; this module, its records).
 
   /midtown/machines/log_servers/<id>     {"machine": "m1", "locality": "zone=a,rack=r1"}
   /midtown/machines/storage_nodes/<id>   the same, for storage nodes
@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import failure_domains
-from catalog.connect import connect
-from catalog.failure_domains import Domain, Domains
+from fleet import failure_domains
+from fleet.connect import connect
+from fleet.failure_domains import Domain, Domains
 from runtime import membership
 from runtime.process import EXIT_CONFIG, StartRefused, exit_now
 

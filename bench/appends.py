@@ -10,13 +10,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench import quiet
+from bench.harness import fresh_cluster, log
 from bench.loadgen import run_workload
 from cli.output import emit
 from cluster import Cluster
@@ -91,103 +90,96 @@ def copy_deaths(changes: bool, after_s: float = 4.0, window_s: float = 8.0) -> d
     stalled then counts until that moment)."""
     import os
 
-    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-copies-")
     before = os.environ.get("MIDTOWN_ENSEMBLE_CHANGE")
     os.environ["MIDTOWN_ENSEMBLE_CHANGE"] = "on" if changes else "off"
-    cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0, layout="split",
-                      log_server_count=5, logs=2)
     try:
-        cluster.start(progress=False)
-        with LogClient(cluster.zk_hosts) as client:
-            acks: list[float] = []
-            stop = threading.Event()
-
-            def appender() -> None:
-                while not stop.is_set():
-                    try:
-                        client.append(0, [PAYLOAD], timeout_s=30)
-                    except LogError:
-                        continue
-                    acks.append(time.monotonic())
-
-            th = threading.Thread(target=appender, daemon=True)
-            th.start()
-            time.sleep(2.0)
-            kills: list[dict] = []
-            dead: set[int] = set()
-            t_first = time.monotonic()
-            for i in range(2):
-                meta, _ = zkpaths.read_metadata(client.zk, 0)
-                seg = meta.last_segment
-                w = zkpaths.read_writer(client.zk, 0)
-                assert seg is not None and w is not None
-                victim = next(r for r in seg.replicas if r != w["server"] and r not in dead)
-                dead.add(victim)
-                at = time.monotonic()
-                cluster.kill(f"log-{victim}")
-                moved = None
-                end = at + (after_s if i == 0 else window_s)
-                while time.monotonic() < end:
-                    s2 = zkpaths.read_metadata(client.zk, 0)[0].last_segment
-                    if moved is None and s2 is not None and victim not in s2.replicas:
-                        moved = round(time.monotonic() - at, 2)
-                    time.sleep(0.05)
-                kills.append({"killed": f"log-{victim}", "segment_off_it_s": moved})
-            t_end = time.monotonic()
-            stop.set()
-            th.join(40)
-        times = [t for t in acks if t_first <= t <= t_end] + [t_end]
-        gap = max((b - a for a, b in zip([t_first, *times], times)), default=0.0)
-        return {"ensemble_changes": "on" if changes else "off", "kills": kills,
-                "longest_gap_s": round(gap, 2), "appends": len(acks)}
+        with fresh_cluster("copies", "5 log servers", lambda _m: None, check_quiet=False, storage_nodes=0,
+                           coordinators=0, layout="split", log_server_count=5, logs=2) as cluster:
+            return _copy_deaths_on(cluster, changes, after_s, window_s)
     finally:
         if before is None:
             os.environ.pop("MIDTOWN_ENSEMBLE_CHANGE", None)
         else:
             os.environ["MIDTOWN_ENSEMBLE_CHANGE"] = before
-        cluster.stop()
-        tmp.cleanup()
+
+
+def _copy_deaths_on(cluster: Cluster, changes: bool, after_s: float, window_s: float) -> dict:
+    with LogClient(cluster.zk_hosts) as client:
+        acks: list[float] = []
+        stop = threading.Event()
+
+        def appender() -> None:
+            while not stop.is_set():
+                try:
+                    client.append(0, [PAYLOAD], timeout_s=30)
+                except LogError:
+                    continue
+                acks.append(time.monotonic())
+
+        th = threading.Thread(target=appender, daemon=True)
+        th.start()
+        time.sleep(2.0)
+        kills: list[dict] = []
+        dead: set[int] = set()
+        t_first = time.monotonic()
+        for i in range(2):
+            meta, _ = zkpaths.read_metadata(client.zk, 0)
+            seg = meta.last_segment
+            w = zkpaths.read_writer(client.zk, 0)
+            assert seg is not None and w is not None
+            victim = next(r for r in seg.replicas if r != w["server"] and r not in dead)
+            dead.add(victim)
+            at = time.monotonic()
+            cluster.kill(f"log-{victim}")
+            moved = None
+            end = at + (after_s if i == 0 else window_s)
+            while time.monotonic() < end:
+                s2 = zkpaths.read_metadata(client.zk, 0)[0].last_segment
+                if moved is None and s2 is not None and victim not in s2.replicas:
+                    moved = round(time.monotonic() - at, 2)
+                time.sleep(0.05)
+            kills.append({"killed": f"log-{victim}", "segment_off_it_s": moved})
+        t_end = time.monotonic()
+        stop.set()
+        th.join(40)
+    times = [t for t in acks if t_first <= t <= t_end] + [t_end]
+    gap = max((b - a for a, b in zip([t_first, *times], times)), default=0.0)
+    return {"ensemble_changes": "on" if changes else "off", "kills": kills,
+            "longest_gap_s": round(gap, 2), "appends": len(acks)}
 
 
 def run(a: argparse.Namespace) -> int:
-    tmp = None
     if a.dir:
-        cluster = Cluster.load(Path(a.dir))
-    else:
-        tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-")
-        # The log alone: no storage nodes or coordinators reading it meanwhile.
-        cluster = Cluster(Path(tmp.name) / "cluster", storage_nodes=0, coordinators=0,
-                          layout="split")
+        return _measure(a, Cluster.load(Path(a.dir)), fresh=False)
+    # The log alone: no storage nodes or coordinators reading it meanwhile.
+    with fresh_cluster("log", "ZooKeeper + 3 log servers", log, storage_nodes=0, coordinators=0,
+                       layout="split") as cluster:
+        return _measure(a, cluster, fresh=True)
+
+
+def _measure(a: argparse.Namespace, cluster: Cluster, fresh: bool) -> int:
+    """The workloads on `cluster`; on a `fresh` one, its failovers and lost copies too."""
     results: list[dict] = []
     fo: dict = {}
-    try:
-        if tmp is not None:
-            quiet.check(lambda m: print(m, file=sys.stderr, flush=True))
-            print("starting a local cluster (ZooKeeper + 3 log servers)...", file=sys.stderr, flush=True)
-            cluster.start(progress=False)
-        with LogClient(cluster.zk_hosts) as client:
-            logs = client.topology().logs
-            for clients, batch in [(1, 1), (1, 100), (64, 1), (64, 100)]:
-                print(f"workload: {clients} appender(s), batches of {batch}, {a.seconds:.0f}s...",
-                      file=sys.stderr, flush=True)
-                workload(client, clients, batch, min(1.0, a.seconds / 4), logs)  # warm-up
-                results.append(workload(client, clients, batch, a.seconds, logs))
-            if not a.no_failover and tmp is not None:
-                print("failover: SIGKILL the writer of log 0...", file=sys.stderr, flush=True)
-                fo = failover(cluster, client)
-                print("failover: SIGSTOP the writer of log 1...", file=sys.stderr, flush=True)
-                fo["paused"] = failover(cluster, client, log_id=1, pause=True)
-        if not a.no_failover and tmp is not None:
-            copies = []
-            for on in (True, False):
-                print(f"copies lost: five log servers, two followers of a log's open segment SIGKILLed "
-                      f"4 s apart, ensemble changes {'on' if on else 'off'}...", file=sys.stderr, flush=True)
-                copies.append(copy_deaths(on))
-            fo["copies"] = copies
-    finally:
-        if tmp is not None:
-            cluster.stop()
-            tmp.cleanup()
+    with LogClient(cluster.zk_hosts) as client:
+        logs = client.topology().logs
+        for clients, batch in [(1, 1), (1, 100), (64, 1), (64, 100)]:
+            print(f"workload: {clients} appender(s), batches of {batch}, {a.seconds:.0f}s...",
+                  file=sys.stderr, flush=True)
+            workload(client, clients, batch, min(1.0, a.seconds / 4), logs)  # warm-up
+            results.append(workload(client, clients, batch, a.seconds, logs))
+        if not a.no_failover and fresh:
+            print("failover: SIGKILL the writer of log 0...", file=sys.stderr, flush=True)
+            fo = failover(cluster, client)
+            print("failover: SIGSTOP the writer of log 1...", file=sys.stderr, flush=True)
+            fo["paused"] = failover(cluster, client, log_id=1, pause=True)
+    if not a.no_failover and fresh:
+        copies = []
+        for on in (True, False):
+            print(f"copies lost: five log servers, two followers of a log's open segment SIGKILLed "
+                  f"4 s apart, ensemble changes {'on' if on else 'off'}...", file=sys.stderr, flush=True)
+            copies.append(copy_deaths(on))
+        fo["copies"] = copies
     if a.json:
         emit({"workloads": results, "failover": fo}, True)
     else:

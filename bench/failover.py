@@ -17,15 +17,12 @@ from __future__ import annotations
 import argparse
 import signal
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from bench import quiet
 from bench.etcd import Etcd, FailingOver
-from bench.kv import log
+from bench.harness import fresh_cluster, fresh_etcd, log
 from catalog import datasets, registry
 from catalog.routing import shard_of
 from cli.output import emit
@@ -215,24 +212,12 @@ def figures(system: str, kills: list[float], pauses: list[float], prober: Prober
 
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="midtown-bench-failover-") as tmp:
-        root = Path(tmp)
-        quiet.check(log)
-        cluster = Cluster(root / "midtown", layout=a.layout)
-        try:
-            log(f"starting a local Midtown cluster ({a.layout} layout)...")
-            cluster.start()
-            cluster.create_dataset(DATASET)
-            rows.append(midtown_side(cluster, a.rounds, a.pause_seconds, a.deadline))
-        finally:
-            cluster.stop()
-        if not a.no_etcd:
-            log("starting etcd (3 members on loopback)...")
-            etcd = Etcd(root / "etcd")
-            try:
-                rows.append(etcd_side(etcd, a.rounds, a.pause_seconds, a.deadline))
-            finally:
-                etcd.stop()
+    with fresh_cluster("failover", f"the {a.layout} layout", log, layout=a.layout) as cluster:
+        cluster.create_dataset(DATASET)
+        rows.append(midtown_side(cluster, a.rounds, a.pause_seconds, a.deadline))
+    if not a.no_etcd:
+        with fresh_etcd("failover") as etcd:
+            rows.append(etcd_side(etcd, a.rounds, a.pause_seconds, a.deadline))
     if a.json:
         emit(rows, True)
         return 0

@@ -22,7 +22,8 @@ import uuid
 from collections.abc import Callable
 
 from bench.etcd import Etcd
-from bench.kv import cluster_and_etcd, log, medians
+from bench.harness import log
+from bench.kv import cluster_and_etcd, medians
 from bench.loadgen import run_workload
 from cli.output import emit
 from cluster import Cluster
@@ -91,7 +92,7 @@ def spark_rows_per_s(c: Cluster, rows: int, exactly_once: bool, dataset: str) ->
 
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
-    with cluster_and_etcd("midtown-bench-ingest-", "ingest", a.layout, a.kv_logs) as (cluster, etcd):
+    with cluster_and_etcd("ingest", "ingest", a.layout, a.kv_logs) as (cluster, etcd):
         systems = {"midtown": midtown_ingest(cluster.coordinator_addrs, "ingest", a.batch),
                    "etcd": etcd_ingest(etcd, a.etcd_api)}
         per_call = {"midtown": a.batch, "etcd": 1}

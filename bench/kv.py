@@ -15,12 +15,12 @@ import contextlib
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from bench import echo, quiet
+from bench import echo
 from bench.etcd import Etcd
+from bench.harness import cpu_seconds, fresh_cluster, fresh_etcd, log
 from bench.loadgen import AsyncMakeOp, run_async_workload, run_workload
 from catalog.registry import KV_LOGS_LOCAL_DEFAULT
 from cli.output import emit
@@ -130,16 +130,6 @@ def coroutines(ops: dict[str, AsyncMakeOp], connect: Callable[[], AsyncClient]) 
 CPU_KINDS = ("client", "coordinator", "log-server", "storage-node", "host", "zookeeper", "etcd")
 
 
-def cpu_seconds(pid: int) -> float:
-    """The CPU time a process has used so far, user and system, in seconds (0: it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def with_cpu(runner: Runner, pids: Callable[[], dict[str, list[int]]]) -> Runner:
     """`runner`, adding `cpu_<kind>_us` (CPU per operation of each kind of process `pids()`
     names, µs) and `cpu_total_us` to its figures."""
@@ -171,11 +161,6 @@ def etcd_pids(etcd: Etcd) -> dict[str, list[int]]:
     return {"client": [os.getpid()], "etcd": [p.pid for p in etcd.procs if p.poll() is None]}
 
 
-def log(message: str) -> None:
-    """Progress, on standard error (the figures go to standard output)."""
-    print(message, file=sys.stderr, flush=True)
-
-
 @contextlib.contextmanager
 def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split",
                      kv_logs: int = KV_LOGS_LOCAL_DEFAULT) -> Iterator[tuple[Cluster, Etcd]]:
@@ -183,23 +168,11 @@ def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split",
     directory: both stopped, and the directory removed, on the way out. Its coordinators
     limit no client's rate (the default limit, 5,000 requests/s per client connection,
     would measure the limit: the benchmark's threads share one Client, one connection)."""
-    tmp = tempfile.TemporaryDirectory(prefix=prefix)
-    root = Path(tmp.name)
-    cluster = Cluster(root / "midtown", layout=layout, kv_logs=kv_logs, client_rate_limit=0)
-    etcd = None
-    try:
-        quiet.check(log)
-        log("starting a local Midtown cluster...")
-        cluster.start()
+    with fresh_cluster(prefix, f"the {layout} layout", log, layout=layout, kv_logs=kv_logs,
+                       client_rate_limit=0) as cluster:
         cluster.create_dataset(dataset)
-        log("starting etcd (3 members on loopback)...")
-        etcd = Etcd(root / "etcd")
-        yield cluster, etcd
-    finally:
-        if etcd is not None:
-            etcd.stop()
-        cluster.stop()
-        tmp.cleanup()
+        with fresh_etcd(prefix) as etcd:
+            yield cluster, etcd
 
 
 def medians(runs: list[dict]) -> dict:
@@ -276,7 +249,7 @@ def _row(a: argparse.Namespace, systems: dict[str, Runner], op: str, clients: in
 
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
-    with cluster_and_etcd("midtown-bench-kv-", "bench", a.layout, a.kv_logs) as (cluster, etcd):
+    with cluster_and_etcd("kv", "bench", a.layout, a.kv_logs) as (cluster, etcd):
         with contextlib.ExitStack() as floors:  # every floor started is stopped
             log("starting the floors (echo servers)...")
             floor = floors.enter_context(EchoFloor())

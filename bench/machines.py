@@ -29,7 +29,8 @@ from typing import Any
 
 from bench import quiet
 from bench.failover import Prober, rounds
-from bench.kv import cpu_seconds, log, midtown_ops, threads
+from bench.harness import cpu_seconds, log
+from bench.kv import midtown_ops, threads
 from catalog import datasets, registry
 from catalog.routing import shard_of
 from cli.machines import check

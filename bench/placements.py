@@ -6,15 +6,11 @@ placements at once. Checks that every thread got the same placement for the same
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from bench import quiet
+from bench.harness import fresh_cluster, log
 from cli.output import emit
-from cluster import Cluster
 from midtown.client import Client
 from midtown.placements import Placements
 
@@ -22,14 +18,8 @@ HOUR = 3_600_000
 
 
 def run(a: argparse.Namespace) -> int:
-    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-placements-")
-    c = Cluster(Path(tmp.name) / "c")
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     rows = []
-    try:
-        quiet.check(log)
-        log("starting a local Midtown cluster...")
-        c.start()
+    with fresh_cluster("placements", "the default layout", log) as c:
         c.create_dataset("placements")
         with Client(c.coordinator_addrs, timeout=30) as db:
             pl = Placements(db)
@@ -72,8 +62,5 @@ def run(a: argparse.Namespace) -> int:
         same = all(len(v) == 1 for v in results.values())
         rows.append({"what": "allocate, 16 threads on the same keys", "per_s": round(len(results) / dt),
                      "calls_per_s": round(count[0] / dt), "all_threads_agree": same})
-    finally:
-        c.stop()
-        tmp.cleanup()
     emit(rows, a.json, ["what", "per_s", "calls_per_s", "all_threads_agree"])
     return 0 if all(r.get("all_threads_agree", True) for r in rows) else 1

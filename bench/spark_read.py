@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-from bench.kv import log
+from bench.harness import fresh_cluster, log
 from cli.output import emit
 from cluster import Cluster
 from midtown.client import Client, Write
@@ -95,48 +93,45 @@ def run(a: argparse.Namespace) -> int:
     from spark_connector.session import local_session
 
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="midtown-bench-spark-read-") as tmp:
-        c = Cluster(Path(tmp) / "midtown", client_rate_limit=0)
-        try:
-            log("starting a local Midtown cluster...")
-            c.start()
-            spark = local_session("midtown-bench-spark-read")
-            loaded = 0
-            c.create_dataset("big")
-            for size in a.keys:
-                log(f"loading up to {size:,} keys of {a.value_bytes} B values...")
-                if size > loaded:  # one dataset, grown from one size to the next
-                    _load_range(c, "big", loaded, size, a.value_bytes)
-                    loaded = size
-                parquet = str(Path(tmp) / f"rows-{size}.parquet")
-                (spark.range(size).select(
-                    F.concat(F.lit("u"), (F.col("id") % 10_000).cast("string")).alias("partition_key"),
-                    F.format_string("k%09d", F.col("id")).alias("local_key"),
-                    F.expr(f"repeat('v', {a.value_bytes})").alias("value"))
-                 .write.mode("overwrite").parquet(parquet))
-                df = (spark.read.format("midtown").option("zk", c.zk_hosts).option("dataset", "big")
-                      .option("decode", "utf8").load())
-                mine: list[float] = []
-                theirs: list[float] = []
-                peak_kb = 0
-                for r in range(a.rounds):  # alternating, so that both meet the same machine
-                    log(f"spark: reading {size:,} keys from Midtown (round {r + 1} of {a.rounds})...")
-                    with PeakMemory() as mem:
-                        took, n, b = measure(df)
-                    if n != size or b != size * a.value_bytes:
-                        raise SystemExit(f"the read returned {n:,} rows and {b:,} value bytes, "
-                                         f"not {size:,} and {size * a.value_bytes:,}")
-                    mine.append(took)
-                    peak_kb = max(peak_kb, mem.peak_kb)
-                    log(f"spark: reading {size:,} rows from Parquet (round {r + 1} of {a.rounds})...")
-                    ptook, pn, _ = measure(spark.read.parquet(parquet))
-                    if pn != size:
-                        raise SystemExit(f"Parquet returned {pn:,} rows, not {size:,}")
-                    theirs.append(ptook)
-                rows.append(figures(size, mine, theirs, peak_kb, df.rdd.getNumPartitions()))  # type: ignore[attr-defined]
-            spark.stop()
-        finally:
-            c.stop()
+    with fresh_cluster("spark-read", "the default layout, no client rate limit", log,
+                       client_rate_limit=0) as c:
+        tmp = c.dir.parent
+        spark = local_session("midtown-bench-spark-read")
+        loaded = 0
+        c.create_dataset("big")
+        for size in a.keys:
+            log(f"loading up to {size:,} keys of {a.value_bytes} B values...")
+            if size > loaded:  # one dataset, grown from one size to the next
+                _load_range(c, "big", loaded, size, a.value_bytes)
+                loaded = size
+            parquet = str(tmp / f"rows-{size}.parquet")
+            (spark.range(size).select(
+                F.concat(F.lit("u"), (F.col("id") % 10_000).cast("string")).alias("partition_key"),
+                F.format_string("k%09d", F.col("id")).alias("local_key"),
+                F.expr(f"repeat('v', {a.value_bytes})").alias("value"))
+             .write.mode("overwrite").parquet(parquet))
+            df = (spark.read.format("midtown").option("zk", c.zk_hosts).option("dataset", "big")
+                  .option("decode", "utf8").load())
+            mine: list[float] = []
+            theirs: list[float] = []
+            peak_kb = 0
+            for r in range(a.rounds):  # alternating, so that both meet the same machine
+                log(f"spark: reading {size:,} keys from Midtown (round {r + 1} of {a.rounds})...")
+                with PeakMemory() as mem:
+                    took, n, b = measure(df)
+                if n != size or b != size * a.value_bytes:
+                    raise SystemExit(f"the read returned {n:,} rows and {b:,} value bytes, "
+                                     f"not {size:,} and {size * a.value_bytes:,}")
+                mine.append(took)
+                peak_kb = max(peak_kb, mem.peak_kb)
+                log(f"spark: reading {size:,} rows from Parquet (round {r + 1} of {a.rounds})...")
+                ptook, pn, _ = measure(spark.read.parquet(parquet))
+                if pn != size:
+                    raise SystemExit(f"Parquet returned {pn:,} rows, not {size:,}")
+                theirs.append(ptook)
+            partitions = df.rdd.getNumPartitions()  # type: ignore[attr-defined]
+            rows.append(figures(size, mine, theirs, peak_kb, partitions))
+        spark.stop()
     if a.json:
         emit(rows, True)
         return 0

@@ -15,12 +15,8 @@ run."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -28,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import quiet
+from bench.harness import fresh_cluster, midtown_json, progress_for
 from cli.output import emit
-from cluster import Cluster
 from midtown.client import Client
 
 SHARDS, LOG_SERVERS, LOGS, KV_LOGS = 64, 5, 10, 5
@@ -45,14 +41,6 @@ def _counter(port: int, name: str) -> float:
 
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _mt(zk: str, *args: str) -> Any:
-    p = subprocess.run([sys.executable, "-m", "cli", *args, "--zk", zk, "--json"], capture_output=True,
-                       text=True, timeout=120)
-    if p.returncode:
-        raise RuntimeError(f"midtown {' '.join(args)}: {p.stderr.strip()}")
-    return json.loads(p.stdout)
 
 
 def _load(db: Client, rate: float, seconds: float, value: bytes, say: Any) -> tuple[int, float]:
@@ -83,12 +71,9 @@ def _load(db: Client, rate: float, seconds: float, value: bytes, say: Any) -> tu
 
 
 def _one(nodes: int, a: argparse.Namespace, say: Any) -> dict[str, Any]:
-    tmp = tempfile.TemporaryDirectory(prefix="midtown-bench-spread-")
-    c = Cluster(Path(tmp.name) / "c", storage_nodes=nodes, replicas=3, shards=SHARDS, logs=LOGS,
-                kv_logs=KV_LOGS, log_server_count=LOG_SERVERS, coordinators=1, layout="split")
-    try:
-        say(f"{nodes} storage nodes, {LOG_SERVERS} log servers: starting...")
-        c.start()
+    with fresh_cluster("spread", f"{nodes} storage nodes, {LOG_SERVERS} log servers", say,
+                       check_quiet=False, storage_nodes=nodes, replicas=3, shards=SHARDS, logs=LOGS,
+                       kv_logs=KV_LOGS, log_server_count=LOG_SERVERS, coordinators=1, layout="split") as c:
         c.create_dataset("spread")
         nodes_p = c.playing("storage-node")
         applied0 = {p.server_id: _counter(p.metrics_port, "midtown_storage_applied_records_total")
@@ -105,11 +90,11 @@ def _one(nodes: int, a: argparse.Namespace, say: Any) -> dict[str, Any]:
         want = puts * 3 * a.value_bytes  # three copies of every value, at least
         deadline = time.monotonic() + 120
         while True:
-            status = {r["node"]: r for r in _mt(c.zk_hosts, "node", "status")}
+            status = {r["node"]: r for r in midtown_json(c.zk_hosts, "node", "status")}
             if sum(r["bytes"] or 0 for r in status.values()) >= want or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        servers = {r["server"]: r for r in _mt(c.zk_hosts, "log-server", "list")}
+        servers = {r["server"]: r for r in midtown_json(c.zk_hosts, "log-server", "list")}
         rows = [{"nodes": nodes, "node": n, "shards": status[n]["shards"],
                  "applied_per_s": round(applied[n], 1), "tailed_per_s": round(tailed[n], 1),
                  "bytes": status[n]["bytes"]} for n in sorted(applied)]
@@ -118,14 +103,10 @@ def _one(nodes: int, a: argparse.Namespace, say: Any) -> dict[str, Any]:
                  "share": round(servers[s]["segments"] / (copies / 3), 2) if copies else 0.0,
                  "disk_bytes": _du(c.dir / f"log-{s}")} for s in sorted(servers)]
         return {"puts": puts, "puts_per_s": puts / elapsed, "nodes": rows, "log_servers": logs}
-    finally:
-        say("  stopping the cluster...")
-        c.stop()
-        tmp.cleanup()
 
 
 def run(a: argparse.Namespace) -> int:
-    say = (lambda m: None) if a.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    say = progress_for(a.json)
     quiet.check(say)
     os.environ["MIDTOWN_USAGE_INTERVAL_S"] = "2"  # the nodes count their bytes often
     three, six = _one(3, a, say), _one(6, a, say)

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from bench.kv import log
+from bench.harness import fresh_cluster, log, percentile
 from cli.output import emit
 from cluster import Cluster
 from midtown.client import Client, Watcher, Write
@@ -135,27 +133,21 @@ def delay(c: Cluster, dataset: str, count: int, rate: float) -> dict:
         if not done.wait(60):
             raise SystemExit(f"the watcher got {len(arrived)} of {count} puts within 60 s")
         w.close()
-    ms = sorted(max(0.0, arrived[k] - acked[k]) * 1000 for k in acked)
-    return {"puts": count, "rate_per_s": rate, "p50_ms": round(ms[len(ms) // 2], 1),
-            "p99_ms": round(ms[min(len(ms) - 1, int(len(ms) * 0.99))], 1), "max_ms": round(ms[-1], 1)}
+    ms = [max(0.0, arrived[k] - acked[k]) * 1000 for k in acked]
+    return {"puts": count, "rate_per_s": rate, "p50_ms": round(percentile(ms, 0.5), 1),
+            "p99_ms": round(percentile(ms, 0.99), 1), "max_ms": round(max(ms), 1)}
 
 
 def run(a: argparse.Namespace) -> int:
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory(prefix="midtown-bench-watch-") as tmp:
-        c = Cluster(Path(tmp) / "midtown", client_rate_limit=0)
-        try:
-            log("starting a local Midtown cluster...")
-            c.start()
-            for n in a.watchers:
-                c.create_dataset(f"t{n}")
-                log(f"throughput with {n} watcher(s), {a.seconds:.0f} s of puts...")
-                rows.append(throughput(c, f"t{n}", n, a.seconds))
-            c.create_dataset("delay")
-            log(f"delay: {a.count} puts at {a.rate:.0f}/s, one watcher...")
-            lat = delay(c, "delay", a.count, a.rate)
-        finally:
-            c.stop()
+    with fresh_cluster("watch", "the default layout, no client rate limit", log, client_rate_limit=0) as c:
+        for n in a.watchers:
+            c.create_dataset(f"t{n}")
+            log(f"throughput with {n} watcher(s), {a.seconds:.0f} s of puts...")
+            rows.append(throughput(c, f"t{n}", n, a.seconds))
+        c.create_dataset("delay")
+        log(f"delay: {a.count} puts at {a.rate:.0f}/s, one watcher...")
+        lat = delay(c, "delay", a.count, a.rate)
     if a.json:
         emit({"throughput": rows, "delay": lat}, True)
         return 0

@@ -127,7 +127,7 @@ def hoist_common(args: list[str]) -> list[str]:
     return rest[:cut] + front + rest[cut:]
 
 
-def _exit_now(code: int) -> None:
+def end_process(code: int) -> None:
     """End the process without the interpreter's finalization. An interrupted command has
     stopped what it started (its `finally` blocks ran), but threads of its own may still be
     in gRPC calls (a benchmark's appenders); finalizing the interpreter under them crashed
@@ -191,7 +191,7 @@ def run(p: argparse.ArgumentParser, module: str, argv: list[str] | None) -> int:
         return EXIT_UNREACHABLE
     except KeyboardInterrupt as e:
         if argv is None:  # the command itself (not a caller in this process): end it now
-            _exit_now(exit_code(e))
+            end_process(exit_code(e))
         return exit_code(e)
     except BrokenPipeError:
         return 0

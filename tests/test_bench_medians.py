@@ -24,7 +24,8 @@ def test_cpu_per_operation_counts_the_processes_it_is_given() -> None:
     import os
     import time
 
-    from bench.kv import cpu_seconds, with_cpu
+    from bench.harness import cpu_seconds
+    from bench.kv import with_cpu
 
     def busy(op: str, clients: int, seconds: float) -> dict:
         end = time.process_time() + 0.2  # 0.2 s of this process's CPU for 100 operations

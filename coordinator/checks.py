@@ -138,3 +138,43 @@ def check_key(key: pb.Key) -> tuple[bytes, bytes]:
     check_partition(key.partition, "key.partition")
     check_local(key.local, "key.local")
     return key.partition, key.local
+
+
+def check_shard(shard: int, shards: int) -> None:
+    if shard >= shards:
+        raise BadRequest(f"shard: {shard}, this cluster has shards 0..{shards - 1}")
+
+
+def check_shard_scan(req: pb.ScanShardRequest) -> None:
+    """A ScanShard's page and byte limits."""
+    if req.page > limits.SHARD_SCAN_PAGE_MAX:
+        raise BadRequest(f"{req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}", field="page")
+    if req.max_bytes > limits.SHARD_SCAN_BYTES_MAX:
+        raise BadRequest(f"max_bytes: {req.max_bytes}, the limit is {limits.SHARD_SCAN_BYTES_MAX}")
+
+
+def scan_cursor(token: bytes, dataset_id: str, dataset_name: str, shard: int) -> pb.ScanCursor:
+    """The cursor a shard scan's token names, which must be of this dataset and shard."""
+    cursor = pb.ScanCursor()
+    try:
+        cursor.ParseFromString(token)
+    except Exception:
+        raise BadRequest("token: not a scan token") from None
+    if cursor.dataset != dataset_id or cursor.shard != shard or not cursor.view:
+        raise BadRequest(f"token: not a token of a scan of {dataset_name!r} shard {shard}")
+    return cursor
+
+
+def check_watch(req: pb.WatchRequest, starts: dict[int, int], shards: int, only: int | None) -> None:
+    """A Watch's start: positions given (`starts`, by shard) or from_now, not both; each
+    shard in the cluster and, with a partitioning key, its shard alone; its duration."""
+    if req.from_now == bool(starts):
+        raise BadRequest("from: give the positions to start at, or from_now, not both"
+                         if starts else "from: no positions to start at (or set from_now)")
+    for shard in starts:
+        if shard >= shards:
+            raise BadRequest(f"from: shard {shard}, this cluster has shards 0..{shards - 1}")
+        if only is not None and shard != only:
+            raise BadRequest(f"from: shard {shard}; the partitioning key is in shard {only} alone")
+    if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
+        raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is {limits.WATCH_DURATION_MS_MAX}")

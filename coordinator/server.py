@@ -21,8 +21,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
 
 from catalog.datasets import Dataset
-from catalog.routing import shard_of
-from coordinator import bulk, eventual, limits
+from coordinator import bulk, eventual, limits, shard_reads, watches
 from coordinator import many as many_run
 from coordinator.checks import (
     Code,
@@ -330,136 +329,17 @@ class KVService:
         return pb.ShardsResponse(shards=self.c.kv.shards)
 
     def scan_shard(self, req: pb.ScanShardRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
-        """Every key of a dataset in one shard, from one replica's view of its state at one log
-        position, in pages; strong: a position at or after every write acknowledged before the
-        call (ReadIndex). With a token, the scan goes on in the view it names."""
-        d, cursor = self._shard_read(req.header, req.shard, d, req.token)
-        if req.page > limits.SHARD_SCAN_PAGE_MAX:
-            raise BadRequest(f"{req.page}, the limit is {limits.SHARD_SCAN_PAGE_MAX}", field="page")
-        if req.max_bytes > limits.SHARD_SCAN_BYTES_MAX:
-            raise BadRequest(f"max_bytes: {req.max_bytes}, the limit is "
-                        f"{limits.SHARD_SCAN_BYTES_MAX}")
-        sreq = pb.StorageScanShardRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
-                                          page=req.page or limits.SHARD_SCAN_PAGE_DEFAULT,
-                                          max_bytes=req.max_bytes, cursor=req.token, arrow=req.arrow)
-        if cursor is not None:
-            return self.c.replicas.scan_shard(sreq, self._deadline(ctx), node=cursor.node)
-        if req.HasField("partition_key"):
-            sreq.partition_key = req.partition_key
-        self._at_read_index(sreq, req.consistency)
-        try:
-            return self.c.replicas.scan_shard(sreq, self._deadline(ctx))
-        except Refusal:
-            self.c.refresh_log_map()  # (a replica may have refused it: the shard went to another log)
-            raise
+        d = self.c.admission.need(d, req.header)
+        return shard_reads.scan_shard(self.c, req, d, self._deadline(ctx))
 
     def shard_splits(self, req: pb.ShardSplitsRequest, ctx: grpc.ServicerContext,
                      d: Dataset | None) -> pb.ShardSplitsResponse:
-        """The shard's keys of the dataset cut into ranges of about split_bytes, each with a
-        token a ScanShard reads, all from one replica's view at one position."""
-        d, _ = self._shard_read(req.header, req.shard, d, b"")
-        sreq = pb.StorageShardSplitsRequest(dataset=d.id, shard=req.shard, wait_ms=2000,
-                                            split_bytes=req.split_bytes or limits.SHARD_SPLIT_BYTES_DEFAULT)
-        self._at_read_index(sreq, req.consistency)
-        if req.HasField("partition_key"):
-            sreq.partition_key = req.partition_key
-        deadline_s = self._deadline(ctx)
-        sreq.time_left_ms = max(1, int(deadline_s * 1000))  # a node reads the shard's keys no longer
-        got = self.c.replicas.first_answer("ShardSplits", sreq, deadline_s, req.shard)
-        if got is None:
-            self.c.refresh_log_map()  # (as for a scan)
-            raise Refusal(Code.UNAVAILABLE, "no storage node could split the shard; retry")
-        return got  # type: ignore[no-any-return]
+        d = self.c.admission.need(d, req.header)
+        return shard_reads.shard_splits(self.c, req, d, self._deadline(ctx))  # type: ignore[no-any-return]
 
     def watch(self, req: pb.WatchRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> Any:
-        """Every committed change of a strong dataset from the given positions (or from now),
-        per shard in log order, relayed from one replica of each shard (docs/api.md "Watch")."""
         d = self.c.admission.need(d, req.header)
-        if d.consistency == "eventual":
-            raise Refusal(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
-                        "changes are streamed of strong datasets")
-        shards = self.c.kv.shards
-        starts = dict(getattr(req, "from"))
-        only: int | None = None
-        if req.HasField("partition_key"):
-            check_partition(req.partition_key, "partition_key")
-            only = shard_of(d.id, req.partition_key, shards)
-        if req.from_now == bool(starts):
-            raise BadRequest("from: give the positions to start at, or from_now, not both"
-                        if starts else "from: no positions to start at (or set from_now)")
-        for shard in starts:
-            if shard >= shards:
-                raise BadRequest(f"from: shard {shard}, this cluster has shards "
-                            f"0..{shards - 1}")
-            if only is not None and shard != only:
-                raise BadRequest(f"from: shard {shard}; the partitioning key is in "
-                            f"shard {only} alone")
-        if req.duration_ms > limits.WATCH_DURATION_MS_MAX:
-            raise BadRequest(f"duration_ms: {req.duration_ms}, the limit is "
-                        f"{limits.WATCH_DURATION_MS_MAX}")
-        sreq = pb.StorageWatchRequest(dataset=d.id, duration_ms=req.duration_ms or
-                                      limits.WATCH_DURATION_MS_DEFAULT)
-        if req.from_now:  # one ReadIndex round per log, for all its shards
-            by_log: dict[int, int] = {}
-            m = self.c.log_map
-            for s in [only] if only is not None else range(shards):
-                lg = m.log_of(s)
-                if lg not in by_log:
-                    by_log[lg] = self._min_position(lg)
-                # in the shard's own order (a shard handed over: its stint's version base),
-                # of the log named (a replica that takes it from another refuses)
-                starts[s] = by_log[lg] + m.stint(s)[1]
-                sreq.logs[s] = lg
-        getattr(sreq, "from").update(starts)
-        if only is not None:
-            sreq.partition_key = req.partition_key
-        # Each shard from the replica beside its log's writer where there is one (the host
-        # layout): it applies as the writer commits, where the others' Read streams linger.
-        try:
-            return self.c.replicas.watch(
-                sreq, self._deadline(ctx), lambda: ctx.is_active(),
-                lambda shard: self.c.replicas.beside(self.c.logs.writer_addr(self.c.log_map.log_of(shard))))
-        except Refusal:
-            if req.from_now:
-                self.c.refresh_log_map()  # (as for a scan)
-            raise
-
-    def _shard_read(self, header: pb.RequestHeader, shard: int, d: Dataset | None,
-                    token: bytes) -> tuple[Dataset, pb.ScanCursor | None]:
-        """The dataset of a shard scan or split (a strong one), the shard checked, and the
-        token's cursor, which must be of this dataset and shard."""
-        d = self.c.admission.need(d, header)
-        if d.consistency == "eventual":
-            raise Refusal(Code.FAILED_PRECONDITION, f"header.dataset: {d.name!r} is eventually consistent; "
-                        "a shard scan reads strong datasets")
-        if shard >= self.c.kv.shards:
-            raise BadRequest(f"shard: {shard}, this cluster has shards "
-                        f"0..{self.c.kv.shards - 1}")
-        if not token:
-            return d, None
-        cursor = pb.ScanCursor()
-        try:
-            cursor.ParseFromString(token)
-        except Exception:
-            raise BadRequest("token: not a scan token") from None
-        if cursor.dataset != d.id or cursor.shard != shard or not cursor.view:
-            raise BadRequest(f"token: not a token of a scan of {d.name!r} shard {shard}")
-        return d, cursor
-
-    def _at_read_index(self, sreq: Any, consistency: int) -> None:
-        """A strong scan's or split's position to see, of the log the map names for its
-        shard (a replica that takes the shard from another refuses it: it was handed over);
-        an eventual one's: none."""
-        if consistency == pb.STRONG:
-            sreq.log_id = self.c.log_map.log_of(sreq.shard)
-            sreq.min_position = self._min_position(sreq.log_id)
-
-    def _min_position(self, log_id: int) -> int:
-        """The position a strong read of a shard of `log_id` must see: its ReadIndex, plus one."""
-        idx = self.c.read_index(log_id)
-        if idx is None:
-            raise Refusal(Code.UNAVAILABLE, "the shard's log did not answer; retry")
-        return idx + 1
+        return watches.watch(self.c, req, d, self._deadline(ctx), lambda: ctx.is_active())
 
     def scan(self, req: pb.ScanRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.ScanResponse:
         check_partition(req.partition_key, "partition_key")

@@ -38,7 +38,7 @@ STATE = "cluster.json"
 # log server, a storage node and a coordinator (coordinator.host; docs/performance.md).
 LAYOUTS = ("split", "host")
 # What `midtown cluster up`, `make run`, `make demo` and the benchmarks start. Measured
-# (docs/performance.md, "The default layout: host"): host with routed clients meets every
+# (docs/performance.md@71edb5a, "The default layout: host"): host with routed clients meets every
 # key-value target of issue 12 in one run (single-client CAS 1.79x etcd's p50 against split's
 # 3.6-5x), and ingests within the noise of split (bulk 12.4-14.1x etcd against 13.8-13.9x,
 # Spark exactly once 0.76-0.78 of plain against 0.72-0.79).

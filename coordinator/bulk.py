@@ -5,7 +5,7 @@ coordinators do the same), and each group's outcome read back from its record's 
 The groups stay protobuf from the request to the record and from the storage node's answer
 to the response: a bulk call carries thousands of them, and building model objects for
 each, to encode them again, cost more than the rest of the coordinator's work (measured:
-docs/performance.md, "Bulk ingestion"). Pure functions: the server appends the records and
+docs/performance.md@71edb5a, "Bulk ingestion"). Pure functions: the server appends the records and
 waits for the answers."""
 
 from __future__ import annotations

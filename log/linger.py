@@ -5,7 +5,7 @@ fetch.max.wait.ms lets a broker hold a fetch until more data is there.
 Who asks: a storage node of the host layout tailing another host's writer. Its
 coordinators' records are answered by the storage node beside the writer
 (Record.answered_beside), so its own apply is on nobody's path; on this machine's cores
-it competed with the path (docs/performance.md, "Lingering Read streams"). Fewer, fuller
+it competed with the path (docs/performance.md@71edb5a, "Lingering Read streams"). Fewer, fuller
 messages mean one send per batch on the writer's server, one apply per batch on the
 follower.
 

@@ -7,7 +7,7 @@ beyond the quorum, the *spare* ones, need not go at once: a spare follower's out
 entries wait, up to the spare linger, and sends them in one message, one synced write and
 one reply. Sending each entry to every follower at once cost the same again per spare copy
 in processes that share the machine's cores with the operation's path
-(docs/performance.md, "Spare replicas linger").
+(docs/performance.md@71edb5a, "Spare replicas linger").
 
 As BookKeeper separates its write quorum from its ack quorum, this keeps the two apart in
 time: an entry is durable on the ack quorum when acknowledged, exactly as before, and on

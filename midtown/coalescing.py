@@ -218,7 +218,7 @@ RETRY = object()  # an item to send again alone, marked as a retry
 # queue grows by the step, up to the last call's count, at most GATHER_MAX_S. Otherwise
 # the threads split into cohorts that take turns, each waiting a whole call in the queue:
 # 64 threads, put 3,223 -> 3,673 ops/s (host layout), 4 threads, put 412 -> 552 ops/s and
-# CAS 342 -> 431 (split), p99 lower (docs/performance.md, "Calls over streams, and gathering").
+# CAS 342 -> 431 (split), p99 lower (docs/performance.md@71edb5a, "Calls over streams, and gathering").
 GATHER_STEP_S = 0.0002
 GATHER_MAX_S = 0.002
 

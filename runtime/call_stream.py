@@ -6,7 +6,7 @@ nodes' answers were tried the same way and not kept: docs/performance.md.)
 
 Why a stream: on this machine a Python gRPC server spends about half the CPU on a message
 of an open stream that it spends on a unary call, and the round trip is about a third
-shorter (docs/performance.md, "Calls over streams, and gathering").
+shorter (docs/performance.md@71edb5a, "Calls over streams, and gathering").
 
 A stream that fails (the peer restarted, refused a request, went away) is closed; the
 caller opens a new one for its next request. A stream whose answer is overdue (a paused or

@@ -66,7 +66,7 @@ class SyncedDb:
         it: reaching that key steps through every key deleted, but not yet compacted away,
         on the way. A log's newest entry is followed in key order by the next log's
         oldest, which truncation deleted by the thousand; an unbounded read of one entry
-        there took 8.5 ms instead of 4 us (docs/performance.md, "Reads bounded")."""
+        there took 8.5 ms instead of 4 us (docs/performance.md@71edb5a, "Reads bounded")."""
         self._open()
         try:
             yield from bounded_items(self.db, lo, hi)

@@ -23,6 +23,7 @@ from bench import quiet
 from bench.etcd import Etcd
 from cluster import Cluster
 from midtown.client import Client
+from runtime import children
 
 Say = Callable[[str], None]
 
@@ -53,6 +54,9 @@ def fresh_cluster(prefix: str, what: str, progress: Say = log, check_quiet: bool
             progress(f"starting a local cluster: {what}...")
             c.start()
             yield c
+        except BaseException:
+            _stop_before_removing()
+            raise
         finally:
             c.stop()
 
@@ -62,12 +66,24 @@ def fresh_etcd(prefix: str, progress: Say = log) -> Iterator[Etcd]:
     """A three-member etcd on loopback (bench/etcd.py) in a new temporary directory,
     stopped and removed on the way out."""
     with tempfile.TemporaryDirectory(prefix=f"midtown-bench-{prefix}-etcd-") as tmp:
-        progress("starting etcd (3 members on loopback)...")
-        etcd = Etcd(Path(tmp) / "etcd")
         try:
-            yield etcd
-        finally:
-            etcd.stop()
+            progress("starting etcd (3 members on loopback)...")
+            etcd = Etcd(Path(tmp) / "etcd")
+            try:
+                yield etcd
+            finally:
+                etcd.stop()
+        except BaseException:
+            _stop_before_removing()
+            raise
+
+
+def _stop_before_removing() -> None:
+    """Whatever ends a run early, every process it started is stopped before the temporary
+    directory holding their files goes: a stop signal that lands inside a start leaves a
+    process recorded (runtime/children.py) but not yet its owner's, and an etcd member
+    still starting made its data directory again after the directory was removed."""
+    children.stop_all()
 
 
 def midtown_json(zk_hosts: str, *args: str, timeout_s: float = 3600) -> Any:

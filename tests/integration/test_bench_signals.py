@@ -22,8 +22,8 @@ BENCH = ["kv", "--seconds", "1", "--rounds", "1", "--ops", "put", "--clients", "
 # processes starting, etcd's members starting (at once and 50-150 ms on, where the signal
 # was seen to land in the constructor), the echo floors starting.
 POINTS = [
-    ("starting a local Midtown cluster", 0.0, "HUP"),
-    ("starting a local Midtown cluster", 1.5, "TERM"),
+    ("starting a local cluster", 0.0, "HUP"),
+    ("starting a local cluster", 1.5, "TERM"),
     ("starting etcd", 0.0, "HUP"),
     ("starting etcd", 0.05, "INT"),
     ("starting etcd", 0.1, "INT"),

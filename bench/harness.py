@@ -21,6 +21,7 @@ from typing import Any
 
 from bench import quiet
 from bench.etcd import Etcd
+from bench.loadgen import percentile
 from cluster import Cluster
 from midtown.client import Client
 from runtime import children
@@ -94,12 +95,6 @@ def midtown_json(zk_hosts: str, *args: str, timeout_s: float = 3600) -> Any:
     if p.returncode:
         raise RuntimeError(f"midtown {' '.join(args)}: {p.stderr.strip()}")
     return json.loads(p.stdout)
-
-
-def percentile(xs: list[float], q: float) -> float:
-    """The `q` quantile of `xs` (nan when there are none)."""
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 def percentile_ms(xs: list[float], q: float) -> float:

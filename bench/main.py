@@ -6,6 +6,8 @@ machine and printing a table (JSON with --json). Its outcomes end the process as
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Callable
 
 from catalog import registry, shard_moves
 from cli.arguments import ascending_arg, at_least_one_arg, positive_arg, subset_arg
@@ -15,70 +17,12 @@ from cluster import LAYOUT_DEFAULT, LAYOUTS
 ETCD_APIS = ("grpc", "json")  # bench/etcd.py APIS (not imported: it loads gRPC)
 
 
-def cmd_bench_kv(a: argparse.Namespace) -> int:
-    from bench.kv import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_placements(a: argparse.Namespace) -> int:
-    from bench.placements import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_spread(a: argparse.Namespace) -> int:
-    from bench.spread import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_moves(a: argparse.Namespace) -> int:
-    from bench.moves import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_handoffs(a: argparse.Namespace) -> int:
-    from bench.handoffs import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_ingest(a: argparse.Namespace) -> int:
-    from bench.ingest import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_failover(a: argparse.Namespace) -> int:
-    from bench.failover import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_machines(a: argparse.Namespace) -> int:
-    from bench.machines import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_spark_read(a: argparse.Namespace) -> int:
-    from bench.spark_read import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_watch(a: argparse.Namespace) -> int:
-    from bench.watch import run as bench
-
-    return bench(a)
-
-
-def cmd_bench_log(a: argparse.Namespace) -> int:
-    from bench.appends import run as bench
-
-    return bench(a)
+def _runs(module: str) -> Callable[[argparse.Namespace], int]:
+    """The benchmark of bench/`module`.py, imported only when it is the one asked for (each
+    loads what it measures: gRPC, Spark)."""
+    def run(a: argparse.Namespace) -> int:
+        return int(importlib.import_module(f"bench.{module}").run(a))
+    return run
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
     bl.add_argument("--dir", help="benchmark this running cluster instead of a fresh one")
     bl.add_argument("--no-failover", action="store_true")
     bl.add_argument("--json", action="store_true")
-    bl.set_defaults(fn=cmd_bench_log)
+    bl.set_defaults(fn=_runs("appends"))
     bf = bns.add_parser("failover", help="time from SIGKILL or SIGSTOP of a key's writer to its next "
                                          "acknowledged put, Midtown beside etcd (its leader)")
     bf.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=10,
@@ -103,7 +47,7 @@ def parser() -> argparse.ArgumentParser:
                     help="the Midtown cluster's process layout (see `cluster up --layout`)")
     bf.add_argument("--no-etcd", action="store_true", help="measure Midtown only")
     bf.add_argument("--json", action="store_true")
-    bf.set_defaults(fn=cmd_bench_failover)
+    bf.set_defaults(fn=_runs("failover"))
     bmc = bns.add_parser("machines", help="three machines played on this one, with one and two workers each "
                                           "and with mutual TLS: puts, CPU per put, a machine killed, "
                                           "placement counts")
@@ -113,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     bmc.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
                      help="machines killed, per layout")
     bmc.add_argument("--json", action="store_true")
-    bmc.set_defaults(fn=cmd_bench_machines)
+    bmc.set_defaults(fn=_runs("machines"))
     br = bns.add_parser("spark-read", help="a whole dataset read through the Spark data source: rows/s and "
                                            "the Python workers' peak memory, beside Parquet on local disk")
     br.add_argument("--keys", type=ascending_arg("--keys"), default=(1_000_000, 5_000_000),
@@ -122,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     br.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
                     help="reads of each source per size, alternating (default 3)")
     br.add_argument("--json", action="store_true")
-    br.set_defaults(fn=cmd_bench_spark_read, starts_spark=True)
+    br.set_defaults(fn=_runs("spark_read"), starts_spark=True)
     bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "
                                       "put's acknowledgement to its delivery (p50, p99)")
     bw.add_argument("--watchers", type=ascending_arg("--watchers"), default=(1, 16),
@@ -133,7 +77,7 @@ def parser() -> argparse.ArgumentParser:
                     help="puts timed for the delay")
     bw.add_argument("--rate", type=positive_arg("--rate"), default=100.0, help="of those puts, per second")
     bw.add_argument("--json", action="store_true")
-    bw.set_defaults(fn=cmd_bench_watch)
+    bw.set_defaults(fn=_runs("watch"))
     bk = bns.add_parser("kv", help="put, strong get and CAS at 1 and 64 clients, against etcd "
                                    "and a Python gRPC server doing nothing (the floor)")
     bk.add_argument("--seconds", type=float, default=5.0, help="per workload and system")
@@ -155,12 +99,12 @@ def parser() -> argparse.ArgumentParser:
                     help="how etcd is called: its gRPC API (default) or its v3 JSON gateway over HTTP/1.1, "
                          "as this benchmark did before")
     bk.add_argument("--json", action="store_true")
-    bk.set_defaults(fn=cmd_bench_kv)
+    bk.set_defaults(fn=_runs("kv"))
     bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "
                                            "under contention (16 threads) per second")
     bp.add_argument("--seconds", type=float, default=5.0)
     bp.add_argument("--json", action="store_true")
-    bp.set_defaults(fn=cmd_bench_placements)
+    bp.set_defaults(fn=_runs("placements"))
     bm = bns.add_parser("moves", help="a shard move's copy rate, puts' latency during a move against "
                                       "without, and the time to drain a node")
     bm.add_argument("--mb", type=at_least_one_arg("--mb"), default=64, help="MB loaded into the moved shard")
@@ -170,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
     bm.add_argument("--rate", type=float, default=shard_moves.RATE_MB_S_DEFAULT,
                     help="the rate of the move under the workload, MB/s (default: the moves' default)")
     bm.add_argument("--json", action="store_true")
-    bm.set_defaults(fn=cmd_bench_moves)
+    bm.set_defaults(fn=_runs("moves"))
     bh = bns.add_parser("handoffs", help="puts/s with every shard on one log and once log add and hand-offs "
                                          "spread them over three; the time a hand-off holds writes; put p99 "
                                          "during hand-offs against without")
@@ -178,14 +122,14 @@ def parser() -> argparse.ArgumentParser:
                     help="the workload before, and after, the hand-offs")
     bh.add_argument("--clients", type=at_least_one_arg("--clients"), default=16)
     bh.add_argument("--json", action="store_true")
-    bh.set_defaults(fn=cmd_bench_handoffs)
+    bh.set_defaults(fn=_runs("handoffs"))
     bs = bns.add_parser("spread", help="per storage node, records applied/s and bytes held with 3 nodes and "
                                       "with 6 at the same offered load; per log server, segments and bytes")
     bs.add_argument("--rate", type=positive_arg("--rate"), default=150.0, help="puts per second offered")
     bs.add_argument("--seconds", type=positive_arg("--seconds"), default=20.0)
     bs.add_argument("--value-bytes", type=at_least_one_arg("--value-bytes"), default=1000)
     bs.add_argument("--json", action="store_true")
-    bs.set_defaults(fn=cmd_bench_spread)
+    bs.set_defaults(fn=_runs("spread"))
     bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
                                        "against etcd, and through Spark plain vs exactly once")
     bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")
@@ -204,7 +148,7 @@ def parser() -> argparse.ArgumentParser:
                     help="how etcd is called: its gRPC API (default) or its v3 JSON gateway over HTTP/1.1, "
                          "as this benchmark did before")
     bi.add_argument("--json", action="store_true")
-    bi.set_defaults(fn=cmd_bench_ingest, starts_spark=True)
+    bi.set_defaults(fn=_runs("ingest"), starts_spark=True)
     return p
 
 

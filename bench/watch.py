@@ -20,7 +20,8 @@ import statistics
 import threading
 import time
 
-from bench.harness import fresh_cluster, log, percentile
+from bench.harness import fresh_cluster, log
+from bench.loadgen import percentile
 from cli.output import emit
 from cluster import Cluster
 from midtown.client import Client, Watcher, Write

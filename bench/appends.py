@@ -20,7 +20,8 @@ from bench.loadgen import run_workload
 from cli.output import emit
 from cluster import Cluster
 from log import zk as zkpaths
-from log.client import LogClient, LogError
+from log.client import LogClient
+from runtime.refusals import Refusal
 
 PAYLOAD = b"x" * 100
 
@@ -52,7 +53,7 @@ def failover(cluster: Cluster, client: LogClient, log_id: int = 0, pause: bool =
         while time.monotonic() < deadline:
             try:
                 r = client.append(log_id, [PAYLOAD], timeout_s=60)
-            except LogError:
+            except Refusal:
                 continue
             if r.epoch > old_epoch:
                 done.append(time.monotonic())
@@ -112,7 +113,7 @@ def _copy_deaths_on(cluster: Cluster, changes: bool, after_s: float, window_s: f
             while not stop.is_set():
                 try:
                     client.append(0, [PAYLOAD], timeout_s=30)
-                except LogError:
+                except Refusal:
                     continue
                 acks.append(time.monotonic())
 

@@ -75,7 +75,7 @@ def describe_entry(payload: bytes) -> dict[str, str]:
 def cmd_log_read(a: argparse.Namespace) -> int:
     """Committed entries of a log, as records people can read (--json: the raw fields).
     From before the first position still held (the log was truncated), from the first one."""
-    from log.client import LogError
+    from runtime.refusals import Refusal
 
     with log_client(a) as c:
         c.check_log(a.log)
@@ -104,7 +104,7 @@ def cmd_log_read(a: argparse.Namespace) -> int:
                         print("\t".join(str(row[k]) for k in LOG_COLUMNS), flush=True)
                 else:
                     rows.append(row)
-        except LogError as e:
+        except Refusal as e:
             if e.code.name != "OUT_OF_RANGE":
                 raise
             raise CliError(f"log {a.log} was truncated while it was read ({e.message}); "

@@ -163,8 +163,8 @@ def run(p: argparse.ArgumentParser, module: str, argv: list[str] | None) -> int:
         logging.getLogger("midtown.zookeeper").setLevel(logging.CRITICAL)
     from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
-    from log.client import LogError
     from midtown.errors import MidtownError
+    from runtime.refusals import Refusal
 
     interrupt_on_stop_signals()  # what a command started, it stops on SIGTERM and SIGHUP too
     try:
@@ -181,7 +181,7 @@ def run(p: argparse.ArgumentParser, module: str, argv: list[str] | None) -> int:
     except CliError as e:
         print(f"{name}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (LogError, MidtownError) as e:
+    except (Refusal, MidtownError) as e:
         print(f"{name}: {e.code.name}: {e.message}", file=sys.stderr)
         return EXIT_UNREACHABLE if e.code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else EXIT_REFUSED
     except (ConnectionLoss, SessionExpiredError) as e:  # an expected fault, not a defect

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from prometheus_client import Counter
 
 from log import limits as log_limits
-from log.client import NONE, Appended, LogClient, LogError, Tags
+from log.client import NONE, Appended, LogClient, Tags
 from runtime import refusals, world
 from runtime.group_commit import GroupCommit
+from runtime.refusals import Refusal
 
 APPEND_CALLS = Counter("midtown_coordinator_log_appends_total",
                        "Append calls a coordinator made to the logs (each carries one or more records)",
@@ -52,7 +53,7 @@ class Appender:
 
     def append(self, payload: bytes, timeout_s: float, shard: int = NONE, generation: int = 0) -> Placed:
         """Where the log put the payload (a record of `shard`, at `generation`), once it
-        has it durably, within `timeout_s`. LogError from the log (an append that ran out
+        has it durably, within `timeout_s`. Refusal from the log (an append that ran out
         of time among them); Sealed; GroupTimeout if the append could not start within
         `timeout_s`."""
         return self._group.call((payload, world.monotonic() + timeout_s, shard, generation), timeout_s)
@@ -80,7 +81,7 @@ class Appender:
             try:
                 r: Appended = self.logs.append(self.log_id, [p for p, _, _, _ in chunk], timeout_s=left,
                                                tags=tags)
-            except LogError as e:
+            except Refusal as e:
                 if e.reason == refusals.SEALED:
                     raise Sealed(e.message) from None
                 raise

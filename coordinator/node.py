@@ -33,7 +33,7 @@ from coordinator.readindex import ReadBatcher
 from coordinator.records import record_for
 from coordinator.replicas import Replicas
 from coordinator.storage_link import StorageLink
-from log.client import LocalLog, LogClient, LogError, LogLink
+from log.client import LocalLog, LogClient, LogLink
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
 from record.answer import Answer
@@ -386,7 +386,7 @@ class Coordinator:
                 return [self.appender(log_id).append(r.payload, deadline_s, r.shard, generations[0])]
             return self.appender(log_id).append_many(
                 [(r.payload, 0.0, r.shard, g) for r, g in zip(records, generations)], deadline_s)
-        except LogError as e:
+        except Refusal as e:
             raise Refusal(Code.UNAVAILABLE, f"the log is unavailable ({e.message}); retry") from None
         except GroupTimeout:
             raise Refusal(Code.DEADLINE_EXCEEDED,

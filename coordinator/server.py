@@ -54,7 +54,7 @@ from record.model import (
     RecordResult,
     Scan,
 )
-from runtime import faults, handlers, inprocess, metrics, transport, world
+from runtime import handlers, inprocess, metrics, transport, world
 from runtime.health import serve_health
 from runtime.process import Part, log_to_stderr, serve_all, tune_runtime
 from runtime.refusals import REFUSED, BadRequest, Refusal
@@ -397,16 +397,10 @@ class Shell:
             # while looking up a dataset, a user or the members: nothing was appended.
             raise Refusal(Code.UNAVAILABLE, f"coordinator {self.c.coord_id}: ZooKeeper is unavailable "
                           f"({type(e).__name__}); the request was not applied; retry") from None
-        except Refusal:
-            raise
-        except Exception as e:
-            if faults.expected(e):  # a peer or the log away (runtime/faults.py): one line, retry
-                faults.log_failure(log, f"coordinator {self.c.coord_id}: {name}", e)
-                raise Refusal(Code.UNAVAILABLE, f"coordinator {self.c.coord_id}: {name}: "
-                              f"{faults.one_line(e)}; the outcome is unknown: retry with the same "
-                              "header.request_id") from None
-            log.exception("%s failed", name)
-            raise Refusal(Code.INTERNAL, self.internal_text(name)) from None
+        except Exception as e:  # a peer or the log away: UNAVAILABLE, else INTERNAL (a defect)
+            raise handlers.refusal_for(name, e, self.internal_text, lambda line: (
+                f"coordinator {self.c.coord_id}: {name}: {line}; the outcome is unknown: retry with the "
+                "same header.request_id")) from None
 
     def admit(self, name: str, req: Any, ctx: grpc.ServicerContext) -> Dataset | None:
         """The request's dataset (looked up once, then every check and the call take it),

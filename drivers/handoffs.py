@@ -30,11 +30,12 @@ from typing import Any, TypeVar
 
 from catalog import log_map, registry
 from log import zk as zkpaths
-from log.client import LogClient, LogError, Tags
+from log.client import LogClient, Tags
 from log.seals import Stint
 from record import codec
 from record.model import HandOff, Open, Record
 from runtime import world
+from runtime.refusals import Refusal
 
 RETRY_S = 0.2
 T = TypeVar("T")
@@ -122,7 +123,7 @@ def _find(logs: LogClient, h: log_map.Handing, since: int, deadline: float) -> t
     while True:
         try:
             return _scan(logs, h, since, max(1.0, deadline - world.monotonic()))
-        except LogError as e:
+        except Refusal as e:
             if world.monotonic() >= deadline:
                 raise HandOffError(f"shard {h.shard}: log {h.old} could not be read ({e}); run the command "
                                    "again to go on") from None
@@ -153,7 +154,7 @@ def _append(logs: LogClient, log_id: int, rec: Record, tags: Tags, deadline: flo
         try:
             logs.append(log_id, [payload], timeout_s=left, tags=tags)
             return
-        except LogError:
+        except Refusal:
             world.sleep(min(RETRY_S, max(0.0, deadline - world.monotonic())))
 
 

@@ -21,9 +21,7 @@ from kazoo.client import KazooClient
 from log import limits
 from log import read_index as ri
 from log import zk as zkpaths
-from log.client_link import AppendRefused as AppendRefused
 from log.client_link import GrpcLog, PendingAppend
-from log.client_link import LogError as LogError
 from log.client_link import LogLink as LogLink
 from log.client_link import Placement as Placement
 from log.metadata import LogMetadata
@@ -38,6 +36,7 @@ from log.seals import Tags as Tags
 from midtown_pb import log_pb2_grpc
 from runtime import refusals, world
 from runtime.refreshed import Refreshed
+from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.log.client")
 
@@ -114,13 +113,13 @@ class LogClient:
     def topology(self) -> zkpaths.Topology:
         t = self.read_topology()
         if t is None:
-            raise LogError(grpc.StatusCode.UNAVAILABLE, "no Midtown cluster in this ZooKeeper")
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, "no Midtown cluster in this ZooKeeper")
         return t
 
     def check_log(self, log_id: int) -> None:
         n = self.topology().logs
         if not 0 <= log_id < n:
-            raise LogError(grpc.StatusCode.NOT_FOUND,
+            raise Refusal(grpc.StatusCode.NOT_FOUND,
                            f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}")
 
     def servers(self) -> dict[int, str]:
@@ -266,7 +265,7 @@ class LogClient:
     def append(self, log_id: int, payloads: list[bytes], timeout_s: float = 30.0,
                retry_unknown: bool = True, tags: Tags = UNTAGGED) -> Appended:
         """Append `payloads` to `log_id` through its writer, retried (past redirects,
-        elections and, with `retry_unknown`, unknown outcomes) until `timeout_s`. LogError
+        elections and, with `retry_unknown`, unknown outcomes) until `timeout_s`. Refusal
         when it fails; its reason is refusals.SEALED when the append carries a record of a
         shard handed over to another log (`tags`, log/seals.py): refused whole, nothing of
         it in the log."""
@@ -281,7 +280,7 @@ class LogClient:
             addr = self.writer_addr(log_id, refresh=refresh)
             left = deadline - world.monotonic()
             if left <= 0:
-                raise LogError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED,
                                f"log {log_id}: no acknowledged append within {timeout_s}s")
             if addr is None:
                 world.sleep(min(backoff, left))
@@ -289,9 +288,8 @@ class LogClient:
                 refresh = True
                 continue
             got = self._append_once(addr, log_id, payloads, min(left, 10.0), tags)
-            if not isinstance(got, AppendRefused):
+            if not isinstance(got, Refusal):
                 return Appended(*got, attempts)
-            code, msg = got.code, got.message
             if got.reason == refusals.NOT_WRITER:
                 if got.redirect:
                     self._writers[log_id] = got.redirect
@@ -299,7 +297,7 @@ class LogClient:
                 else:
                     refresh = True
                 continue
-            unknown = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            unknown = got.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
             if unknown and (retry_unknown or got.reason == refusals.NO_WRITER):
                 # The time left now, after the attempt (the seeded simulation found appends
                 # ending up to a second late when the attempt's start was used here).
@@ -307,21 +305,23 @@ class LogClient:
                 backoff = min(backoff * 2, 0.5)
                 refresh = True
                 continue
-            raise LogError(code, msg, got.reason)
+            raise got
 
     def _append_once(self, addr: str, log_id: int, payloads: list[bytes],
-                     timeout_s: float, tags: Tags) -> Placement | AppendRefused:
+                     timeout_s: float, tags: Tags) -> Placement | Refusal:
         """One attempt at the server at `addr`, given up early if the log's writer node
         names another server meanwhile (a takeover: the new writer decides)."""
         call: PendingAppend = self.link.append(addr, log_id, payloads, timeout_s, tags)
         while True:
             try:
                 return call.result(WRITER_CHECK_S)
+            except Refusal as e:  # the outcome the loop in append() decides on
+                return e
             except TimeoutError:
                 now = self._writers.get(log_id)
                 if now is not None and now != addr:
                     call.cancel()
-                    return AppendRefused(grpc.StatusCode.UNAVAILABLE,
+                    return Refusal(grpc.StatusCode.UNAVAILABLE,
                                          f"log {log_id}: its writer changed to {now} meanwhile")
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
@@ -338,7 +338,7 @@ class LogClient:
     def _any_server(self) -> str:
         servers = list(self.servers().values())
         if not servers:
-            raise LogError(grpc.StatusCode.UNAVAILABLE, "no log server is registered")
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, "no log server is registered")
         return servers[int(world.random() * len(servers))]
 
     def truncate(self, log_id: int, before: int) -> int:
@@ -354,7 +354,7 @@ class LogClient:
         try:
             return self.link.tail(addr, log_id).result(limits.TAIL_CALL_TIMEOUT_S).last
         except Exception as e:  # refused, broken or timed out, whatever the link
-            raise LogError(grpc.StatusCode.UNAVAILABLE, f"{addr}: {e}") from None
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: {e}") from None
 
     def status(self) -> list[dict]:
         """Per log: writer, epoch, first and last position, and the position of each replica
@@ -375,7 +375,7 @@ class LogClient:
         for sid, addr in sorted(self.servers().items()):
             try:
                 logs = self.link.status(addr)
-            except LogError:
+            except Refusal:
                 continue
             for ls in logs:
                 row = rows.get(ls.log_id)

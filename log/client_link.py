@@ -1,8 +1,8 @@
 """The log client's network port: the way from a LogClient to one log server, for the
 calls its protocol makes (an Append to the writer, a Tail to each replica of a ReadIndex
 round, a Read stream following a log from its writer), with their outcomes as values (a
-placement, an AppendRefused, a TailReply, batches of entries; a stream's end as a
-LogError).
+placement, an Refusal, a TailReply, batches of entries; a stream's end as a
+Refusal).
 
 Backends: `GrpcLog`, any server by gRPC (a stub per address, the codec at this edge);
 `log/local.py` ProcessLog, the log server of this process answered in the caller's thread,
@@ -26,37 +26,11 @@ from log.ports import FollowedEntry
 from log.seals import UNTAGGED, Tags
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import refusals, world
+from runtime import world
+from runtime.refusals import Refusal
 from runtime.stubs import Stubs
 
 Placement = tuple[int, int, int, int]  # first position, count, timestamp_ms, epoch
-
-
-class LogError(Exception):
-    """An error from the log, with the gRPC status code and the server's message."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, reason: str = "") -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
-        self.message = message
-        self.reason = reason  # runtime/refusals.py, when the server gave one
-
-
-@dataclass(frozen=True)
-class AppendRefused:
-    """An append that did not succeed, as its server (or the network) said: the status
-    code and message, the writer to ask instead (a redirect), and the reason its server
-    gave in the refusal trailer, if any."""
-    code: grpc.StatusCode
-    message: str
-    redirect: str = ""
-    reason: str = ""  # runtime/refusals.py: not-writer, no-writer, sealed
-
-    def trailers(self) -> tuple[tuple[str, str], ...]:
-        """The redirect and the reason as the gRPC service sends them (read back by
-        _GrpcAppend)."""
-        return ((*(((refusals.REFUSED, self.reason),) if self.reason else ()),
-                 *(((refusals.WRITER_TRAILER_KEY, self.redirect),) if self.redirect else ())))
 
 
 @dataclass(frozen=True)
@@ -73,9 +47,10 @@ class LogState:
 class PendingAppend(Protocol):
     """An Append sent and not answered yet."""
 
-    def result(self, wait_s: float) -> Placement | AppendRefused:
-        """Its outcome, waiting `wait_s` at most (TimeoutError if it has not come: the
-        caller looks meanwhile whether the log's writer changed). A call past its own
+    def result(self, wait_s: float) -> Placement:
+        """Where the log placed it, waiting `wait_s` at most (TimeoutError if the answer has
+        not come: the caller looks meanwhile whether the log's writer changed); the
+        Refusal its server (or the way to it) answered, raised. A call past its own
         timeout ends DEADLINE_EXCEEDED."""
 
     def cancel(self) -> None: ...
@@ -84,7 +59,7 @@ class PendingAppend(Protocol):
 class Entries(Protocol):
     """A follow's stream of a log's committed entries from one server: batches in order
     (perhaps empty, a stream's heartbeat), ending when the server ends it (the writer of
-    this process stopped writing the log), or raising LogError (OUT_OF_RANGE: the position
+    this process stopped writing the log), or raising Refusal (OUT_OF_RANGE: the position
     was truncated; CANCELLED after cancel(); another code: the server or the way to it
     failed)."""
     in_process: bool  # read straight from the writer of this process
@@ -114,32 +89,34 @@ class LogLink(Protocol):
         """The committed entries of `log_id` from `start` that the server at `addr` holds
         (`max_entries` at most, 0: to its committed end), within `timeout_s`; `wait`: wait for
         the server to be up (it may be restarting); `follow`: on as the log grows (until
-        `max_entries`, if any). LogError when it fails."""
+        `max_entries`, if any). Refusal when it fails."""
 
     def truncate(self, addr: str, log_id: int, before: int) -> int:
         """Ask the log's writer at `addr` to truncate `log_id` below `before`: the log's first
-        position after (LogError when refused)."""
+        position after (Refusal when refused)."""
 
     def status(self, addr: str) -> list[LogState]:
-        """Each log as the server at `addr` sees it (LogError when it does not answer)."""
+        """Each log as the server at `addr` sees it (Refusal when it does not answer)."""
 
 
 @contextmanager
 def _log_errors() -> Iterator[None]:
-    """A gRPC call's failure as the LogError its caller handles."""
+    """A gRPC call's failure as the Refusal its caller handles."""
     try:
         yield
     except grpc.RpcError as e:
-        raise LogError(e.code(), e.details() or "") from None
+        raise Refusal.of_call(e) from None
 
 
 class Answered:
     """A PendingAppend whose outcome is here already (an in-process answer)."""
 
-    def __init__(self, outcome: Placement | AppendRefused) -> None:
+    def __init__(self, outcome: Placement | Refusal) -> None:
         self.outcome = outcome
 
-    def result(self, wait_s: float) -> Placement | AppendRefused:
+    def result(self, wait_s: float) -> Placement:
+        if isinstance(self.outcome, Refusal):
+            raise self.outcome
         return self.outcome
 
     def cancel(self) -> None:
@@ -150,15 +127,13 @@ class _GrpcAppend:
     def __init__(self, fut: grpc.Future) -> None:
         self.fut = fut
 
-    def result(self, wait_s: float) -> Placement | AppendRefused:
+    def result(self, wait_s: float) -> Placement:
         try:
             r = self.fut.result(timeout=wait_s)
         except grpc.FutureTimeoutError:
             raise TimeoutError from None
         except grpc.RpcError as e:
-            trailers = e.trailing_metadata()
-            redirect = dict(trailers or ()).get(refusals.WRITER_TRAILER_KEY, "")
-            return AppendRefused(e.code(), e.details() or "", redirect, refusals.reason(trailers))
+            raise Refusal.of_call(e) from None
         return r.first_position, r.count, r.timestamp_ms, r.epoch
 
     def cancel(self) -> None:

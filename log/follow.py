@@ -21,10 +21,11 @@ from typing import Protocol
 import grpc
 
 from log import limits
-from log.client_link import Entries, LogError, LogLink
+from log.client_link import Entries, LogLink
 from log.ports import FollowedEntry
 from runtime import world
 from runtime.loops import Backoff
+from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.log.follow")
 
@@ -76,7 +77,7 @@ class Follow:
             self._delivered = False
             try:
                 self._read_stream(addr)
-            except LogError as e:
+            except Refusal as e:
                 if self._delivered:  # the stream worked a while: a new failure starts low
                     backoff.succeeded()
                 if self._moved:

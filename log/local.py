@@ -15,11 +15,12 @@ import grpc
 from log import append, reading
 from log import read_index as ri
 from log.catch_up import Unavailable
-from log.client_link import Answered, Entries, LogError, LogLink, LogState, PendingAppend
+from log.client_link import Answered, Entries, LogLink, LogState, PendingAppend
 from log.node import Node
 from log.ports import FollowedEntry
 from log.seals import UNTAGGED, Tags
 from runtime import inprocess, world
+from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.log.follow")
 
@@ -39,7 +40,7 @@ class ProcessLog:
             return self.others.append(addr, log_id, payloads, timeout_s, tags)
         inprocess.used("append")
         r = append.answer(self.node, log_id, payloads, timeout_s, hurry=False, tags=tags)
-        return Answered(r if isinstance(r, append.AppendRefused) else
+        return Answered(r if isinstance(r, Refusal) else
                         (r.first_position, r.count, r.timestamp_ms, r.epoch))
 
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
@@ -83,7 +84,7 @@ class _OwnEntries:
             try:
                 yield self.node.read_from(self.log_id, self.position(), LOCAL_WAIT_S)
             except reading.Truncated as e:
-                raise LogError(grpc.StatusCode.OUT_OF_RANGE, str(e)) from None
+                raise Refusal(grpc.StatusCode.OUT_OF_RANGE, str(e)) from None
             except Unavailable as e:
                 log.warning("log %d: %s", self.log_id, e)
                 return

@@ -18,7 +18,6 @@ import grpc
 from fleet import machines
 from log import append, codec, ensemble_change, lease, limits, linger, reading, spares
 from log.catch_up import Unavailable
-from log.client import AppendRefused
 from log.node import Node
 from midtown_pb import log_pb2 as pb
 from runtime import handlers, metrics, transport, world
@@ -46,8 +45,8 @@ class Services:
         remaining, tags = ctx.time_remaining(), codec.tags_from_pb(req)
         r = append.answer(self.node, req.log_id, list(req.payloads),
                           remaining if remaining is not None else 60, hurry=True, tags=tags)
-        if isinstance(r, AppendRefused):
-            raise Refusal(r.code, r.message, trailers=r.trailers())
+        if isinstance(r, Refusal):
+            raise r
         return pb.AppendResponse(
             first_position=r.first_position, count=r.count, timestamp_ms=r.timestamp_ms, epoch=r.epoch
         )

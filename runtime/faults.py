@@ -30,7 +30,7 @@ LINE_CHARS_MAX = 300  # a one-line description is cut here
 def expected(e: BaseException) -> bool:
     """Whether `e` is a fault of the world (a peer, ZooKeeper, the network, a deadline)
     rather than a defect: gRPC errors and Midtown's own errors with an EXPECTED_CODES
-    code (LogError, the SDK's errors: any exception whose `code` is one), ZooKeeper's
+    code (Refusal, the SDK's errors: any exception whose `code` is one), ZooKeeper's
     connection and session errors, connection errors and timeouts."""
     if isinstance(e, ZK_FAULTS + OTHER_FAULTS):
         return True

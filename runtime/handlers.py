@@ -53,26 +53,36 @@ def _internal_text(name: str) -> str:
     return f"{name}: internal error (the server's log has the details)"
 
 
+def refusal_for(name: str, e: BaseException, internal: Internal | None = None,
+                fault: Callable[[str], str] | None = None) -> Refusal:
+    """What the exception `e` raised by method `name` ends its call with: a Refusal as it
+    is; an expected fault (ZooKeeper or a peer away: runtime/faults.py) UNAVAILABLE, logged
+    as one line (`fault(line)`: its text, "name: line; retry" by default); anything else
+    INTERNAL (`internal(name)`: its text), logged with its traceback (a defect). A
+    coordinator's Many item ends so too, as an answer of its own (coordinator/server.py)."""
+    if isinstance(e, Refusal):
+        return e
+    if faults.expected(e):
+        _calls.failed(name, e)
+        line = faults.one_line(e)
+        return Refusal(grpc.StatusCode.UNAVAILABLE, fault(line) if fault else f"{name}: {line}; retry")
+    log.error("%s failed", name, exc_info=e)
+    return Refusal(grpc.StatusCode.INTERNAL, (internal or _internal_text)(name))
+
+
 def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Internal | None,
         outcome: Outcome | None) -> NoReturn:
-    """End the call `ctx` for exception `e` raised by method `name`."""
-    if isinstance(e, Refusal):
-        if outcome:
-            outcome(name, e.code.name)
-        e.abort(ctx)
-    if ctx.code() is not None:  # grpc's own abort, or a status the method set: decided already
-        raise e
-    if not ctx.is_active():  # the call ended under the method (the client went away): no one to tell
-        raise e
-    if faults.expected(e):  # ZooKeeper or a peer away (runtime/faults.py): one line, and a retry may do
-        _calls.failed(name, e)
-        if outcome:
-            outcome(name, "UNAVAILABLE")
-        Refusal(grpc.StatusCode.UNAVAILABLE, f"{name}: {faults.one_line(e)}; retry").abort(ctx)
-    log.error("%s failed", name, exc_info=e)
+    """End the call `ctx` for exception `e` raised by method `name`: the one place a
+    refusal becomes a gRPC status."""
+    if not isinstance(e, Refusal):
+        if ctx.code() is not None:  # grpc's own abort, or a status the method set: decided already
+            raise e
+        if not ctx.is_active():  # the call ended under the method (the client went away): no one to tell
+            raise e
+    r = refusal_for(name, e, internal)
     if outcome:
-        outcome(name, "INTERNAL")
-    Refusal(grpc.StatusCode.INTERNAL, (internal or _internal_text)(name)).abort(ctx)
+        outcome(name, r.code.name)
+    r.abort(ctx)
 
 
 def unary(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any], *,

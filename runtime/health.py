@@ -36,6 +36,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from runtime import loops
+from runtime.refusals import Refusal
 
 log = logging.getLogger("midtown.health")
 HEALTH_INTERVAL_S = 1.0
@@ -78,7 +79,8 @@ class Health(health_pb2_grpc.HealthServicer):
               context: grpc.ServicerContext) -> health_pb2.HealthCheckResponse:
         status = self.status(request.service)
         if status is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"service: {request.service!r} is not served here")
+            Refusal(grpc.StatusCode.NOT_FOUND, f"{request.service!r} is not served here",
+                    field="service").abort(context)
         return health_pb2.HealthCheckResponse(status=status)
 
     def Watch(self, request: health_pb2.HealthCheckRequest,
@@ -90,9 +92,9 @@ class Health(health_pb2_grpc.HealthServicer):
                 full = False
                 self._watches += 1
         if full:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"Health/Watch: {self.watches_max} watches are open here already; "
-                          "retry later, or use Health/Check")
+            Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Health/Watch: {self.watches_max} watches are open here already; "
+                    "retry later, or use Health/Check").abort(context)
         return self._watch(request.service, context)
 
     def _watch(self, service: str, context: grpc.ServicerContext) -> Iterator[health_pb2.HealthCheckResponse]:

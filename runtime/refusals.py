@@ -9,18 +9,52 @@ from typing import Any, NoReturn
 
 import grpc
 
+# The trailer key, and why a call was refused:
+REFUSED = "midtown-refused"
+# A quota refusal (coordinator/quotas.py): the SDK does not retry it (a retry cannot succeed).
+QUOTA_TRAILER = (REFUSED, "quota")
+# A log server asked to append to a log it does not write (log/server.py): the writer's
+# address comes in WRITER_TRAILER_KEY, or none when the log has no writer right now.
+NOT_WRITER = "not-writer"
+NO_WRITER = "no-writer"
+WRITER_TRAILER_KEY = "midtown-writer"
+# An append refused whole by a log's writer: it carries a record of a shard handed over to
+# another log (log/seals.py). The sender reads the shard -> log map again and sends there.
+SEALED = "sealed"
+# A storage node that has not applied far enough for a read yet (storage_node/reads.py
+# Behind): another replica may have; the coordinator asks it instead.
+BEHIND_TRAILER = (REFUSED, "behind")
+
 
 class Refusal(Exception):
     """A request refused. `field` names what was wrong ("" when nothing in the request
     was); the text a client sees is "field: message"."""
 
     def __init__(self, code: Any, message: str, trailers: tuple[tuple[str, str], ...] = (),
-                 field: str = "") -> None:
+                 field: str = "", *, reason: str = "", redirect: str = "") -> None:
         self.code = code  # a grpc.StatusCode
         self.field = field
         self.message = message
-        self.trailers = trailers
+        # `reason` (REFUSED) and `redirect` (WRITER_TRAILER_KEY) go in the trailers
+        self.trailers = (tuple(trailers) + (((REFUSED, reason),) if reason else ())
+                         + (((WRITER_TRAILER_KEY, redirect),) if redirect else ()))
         super().__init__(self.text)
+
+    @classmethod
+    def of_call(cls, e: grpc.RpcError) -> Refusal:
+        """The status a gRPC call ended with (`e`), as the Refusal its caller handles: the
+        one conversion back from a status, as abort() is the one to it."""
+        return cls(e.code(), e.details() or "", tuple(e.trailing_metadata() or ()))
+
+    @property
+    def reason(self) -> str:
+        """Why it was refused, where a client must act on it (REFUSED's values); "" if not said."""
+        return reason(self.trailers)
+
+    @property
+    def redirect(self) -> str:
+        """The server to ask instead (a log's writer: WRITER_TRAILER_KEY); "" if none."""
+        return str(dict(self.trailers).get(WRITER_TRAILER_KEY, ""))
 
     @property
     def text(self) -> str:
@@ -47,23 +81,6 @@ class BadRequest(Refusal, ValueError):
 
     def __init__(self, message: str, field: str = "", code: Any = None) -> None:
         super().__init__(code or grpc.StatusCode.INVALID_ARGUMENT, message, (), field)
-
-
-# The trailer key, and why a call was refused:
-REFUSED = "midtown-refused"
-# A quota refusal (coordinator/quotas.py): the SDK does not retry it (a retry cannot succeed).
-QUOTA_TRAILER = (REFUSED, "quota")
-# A log server asked to append to a log it does not write (log/server.py): the writer's
-# address comes in WRITER_TRAILER_KEY, or none when the log has no writer right now.
-NOT_WRITER = "not-writer"
-NO_WRITER = "no-writer"
-WRITER_TRAILER_KEY = "midtown-writer"
-# An append refused whole by a log's writer: it carries a record of a shard handed over to
-# another log (log/seals.py). The sender reads the shard -> log map again and sends there.
-SEALED = "sealed"
-# A storage node that has not applied far enough for a read yet (storage_node/reads.py
-# Behind): another replica may have; the coordinator asks it instead.
-BEHIND_TRAILER = (REFUSED, "behind")
 
 
 def reason(trailers: object) -> str:

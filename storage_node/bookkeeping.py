@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 from catalog import datasets, registry, shard_moves
 from catalog import usage as usage_reports
-from log.client import LogError
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Drop, Position, Record
 from runtime import loops, world
+from runtime.refusals import Refusal
 from storage_node import lww, usage
 from storage_node.apply_loop import ApplyLoop
 from storage_node.eventual_service import EventualService
@@ -84,7 +84,7 @@ class Bookkeeping:
             if low is not None and low > truncated.get(log_id, 0):
                 try:
                     truncated[log_id] = s.logs.truncate(log_id, low)
-                except LogError as e:
+                except Refusal as e:
                     log.debug("truncating log %d: %s", log_id, e)
 
     def _publish(self, log_id: int, pos: int) -> bool:
@@ -97,7 +97,7 @@ class Bookkeeping:
             self.state.logs.append(log_id, [codec.record_to_bytes(rec)], timeout_s=5)
             self._published[log_id] = pos
             return True
-        except LogError as e:
+        except Refusal as e:
             log.debug("publishing position of log %d: %s", log_id, e)
             return False
 

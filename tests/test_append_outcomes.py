@@ -13,13 +13,12 @@ import grpc
 import pytest
 
 from log import append
-from log.client import AppendRefused
 from log.client_link import Answered
 from log.driver import AppendResult, Busy, WriterFailed
 from log.local import ProcessLog
 from log.seals import Sealed
 from runtime import refusals
-from runtime.refusals import BadRequest
+from runtime.refusals import BadRequest, Refusal
 
 
 class Driver:
@@ -60,9 +59,17 @@ class Others:
         return None
 
 
+def _status(r: Refusal) -> tuple[Any, ...]:
+    """What a refusal's caller sees of it: its type, code, text and trailers."""
+    return type(r), r.code, r.text, r.trailers
+
+
 def local(n: Any, addr: str = "a:1", payloads: list[bytes] | None = None, timeout_s: float = 1) -> Any:
     batch = [b"x"] if payloads is None else payloads
-    return ProcessLog(n, Others()).append(addr, 3, batch, timeout_s).result(0)
+    try:
+        return ProcessLog(n, Others()).append(addr, 3, batch, timeout_s).result(0)
+    except Refusal as e:  # the append's outcome: a refusal, raised
+        return e
 
 
 @pytest.mark.parametrize("driver,code", [
@@ -75,10 +82,10 @@ def local(n: Any, addr: str = "a:1", payloads: list[bytes] | None = None, timeou
 def test_each_refusal_is_one_outcome_both_ways(driver: Driver, code: grpc.StatusCode) -> None:
     n = node(driver)
     got = append.append(n, 3, [b"x"], 0.01, hurry=True)
-    assert isinstance(got, AppendRefused) and got.code == code
+    assert isinstance(got, Refusal) and got.code == code
     # a batch refused whole, its shard handed over (log/seals.py): the client is told why
     assert (got.reason == refusals.SEALED) == (code == grpc.StatusCode.FAILED_PRECONDITION)
-    assert local(n, timeout_s=0.01) == got
+    assert _status(local(n, timeout_s=0.01)) == _status(got)
     assert n.hurried == []
 
 
@@ -96,16 +103,17 @@ def test_no_writer_here_is_a_redirect_and_bad_batches_are_refused(monkeypatch: p
     writer: dict[str, Any] | None = {"server": 2, "addr": "b:2"}
     monkeypatch.setattr(append.zkpaths, "read_writer", lambda zk, log_id: writer)
     for got in (append.answer(n, 3, [b"x"], 1, hurry=True), local(n)):
-        assert got == AppendRefused(grpc.StatusCode.FAILED_PRECONDITION, got.message, "b:2", "not-writer")
+        assert (got.code, got.redirect, got.reason) == (
+            grpc.StatusCode.FAILED_PRECONDITION, "b:2", "not-writer")
         assert "the writer is server 2 at b:2" in got.message
     writer = None  # none yet (an election under way), or this server's own node
     for w in (None, {"server": 1, "addr": "a:1"}):
         writer = w
         got = local(n)
         assert (got.code, got.redirect, got.reason) == (grpc.StatusCode.UNAVAILABLE, "", "no-writer")
-    assert got.trailers() == (("midtown-refused", "no-writer"),)
-    assert AppendRefused(grpc.StatusCode.FAILED_PRECONDITION, "m", "b:2", "not-writer").trailers() == (
-        ("midtown-refused", "not-writer"), ("midtown-writer", "b:2"))
+    assert got.trailers == (("midtown-refused", "no-writer"),)
+    redirect = Refusal(grpc.StatusCode.FAILED_PRECONDITION, "m", reason="not-writer", redirect="b:2")
+    assert redirect.trailers == (("midtown-refused", "not-writer"), ("midtown-writer", "b:2"))
     others = Others()
     assert ProcessLog(n, others).append("b:2", 3, [b"x"], 1).result(0) == (0, 0, 0, 0)  # another server's
     ProcessLog(n, others).tail("b:2", 3)
@@ -113,5 +121,5 @@ def test_no_writer_here_is_a_redirect_and_bad_batches_are_refused(monkeypatch: p
     with pytest.raises(BadRequest, match="payloads"):
         append.append(n, 3, [], 1, hurry=True)
     refused = local(n, payloads=[])
-    assert isinstance(refused, AppendRefused) and refused.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.message.startswith("payloads")
+    assert isinstance(refused, Refusal) and refused.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.text.startswith("payloads")

@@ -12,9 +12,10 @@ import grpc
 import pytest
 
 from coordinator.appender import Appender, Sealed
-from log.client import Appended, LogError
+from log.client import Appended
 from log.seals import UNTAGGED, Tags
 from runtime import refusals
+from runtime.refusals import Refusal
 
 
 class _Logs:
@@ -31,7 +32,8 @@ class _Logs:
         self.timeouts.append(timeout_s)
         self.tags.append(tags)
         if 7 in tags.shards:  # a shard this log handed over (log/seals.py)
-            raise LogError(grpc.StatusCode.FAILED_PRECONDITION, "shard 7 was handed over", refusals.SEALED)
+            raise Refusal(grpc.StatusCode.FAILED_PRECONDITION, "shard 7 was handed over",
+                          reason=refusals.SEALED)
         if len(self.timeouts) == 1:
             assert self.go.wait(10)
         return Appended(len(self.timeouts) * 100, len(payloads), 0, 1, 1)
@@ -67,7 +69,7 @@ def test_a_group_runs_within_the_earliest_deadline_of_its_callers() -> None:
 def test_each_record_names_its_shard_and_generation_and_a_sealed_refusal_is_told_apart() -> None:
     """The log's writer admits a record only in its shard's stint of the generation the
     coordinator's map names (log/seals.py); a refusal for that is Sealed (nothing of the
-    append is in the log: its records are sent again by the map read again), not LogError."""
+    append is in the log: its records are sent again by the map read again), not Refusal."""
     logs = _Logs()
     logs.go.set()
     a = Appender(logs, 0)  # type: ignore[arg-type]

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 
-from log.client_link import LogError
 from runtime import faults, loops
+from runtime.refusals import Refusal
 
 
 class _Rpc(grpc.RpcError):
@@ -28,14 +28,14 @@ class _Rpc(grpc.RpcError):
 
 @pytest.mark.parametrize("e", [SessionExpiredError(), ConnectionLoss(), TimeoutError("t"),
                                ConnectionRefusedError(),
-                               LogError(grpc.StatusCode.UNAVAILABLE, "log server 2: Connection refused"),
+                               Refusal(grpc.StatusCode.UNAVAILABLE, "log server 2: Connection refused"),
                                _Rpc(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")])
 def test_faults_of_the_world_are_expected(e: BaseException) -> None:
     assert faults.expected(e)
 
 
 @pytest.mark.parametrize("e", [KeyError("x"), AssertionError("invariant"), NoNodeError(),
-                               LogError(grpc.StatusCode.INTERNAL, "bug"),
+                               Refusal(grpc.StatusCode.INTERNAL, "bug"),
                                _Rpc(grpc.StatusCode.INVALID_ARGUMENT, "x")])
 def test_defects_are_not(e: BaseException) -> None:
     assert not faults.expected(e)

@@ -298,6 +298,53 @@ def test_the_spelling_check_sees_a_second_spelling() -> None:
     assert _invalid_argument_refusals("raise BadRequest('x: bad')\n") == []
 
 
+# The classes that carry a gRPC status: the one refusal (and BadRequest, a Refusal whose
+# code is INVALID_ARGUMENT), and what a call without gRPC fails with as gRPC's own error does
+# (runtime/stubs.py CallFailed, an RpcError: the client's side of a call, not a refusal).
+STATUS_CARRIERS = {"runtime/refusals.py": {"Refusal", "BadRequest"}, "runtime/stubs.py": {"CallFailed"}}
+# The one place a refusal becomes a status, and the one it is read back from one
+STATUS_CONVERSIONS = {"runtime/refusals.py"}
+
+
+def _second_spellings(rel: str, source: str) -> list[str]:
+    """What in `source` spells a refusal a second way: a class of its own carrying a
+    status code (an __init__ taking `code`), or a call ended through its context
+    (ctx.abort, set_code) outside runtime/refusals.py."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name not in STATUS_CARRIERS.get(rel, ()):
+            for f in node.body:
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__" and "code" in [
+                        a.arg for a in f.args.args + f.args.kwonlyargs]:
+                    out.append(f"{rel}:{node.lineno} class {node.name} carries a status code")
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("abort", "set_code") and rel not in STATUS_CONVERSIONS
+                and len(node.args) >= 2):
+            out.append(f"{rel}:{node.lineno} ends a call through its context")
+    return out
+
+
+def test_a_refusal_has_one_type_and_one_conversion() -> None:
+    """One refusal (issue 69): the log client's errors and its refused appends, the
+    servers' refusals and the access lists' are all runtime/refusals.py Refusal, made a
+    gRPC status in one place (Refusal.abort, called by runtime/handlers.py end) and read
+    back from one in one place (Refusal.of_call). No class of ours carries a status code
+    beside them, and nothing ends a call through its context elsewhere."""
+    bad = [hit for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
+           for hit in _second_spellings(str(path.relative_to(ROOT)), path.read_text())]
+    assert bad == []
+
+
+def test_the_one_refusal_check_sees_a_second_spelling() -> None:
+    log_error = "class LogError(Exception):\n    def __init__(self, code, message):\n        pass\n"
+    assert _second_spellings("log/client_link.py", log_error) == [
+        "log/client_link.py:1 class LogError carries a status code"]
+    aborted = "def check(ctx):\n    ctx.abort(grpc.StatusCode.NOT_FOUND, 'no such service')\n"
+    assert _second_spellings("runtime/health.py", aborted) == [
+        "runtime/health.py:2 ends a call through its context"]
+    assert _second_spellings("runtime/refusals.py", aborted) == []
+
+
 def test_importing_the_sdk_loads_the_client_only() -> None:
     """`import midtown` is the client: its own modules, the generated protos, the pure key
     routing (catalog/routing.py) and the runtime's transport, refusals, group commit,

@@ -14,8 +14,9 @@ import grpc
 import pytest
 
 from cluster import Cluster
-from log.client import LogClient, LogError
+from log.client import LogClient
 from midtown_pb import log_pb2
+from runtime.refusals import Refusal
 
 # Logs of a test cluster unless a test asks for more (`cluster up` makes 16): four keep an
 # idle cluster at about 14% of a core where sixteen take 25%, which the whole suite pays.
@@ -94,7 +95,7 @@ class Appenders:
             i += 1
             try:
                 r = self.client.append(log_id, payloads, timeout_s=30)
-            except LogError as e:
+            except Refusal as e:
                 with self._lock:
                     self.errors.append(str(e))
                 continue
@@ -126,7 +127,7 @@ def read_all(client: LogClient, log_id: int, n: int, addr: str,
         try:
             return list(client.read(log_id, 0, follow=True, max_entries=n, server=addr,
                                     timeout_s=max(1.0, deadline - time.monotonic())))
-        except LogError as e:
+        except Refusal as e:
             if e.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)

@@ -14,10 +14,11 @@ import pytest
 from cluster import Cluster
 from log import limits
 from log import zk as zkpaths
-from log.client import LogClient, LogError
+from log.client import LogClient
 from log.seals import Stint, Tags
 from midtown_pb import log_pb2 as pb
 from runtime import refusals
+from runtime.refusals import Refusal
 from tests.integration.conftest import Ack, Appenders, restart_and_wait, started, verify_logs, wait_for
 
 pytestmark = pytest.mark.integration
@@ -182,7 +183,7 @@ def test_truncate_removes_prefix_everywhere(cluster: Cluster, client: LogClient)
         client.append(1, [f"t{i}".encode()])
     assert client.truncate(1, 6) == 6
     for addr in _servers(cluster):
-        with pytest.raises(LogError) as ei:
+        with pytest.raises(Refusal) as ei:
             list(client.read(1, 3, server=addr))
         assert ei.value.code == grpc.StatusCode.OUT_OF_RANGE
         assert "first available position is 6" in ei.value.message
@@ -190,7 +191,7 @@ def test_truncate_removes_prefix_everywhere(cluster: Cluster, client: LogClient)
         got = client.read(1, 6, server=addr, follow=True, max_entries=4, timeout_s=10)
         assert [e.payload for e in got] == [b"t6", b"t7", b"t8", b"t9"]
     wait_for(lambda: all(r["first"] == 6 for r in [client.status()[1]]), 10, "truncation")
-    with pytest.raises(LogError) as ei:
+    with pytest.raises(Refusal) as ei:
         client.truncate(1, 50)
     assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert "before_position" in ei.value.message
@@ -211,7 +212,7 @@ def test_a_sealed_shard_stays_sealed_across_a_writer_kill(cluster: Cluster, clie
     seal = client.append(log_id, [b"s5-hand-off"], tags=Tags((shard,), seal=shard, to=12))
 
     def refused(payload: bytes) -> None:
-        with pytest.raises(LogError) as ei:  # one record of the shard among others: all refused
+        with pytest.raises(Refusal) as ei:  # one record of the shard among others: all refused
             client.append(log_id, [b"s6-" + payload, b"s5-" + payload], tags=Tags((6, shard)), timeout_s=60)
         assert ei.value.code == grpc.StatusCode.FAILED_PRECONDITION and ei.value.reason == refusals.SEALED
         assert f"shard {shard} was handed over to log 12" in ei.value.message
@@ -227,7 +228,7 @@ def test_a_sealed_shard_stays_sealed_across_a_writer_kill(cluster: Cluster, clie
     zkpaths.change_seal(client.zk, log_id, shard, Stint(1))
     client.append(log_id, [b"s5-open"], tags=opening)
     again = client.append(log_id, [b"s5-again"], tags=Tags((shard,), (1,)))
-    with pytest.raises(LogError) as ei:
+    with pytest.raises(Refusal) as ei:
         client.append(log_id, [b"s5-stale"], tags=Tags((shard,), (0,)))
     assert ei.value.reason == refusals.SEALED and "generation 1 in this log, not 0" in ei.value.message
     restart_and_wait(cluster, client, f"log-{w['server']}")

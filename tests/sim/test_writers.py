@@ -14,9 +14,10 @@ import grpc
 import pytest
 
 from log import zk as zkpaths
-from log.client import LogClient, LogError
-from log.client_link import Answered, AppendRefused
+from log.client import LogClient
+from log.client_link import Answered
 from runtime import world
+from runtime.refusals import Refusal
 from tests.sim import writers
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Ensemble
@@ -113,7 +114,7 @@ class _Unanswered:
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
                tags: Any = None) -> Any:
         world.sleep(min(self.after_s, timeout_s))
-        return Answered(AppendRefused(grpc.StatusCode.UNAVAILABLE, "outcome unknown"))
+        return Answered(Refusal(grpc.StatusCode.UNAVAILABLE, "outcome unknown"))
 
     def tail(self, addr: str, log_id: int) -> Any:
         raise AssertionError("not asked")
@@ -134,7 +135,7 @@ def test_a_retried_append_ends_by_its_deadline(seed: int) -> None:
         zk.start()
         client = LogClient(zk=zk, link=_Unanswered(0.3))
         start = world.monotonic()
-        with pytest.raises(LogError):
+        with pytest.raises(Refusal):
             client.append(0, [b"x"], timeout_s=3)
         return world.monotonic() - start
     took = Scheduler(seed).run(main)

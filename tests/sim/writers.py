@@ -50,8 +50,8 @@ from log import append, lease, limits, reading, rereplicate
 from log import read_index as ri
 from log import zk as zkpaths
 from log.catch_up import Unavailable
-from log.client import LogClient, LogError
-from log.client_link import AppendRefused, LogState, Placement
+from log.client import LogClient
+from log.client_link import LogState, Placement
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.entry import Entry
 from log.limits import FIRST_POSITION
@@ -379,13 +379,13 @@ class _PendingAppend:
     paused or cut off, or a message was lost)."""
 
     def __init__(self, timeout_s: float) -> None:
-        self.reply: futures.Future[Placement | AppendRefused] = world.future()
+        self.reply: futures.Future[Placement] = world.future()
         self.deadline = world.monotonic() + timeout_s
 
-    def result(self, wait_s: float) -> Placement | AppendRefused:
+    def result(self, wait_s: float) -> Placement:
         left = self.deadline - world.monotonic()
         if left <= 0 and not self.reply.done():
-            return AppendRefused(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer within the call's timeout")
+            raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer within the call's timeout")
         try:
             return self.reply.result(timeout=min(wait_s, max(left, 0.0)))
         except futures.TimeoutError:
@@ -414,16 +414,16 @@ class _LogLink:
 
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
                tags: Tags = UNTAGGED) -> _PendingAppend:
-        def answer(node: Node) -> Placement | AppendRefused:
+        def answer(node: Node) -> Placement | Refusal:
             r = append.answer(node, log_id, payloads, timeout_s, hurry=True, tags=tags)
-            if isinstance(r, AppendRefused):
+            if isinstance(r, Refusal):
                 return r
             if log_id == LOG:  # acknowledged by the server, whether or not its caller still waits
                 self.sim.server_acks += [(r.epoch, r.first_position + i, p) for i, p in enumerate(payloads)]
             return (r.first_position, r.count, r.timestamp_ms, r.epoch)
         call = _PendingAppend(timeout_s)
-        self._call(addr, call.reply, answer, lambda: call.reply.set_result(
-            AppendRefused(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
+        self._call(addr, call.reply, answer, lambda: call.reply.set_exception(
+            Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
         return call
 
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
@@ -443,16 +443,16 @@ class _LogLink:
             try:
                 return answer(node)
             except Refusal as e:  # as the server's gRPC call ends
-                return LogError(e.code, e.text)
+                return Refusal(e.code, e.text)
             except Exception as e:  # noqa: BLE001 - as the handlers end it (runtime/handlers.py)
-                return LogError(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+                return Refusal(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
         self._call(addr, reply, there, lambda: reply.set_result(
-            LogError(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
+            Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
         try:
             r = reply.result(timeout_s)
         except futures.TimeoutError:
-            raise LogError(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
-        if isinstance(r, LogError):
+            raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
+        if isinstance(r, Refusal):
             raise r
         return r
 
@@ -546,7 +546,7 @@ class _Entries:
         self.cancelled = False
         self.proc = sim.proc(to)
         if to in sim.down:
-            self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, f"sim:{to}: connection refused"))
+            self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, f"sim:{to}: connection refused"))
             return
         self._open(to, position)
 
@@ -571,14 +571,14 @@ class _Entries:
             try:
                 batch = node.read_from(self.log_id, pos, 0.5)
             except reading.Truncated as e:
-                self.batches.put(LogError(grpc.StatusCode.OUT_OF_RANGE, str(e)))
+                self.batches.put(Refusal(grpc.StatusCode.OUT_OF_RANGE, str(e)))
                 return
             except Unavailable as e:  # as the gRPC Read ends: no live replica holds them now
-                self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, f"{e}; retry"))
+                self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, f"{e}; retry"))
                 return
             sim.delay()
             if sim.rng.random() < sim.cfg.stream_break:
-                self.batches.put(LogError(grpc.StatusCode.UNAVAILABLE, "stream broken"))
+                self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, "stream broken"))
                 return
             self.batches.put(batch)
             if batch:
@@ -587,14 +587,14 @@ class _Entries:
     def __iter__(self) -> Any:
         while True:
             if self.cancelled:
-                raise LogError(grpc.StatusCode.CANCELLED, "cancelled")
+                raise Refusal(grpc.StatusCode.CANCELLED, "cancelled")
             try:
                 item = self.batches.get(timeout=0.5)
             except Exception:  # queue.Empty: is the server still there?
                 if self.proc in self.sim.sched.dead:
-                    raise LogError(grpc.StatusCode.UNAVAILABLE, "connection reset") from None
+                    raise Refusal(grpc.StatusCode.UNAVAILABLE, "connection reset") from None
                 continue
-            if isinstance(item, LogError):
+            if isinstance(item, Refusal):
                 raise item
             yield item
 
@@ -804,7 +804,7 @@ class WriterSim:
                 r = client.append(LOG, [payload.encode()], timeout_s=5, tags=Tags((shard,), (gen,)))
                 self.acks.append((r.epoch, r.first_position, payload.encode()))
                 self.acked_at.append((world.monotonic(), r.first_position))
-            except LogError as e:
+            except Refusal as e:
                 if e.reason == refusals.SEALED:
                     self.sealed_refusals += 1  # refused whole: in the log nowhere after the seal
                 else:
@@ -1029,7 +1029,7 @@ class WriterSim:
                 try:
                     client.append(LOG, [f"{kind}/s{shard}/{n}".encode()], timeout_s=5, tags=tags)
                     return
-                except LogError:
+                except Refusal:
                     world.sleep(0.1)
 
         while not stop.is_set():

@@ -21,6 +21,7 @@ from catalog.log_map import LogMap
 from catalog.log_map import first as first_log_map
 from catalog.registry import KvTopology
 from catalog.routing import shard_of
+from coordinator import append_rounds as rounds
 from coordinator import eventual, limits
 from coordinator.admission import Admission
 from coordinator.answers import Answers
@@ -307,51 +308,39 @@ class Coordinator:
                                        for i in waiting])
         deadline = world.monotonic() + deadline_s
         out: list[Answer | Placed | Refusal | None] = [None] * len(records)
+        shards, waits = [r.shard for r in records], [r.wait for r in records]
         try:
-            todo, backoff, first = list(range(len(records))), 0.02, True
+            todo, backoff, first = list(range(len(records))), rounds.BACKOFF_FIRST_S, True
             resent: set[int] = set()  # refused as sealed: an attempt before may have landed
             while todo:
-                m, again = self.log_map, []
-                by_log: dict[int, list[int]] = {}
-                for i in todo:
-                    if m.handing_of(records[i].shard) is not None:
-                        again.append(i)
-                    else:
-                        by_log.setdefault(m.log_of(records[i].shard), []).append(i)
-                for log_id, idx in by_log.items():
-                    stints = [m.stint(records[i].shard) for i in idx]
+                r = rounds.route(self.log_map, shards, todo)
+                again = list(r.held)
+                for log_id, idx in r.by_log.items():
+                    got: list[Placed] | Sealed | Refusal
                     try:
                         # (A lone record's first append is given the whole deadline_s, as it
                         # always was: noticed, left for the simulation's next recalibration.)
                         left = max(0.0, deadline - world.monotonic())
-                        placed = self._append_to(log_id, [records[i] for i in idx], [g for g, _, _ in stints],
-                                                 deadline_s if len(idx) == 1 and first else left)
-                    except Sealed:
-                        again += idx
-                        resent.update(idx)
-                        continue
-                    except Refusal as e:
-                        for i in idx:
-                            out[i] = e
-                        continue
-                    for i, pl, (_, base, floor) in zip(idx, placed, stints):
-                        if not records[i].wait:
-                            # (the log client may have retried an attempt of unknown outcome
-                            # before the refusal: then only the storage nodes know its outcome)
-                            unsure = pl.maybe_earlier_copy or i in resent
-                            out[i] = dataclasses.replace(pl, version_base=base, ts_floor=floor,
-                                                         maybe_earlier_copy=unsure)
+                        got = self._append_to(log_id, [records[i] for i in idx],
+                                              [g for g, _, _ in r.stints[log_id]],
+                                              deadline_s if len(idx) == 1 and first else left)
+                    except (Sealed, Refusal) as e:
+                        got = e
+                    d = rounds.answered(got, idx, waits, r.stints[log_id], resent)
+                    for i, o in d.out.items():
+                        out[i] = o
+                    again += d.again
+                    resent.update(d.again)
                 todo, first = sorted(again), False
                 left = deadline - world.monotonic()
-                if todo and left <= 0:
+                step = rounds.next_step(todo, left)
+                if step is rounds.Step.GIVE_UP:
                     for i in todo:
-                        out[i] = Refusal(Code.UNAVAILABLE, f"shard {records[i].shard} is being handed "
-                                         "over to another log (it was not applied); retry with the "
-                                         "same header.request_id")
+                        out[i] = rounds.held_too_long(records[i].shard)
                     break
-                if todo:
+                if step is rounds.Step.AGAIN:
                     world.sleep(min(backoff, left))
-                    backoff = min(2 * backoff, 0.2)
+                    backoff = rounds.next_backoff(backoff)
                     self.refresh_log_map()
             for i, w in zip(waiting, waiters):
                 if out[i] is not None:  # its append failed
@@ -359,9 +348,7 @@ class Coordinator:
                 try:
                     out[i] = w.result(max(0.0, deadline - world.monotonic()))
                 except futures.TimeoutError:
-                    out[i] = Refusal(Code.DEADLINE_EXCEEDED,
-                                   "outcome unknown: no storage node answered in time; retry with the "
-                                   "same header.request_id")
+                    out[i] = rounds.no_answer()
             return out  # type: ignore[return-value]
         finally:
             self.answers.forget([records[i].request_id for i in waiting], waiters)

@@ -29,7 +29,7 @@ from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from runtime.refusals import Refusal
-from storage_node import changes, handoff, keys, reclaim, shard_copy
+from storage_node import changes, handoff, keys, reclaim, shard_copy, truncation
 from storage_node.apply import Applied, apply
 from storage_node.callbacks import Answer, AnswerLink
 from storage_node.handoff import Place
@@ -128,10 +128,10 @@ class ApplyLoop:
             world.sleep(1)
             return
 
-        def needed() -> bool:  # a shard of the log it holds, or takes in by a move under way
-            return any(s.holds(x) or (x in incoming and x in s.marks)
-                       for x in {*s.log_map.shards_of_log(log_id),
-                                 *(x for x in range(s.kv.shards) if s.log_of(x) == log_id)})
+        def needed() -> bool:
+            return truncation.needs_log({*s.log_map.shards_of_log(log_id),
+                                         *(x for x in range(s.kv.shards) if s.log_of(x) == log_id)},
+                                        s.holds, incoming, s.marks)
         if not needed():
             try:
                 first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
@@ -140,8 +140,9 @@ class ApplyLoop:
                 world.sleep(1)
                 return
             with self._mutex:
-                if not needed():
-                    at = {log_id: (max(first, s.positions[log_id][0]), s.positions[log_id][1])}
+                go_on = truncation.behind(needed(), first, s.positions[log_id][0])
+                if go_on is not None:
+                    at = {log_id: (go_on, s.positions[log_id][1])}
                     with s.commit_lock:
                         BatchView(s.store).commit(at)
                         s.positions.update(at)

@@ -3,7 +3,7 @@ truncated. Pure: the node's shell (storage_node/node.py) does the appends and ca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 from catalog.log_map import Handoff
 
@@ -38,3 +38,19 @@ def handed_holders(log_id: int, handoffs: Iterable[Handoff], holders_of: Callabl
         if h.old == log_id and any(positions.get((log_id, n), -1) <= h.at for n in nodes):
             out |= nodes
     return out
+
+
+def needs_log(shards_of_log: Iterable[int], holds: Callable[[int], bool], incoming: Container[int],
+              marked: Container[int]) -> bool:
+    """Whether a node needs a log's entries: it holds one of the shards the log carries or
+    carried (`shards_of_log`), or takes one in by a move under way (`incoming`) whose copy
+    it has (`marked`)."""
+    return any(holds(x) or (x in incoming and x in marked) for x in shards_of_log)
+
+
+def behind(needed: bool, first: int, position: int) -> int | None:
+    """What a node whose tail of a log met the log's truncation does: None, stop (it needs
+    the entries truncated away, and bootstraps when started again); else the position it
+    goes on from (nothing it holds is there: the log's first position still held, `first`,
+    or its own `position` if that is further)."""
+    return None if needed else max(first, position)

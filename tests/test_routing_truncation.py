@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog.routing import answers_for, log_of, shard_of
-from storage_node.truncation import needs_publish, truncation_point
+from storage_node.truncation import behind, needs_log, needs_publish, truncation_point
 
 
 @given(st.integers(0, 10_000), st.integers(1, 6))
@@ -45,3 +45,18 @@ def test_every_shard_travels_in_exactly_one_log() -> None:
     per_log = [first(64, 3).shards_of_log(lg) for lg in range(3)]
     assert sorted(s for ss in per_log for s in ss) == list(range(64))
     assert all(log_of(s, 3) == lg for lg, ss in enumerate(per_log) for s in ss)
+
+
+def test_a_node_behind_a_truncation_stops_only_if_it_needs_the_log() -> None:
+    """storage_node/apply_loop.py _behind_truncation's decision: a node holding one of the
+    log's shards, or taking one in by a move whose copy it has, stops (it bootstraps when
+    started again); one that needs nothing of the log goes on from its first position
+    still held, or from its own if that is further."""
+    held = {3}.__contains__
+    assert needs_log([1, 3], held, incoming=(), marked=())
+    assert not needs_log([1, 2], held, incoming=(), marked=())
+    assert needs_log([1, 2], held, incoming={2}, marked={2})  # a move's copy taken in
+    assert not needs_log([1, 2], held, incoming={2}, marked=())  # no copy of it here yet
+    assert behind(True, first=40, position=10) is None
+    assert behind(False, first=40, position=10) == 40
+    assert behind(False, first=40, position=55) == 55

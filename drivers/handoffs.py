@@ -82,10 +82,15 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
         zkpaths.change_seal(zk, h.old, shard, Stint(gen, to=h.new))
         found = _find(logs, h, since, deadline)
         if found is None:
-            start = _end(logs, h.new) + 1
+            start = _start(logs, m, h)
             rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start),))
             _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new), deadline)
+            # Acknowledged, so committed: a read that does not show it came from a server
+            # behind (one that took a writer's change late, the simulation found): again
             found = _find(logs, h, since, deadline)
+            while found is None and world.monotonic() < deadline:
+                world.sleep(RETRY_S)
+                found = _find(logs, h, since, deadline)
             if found is None:
                 raise HandOffError(f"shard {shard}: its hand-off record in log {h.old} was acknowledged "
                                    f"but not found from position {since}; run the command again")
@@ -108,6 +113,19 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
              "writes were held within it)")
     return {"shard": shard, "from": h.old, "to": h.new, "handed": True, "at": at, "start": start,
             "generation": gen + 1, "took_s": round(took, 4)}
+
+
+def _start(logs: LogClient, m: log_map.LogMap, h: log_map.Handing) -> int:
+    """The position of the new log that no record of the shard there stands before (the
+    hand-off record names it): past the log's end as a server reports it, and past the
+    shard's last hand-off record in it if the shard comes back to a log it left, for the
+    server asked may be behind (a writer's change heard late, the simulation found: its
+    records of the earlier stint then stood past the position named, and a replica
+    awaiting the shard's open record stopped at them). Every record of the shard in the
+    new log stands before that hand-off record, which sealed the shard there."""
+    start = _end(logs, h.new) + 1
+    prev = m.last_handoff(h.shard)
+    return max(start, prev.at + 1) if prev is not None and prev.old == h.new else start
 
 
 def _end(logs: LogClient, log_id: int) -> int:

@@ -27,7 +27,7 @@ inside the same marker (storage_node/rebuild.py)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import grpc
 from rocksdict import Rdict, WriteBatch
@@ -40,6 +40,12 @@ log = logging.getLogger("midtown.storage.bootstrap")
 MARKER = b"\x00bootstrapping"  # sorts before every state key (they start with a letter)
 STATE_FIRST, STATE_END = b"\x01", b"\xff"
 CHUNK_BYTES = 1 << 20
+# How long a peer asked for a whole copy waits to apply the logs up to the bootstrap's
+# heads before it refuses (Behind) and the next peer is asked: a peer a little behind (its
+# tail following a new writer, a pause) catches up, where a copy taken at once would be
+# of no use (the whole-cluster simulation's seed 152: a node copied from a lagging peer
+# over and over, each copy behind the heads its try began with, to the run's end).
+HEADS_WAIT_MS = 5_000
 
 
 class BootstrapFailed(Exception):
@@ -81,14 +87,18 @@ def behind(positions: dict[int, int], heads: dict[int, int]) -> dict[int, int]:
     return {lg: positions.get(lg, 0) for lg, head in heads.items() if positions.get(lg, 0) < head}
 
 
-def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None], calls: Calls) -> str:
+def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None], calls: Calls,
+              heads: Mapping[int, int] | None = None) -> str:
     """Replace the state in `db` (a rocksdict Rdict) by a peer's; returns the peer used.
-    `sync()` makes what was written durable; `calls`: the way to the peers. BootstrapFailed
-    if no peer gave a whole copy."""
+    `sync()` makes what was written durable; `calls`: the way to the peers; `heads`: the
+    positions of each log the copy must stand at or past (a peer waits up to
+    HEADS_WAIT_MS to apply them, else refuses and the next is asked). BootstrapFailed if
+    no peer gave a whole copy."""
     errors = []
+    at_least = [(heads or {}).get(lg, 0) for lg in range(max(heads, default=-1) + 1)] if heads else []
     for addr in peers:
         try:
-            n = _copy_one(db, addr, sync, calls)
+            n = _copy_one(db, addr, sync, calls, at_least)
             log.info("bootstrapped from %s: %d keys", addr, n)
             return addr
         except (grpc.RpcError, BootstrapFailed) as e:
@@ -114,9 +124,10 @@ def finish(db: Rdict, sync: Callable[[], None]) -> None:
     sync()
 
 
-def _copy_one(db: Rdict, addr: str, sync: Callable[[], None], calls: Calls) -> int:
+def _copy_one(db: Rdict, addr: str, sync: Callable[[], None], calls: Calls, at_least: list[int]) -> int:
     begin(db, sync)
-    chunks, call = calls.stream(addr, "Snapshot", pb.SnapshotRequest(), 3600)
+    req = pb.SnapshotRequest(min_positions=at_least, wait_ms=HEADS_WAIT_MS if at_least else 0)
+    chunks, call = calls.stream(addr, "Snapshot", req, 3600)
     try:
         n = 0
         for chunk in chunks:

@@ -181,7 +181,7 @@ class StorageNode:
                     # At or past the heads as the rebuild's copies are (its logs' heads when
                     # this try began: storage_node/bootstrap.py behind)
                     heads = rebuild.known_heads(shards, {lg: h for lg, (_, h) in bounds.items()}, s.log_map)
-                    bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls)
+                    bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls, heads)
                     s.reload_positions()
                     behind = bootstrap.behind({lg: p for lg, (p, _) in s.positions.items()}, heads)
                     if behind:  # a peer behind the logs (restarted, or slow): take another copy
@@ -261,6 +261,11 @@ class StorageNode:
             raise Refusal(grpc.StatusCode.UNAVAILABLE, f"storage node {self.state.node_id} is starting; "
                           "ask another peer")
         if not req.one_shard:
+            if len(req.min_positions) > self.state.kv_logs:
+                raise BadRequest(f"min_positions: {len(req.min_positions)} positions, this cluster has "
+                                 f"{self.state.kv_logs} key-value logs")
+            for lg, at in enumerate(req.min_positions):  # Behind (another peer may be further) if not
+                self.reads.wait_applied(lg, at, req.wait_ms)
             return self._whole_snapshot()
         if not 0 <= req.rate_mb_s <= RATE_MB_S_MAX:
             raise BadRequest(f"rate_mb_s: {req.rate_mb_s}, must be between 0 and {RATE_MB_S_MAX:g}")

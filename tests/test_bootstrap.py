@@ -92,6 +92,49 @@ def test_a_whole_copy_replaces_the_state_and_a_broken_one_leaves_the_marker() ->
             s.stop(None)
 
 
+def test_a_whole_copy_is_asked_at_or_past_the_heads_and_a_peer_behind_them_is_passed_over() -> None:
+    """A bootstrap asks each peer for a copy standing at or past its heads (min_positions,
+    waiting up to HEADS_WAIT_MS: storage_node/node.py snapshot waits, then refuses as
+    Behind); a peer that refuses is passed over for the next."""
+    asked: list[tuple[str, list[int], int]] = []
+
+    def peer(name: str, applied: list[int]) -> Any:
+        def stream(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[pb.SnapshotChunk]:
+            req = pb.SnapshotRequest.FromString(raw)
+            asked.append((name, list(req.min_positions), req.wait_ms))
+            if any(a < m for a, m in zip(applied, req.min_positions)):
+                ctx.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{name} is behind")
+            yield from bootstrap.chunks(sorted(PEER.items()))
+        return stream
+
+    servers = []
+    for name, applied in (("behind", [5, 3]), ("caught up", [9, 3])):
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("midtown.kv.v1.Storage", {
+            "Snapshot": grpc.unary_stream_rpc_method_handler(
+                peer(name, applied), request_deserializer=lambda b: b,
+                response_serializer=lambda m: m.SerializeToString())})])
+        servers.append((server, f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"))
+        server.start()
+    peers = Stubs(kv_pb2_grpc.StorageStub)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            db = Rdict(str(Path(d) / "db"), Options(raw_mode=True))
+            try:
+                addrs = [a for _, a in servers]
+                used = bootstrap.copy_from(db, addrs, lambda: None, peers, heads={0: 7, 1: 3})
+                assert used == servers[1][1]
+                assert {bytes(k): bytes(v) for k, v in db.items()} == PEER
+            finally:
+                db.close()
+    finally:
+        peers.close()
+        for server, _ in servers:
+            server.stop(None)
+    wait = bootstrap.HEADS_WAIT_MS
+    assert asked == [("behind", [7, 3], wait), ("caught up", [7, 3], wait)]
+
+
 def test_a_checkpoint_copy_does_not_see_later_writes(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """What a bootstrapping peer copies is the state at one moment: writes committed while
     the copy streams are not in it (rocksdict's snapshot iterators do see them: tried)."""

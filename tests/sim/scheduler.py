@@ -435,6 +435,10 @@ class _Lock:
         return True
 
     def release(self) -> None:
+        if self.owner is not self.s._me() and self.s.dying():
+            # A crashed task unwinding through a `with` whose lock it no longer holds (its
+            # Condition.wait was killed re-acquiring it): a real crash releases nothing.
+            return
         if self.owner is None:
             raise RuntimeError("release unlocked lock")
         self.owner = None

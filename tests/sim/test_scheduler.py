@@ -296,3 +296,40 @@ def test_a_task_reads_the_clock_of_the_process_it_handles_a_message_for() -> Non
     own, theirs, after, network = s.run(main)
     assert (own, theirs, after, network) == (pytest.approx(99.0), pytest.approx(101.0), pytest.approx(99.0),
                                              pytest.approx(100.0))
+
+
+def test_a_task_killed_re_acquiring_a_condition_leaves_the_lock_to_its_holder() -> None:
+    """A task of process "a" waits on a condition; woken, it waits to take the lock back,
+    which a task of "b" holds, and "a" crashes meanwhile. Unwinding, its `with` must not
+    release the lock it never got back (it once did: another task's lock freed under it,
+    or "release unlocked lock", seen in a whole-cluster seed)."""
+    s = Scheduler(3)
+    held: list[bool] = []
+
+    def main() -> None:
+        cond = world.condition()
+        in_b = world.event()
+
+        def waiter() -> None:
+            with cond:
+                cond.wait(30)
+
+        def holder() -> None:
+            with cond:
+                cond.notify_all()
+                in_b.set()
+                world.sleep(5)  # "a" wakes and waits for the lock; it is killed meanwhile
+                held.append(cond.lock.owner is not None)  # type: ignore[attr-defined]  # the sim's
+
+        with s.process("a"):
+            world.spawn("waiter", waiter)
+        world.sleep(1)
+        with s.process("b"):
+            world.spawn("holder", holder)
+        assert in_b.wait(10)
+        world.sleep(1)
+        s.crash("a")
+        world.sleep(10)
+
+    s.run(main)
+    assert s.failures == [] and held == [True]

@@ -3,7 +3,7 @@
 id with an empty store would answer fences and recoveries as if it had never held the
 entries it acknowledged: with one other copy gone, a recovery seals the segment short and
 acknowledged appends are lost (the whole-server simulation, tests/sim/writers.py, finds
-that in a few seeds of `make sim ELECTIONS=1 WIPES=1 BROKEN=no-store-check`).
+that in a few seeds of `make sim BROKEN=no-store-check SIM_ARGS="--elections --wipes"`).
 
 So each store carries a random identity, written into it (durably) on the server's first
 start and then recorded in ZooKeeper under the server's id. At every start the two must

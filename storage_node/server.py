@@ -22,7 +22,7 @@ from storage_node.node import StorageNode
 from storage_node.settings import Settings
 
 
-def _handlers(node: StorageNode) -> grpc.GenericRpcHandler:
+def service_handlers(node: StorageNode) -> grpc.GenericRpcHandler:
     """The Storage service: each request checked at the edge (storage_node/checks.py), then
     each method through runtime/handlers.py, which turns the node's refusals (Behind:
     another replica may answer; BadRequest naming the field; a shard moved away or a
@@ -59,7 +59,7 @@ def build(node_id: int, addr: str, zk_hosts: str, data_dir: str,
     node = StorageNode.open(node_id, addr, zk_hosts, data_dir, Settings.from_env(),
                             log_link=log_link, local_log=local_log, answers=answers)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=THREADS), options=log_limits.GRPC_OPTIONS)
-    server.add_generic_rpc_handlers([_handlers(node)])
+    server.add_generic_rpc_handlers([service_handlers(node)])
     return server, node
 
 

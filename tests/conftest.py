@@ -8,22 +8,21 @@ from runtime.forking import without_grpc_fork_handlers
 without_grpc_fork_handlers()
 
 
-# `make test` runs the suite on two pytest-xdist workers (`-n 2`): the tests of one module
-# always run in one worker, one after another (they share its module-scoped clusters), and
-# every test of the Spark modules in one worker, so the run starts one Spark session
-# (PITFALLS.md: ~10 s and up to 2 GB each). Those go first: they take the longest, and the
-# other worker takes the rest meanwhile.
-SPARK_MODULES = ("tests/integration/test_spark.py", "tests/integration/test_spark_edges.py",
-                 "tests/integration/test_spark_streaming.py")
+# `make test` runs the suite on two pytest-xdist workers (`-n 2`): every test that starts
+# real processes (tests/integration) in one worker, one after another as in a run on one
+# worker (they share module-scoped clusters and one Spark session, PITFALLS.md: ~10 s and
+# up to 2 GB each; and two such modules at once, with the machine loaded besides, ran
+# some waits out), and meanwhile the rest on the other: the unit tests and the seeded
+# simulations, which use the CPU alone and a simulated clock.
+PROCESSES = "tests/integration/"
 
 
 def _scope(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0]
-    return "spark" if module in SPARK_MODULES else module
+    return "processes" if nodeid.startswith(PROCESSES) else nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    items.sort(key=lambda i: _scope(i.nodeid) != "spark")  # stable: modules stay whole
+    items.sort(key=lambda i: _scope(i.nodeid) != "processes")  # stable: modules stay whole
 
 
 def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]

@@ -3,7 +3,7 @@ _bring_forward) applies every record of the shard between the copy and the tail,
 writes included. A bulk write's record has groups or put rows and no ops, and the step
 took it for a published position (all() of no ops is true) and skipped it: the
 destination of a move lost the bulk writes that came while its copy was in transit (found
-by the whole-cluster simulation's ingestion workload, `make sim INGEST=1`, seed 2)."""
+by the whole-cluster simulation's ingestion workload, `make sim SIM_ARGS="--faults ingest"`, seed 2)."""
 
 from __future__ import annotations
 

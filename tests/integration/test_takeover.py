@@ -4,7 +4,7 @@ the lost one is still registered (a fact read from ZooKeeper, not a guess at tim
 Appends go on meanwhile, and every acknowledged entry reads back.
 
 Run by `make soak`, not by the suite (moved_to_sim): the whole-server simulation checks the
-same in every seed (tests/sim/test_writers.py, `make sim ELECTIONS=1`: log/node.py's servers
+same in every seed (tests/sim/test_writers.py, `make sim SIM_ARGS=--elections`: log/node.py's servers
 killed and paused, takeovers counted while the old writer's server is still registered,
 every older writer awake at the end stopped, every acknowledged append kept)."""
 

@@ -15,11 +15,12 @@ expires after the timeout) or its machine loses power (the batches written since
 sync may be lost, and three times in ten the whole disk: it then bootstraps from a peer or
 is rebuilt shard by shard), and restarts later; the coordinator's process is killed (its
 calls in flight reset) and started again; a mover's process is killed or paused past its
-session mid-move, and the next mover takes the move up. With `slow` (make sim SLOW=1): a
+session mid-move, and the next mover takes the move up. The others are drawn per seed
+(Faults, drawn: make sim), or named (a test replaying a scenario; --faults). With `slow`: a
 node's disk is slow now and then (every sync waits), and half the shard copies come over a
-slow link, seconds late. With `pauses` (make sim PAUSES=1): now and then a node's process
-is paused (SIGSTOP) for up to twice its session timeout (it falls behind the logs, its
-ZooKeeper session may expire, a peer that copies from it meanwhile waits), and a node's
+slow link, seconds late. With `pauses`: now and then a node's process is paused (SIGSTOP)
+for up to twice its session timeout (it falls behind the logs, its ZooKeeper session may
+expire, a peer that copies from it meanwhile waits), and a node's
 tail stalls a while now and then (the fault point "tail.stall", storage_node/apply_loop.py).
 
 Applications write through the SDK (put, check-and-set, atomic batches), which sends a
@@ -55,6 +56,8 @@ for the run."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import re
 import shutil
 import tempfile
@@ -97,12 +100,14 @@ from runtime.refusals import Refusal
 from runtime.stubs import CallFailed
 from storage_node import bookkeeping, handoff, keys, reads, rebuild, shard_copy, shard_intake
 from storage_node import node as node_module
+from storage_node import server as storage_server
 from storage_node.bookkeeping import Bookkeeping
 from storage_node.callbacks import Answer, encoded
 from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 from tests.linearizability import INF, Operation, check_per_key
+from tests.sim import writers
 from tests.sim.broken import Swap, swapped
 from tests.sim.disk import Disk
 from tests.sim.store import MemState
@@ -117,9 +122,46 @@ NODE_MACHINES = failure_domains.lookup({n: Domain(f"m{n % MACHINES}") for n in N
 COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK's
 PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
-          "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold", "stale-position",
+          "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
           "no-event-ids", "open-early", "unsealed")
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults of one run beside those every run has (storage nodes killed and their
+    machines' power cut, disks lost, the coordinator killed, movers killed and paused
+    mid-move, log servers crashed and paused, messages lost, doubled and late): `drawn`
+    from the seed by default (make sim), or named (a test replaying a scenario)."""
+    slow: bool = False  # slow disks and links now and then (slow_disks; a shard copy late)
+    pauses: bool = False  # storage nodes paused (SIGSTOP) and their tails stalled now and then
+    ingest: bool = False  # an ingestion pipeline writing events by id (ingester)
+    handoffs: bool = False  # shards handed between the logs, their drivers killed mid-way
+    late_notices_s: float = 0.0  # ZooKeeper's notices up to this late (tests/sim/zookeeper.py Late)
+    link_cuts: int = 0  # bridges: two log servers cut off from each other a while, each reaching the rest
+    log_wipes: bool = False  # a crashed log server restarts on an empty disk half the time
+    log_servers: int = 3  # in the pool; with five, segments change ensembles
+
+    def __str__(self) -> str:
+        on = [f"{k}={v}" if not isinstance(v, bool) else k for k, v in dataclasses.asdict(self).items()
+              if v and v != Faults.__dataclass_fields__[k].default]
+        return ", ".join(on) or "none beyond every run's"
+
+
+NO_FAULTS = Faults()  # beyond every run's: the faults the tests' seeds were found with
+
+
+def drawn(seed: int) -> Faults:
+    """The faults of seed `seed`'s run, each drawn on its own (by a generator of their
+    own, so that the run's own draws stay the seed's): every fault the simulation knows
+    is on in some seeds, several together in most."""
+    r = random.Random(f"faults/{seed}")
+    return Faults(slow=r.random() < 0.5, pauses=r.random() < 0.5, ingest=r.random() < 0.4,
+                  handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
+                  link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
+                  log_servers=r.choice((3, 3, 5)))
+
+
 MOVERS = 2  # operators moving shards, perhaps at the same time
 SLOW_COPY_S = 3.0  # (slow) a shard copy over a slow link comes up to this late
 WIPES = 0.3  # of power losses, those that lose the disk too
@@ -224,34 +266,35 @@ def unary(sim: NodeSim, addr: str, proc: Callable[[], str | None], answer: Calla
 
 class _PeerCalls:
     """The storage nodes' way to their peers (runtime/stubs.py Calls) on the simulated
-    network: the call is answered by the peer's own method in its process after a delay; a
-    peer that is down refuses (UNAVAILABLE), as one that dies meanwhile does (its connection
-    reset), one that does not answer in time fails DEADLINE_EXCEEDED. A stream's messages
-    are made whole there and sent back together."""
-
-    METHODS: dict[str, Callable[[StorageNode, Any], Any]] = {
-        "Status": lambda n, _req: n.status(),
-        "LwwHashes": lambda n, _req: n.lww_hashes(),
-        "LwwRange": lambda n, req: n.lww_range(req),
-        "Snapshot": lambda n, req: list(n.snapshot(req)),
-        "Read": lambda n, req: n.read(req),
-        "ReadMany": lambda n, req: n.read_many(req),
-        "CopyShard": lambda n, req: n.copy_shard(req),
-    }
+    network, through the peer's own gRPC service as its process serves it
+    (storage_node/server.py, through runtime/handlers.py: the request checked and parsed
+    from its bytes, a refusal made a status with its trailers, the answer serialized),
+    after a delay: a peer that is down refuses (UNAVAILABLE), as one that dies meanwhile
+    does (its connection reset), one that does not answer in time fails DEADLINE_EXCEEDED.
+    A stream's messages are made whole there and sent back together."""
 
     def __init__(self, sim: NodeSim) -> None:
         self.sim = sim
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         sim, to = self.sim, int(addr.split(":")[1])
+        raw = req.SerializeToString()
 
         def answer() -> Any:
+            node = sim.storage[to]
+            service = sim.storage_services.get(id(node))
+            if service is None or service[0] is not node:
+                service = sim.storage_services[id(node)] = (node, storage_server.service_handlers(node))
+            handler = service[1].service(_Details(f"/midtown.kv.v1.Storage/{method}", ()))
+            ctx = _Context(world.monotonic() + timeout_s, ())
             try:
-                return self.METHODS[method](sim.storage[to], req)
-            except Refusal as e:  # the call's status, with its trailers (runtime/handlers.py)
-                return CallFailed(e.code, e.text, e.trailers)
-            except Exception as e:  # noqa: BLE001 - as the handlers end it: INTERNAL
-                return CallFailed(grpc.StatusCode.INTERNAL, f"{method}: {type(e).__name__}: {e}")
+                if handler.unary_stream is not None:
+                    return [type(m).FromString(handler.response_serializer(m))
+                            for m in handler.unary_stream(raw, ctx)]
+                out = handler.unary_unary(raw, ctx)
+            except _Aborted as e:  # the call's status, with its trailers
+                return e.args[0]
+            return type(out).FromString(handler.response_serializer(out))  # as it crosses the wire
         return unary(sim, addr, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
                      timeout_s)
 
@@ -375,32 +418,38 @@ class _DiskTaggedLink(_LogLink):
 class NodeSim(WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
-    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
-                 pauses: bool = False, ingest: bool = False, handoffs: bool = False) -> None:
-        assert broken in ("",) + BROKEN, broken
-        super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS))
+    def __init__(self, seed: int, cfg: Config | None = None, broken: str = "",
+                 faults: Faults | None = None) -> None:
+        assert broken in ("",) + BROKEN + writers.BROKEN, broken
+        f = drawn(seed) if faults is None else faults
+        self.faults = f
+        self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
+        log_broken = "" if broken in BROKEN else broken  # a variant of the log servers' (writers.BROKEN)
+        super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS, servers=f.log_servers,
+                                       wipes=f.log_wipes, late_notices_s=f.late_notices_s,
+                                       link_cuts=f.link_cuts, broken=log_broken))
         self.broken = broken
         # Slow disks and links: now and then a node's disk is slow for a few seconds (every
         # sync waits), and half the shard copies come over a slow link, up to 3 s late
-        self.slow = slow
-        # Nodes paused (SIGSTOP) now and then, and their tails stalled (the modes off replay
-        # as before they were added)
-        self.pauses = pauses
-        if not pauses:
+        self.slow = f.slow
+        # Nodes paused (SIGSTOP) now and then, and their tails stalled
+        self.pauses = f.pauses
+        if not f.pauses:
             self.sched.never("tail.stall")
         # An ingestion pipeline's task writing events by id, retried whole under a new
         # request id as a Spark task is (ingester); event id -> (its partitioning key,
         # whether an attempt's outcome said it was applied)
-        self.ingest = ingest
+        self.ingest = f.ingest
         # Shards handed between the two logs now and then, their drivers killed mid-way
         # (hand_offs: drivers/handoffs.py)
-        self.handoffs = handoffs
+        self.handoffs = f.handoffs
+        handoffs = f.handoffs
         self.events: dict[bytes, tuple[bytes, bool]] = {}
-        self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
-        self.stores = {s: _KeptStore(self.kept) for s in self.servers}
         self.disk = Disk()
         self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-"))
         self.storage: dict[int, StorageNode] = {}  # the live nodes
+        # id(node) -> (node, its gRPC service's handlers, as storage_node/server.py registers them)
+        self.storage_services: dict[int, tuple[StorageNode, Any]] = {}
         self.storage_zk: dict[int, Any] = {}
         self.storage_inc = {n: 0 for n in NODES}
         self.writes: list[Write] = []
@@ -426,6 +475,9 @@ class NodeSim(WriterSim):
                                               "hand-off drivers killed"), 0))
 
     # --- the storage nodes ----------------------------------------------------------------
+
+    def new_store(self) -> _KeptStore:
+        return _KeptStore(self.kept)
 
     def disk_generation(self, n: int, before_ms: float = float("inf")) -> int:
         """How many times node `n` had lost its disk (before `before_ms`): which disk it is on."""
@@ -1055,15 +1107,17 @@ class NodeSim(WriterSim):
         then the new log's from the shard's first open record at or after the position the
         hand-off names, its positions above the old log's, its time never below the
         hand-off's; and so on. A record of the shard found anywhere else is one the logs'
-        seals should have refused: said."""
+        seals should have refused: said. (A shard handed back to a log may start there
+        below its earlier stint's records, where the driver read the log's end from a
+        server behind: they are skipped, by their generation, as the replicas skip them.)"""
         lg, since, opened, base, floor = shard % LOGS, FIRST_POSITION, True, 0, 0
         taken: set[tuple[int, int]] = set()
         while True:
             nxt = None
             for p in sorted(x for x in records[lg] if x >= since):
                 ts, rec = records[lg][p]
-                if rec.shard != shard or rec.drops():
-                    continue
+                if rec.shard != shard or rec.drops() or (lg, p) in taken:
+                    continue  # (taken: an earlier stint's, in a log the shard came back to)
                 taken.add((lg, p))
                 if not opened:
                     if rec.opens():
@@ -1393,11 +1447,11 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
     # the moves' model's no-hold: the log truncated while a shard of it is being copied (a
     # destination that holds no other shard of the log does not hold its truncation back)
     "no-hold": [(shard_moves, "truncation_point", _holds_no_copy)],
-    # and its stale-position: a copy recorded before the destination published its
-    # position again (storage_node/shard_intake.py _publish). Harmless here while the copy
-    # is asked at the destination's own position (a position it published before is then
-    # never above the copy): caught in none of the seeds tried (docs/storage.md)
-    "stale-position": [(shard_intake.Intake, "_publish", lambda self, log_id: None)],
+    # (Its stale-position, a copy recorded before the destination published its position
+    # again, storage_node/shard_intake.py _publish, is harmless on the real code while the
+    # copy is asked at the destination's own position, a position it published before then
+    # never above the copy: caught in none of the seeds tried, docs/storage.md, so it is
+    # no variant here: every variant must be caught, make soak.)
     # and its by-load, with the log's: placement blind to the machines the nodes run on
     "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
     # and its no-digest: a shard's copy without its digest (storage_node/reads.py, what a
@@ -1425,19 +1479,21 @@ _BROKEN_RULES: dict[str, list[Swap]] = {
 }
 
 
-def run(seed: int, cfg: Config | None = None, broken: str = "", slow: bool = False,
-        pauses: bool = False, ingest: bool = False, handoffs: bool = False) -> tuple[Result, dict[str, int]]:
-    """One run; `slow`: with slow disks and links; `pauses`: with nodes paused and tails
-    stalled; `ingest`: with an ingestion pipeline writing events by id; `handoffs`: with
-    shards handed between the logs (NodeSim)."""
-    sim = NodeSim(seed, cfg, broken, slow, pauses, ingest, handoffs)
+def run(seed: int, cfg: Config | None = None, broken: str = "",
+        faults: Faults | None = None) -> tuple[Result, dict[str, int]]:
+    """One run, with `faults` (None: drawn from the seed, `drawn`) and the `broken` variant
+    (of BROKEN, or of the log servers', writers.BROKEN)."""
+    sim = NodeSim(seed, cfg, broken, faults)
+    rules = _BROKEN_RULES.get(broken, []) if broken in BROKEN else writers._broken_rules(sim, broken)
     try:
-        with swapped(_BROKEN_RULES.get(broken, ())):
+        with swapped(rules):
             r = sim.sched.run(sim.main)
         r.failures = sim.sched.failures + sim.ens.errors
         # What every client was told, as one number: a replay tells the same.
         told = zlib.crc32(repr(sorted(sim.told.items())).encode())
         counts = {**sim.counts, "writes": len(sim.writes), "answered": len(sim.answered),
+                  **{f"runs with {k}": 1 for k, on in dataclasses.asdict(sim.faults).items()
+                     if on != Faults.__dataclass_fields__[k].default},
                   "restarts": len(sim.restarts), "results crc": told}
         return r, counts
     finally:

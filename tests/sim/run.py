@@ -1,15 +1,18 @@
-"""Replay simulation seeds.
-The whole cluster (tests/sim/nodes.py: real storage nodes, a coordinator, the mover and the
-SDK's clients beside whole log servers): python -m tests.sim.run --seed 42 [--runs 1000]
-  [--slow] [--pauses] [--ingest] [--handoffs] [--broken VARIANT] (nodes.py's BROKEN: no-hold,
-  no-digest, by-load, publish-unsynced, truncate-ahead, read-anywhere, by-shard-behind (--slow
-  --pauses), open-early and unsealed (--handoffs), ...)
-Whole log servers alone (tests/sim/writers.py): python -m tests.sim.run --writers --elections
-  --seed 42 [--servers 5] [--wipes] [--machines 3] [--late-notices 1] [--bridges] [--seals]
-  [--broken VARIANT] (writers.py's BROKEN: ends-at-lac, past-lac, no-fence, skip-fence,
-  trust-cache, any-servers, record-first, no-wait (--bridges --late-notices 1), by-load
-  (--machines 3 --servers 6), ...); without --elections, the writer driver alone, its
-  writers claimed by the simulation."""
+"""Replay simulation seeds: the whole cluster (tests/sim/nodes.py: real storage nodes, a
+coordinator, the mover, hand-off drivers and the SDK's clients beside whole log servers),
+every fault drawn per seed:
+
+  python -m tests.sim.run --seed 42 [--runs 1000] [--broken VARIANT] [--until-caught]
+      [--faults drawn | none | slow,pauses,ingest,handoffs,log_wipes,...] [--trace]
+
+--broken names a rule of the real code swapped for a broken one: the whole cluster's
+(nodes.py BROKEN: no-hold, no-digest, by-load, open-early, ...) or the log servers'
+(writers.py BROKEN: past-lac, no-fence, trust-cache, ...); --until-caught stops at the
+first seed that fails and says how many it took.
+
+The log alone (tests/sim/writers.py, quicker, for work on the log): --writers, the writer
+driver alone; with --elections, whole log servers [--servers 5] [--wipes] [--machines 3]
+[--late-notices 1] [--bridges] [--seals]."""
 
 from __future__ import annotations
 
@@ -37,7 +40,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="whole log servers (log/node.py: the real election), crashed and paused")
     ap.add_argument("--wipes", action="store_true",
                     help="with --elections: a crashed server restarts on an empty store half the time")
-    ap.add_argument("--nodes", action="store_true", help="the whole cluster (the default)")
     ap.add_argument("--late-notices", type=float, default=0.0, metavar="SECONDS",
                     help="with --elections: ZooKeeper's notices reach every process up to this late")
     ap.add_argument("--bridges", action="store_true",
@@ -46,48 +48,72 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seals", action="store_true",
                     help="with --elections: appends name shards, which a hand-off's driver seals in the "
                          "log and opens again (tests/sim/writers.py hand_offs)")
-    ap.add_argument("--slow", action="store_true",
-                    help="the whole cluster with slow disks and links now and then (tests/sim/nodes.py)")
-    ap.add_argument("--pauses", action="store_true",
-                    help="the whole cluster with nodes paused (SIGSTOP) and their tails stalled now and "
-                         "then, a peer paused before a node loses its disk (tests/sim/nodes.py)")
-    ap.add_argument("--ingest", action="store_true",
-                    help="the whole cluster with an ingestion pipeline writing events by id, its tasks "
-                         "run again under new request ids (tests/sim/nodes.py ingester)")
-    ap.add_argument("--handoffs", action="store_true",
-                    help="the whole cluster with shards handed between its two logs now and then, the "
-                         "drivers killed mid-way (tests/sim/nodes.py hand_offs)")
-    ap.add_argument("--broken", default="", help="a broken variant of the simulation run (its BROKEN list)")
+    ap.add_argument("--faults", default="drawn",
+                    help="the whole cluster's faults beyond every run's: drawn per seed (the default), "
+                         "none, or a list of tests/sim/nodes.py Faults' names (slow,pauses,...)")
+    ap.add_argument("--every-broken", action="store_true",
+                    help="each broken variant in turn, from --seed until caught (of --runs seeds): a "
+                         "table of the seeds each took; fails if one is not caught")
+    ap.add_argument("--until-caught", action="store_true",
+                    help="stop at the first seed that fails (with --broken: the seeds it took to catch it)")
+    ap.add_argument("--broken", default="",
+                    help="a broken variant: of the whole cluster's rules (nodes.py BROKEN) or the log "
+                         "servers' (writers.py BROKEN)")
     a = ap.parse_args(argv)
     _check(ap, a)
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
         logging.disable(logging.CRITICAL)
     if a.writers or a.elections or a.wipes:
         return _writers(a)
+    if a.every_broken:
+        return _every_broken(a)
     return _nodes(a)
 
 
 def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Flags that the chosen simulation does not take end the command (exit 2), naming the flag."""
-    whole_servers = a.elections or a.wipes
-    sim = "writers" if a.writers or whole_servers else "nodes"
-    variants = {"writers": writers.BROKEN, "nodes": nodes.BROKEN}[sim]
+    alone = a.writers or a.elections or a.wipes
+    variants = writers.BROKEN if alone else nodes.BROKEN + writers.BROKEN
     if a.broken and a.broken not in variants:
-        ap.error(f"--broken: {a.broken!r} is not a broken variant of the {sim} simulation "
-                 f"(one of: {', '.join(variants)})")
+        where = "log alone" if alone else "whole cluster"
+        ap.error(f"--broken: {a.broken!r} is not a broken variant of the {where} "
+                 f"(one of: {', '.join(dict.fromkeys(variants))})")
+    whole_servers = a.elections or a.wipes
     for flag, given in (("--bridges", a.bridges), ("--late-notices", a.late_notices),
-                        ("--servers", a.servers != 3), ("--seals", a.seals)):
+                        ("--servers", a.servers != 3), ("--seals", a.seals), ("--machines", a.machines)):
         if given and not whole_servers:
-            ap.error(f"{flag}: only with --elections (whole log servers)")
-    if a.machines and not whole_servers:
-        ap.error("--machines: only with --elections (the whole cluster's nodes are on three)")
-    for flag, given in (("--slow", a.slow), ("--pauses", a.pauses), ("--ingest", a.ingest),
-                        ("--handoffs", a.handoffs)):
-        if given and sim != "nodes":
-            ap.error(f"{flag}: only for the whole cluster (no --writers or --elections)")
+            ap.error(f"{flag}: only with --elections (whole log servers, the log alone)")
+    if alone and a.faults != "drawn":
+        ap.error("--faults: only for the whole cluster (no --writers or --elections)")
+    if not alone:
+        try:
+            a.faults_given = _faults(a.faults)
+        except ValueError as e:
+            ap.error(f"--faults: {e}")
     if a.late_notices < 0 or a.runs < 1:
         ap.error("--late-notices: must be 0 or more" if a.late_notices < 0 else "--runs: must be 1 or more")
 
+
+def _faults(text: str) -> nodes.Faults | None:
+    """--faults: None (drawn per seed), no faults beyond every run's, or the ones named."""
+    if text == "drawn":
+        return None
+    if text == "none":
+        return nodes.NO_FAULTS
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    fields = nodes.Faults.__dataclass_fields__
+    unknown = [n for n in names if n.split("=")[0] not in fields]
+    if unknown or not names:
+        raise ValueError(f"{', '.join(unknown) or repr(text)}: not a fault (drawn, none, or of: "
+                         f"{', '.join(fields)})")
+    on: dict[str, object] = {}
+    for n in names:
+        k, _, v = n.partition("=")
+        default = fields[k].default
+        on[k] = True if isinstance(default, bool) else (type(default)(v) if v else
+                                                         {"late_notices_s": 1.0, "link_cuts": 4,
+                                                          "log_servers": 5}[k])
+    return nodes.Faults(**on)  # type: ignore[arg-type]
 
 
 def _failed(seed: int, r: writers.Result) -> bool:
@@ -149,26 +175,60 @@ def _writers(a: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def _every_broken(a: argparse.Namespace) -> int:
+    """Each broken variant of the whole cluster's and the log servers' rules, run from
+    --seed with the faults drawn per seed until a seed catches it: the seeds it took."""
+    missed = 0
+    t0 = time.monotonic()
+    print("variant\tcaught at seed\tseeds run\twall s\tits faults\tfirst finding")
+    for v in dict.fromkeys(nodes.BROKEN + writers.BROKEN):
+        t = time.monotonic()
+        for seed in range(a.seed, a.seed + a.runs):
+            r, _ = nodes.run(seed, broken=v, faults=a.faults_given)
+            found = r.violations or r.failures
+            if found:
+                print(f"{v}\t{seed}\t{seed - a.seed + 1}\t{time.monotonic() - t:.0f}\t"
+                      f"{a.faults_given or nodes.drawn(seed)}\t{found[0][:100]}", flush=True)
+                break
+        else:
+            missed += 1
+            print(f"{v}\tnone\t{a.runs}\t{time.monotonic() - t:.0f}\t\tnot caught", flush=True)
+    print(f"{missed} of {len(dict.fromkeys(nodes.BROKEN + writers.BROKEN))} variants not caught within "
+          f"{a.runs} seeds ({time.monotonic() - t0:.0f} s)")
+    return 1 if missed else 0
+
+
 def _nodes(a: argparse.Namespace) -> int:
     """Runs of tests/sim/nodes.py: failures, and what the runs did (summed)."""
     t0 = time.monotonic()
     bad = 0
     simulated = 0.0
     counts: dict[str, int] = {}
+    ran = 0
     for seed in range(a.seed, a.seed + a.runs):
-        r, c = nodes.run(seed, broken=a.broken, slow=a.slow, pauses=a.pauses, ingest=a.ingest,
-                         handoffs=a.handoffs)
+        r, c = nodes.run(seed, broken=a.broken, faults=a.faults_given)
+        ran += 1
         simulated += r.simulated_s
         for k, n in c.items():
             if k != "results crc":
                 counts[k] = counts.get(k, 0) + n
         if a.trace:
-            print(f"seed {seed}: {c}, {r.switches} task switches, {r.simulated_s:.1f} simulated s")
-        bad += _failed(seed, r)
+            print(f"seed {seed} ({r.switches} task switches, {r.simulated_s:.1f} simulated s; faults: "
+                  f"{a.faults_given or nodes.drawn(seed)}): {c}")
+        failed = _failed(seed, r)
+        bad += failed
+        if failed and a.until_caught:
+            print(f"caught at seed {seed} ({ran} seeds run from {a.seed}); its faults: "
+                  f"{a.faults_given or nodes.drawn(seed)}")
+            break
     dt = time.monotonic() - t0
-    print(f"{a.runs} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); {counts['writes']} writes through "
+    print(f"{ran} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); {counts['writes']} writes through "
           f"the coordinator, {counts['writes'] / dt:.0f} per wall second, {simulated / dt:.1f} simulated s "
           f"per wall second; " + ", ".join(f"{n} {k}" for k, n in counts.items() if k != "writes"))
+    if a.broken and a.until_caught:  # looking for a seed that catches it: found is success
+        if not bad:
+            print(f"{a.broken}: not caught in {ran} seeds from {a.seed}")
+        return 0 if bad else 1
     return 1 if bad else 0
 
 

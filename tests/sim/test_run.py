@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim import run
+from tests.sim import nodes, run
 
 
 @pytest.mark.parametrize("argv,names", [
-    (["--broken", "nope"], "--broken: 'nope' is not a broken variant of the nodes simulation"),
-    (["--elections", "--broken", "stale-position"], "not a broken variant of the writers simulation"),
-    (["--broken", "no-wait"], "not a broken variant of the nodes simulation"),
+    (["--broken", "nope"], "--broken: 'nope' is not a broken variant of the whole cluster"),
+    (["--elections", "--broken", "stale-position"], "not a broken variant of the log alone"),
     (["--bridges"], "--bridges: only with --elections"),
     (["--late-notices", "1"], "--late-notices: only with --elections"),
     (["--servers", "5"], "--servers: only with --elections"),
     (["--machines", "3"], "--machines: only with --elections"),
-    (["--elections", "--slow"], "--slow: only for the whole cluster"),
-    (["--writers", "--pauses"], "--pauses: only for the whole cluster"),
-    (["--elections", "--ingest"], "--ingest: only for the whole cluster"),
+    (["--elections", "--faults", "slow"], "--faults: only for the whole cluster"),
+    (["--faults", "slow,bogus"], "--faults: bogus: not a fault"),
+    (["--faults", ""], "--faults: '': not a fault"),
     (["--elections", "--late-notices", "-1"], "--late-notices: must be 0 or more"),
     (["--runs", "0"], "--runs: must be 1 or more"),
 ])
@@ -30,7 +29,27 @@ def test_a_flag_the_simulation_does_not_take_is_named(argv: list[str], names: st
     assert names in capsys.readouterr().err
 
 
-def test_flags_of_the_chosen_simulation_are_taken() -> None:
-    """One short run each of whole log servers and of the whole cluster with their flags."""
-    assert run.main(["--slow", "--pauses", "--runs", "1"]) == 0
+def test_faults_are_drawn_per_seed_or_named() -> None:
+    """Every fault is drawn on in some of the first seeds, several together in most, and a
+    seed draws the same faults each time; --faults names them instead."""
+    draws = [nodes.drawn(seed) for seed in range(40)]
+    assert draws == [nodes.drawn(seed) for seed in range(40)]
+    for name, f in nodes.Faults.__dataclass_fields__.items():
+        assert any(getattr(d, name) != f.default for d in draws), name
+    assert sum(d != nodes.NO_FAULTS for d in draws) > 30
+    assert run._faults("drawn") is None and run._faults("none") == nodes.NO_FAULTS
+    assert run._faults("slow,late_notices_s=0.5,log_servers") == nodes.Faults(
+        slow=True, late_notices_s=0.5, log_servers=5)
+
+
+def test_flags_of_the_chosen_simulation_are_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    """One short run each of the whole cluster, its faults drawn and named, and of whole log
+    servers with their flags; a broken variant of the log servers' rules runs in the whole
+    cluster, where --until-caught stops at the seed that catches it (and then succeeds)."""
+    assert run.main(["--runs", "1"]) == 0
+    assert run.main(["--faults", "slow,pauses", "--runs", "1"]) == 0
     assert run.main(["--elections", "--servers", "5", "--late-notices", "0.5", "--runs", "1"]) == 0
+    capsys.readouterr()
+    assert run.main(["--broken", "no-digest", "--seed", "1", "--runs", "3", "--until-caught"]) == 0
+    out = capsys.readouterr().out
+    assert "caught at seed" in out and "seeds run from 1" in out

@@ -33,6 +33,7 @@ log)."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
 from concurrent import futures
@@ -121,7 +122,7 @@ class Config:
 
 # Bridges: links cut in pairs (Config.link_cuts), in runs long enough, and with few enough
 # crashes, that writers hold the log for log/takeover.py's SETTLE_S and their followers
-# take it over from them while they still run and reach the rest (make sim BRIDGES=1)
+# take it over from them while they still run and reach the rest (make sim SIM_ARGS=--bridges)
 BRIDGES: dict[str, Any] = {"link_cuts": 8, "crashes": 1, "seconds": 30.0}
 
 
@@ -611,7 +612,7 @@ class WriterSim:
         self.rng = self.sched.rng
         self.ens = Ensemble(late=Late(seed, self.cfg.late_notices_s) if self.cfg.late_notices_s else None)
         self.servers = tuple(range(self.cfg.servers))
-        self.stores = {s: MemStore() for s in self.servers}
+        self.stores = {s: self.new_store() for s in self.servers}
         self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in self.servers}
         self.acks: list[tuple[int, int, bytes]] = []  # (epoch, position, payload)
         # ... of every Append a server answered as acknowledged (its client may have given up)
@@ -696,6 +697,10 @@ class WriterSim:
     def proc(self, s: int) -> str:
         """The process of server `s` now (elections)."""
         return f"server-{s}-{self.incarnation[s] - 1}"
+
+    def new_store(self) -> MemStore:
+        """A log server's replica store, empty (a new disk)."""
+        return MemStore()
 
     def server(self, s: int) -> None:
         """Log server `s` whole (log/node.py Node, as Node.open wires it, but for the
@@ -903,8 +908,13 @@ class WriterSim:
                 self.check_copies(seg, moved_in)
 
     def check_copies(self, seg: Segment, moved_in: set[int]) -> None:
+        """(Positions below the log's truncation point, as ZooKeeper has it, need no copy:
+        a replica drops them when it hears of it, and one re-replicated there after it
+        need not hold them.)"""
         assert seg.end is not None
-        for p in range(seg.first, seg.end + 1):
+        node = self.ens.nodes.get(zkpaths.truncate_path(LOG))
+        truncated = int(json.loads(node.data)["before"]) if node is not None and node.data else 0
+        for p in range(max(seg.first, truncated), seg.end + 1):
             has = [r for r in seg.replicas if self.stores[r].get(LOG, seg.epoch, p) is not None
                    or p < getattr(self.stores[r].metas.get(LOG), "first", 0)]
             if len(has) < limits.ACK_QUORUM or moved_in - set(has):
@@ -981,7 +991,7 @@ class WriterSim:
                     # A disk lost, unless one is lost already (three servers keep a quorum
                     # with one gone for good; the operator would replace it)
                     if self.cfg.wipes and not self.lost and self.rng.random() < 0.5:
-                        self.stores[s] = MemStore()
+                        self.stores[s] = self.new_store()
                         self.wiped += 1
                     self.restart_server(s)
                 else:  # a SIGSTOP: past the session timeout or not, its session cut as long

@@ -44,10 +44,10 @@ def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
         r = fut.result(timeout=timeout_s)
     except WriterFailed as e:
         return Refusal(grpc.StatusCode.UNAVAILABLE, f"log {log_id}: outcome unknown, the writer "
-                             f"stopped ({e}); retry through the new writer")
+                       f"stopped ({e}); retry through the new writer")
     except Sealed as e:  # nothing of it sequenced: sent where the shard went, it is safe
         return Refusal(grpc.StatusCode.FAILED_PRECONDITION, f"log {log_id}: {e}",
-                             reason=refusals.SEALED)
+                       reason=refusals.SEALED)
     except FutureTimeout:
         return Refusal(grpc.StatusCode.DEADLINE_EXCEEDED, f"log {log_id}: outcome unknown")
     if hurry:
@@ -76,9 +76,9 @@ def redirect(node: Node, log_id: int) -> Refusal:
         w = None
     if w is None or w["server"] == node.server_id:
         return Refusal(grpc.StatusCode.UNAVAILABLE,
-                             f"log {log_id} has no writer right now (election or recovery under way); retry",
-                             reason=refusals.NO_WRITER)
+                       f"log {log_id} has no writer right now (election or recovery under way); retry",
+                       reason=refusals.NO_WRITER)
     return Refusal(grpc.StatusCode.FAILED_PRECONDITION,
-                         f"log {log_id}: server {node.server_id} is not its writer; "
-                         f"the writer is server {w['server']} at {w['addr']}",
-                         redirect=w["addr"], reason=refusals.NOT_WRITER)
+                   f"log {log_id}: server {node.server_id} is not its writer; "
+                   f"the writer is server {w['server']} at {w['addr']}",
+                   redirect=w["addr"], reason=refusals.NOT_WRITER)

@@ -120,7 +120,7 @@ class LogClient:
         n = self.topology().logs
         if not 0 <= log_id < n:
             raise Refusal(grpc.StatusCode.NOT_FOUND,
-                           f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}")
+                          f"log_id: unknown log {log_id}; this cluster has logs 0..{n - 1}")
 
     def servers(self) -> dict[int, str]:
         return {i: s["addr"] for i, s in zkpaths.servers(self.zk).items()}
@@ -281,7 +281,7 @@ class LogClient:
             left = deadline - world.monotonic()
             if left <= 0:
                 raise Refusal(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               f"log {log_id}: no acknowledged append within {timeout_s}s")
+                              f"log {log_id}: no acknowledged append within {timeout_s}s")
             if addr is None:
                 world.sleep(min(backoff, left))
                 backoff = min(backoff * 2, 0.5)
@@ -322,7 +322,7 @@ class LogClient:
                 if now is not None and now != addr:
                     call.cancel()
                     return Refusal(grpc.StatusCode.UNAVAILABLE,
-                                         f"log {log_id}: its writer changed to {now} meanwhile")
+                                   f"log {log_id}: its writer changed to {now} meanwhile")
 
     def read(self, log_id: int, from_position: int = 0, follow: bool = False,
              max_entries: int = 0, server: str | None = None,

@@ -1,8 +1,7 @@
 """The log client's network port: the way from a LogClient to one log server, for the
 calls its protocol makes (an Append to the writer, a Tail to each replica of a ReadIndex
-round, a Read stream following a log from its writer), with their outcomes as values (a
-placement, an Refusal, a TailReply, batches of entries; a stream's end as a
-Refusal).
+round, a Read stream following a log from its writer), with their outcomes (a placement,
+a TailReply, batches of entries; a refused call, or a stream's end, as a Refusal).
 
 Backends: `GrpcLog`, any server by gRPC (a stub per address, the codec at this edge);
 `log/local.py` ProcessLog, the log server of this process answered in the caller's thread,

@@ -139,3 +139,33 @@ def test_a_starting_node_gives_no_whole_copy_of_its_state(tmp_path: Path) -> Non
         assert any(c.last for c in n.snapshot(pb.SnapshotRequest()))  # once started: the whole copy
     finally:
         store.close()
+
+
+def test_a_whole_copy_is_given_at_or_past_the_positions_asked_or_refused(tmp_path: Path) -> None:
+    """A bootstrap asks a peer for its whole state at or past the logs' heads
+    (SnapshotRequest.min_positions, one per key-value log, waiting wait_ms at most;
+    storage_node/bootstrap.py HEADS_WAIT_MS): a peer not there in time refuses (Behind:
+    another may be), and more positions than the cluster has logs is a bad request naming
+    the field."""
+    import grpc
+    import pytest
+
+    from midtown_pb import kv_pb2 as pb
+    from runtime.refusals import BadRequest, Refusal
+    from storage_node.node import Parts, StorageNode
+    from storage_node.store import NodeStore
+
+    store = NodeStore(str(tmp_path / "state.db"))
+    try:
+        parts = Parts(_Logs(), store, KV, 2, log_map.first(KV.shards, 2), everyone(8, (0, 1, 2)),
+                      str(tmp_path))  # type: ignore[arg-type]
+        n = StorageNode(0, "127.0.0.1:1", parts)
+        n.state.started = True
+        with pytest.raises(BadRequest, match="^min_positions: 3 positions, this cluster has 2"):
+            n.snapshot(pb.SnapshotRequest(min_positions=[0, 0, 0]))
+        with pytest.raises(Refusal) as e:
+            n.snapshot(pb.SnapshotRequest(min_positions=[0, 5], wait_ms=20))
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION and "log 1 up to 0, not 5" in e.value.text
+        assert any(c.last for c in n.snapshot(pb.SnapshotRequest(min_positions=[0, 0], wait_ms=20)))
+    finally:
+        store.close()

@@ -443,7 +443,6 @@ class NodeSim(WriterSim):
         # Shards handed between the two logs now and then, their drivers killed mid-way
         # (hand_offs: drivers/handoffs.py)
         self.handoffs = f.handoffs
-        handoffs = f.handoffs
         self.events: dict[bytes, tuple[bytes, bool]] = {}
         self.disk = Disk()
         self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-"))
@@ -470,7 +469,7 @@ class NodeSim(WriterSim):
                        "moves onto a copy's machine refused": 0,
                        "movers killed": 0, "movers paused": 0, "coordinator crashes": 0,
                        "nodes paused": 0, "ingest attempts": 0}
-        if handoffs:
+        if f.handoffs:
             self.counts.update(dict.fromkeys(("hand-offs", "hand-offs done", "hand-offs refused",
                                               "hand-off drivers killed"), 0))
 
@@ -1484,7 +1483,7 @@ def run(seed: int, cfg: Config | None = None, broken: str = "",
     """One run, with `faults` (None: drawn from the seed, `drawn`) and the `broken` variant
     (of BROKEN, or of the log servers', writers.BROKEN)."""
     sim = NodeSim(seed, cfg, broken, faults)
-    rules = _BROKEN_RULES.get(broken, []) if broken in BROKEN else writers._broken_rules(sim, broken)
+    rules = _BROKEN_RULES.get(broken, []) if broken in BROKEN else writers.broken_rules(sim, broken)
     try:
         with swapped(rules):
             r = sim.sched.run(sim.main)

@@ -96,7 +96,7 @@ class Config:
     duplicate: float = 0.05  # ... delivered twice
     stream_break: float = 0.01  # a replication stream's call lost with its stream
     delay_max_s: float = 0.02
-    # A broken variant (BROKEN; _broken_rules): "no-store-check" (with elections and wipes)
+    # A broken variant (BROKEN; broken_rules): "no-store-check" (with elections and wipes)
     # starts a server on whatever store it finds (log/store_identity.py not asked)
     broken: str = ""
     # Whole log servers (log/node.py Node: the real election, membership, peers, catch-up,
@@ -214,7 +214,7 @@ def _records_part(seg: Segment, truncated_before: int, held: Any) -> list[Entry]
 SEAL_SHARDS = 3
 
 
-def _broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
+def broken_rules(sim: WriterSim, variant: str) -> list[Swap]:
     """The rules a broken variant swaps in for the run (none for "no-store-check", which
     the server's start skips: WriterSim.server)."""
     def any_enough(meta: LogMetadata, replies: Any, ack_quorum: int = limits.ACK_QUORUM) -> bool:
@@ -1207,7 +1207,7 @@ def run(seed: int, cfg: Config | None = None) -> Result:
     sim = WriterSim(seed, cfg)
     changes = ENSEMBLE_CHANGES.labels(log=str(LOG))
     before = changes._value.get()
-    with swapped(_broken_rules(sim, sim.cfg.broken)):
+    with swapped(broken_rules(sim, sim.cfg.broken)):
         r = sim.sched.run(sim.main)
     r.ensemble_changes = int(changes._value.get() - before)
     r.failures = sim.sched.failures + sim.ens.errors

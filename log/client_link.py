@@ -133,7 +133,7 @@ class _GrpcAppend:
             raise TimeoutError from None
         except grpc.RpcError as e:
             raise Refusal.of_call(e) from None
-        return r.first_position, r.count, r.timestamp_ms, r.epoch
+        return placement(r)
 
     def cancel(self) -> None:
         self.fut.cancel()
@@ -190,11 +190,20 @@ class GrpcLog(Stubs):
 
     def status(self, addr: str) -> list[LogState]:
         with _log_errors():
-            st = self.stub(addr).Status(pb.StatusRequest(), timeout=5)
-        # Each server reports its own replica's position (log/server.py status).
-        return [LogState(ls.log_id, ls.writer_id, ls.epoch, ls.first_position, ls.last_position,
-                         next((r.position for r in ls.replicas if r.server_id == st.server_id), -1))
-                for ls in st.logs]
+            return states(self.stub(addr).Status(pb.StatusRequest(), timeout=5))
+
+
+def placement(r: pb.AppendResponse) -> Placement:
+    """Where an Append's answer says the log placed it."""
+    return r.first_position, r.count, r.timestamp_ms, r.epoch
+
+
+def states(st: pb.StatusResponse) -> list[LogState]:
+    """Each log as a Status answer says its server sees it: the server reports its own
+    replica's position (log/server.py status)."""
+    return [LogState(ls.log_id, ls.writer_id, ls.epoch, ls.first_position, ls.last_position,
+                     next((r.position for r in ls.replicas if r.server_id == st.server_id), -1))
+            for ls in st.logs]
 
 
 # ReadIndex's Tail calls, for every LogClient of the process.

@@ -134,27 +134,11 @@ class _GrpcReplica:
     @staticmethod
     def _method(stub: Any, msg: Fence | ReadRange | AddEntries) -> tuple[Any, Any, Callable[[Any], Any]]:
         """The stub's method for `msg`, the request it sends and how its reply reads."""
-        if isinstance(msg, Fence):
-            return stub.Fence, codec.fence_to_pb(msg), codec.fence_reply_from_pb
-        if isinstance(msg, AddEntries):
-            return stub.AddEntries, codec.add_to_pb(msg), codec.add_reply_from_pb
-        return stub.ReadRange, codec.read_to_pb(msg), codec.read_reply_from_pb
+        name, req, conv = on_the_wire(msg)
+        return getattr(stub, name), req, conv
 
     def _answer(self, result: Callable[[], Any], conv: Callable[[Any], Any]) -> Any:
-        """A call's reply, read; NoAnswer if it got none (the address is forgotten when the
-        server is unreachable: it may have restarted elsewhere) or one that cannot be,
-        Refused if the replica answered with an error."""
-        try:
-            return conv(result())
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                self.forget()
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise NoAnswer(f"log server {self.server_id}: {e.code().name}") from e
-            raise Refused(f"log server {self.server_id}: {e.code().name} {e.details()}") from e
-        except BadRequest as e:
-            log.warning("log server %d sent a reply that cannot be: %s", self.server_id, e)
-            raise NoAnswer(f"log server {self.server_id} sent a reply that cannot be: {e}") from e
+        return answer_of(self.server_id, result, conv, self.forget)
 
     def call(self, msg: Fence | ReadRange | AddEntries, timeout_s: float) -> Any:
         stub = self.stub()
@@ -193,3 +177,30 @@ class _GrpcReplica:
                 self.forget()
             return None
         return [codec.add_reply_from_pb(r) for r in rep.responses]
+
+
+def on_the_wire(msg: Fence | ReadRange | AddEntries) -> tuple[str, Any, Callable[[Any], Any]]:
+    """The Replica service's method for `msg`, the request it sends and how its reply reads."""
+    if isinstance(msg, Fence):
+        return "Fence", codec.fence_to_pb(msg), codec.fence_reply_from_pb
+    if isinstance(msg, AddEntries):
+        return "AddEntries", codec.add_to_pb(msg), codec.add_reply_from_pb
+    return "ReadRange", codec.read_to_pb(msg), codec.read_reply_from_pb
+
+
+def answer_of(server_id: int, result: Callable[[], Any], conv: Callable[[Any], Any],
+              forget: Callable[[], None]) -> Any:
+    """A call's reply from replica `server_id`, read; NoAnswer if it got none (`forget()`
+    its address when the server is unreachable: it may have restarted elsewhere) or one
+    that cannot be, Refused if the replica answered with an error."""
+    try:
+        return conv(result())
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNAVAILABLE:
+            forget()
+        if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise NoAnswer(f"log server {server_id}: {e.code().name}") from e
+        raise Refused(f"log server {server_id}: {e.code().name} {e.details()}") from e
+    except BadRequest as e:
+        log.warning("log server %d sent a reply that cannot be: %s", server_id, e)
+        raise NoAnswer(f"log server {server_id} sent a reply that cannot be: {e}") from e

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rocksdict import WriteBatch
@@ -31,9 +31,15 @@ def _ekey(log_id: int, seg: int, pos: int) -> bytes:
     return _E.pack(b"E", log_id, seg, pos)
 
 
+def _open(path: str) -> SyncedDb:
+    return SyncedDb(path, sync_timer=FSYNC.time)
+
+
 class RocksStore:
-    def __init__(self, path: str) -> None:
-        self.synced = SyncedDb(path, sync_timer=FSYNC.time)
+    def __init__(self, path: str, open_db: Callable[[str], SyncedDb] = _open) -> None:
+        """`open_db`: the disk port (runtime/disk.py OpenDb; the simulator's loses what was
+        not synced when its machine loses power: tests/sim/disk.py)."""
+        self.synced = open_db(path)
         self.db = self.synced.db
         self._group: WriteBatch | None = None
 
@@ -42,12 +48,12 @@ class RocksStore:
         """Commits inside the block go into one write batch, synced once at the end: the
         caller must not reply to anyone before the block has exited."""
         assert self._group is None, "groups do not nest"
-        self._group = WriteBatch(raw_mode=True)
+        self._group = self.synced.batch()
         try:
             yield
             wb, self._group = self._group, None
             if not wb.is_empty():
-                self.synced.write(wb)
+                self._write(wb)
         finally:
             self._group = None
 
@@ -55,7 +61,7 @@ class RocksStore:
         self.synced.close()
 
     def commit(self, batch: Batch) -> None:
-        wb = self._group if self._group is not None else WriteBatch(raw_mode=True)
+        wb = self._group if self._group is not None else self.synced.batch()
         if batch.delete_below is not None:
             # Entries are keyed by segment first: delete every segment's prefix below.
             meta = batch.meta
@@ -78,7 +84,11 @@ class RocksStore:
                 ).encode(),
             )
         if self._group is None:
-            self.synced.write(wb)
+            self._write(wb)
+
+    def _write(self, wb: WriteBatch) -> None:
+        """Every commit's write: durable when it returns (a sync after the batch)."""
+        self.synced.write(wb)
 
     def get(self, log_id: int, segment_epoch: int, position: int) -> Entry | None:
         v = self.synced.get(_ekey(log_id, segment_epoch, position))

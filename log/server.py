@@ -169,7 +169,10 @@ def _raw(b: bytes) -> bytes:
     return b
 
 
-def _handlers(s: Services) -> list[grpc.GenericRpcHandler]:
+def service_handlers(node: Node) -> list[grpc.GenericRpcHandler]:
+    """The Log and Replica services over `node`, each method through runtime/handlers.py
+    (the simulation answers the log servers' calls through them too: tests/sim/writers.py)."""
+    s = Services(node)
     log_service = grpc.method_handlers_generic_handler("midtown.log.v1.Log", {
         "Append": handlers.unary("Append", pb.AppendRequest, s.append),
         # Its messages are encoded once for every stream (log/read_cache.py): sent as they are.
@@ -197,7 +200,7 @@ def build(server_id: int, addr: str, zk_hosts: str, data_dir: str) -> tuple[grpc
                          maximum_concurrent_rpcs=2000)
     node = Node.open(server_id, addr, zk_hosts, data_dir, spares.linger_s_from_env(os.environ),
                      ensemble_change.enabled_from_env(os.environ), lease.lease_s_from_env(os.environ))
-    server.add_generic_rpc_handlers(_handlers(Services(node)))
+    server.add_generic_rpc_handlers(service_handlers(node))
     return server, node
 
 

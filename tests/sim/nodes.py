@@ -86,8 +86,9 @@ from log.client import LogClient
 from log.entry import Entry
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
+from log.rocks_store import RocksStore
 from log.seals import UNTAGGED, Seals, Tags
-from log.store import Batch, MemStore
+from log.store import Batch
 from midtown import errors, retries
 from midtown.client import Client
 from midtown.model import Op as SdkOp
@@ -107,7 +108,7 @@ from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 from tests.linearizability import INF, Operation, check_per_key
-from tests.sim import writers
+from tests.sim import grpc_port, writers
 from tests.sim.broken import Swap, swapped
 from tests.sim.disk import Disk
 from tests.sim.store import MemState
@@ -124,7 +125,7 @@ PKEYS = [b"k%d" % i for i in range(10)]
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
-          "no-event-ids", "open-early", "unsealed")
+          "no-event-ids", "open-early", "unsealed", "log-unsynced")
 
 
 @dataclass(frozen=True)
@@ -151,15 +152,18 @@ class Faults:
 NO_FAULTS = Faults()  # beyond every run's: the faults the tests' seeds were found with
 
 
-def drawn(seed: int) -> Faults:
+def drawn(seed: int, broken: str = "") -> Faults:
     """The faults of seed `seed`'s run, each drawn on its own (by a generator of their
     own, so that the run's own draws stay the seed's): every fault the simulation knows
-    is on in some seeds, several together in most."""
+    is on in some seeds, several together in most. With a broken rule of the log servers'
+    (`broken`, of writers.BROKEN alone), five log servers in every seed, not one in three:
+    ensembles then change, and most of those rules are reached only in a change."""
     r = random.Random(f"faults/{seed}")
-    return Faults(slow=r.random() < 0.5, pauses=r.random() < 0.5, ingest=r.random() < 0.4,
-                  handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
-                  link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
-                  log_servers=r.choice((3, 3, 5)))
+    f = Faults(slow=r.random() < 0.5, pauses=r.random() < 0.5, ingest=r.random() < 0.4,
+               handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
+               link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
+               log_servers=r.choice((3, 3, 5)))
+    return replace(f, log_servers=5) if broken in writers.BROKEN and broken not in BROKEN else f
 
 
 MOVERS = 2  # operators moving shards, perhaps at the same time
@@ -197,19 +201,21 @@ def counted(w: Write, i: int) -> bool:
     return any(isinstance(op, Incr) and op.local_key == b"n%d" % i for op in w.record.ops)
 
 
-class _KeptStore(MemStore):
-    """A log server's store that hands the entries a truncation deletes to the simulation,
-    which checks the whole log at the end."""
+class _KeptStore(RocksStore):
+    """A log server's replica store, the real one (log/rocks_store.py) on the simulated
+    disk (tests/sim/disk.py: what was not synced is lost when its machine loses power),
+    which hands the entries a truncation deletes to the simulation: it checks the whole
+    log at the end."""
 
-    def __init__(self, kept: dict[tuple[int, int, int], Entry]) -> None:
-        super().__init__()
-        self.kept = kept
+    def __init__(self, path: str, disk: Disk, kept: dict[tuple[int, int, int], Entry]) -> None:
+        super().__init__(path, disk.open)
+        self.path, self.kept = path, kept
 
     def commit(self, batch: Batch) -> None:
-        if batch.delete_below is not None:
-            for (lg, epoch, p), e in self.entries.items():
-                if lg == batch.log_id and p < batch.delete_below:
-                    self.kept.setdefault((lg, epoch, p), e)
+        if batch.delete_below is not None and batch.meta is not None:
+            for seg in batch.meta.segments:
+                for e in self.range(batch.log_id, seg, 0, batch.delete_below - 1):
+                    self.kept.setdefault((batch.log_id, seg, e.position), e)
         super().commit(batch)
 
 
@@ -278,23 +284,17 @@ class _PeerCalls:
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
         sim, to = self.sim, int(addr.split(":")[1])
-        raw = req.SerializeToString()
 
         def answer() -> Any:
             node = sim.storage[to]
             service = sim.storage_services.get(id(node))
             if service is None or service[0] is not node:
                 service = sim.storage_services[id(node)] = (node, storage_server.service_handlers(node))
-            handler = service[1].service(_Details(f"/midtown.kv.v1.Storage/{method}", ()))
-            ctx = _Context(world.monotonic() + timeout_s, ())
-            try:
-                if handler.unary_stream is not None:
-                    return [type(m).FromString(handler.response_serializer(m))
-                            for m in handler.unary_stream(raw, ctx)]
-                out = handler.unary_unary(raw, ctx)
-            except _Aborted as e:  # the call's status, with its trailers
-                return e.args[0]
-            return type(out).FromString(handler.response_serializer(out))  # as it crosses the wire
+            path, ctx = f"/midtown.kv.v1.Storage/{method}", grpc_port.Context(world.monotonic() + timeout_s)
+            if grpc_port.method([service[1]], path).unary_stream is None:
+                return grpc_port.unary([service[1]], path, req, ctx)
+            got = list(grpc_port.streamed([service[1]], path, req, ctx))
+            return got[-1] if got and isinstance(got[-1], CallFailed) else got
         return unary(sim, addr, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
                      timeout_s)
 
@@ -317,45 +317,6 @@ class _StorageLink(_PeerCalls):
         return None
 
 
-class _Aborted(Exception):
-    """A call its handler ended with a status (grpc.ServicerContext.abort raises)."""
-
-
-class _Context:
-    """What the coordinator's handlers read of a gRPC call's context: its deadline, its
-    metadata (a user's token), its peer (the rate limiter's key); and its abort."""
-
-    def __init__(self, deadline: float, metadata: Any) -> None:
-        self.deadline, self.metadata = deadline, tuple(metadata or ())
-        self.trailers: tuple[tuple[str, str], ...] = ()
-
-    def time_remaining(self) -> float:
-        return max(0.0, self.deadline - world.monotonic())
-
-    def invocation_metadata(self) -> tuple[Any, ...]:
-        return self.metadata
-
-    def peer(self) -> str:
-        return "ipv4:10.0.0.9:5000"  # the SDK's process
-
-    def set_trailing_metadata(self, trailers: Any) -> None:
-        self.trailers = tuple(trailers)
-
-    def abort(self, code: grpc.StatusCode, details: str) -> None:
-        raise _Aborted(CallFailed(code, details, self.trailers))
-
-    def code(self) -> None:
-        return None
-
-    def is_active(self) -> bool:
-        return True
-
-
-class _Details:
-    def __init__(self, method: str, metadata: Any) -> None:
-        self.method, self.invocation_metadata = method, tuple(metadata or ())
-
-
 class _KvStub:
     """The SDK's way to a coordinator (midtown/client.py `link`) on the simulated network:
     a unary call of the KV service, answered in the coordinator's process by its own gRPC
@@ -370,7 +331,6 @@ class _KvStub:
 
         def call(req: Any, timeout: float | None = None, metadata: Any = None) -> Any:
             timeout_s = 60.0 if timeout is None else timeout
-            raw = req.SerializeToString()
             # (method, request) of each write it carries: a Many call (the SDK's coalescing
             # of several callers' operations) carries one each
             writes = ([(_MANY[i.WhichOneof("call")], getattr(i, i.WhichOneof("call"))) for i in req.items]
@@ -383,13 +343,8 @@ class _KvStub:
                     sim.counts["retries"] += not r.header.first_attempt
 
             def answer() -> Any:
-                handler = sim.kv_handlers.service(_Details(f"/midtown.kv.v1.KV/{method}", metadata))
-                ctx = _Context(world.monotonic() + timeout_s, metadata)
-                try:
-                    out = handler.unary_unary(raw, ctx)
-                except _Aborted as e:
-                    return e.args[0]
-                return type(out).FromString(out.SerializeToString())  # as it crosses the wire
+                return grpc_port.unary([sim.kv_handlers], f"/midtown.kv.v1.KV/{method}", req,
+                                       grpc_port.Context(world.monotonic() + timeout_s, metadata))
             out = unary(sim, self.addr, lambda: sim.coordinator_proc, answer, timeout_s)
             answers = ([getattr(a, a.WhichOneof("response")) if a.WhichOneof("response") else None
                         for a in out.answers] if method == "Many" else [out])
@@ -421,9 +376,12 @@ class NodeSim(WriterSim):
     def __init__(self, seed: int, cfg: Config | None = None, broken: str = "",
                  faults: Faults | None = None) -> None:
         assert broken in ("",) + BROKEN + writers.BROKEN, broken
-        f = drawn(seed) if faults is None else faults
+        f = drawn(seed, broken) if faults is None else faults
         self.faults = f
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
+        self.disk = Disk()
+        self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-"))
+        self.log_disks: dict[int, int] = {}  # log server -> its disks so far (a new one when one is lost)
         log_broken = "" if broken in BROKEN else broken  # a variant of the log servers' (writers.BROKEN)
         super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS, servers=f.log_servers,
                                        wipes=f.log_wipes, late_notices_s=f.late_notices_s,
@@ -444,8 +402,6 @@ class NodeSim(WriterSim):
         # (hand_offs: drivers/handoffs.py)
         self.handoffs = f.handoffs
         self.events: dict[bytes, tuple[bytes, bool]] = {}
-        self.disk = Disk()
-        self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-"))
         self.storage: dict[int, StorageNode] = {}  # the live nodes
         # id(node) -> (node, its gRPC service's handlers, as storage_node/server.py registers them)
         self.storage_services: dict[int, tuple[StorageNode, Any]] = {}
@@ -468,15 +424,46 @@ class NodeSim(WriterSim):
                        "strong reads": 0, "disks lost": 0, "moves": 0, "moves done": 0, "moves refused": 0,
                        "moves onto a copy's machine refused": 0,
                        "movers killed": 0, "movers paused": 0, "coordinator crashes": 0,
-                       "nodes paused": 0, "ingest attempts": 0}
+                       "nodes paused": 0, "ingest attempts": 0, "log server power losses": 0,
+                       "log batches lost": 0}
         if f.handoffs:
             self.counts.update(dict.fromkeys(("hand-offs", "hand-offs done", "hand-offs refused",
                                               "hand-off drivers killed"), 0))
 
-    # --- the storage nodes ----------------------------------------------------------------
+    # --- the log servers' disks -------------------------------------------------------------
 
-    def new_store(self) -> _KeptStore:
-        return _KeptStore(self.kept)
+    def new_store(self, s: int) -> _KeptStore:
+        self.log_disks[s] = self.log_disks.get(s, 0) + 1
+        return self.log_store(s)
+
+    def log_store(self, s: int) -> _KeptStore:
+        """Log server `s`'s replica store, opened on its disk."""
+        return _KeptStore(str(self.dir / f"log-{s}-{self.log_disks[s]}"), self.disk, self.kept)
+
+    def crash_server(self, s: int) -> None:
+        """A log server's process dies, or its machine loses power (half the time): what
+        its store wrote and did not sync is lost (the store syncs every write it
+        acknowledges: log/rocks_store.py)."""
+        super().crash_server(s)
+        store = self.stores[s]
+        if self.rng.random() < 0.5:
+            self.counts["log server power losses"] += 1
+            self.counts["log batches lost"] += self.disk.power_loss(store.path, self.rng)
+        else:
+            store.close()
+
+    def restart_server(self, s: int) -> None:
+        if self.stores[s].synced.closed:  # its disk opened again
+            self.stores[s] = self.log_store(s)
+        super().restart_server(s)
+
+    def store_of(self, s: int) -> _KeptStore:
+        """(A server down: its disk opened, which the server finds open when it restarts.)"""
+        if self.stores[s].synced.closed:
+            self.stores[s] = self.log_store(s)
+        return self.stores[s]
+
+    # --- the storage nodes ----------------------------------------------------------------
 
     def disk_generation(self, n: int, before_ms: float = float("inf")) -> int:
         """How many times node `n` had lost its disk (before `before_ms`): which disk it is on."""
@@ -1008,7 +995,7 @@ class NodeSim(WriterSim):
         if seg is None:
             return None
         for s in self.servers:
-            if (e := self.stores[s].get(meta.log_id, seg.epoch, p)) is not None:
+            if (e := self.store_of(s).get(meta.log_id, seg.epoch, p)) is not None:
                 return e
         return self.kept.get((meta.log_id, seg.epoch, p))
 
@@ -1414,6 +1401,9 @@ def _opened_at_once(place: handoff.Place, log_id: int, position: int, kind: hand
 
 # Each broken variant: the (owner, name, broken rule) swapped in for the run.
 _BROKEN_RULES: dict[str, list[Swap]] = {
+    # a log server's store that does not sync what it writes: a power loss takes back
+    # entries and fences it acknowledged
+    "log-unsynced": [(RocksStore, "_write", lambda store, wb: store.synced.write(wb, sync=False))],
     # positions published as applied, perhaps not synced yet
     "publish-unsynced": [(bookkeeping, "durable_positions", _applied)],
     # a node truncates the log below its own position, ignoring the other holders'
@@ -1497,5 +1487,6 @@ def run(seed: int, cfg: Config | None = None, broken: str = "",
         return r, counts
     finally:
         for db in list(sim.disk.dbs.values()):
-            db.close()
+            if not db.closed:
+                db.close()
         shutil.rmtree(sim.dir, ignore_errors=True)

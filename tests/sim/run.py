@@ -187,11 +187,11 @@ def _every_broken(a: argparse.Namespace) -> int:
         for seed in range(a.seed, a.seed + a.runs):
             r, _ = nodes.run(seed, broken=v, faults=a.faults_given)
             found = r.violations or r.failures
-            if found and _failed(seed, nodes.run(seed, faults=a.faults_given)[0]):
+            if found and _failed(seed, nodes.run(seed, faults=a.faults_given or nodes.drawn(seed, v))[0]):
                 print(f"{v}\tseed {seed} fails as built too: searching on", flush=True)
             elif found:
                 print(f"{v}\t{seed}\t{seed - a.seed + 1}\t{time.monotonic() - t:.0f}\t"
-                      f"{a.faults_given or nodes.drawn(seed)}\t{found[0][:100]}", flush=True)
+                      f"{a.faults_given or nodes.drawn(seed, v)}\t{found[0][:100]}", flush=True)
                 break
         else:
             missed += 1
@@ -217,12 +217,12 @@ def _nodes(a: argparse.Namespace) -> int:
                 counts[k] = counts.get(k, 0) + n
         if a.trace:
             print(f"seed {seed} ({r.switches} task switches, {r.simulated_s:.1f} simulated s; faults: "
-                  f"{a.faults_given or nodes.drawn(seed)}): {c}")
+                  f"{a.faults_given or nodes.drawn(seed, a.broken)}): {c}")
         failed = _failed(seed, r)
         bad += failed
         if failed and a.until_caught:
             print(f"caught at seed {seed} ({ran} seeds run from {a.seed}); its faults: "
-                  f"{a.faults_given or nodes.drawn(seed)}")
+                  f"{a.faults_given or nodes.drawn(seed, a.broken)}")
             break
     dt = time.monotonic() - t0
     print(f"{ran} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); {counts['writes']} writes through "

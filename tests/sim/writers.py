@@ -21,9 +21,11 @@ session timeout or not, and lets it run again.
 With whole servers, the clients are the real log client (log/client.py LogClient: the
 writer found through ZooKeeper and its watch, redirects, retries of unknown outcomes, an
 attempt given up when the writer node names another server) over the simulator's backend of
-the log client's network port (_LogLink, log/client_link.py), whose Append and Tail calls
-are answered by the servers' own cores (log/append.py answer, Node.tail_hurrying) in the
-servers' processes; and readers run ReadIndex rounds (LogClient.read_index) beside them.
+the log client's network port (_LogLink, log/client_link.py), whose calls are answered by
+the servers' own gRPC services (log/server.py, through tests/sim/grpc_port.py: requests and
+answers as bytes, deadlines carried, refusals as statuses) in the servers' processes, as
+the writers' calls to their peers' replicas are; and readers run ReadIndex rounds
+(LogClient.read_index) beside them.
 
 The checks: every append acknowledged by any writer is, at the end, at its position with its
 payload on the replicas, and no position has two different copies; with the log client, each
@@ -47,12 +49,13 @@ from kazoo.client import KazooState
 from catalog import registry
 from fleet import failure_domains, machines
 from fleet.failure_domains import Domain
-from log import append, lease, limits, reading, rereplicate
+from log import codec, lease, limits, reading, rereplicate
 from log import read_index as ri
+from log import server as log_server
 from log import zk as zkpaths
-from log.catch_up import Unavailable
 from log.client import LogClient
-from log.client_link import LogState, Placement
+from log.client_link import LogState, Placement, placement, states
+from log.codec import add_reply_from_pb, add_to_pb
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.entry import Entry
 from log.limits import FIRST_POSITION
@@ -64,14 +67,16 @@ from log.node import Node
 from log.peers import Peers
 from log.quorum import AckTracker
 from log.replica import ReplicaCore
-from log.replica_link import NoAnswer, OwnReplica
+from log.replica_link import NoAnswer, OwnReplica, Refused, answer_of, on_the_wire
 from log.seals import FIRST, NONE, UNTAGGED, Seals, Stint, Tags
 from log.store import MemStore
 from log.store_identity import StoreLost
 from log.writer import ChangeEnsemble, Send, State, Writer
+from midtown_pb import log_pb2 as pb
 from runtime import refusals, world
 from runtime.refusals import Refusal
-from tests.sim import broken
+from runtime.stubs import CallFailed
+from tests.sim import broken, grpc_port
 from tests.sim.broken import Swap, swapped
 from tests.sim.scheduler import Scheduler
 from tests.sim.zookeeper import Client, Ensemble, Late
@@ -327,7 +332,10 @@ class _Link:
             sim.delay()
             if not sim.reachable(to, self.frm):
                 return
-            rep = sim.handle(to, msg)
+            try:
+                rep = sim.handle(to, msg)
+            except (NoAnswer, Refused):
+                return  # as if lost: the writer's tick sends again
             for _ in range(sim.copies()):
                 world.spawn("reply", lambda: back(rep))
 
@@ -367,7 +375,13 @@ class _Link:
         if not sim.reachable(to, self.frm) or sim.rng.random() < sim.cfg.stream_break:
             world.sleep(0.0 if to in sim.down else limits.REPLICA_RPC_TIMEOUT_S)
             return None
-        replies = [sim.handle(to, m) for m in msgs]
+        try:  # a call on the stream: the server handles its messages together (Node.local_batch)
+            req = pb.ReplicateRequest(requests=[add_to_pb(m) for m in msgs])
+            replies = (sim.replica_call(to, "Replicate", req,
+                                        lambda rep: [add_reply_from_pb(r) for r in rep.responses])
+                       if sim.cfg.elections else [sim.handle(to, m) for m in msgs])
+        except (NoAnswer, Refused):
+            return None  # the stream failed with it
         sim.replicate_calls += 1
         sim.replicated += len(msgs)
         sim.delay()
@@ -397,31 +411,35 @@ class _PendingAppend:
 
 
 class _LogLink:
-    """The simulator's backend of the log client's network port (log/client_link.py): an
-    Append or a Tail to server `sim:N` answered by that server's own core in its process,
+    """The simulator's backend of the log client's network port (log/client_link.py): each
+    call answered in server `sim:N`'s process by its own Log service (`WriterSim.log_call`),
     each way after a delay; a call to a server that is down is refused (`refused`, as a
     connection is); one to a server paused or cut off is answered by nothing, as is one
     lost with its connection (as often as a replication stream breaks: a call on a live
-    connection is not lost by itself)."""
+    connection is not lost by itself). A failed call is the Refusal its status reads as
+    (Refusal.of_call), as the log client's gRPC backend reads it."""
 
     def __init__(self, sim: WriterSim) -> None:
         self.sim = sim
 
-    def _call(self, addr: str, reply: futures.Future[Any], answer: Callable[[Node], Any],
+    def _call(self, addr: str, reply: futures.Future[Any], answer: Callable[[int], Any],
               refused: Callable[[], None]) -> None:
         sim, to = self.sim, int(addr.split(":")[1])
-        carry(sim, reply, lambda: None if to in sim.down else sim.proc(to), lambda: answer(sim.nodes[to]),
+        carry(sim, reply, lambda: None if to in sim.down else sim.proc(to), lambda: answer(to),
               refused, lambda: sim.reachable(to), lossy=True)
 
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
                tags: Tags = UNTAGGED) -> _PendingAppend:
-        def answer(node: Node) -> Placement | Refusal:
-            r = append.answer(node, log_id, payloads, timeout_s, hurry=True, tags=tags)
+        req = codec.tags_to_pb(pb.AppendRequest(log_id=log_id, payloads=payloads), tags)
+        deadline = world.monotonic() + timeout_s
+
+        def answer(to: int) -> Placement | Refusal:
+            r = self.sim.log_call(to, "Append", req, deadline)
             if isinstance(r, Refusal):
                 return r
             if log_id == LOG:  # acknowledged by the server, whether or not its caller still waits
                 self.sim.server_acks += [(r.epoch, r.first_position + i, p) for i, p in enumerate(payloads)]
-            return (r.first_position, r.count, r.timestamp_ms, r.epoch)
+            return placement(r)
         call = _PendingAppend(timeout_s)
         self._call(addr, call.reply, answer, lambda: call.reply.set_exception(
             Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
@@ -429,26 +447,25 @@ class _LogLink:
 
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
         reply: futures.Future[ri.TailReply] = world.future()
-        self._call(addr, reply, lambda node: node.tail_hurrying(log_id),
-                   lambda: reply.set_exception(ConnectionRefusedError(addr)))
+        req, deadline = pb.TailRequest(log_id=log_id), world.monotonic() + limits.TAIL_CALL_TIMEOUT_S
+
+        def answer(to: int) -> ri.TailReply | Refusal:
+            r = self.sim.log_call(to, "Tail", req, deadline)
+            return r if isinstance(r, Refusal) else ri.TailReply(int(r.last), int(r.epoch))
+        self._call(addr, reply, answer, lambda: reply.set_exception(ConnectionRefusedError(addr)))
         return reply
 
     def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> _Entries:
-        return _Entries(self.sim, int(addr.split(":")[1]), log_id, position())
+        req = pb.ReadRequest(log_id=log_id, from_position=position(), follow=True, linger_ms=linger_ms)
+        return _Entries(self.sim, int(addr.split(":")[1]), req)
 
-    def _blocking(self, addr: str, answer: Callable[[Node], Any], timeout_s: float) -> Any:
-        """A unary call answered by the server's own method (a Refusal: the call's status)."""
+    def _blocking(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
+        """A call and its wait."""
         reply: futures.Future[Any] = world.future()
-
-        def there(node: Node) -> Any:
-            try:
-                return answer(node)
-            except Refusal as e:  # as the server's gRPC call ends
-                return Refusal(e.code, e.text)
-            except Exception as e:  # noqa: BLE001 - as the handlers end it (runtime/handlers.py)
-                return Refusal(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
-        self._call(addr, reply, there, lambda: reply.set_result(
-            Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")))
+        deadline = world.monotonic() + timeout_s
+        refused = Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
+        self._call(addr, reply, lambda to: self.sim.log_call(to, method, req, deadline),
+                   lambda: reply.set_result(refused))
         try:
             r = reply.result(timeout_s)
         except futures.TimeoutError:
@@ -458,29 +475,18 @@ class _LogLink:
         return r
 
     def read_range(self, addr: str, log_id: int, start: int, max_entries: int, timeout_s: float | None,
-                   wait: bool, follow: bool = False) -> list[Entry]:
+                   wait: bool, follow: bool = False) -> list[Any]:
         assert not follow, "the simulation follows through read()"
-
-        def entries(node: Node) -> list[Entry]:
-            out: list[Entry] = []
-            while not max_entries or len(out) < max_entries:
-                try:
-                    got = node.read_from(log_id, start + len(out), 0)
-                except reading.Truncated as e:
-                    raise Refusal(grpc.StatusCode.OUT_OF_RANGE, str(e)) from None
-                except Unavailable as e:
-                    raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{e}; retry") from None
-                if not got:
-                    break
-                out += got
-            return out[:max_entries] if max_entries else out
-        return self._blocking(addr, entries, 60 if timeout_s is None else timeout_s)  # type: ignore[no-any-return]
+        req = pb.ReadRequest(log_id=log_id, from_position=start, max_entries=max_entries)
+        return [e for resp in self._blocking(addr, "Read", req, 60 if timeout_s is None else timeout_s)
+                for e in resp.entries]
 
     def truncate(self, addr: str, log_id: int, before: int) -> int:
-        return self._blocking(addr, lambda node: node.truncate_before(log_id, before), 10)  # type: ignore[no-any-return]
+        req = pb.TruncateRequest(log_id=log_id, before_position=before)
+        return int(self._blocking(addr, "Truncate", req, 10).first_position)
 
     def status(self, addr: str) -> list[LogState]:
-        return self._blocking(addr, lambda node: node.status(), 5)  # type: ignore[no-any-return]
+        return states(self._blocking(addr, "Status", pb.StatusRequest(), 5))
 
 
 def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | None],
@@ -534,60 +540,56 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
 
 
 class _Entries:
-    """A Read stream on the simulated network: the server's process reads its committed
-    entries (Node.read_from, what the gRPC Read serves) and sends each batch after a delay;
-    the stream fails UNAVAILABLE when the server is down at the start or dies (its
-    connection reset) or breaks now and then, and stays silent while the server is paused
-    or cut off, until cancelled (the follow cancels it when another writer is named)."""
+    """A Read stream on the simulated network, served in the server's process by its Log
+    service's Read (log/server.py: the committed entries, lingering as asked), each
+    message after a delay; the stream fails UNAVAILABLE when the server is down at the
+    start or dies (its connection reset) or breaks now and then, and stays silent while
+    the server is paused or cut off, until cancelled (the follow cancels it when another
+    writer is named: the server's Read sees its call inactive and ends)."""
     in_process = False
 
-    def __init__(self, sim: WriterSim, to: int, log_id: int, position: int) -> None:
-        self.sim, self.log_id = sim, log_id
+    def __init__(self, sim: WriterSim, to: int, req: pb.ReadRequest) -> None:
+        self.sim, self.req = sim, req
         self.batches: Any = world.queue()
-        self.cancelled = False
+        self.ctx = grpc_port.Context(None)
         self.proc = sim.proc(to)
         if to in sim.down:
             self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, f"sim:{to}: connection refused"))
             return
-        self._open(to, position)
+        self._open(to)
 
-    def _open(self, to: int, position: int) -> None:
+    def _open(self, to: int) -> None:
         """The server's process serves the stream; a stopped one once it runs again (the
         call waits in its socket meanwhile)."""
         sim = self.sim
         try:
             with sim.sched.process(self.proc):
-                world.spawn("read-stream", lambda: self._serve(sim.nodes[to], position))
+                world.spawn("read-stream", lambda: self._serve(to))
         except RuntimeError:  # stopped (or dead: the reader sees its connection reset)
             def later() -> None:
                 world.sleep(max(0.001, sim.sched.paused_until.get(self.proc, 0.0) - world.monotonic()))
-                if not self.cancelled and self.proc not in sim.sched.dead:
-                    self._open(to, position)
+                if self.ctx.is_active() and self.proc not in sim.sched.dead:
+                    self._open(to)
             with sim.sched.process("network"):
                 world.spawn("read-stream-waits", later)
 
-    def _serve(self, node: Node, pos: int) -> None:
+    def _serve(self, to: int) -> None:
         sim = self.sim
-        while not self.cancelled:
-            try:
-                batch = node.read_from(self.log_id, pos, 0.5)
-            except reading.Truncated as e:
-                self.batches.put(Refusal(grpc.StatusCode.OUT_OF_RANGE, str(e)))
-                return
-            except Unavailable as e:  # as the gRPC Read ends: no live replica holds them now
-                self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, f"{e}; retry"))
+        for resp in grpc_port.streamed(sim.log_services(to), "/midtown.log.v1.Log/Read", self.req, self.ctx,
+                                       pb.ReadResponse.FromString):
+            if isinstance(resp, CallFailed):  # as the gRPC Read ends (OUT_OF_RANGE: truncated; ...)
+                self.batches.put(Refusal.of_call(resp))
                 return
             sim.delay()
             if sim.rng.random() < sim.cfg.stream_break:
+                self.ctx.cancelled = True  # the server's side of the stream ends with it
                 self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, "stream broken"))
                 return
-            self.batches.put(batch)
-            if batch:
-                pos = batch[-1].position + 1
+            self.batches.put(list(resp.entries))
 
     def __iter__(self) -> Any:
         while True:
-            if self.cancelled:
+            if self.ctx.cancelled:
                 raise Refusal(grpc.StatusCode.CANCELLED, "cancelled")
             try:
                 item = self.batches.get(timeout=0.5)
@@ -600,7 +602,7 @@ class _Entries:
             yield item
 
     def cancel(self) -> None:
-        self.cancelled = True
+        self.ctx.cancelled = True
 
 
 class WriterSim:
@@ -612,7 +614,7 @@ class WriterSim:
         self.rng = self.sched.rng
         self.ens = Ensemble(late=Late(seed, self.cfg.late_notices_s) if self.cfg.late_notices_s else None)
         self.servers = tuple(range(self.cfg.servers))
-        self.stores = {s: self.new_store() for s in self.servers}
+        self.stores = {s: self.new_store(s) for s in self.servers}
         self.replicas = {s: ReplicaCore(s, self.stores[s], log_count=1) for s in self.servers}
         self.acks: list[tuple[int, int, bytes]] = []  # (epoch, position, payload)
         # ... of every Append a server answered as acknowledged (its client may have given up)
@@ -625,6 +627,7 @@ class WriterSim:
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in self.servers}
         self.nodes: dict[int, Node] = {}  # whole servers (nodes), the newest of each
+        self.services: dict[int, tuple[Node, Any]] = {}  # each one's gRPC services (log/server.py)
         self.sessions: dict[str, int] = {}  # a server process -> its first ZooKeeper session
         self.takeovers = 0  # writers that replaced one whose server was still registered
         self.live_takeovers = 0  # ... while that server ran, neither down nor paused
@@ -651,14 +654,48 @@ class WriterSim:
     # --- the network --------------------------------------------------------------------
 
     def handle(self, to: int, msg: Any) -> Any:
-        """Replica `to` handles a writer's message: its server's replica side when whole
-        servers run (Node.issued, then Node.local_batch, as the gRPC service does; a
-        Refusal raised), else its core."""
+        """Replica `to` handles a writer's message: with whole servers, through its
+        server's Replica service (`replica_call`; NoAnswer or Refused raised as
+        log/replica_link.py reads a failed call), else its core."""
         if self.cfg.elections:
-            node = self.nodes[to]
-            with self.sched.clock_of(self.proc(to)):  # its promises timed on its own clock
-                return node.local_batch([node.issued(msg)])[0]
+            name, req, conv = on_the_wire(msg)
+            return self.replica_call(to, name, req, conv)
         return self.replicas[to].on_request(msg)
+
+    def log_services(self, to: int) -> Any:
+        """Server `to`'s Log and Replica services as its gRPC server runs them (log/server.py
+        service_handlers: a request and its answer cross as bytes, a refusal is a status)."""
+        node = self.nodes[to]
+        got = self.services.get(to)
+        if got is None or got[0] is not node:
+            got = self.services[to] = (node, log_server.service_handlers(node))
+        return got[1]
+
+    def log_call(self, to: int, method: str, req: Any, deadline: float) -> Any:
+        """A call of server `to`'s Log service: its answer (a stream's messages together), or
+        the Refusal its status reads as (Refusal.of_call, as the log client's gRPC backend
+        reads a failed call)."""
+        services, path = self.log_services(to), f"/midtown.log.v1.Log/{method}"
+        ctx = grpc_port.Context(deadline)
+        if grpc_port.method(services, path).unary_stream is None:
+            out = grpc_port.unary(services, path, req, ctx)
+        else:  # a Read that is not a follow: its messages together
+            got = list(grpc_port.streamed(services, path, req, ctx, pb.ReadResponse.FromString))
+            out = got[-1] if got and isinstance(got[-1], CallFailed) else got
+        return Refusal.of_call(out) if isinstance(out, CallFailed) else out
+
+    def replica_call(self, to: int, method: str, req: Any, conv: Callable[[Any], Any]) -> Any:
+        """A call of server `to`'s Replica service, its reply read by `conv`, or NoAnswer /
+        Refused as log/replica_link.py reads a call that failed."""
+        ctx = grpc_port.Context(world.monotonic() + limits.REPLICA_RPC_TIMEOUT_S)
+        with self.sched.clock_of(self.proc(to)):  # its promises timed on its own clock
+            out = grpc_port.unary(self.log_services(to), f"/midtown.log.v1.Replica/{method}", req, ctx)
+
+        def result() -> Any:
+            if isinstance(out, CallFailed):
+                raise out
+            return out
+        return answer_of(to, result, conv, lambda: None)
 
     def reachable(self, to: int, frm: int | None = None) -> bool:
         """Whether replica `to` can be reached (from server `frm`, if one sent)."""
@@ -698,8 +735,8 @@ class WriterSim:
         """The process of server `s` now (elections)."""
         return f"server-{s}-{self.incarnation[s] - 1}"
 
-    def new_store(self) -> MemStore:
-        """A log server's replica store, empty (a new disk)."""
+    def new_store(self, s: int) -> MemStore:
+        """Log server `s`'s replica store, empty (a new disk)."""
         return MemStore()
 
     def server(self, s: int) -> None:
@@ -915,8 +952,8 @@ class WriterSim:
         node = self.ens.nodes.get(zkpaths.truncate_path(LOG))
         truncated = int(json.loads(node.data)["before"]) if node is not None and node.data else 0
         for p in range(max(seg.first, truncated), seg.end + 1):
-            has = [r for r in seg.replicas if self.stores[r].get(LOG, seg.epoch, p) is not None
-                   or p < getattr(self.stores[r].metas.get(LOG), "first", 0)]
+            has = [r for r in seg.replicas if self.store_of(r).get(LOG, seg.epoch, p) is not None
+                   or p < getattr(self.store_of(r).load().get(LOG), "first", 0)]
             if len(has) < limits.ACK_QUORUM or moved_in - set(has):
                 self.violations.append(f"committed position {p} of segment {seg.epoch} is held by {has} of "
                                        f"its servers {seg.replicas}" + (f" ({sorted(moved_in)} re-replicated "
@@ -991,7 +1028,7 @@ class WriterSim:
                     # A disk lost, unless one is lost already (three servers keep a quorum
                     # with one gone for good; the operator would replace it)
                     if self.cfg.wipes and not self.lost and self.rng.random() < 0.5:
-                        self.stores[s] = self.new_store()
+                        self.stores[s] = self.new_store(s)
                         self.wiped += 1
                     self.restart_server(s)
                 else:  # a SIGSTOP: past the session timeout or not, its session cut as long
@@ -1018,6 +1055,10 @@ class WriterSim:
                       followed=self.follow_delivered, lease_reads=self.lease_reads,
                       sealed_refusals=self.sealed_refusals, hand_offs=self.hand_offs_made,
                       buggified=dict(self.sched.buggified))
+
+    def store_of(self, s: int) -> Any:
+        """Server `s`'s store, as a check reads it (a server down: its disk's)."""
+        return self.stores[s]
 
     def hand_offs(self, stop: Any) -> None:
         """A hand-off's driver, as docs/log.md step 3 has it: a shard sealed (the log
@@ -1158,7 +1199,7 @@ class WriterSim:
         """The payloads the replicas hold at position `p` of the log `meta` describes."""
         seg = meta.segment_of(p)
         return {e.payload for s in self.servers
-                if seg is not None and (e := self.stores[s].get(meta.log_id, seg.epoch, p)) is not None}
+                if seg is not None and (e := self.store_of(s).get(meta.log_id, seg.epoch, p)) is not None}
 
     def check(self) -> None:
         final = self.settled()
@@ -1190,7 +1231,7 @@ class WriterSim:
                 self.violations.append(f"committed position {p} holds {held}")
             seg = meta.segment_of(p)
             ts = [e.timestamp_ms for s in self.servers
-                  if seg is not None and (e := self.stores[s].get(LOG, seg.epoch, p)) is not None]
+                  if seg is not None and (e := self.store_of(s).get(LOG, seg.epoch, p)) is not None]
             if ts and min(ts) < last_ts:  # the log's time never goes back
                 self.violations.append(f"position {p} has timestamp {min(ts)}, below an earlier {last_ts}")
             last_ts = max(ts, default=last_ts)

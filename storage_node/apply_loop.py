@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 import logging
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Container, Sequence
 
 import grpc
 
@@ -24,14 +23,15 @@ from catalog.routing import answers_for
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
 from record import codec
-from record.model import Drop, Record, Stored
+from record.model import Drop, Record
 from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
 from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
 from runtime.refusals import Refusal
-from storage_node import changes, handoff, keys, reclaim, shard_copy, truncation
-from storage_node.apply import Applied, apply
+from storage_node import handoff, keys, reclaim, shard_copy, truncation
+from storage_node.apply import apply
 from storage_node.callbacks import Answer, AnswerLink
+from storage_node.change_recorder import ChangeRecorder
 from storage_node.handoff import Place
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
@@ -447,74 +447,3 @@ class ApplyLoop:
             lg = self.state.log_of(shard)
             return new.get(lg, self.state.positions[lg])[1] - retention_ms
         self.state.reclaimed += view.reclaim_changes(cutoff, reclaim.RECLAIM_BATCH_MAX)
-
-
-
-class ChangeRecorder:
-    """A log's changes through one batch of its entries (storage_node/changes.py): the
-    values that expire as the log's time moves, then each record's writes. Call `entry`
-    before each entry (time marks too), and `add` in place of `view.add` after a record is
-    applied. `shard_position(shard, position)`: where a change of that shard at that
-    position of the log stands in the shard's order (None: this node does not apply the
-    shard's records there)."""
-
-    def __init__(self, view: BatchView, log_id: int, after_ts_ms: int, upto_ts_ms: int,
-                 shard_position: Callable[[int, int], int | None]) -> None:
-        self.view = view
-        self.clock = _ExpiryClock(view, log_id, after_ts_ms, upto_ts_ms)
-        self.shard_position = shard_position
-
-    def entry(self, position: int, ts_ms: int) -> None:
-        for key, expired in self.clock.due(ts_ms):
-            at = self.shard_position(keys.shard_of_key(key), position)
-            if at is not None:
-                _record_expiry(self.view, key, expired, at, ts_ms)
-
-    def add(self, rec: Record, applied: Applied, position: int, ts_ms: int, log_id: int) -> None:
-        """Record the changes of a record `apply` returned `applied` for, and add it to the
-        view (`position`: the record's in its shard's order)."""
-        if applied.writes:  # before view.add: view.get still holds what the keys held before
-            n = len(keys.dataset_shard_prefix(rec.shard, rec.dataset))
-            self.view.record_changes(rec.shard, rec.dataset,
-                                     changes.of_writes(applied.writes, self.view.get, position, ts_ms, n))
-        self.view.add(applied, rec.shard, ts_ms, log_id)
-        self.clock.written(applied.writes)
-
-class _ExpiryClock:
-    """Which values of a log's shards expire as the log's time moves through a batch's
-    entries: the expiry index as stored, plus what the batch writes with a TTL that runs
-    out within it (storage_node/changes.py says when a value expires)."""
-
-    def __init__(self, view: BatchView, log_id: int, after_ts_ms: int, upto_ts_ms: int) -> None:
-        self.view = view
-        self.upto = upto_ts_ms
-        self.last = after_ts_ms
-        self.heap = view.expiring_between(log_id, after_ts_ms, upto_ts_ms) if upto_ts_ms > after_ts_ms else []
-
-    def due(self, ts_ms: int) -> list[tuple[bytes, Stored]]:
-        """(value key, the value) of each value that expires at an entry of log time
-        `ts_ms`, the entry after the last one asked about, in key order."""
-        out: list[tuple[bytes, Stored]] = []
-        if ts_ms <= self.last:
-            return out
-        while self.heap and self.heap[0][0] <= ts_ms:
-            exp, key = heapq.heappop(self.heap)
-            cur = self.view.get(key)
-            if changes.expires_now(cur, exp, self.last, ts_ms):
-                assert cur is not None
-                out.append((key, cur))
-        self.last = ts_ms
-        return sorted(set(out))
-
-    def written(self, writes: dict[bytes, Stored | None]) -> None:
-        for k, v in writes.items():
-            if v is not None and self.last < v.expires_at_ms <= self.upto:
-                heapq.heappush(self.heap, (v.expires_at_ms, k))
-
-
-def _record_expiry(view: BatchView, key: bytes, v: Stored, position: int, ts_ms: int) -> None:
-    dataset = keys.dataset_of(key)
-    shard = keys.shard_of_key(key)
-    pkey, lkey = keys.split_value_key(key, len(keys.dataset_shard_prefix(shard, dataset)))
-    view.record_changes(shard, dataset, [changes.Change(changes.Kind.EXPIRE, pkey, lkey, b"", v.version,
-                                                        v.expires_at_ms, position, ts_ms)])

@@ -1,4 +1,4 @@
-"""The change stream's recording (storage_node/changes.py, the apply loop's ChangeRecorder)
+"""The change stream's recording (storage_node/changes.py, storage_node/change_recorder.py)
 against a checker that derives the changes from the log alone: hypothesis-generated
 histories of puts, deletes, check-and-sets, increments and TTLs, with time marks, applied
 in batches of any size through the real apply step and store, then read back from random
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from record.model import Cas, Delete, Incr, Put, Record
 from storage_node import changes, keys
 from storage_node.apply import apply
-from storage_node.apply_loop import ChangeRecorder
+from storage_node.change_recorder import ChangeRecorder
 from storage_node.store import BatchView, NodeStore
 from tests import watch_checker
 

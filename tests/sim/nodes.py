@@ -51,29 +51,28 @@ the whole committed log is checked):
       (the nodes run on three machines, recorded as fleet/machines.py records them; an
       operator moving a shard onto a machine that holds a copy of it is refused).
 
-Broken variants (BROKEN, _BROKEN_RULES): a rule of the real code swapped for a broken one
-for the run."""
+Broken variants (tests/sim/variants.py): a rule of the real code swapped for a broken one
+for the run. The faults drawn per seed: tests/sim/faults.py; the network's backends of the
+storage side's ports: tests/sim/links.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import random
 import re
 import shutil
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent import futures
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from catalog import datasets, registry, shard_moves
+from catalog import datasets, registry
 from catalog.replica_sets import ReplicaSets
 from catalog.routing import shard_of
-from coordinator import bulk, server
+from coordinator import server
 from coordinator.node import Coordinator
 from coordinator.records import record_for
 from coordinator.server import Shell
@@ -87,9 +86,8 @@ from log.entry import Entry
 from log.limits import FIRST_POSITION
 from log.metadata import LogMetadata
 from log.rocks_store import RocksStore
-from log.seals import UNTAGGED, Seals, Tags
 from log.store import Batch
-from midtown import errors, retries
+from midtown import errors
 from midtown.client import Client
 from midtown.model import Op as SdkOp
 from midtown.model import Write as SdkWrite
@@ -98,21 +96,19 @@ from record import codec
 from record.model import Cas, Get, Incr, Position, Put, Record, RecordResult
 from runtime import world
 from runtime.refusals import Refusal
-from runtime.stubs import CallFailed
-from storage_node import bookkeeping, handoff, keys, reads, rebuild, shard_copy, shard_intake
-from storage_node import node as node_module
-from storage_node import server as storage_server
-from storage_node.bookkeeping import Bookkeeping
-from storage_node.callbacks import Answer, encoded
+from storage_node import keys
 from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 from tests.linearizability import INF, Operation, check_per_key
-from tests.sim import grpc_port, writers
-from tests.sim.broken import Swap, swapped
+from tests.sim import variants, writers
+from tests.sim.broken import swapped
 from tests.sim.disk import Disk
+from tests.sim.faults import Faults, drawn
+from tests.sim.links import _Answers, _DiskTaggedLink, _KvStub, _PeerCalls, _StorageLink
 from tests.sim.store import MemState
-from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink, carry
+from tests.sim.variants import BROKEN
+from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink
 
 SHARDS = 6
 NODES = (0, 1, 2, 3)
@@ -122,60 +118,12 @@ MACHINES = 3  # storage node n runs on machine n % MACHINES: nodes 0 and 3 share
 NODE_MACHINES = failure_domains.lookup({n: Domain(f"m{n % MACHINES}") for n in NODES})
 COORDINATOR = "sim-coordinator:0"  # its address: the records' callback, the SDK's
 PKEYS = [b"k%d" % i for i in range(10)]
-BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
-          "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
-          "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
-          "no-event-ids", "open-early", "unsealed", "log-unsynced")
 
-
-@dataclass(frozen=True)
-class Faults:
-    """The faults of one run beside those every run has (storage nodes killed and their
-    machines' power cut, disks lost, the coordinator killed, movers killed and paused
-    mid-move, log servers crashed and paused, messages lost, doubled and late): `drawn`
-    from the seed by default (make sim), or named (a test replaying a scenario)."""
-    slow: bool = False  # slow disks and links now and then (slow_disks; a shard copy late)
-    pauses: bool = False  # storage nodes paused (SIGSTOP) and their tails stalled now and then
-    ingest: bool = False  # an ingestion pipeline writing events by id (ingester)
-    handoffs: bool = False  # shards handed between the logs, their drivers killed mid-way
-    late_notices_s: float = 0.0  # ZooKeeper's notices up to this late (tests/sim/zookeeper.py Late)
-    link_cuts: int = 0  # bridges: two log servers cut off from each other a while, each reaching the rest
-    log_wipes: bool = False  # a crashed log server restarts on an empty disk half the time
-    log_servers: int = 3  # in the pool; with five, segments change ensembles
-
-    def __str__(self) -> str:
-        on = [f"{k}={v}" if not isinstance(v, bool) else k for k, v in dataclasses.asdict(self).items()
-              if v and v != Faults.__dataclass_fields__[k].default]
-        return ", ".join(on) or "none beyond every run's"
-
-
-NO_FAULTS = Faults()  # beyond every run's: the faults the tests' seeds were found with
-
-
-def drawn(seed: int, broken: str = "") -> Faults:
-    """The faults of seed `seed`'s run, each drawn on its own (by a generator of their
-    own, so that the run's own draws stay the seed's): every fault the simulation knows
-    is on in some seeds, several together in most. With a broken rule of the log servers'
-    (`broken`, of writers.BROKEN alone), five log servers in every seed, not one in three:
-    ensembles then change, and most of those rules are reached only in a change."""
-    r = random.Random(f"faults/{seed}")
-    f = Faults(slow=r.random() < 0.5, pauses=r.random() < 0.5, ingest=r.random() < 0.4,
-               handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
-               link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
-               log_servers=r.choice((3, 3, 5)))
-    return replace(f, log_servers=5) if broken in writers.BROKEN and broken not in BROKEN else f
 
 
 MOVERS = 2  # operators moving shards, perhaps at the same time
-SLOW_COPY_S = 3.0  # (slow) a shard copy over a slow link comes up to this late
 WIPES = 0.3  # of power losses, those that lose the disk too
-# A stream's bytes per simulated second: a shard here is a few KB, and its copy takes about
-# as long as a real one of many MB, so the destination's tail moves on while it comes in.
-STREAM_BYTES_PER_S = 4000
 WRITE_TIMEOUT_S = 10.0  # an SDK call's deadline, through its retries (the SDK's default)
-WRITES = ("Put", "CheckAndSet", "Batch", "Delete")  # the KV methods the clients write with
-_MANY = {"get": "Get", "put": "Put", "delete": "Delete", "check_and_set": "CheckAndSet",
-         "increment": "Increment"}  # a Many item's call: its method
 HOT = [b"h0", b"h1", b"h2"]  # the keys the linearizability clients share
 LINEARIZABLE_CLIENTS = 4  # threads of one application, on one SDK client
 # Their operations' deadlines (s), and how late one may end: tests/integration/test_deadlines.py's
@@ -217,157 +165,6 @@ class _KeptStore(RocksStore):
                 for e in self.range(batch.log_id, seg, 0, batch.delete_below - 1):
                     self.kept.setdefault((batch.log_id, seg, e.position), e)
         super().commit(batch)
-
-
-class _Answers:
-    """The storage nodes' answers port (storage_node/callbacks.py AnswerLink) on the simulated
-    network: each batch reaches the coordinator after a delay, or is lost now and then (the
-    coordinator's client then retries)."""
-
-    def __init__(self, sim: NodeSim) -> None:
-        self.sim = sim
-
-    def near(self, addr: str) -> bool:
-        return False
-
-    def send(self, addr: str, results: list[Answer]) -> None:
-        sim = self.sim
-
-        def carry() -> None:
-            sim.delay()
-            if sim.rng.random() < sim.cfg.drop:
-                return
-            for r, _secret in results:
-                sim.answered.setdefault(r.request_id, []).append(r)
-            proc, c = sim.coordinator_proc, sim.coordinator
-            if proc is None:
-                return  # down: the connection refused
-            with sim.sched.process(proc):
-                world.spawn("deliver", lambda: c.deliver(encoded(results)))
-        with sim.sched.process("network"):
-            world.spawn("answers", carry)
-
-
-def unary(sim: NodeSim, addr: str, proc: Callable[[], str | None], answer: Callable[[], Any],
-          timeout_s: float) -> Any:
-    """A unary call to the process `proc()` (None: down) on the simulated network, answered
-    there by `answer()` (an exception: its error): its answer, or CallFailed as gRPC fails
-    it: UNAVAILABLE when the process is down (connection refused) or dies meanwhile (its
-    connection reset: gRPC's keepalive sees it within a second), DEADLINE_EXCEEDED when no
-    answer comes in time."""
-    reply: futures.Future[Any] = world.future()
-    refused = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
-    callee = proc()
-    carry(sim, reply, proc, answer, lambda: reply.set_exception(refused), lambda: True, lossy=False)
-    deadline = world.monotonic() + timeout_s
-    while True:
-        try:
-            return reply.result(max(0.0, min(0.5, deadline - world.monotonic())))
-        except futures.TimeoutError:
-            if callee in sim.sched.dead:
-                raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection reset") from None
-            if world.monotonic() >= deadline:
-                raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
-
-
-class _PeerCalls:
-    """The storage nodes' way to their peers (runtime/stubs.py Calls) on the simulated
-    network, through the peer's own gRPC service as its process serves it
-    (storage_node/server.py, through runtime/handlers.py: the request checked and parsed
-    from its bytes, a refusal made a status with its trailers, the answer serialized),
-    after a delay: a peer that is down refuses (UNAVAILABLE), as one that dies meanwhile
-    does (its connection reset), one that does not answer in time fails DEADLINE_EXCEEDED.
-    A stream's messages are made whole there and sent back together."""
-
-    def __init__(self, sim: NodeSim) -> None:
-        self.sim = sim
-
-    def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        sim, to = self.sim, int(addr.split(":")[1])
-
-        def answer() -> Any:
-            node = sim.storage[to]
-            service = sim.storage_services.get(id(node))
-            if service is None or service[0] is not node:
-                service = sim.storage_services[id(node)] = (node, storage_server.service_handlers(node))
-            path, ctx = f"/midtown.kv.v1.Storage/{method}", grpc_port.Context(world.monotonic() + timeout_s)
-            if grpc_port.method([service[1]], path).unary_stream is None:
-                return grpc_port.unary([service[1]], path, req, ctx)
-            got = list(grpc_port.streamed([service[1]], path, req, ctx))
-            return got[-1] if got and isinstance(got[-1], CallFailed) else got
-        return unary(sim, addr, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
-                     timeout_s)
-
-    def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
-        messages = self.call(addr, method, req, timeout_s)
-        world.sleep(sum(m.ByteSize() for m in messages) / STREAM_BYTES_PER_S)
-        if method == "Snapshot" and self.sim.slow and self.sim.rng.random() < 0.5:
-            world.sleep(self.sim.rng.uniform(0, SLOW_COPY_S))  # a slow link: the copy comes late
-        return iter(messages), None
-
-
-class _StorageLink(_PeerCalls):
-    """The coordinator's way to the storage nodes (coordinator/storage_link.py) on the
-    simulated network: none is in its process."""
-
-    def near(self, addr: str) -> bool:
-        return False
-
-    def beside(self, log_id: int) -> int | None:
-        return None
-
-
-class _KvStub:
-    """The SDK's way to a coordinator (midtown/client.py `link`) on the simulated network:
-    a unary call of the KV service, answered in the coordinator's process by its own gRPC
-    handler (coordinator/server.py Shell, through runtime/handlers.py: the request parsed
-    from its bytes, admitted, run; a refusal made a status with its trailers)."""
-
-    def __init__(self, sim: NodeSim, addr: str, client: str) -> None:
-        self.sim, self.addr, self.client = sim, addr, client
-
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        sim = self.sim
-
-        def call(req: Any, timeout: float | None = None, metadata: Any = None) -> Any:
-            timeout_s = 60.0 if timeout is None else timeout
-            # (method, request) of each write it carries: a Many call (the SDK's coalescing
-            # of several callers' operations) carries one each
-            writes = ([(_MANY[i.WhichOneof("call")], getattr(i, i.WhichOneof("call"))) for i in req.items]
-                      if method == "Many" else [(method, req)])
-            for m, r in writes:
-                if m in WRITES:  # each request id the write went under, and the SDK's retries
-                    sent = sim.sent.setdefault(self.client, [])
-                    if r.header.request_id not in sent:
-                        sent.append(r.header.request_id)
-                    sim.counts["retries"] += not r.header.first_attempt
-
-            def answer() -> Any:
-                return grpc_port.unary([sim.kv_handlers], f"/midtown.kv.v1.KV/{method}", req,
-                                       grpc_port.Context(world.monotonic() + timeout_s, metadata))
-            out = unary(sim, self.addr, lambda: sim.coordinator_proc, answer, timeout_s)
-            answers = ([getattr(a, a.WhichOneof("response")) if a.WhichOneof("response") else None
-                        for a in out.answers] if method == "Many" else [out])
-            for (m, r), a in zip(writes, answers):
-                if m in WRITES and a:  # (1); a Many item refused has no response
-                    sim.told[r.header.request_id] = (m, a)
-            return out
-        return call
-
-
-class _DiskTaggedLink(_LogLink):
-    """Storage node `n`'s log link, noting which of its disks each payload it appends was
-    sent from (check (3): a position counts against the disk that published it)."""
-
-    def __init__(self, sim: NodeSim, n: int) -> None:
-        super().__init__(sim)
-        self.sent, self.n, self.disk = sim.sent_from_disk, n, sim.disk_generation(n)
-
-    def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
-               tags: Tags = UNTAGGED) -> Any:
-        for p in payloads:  # (a node publishes the same position into each log: keyed by log too)
-            self.sent.setdefault((self.n, log_id, p), []).append(self.disk)
-        return super().append(addr, log_id, payloads, timeout_s, tags)
 
 
 class NodeSim(WriterSim):
@@ -1301,179 +1098,12 @@ _RESPONSES: dict[str, Callable[[RecordResult], Any]] = {
     "Delete": server._delete_response}
 
 
-def _applied(s: Any) -> dict[int, int]:
-    return {i: p for i, (p, _) in s.positions.items()}
-
-
-def _own_position(self: Bookkeeping, log_id: int) -> int:
-    return self.state.positions[log_id][0]
-
-
-def _no_index(self: Coordinator, log_id: int) -> tuple[int | None, str]:
-    return -1, "round"
-
-
-def _followed_only(position: int, followed: bool, holds_others: bool) -> int | None:
-    return position if followed else None
-
-
-def _no_catch_up(tail: int | None, copy_at: int) -> range:
-    return range(0)
-
-
-def _joined_uncopied(*_: Any) -> pb.CopyShardResponse:
-    return pb.CopyShardResponse(position=0)
-
-
-def _rebuilt_from_highest(copies: Any) -> tuple[int, dict[int, int]]:
-    return max(copies.values()), dict(copies)
-
-
-_start_move = registry.start_move
-_truncation_point = shard_moves.truncation_point
-_items = reads._items
-
-
-def _heads_unknown(shards: list[int], heads: Any, log_map: Any) -> dict[int, int]:
-    return dict.fromkeys(range(log_map.logs), 0)
-
-
-_by_shard = rebuild.by_shard
-_plan = bulk.plan
-
-
-def _plan_without_event_ids(dataset_id: str, ttl_ms: int, window_ms: int, max_ids: int,
-                            groups: list[Any], puts: Any, *rest: Any, **kw: Any) -> Any:
-    bare = pb.PutColumns()
-    bare.CopyFrom(puts)
-    del bare.event_ids[:]
-    return _plan(dataset_id, ttl_ms, window_ms, max_ids,
-                 [pb.WriteGroup(partition_key=g.partition_key, ops=g.ops) for g in groups], bare, *rest, **kw)
-
-
-def _once(fn: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
-    return fn()
-
-
-def _by_shard_anywhere(s: Any, shards: list[int], heads: Any, receive: Any, deadline: float) -> None:
-    _by_shard(s, shards, {lg: 0 for lg in heads}, receive, deadline)
-
-
-def _items_but_digest(db: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    return ((k, v) for k, v in _items(db, prefix) if not k.startswith(b"D"))
-
-
-def _holds_no_copy(holders_low: int | None, moves: list[Any], positions: Any) -> int | None:
-    return _truncation_point(holders_low, [m for m in moves if m.phase != shard_moves.COPYING], positions)
-
-_mark_retry = retries.mark_retry
-
-
-def _retried_under_a_new_id(req: Any) -> None:
-    _mark_retry(req)
-    for r in ([getattr(i, i.WhichOneof("call")) for i in req.items] if isinstance(req, pb.ManyRequest)
-              else [req]):
-        r.header.request_id = world.unique_id()
-
-
-def _recreated_start_move(zk: Any, m: Any, sets_version: int) -> None:
-    """The record of a shard's ended move deleted and a new one created for its next move
-    (whose version starts again at 0), as before the whole simulation found it."""
-    path = f"{registry.MOVES}/{m.shard}"
-    got = zk.exists(path)
-    if got is not None and zk.get(path)[0] == registry.ENDED:
-        zk.delete(path, version=got.version)
-    _start_move(zk, m, sets_version)
-
-
-_step = handoff.step
-
-
-def _opened_at_once(place: handoff.Place, log_id: int, position: int, kind: handoff.Kind, ts_ms: int = 0,
-                    to: int = -1, from_position: int = 0, generation: int = 0) -> handoff.Step:
-    """A replica that takes a shard's records from the new log from its open record on,
-    without waiting to apply the shard's hand-off in the old log."""
-    if log_id != place.log and kind is handoff.Kind.OPEN and generation > place.generation:
-        return handoff.Step(handoff.Verdict.APPLY, handoff.Place(log_id, position, True, place.version_base,
-                                                                 place.ts_floor, generation))
-    return _step(place, log_id, position, kind, ts_ms, to, from_position, generation)
-
-
-# Each broken variant: the (owner, name, broken rule) swapped in for the run.
-_BROKEN_RULES: dict[str, list[Swap]] = {
-    # a log server's store that does not sync what it writes: a power loss takes back
-    # entries and fences it acknowledged
-    "log-unsynced": [(RocksStore, "_write", lambda store, wb: store.synced.write(wb, sync=False))],
-    # positions published as applied, perhaps not synced yet
-    "publish-unsynced": [(bookkeeping, "durable_positions", _applied)],
-    # a node truncates the log below its own position, ignoring the other holders'
-    "truncate-ahead": [(Bookkeeping, "_truncation_point", _own_position)],
-    # a strong read asks a replica for its state without waiting for the read index
-    "read-anywhere": [(Coordinator, "read_index_by", _no_index)],
-    # the rules before the whole simulation found a node restarting in the middle of a move:
-    # a copy is taken in while the node starts, and installed as if it tailed the log only
-    # once its tail thread runs, so its position jumps to the copy's, past its other shards'
-    # records (storage_node/shard_intake.py takes_copies, storage_node/shard_copy.py tail)
-    "copy-while-starting": [(shard_intake, "takes_copies", lambda s: True),
-                            (shard_copy, "tail", _followed_only)],
-    # the shard moves' model's variants (tests/sim/moves.py, retired), on the real code: a
-    # copy installed behind the node's tail without the shard's records between
-    # (storage_node/shard_copy.py catch_up), the mover recording a copy the destination
-    # never took in (drivers/moves.py _copy). (Its no-hold: below.)
-    "no-catch-up": [(shard_copy, "catch_up", _no_catch_up)],
-    "join-early": [(moves, "_copy", _joined_uncopied)],
-    # and its rebuild-high: a node that lost its disk rebuilt shard by shard
-    # (storage_node/rebuild.py) with its tail of the log starting at the highest copy, the
-    # other shards' records between never applied (shard_copy.rebuild). (Its rebuild-behind,
-    # copies taken wherever their sources stand, was caught in none of seeds 1-30 here: the
-    # sources stand near the log's head anyway.)
-    "rebuild-high": [(shard_copy, "rebuild", _rebuilt_from_highest)],
-    # a race only the whole simulation reaches: a mover paused past its session wakes with
-    # the version it read of a move that ended since, and its stale write lands on the
-    # shard's next move, whose record starts again at that version (catalog/registry.py
-    # ENDED): the ended move's destination joins the next one and its leaving replica goes
-    "moves-recreated": [(registry, "start_move", _recreated_start_move)],
-    # the moves' model's no-hold: the log truncated while a shard of it is being copied (a
-    # destination that holds no other shard of the log does not hold its truncation back)
-    "no-hold": [(shard_moves, "truncation_point", _holds_no_copy)],
-    # (Its stale-position, a copy recorded before the destination published its position
-    # again, storage_node/shard_intake.py _publish, is harmless on the real code while the
-    # copy is asked at the destination's own position, a position it published before then
-    # never above the copy: caught in none of the seeds tried, docs/storage.md, so it is
-    # no variant here: every variant must be caught, make soak.)
-    # and its by-load, with the log's: placement blind to the machines the nodes run on
-    "by-load": [(machines, "domains", lambda zk, role: failure_domains.unknown)],
-    # and its no-digest: a shard's copy without its digest (storage_node/reads.py, what a
-    # copy streams), and rebuild-behind: a bootstrap's copies (a rebuild's, or a whole one)
-    # taken wherever their sources stand, not at or past the logs' heads
-    # (storage_node/rebuild.py known_heads; caught with slow disks and links)
-    "no-digest": [(reads, "_items", _items_but_digest)],
-    "rebuild-behind": [(rebuild, "known_heads", _heads_unknown)],
-    # a node's start made once, through a ZooKeeper session lost meanwhile (runtime/process.py
-    # through_zk_loss), as before nodes were paused in the simulation: the start ends there
-    "start-once": [(node_module, "through_zk_loss", _once)],
-    # the coordinator dropping a bulk write's event ids (coordinator/bulk.py plan): a task
-    # run again under a new request id applies its events again
-    "no-event-ids": [(bulk, "plan", _plan_without_event_ids)],
-    # ... in a rebuild shard by shard only (storage_node/rebuild.py by_shard)
-    "by-shard-behind": [(rebuild, "by_shard", _by_shard_anywhere)],
-    # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
-    "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
-    # with HANDOFFS=1: a replica that takes the new log's records of a shard before it has
-    # applied the shard's hand-off in the old log (storage_node/handoff.py step)
-    "open-early": [(handoff, "step", _opened_at_once)],
-    # ... and a log that takes a shard's records after its hand-off (log/seals.py admit):
-    # a coordinator with an old map has them acknowledged on the old log
-    "unsealed": [(Seals, "admit", lambda self, tags: None)],
-}
-
-
 def run(seed: int, cfg: Config | None = None, broken: str = "",
         faults: Faults | None = None) -> tuple[Result, dict[str, int]]:
     """One run, with `faults` (None: drawn from the seed, `drawn`) and the `broken` variant
     (of BROKEN, or of the log servers', writers.BROKEN)."""
     sim = NodeSim(seed, cfg, broken, faults)
-    rules = _BROKEN_RULES.get(broken, []) if broken in BROKEN else writers.broken_rules(sim, broken)
+    rules = variants.RULES.get(broken, []) if broken in BROKEN else writers.broken_rules(sim, broken)
     try:
         with swapped(rules):
             r = sim.sched.run(sim.main)

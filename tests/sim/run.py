@@ -6,7 +6,7 @@ every fault drawn per seed:
       [--faults drawn | none | slow,pauses,ingest,handoffs,log_wipes,...] [--trace]
 
 --broken names a rule of the real code swapped for a broken one: the whole cluster's
-(nodes.py BROKEN: no-hold, no-digest, by-load, open-early, ...) or the log servers'
+(variants.py BROKEN: no-hold, no-digest, by-load, open-early, ...) or the log servers'
 (writers.py BROKEN: past-lac, no-fence, trust-cache, ...); --until-caught stops at the
 first seed that fails and says how many it took.
 
@@ -21,7 +21,7 @@ import logging
 import sys
 import time
 
-from tests.sim import nodes, writers
+from tests.sim import faults, nodes, variants, writers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,14 +50,14 @@ def main(argv: list[str] | None = None) -> int:
                          "log and opens again (tests/sim/writers.py hand_offs)")
     ap.add_argument("--faults", default="drawn",
                     help="the whole cluster's faults beyond every run's: drawn per seed (the default), "
-                         "none, or a list of tests/sim/nodes.py Faults' names (slow,pauses,...)")
+                         "none, or a list of tests/sim/faults.py Faults' names (slow,pauses,...)")
     ap.add_argument("--every-broken", action="store_true",
                     help="each broken variant in turn, from --seed until caught (of --runs seeds): a "
                          "table of the seeds each took; fails if one is not caught")
     ap.add_argument("--until-caught", action="store_true",
                     help="stop at the first seed that fails (with --broken: the seeds it took to catch it)")
     ap.add_argument("--broken", default="",
-                    help="a broken variant: of the whole cluster's rules (nodes.py BROKEN) or the log "
+                    help="a broken variant: of the whole cluster's rules (variants.py BROKEN) or the log "
                          "servers' (writers.py BROKEN)")
     a = ap.parse_args(argv)
     _check(ap, a)
@@ -73,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
 def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
     """Flags that the chosen simulation does not take end the command (exit 2), naming the flag."""
     alone = a.writers or a.elections or a.wipes
-    variants = writers.BROKEN if alone else nodes.BROKEN + writers.BROKEN
-    if a.broken and a.broken not in variants:
+    known = writers.BROKEN if alone else variants.BROKEN + writers.BROKEN
+    if a.broken and a.broken not in known:
         where = "log alone" if alone else "whole cluster"
         ap.error(f"--broken: {a.broken!r} is not a broken variant of the {where} "
-                 f"(one of: {', '.join(dict.fromkeys(variants))})")
+                 f"(one of: {', '.join(dict.fromkeys(known))})")
     whole_servers = a.elections or a.wipes
     for flag, given in (("--bridges", a.bridges), ("--late-notices", a.late_notices),
                         ("--servers", a.servers != 3), ("--seals", a.seals), ("--machines", a.machines)):
@@ -94,14 +94,14 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         ap.error("--late-notices: must be 0 or more" if a.late_notices < 0 else "--runs: must be 1 or more")
 
 
-def _faults(text: str) -> nodes.Faults | None:
+def _faults(text: str) -> faults.Faults | None:
     """--faults: None (drawn per seed), no faults beyond every run's, or the ones named."""
     if text == "drawn":
         return None
     if text == "none":
-        return nodes.NO_FAULTS
+        return faults.NO_FAULTS
     names = [n.strip() for n in text.split(",") if n.strip()]
-    fields = nodes.Faults.__dataclass_fields__
+    fields = faults.Faults.__dataclass_fields__
     unknown = [n for n in names if n.split("=")[0] not in fields]
     if unknown or not names:
         raise ValueError(f"{', '.join(unknown) or repr(text)}: not a fault (drawn, none, or of: "
@@ -113,7 +113,7 @@ def _faults(text: str) -> nodes.Faults | None:
         on[k] = True if isinstance(default, bool) else (type(default)(v) if v else
                                                          {"late_notices_s": 1.0, "link_cuts": 4,
                                                           "log_servers": 5}[k])
-    return nodes.Faults(**on)  # type: ignore[arg-type]
+    return faults.Faults(**on)  # type: ignore[arg-type]
 
 
 def _failed(seed: int, r: writers.Result) -> bool:
@@ -182,21 +182,21 @@ def _every_broken(a: argparse.Namespace) -> int:
     missed = 0
     t0 = time.monotonic()
     print("variant\tcaught at seed\tseeds run\twall s\tits faults\tfirst finding")
-    for v in dict.fromkeys(nodes.BROKEN + writers.BROKEN):
+    for v in dict.fromkeys(variants.BROKEN + writers.BROKEN):
         t = time.monotonic()
         for seed in range(a.seed, a.seed + a.runs):
             r, _ = nodes.run(seed, broken=v, faults=a.faults_given)
             found = r.violations or r.failures
-            if found and _failed(seed, nodes.run(seed, faults=a.faults_given or nodes.drawn(seed, v))[0]):
+            if found and _failed(seed, nodes.run(seed, faults=a.faults_given or faults.drawn(seed, v))[0]):
                 print(f"{v}\tseed {seed} fails as built too: searching on", flush=True)
             elif found:
                 print(f"{v}\t{seed}\t{seed - a.seed + 1}\t{time.monotonic() - t:.0f}\t"
-                      f"{a.faults_given or nodes.drawn(seed, v)}\t{found[0][:100]}", flush=True)
+                      f"{a.faults_given or faults.drawn(seed, v)}\t{found[0][:100]}", flush=True)
                 break
         else:
             missed += 1
             print(f"{v}\tnone\t{a.runs}\t{time.monotonic() - t:.0f}\t\tnot caught", flush=True)
-    print(f"{missed} of {len(dict.fromkeys(nodes.BROKEN + writers.BROKEN))} variants not caught within "
+    print(f"{missed} of {len(dict.fromkeys(variants.BROKEN + writers.BROKEN))} variants not caught within "
           f"{a.runs} seeds ({time.monotonic() - t0:.0f} s)")
     return 1 if missed else 0
 
@@ -217,12 +217,12 @@ def _nodes(a: argparse.Namespace) -> int:
                 counts[k] = counts.get(k, 0) + n
         if a.trace:
             print(f"seed {seed} ({r.switches} task switches, {r.simulated_s:.1f} simulated s; faults: "
-                  f"{a.faults_given or nodes.drawn(seed, a.broken)}): {c}")
+                  f"{a.faults_given or faults.drawn(seed, a.broken)}): {c}")
         failed = _failed(seed, r)
         bad += failed
         if failed and a.until_caught:
             print(f"caught at seed {seed} ({ran} seeds run from {a.seed}); its faults: "
-                  f"{a.faults_given or nodes.drawn(seed, a.broken)}")
+                  f"{a.faults_given or faults.drawn(seed, a.broken)}")
             break
     dt = time.monotonic() - t0
     print(f"{ran} runs from seed {a.seed}: {bad} failed ({dt:.1f}s); {counts['writes']} writes through "

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from tests.sim import nodes, seeds
-from tests.sim.nodes import NO_FAULTS, Faults
+from tests.sim.faults import NO_FAULTS, Faults
 from tests.sim.writers import Config
 
 

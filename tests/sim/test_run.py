@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim import nodes, run
+from tests.sim import faults, run
 
 
 @pytest.mark.parametrize("argv,names", [
@@ -32,13 +32,13 @@ def test_a_flag_the_simulation_does_not_take_is_named(argv: list[str], names: st
 def test_faults_are_drawn_per_seed_or_named() -> None:
     """Every fault is drawn on in some of the first seeds, several together in most, and a
     seed draws the same faults each time; --faults names them instead."""
-    draws = [nodes.drawn(seed) for seed in range(40)]
-    assert draws == [nodes.drawn(seed) for seed in range(40)]
-    for name, f in nodes.Faults.__dataclass_fields__.items():
+    draws = [faults.drawn(seed) for seed in range(40)]
+    assert draws == [faults.drawn(seed) for seed in range(40)]
+    for name, f in faults.Faults.__dataclass_fields__.items():
         assert any(getattr(d, name) != f.default for d in draws), name
-    assert sum(d != nodes.NO_FAULTS for d in draws) > 30
-    assert run._faults("drawn") is None and run._faults("none") == nodes.NO_FAULTS
-    assert run._faults("slow,late_notices_s=0.5,log_servers") == nodes.Faults(
+    assert sum(d != faults.NO_FAULTS for d in draws) > 30
+    assert run._faults("drawn") is None and run._faults("none") == faults.NO_FAULTS
+    assert run._faults("slow,late_notices_s=0.5,log_servers") == faults.Faults(
         slow=True, late_notices_s=0.5, log_servers=5)
 
 

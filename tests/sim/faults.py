@@ -1,0 +1,50 @@
+"""The whole cluster's faults beyond those every run has (tests/sim/nodes.py): drawn per
+seed, each by a generator of its own (make sim), or named (a test replaying a scenario;
+python -m tests.sim.run --faults)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, replace
+
+from tests.sim import writers
+from tests.sim.variants import BROKEN
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The faults of one run beside those every run has (storage nodes killed and their
+    machines' power cut, disks lost, the coordinator killed, movers killed and paused
+    mid-move, log servers crashed and paused, messages lost, doubled and late): `drawn`
+    from the seed by default (make sim), or named (a test replaying a scenario)."""
+    slow: bool = False  # slow disks and links now and then (slow_disks; a shard copy late)
+    pauses: bool = False  # storage nodes paused (SIGSTOP) and their tails stalled now and then
+    ingest: bool = False  # an ingestion pipeline writing events by id (ingester)
+    handoffs: bool = False  # shards handed between the logs, their drivers killed mid-way
+    late_notices_s: float = 0.0  # ZooKeeper's notices up to this late (tests/sim/zookeeper.py Late)
+    link_cuts: int = 0  # bridges: two log servers cut off from each other a while, each reaching the rest
+    log_wipes: bool = False  # a crashed log server restarts on an empty disk half the time
+    log_servers: int = 3  # in the pool; with five, segments change ensembles
+
+    def __str__(self) -> str:
+        on = [f"{k}={v}" if not isinstance(v, bool) else k for k, v in dataclasses.asdict(self).items()
+              if v and v != Faults.__dataclass_fields__[k].default]
+        return ", ".join(on) or "none beyond every run's"
+
+
+NO_FAULTS = Faults()  # beyond every run's: the faults the tests' seeds were found with
+
+
+def drawn(seed: int, broken: str = "") -> Faults:
+    """The faults of seed `seed`'s run, each drawn on its own (by a generator of their
+    own, so that the run's own draws stay the seed's): every fault the simulation knows
+    is on in some seeds, several together in most. With a broken rule of the log servers'
+    (`broken`, of writers.BROKEN alone), five log servers in every seed, not one in three:
+    ensembles then change, and most of those rules are reached only in a change."""
+    r = random.Random(f"faults/{seed}")
+    f = Faults(slow=r.random() < 0.5, pauses=r.random() < 0.5, ingest=r.random() < 0.4,
+               handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
+               link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
+               log_servers=r.choice((3, 3, 5)))
+    return replace(f, log_servers=5) if broken in writers.BROKEN and broken not in BROKEN else f

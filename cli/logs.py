@@ -125,14 +125,16 @@ def cmd_log_status(a: argparse.Namespace) -> int:
         where = machines.domains(c.zk, machines.LOG_SERVERS)
     for r in rows:  # the machines of its last segment's servers, and those that hold two
         r["machines"] = {s: where(s).label() for s in sorted(r["replicas"])}
+        r["data_centers"] = sorted(d for d in failure_domains.data_centers(r["replicas"], where) if d)
         r["shared_machines"] = sorted(failure_domains.shared(r["replicas"], where))
     if a.json:
         emit(rows, True)
     else:
         emit([{**r, "replicas": {f"s{k}": v for k, v in sorted(r["replicas"].items())},
-               "machines": ",".join(r["machines"].values()), "shared": ",".join(r["shared_machines"])}
+               "machines": ",".join(r["machines"].values()), "shared": ",".join(r["shared_machines"]),
+               "dcs": ",".join(r["data_centers"])}
               for r in rows], False,
-             ["log", "writer", "epoch", "first", "last", "replicas", "machines", "shared"])
+             ["log", "writer", "epoch", "first", "last", "replicas", "dcs", "machines", "shared"])
         print(f"{sum(1 for r in rows if r['shared_machines'])} of {len(rows)} logs have their last segment's "
               f"servers share a machine")
     return 0

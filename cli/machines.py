@@ -34,7 +34,7 @@ def check(zk: Any) -> dict[str, Any]:
     by_machine: dict[str, dict[str, Any]] = {}
 
     def row(d: failure_domains.Domain) -> dict[str, Any]:
-        return by_machine.setdefault(d.machine, {"machine": d.machine,
+        return by_machine.setdefault(d.machine, {"machine": d.machine, "dc": d.dc,
                                                  "locality": failure_domains.locality_text(d.locality),
                                                  "log_servers": [], "storage_nodes": [], "down": []})
     for s in topo.log_servers:
@@ -58,11 +58,24 @@ def check(zk: Any) -> dict[str, Any]:
                                   "shared": sorted(failure_domains.shared(seg.replicas, log_where))})
     sharing_segments = [s for s in open_segments if s["shared"]]
     one = machines.one_machine(zk)
+    # Data centers: what each holds; every server names one, or none does
+    dcs: dict[str, dict[str, list[Any]]] = {}
+    for r in by_machine.values():
+        if r["dc"]:
+            d = dcs.setdefault(r["dc"], {"machines": [], "log_servers": [], "storage_nodes": []})
+            d["machines"].append(r["machine"])
+            d["log_servers"] += r["log_servers"]
+            d["storage_nodes"] += r["storage_nodes"]
+    mixed = [m for m in (failure_domains.mixed_data_centers(topo.log_servers, log_where, "log servers"),
+                         failure_domains.mixed_data_centers(kv.storage_nodes, node_where, "storage nodes"))
+             if m]
     return {"machines": sorted(by_machine.values(), key=lambda r: r["machine"]),
+            "data_centers": {k: {f: sorted(v) for f, v in d.items()} for k, d in sorted(dcs.items())},
+            "data_center_problems": mixed,
             "shards": kv.shards, "shards_sharing_a_machine": len(shards), "sharing_shards": shards,
             "open_segments": len(open_segments), "open_segments_sharing_a_machine": len(sharing_segments),
             "segments": open_segments, "one_machine": one,
-            "ok": one or not (shards or sharing_segments)}
+            "ok": not mixed and (one or not (shards or sharing_segments))}
 
 
 def cmd_check(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> int:
@@ -77,7 +90,14 @@ def cmd_check(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any])
         return 0 if out["ok"] else 1
     emit([{**r, "log_servers": ",".join(map(str, r["log_servers"])),
            "storage_nodes": ",".join(map(str, r["storage_nodes"])), "down": ", ".join(r["down"])}
-          for r in out["machines"]], False, ["machine", "locality", "log_servers", "storage_nodes", "down"])
+          for r in out["machines"]], False,
+         ["machine", "dc", "locality", "log_servers", "storage_nodes", "down"])
+    if out["data_centers"]:
+        print("\ndata centers: " + "; ".join(
+            f"{dc}: {len(d['machines'])} machine(s), log servers {_ids(d['log_servers'])}, "
+            f"storage nodes {_ids(d['storage_nodes'])}" for dc, d in out["data_centers"].items()))
+    for problem in out["data_center_problems"]:
+        print(f"data centers: {problem}")
     print(f"\nshards whose copies share a machine: {out['shards_sharing_a_machine']} of {out['shards']}")
     print(f"open log segments whose servers share a machine: {out['open_segments_sharing_a_machine']} of "
           f"{out['open_segments']}")
@@ -89,6 +109,10 @@ def cmd_check(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any])
     else:
         print("placement: every shard and open segment has its copies on distinct machines")
     return 0 if out["ok"] else 1
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(map(str, ids)) or "-"
 
 
 PLAINTEXT_SAYS = ("plaintext between machines: anyone who can reach these ports can read every shard, "

@@ -69,7 +69,7 @@ def cmd_node_status(a: argparse.Namespace) -> int:
     for nid in kv.storage_nodes:
         st = states.get(nid)
         # Where it runs, and how many of its shards have another copy on its machine.
-        place = {"machine": where(nid).label(),
+        place = {"machine": where(nid).label(), "dc": where(nid).dc,
                  "sharing": sum(1 for s in sets.shards_of(nid)
                                 if where(nid).machine in failure_domains.shared(sets.of(s), where))}
         if st is None:
@@ -90,9 +90,8 @@ def cmd_node_status(a: argparse.Namespace) -> int:
                      "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
                      "event_ids": sum(e.ids for e in st.event_ids),
                      "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
-    emit(rows, a.json, ["node", "machine", "addr", "state", "shards", "sharing", "bytes", "moving", "behind",
-                        "max_lag",
-                        "diverged_shards",
+    emit(rows, a.json, ["node", "dc", "machine", "addr", "state", "shards", "sharing", "bytes", "moving",
+                        "behind", "max_lag", "diverged_shards",
                         "reclaimed", "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
 

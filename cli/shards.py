@@ -101,6 +101,7 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         rows.append({"shard": shard, "log": logs.log_of(shard), "replicas": list(copies),
                      "handing_to": None if handing is None else handing.new,
                      "machines": [where(n).label() for n in copies],
+                     "data_centers": sorted(d for d in failure_domains.data_centers(copies, where) if d),
                      "shared_machines": sorted(failure_domains.shared(copies, where)),
                      "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})
     shared = sum(1 for r in rows if r["shared_machines"])
@@ -118,8 +119,8 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         table.append({**r, "log": f"{r['log']}{to}",
                       "replicas": ",".join(str(n) for n in r["replicas"]),
                       "machines": ",".join(r["machines"]), "shared": ",".join(r["shared_machines"]),
-                      "move": said})
-    emit(table, False, ["shard", "log", "replicas", "machines", "shared", "move"])
+                      "dcs": ",".join(r["data_centers"]), "move": said})
+    emit(table, False, ["shard", "log", "replicas", "dcs", "machines", "shared", "move"])
     print(f"{shared} of {kv.shards} shards have copies that share a machine"
           + (" (midtown cluster rebalance moves them apart)" if shared else ""))
     return 0

@@ -14,6 +14,9 @@ CockroachDB's `--locality`). The rule:
    BookKeeper's rack-aware placement and CockroachDB's diversity score do the same.
 3. Among equally spread choices, the caller's order of preference (load, then id).
 
+The widest tier may be `dc`, the data center (`dc=east,zone=a,rack=r1`; docs/architecture.md,
+"Data centers"): either every member names one or none does (`mixed_data_centers`).
+
 Where (1) cannot hold (fewer machines than copies), the placement is refused naming what
 is missing, unless the cluster says it runs on one machine (`cluster up`: a local
 cluster; its copies then share the machine and it says so once). A member with no
@@ -29,6 +32,7 @@ MACHINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 TIER_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 VALUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_TIERS = 8
+DC = "dc"  # the data-center tier: the widest, first when given
 
 
 class PlacementError(ValueError):
@@ -43,6 +47,11 @@ class Domain:
     def label(self) -> str:
         """`machine` or `machine (zone=a,rack=r1)`."""
         return f"{self.machine} ({locality_text(self.locality)})" if self.locality else self.machine
+
+    @property
+    def dc(self) -> str:
+        """Its data center ("" when its locality names none)."""
+        return next((v for k, v in self.locality if k == DC), "")
 
     def to_json(self) -> dict[str, str]:
         return {"machine": self.machine, "locality": locality_text(self.locality)}
@@ -88,6 +97,9 @@ def parse_locality(text: str) -> tuple[tuple[str, str], ...]:
                              f"'_' and '-', starting with a letter or digit")
         if any(k == key for k, _ in out):
             raise ValueError(f"locality: tier {key!r} twice in {text!r}")
+        if key == DC and out:
+            raise ValueError(f"locality: the data-center tier {DC} comes first, the widest, in {text!r} "
+                             f"(as {DC}={value},{locality_text(out)})")
         out.append((key, value))
     return tuple(out)
 
@@ -157,6 +169,25 @@ def machines(members: Iterable[int], domain_of: Domains) -> dict[str, list[int]]
     for m in members:
         out.setdefault(domain_of(m).machine, []).append(m)
     return out
+
+
+def data_centers(members: Iterable[int], domain_of: Domains) -> dict[str, list[int]]:
+    """Data center -> the members in it, in order ("" for those naming none)."""
+    out: dict[str, list[int]] = {}
+    for m in members:
+        out.setdefault(domain_of(m).dc, []).append(m)
+    return out
+
+
+def mixed_data_centers(members: Iterable[int], domain_of: Domains, what: str = "members") -> str | None:
+    """What is wrong when some members name a data center and others none (None: all do,
+    or none): placement cannot say where the unnamed ones are."""
+    by_dc = data_centers(members, domain_of)
+    unnamed = by_dc.pop("", [])
+    if not by_dc or not unnamed:
+        return None
+    return (f"{what} {', '.join(map(str, unnamed))} name no data center while others do "
+            f"({', '.join(sorted(by_dc))}): give every one a {DC}= tier in its --locality")
 
 
 def shared(copies: Iterable[int], domain_of: Domains) -> dict[str, list[int]]:

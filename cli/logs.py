@@ -9,7 +9,7 @@ from typing import Any
 
 from cli.arguments import common_options, nonneg_arg, parse_payload
 from cli.connect import CliError, log_client
-from cli.output import emit
+from cli.output import emit, unless_empty
 from cli.output import show_payload as _show_payload
 
 
@@ -130,11 +130,11 @@ def cmd_log_status(a: argparse.Namespace) -> int:
     if a.json:
         emit(rows, True)
     else:
-        emit([{**r, "replicas": {f"s{k}": v for k, v in sorted(r["replicas"].items())},
-               "machines": ",".join(r["machines"].values()), "shared": ",".join(r["shared_machines"]),
-               "dcs": ",".join(r["data_centers"])}
-              for r in rows], False,
-             ["log", "writer", "epoch", "first", "last", "replicas", "dcs", "machines", "shared"])
+        table = [{**r, "replicas": {f"s{k}": v for k, v in sorted(r["replicas"].items())},
+                  "machines": ",".join(r["machines"].values()), "shared": ",".join(r["shared_machines"]),
+                  "dcs": ",".join(r["data_centers"])} for r in rows]
+        emit(table, False, unless_empty(table, ["log", "writer", "epoch", "first", "last", "replicas", "dcs",
+                                                "machines", "shared"], "dcs"))
         print(f"{sum(1 for r in rows if r['shared_machines'])} of {len(rows)} logs have their last segment's "
               f"servers share a machine")
     return 0

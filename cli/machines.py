@@ -15,7 +15,7 @@ from typing import Any
 
 from catalog import registry
 from cli.connect import CliError, zk_client
-from cli.output import emit
+from cli.output import emit, unless_empty
 from fleet import failure_domains, machines
 from log import zk as zkpaths
 from runtime import membership
@@ -91,7 +91,8 @@ def cmd_check(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any])
     emit([{**r, "log_servers": ",".join(map(str, r["log_servers"])),
            "storage_nodes": ",".join(map(str, r["storage_nodes"])), "down": ", ".join(r["down"])}
           for r in out["machines"]], False,
-         ["machine", "dc", "locality", "log_servers", "storage_nodes", "down"])
+         unless_empty(out["machines"], ["machine", "dc", "locality", "log_servers", "storage_nodes", "down"],
+                      "dc"))
     if out["data_centers"]:
         print("\ndata centers: " + "; ".join(
             f"{dc}: {len(d['machines'])} machine(s), log servers {_ids(d['log_servers'])}, "

@@ -9,7 +9,7 @@ from typing import Any
 from catalog import registry, shard_moves
 from cli.arguments import common_options, nonneg_arg
 from cli.connect import CliError, log_client, zk_client
-from cli.output import emit
+from cli.output import emit, unless_empty
 from fleet import failure_domains
 from runtime import membership
 
@@ -90,9 +90,10 @@ def cmd_node_status(a: argparse.Namespace) -> int:
                      "anti_entropy_shards": st.lww_shards_pulled, "purged": st.lww_purged,
                      "event_ids": sum(e.ids for e in st.event_ids),
                      "event_ids_by_dataset": _ids_by_dataset(st.event_ids)})
-    emit(rows, a.json, ["node", "dc", "machine", "addr", "state", "shards", "sharing", "bytes", "moving",
-                        "behind", "max_lag", "diverged_shards",
-                        "reclaimed", "anti_entropy_taken", "anti_entropy_shards", "purged", "event_ids"])
+    columns = ["node", "dc", "machine", "addr", "state", "shards", "sharing", "bytes", "moving", "behind",
+               "max_lag", "diverged_shards", "reclaimed", "anti_entropy_taken", "anti_entropy_shards",
+               "purged", "event_ids"]
+    emit(rows, a.json, unless_empty(rows, columns, "dc"))
     return 0 if all(r["state"] == "up" and not r["diverged_shards"] for r in rows) else 1
 
 

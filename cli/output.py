@@ -63,6 +63,12 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def unless_empty(rows: Sequence[dict[str, Any]], columns: Sequence[str], *optional: str) -> list[str]:
+    """`columns` without those of `optional` that are empty in every row (a table's data-center
+    column on a cluster that names none: there is nothing to choose)."""
+    return [c for c in columns if c not in optional or any(r.get(c) for r in rows)]
+
+
 def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None) -> None:
     if as_json:
         print(json.dumps(data, sort_keys=True, default=str))

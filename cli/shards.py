@@ -14,7 +14,7 @@ from typing import Any
 
 from catalog import log_map, registry, replica_sets, shard_moves, usage
 from cli.connect import CliError
-from cli.output import emit
+from cli.output import emit, unless_empty
 from drivers import moves
 from fleet import failure_domains
 from fleet.failure_domains import PlacementError
@@ -120,7 +120,8 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
                       "replicas": ",".join(str(n) for n in r["replicas"]),
                       "machines": ",".join(r["machines"]), "shared": ",".join(r["shared_machines"]),
                       "dcs": ",".join(r["data_centers"]), "move": said})
-    emit(table, False, ["shard", "log", "replicas", "dcs", "machines", "shared", "move"])
+    emit(table, False, unless_empty(table, ["shard", "log", "replicas", "dcs", "machines", "shared", "move"],
+                                    "dcs"))
     print(f"{shared} of {kv.shards} shards have copies that share a machine"
           + (" (midtown cluster rebalance moves them apart)" if shared else ""))
     return 0

@@ -92,3 +92,10 @@ def test_cluster_check_fails_while_some_servers_name_no_data_center() -> None:
         "its --locality",
         "storage nodes 2, 5 name no data center while others do (east, west): give every one a dc= tier "
         "in its --locality"]
+
+
+def test_a_table_shows_the_data_center_column_once_one_is_named() -> None:
+    from cli.output import unless_empty
+    cols = ["node", "dc", "machine"]
+    assert unless_empty([{"node": 0, "dc": "", "machine": "m0"}], cols, "dc") == ["node", "machine"]
+    assert unless_empty([{"node": 0, "dc": ""}, {"node": 1, "dc": "east"}], cols, "dc") == cols

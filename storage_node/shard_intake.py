@@ -111,8 +111,11 @@ class Intake:
         """FAILED_PRECONDITION unless a move of `shard` to this node is under way. The
         node's view of the sets is read again first: one a little old may still name it
         for a shard it left a moment ago, and it must not apply the shard's records while
-        a copy of it comes in."""
+        a copy of it comes in. ZooKeeper is synced first: the mover wrote the move through
+        another member, and a read from this node's member may not have it yet (`cluster
+        rebalance` over a three-member ensemble under load: "no move ... is under way")."""
         s = self.state
+        s.zk.sync(registry.MOVES)
         s.read_sets()
         if s.holds(shard):
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,

@@ -9,7 +9,12 @@ each shard it is to hold from one of that shard's live replicas (the `Snapshot` 
 move's destination uses, storage_node/shard_intake.py), each taken at or past the head its
 log had when the rebuild began: so at or past any position this node published before, and
 the logs, held back for this node by that position, are never truncated past what it is to
-read. Then, per log, its tail starts at the lowest copy and each shard is marked at its own
+read. Once every copy is in, the log map is read again, and a copy that does not stand in
+its shard's stint as the map has it now (taken before a hand-off of the shard, or while
+one is under way) is taken again: kept, it would leave the node awaiting the shard's open
+record in the new log while its tail there, started from its other shards' copies,
+stands past it (the whole-cluster simulation's seed 88; "stint-blind").
+Then, per log, its tail starts at the lowest copy and each shard is marked at its own
 (storage_node/shard_copy.py rebuild), all written in one batch with the marker going last.
 The whole-cluster simulation runs these steps on real nodes losing their disks and
 crashing or paused mid-rebuild (tests/sim/nodes.py), and catches a rebuild that takes
@@ -33,6 +38,7 @@ from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from runtime import membership, world
 from storage_node import bootstrap, shard_copy
+from storage_node.handoff import Place
 from storage_node.shard_intake import CopyFailed
 from storage_node.state import NodeState
 from storage_node.store import BatchView
@@ -70,12 +76,30 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     head in `heads` (log -> next position when the rebuild began, None if unknown: then
     BootstrapFailed before anything is deleted). BootstrapFailed when a shard has no
     replica that gives a whole copy by `deadline` (world.monotonic)."""
-    known = known_heads(shards, heads, s.log_map)
+    known = {**known_heads(shards, heads, s.log_map), **{lg: h for lg, h in heads.items() if h is not None}}
     bootstrap.begin(s.store.db, s.store.sync)
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
-    for i, shard in enumerate(shards):
-        copies[shard] = _copy(s, shard, known[s.log_map.log_of(shard)], receive, deadline)
-        log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(shards), shard, copies[shard][0])
+    todo = list(shards)
+    while todo:
+        for i, shard in enumerate(todo):
+            copies[shard] = _copy(s, shard, known[s.log_map.log_of(shard)], receive, deadline)
+            log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(todo), shard, copies[shard][0])
+        # Each copy must stand in its shard's stint now, with no hand-off of it under way:
+        # a copy from before a hand-off would leave this node awaiting the shard's open
+        # record in the new log, whose tail (started from its other shards' copies) may
+        # stand past it already (the whole-cluster simulation's seed 88)
+        s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
+        todo = [x for x in shards if not in_current_stint(s.store.place(x), x, s.log_map)]
+        if todo:
+            log.info("rebuild: shards %s were copied before a hand-off of theirs: taken again", todo)
+            view = BatchView(s.store)
+            for x in todo:
+                view.drop_shard(x, _copy_log(s, x))
+            view.commit({})
+            if world.monotonic() > deadline:
+                raise bootstrap.BootstrapFailed(f"shards {todo} were handed over again and again while "
+                                                "copied")
+            world.sleep(0.5)
     view = BatchView(s.store)
     tails: dict[int, tuple[int, int]] = {}
     for lg in sorted({_copy_log(s, x) for x in copies}):
@@ -88,6 +112,15 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     bootstrap.finish(s.store.db, s.store.sync)
     log.info("rebuilt shard by shard: %d shards, tails %s", len(copies),
              {lg: p for lg, (p, _) in tails.items()})
+
+
+def in_current_stint(place: Place | None, shard: int, log_map: LogMap) -> bool:
+    """Whether a copy of `shard` whose place is `place` (None: never handed over) stands
+    in the shard's stint as `log_map` has it, with no hand-off of it under way."""
+    log_id, generation, opened = ((log_map.origin(shard), 0, True) if place is None
+                                  else (place.log, place.generation, place.opened))
+    return (opened and log_map.handing_of(shard) is None and log_id == log_map.log_of(shard)
+            and generation == log_map.stint(shard)[0])
 
 
 def _copy_log(s: NodeState, shard: int) -> int:

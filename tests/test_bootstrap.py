@@ -205,3 +205,19 @@ def test_a_whole_copy_must_stand_at_or_past_every_head_the_bootstrap_began_with(
     assert bootstrap.behind({0: 7, 1: 34}, heads) == {0: 7}
     assert bootstrap.behind({1: 35}, heads) == {0: 0}  # no position in log 0: from its start
     assert bootstrap.behind({0: 1, 1: 1}, {}) == {}
+
+
+def test_a_rebuild_keeps_only_copies_in_their_shards_stint_now() -> None:
+    """storage_node/rebuild.py in_current_stint: a copy taken before its shard's hand-off
+    (in the old log, or awaiting the open record in the new one), or while a hand-off of it
+    is under way, is taken again (the whole-cluster simulation's seed 88)."""
+    first = log_map.first(4, 2)  # shard s in log s % 2, none handed over
+    assert rebuild.in_current_stint(None, 0, first)
+    assert not rebuild.in_current_stint(Place(1, 30, True, 5, 0, 1), 0, first)  # a stint the map never gave
+    handed = LogMap(2, (1, 1, 0, 1), 3, (log_map.Handoff(0, 0, 126, 1, 237, 1, -110, 0),), (0, 1, 0, 1))
+    assert not rebuild.in_current_stint(None, 0, handed)  # copied in log 0, before the hand-off
+    assert not rebuild.in_current_stint(Place(1, 237, False, -110, 0, 1), 0, handed)  # awaiting the open
+    assert rebuild.in_current_stint(Place(1, 237, True, -110, 0, 1), 0, handed)
+    assert rebuild.in_current_stint(None, 1, handed)  # never handed over
+    under_way = LogMap(2, (0, 1, 0, 1), 4, (), (), (log_map.Handing(0, 0, 1, 120),))
+    assert not rebuild.in_current_stint(None, 0, under_way)

@@ -37,11 +37,12 @@ test-fast: proto
 	$(PY) -m pytest -q -p no:cacheprovider tests -m "not integration"
 
 # The simulation (tests/sim/nodes.py): the whole cluster (storage nodes, a coordinator, the
-# shard mover, hand-off drivers, applications on the SDK and whole log servers) with every
-# fault it knows, each drawn per seed (nodes.py drawn: slow disks and links, pauses, crashes,
-# power loss, lost disks, ZooKeeper's notices late, bridges, hand-offs, ingestion).
+# shard mover, hand-off drivers, applications on the SDK and whole log servers on their real
+# store, every call answered by the callee's gRPC services) with every fault it knows, each
+# drawn per seed (faults.py drawn: slow disks and links, pauses, crashes, power loss, lost
+# disks, ZooKeeper's notices late, bridges, hand-offs, ingestion).
 # make sim runs RUNS seeds from SEED (SEED=42 RUNS=1 replays one); BROKEN=name swaps a rule
-# of the real code for a broken one (nodes.py or writers.py BROKEN) and stops at the first
+# of the real code for a broken one (variants.py or writers.py BROKEN) and stops at the first
 # seed that catches it (of RUNS: 300 by default then). SIM_ARGS passes more to
 # tests/sim/run.py: --faults none|slow,pauses,..., --trace; --elections [--bridges ...]:
 # the log alone (tests/sim/writers.py, quicker).

@@ -26,10 +26,11 @@ class Faults:
     link_cuts: int = 0  # bridges: two log servers cut off from each other a while, each reaching the rest
     log_wipes: bool = False  # a crashed log server restarts on an empty disk half the time
     log_servers: int = 3  # in the pool; with five, segments change ensembles
+    leases: bool = True  # the log servers' writers hold read leases (off: strong reads by ReadIndex)
 
     def __str__(self) -> str:
-        on = [f"{k}={v}" if not isinstance(v, bool) else k for k, v in dataclasses.asdict(self).items()
-              if v and v != Faults.__dataclass_fields__[k].default]
+        on = [f"{k}={v}" if not isinstance(v, bool) else k if v else f"no {k}"
+              for k, v in dataclasses.asdict(self).items() if v != Faults.__dataclass_fields__[k].default]
         return ", ".join(on) or "none beyond every run's"
 
 
@@ -41,10 +42,15 @@ def drawn(seed: int, broken: str = "") -> Faults:
     own, so that the run's own draws stay the seed's): every fault the simulation knows
     is on in some seeds, several together in most. With a broken rule of the log servers'
     (`broken`, of writers.BROKEN alone), five log servers in every seed, not one in three:
-    ensembles then change, and most of those rules are reached only in a change."""
+    ensembles then change, and most of those rules are reached only in a change; and half
+    the seeds without read leases, every strong read then a ReadIndex round (those rounds'
+    rules are reached there), the other half with them (the leases' own rules)."""
     r = random.Random(f"faults/{seed}")
     f = Faults(slow=r.random() < 0.5, pauses=r.random() < 0.5, ingest=r.random() < 0.4,
                handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
                link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
                log_servers=r.choice((3, 3, 5)))
-    return replace(f, log_servers=5) if broken in writers.BROKEN and broken not in BROKEN else f
+    if broken not in writers.BROKEN or broken in BROKEN:
+        return f
+    # (from a generator of its own: the other draws stay the seed's)
+    return replace(f, log_servers=5, leases=random.Random(f"leases/{seed}").random() < 0.5)

@@ -182,7 +182,8 @@ class NodeSim(WriterSim):
         log_broken = "" if broken in BROKEN else broken  # a variant of the log servers' (writers.BROKEN)
         super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS, servers=f.log_servers,
                                        wipes=f.log_wipes, late_notices_s=f.late_notices_s,
-                                       link_cuts=f.link_cuts, broken=log_broken))
+                                       link_cuts=f.link_cuts, broken=log_broken,
+                                       **({} if f.leases else {"lease_s": 0.0})))
         self.broken = broken
         # Slow disks and links: now and then a node's disk is slow for a few seconds (every
         # sync waits), and half the shard copies come over a slow link, up to 3 s late
@@ -1111,7 +1112,8 @@ def run(seed: int, cfg: Config | None = None, broken: str = "",
         # What every client was told, as one number: a replay tells the same.
         told = zlib.crc32(repr(sorted(sim.told.items())).encode())
         counts = {**sim.counts, "writes": len(sim.writes), "answered": len(sim.answered),
-                  **{f"runs with {k}": 1 for k, on in dataclasses.asdict(sim.faults).items()
+                  **{f"runs with {'' if on is not False else 'no '}{k}": 1
+                     for k, on in dataclasses.asdict(sim.faults).items()
                      if on != Faults.__dataclass_fields__[k].default},
                   "restarts": len(sim.restarts), "results crc": told}
         return r, counts

@@ -110,9 +110,10 @@ def _faults(text: str) -> faults.Faults | None:
     for n in names:
         k, _, v = n.partition("=")
         default = fields[k].default
-        on[k] = True if isinstance(default, bool) else (type(default)(v) if v else
-                                                         {"late_notices_s": 1.0, "link_cuts": 4,
-                                                          "log_servers": 5}[k])
+        if isinstance(default, bool):  # named: on (leases=0: off)
+            on[k] = v.lower() not in ("0", "no", "false", "off")
+        else:
+            on[k] = type(default)(v) if v else {"late_notices_s": 1.0, "link_cuts": 4, "log_servers": 5}[k]
     return faults.Faults(**on)  # type: ignore[arg-type]
 
 

@@ -3,6 +3,8 @@ take ends it with a message naming the flag (exit 2), before anything runs."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.sim import faults, run
@@ -31,15 +33,22 @@ def test_a_flag_the_simulation_does_not_take_is_named(argv: list[str], names: st
 
 def test_faults_are_drawn_per_seed_or_named() -> None:
     """Every fault is drawn on in some of the first seeds, several together in most, and a
-    seed draws the same faults each time; --faults names them instead."""
+    seed draws the same faults each time; with a broken rule of the log servers', five of
+    them in every seed and read leases off in some; --faults names them instead."""
     draws = [faults.drawn(seed) for seed in range(40)]
     assert draws == [faults.drawn(seed) for seed in range(40)]
     for name, f in faults.Faults.__dataclass_fields__.items():
-        assert any(getattr(d, name) != f.default for d in draws), name
+        if name != "leases":  # (on in every run but a log variant's)
+            assert any(getattr(d, name) != f.default for d in draws), name
     assert sum(d != faults.NO_FAULTS for d in draws) > 30
+    log_variant = [faults.drawn(seed, "no-fence") for seed in range(40)]
+    assert all(d.log_servers == 5 for d in log_variant)
+    assert 10 < sum(not d.leases for d in log_variant) < 30
+    assert all(replace(d, log_servers=5, leases=True) == replace(faults.drawn(seed, "no-hold"), log_servers=5)
+               for seed, d in enumerate(log_variant))  # the rest drawn as for any other run
     assert run._faults("drawn") is None and run._faults("none") == faults.NO_FAULTS
-    assert run._faults("slow,late_notices_s=0.5,log_servers") == faults.Faults(
-        slow=True, late_notices_s=0.5, log_servers=5)
+    assert run._faults("slow,late_notices_s=0.5,log_servers,leases=0") == faults.Faults(
+        slow=True, late_notices_s=0.5, log_servers=5, leases=False)
 
 
 def test_flags_of_the_chosen_simulation_are_taken(capsys: pytest.CaptureFixture[str]) -> None:

@@ -123,6 +123,9 @@ class Config:
     # seals them in the log and opens them again (log/seals.py, docs/log.md "Adding logs
     # and handing shards over" step 3): nothing of a shard is committed while it is sealed
     seals: bool = False
+    # With elections: the writers' read lease (log/lease.py; 0: none, every strong read a
+    # ReadIndex round, as MIDTOWN_READ_LEASE_S=0 runs a server)
+    lease_s: float = lease.LEASE_S_DEFAULT
 
 
 # Bridges: links cut in pairs (Config.link_cuts), in runs long enough, and with few enough
@@ -751,7 +754,7 @@ class WriterSim:
             topo = zkpaths.read_topology(zk)
             assert topo is not None
             node = Node(s, f"sim:{s}", zk, topo, self.stores[s],  # type: ignore[arg-type]
-                        peer_links=lambda to: _Link(self, to, s))
+                        lease_s=self.cfg.lease_s, peer_links=lambda to: _Link(self, to, s))
             made = node.election.new_driver
 
             def new_driver(core: Writer) -> WriterDriver:

@@ -76,11 +76,12 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     head in `heads` (log -> next position when the rebuild began, None if unknown: then
     BootstrapFailed before anything is deleted). BootstrapFailed when a shard has no
     replica that gives a whole copy by `deadline` (world.monotonic)."""
-    known = {**known_heads(shards, heads, s.log_map), **{lg: h for lg, h in heads.items() if h is not None}}
+    known = known_heads(shards, heads, s.log_map)
     bootstrap.begin(s.store.db, s.store.sync)
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
     todo = list(shards)
     while todo:
+        known = known_heads(todo, heads, s.log_map)  # (a shard handed over since: its new log's)
         for i, shard in enumerate(todo):
             copies[shard] = _copy(s, shard, known[s.log_map.log_of(shard)], receive, deadline)
             log.info("rebuild: shard %d of %d (%d) taken at %d", i + 1, len(todo), shard, copies[shard][0])

@@ -14,6 +14,7 @@ import grpc
 
 from catalog import registry
 from catalog.routing import check_shard
+from fleet.connect import bounded
 from midtown_pb import kv_pb2 as pb
 from runtime import membership, world
 from runtime.refusals import BadRequest, Refusal
@@ -115,12 +116,13 @@ class Intake:
         another member, and a read from this node's member may not have it yet (`cluster
         rebalance` over a three-member ensemble under load: "no move ... is under way")."""
         s = self.state
-        s.zk.sync(registry.MOVES)
+        quick = bounded(s.zk)  # a caller waits: ZooKeeper not answering ends it (UNAVAILABLE)
+        quick.sync(registry.MOVES)
         s.read_sets()
         if s.holds(shard):
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           f"storage node {s.node_id} holds shard {shard} already", field="shard")
-        m = registry.read_moves(s.zk).get(shard)
+        m = registry.read_moves(quick).get(shard)
         if m is None or m[0].dest != s.node_id:
             raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
                           f"no move of shard {shard} to storage node {s.node_id} is under way", field="shard")

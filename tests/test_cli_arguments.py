@@ -79,6 +79,7 @@ def test_a_duration_with_its_unit_is_read(n: int, unit: tuple[str, int]) -> None
      "--tls-dir: no ca.pem in /nonexistent (midtown cluster certs --dir /nonexistent --machine m1"),
     (["--plaintext", "--machine", "a b"], "--machine: 'a b' is not a machine name"),
     (["--plaintext", "--locality", "zone"], "--locality: 'zone' in 'zone' is not tier=value"),
+    (["--plaintext", "--locality", "zone=a,dc=east"], "--locality: the data-center tier dc comes first"),
     (["--plaintext", "--zk", ""], "--zk: the cluster's ZooKeeper"),
 ])
 def test_machine_up_refuses_what_it_cannot_run_naming_the_flag(args: list[str], says: str,

@@ -95,3 +95,13 @@ def streamed(services: Sequence[grpc.GenericRpcHandler], path: str, req: Any, ct
             yield (parse or type(m).FromString)(h.response_serializer(m))
     except Aborted as e:
         yield e.args[0]
+
+
+def answered(services: Sequence[grpc.GenericRpcHandler], path: str, req: Any, ctx: Context,
+             parse: Callable[[bytes], Any] | None = None) -> Any:
+    """A call's answer whatever its kind: a unary call's answer, a server-streaming call's
+    messages together (a list); or the CallFailed it ended with."""
+    if method(services, path, ctx.metadata).unary_stream is None:
+        return unary(services, path, req, ctx, parse)
+    got = list(streamed(services, path, req, ctx, parse))
+    return got[-1] if got and isinstance(got[-1], CallFailed) else got

@@ -103,11 +103,8 @@ class _PeerCalls:
             service = sim.storage_services.get(id(node))
             if service is None or service[0] is not node:
                 service = sim.storage_services[id(node)] = (node, storage_server.service_handlers(node))
-            path, ctx = f"/midtown.kv.v1.Storage/{method}", grpc_port.Context(world.monotonic() + timeout_s)
-            if grpc_port.method([service[1]], path).unary_stream is None:
-                return grpc_port.unary([service[1]], path, req, ctx)
-            got = list(grpc_port.streamed([service[1]], path, req, ctx))
-            return got[-1] if got and isinstance(got[-1], CallFailed) else got
+            return grpc_port.answered([service[1]], f"/midtown.kv.v1.Storage/{method}", req,
+                                      grpc_port.Context(world.monotonic() + timeout_s))
         return unary(sim, addr, lambda: sim.storage_proc(to) if to in sim.storage else None, answer,
                      timeout_s)
 

@@ -678,13 +678,10 @@ class WriterSim:
         """A call of server `to`'s Log service: its answer (a stream's messages together), or
         the Refusal its status reads as (Refusal.of_call, as the log client's gRPC backend
         reads a failed call)."""
-        services, path = self.log_services(to), f"/midtown.log.v1.Log/{method}"
-        ctx = grpc_port.Context(deadline)
-        if grpc_port.method(services, path).unary_stream is None:
-            out = grpc_port.unary(services, path, req, ctx)
-        else:  # a Read that is not a follow: its messages together
-            got = list(grpc_port.streamed(services, path, req, ctx, pb.ReadResponse.FromString))
-            out = got[-1] if got and isinstance(got[-1], CallFailed) else got
+        # (a Read that is not a follow: its messages together)
+        parse = pb.ReadResponse.FromString if method == "Read" else None
+        out = grpc_port.answered(self.log_services(to), f"/midtown.log.v1.Log/{method}", req,
+                                 grpc_port.Context(deadline), parse)
         return Refusal.of_call(out) if isinstance(out, CallFailed) else out
 
     def replica_call(self, to: int, method: str, req: Any, conv: Callable[[Any], Any]) -> Any:

@@ -50,6 +50,8 @@ class ReReplicator:
         self.peer = peer
         self.first = first
         self.moved = 0  # replicas re-recorded since start
+        # (log, segment epoch) -> the target of a move begun and not yet recorded
+        self._started: dict[tuple[int, int], int] = {}
 
     def round(self) -> None:
         if not self.host.writers:
@@ -76,8 +78,13 @@ class ReReplicator:
             for r in seg.replicas:
                 load[r] = load.get(r, 0) + 1
         where = machines.domains(self.host.zk, machines.LOG_SERVERS)
-        for move in rereplicate.plan(meta, stay, load, where, machines.one_machine(self.host.zk)):
+        started = {e: t for (lg, e), t in self._started.items() if lg == log_id}
+        moves = rereplicate.plan(meta, stay, load, where, machines.one_machine(self.host.zk), started)
+        for e in started:
+            del self._started[(log_id, e)]
+        for move in moves:
             seg = next(s for s in meta.segments if s.epoch == move.epoch)
+            self._started[(log_id, seg.epoch)] = move.target
             trunc = self.first(log_id)
             sources = [r for r in seg.replicas if r in registered]
             if not self._fill(log_id, epoch, seg, trunc, move.target, sources):
@@ -85,6 +92,7 @@ class ReReplicator:
             ok, version = self.host.write_metadata(rereplicate.recorded(meta, move), version)
             if not ok:
                 return  # changed meanwhile: read it again next round
+            del self._started[(log_id, seg.epoch)]
             meta, _ = zkpaths.read_metadata(self.host.zk, log_id)
             self.moved += 1
             log.info("log %d: segment %d's replica %d (gone) replaced by %d", log_id, seg.epoch, move.dead,

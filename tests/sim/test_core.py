@@ -205,6 +205,9 @@ def test_a_move_copies_committed_entries_only_and_is_recorded_when_complete() ->
     meta = LogMetadata(log_id=0, epoch=3, writer=0, segments=(sealed, open_))
     assert rr.plan(meta, live=[0, 1, 3, 4], load={3: 5}) == [rr.Move(2, 2, 4)], "sealed ones only"
     assert rr.plan(meta, live=[0, 1, 2], load={}) == []
+    # a move begun to 3 is taken again though 4 is less loaded now; not if 3 is gone
+    assert rr.plan(meta, live=[0, 1, 3, 4], load={3: 5}, started={2: 3}) == [rr.Move(2, 2, 3)]
+    assert rr.plan(meta, live=[0, 1, 4], load={3: 5}, started={2: 3}) == [rr.Move(2, 2, 4)]
     held = {p: _e(p, epoch=2) for p in range(5, 11)}  # 9, 10: past the recorded end
     assert [e.position for e in rr.to_copy(sealed, 6, held)] == [6, 7, 8]
     assert not rr.complete(sealed, 6, [6, 8]) and rr.complete(sealed, 6, [6, 7, 8])

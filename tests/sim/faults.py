@@ -27,6 +27,10 @@ class Faults:
     log_wipes: bool = False  # a crashed log server restarts on an empty disk half the time
     log_servers: int = 3  # in the pool; with five, segments change ensembles
     leases: bool = True  # the log servers' writers hold read leases (off: strong reads by ReadIndex)
+    # Three data centers: the servers spread over them (server n in data center n mod 3,
+    # the coordinator in the first), messages between them later by tens of milliseconds,
+    # and one at a time cut off from the others (links and ZooKeeper) for a few seconds
+    data_centers: bool = False
 
     def __str__(self) -> str:
         on = [f"{k}={v}" if not isinstance(v, bool) else k if v else f"no {k}"
@@ -50,6 +54,8 @@ def drawn(seed: int, broken: str = "") -> Faults:
                handoffs=r.random() < 0.4, late_notices_s=r.choice((0.0, 0.0, 0.5, 1.0)),
                link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
                log_servers=r.choice((3, 3, 5)))
+    # (from a generator of its own: the other draws stay the seed's)
+    f = replace(f, data_centers=random.Random(f"dcs/{seed}").random() < 0.3)
     if broken not in writers.BROKEN or broken in BROKEN:
         return f
     # (from a generator of its own: the other draws stay the seed's)

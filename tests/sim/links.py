@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from log.client import Appended, LogClient
 from log.seals import UNTAGGED, Tags
 from runtime import world
 from runtime.stubs import CallFailed
+from runtime.transport import KEEPALIVE_MS
 from storage_node import server as storage_server
 from storage_node.callbacks import Answer, encoded
 from tests.sim import grpc_port
@@ -45,10 +47,12 @@ class _Answers:
 
     def send(self, addr: str, results: list[Answer]) -> None:
         sim = self.sim
+        frm = sim.here()
 
         def carry() -> None:
-            sim.delay()
-            if sim.rng.random() < sim.cfg.drop:
+            to = sim.dc_of(sim.coordinator_proc) if frm is not None else None
+            sim.delay(frm, to)
+            if sim.rng.random() < sim.cfg.drop or sim.dc_cut(frm, to):
                 return
             for r, _secret in results:
                 sim.answered.setdefault(r.request_id, []).append(r)
@@ -67,18 +71,27 @@ def unary(sim: NodeSim, addr: str, proc: Callable[[], str | None], answer: Calla
     there by `answer()` (an exception: its error): its answer, or CallFailed as gRPC fails
     it: UNAVAILABLE when the process is down (connection refused) or dies meanwhile (its
     connection reset: gRPC's keepalive sees it within a second), DEADLINE_EXCEEDED when no
-    answer comes in time."""
+    answer comes in time. Between data centers cut off from each other the connection's
+    keepalive pings go unanswered: the call fails UNAVAILABLE once they were cut a second
+    (runtime/transport.py KEEPALIVE_MS; checked every half second)."""
     reply: futures.Future[Any] = world.future()
     refused = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection refused")
     callee = proc()
+    ends = (sim.here(), sim.dc_of(callee))
     carry(sim, reply, proc, answer, lambda: reply.set_exception(refused), lambda: True, lossy=False)
     deadline = world.monotonic() + timeout_s
+    cut_since: float | None = None
     while True:
         try:
             return reply.result(max(0.0, min(0.5, deadline - world.monotonic())))
         except futures.TimeoutError:
             if callee in sim.sched.dead:
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: connection reset") from None
+            cut_since = (cut_since or world.monotonic()) if sim.dc_cut(*ends) else None
+            if cut_since is not None and world.monotonic() - cut_since >= KEEPALIVE_MS / 1000:
+                lost = CallFailed(grpc.StatusCode.UNAVAILABLE, f"{addr}: keepalive ping unanswered")
+                reply.set_exception(lost)  # the connection closed: nothing of the call gets through now
+                raise lost from None
             if world.monotonic() >= deadline:
                 raise CallFailed(grpc.StatusCode.DEADLINE_EXCEEDED, f"{addr}: no answer") from None
 
@@ -178,3 +191,29 @@ class _DiskTaggedLink(_LogLink):
         for p in payloads:  # (a node publishes the same position into each log: keyed by log too)
             self.sent.setdefault((self.n, log_id, p), []).append(self.disk)
         return super().append(addr, log_id, payloads, timeout_s, tags)
+
+
+class CheckedLogClient(LogClient):
+    """The coordinator's log client, checking the ReadIndex rule (log/read_index.py) on
+    every round it makes: the index covers every append this client heard acknowledged
+    before the round began (one heard acknowledged was acknowledged by the writer before)."""
+
+    def __init__(self, violations: list[str], acked: dict[int, list[tuple[float, int]]],
+                 **kw: Any) -> None:
+        super().__init__(**kw)
+        self._violations = violations
+        self._acked = acked  # log -> (when heard, last position), shared by its restarts
+
+    def append(self, log_id: int, payloads: list[bytes], *args: Any, **kw: Any) -> Appended:
+        got = super().append(log_id, payloads, *args, **kw)
+        self._acked.setdefault(log_id, []).append((world.monotonic(), got.first_position + got.count - 1))
+        return got
+
+    def read_index(self, log_id: int) -> int | None:
+        start = world.monotonic()
+        before = max((p for t, p in self._acked.get(log_id, ()) if t < start), default=-1)
+        idx = super().read_index(log_id)
+        if idx is not None and idx < before:
+            self._violations.append(f"a ReadIndex round of log {log_id} started at {start:.3f} s "
+                                    f"returned {idx}, below position {before}, acknowledged before it")
+        return idx

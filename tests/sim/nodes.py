@@ -105,7 +105,7 @@ from tests.sim import variants, writers
 from tests.sim.broken import swapped
 from tests.sim.disk import Disk
 from tests.sim.faults import Faults, drawn
-from tests.sim.links import _Answers, _DiskTaggedLink, _KvStub, _PeerCalls, _StorageLink
+from tests.sim.links import CheckedLogClient, _Answers, _DiskTaggedLink, _KvStub, _PeerCalls, _StorageLink
 from tests.sim.store import MemState
 from tests.sim.variants import BROKEN
 from tests.sim.writers import LOG, Config, Result, WriterSim, _LogLink
@@ -185,6 +185,10 @@ class NodeSim(WriterSim):
                                        link_cuts=f.link_cuts, broken=log_broken,
                                        **({} if f.leases else {"lease_s": 0.0})))
         self.broken = broken
+        if f.data_centers:  # three: log server and storage node n in data center n mod 3
+            self.dcs, self.dc_cut_until = 3, [0.0] * 3
+            self.machine_of = failure_domains.lookup(
+                {s: Domain(f"log{s}", (("dc", f"dc{s % 3}"),)) for s in self.servers})
         # Slow disks and links: now and then a node's disk is slow for a few seconds (every
         # sync waits), and half the shard copies come over a slow link, up to 3 s late
         self.slow = f.slow
@@ -209,6 +213,8 @@ class NodeSim(WriterSim):
         self.answered: dict[bytes, list[RecordResult]] = {}
         self.coordinator_inc = 0
         self.coordinator_proc: str | None = None
+        # log -> (when its coordinator heard it, last position) of each append acknowledged
+        self.acked_appends: dict[int, list[tuple[float, int]]] = {}
         self.histories: dict[bytes, list[Operation]] = {}  # (7) key -> its operations
         self.sent: dict[str, list[bytes]] = {}  # client -> the request ids of its write under way
         self.told: dict[bytes, tuple[str, Any]] = {}  # request id -> (method, the response its SDK had)
@@ -227,6 +233,8 @@ class NodeSim(WriterSim):
         if f.handoffs:
             self.counts.update(dict.fromkeys(("hand-offs", "hand-offs done", "hand-offs refused",
                                               "hand-off drivers killed"), 0))
+        if f.data_centers:
+            self.counts["data centers cut off"] = 0
 
     # --- the log servers' disks -------------------------------------------------------------
 
@@ -398,7 +406,7 @@ class NodeSim(WriterSim):
 
     def create_kv(self) -> None:
         for n in NODES:  # each node's machine, as its process records it when it first starts
-            machines.record(self.admin, machines.STORAGE_NODES, n, NODE_MACHINES(n))
+            machines.record(self.admin, machines.STORAGE_NODES, n, self.node_domain(n))
         registry.create_kv(self.admin, SHARDS, list(NODES), logs=LOGS, replicas=REPLICAS)
 
     def start_more(self, stop: Any) -> None:
@@ -422,6 +430,38 @@ class NodeSim(WriterSim):
             world.spawn("ingester", lambda: self.ingester(stop))
         if self.handoffs:
             world.spawn("hand-offs", lambda: self.hand_offs(stop))
+        if self.dcs:
+            world.spawn("data-center-cuts", lambda: self.data_center_cuts(stop))
+
+    # --- data centers (Faults.data_centers) ---------------------------------------------------
+
+    def node_domain(self, n: int) -> Domain:
+        """Where storage node `n` runs, as its process records it: with data centers, its
+        machine's data center too (machine n mod 3 in data center n mod 3)."""
+        m = NODE_MACHINES(n)
+        return Domain(m.machine, (("dc", f"dc{n % self.dcs}"),)) if self.dcs else m
+
+    def data_center_cuts(self, stop: Any) -> None:
+        """Now and then one data center is cut off from the others for 1 to 6 s: every
+        message between it and them lost (tests/sim/writers.py carry, _Link, _Entries), and
+        its processes cut off from ZooKeeper as long (its quorum is in the other two; past
+        the session timeout their sessions expire). A global dataset (every dataset today:
+        its logs' ensembles and its shards' replicas spread over the data centers by the
+        placement rule) stays linearizable through it and goes on once it heals."""
+        while not stop.is_set():
+            world.sleep(self.rng.uniform(2.0, 8.0))
+            if stop.is_set():
+                break
+            dc, seconds = self.rng.randrange(self.dcs), self.rng.uniform(1.0, 6.0)
+            self.dc_cut_until[dc] = world.monotonic() + seconds
+            self.counts["data centers cut off"] += 1
+            zks = [self.zks[s] for s in self.servers if s % self.dcs == dc and s not in self.down]
+            zks += [self.storage_zk[n] for n in NODES if n % self.dcs == dc and n in self.storage]
+            if dc == self.dc_of("coordinator") and self.coordinator_proc is not None:
+                zks.append(self.coordinator_zk)
+            for zk in zks:
+                self.ens.partition(zk, seconds)
+            world.sleep(seconds)
 
     # --- shards handed between the logs ------------------------------------------------------
 
@@ -557,7 +597,8 @@ class NodeSim(WriterSim):
             zk.start()
             kv = registry.read_kv(zk)
             assert kv is not None
-            c = Coordinator(0, COORDINATOR, LogClient(zk=zk, link=_LogLink(self)), LOGS, kv,
+            logs = CheckedLogClient(self.violations, self.acked_appends, zk=zk, link=_LogLink(self))
+            c = Coordinator(0, COORDINATOR, logs, LOGS, kv,
                             storage_link=_StorageLink(self), log_map=registry.read_log_map(zk, kv, LOGS))
             c.answers._key = b"sim"  # its answer secrets, the same in every replay
             c.start()

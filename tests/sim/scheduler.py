@@ -115,6 +115,10 @@ class Scheduler:
             raise RuntimeError(f"a task cannot act as process {name}: it is dead or paused")
         return _Process(self._me(), name)
 
+    def current_process(self) -> str | None:
+        """The process the running task acts as (None outside the run)."""
+        return self._current.process if self._current is not None else None
+
     def dying(self) -> bool:
         """Whether the running task's process has crashed (its tasks unwind where they next
         run; what one of them does meanwhile, a real crash would not have let it do)."""

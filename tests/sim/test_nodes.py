@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
 from tests.sim import nodes, seeds
-from tests.sim.faults import NO_FAULTS, Faults
+from tests.sim.faults import NO_FAULTS, Faults, drawn
 from tests.sim.writers import Config
 
 
@@ -86,7 +87,7 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
 @pytest.mark.parametrize("broken,start,finding", [
     # positions published before they are synced: a node restarts below one after a power
     # loss, or the log is truncated past what it holds and it stops behind the truncation
-    ("publish-unsynced", 3, ("below the", "behind a truncation")),
+    ("publish-unsynced", 6, ("below the", "behind a truncation")),
     # the log truncated below a node's own position, ignoring its peers': a node falls behind it
     ("truncate-ahead", 1, ("behind a truncation",)),
     # a strong read that does not wait for the read index misses a write answered before it
@@ -99,7 +100,7 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # a copy taken in while the node starts moves its position past its other shards'
     # records (what it answers and holds then differs from the log's outcome, or a later
     # record of the shard cannot apply)
-    ("copy-while-starting", 11, ("answered", "its client was told", "a strong read", "apply failed")),
+    ("copy-while-starting", 15, LOST + ("apply failed",)),
     # the shard moves' model's (tests/sim/moves.py, retired), on the real code: a copy
     # installed behind the destination's tail without the shard's records between; the
     # mover recording a copy never taken in
@@ -113,22 +114,31 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # the moves' model's no-hold: the log truncated while a shard of it is copied to a node
     # holding no other shard of that log (which then stops behind the truncation, and the
     # move cannot end)
-    ("no-hold", 55, ("behind a truncation", "could not finish the moves")),
+    ("no-hold", 66, ("behind a truncation", "could not finish the moves")),
     # its no-digest: a copy without the shard's digest (what the node answers then differs)
     ("no-digest", 1, LOST),
     # its by-load (and the log's): placement blind to the nodes' machines
     ("by-load", 1, ("share machines",)),
     # a log server's store that does not sync its writes: a power loss takes back entries
     # it acknowledged (the log servers run their real store on the simulated disk)
-    ("log-unsynced", 3, LOST + ("committed position", "acknowledged")),
+    ("log-unsynced", 10, LOST + ("committed position", "acknowledged")),
     # a rebuild keeping a shard's copy from before its hand-off (seed 88 failed as built
     # with every fault drawn, until storage_node/rebuild.py took such a copy again)
     ("stint-blind", 88, LOST + ("apply failed", "behind a truncation")),
+    # a rule of the log servers', in the whole cluster: an ensemble change appending before
+    # the old copies are fenced; the coordinator's ReadIndex round from a stale metadata
+    # misses an append it heard acknowledged (tests/sim/links.py CheckedLogClient; the
+    # reads' linearizability alone caught it in none of seeds 1-100)
+    ("no-fence", 5, ("acknowledged before it",)),
 ])
 def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str, ...]) -> None:
-    """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py)."""
+    """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py). The
+    rarest, found before data centers were drawn, replay their seed's faults as drawn then
+    (without data centers: with them, seeds 210, 88 and 5 run otherwise)."""
     def caught(seed: int) -> list[str] | None:
-        r, _ = nodes.run(seed, broken=broken)
+        before_dcs = broken in ("moves-recreated", "stint-blind", "no-fence")
+        r, _ = nodes.run(seed, broken=broken,
+                         faults=replace(drawn(seed, broken), data_centers=False) if before_dcs else None)
         assert r.failures == [], (seed, r.failures[:1])
         return r.violations or None
 
@@ -316,3 +326,23 @@ def test_a_node_bootstrapping_from_a_peer_behind_the_logs_waits_for_it() -> None
         assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
         return counts if counts["disks lost"] > 0 else None
     seeds.first(lost_a_disk, 154, "a disk lost with every fault drawn")
+
+
+def test_every_guarantee_holds_with_a_data_center_cut_off_at_a_time() -> None:
+    """Three data centers (make sim SIM_ARGS="--faults data_centers,..."): the servers
+    spread over them, messages between them later by tens of milliseconds, one at a time
+    cut off from the others and from ZooKeeper for seconds, beside every other fault. Every
+    dataset is global today: each check of the whole cluster holds through the cuts, and
+    the cluster goes on once they heal. Seed 6 with these faults once left a move standing
+    at copying: a copy's Snapshot call whose answer a cut had lost waited out its hour-long
+    deadline (a call across a cut now fails once the keepalive ping goes unanswered a
+    second, as gRPC's does: runtime/transport.py)."""
+    every = Faults(slow=True, pauses=True, ingest=True, handoffs=True, late_notices_s=0.5, link_cuts=4,
+                   log_wipes=True, log_servers=5, data_centers=True)
+    cut = 0
+    for seed, faults in ((6, every), (1, Faults(data_centers=True))):
+        r, counts = nodes.run(seed, faults=faults)
+        assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+        assert counts["writes"] > 10, seed
+        cut += counts["data centers cut off"]
+    assert cut >= 2

@@ -76,6 +76,7 @@ from midtown_pb import log_pb2 as pb
 from runtime import refusals, world
 from runtime.refusals import Refusal
 from runtime.stubs import CallFailed
+from runtime.transport import KEEPALIVE_MS
 from tests.sim import broken, grpc_port
 from tests.sim.broken import Swap, swapped
 from tests.sim.scheduler import Scheduler
@@ -132,6 +133,9 @@ class Config:
 # crashes, that writers hold the log for log/takeover.py's SETTLE_S and their followers
 # take it over from them while they still run and reach the rest (make sim SIM_ARGS=--bridges)
 BRIDGES: dict[str, Any] = {"link_cuts": 8, "crashes": 1, "seconds": 30.0}
+# Data centers (the whole cluster's Faults.data_centers): a message between two takes this
+# much longer one way (tens of milliseconds a round trip, as between regions near each other)
+DC_ONE_WAY_S = (0.01, 0.03)
 
 
 @dataclass
@@ -328,11 +332,14 @@ class _Link:
     def __init__(self, sim: WriterSim, to: int, frm: int | None = None) -> None:
         self.sim, self.to, self.frm = sim, to, frm
 
+    def wire(self) -> None:
+        self.sim.delay(self.sim.dc_of_server(self.frm), self.sim.dc_of_server(self.to))
+
     def ask(self, msg: Any, reply: Callable[[Any], None]) -> None:
         sim, to = self.sim, self.to
 
         def there() -> None:
-            sim.delay()
+            self.wire()
             if not sim.reachable(to, self.frm):
                 return
             try:
@@ -343,7 +350,7 @@ class _Link:
                 world.spawn("reply", lambda: back(rep))
 
         def back(rep: Any) -> None:
-            sim.delay()
+            self.wire()
             if sim.reachable(to, self.frm):
                 reply(rep)  # into the writer's inbox: a dead or paused writer's waits there
 
@@ -358,12 +365,12 @@ class _Link:
         """A call and its wait (the election's probes): no answer from a replica cut off,
         down or paused, nor when either way is lost."""
         sim, to = self.sim, self.to
-        sim.delay()
+        self.wire()
         if not sim.reachable(to, self.frm) or not sim.copies():
             world.sleep(0.0 if to in sim.down else timeout_s)
             raise NoAnswer(f"log server {to}")
         rep = sim.handle(to, msg)
-        sim.delay()
+        self.wire()
         if not sim.reachable(to, self.frm):
             raise NoAnswer(f"log server {to}")
         return rep
@@ -374,7 +381,7 @@ class _Link:
         paused answers nothing until the call's timeout; a dead one's connection is refused
         at once. Lost either way, the writers send again."""
         sim, to = self.sim, self.to
-        sim.delay()
+        self.wire()
         if not sim.reachable(to, self.frm) or sim.rng.random() < sim.cfg.stream_break:
             world.sleep(0.0 if to in sim.down else limits.REPLICA_RPC_TIMEOUT_S)
             return None
@@ -387,7 +394,7 @@ class _Link:
             return None  # the stream failed with it
         sim.replicate_calls += 1
         sim.replicated += len(msgs)
-        sim.delay()
+        self.wire()
         return replies if sim.reachable(to, self.frm) else None
 
 
@@ -500,9 +507,15 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
     that is cut off (`up()` false) or, if `lossy`, its connection breaks (as often as a
     replication stream does: the call fails a second or two later, as `refused()`);
     `answer()` runs there, and its value (an exception: the call's error) comes back into
-    `reply` after a delay, on the same conditions."""
+    `reply` after a delay, on the same conditions. Between data centers (data_centers) it
+    takes longer, and is lost while either is cut off from the other."""
+    frm = sim.here()  # the caller's data center (None: none, or no data centers)
+
+    def to_dc() -> int | None:
+        return sim.dc_of(proc()) if frm is not None else None
+
     def there() -> None:
-        sim.delay()
+        sim.delay(frm, to_dc())
         p = proc()
         if p is None:
             refused()
@@ -510,7 +523,7 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
         # A stopped process reads the call from its socket once it runs again
         while sim.sched.paused(p):  # (at least a millisecond: the clock's floats must move on)
             world.sleep(max(0.001, sim.sched.paused_until[p] - world.monotonic()))
-        if not up():
+        if not up() or not sim.across(frm, to_dc, reply.done):
             return
         if lossy and sim.rng.random() < sim.cfg.stream_break:
             reset()
@@ -523,8 +536,8 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
             world.spawn("answer", lambda: back(answer()))
 
     def back(rep: Any) -> None:
-        sim.delay()
-        if not up() or reply.done():
+        sim.delay(frm, to_dc())
+        if not up() or not sim.across(frm, to_dc, reply.done) or reply.done():
             return
         if lossy and sim.rng.random() < sim.cfg.stream_break:
             reset()
@@ -553,6 +566,7 @@ class _Entries:
 
     def __init__(self, sim: WriterSim, to: int, req: pb.ReadRequest) -> None:
         self.sim, self.req = sim, req
+        self.ends = (sim.here(), sim.dc_of_server(to))  # the reader's data center and the server's
         self.batches: Any = world.queue()
         self.ctx = grpc_port.Context(None)
         self.proc = sim.proc(to)
@@ -583,7 +597,14 @@ class _Entries:
             if isinstance(resp, CallFailed):  # as the gRPC Read ends (OUT_OF_RANGE: truncated; ...)
                 self.batches.put(Refusal.of_call(resp))
                 return
-            sim.delay()
+            sim.delay(*self.ends)
+            if sim.dc_cut(*self.ends):  # held back; past a second, gRPC's keepalive ends the stream
+                cut = world.monotonic()
+                if not sim.across(self.ends[0], lambda: self.ends[1],
+                                  lambda: world.monotonic() - cut >= KEEPALIVE_MS / 1000):
+                    self.ctx.cancelled = True
+                    self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, "keepalive ping unanswered"))
+                    return
             if sim.rng.random() < sim.cfg.stream_break:
                 self.ctx.cancelled = True  # the server's side of the stream ends with it
                 self.batches.put(Refusal(grpc.StatusCode.UNAVAILABLE, "stream broken"))
@@ -626,6 +647,10 @@ class WriterSim:
         self.other_writers: list[WriterDriver] = []  # of the other logs (Config.logs)
         self.violations: list[str] = []
         self.cut_until = {s: 0.0 for s in self.servers}  # a replica isolated until then
+        # Data centers (the whole cluster's Faults.data_centers; 0: none): each cut off from
+        # the others until then (dc_cut_until)
+        self.dcs = 0
+        self.dc_cut_until: list[float] = []
         self.links_cut: dict[frozenset[int], float] = {}  # two servers cut off from each other until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in self.servers}
@@ -702,10 +727,55 @@ class WriterSim:
         now = world.monotonic()
         return now >= self.cut_until[to] and to not in self.down and not (
             self.cfg.elections and self.sched.paused(self.proc(to))) and (
-            frm is None or now >= self.links_cut.get(frozenset((frm, to)), 0.0))
+            frm is None or now >= self.links_cut.get(frozenset((frm, to)), 0.0) and
+            not self.dc_cut(self.dc_of_server(frm), self.dc_of_server(to)))
 
-    def delay(self) -> None:
+    def delay(self, a: int | None = None, b: int | None = None) -> None:
+        """A message's time on the wire; between data centers `a` and `b`, when they
+        differ (data_centers), a trip between them besides."""
         world.sleep(self.rng.uniform(0, self.cfg.delay_max_s))
+        if a is not None and b is not None and a != b:
+            world.sleep(self.rng.uniform(*DC_ONE_WAY_S))
+
+    # --- data centers (tests/sim/faults.py Faults.data_centers) -------------------------------
+
+    def dc_of_server(self, s: int | None) -> int | None:
+        return None if not self.dcs or s is None else s % self.dcs
+
+    def dc_of(self, proc: str | None) -> int | None:
+        """The data center process `proc` runs in: a log server's or a storage node's by its
+        id (server s in data center s mod 3), the coordinator's the first; none for the
+        rest (the applications and operators' tools reach every data center, as does the
+        network's own task). None too without data centers."""
+        if not self.dcs or proc is None:
+            return None
+        kind, _, rest = proc.partition("-")
+        if kind in ("server", "writer", "storage"):
+            return int(rest.split("-")[0]) % self.dcs
+        return 0 if kind == "coordinator" else None
+
+    def here(self) -> int | None:
+        """The data center of the process making a call now."""
+        return self.dc_of(self.sched.current_process()) if self.dcs else None
+
+    def across(self, a: int | None, b: Callable[[], int | None], given_up: Callable[[], bool]) -> bool:
+        """A message of a call between data centers `a` and `b()` sent while they are cut
+        off from each other: TCP sends it again until it gets through once they are not
+        (True), unless its caller has given the call up meanwhile (False: the connection
+        closed with it)."""
+        while self.dc_cut(a, b()):
+            world.sleep(0.25)
+            if given_up():
+                return False
+        return True
+
+    def dc_cut(self, a: int | None, b: int | None) -> bool:
+        """Whether data centers `a` and `b` are cut off from each other now (one of them is
+        cut off from the rest)."""
+        if a is None or b is None or a == b:
+            return False
+        now = world.monotonic()
+        return now < self.dc_cut_until[a] or now < self.dc_cut_until[b]
 
     def copies(self) -> int:
         r = self.rng.random()
@@ -984,7 +1054,7 @@ class WriterSim:
         # Topology.leased_below; create_kv then asks nothing more of the log).
         zkpaths.create_cluster(self.admin, self.cfg.logs, list(self.servers),
                                leased_below=self.kv_logs() if self.cfg.elections else 0)
-        for srv in self.servers if self.cfg.machines else ():
+        for srv in self.servers if self.cfg.machines or self.dcs else ():
             machines.record(self.admin, machines.LOG_SERVERS, srv, self.machine_of(srv))
         if self.cfg.elections:
             self.create_kv()

@@ -20,13 +20,10 @@ midtown_pb/.generated: $(PROTOS) scripts/gen_proto.py
 run: proto
 	.venv/bin/midtown cluster up --dir $(DIR)
 
-# The suite runs in one process by default. TEST_WORKERS=2 runs it on two pytest-xdist
-# workers (tests/conftest.py): every test that starts real processes (tests/integration)
-# in one, one after another, and the unit tests and seeded simulations in the other
-# meanwhile. Not the default: it took no less time here (1,083 s against 994 in one
-# process), and in one run of four the signals test's benchmark lost a log server while
-# five commands started clusters beside a busy simulation worker.
-TEST_WORKERS ?= 1
+# The suite runs on two pytest-xdist workers, a module at a time each (tests/conftest.py):
+# first the modules that start real processes (mostly waiting: elections, sessions,
+# restarts), then the seeded simulations and unit tests. TEST_WORKERS=1 runs it in one process.
+TEST_WORKERS ?= 2
 # Tests marked moved_to_sim run in `make soak` only: the seeded simulation checks their
 # guarantee in every seed (tests/sim/test_nodes.py and test_writers.py; make sim).
 test: proto
@@ -40,7 +37,7 @@ test-fast: proto
 # shard mover, hand-off drivers, applications on the SDK and whole log servers on their real
 # store, every call answered by the callee's gRPC services) with every fault it knows, each
 # drawn per seed (faults.py drawn: slow disks and links, pauses, crashes, power loss, lost
-# disks, ZooKeeper's notices late, bridges, hand-offs, ingestion).
+# disks, ZooKeeper's notices late, bridges, hand-offs, ingestion, data centers cut off).
 # make sim runs RUNS seeds from SEED (SEED=42 RUNS=1 replays one); BROKEN=name swaps a rule
 # of the real code for a broken one (variants.py or writers.py BROKEN) and stops at the first
 # seed that catches it (of RUNS: 300 by default then). SIM_ARGS passes more to

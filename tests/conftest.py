@@ -8,21 +8,32 @@ from runtime.forking import without_grpc_fork_handlers
 without_grpc_fork_handlers()
 
 
-# `make test` runs the suite on two pytest-xdist workers (`-n 2`): every test that starts
-# real processes (tests/integration) in one worker, one after another as in a run on one
-# worker (they share module-scoped clusters and one Spark session, PITFALLS.md: ~10 s and
-# up to 2 GB each; and two such modules at once, with the machine loaded besides, ran
-# some waits out), and meanwhile the rest on the other: the unit tests and the seeded
-# simulations, which use the CPU alone and a simulated clock.
+# `make test` runs the suite on two pytest-xdist workers (`-n 2`, TEST_WORKERS), a module
+# at a time each (tests/integration's Spark modules together, as one: one Spark session per
+# run, PITFALLS.md: ~10 s and up to 2 GB), the modules that start real processes first and
+# the Spark ones first of those, then the seeded simulation's longest, then the rest. The
+# tests that start processes mostly wait (elections, session timeouts, restarts), and two
+# of them at a time halve that; each keeps its guarantee on a loaded machine (tests that
+# ran their waits out there were fixed, not retried).
 PROCESSES = "tests/integration/"
+SPARK = ("tests/integration/test_spark.py", "tests/integration/test_spark_edges.py",
+         "tests/integration/test_spark_streaming.py")
+LONGEST_SIM = "tests/sim/test_nodes.py"
 
 
 def _scope(nodeid: str) -> str:
-    return "processes" if nodeid.startswith(PROCESSES) else nodeid.split("::", 1)[0]
+    module = nodeid.split("::", 1)[0]
+    return "spark" if module in SPARK else module
+
+
+def _order(nodeid: str) -> int:
+    scope = _scope(nodeid)
+    return (0 if scope == "spark" else 1 if scope.startswith(PROCESSES) else
+            2 if scope == LONGEST_SIM else 3)
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    items.sort(key=lambda i: _scope(i.nodeid) != "processes")  # stable: modules stay whole
+    items.sort(key=lambda i: _order(i.nodeid))  # stable: modules stay whole
 
 
 def pytest_xdist_make_scheduler(config, log):  # type: ignore[no-untyped-def]

@@ -234,11 +234,14 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
     first.start()
     paused.start()
     tried: list[tuple[int, float]] = []
+    said: list[str] = []  # the client's warnings
 
     class Tried(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             if record.getMessage().startswith("Connecting to"):
                 tried.append((int(record.args[2]), record.created))  # type: ignore[index, arg-type]
+            elif record.levelno >= logging.WARNING:
+                said.append(record.getMessage())
 
     logger = logging.getLogger("test-zk-passed-over")
     logger.setLevel(logging.INFO)
@@ -252,7 +255,8 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
         try:
             wait_for(lambda: any(p == ports[2] for p, _ in tried), 20, "an attempt on the paused member")
         except AssertionError as e:  # (once, on a loaded machine: what the client did meanwhile)
-            raise AssertionError(f"{e}; ports {ports}; attempts {tried}; client {zk.client_state}") from None
+            raise AssertionError(f"{e}; ports {ports}; attempts {tried}; client {zk.client_state}; "
+                                 f"its warnings {said}") from None
         t0 = time.time()
         assert connecting.SILENT_PASSED_OVER_S > 2.5
         while time.time() - t0 < 1.5:  # rounds go on meanwhile

@@ -256,7 +256,8 @@ def test_a_member_that_went_silent_is_passed_over_while_another_may_answer(
             wait_for(lambda: any(p == ports[2] for p, _ in tried), 20, "an attempt on the paused member")
         except AssertionError as e:  # (once, on a loaded machine: what the client did meanwhile)
             raise AssertionError(f"{e}; ports {ports}; attempts {tried}; client {zk.client_state}; "
-                                 f"its warnings {said}") from None
+                                 f"its warnings {said}; logging off at {logging.root.manager.disable}, "
+                                 f"the logger {'disabled' if logger.disabled else 'enabled'}") from None
         t0 = time.time()
         assert connecting.SILENT_PASSED_OVER_S > 2.5
         while time.time() - t0 < 1.5:  # rounds go on meanwhile

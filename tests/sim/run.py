@@ -63,11 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     _check(ap, a)
     if not a.trace:  # a broken variant's replicas diverge: the coordinator's Answers says so at length
         logging.disable(logging.CRITICAL)
-    if a.writers or a.elections or a.wipes:
-        return _writers(a)
-    if a.every_broken:
-        return _every_broken(a)
-    return _nodes(a)
+    try:
+        if a.writers or a.elections or a.wipes:
+            return _writers(a)
+        if a.every_broken:
+            return _every_broken(a)
+        return _nodes(a)
+    finally:  # (called in a test's process too: its later tests log again)
+        logging.disable(logging.NOTSET)
 
 
 def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:

@@ -413,11 +413,12 @@ class NodeSim(EndChecks, WriterSim):
         """Where storage node `n` runs, as its process records it: with data centers, its
         machine's data center too (machine n mod 3 in data center n mod 3)."""
         m = NODE_MACHINES(n)
-        return Domain(m.machine, (("dc", f"dc{n % self.dcs}"),)) if self.dcs else m
+        return Domain(m.machine, (("dc", f"dc{self.dc_of_server(n)}"),)) if self.dcs else m
 
     def data_center_cuts(self, stop: Any) -> None:
-        """Now and then one data center is cut off from the others for 1 to 6 s: every
-        message between it and them lost (tests/sim/writers.py carry, _Link, _Entries), and
+        """Now and then one data center is cut off from the others for 1 to 6 s: no message
+        between it and them gets through meanwhile (tests/sim/writers.py carry, _Link,
+        _Entries: a call's held until it heals, or failed by its keepalive), and
         its processes cut off from ZooKeeper as long (its quorum is in the other two; past
         the session timeout their sessions expire). A global dataset (every dataset today:
         its logs' ensembles and its shards' replicas spread over the data centers by the
@@ -429,8 +430,8 @@ class NodeSim(EndChecks, WriterSim):
             dc, seconds = self.rng.randrange(self.dcs), self.rng.uniform(1.0, 6.0)
             self.dc_cut_until[dc] = world.monotonic() + seconds
             self.counts["data centers cut off"] += 1
-            zks = [self.zks[s] for s in self.servers if s % self.dcs == dc and s not in self.down]
-            zks += [self.storage_zk[n] for n in NODES if n % self.dcs == dc and n in self.storage]
+            zks = [self.zks[s] for s in self.servers if self.dc_of_server(s) == dc and s not in self.down]
+            zks += [self.storage_zk[n] for n in NODES if self.dc_of_server(n) == dc and n in self.storage]
             if dc == self.dc_of("coordinator") and self.coordinator_proc is not None:
                 zks.append(self.coordinator_zk)
             for zk in zks:

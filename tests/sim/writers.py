@@ -508,7 +508,8 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
     replication stream does: the call fails a second or two later, as `refused()`);
     `answer()` runs there, and its value (an exception: the call's error) comes back into
     `reply` after a delay, on the same conditions. Between data centers (data_centers) it
-    takes longer, and is lost while either is cut off from the other."""
+    takes longer, and while they are cut off from each other it is held until they are not,
+    unless the call has ended meanwhile (`across`)."""
     frm = sim.here()  # the caller's data center (None: none, or no data centers)
 
     def to_dc() -> int | None:
@@ -740,6 +741,7 @@ class WriterSim:
     # --- data centers (tests/sim/faults.py Faults.data_centers) -------------------------------
 
     def dc_of_server(self, s: int | None) -> int | None:
+        """The data center of log server (or storage node) `s`: s mod 3 (None: none)."""
         return None if not self.dcs or s is None else s % self.dcs
 
     def dc_of(self, proc: str | None) -> int | None:
@@ -751,7 +753,7 @@ class WriterSim:
             return None
         kind, _, rest = proc.partition("-")
         if kind in ("server", "writer", "storage"):
-            return int(rest.split("-")[0]) % self.dcs
+            return self.dc_of_server(int(rest.split("-")[0]))
         return 0 if kind == "coordinator" else None
 
     def here(self) -> int | None:

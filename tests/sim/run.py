@@ -17,16 +17,26 @@ driver alone; with --elections, whole log servers [--servers 5] [--wipes] [--mac
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
+import multiprocessing
+import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from tests.sim import faults, nodes, variants, writers
+
+T = TypeVar("T")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="seeds run at once, each in a process of its own (0: one per core); the "
+                         "results are read in the seeds' order, so the output is the same")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--servers", type=int, default=3,
                     help="with --elections: log servers in the pool; each segment opens on 3 of them")
@@ -93,6 +103,8 @@ def _check(ap: argparse.ArgumentParser, a: argparse.Namespace) -> None:
             a.faults_given = _faults(a.faults)
         except ValueError as e:
             ap.error(f"--faults: {e}")
+    if a.jobs < 0:
+        ap.error("--jobs: must be 0 (one per core) or more")
     if a.late_notices < 0 or a.runs < 1:
         ap.error("--late-notices: must be 0 or more" if a.late_notices < 0 else "--runs: must be 1 or more")
 
@@ -135,12 +147,11 @@ def _writers(a: argparse.Namespace) -> int:
     followed = leased = sealed = hand_offs = 0
     simulated = 0.0
     fired: dict[str, int] = {}
-    for seed in range(a.seed, a.seed + a.runs):
-        cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes,
-                             servers=a.servers if a.elections or a.wipes else 3, machines=a.machines,
-                             late_notices_s=a.late_notices, seals=a.seals,
-                             **(writers.BRIDGES if a.bridges else {}))
-        r = writers.run(seed, cfg)
+    cfg = writers.Config(broken=a.broken, elections=a.elections or a.wipes, wipes=a.wipes,
+                         servers=a.servers if a.elections or a.wipes else 3, machines=a.machines,
+                         late_notices_s=a.late_notices, seals=a.seals,
+                         **(writers.BRIDGES if a.bridges else {}))
+    for seed, r in _seeds(functools.partial(writers.run, cfg=cfg), range(a.seed, a.seed + a.runs), a.jobs):
         acked += r.acked
         calls += r.replicate_calls
         carried += r.replicated
@@ -188,8 +199,8 @@ def _every_broken(a: argparse.Namespace) -> int:
     print("variant\tcaught at seed\tseeds run\twall s\tits faults\tfirst finding")
     for v in dict.fromkeys(variants.BROKEN + writers.BROKEN):
         t = time.monotonic()
-        for seed in range(a.seed, a.seed + a.runs):
-            r, _ = nodes.run(seed, broken=v, faults=a.faults_given)
+        for seed, (r, _) in _seeds(functools.partial(nodes.run, broken=v, faults=a.faults_given),
+                                   range(a.seed, a.seed + a.runs), a.jobs):
             found = r.violations or r.failures
             if found and _failed(seed, nodes.run(seed, faults=a.faults_given or faults.drawn(seed, v))[0]):
                 print(f"{v}\tseed {seed} fails as built too: searching on", flush=True)
@@ -212,8 +223,8 @@ def _nodes(a: argparse.Namespace) -> int:
     simulated = 0.0
     counts: dict[str, int] = {}
     ran = 0
-    for seed in range(a.seed, a.seed + a.runs):
-        r, c = nodes.run(seed, broken=a.broken, faults=a.faults_given)
+    for seed, (r, c) in _seeds(functools.partial(nodes.run, broken=a.broken, faults=a.faults_given),
+                               range(a.seed, a.seed + a.runs), a.jobs):
         ran += 1
         simulated += r.simulated_s
         for k, n in c.items():
@@ -237,6 +248,27 @@ def _nodes(a: argparse.Namespace) -> int:
             print(f"{a.broken}: not caught in {ran} seeds from {a.seed}")
         return 0 if bad else 1
     return 1 if bad else 0
+
+
+def _seeds(run: Callable[[int], T], seeds: Iterable[int], jobs: int) -> Iterator[tuple[int, T]]:
+    """(seed, run(seed)) for each seed, in order; with `jobs` > 1, that many run at once in
+    processes of their own (a caller that stops early, as --until-caught does, ends them).
+    A seed replays the same in a process of its own: a run depends on its seed alone. The
+    processes are spawned, not forked: a fork of a process with threads (pytest's, a test's)
+    can copy a lock held by a thread the child does not have, and wait on it for ever."""
+    jobs = jobs or os.cpu_count() or 1
+    seeds = list(seeds)
+    if jobs == 1 or len(seeds) < 2:
+        for seed in seeds:
+            yield seed, run(seed)
+        return
+    pool = multiprocessing.get_context("spawn").Pool(min(jobs, len(seeds)), initializer=logging.disable,
+                                                     initargs=(logging.root.manager.disable,))
+    try:
+        yield from zip(seeds, pool.imap(run, seeds))
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 if __name__ == "__main__":

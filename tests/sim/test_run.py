@@ -22,6 +22,7 @@ from tests.sim import faults, run
     (["--faults", ""], "--faults: '': not a fault"),
     (["--elections", "--late-notices", "-1"], "--late-notices: must be 0 or more"),
     (["--runs", "0"], "--runs: must be 1 or more"),
+    (["--jobs", "-1"], "--jobs: must be 0 (one per core) or more"),
 ])
 def test_a_flag_the_simulation_does_not_take_is_named(argv: list[str], names: str,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,6 +60,12 @@ def test_flags_of_the_chosen_simulation_are_taken(capsys: pytest.CaptureFixture[
     assert run.main(["--faults", "slow,pauses", "--runs", "1"]) == 0
     assert run.main(["--elections", "--servers", "5", "--late-notices", "0.5", "--runs", "1"]) == 0
     capsys.readouterr()
-    assert run.main(["--broken", "no-digest", "--seed", "1", "--runs", "3", "--until-caught"]) == 0
+    assert run.main(["--broken", "no-digest", "--seed", "1", "--runs", "3", "--until-caught",
+                     "--jobs", "2"]) == 0
     out = capsys.readouterr().out
     assert "caught at seed" in out and "seeds run from 1" in out
+
+
+def test_seeds_run_at_once_come_back_in_order() -> None:
+    assert list(run._seeds(abs, range(-5, 5), 3)) == [(s, abs(s)) for s in range(-5, 5)]
+    assert list(run._seeds(abs, range(-5, 5), 1)) == [(s, abs(s)) for s in range(-5, 5)]

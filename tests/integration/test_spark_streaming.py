@@ -54,7 +54,7 @@ def counted(db: Client) -> Counter:
 
 
 def test_a_pipeline_counts_each_change_once_across_a_driver_kill(spark: Any, tmp_path: Path) -> None:
-    with started(tmp_path / "c", shards=8) as c, Client(c.coordinator_addrs, timeout=30) as db:
+    with started(tmp_path / "c", shards=4) as c, Client(c.coordinator_addrs, timeout=30) as db:
         c.create_dataset("src")
         c.create_dataset("dst")
         start = db.positions("src")
@@ -137,7 +137,7 @@ def test_an_idle_stream_rests(spark: Any, tmp_path: Path) -> None:
     changes, one batch takes the change. (The offsets once moved with the log: every
     trigger planned an empty batch with a task per shard, and processAllAvailable() never
     returned.)"""
-    with started(tmp_path / "c", shards=8) as c, Client(c.coordinator_addrs, timeout=30) as db:
+    with started(tmp_path / "c", shards=4) as c, Client(c.coordinator_addrs, timeout=30) as db:
         for name in ("src", "other", "dst"):
             c.create_dataset(name)
         start = db.positions("src")

@@ -2,7 +2,8 @@
 changes of one dataset (spark.readStream.format("midtown"), changes=true) counted into
 another through the exactly-once sink, while its driver (its own process, Spark's JVM with
 it) is SIGKILLed mid-stream; the query then goes on from its checkpoint in another driver
-(the test run's Spark session). Each put is counted once."""
+(the test run's Spark session). Each put is counted once. That test runs in `make soak`
+(marked soak); the suite runs the idle stream's."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ def counted(db: Client) -> Counter:
     return out
 
 
+# make soak, not the suite: a second driver's JVM and first micro-batch took 57 s alone and
+# 126-160 s beside the suite's other worker, a sixth of the suite's budget. The suite keeps
+# test_spark.py's stream restarted between its write and its commit (the same replay from
+# the checkpoint, by a driver stopped instead of killed).
+@pytest.mark.soak
 def test_a_pipeline_counts_each_change_once_across_a_driver_kill(spark: Any, tmp_path: Path) -> None:
     with started(tmp_path / "c", shards=4) as c, Client(c.coordinator_addrs, timeout=30) as db:
         c.create_dataset("src")

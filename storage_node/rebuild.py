@@ -38,7 +38,6 @@ from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from runtime import membership, world
 from storage_node import bootstrap, shard_copy
-from storage_node.handoff import Place
 from storage_node.shard_intake import CopyFailed
 from storage_node.state import NodeState
 from storage_node.store import BatchView
@@ -90,7 +89,7 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
         # record in the new log, whose tail (started from its other shards' copies) may
         # stand past it already (the whole-cluster simulation's seed 88)
         s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
-        todo = [x for x in shards if not in_current_stint(s.store.place(x), x, s.log_map)]
+        todo = [x for x in shards if not shard_copy.in_current_stint(s.store.place(x), x, s.log_map)]
         if todo:
             log.info("rebuild: shards %s were copied before a hand-off of theirs: taken again", todo)
             view = BatchView(s.store)
@@ -113,15 +112,6 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     bootstrap.finish(s.store.db, s.store.sync)
     log.info("rebuilt shard by shard: %d shards, tails %s", len(copies),
              {lg: p for lg, (p, _) in tails.items()})
-
-
-def in_current_stint(place: Place | None, shard: int, log_map: LogMap) -> bool:
-    """Whether a copy of `shard` whose place is `place` (None: never handed over) stands
-    in the shard's stint as `log_map` has it, with no hand-off of it under way."""
-    log_id, generation, opened = ((log_map.origin(shard), 0, True) if place is None
-                                  else (place.log, place.generation, place.opened))
-    return (opened and log_map.handing_of(shard) is None and log_id == log_map.log_of(shard)
-            and generation == log_map.stint(shard)[0])
 
 
 def _copy_log(s: NodeState, shard: int) -> int:

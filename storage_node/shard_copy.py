@@ -32,6 +32,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from catalog.log_map import LogMap
+from storage_node.handoff import Place
+
+
+def in_current_stint(place: Place | None, shard: int, log_map: LogMap) -> bool:
+    """Whether a copy of `shard` whose place is `place` (None: never handed over) stands
+    in the shard's stint as `log_map` has it, with no hand-off of it under way. A copy that
+    does not lacks records: taken by a source that had not applied the shard's last
+    hand-off, it is of the stint before, in the log the shard left; taken before the
+    source applied the new stint's open record, it stands at the source's position while
+    the shard's records after the open record still wait there. A rebuild takes such a
+    copy again (storage_node/rebuild.py); a move's destination refuses it and tries another
+    source, then the mover again (storage_node/shard_intake.py): installed, it applied the
+    old log from the copy on, met the hand-off, and stopped in the new log at the shard's
+    next record, having read past its open record when it did not hold the shard (the
+    whole-cluster simulation, make sim SEED=100149 and SEED=100298)."""
+    log_id, generation, opened = ((log_map.origin(shard), 0, True) if place is None
+                                  else (place.log, place.generation, place.opened))
+    return (opened and log_map.handing_of(shard) is None and log_id == log_map.log_of(shard)
+            and generation == log_map.stint(shard)[0])
+
 
 def tail(position: int, followed: bool, holds_others: bool) -> int | None:
     """The node's tail of a log, for an install: its position there if it follows the log,

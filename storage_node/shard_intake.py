@@ -18,7 +18,7 @@ from fleet.connect import bounded
 from midtown_pb import kv_pb2 as pb
 from runtime import membership, world
 from runtime.refusals import BadRequest, Refusal
-from storage_node import keys
+from storage_node import keys, shard_copy
 from storage_node.state import NodeState
 
 log = logging.getLogger("midtown.storage.intake")
@@ -71,6 +71,8 @@ class Intake:
         self._check_moving_here(shard)
         # Where the shard is now: a move never runs with a hand-off of the shard (both hold
         # its record under /midtown/moves), and the copy brings the shard's place with it.
+        # The map read after the sync above names a hand-off that ended before the move began.
+        s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
         log_id = s.log_map.log_of(shard)
         if shard in s.marks:  # installed by an earlier call: publish again and say so
             self._publish(log_id)
@@ -97,6 +99,11 @@ class Intake:
                 errors.append(f"node {n}: {msg}")
                 continue
             self._check_moving_here(shard)  # not given up meanwhile
+            if not shard_copy.in_current_stint(s.store.place(shard), shard, s.log_map):
+                why = "its copy is of the shard's stint before its hand-off, or before the open record"
+                log.warning("copying shard %d from node %d: %s", shard, n, why)
+                errors.append(f"node {n}: {why}")
+                continue
             position = self.applier.install(shard, at, ts)
             self._publish(log_id)
             log.info("took in shard %d from node %d: %d keys, %d bytes, at %d",

@@ -212,12 +212,12 @@ def test_a_rebuild_keeps_only_copies_in_their_shards_stint_now() -> None:
     (in the old log, or awaiting the open record in the new one), or while a hand-off of it
     is under way, is taken again (the whole-cluster simulation's seed 88)."""
     first = log_map.first(4, 2)  # shard s in log s % 2, none handed over
-    assert rebuild.in_current_stint(None, 0, first)
-    assert not rebuild.in_current_stint(Place(1, 30, True, 5, 0, 1), 0, first)  # a stint the map never gave
+    assert shard_copy.in_current_stint(None, 0, first)
+    assert not shard_copy.in_current_stint(Place(1, 30, True, 5, 0, 1), 0, first)  # a stint never given
     handed = LogMap(2, (1, 1, 0, 1), 3, (log_map.Handoff(0, 0, 126, 1, 237, 1, -110, 0),), (0, 1, 0, 1))
-    assert not rebuild.in_current_stint(None, 0, handed)  # copied in log 0, before the hand-off
-    assert not rebuild.in_current_stint(Place(1, 237, False, -110, 0, 1), 0, handed)  # awaiting the open
-    assert rebuild.in_current_stint(Place(1, 237, True, -110, 0, 1), 0, handed)
-    assert rebuild.in_current_stint(None, 1, handed)  # never handed over
+    assert not shard_copy.in_current_stint(None, 0, handed)  # copied in log 0, before the hand-off
+    assert not shard_copy.in_current_stint(Place(1, 237, False, -110, 0, 1), 0, handed)  # awaiting the open
+    assert shard_copy.in_current_stint(Place(1, 237, True, -110, 0, 1), 0, handed)
+    assert shard_copy.in_current_stint(None, 1, handed)  # never handed over
     under_way = LogMap(2, (0, 1, 0, 1), 4, (), (), (log_map.Handing(0, 0, 1, 120),))
-    assert not rebuild.in_current_stint(None, 0, under_way)
+    assert not shard_copy.in_current_stint(None, 0, under_way)

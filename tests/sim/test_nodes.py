@@ -109,8 +109,8 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # and its rebuild-high: a node that lost its disk rebuilt with its tail at its highest copy
     ("rebuild-high", 36, LOST),
     # a race only the whole simulation reaches: a mover paused past its session writes over
-    # the shard's next move when an ended move's record is deleted (rare: 210 seeds)
-    ("moves-recreated", 210, LOST + ("replicas at the end", "changed shard")),
+    # the shard's next move when an ended move's record is deleted (rare: seed 344, searched from 211)
+    ("moves-recreated", 344, LOST + ("replicas at the end", "changed shard")),
     # the moves' model's no-hold: the log truncated while a shard of it is copied to a node
     # holding no other shard of that log (which then stops behind the truncation, and the
     # move cannot end)

@@ -185,10 +185,11 @@ RULES: dict[str, list[Swap]] = {
     "no-event-ids": [(bulk, "plan", _plan_without_event_ids)],
     # ... in a rebuild shard by shard only (storage_node/rebuild.py by_shard)
     "by-shard-behind": [(rebuild, "by_shard", _by_shard_anywhere)],
-    # a rebuild that keeps a shard's copy taken before the shard's hand-off to another log
-    # (storage_node/rebuild.py in_current_stint): the node awaits the shard's open record in
-    # the new log, whose tail its other shards' copies started past it
-    "stint-blind": [(rebuild, "in_current_stint", lambda place, shard, log_map: True)],
+    # a rebuild, or a move's destination, that keeps a shard's copy taken before the shard's
+    # hand-off to another log (storage_node/shard_copy.py in_current_stint): the node awaits
+    # the shard's open record in the new log, whose tail its other shards' copies (or other
+    # shards) took past it
+    "stint-blind": [(shard_copy, "in_current_stint", lambda place, shard, log_map: True)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
     "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
     # with HANDOFFS=1: a replica that takes the new log's records of a shard before it has

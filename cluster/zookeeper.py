@@ -105,8 +105,8 @@ def log4j_text(log_file: Path) -> str:
 # its serial collector. A member's start and first seconds in a three-server cluster took
 # 0.70 s of CPU with the JVM's defaults and 0.53 s so (a member alone, twice each), and a
 # local cluster's start and stop 4.5 s against 4.05; the suite starts one for almost every
-# test. A member started by
-# `python -m cluster.zookeeper` (machines, images) keeps the defaults: it runs for long.
+# test. A member started by `python -m cluster.zookeeper` (machines, images) keeps the
+# defaults: it runs for long.
 QUICK_START = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
 
 

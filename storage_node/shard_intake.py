@@ -71,8 +71,9 @@ class Intake:
         self._check_moving_here(shard)
         # Where the shard is now: a move never runs with a hand-off of the shard (both hold
         # its record under /midtown/moves), and the copy brings the shard's place with it.
-        # The map read after the sync above names a hand-off that ended before the move began.
-        s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
+        # The map read after the sync above names a hand-off that ended before the move began
+        # (within the read's wait: a caller waits).
+        s.learn_log_map(registry.read_log_map(bounded(s.zk), s.kv, s.log_count))
         log_id = s.log_map.log_of(shard)
         if shard in s.marks:  # installed by an earlier call: publish again and say so
             self._publish(log_id)

@@ -85,4 +85,3 @@ def test_a_starting_node_takes_no_copy() -> None:
     with pytest.raises(Refusal) as e:
         Intake(state, None, None).copy(pb.CopyShardRequest(shard=1))  # type: ignore[arg-type]
     assert e.value.code == grpc.StatusCode.UNAVAILABLE and "starting" in e.value.text
-

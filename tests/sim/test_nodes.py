@@ -186,6 +186,25 @@ def test_a_node_that_lost_its_store_takes_no_copy_behind_the_logs_heads() -> Non
     seeds.first(lost_a_disk, 5, "a lost disk with slow disks and links")
 
 
+def test_a_move_takes_no_copy_from_before_its_shards_stint() -> None:
+    """Every fault drawn, seed 100298 (make soak's first step): a mover copies shard 3 to
+    node 3 from a source that has applied the shard's hand-off to log 0 but not yet its
+    open record there, the shard's later records still waiting at the source. The
+    destination refuses that copy (storage_node/shard_intake.py, shard_copy.in_current_stint)
+    and the move goes on from another source; with the rule off (stint-blind), it installs
+    the copy, reads log 0 on from the source's position, past the open record, and stops
+    at the shard's next record ("apply failed"). (Searched from 100298: tests/sim/seeds.py.)"""
+    def caught(seed: int) -> list[str] | None:
+        r, _ = nodes.run(seed, broken="stint-blind")
+        assert r.failures == [], (seed, r.failures[:1])
+        return r.violations or None
+
+    seed, found = seeds.first(caught, 100298, "a move's copy from before its shard's stint")
+    assert any("apply failed" in v for v in found), (seed, found[:1])
+    r, _ = nodes.run(seed)
+    assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
+
+
 def test_a_copy_taken_behind_the_heads_is_caught() -> None:
     """The moves' model's rebuild-behind, on the real code: a bootstrap's copies taken
     wherever their sources stand (storage_node/rebuild.py known_heads blind). Rare: with

@@ -53,6 +53,7 @@ def _use_local(a: argparse.Namespace, c: Any) -> str:
 def kv_client(a: argparse.Namespace) -> Any:
     """A `Client` for the data commands: --coordinator, or discovered through the cluster."""
     from midtown.client import Client
+    from midtown.errors import InvalidArgument
     from runtime import reach
 
     token = a.token or os.environ.get("MIDTOWN_TOKEN") or None
@@ -65,9 +66,14 @@ def kv_client(a: argparse.Namespace) -> Any:
     # A refused address is said at once (exit 5), as etcdctl does; a server that does not
     # answer is waited for until --timeout.
     known_down_s = reach.REFUSED_RETRY_S
-    if a.coordinator:
-        return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca, known_down_s=known_down_s)
-    return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca, known_down_s=known_down_s)
+    dc = getattr(a, "dc", None) or os.environ.get("MIDTOWN_DC") or None
+    try:
+        if a.coordinator:
+            return Client(a.coordinator, timeout=a.timeout, token=token, tls_ca=ca, known_down_s=known_down_s,
+                          dc=dc)
+        return Client(zk=zk, timeout=a.timeout, token=token, tls_ca=ca, known_down_s=known_down_s, dc=dc)
+    except InvalidArgument as e:  # the one argument of the client's own it checks: the data center
+        raise CliError(f"--dc: {e.message.removeprefix('dc: ')}") from None
 
 
 ZK_CONNECT_MAX_S = 30.0

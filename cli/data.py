@@ -9,6 +9,7 @@ from cli.arguments import common_options, nonneg_arg, parse_duration_ms, parse_p
 from cli.connect import CliError, kv_client
 from cli.output import emit
 from cli.output import show_payload as _show_payload
+from midtown.checks import MAX_STALENESS_MS
 
 
 # ---------------------------------------------------------------- data
@@ -17,13 +18,28 @@ def _value_row(local: bytes, v: Any) -> dict:
             "expires_at_ms": v.expires_at_ms or None}
 
 
+def _staleness(a: argparse.Namespace) -> dict[str, Any]:
+    """get's and scan's --consistency and --max-staleness, as the SDK's arguments."""
+    given = getattr(a, "max_staleness", None)
+    if a.consistency != "bounded":
+        if given:
+            raise CliError("--max-staleness: only with --consistency bounded")
+        return {"consistency": a.consistency}
+    if not given:
+        raise CliError("--max-staleness: --consistency bounded needs a bound (say 2s or 500ms)")
+    bound = parse_duration_ms(given, "--max-staleness")
+    if not 0 < bound <= MAX_STALENESS_MS:
+        raise CliError(f"--max-staleness: {given}; from 1ms to a day (1d)")
+    return {"consistency": "bounded", "max_staleness_ms": bound}
+
+
 def cmd_data(a: argparse.Namespace) -> int:
 
     enc = a.encoding
     p, lk = parse_payload(a.partition, enc), parse_payload(getattr(a, "local", "") or "", enc)
     with kv_client(a) as c:
         if a.group == "get":
-            v = c.get(a.dataset, p, lk, consistency=a.consistency)
+            v = c.get(a.dataset, p, lk, **_staleness(a))
             if v is None:
                 if a.json:
                     emit({"found": False}, True)
@@ -32,8 +48,9 @@ def cmd_data(a: argparse.Namespace) -> int:
                 return 3
             if a.output is not None:
                 return _write_value(a, lk, v)
-            emit({"found": True, **_value_row(lk, v)}, a.json,
-                 ["local_key", "value", "version", "expires_at_ms"])
+            bounded = {"staleness_bound_ms": v.staleness_bound_ms} if a.consistency == "bounded" else {}
+            emit({"found": True, **_value_row(lk, v), **bounded}, a.json,
+                 ["local_key", "value", "version", "expires_at_ms", *bounded])
         elif a.group == "put":
             ttl = parse_duration_ms(a.ttl, "--ttl") if a.ttl else 0
             ver = c.put(a.dataset, p, lk, parse_value(a.value, enc, "VALUE"), ttl_ms=ttl)
@@ -60,15 +77,24 @@ def cmd_data(a: argparse.Namespace) -> int:
             emit({"value": n}, a.json)
         elif a.group == "scan":
             page = c.scan(a.dataset, p, start=parse_payload(a.start, enc), end=parse_payload(a.end, enc),
-                          limit=a.limit, consistency=a.consistency)
+                          limit=a.limit, **_staleness(a))
             rows = [_value_row(i.local_key, i.value) for i in page.items]
+            bounded = {"staleness_bound_ms": page.staleness_bound_ms} if a.consistency == "bounded" else {}
             if a.json:
-                emit({"items": rows, "next": _show_payload(page.next) if page.next else None}, True)
+                nxt = _show_payload(page.next) if page.next else None
+                emit({"items": rows, "next": nxt, **bounded}, True)
             else:
                 emit(rows, False, ["local_key", "value", "version", "expires_at_ms"])
                 if page.next:
                     print(f"(more: --start {_show_payload(page.next)})")
+                if bounded:
+                    print(_served_as(page.staleness_bound_ms))
     return 0
+
+
+def _served_as(bound_ms: int) -> str:
+    return (f"(served by a replica near you, at most {bound_ms} ms stale)" if bound_ms
+            else "(served as a strong read: no replica near you was recent enough)")
 
 
 def _write_value(a: argparse.Namespace, local: bytes, v: Any) -> int:
@@ -109,12 +135,14 @@ def add_parser(sub: Any) -> None:
                                          "(default: $MIDTOWN_TLS_CA; none: plaintext)")
         sp.add_argument("--encoding", choices=["utf8", "base64"], default="utf8",
                         help="how keys and values are written on the command line")
+        sp.add_argument("--dc", help="the data center you call from: bounded reads are served by "
+                                     "replicas there (default: $MIDTOWN_DC)")
         common_options(sp)
         sp.set_defaults(fn=cmd_data)
         return sp
 
     g = data("get", "read a value", "optional")
-    g.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
+    read_modes(g)
     g.add_argument("--output", metavar="FILE", help="write the value's bytes, as stored, to FILE "
                    "(-: standard output, the value alone); the row shows its size instead")
     pt = data("put", "write a value")
@@ -133,4 +161,12 @@ def add_parser(sub: Any) -> None:
     sc.add_argument("--start", default="")
     sc.add_argument("--end", default="")
     sc.add_argument("--limit", type=nonneg_arg("--limit"), default=100)
-    sc.add_argument("--consistency", choices=["strong", "eventual"], default="strong")
+    read_modes(sc)
+
+
+def read_modes(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--consistency", choices=["strong", "eventual", "bounded"], default="strong",
+                    help="strong: linearizable; eventual: one replica's state; bounded: a replica near "
+                         "you no staler than --max-staleness, else as strong")
+    sp.add_argument("--max-staleness", metavar="DURATION",
+                    help="with --consistency bounded: how stale the answer may be (500ms, 2s, 1m)")

@@ -20,12 +20,13 @@ from catalog.replica_sets import ReplicaSets
 from coordinator import limits
 from coordinator.checks import Code
 from coordinator.storage_link import GrpcStorage, StorageLink
+from fleet import machines
 from fleet.connect import STALE_READ_WAIT_S, bounded
 from midtown_pb import kv_pb2 as pb
 from record.model import Behind
 from runtime import membership, world
 from runtime.refreshed import Refreshed
-from runtime.refusals import BEHIND_TRAILER, Refusal, reason
+from runtime.refusals import BEHIND_TRAILER, BadRequest, Refusal, reason
 
 _POOL = world.Pool("lww", limits.REPAIR_THREADS)
 
@@ -46,6 +47,15 @@ class Replicas:
         self._sets: Refreshed[ReplicaSets | None] = Refreshed(
             lambda: self._read_sets(self.zk), limits.MEMBERS_CACHE_S, initial=None,
             reload=lambda: self._read_sets(quick))
+
+        # Each storage node's data center, as its machine recorded it ("" for none).
+        self._dcs: Refreshed[dict[int, str]] = Refreshed(
+            lambda: self._read_dcs(self.zk), limits.MEMBERS_CACHE_S, initial={},
+            reload=lambda: self._read_dcs(quick))
+
+    @staticmethod
+    def _read_dcs(zk: KazooClient) -> dict[int, str]:
+        return {n: d.dc for n, d in machines.recorded(zk, machines.STORAGE_NODES).items()}
 
     @staticmethod
     def _read_sets(zk: KazooClient) -> ReplicaSets | None:
@@ -223,6 +233,18 @@ class Replicas:
                     del left[shard]
                 yield starts, _chain(first, it), call
 
+    def near(self, shard: int, dc: str) -> list[str]:
+        """Live storage nodes holding `shard` in data center `dc`, to read from in this order
+        (the one in this process first); with no `dc`, or in a cluster whose nodes name no
+        data center, every holder. A `dc` no node names is refused (BadRequest)."""
+        if not dc:
+            return self._order(shard)
+        try:
+            dcs = self._dcs.get()
+        except Exception:  # ZooKeeper unavailable: the last ones read
+            dcs = self._dcs.last()
+        return in_dc(self._order(shard), self.holders(shard), dcs, dc)
+
     def _order(self, shard: int) -> list[str]:
         """Live storage nodes holding `shard` to read from: the one in this process first,
         then the others in random order."""
@@ -230,6 +252,20 @@ class Replicas:
         world.shuffle(nodes)
         nodes.sort(key=lambda a: not self.link.near(a))
         return nodes
+
+
+def in_dc(order: list[str], holders: dict[int, str], dcs: dict[int, str], dc: str) -> list[str]:
+    """Of `order` (addresses of `holders`, node id -> address), those whose node is in data
+    center `dc` by `dcs` (node id -> its data center, "" for none), in order; all of them
+    when no node names a data center. A `dc` that no node names is refused, naming them."""
+    known = sorted({x for x in dcs.values() if x})
+    if not known:
+        return order
+    if dc not in known:
+        raise BadRequest(f"header.dc: no storage node in data center {dc!r}; the cluster's: "
+                         f"{', '.join(known)}")
+    node_of = {a: n for n, a in holders.items()}
+    return [a for a in order if dcs.get(node_of.get(a, -1), "") == dc]
 
 
 # What a storage node's failure means for the other replicas: it is down, slow, shedding

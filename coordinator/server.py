@@ -21,7 +21,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import Counter, Histogram
 
 from catalog.datasets import Dataset
-from coordinator import bulk, eventual, limits, shard_reads, watches
+from coordinator import bulk, eventual, limits, near_reads, shard_reads, watches
 from coordinator import many as many_run
 from coordinator.checks import (
     Code,
@@ -188,7 +188,8 @@ class KVService:
     # eventual read), and the handler goes to the replicas directly.
     def plan_get(self, req: pb.GetRequest, d: Dataset | None) -> Planned | None:
         pkey, lkey = check_key(req.key)
-        if self._eventual(d, req.header) is not None or req.consistency == pb.EVENTUAL:
+        near_reads.check_consistency(req.consistency, req.max_staleness_ms, "get")
+        if self._eventual(d, req.header) is not None or req.consistency != pb.STRONG:
             return None
         return self._planned(d, req.header, pkey, [Get(lkey)], _get_response, read=True)
 
@@ -234,6 +235,8 @@ class KVService:
         pkey, lkey = check_key(req.key)
         ed = self._eventual(d, req.header)
         if ed is not None:
+            if req.consistency == pb.BOUNDED:
+                near_reads.strong_dataset(ed)
             answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
                                            self._deadline(ctx))
             v = eventual.winner(answers)
@@ -241,10 +244,17 @@ class KVService:
                 return pb.GetResponse(found=False)
             assert v is not None
             return pb.GetResponse(found=True, value=_lww_value(v))
-        d = self.c.admission.need(d, req.header)  # an eventual read of a strong dataset
-        rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
+        d = self.c.admission.need(d, req.header)  # an eventual or bounded read of a strong dataset
+        if req.consistency == pb.BOUNDED:
+            rr = near_reads.bounded_read(self.c, d, req.header.dc, pkey, Get(lkey), req.max_staleness_ms,
+                                         self._deadline(ctx))
+            if rr is None:  # no replica near the caller is recent enough: as a strong read
+                return self.run(self._planned(d, req.header, pkey, [Get(lkey)], _get_response, read=True),
+                                ctx)  # type: ignore[no-any-return]
+        else:
+            rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
         return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
-                              position=rr.position)
+                              position=rr.position, staleness_bound_ms=req.max_staleness_ms)
 
     def put(self, req: pb.PutRequest, ctx: grpc.ServicerContext, d: Dataset | None) -> pb.PutResponse:
         p = self.plan_put(req, d)
@@ -347,9 +357,12 @@ class KVService:
         check_local(req.end, "end")
         if req.limit > limits.SCAN_LIMIT_MAX:
             raise BadRequest(f"limit: {req.limit}, the limit is {limits.SCAN_LIMIT_MAX}")
+        near_reads.check_consistency(req.consistency, req.max_staleness_ms, "scan")
         op = Scan(req.start, req.end, req.limit or limits.SCAN_LIMIT_DEFAULT)
         ed = self._eventual(d, req.header)
         if ed is not None:
+            if req.consistency == pb.BOUNDED:
+                near_reads.strong_dataset(ed)
             asked = op.limit + limits.EVENTUAL_SCAN_SLACK  # room for tombstones and expired values
             answers = self.c.eventual_read(
                 ed, req.partition_key,
@@ -362,6 +375,13 @@ class KVService:
             d = self.c.admission.need(d, req.header)
             rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
             return pb.ScanResponse(items=rr.result.items, next=rr.result.next)
+        if req.consistency == pb.BOUNDED:
+            d = self.c.admission.need(d, req.header)
+            near = near_reads.bounded_read(self.c, d, req.header.dc, req.partition_key, op,
+                                           req.max_staleness_ms, self._deadline(ctx))
+            if near is not None:
+                return pb.ScanResponse(items=near.result.items, next=near.result.next,
+                                       staleness_bound_ms=req.max_staleness_ms)
         o, _ = self._strong_read(d, req.header, req.partition_key, op, ctx)
         return pb.ScanResponse(items=[pb.Item(local_key=k, value=codec.stored_to_pb(v)) for k, v in o.items],
                                next=o.next)

@@ -16,7 +16,7 @@ from coordinator import limits
 from coordinator.checks import check_shard, check_shard_scan, scan_cursor
 from coordinator.node import Coordinator
 from midtown_pb import kv_pb2 as pb
-from runtime.refusals import Refusal
+from runtime.refusals import BadRequest, Refusal
 
 Code = grpc.StatusCode
 
@@ -39,6 +39,8 @@ def at_read_index(c: Coordinator, sreq: Any, consistency: int) -> None:
     """A strong scan's or split's position to see, of the log the map names for its shard
     (a replica that takes the shard from another refuses it: it was handed over); an
     eventual one's: none."""
+    if consistency not in (pb.STRONG, pb.EVENTUAL):
+        raise BadRequest(f"consistency: {consistency}; a shard scan is STRONG (0) or EVENTUAL (1)")
     if consistency == pb.STRONG:
         sreq.log_id = c.log_map.log_of(sreq.shard)
         sreq.min_position = min_position(c, sreq.log_id)

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from midtown.checks import Key, to_bytes
+from midtown.checks import Key, to_bytes, to_dc
 from midtown.client import WATCH_STREAM_S
 from midtown.coalescing import AsyncCoalescer
 from midtown.endpoints import Endpoints
@@ -55,11 +55,12 @@ class AsyncClient:
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
                  tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True,
-                 known_down_s: float | None = None) -> None:
+                 known_down_s: float | None = None, dc: str | None = None) -> None:
         """The same arguments as Client's."""
         self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
                                    tls_ca=tls_ca, route=route, known_down_s=known_down_s)
         self._b = _Builder()
+        self._b.dc = to_dc(dc)  # as Client's
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._coalescer = AsyncCoalescer(self._call) if coalesce else None
@@ -86,9 +87,9 @@ class AsyncClient:
 
     # ------------------------------------------------------------ operations (as Client's)
     async def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
-                  timeout: float | None = None) -> Value | None:
+                  max_staleness_ms: int | None = None, timeout: float | None = None) -> Value | None:
         return await self._run(self._b.get(dataset, partition, local, consistency=consistency,
-                                           timeout=timeout))
+                                           max_staleness_ms=max_staleness_ms, timeout=timeout))
 
     async def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
                   request_id: bytes | None = None, event_id: bytes | str | None = None,
@@ -141,9 +142,11 @@ class AsyncClient:
                                                     timeout=timeout))
 
     async def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
-                   limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:
+                   limit: int = 100, consistency: str = "strong", max_staleness_ms: int | None = None,
+                   timeout: float | None = None) -> ScanPage:
         return await self._run(self._b.scan(dataset, partition, start=start, end=end, limit=limit,
-                                            consistency=consistency, timeout=timeout))
+                                            consistency=consistency, max_staleness_ms=max_staleness_ms,
+                                            timeout=timeout))
 
     async def _run(self, c: object) -> Any:
         """Run an operation Client built and checked (its _Call: _Builder returns it in

@@ -3,6 +3,7 @@ type or an out-of-range number is InvalidArgument naming the field (docs/api.md)
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from midtown import errors
@@ -52,7 +53,38 @@ def to_dataset(dataset: str) -> str:
     return dataset
 
 
-def to_consistency(c: str) -> Any:
-    if c not in ("strong", "eventual"):
-        raise errors.InvalidArgument(f"consistency: {c!r}; choose 'strong' or 'eventual'")
-    return pb.EVENTUAL if c == "eventual" else pb.STRONG
+def to_consistency(c: str, bounded: bool = False) -> Any:
+    """A consistency's name as the wire's (`bounded`: a read that may be bounded)."""
+    names = {"strong": pb.STRONG, "eventual": pb.EVENTUAL, **({"bounded": pb.BOUNDED} if bounded else {})}
+    if c not in names:
+        raise errors.InvalidArgument(f"consistency: {c!r}; choose {' or '.join(map(repr, names))}")
+    return names[c]
+
+
+# The largest staleness bound a read may ask for (record/staleness.py MAX_STALENESS_MS: a day).
+MAX_STALENESS_MS = 86_400_000
+
+
+def to_staleness(consistency: str, max_staleness_ms: int | None) -> int:
+    """A read's staleness bound: required with consistency "bounded", refused otherwise."""
+    if consistency != "bounded":
+        if max_staleness_ms is not None:
+            raise errors.InvalidArgument("max_staleness_ms: only a bounded read (consistency='bounded') "
+                                         "takes a bound")
+        return 0
+    if max_staleness_ms is None:
+        raise errors.InvalidArgument("max_staleness_ms: a bounded read needs a bound (ms, above 0)")
+    return to_int(max_staleness_ms, "max_staleness_ms", 1, MAX_STALENESS_MS)
+
+
+def to_dc(dc: str | None) -> str:
+    """The caller's data center (as the servers' localities name it: dc=NAME)."""
+    if dc is None:
+        return ""
+    if not isinstance(dc, str) or not _DC_RE.fullmatch(dc):
+        raise errors.InvalidArgument(f"dc: {dc!r} is not a data center's name (up to 63 letters, digits, "
+                                     "'.', '_' and '-', starting with a letter or digit)")
+    return dc
+
+
+_DC_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a locality's value (fleet/failure_domains.py)

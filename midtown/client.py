@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from midtown.checks import Key, to_bytes
+from midtown.checks import Key, to_bytes, to_dc
 from midtown.coalescing import Coalescer
 from midtown.endpoints import Endpoints
 from midtown.model import (  # noqa: F401  (the SDK's types, importable from here as before)
@@ -89,7 +89,8 @@ class Client(Operations):
     def __init__(self, coordinators: str | list[str] | None = None, *, zk: str | None = None,
                  timeout: float = 10.0, retries: int = 8, token: str | None = None,
                  tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True,
-                 known_down_s: float | None = None, link: Callable[[str], Any] | None = None) -> None:
+                 known_down_s: float | None = None, link: Callable[[str], Any] | None = None,
+                 dc: str | None = None) -> None:
         """`token`: a user's token (`midtown user add`), for datasets with an access list.
         `tls_ca`: call over TLS, trusting this CA (PEM bytes, or the path of a PEM file).
         `coalesce`: single-key operations that threads issue while a call is in flight go
@@ -101,7 +102,10 @@ class Client(Operations):
         `midtown` command does with 1 s; by default (None) a call retries until its deadline,
         riding out a coordinator's restart. A server that does not answer is waited for.
         `link`: the way to a coordinator, a KV stub for its address (by default one on a gRPC
-        channel; the seeded simulation, tests/sim/clients.py, gives one on its network)."""
+        channel; the seeded simulation, tests/sim/clients.py, gives one on its network).
+        `dc`: the data center this client runs in: bounded reads are served by replicas
+        there (get and scan with consistency="bounded")."""
+        self.dc = to_dc(dc)
         self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
                                    tls_ca=tls_ca, route=route, known_down_s=known_down_s)
         self._link = link

@@ -16,10 +16,13 @@ class Value:
     value: bytes
     version: int
     expires_at_ms: int = 0  # 0: never
+    # A bounded read's (consistency="bounded"): the bound a replica served it under; 0 when it
+    # was served as a strong read (linearizable), or was not a bounded read.
+    staleness_bound_ms: int = 0
 
     @staticmethod
-    def of(m: pb.Value) -> Value:
-        return Value(m.value, m.version, m.expires_at_ms)
+    def of(m: pb.Value, staleness_bound_ms: int = 0) -> Value:
+        return Value(m.value, m.version, m.expires_at_ms, staleness_bound_ms)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Item:
 class ScanPage:
     items: list[Item]
     next: bytes  # pass as `start` for the next page; b"" when done
+    staleness_bound_ms: int = 0  # as Value's
 
 
 class Op(NamedTuple):

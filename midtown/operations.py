@@ -24,6 +24,7 @@ from midtown.checks import (
     to_int,
     to_key,
     to_shard,
+    to_staleness,
     to_value,
 )
 from midtown.model import (
@@ -95,6 +96,8 @@ class Operations:
     """The operations, each built into a `Call` and handed to `_do`, which a subclass
     defines: run it and return its decoded result (Client, AsyncClient's builder)."""
 
+    dc = ""  # the caller's data center (Client(dc=...)): its reads are served there
+
     def _do(self, c: Call) -> Any:
         raise NotImplementedError
 
@@ -109,14 +112,26 @@ class Operations:
                                 first_attempt=request_id is None,
                                 event_id=to_bytes(event_id, "event_id") if event_id is not None else b"")
 
+    def read_header(self, dataset: str) -> pb.RequestHeader:
+        """A read's header: it names this client's data center, where replicas serve bounded
+        and eventual reads."""
+        h = self.header(dataset, None)
+        h.dc = self.dc
+        return h
+
     # ------------------------------------------------------------ operations
 
     def get(self, dataset: str, partition: Key, local: Key = b"", *, consistency: str = "strong",
-            timeout: float | None = None) -> Value | None:
+            max_staleness_ms: int | None = None, timeout: float | None = None) -> Value | None:
+        """`consistency`: "strong" (linearizable), "eventual" (one replica's state), or
+        "bounded" with `max_staleness_ms`: a replica in this client's data center (`dc`) if
+        it has applied the shard's log up to no more than that long ago, else as strong; the
+        Value's `staleness_bound_ms` says which (the bound, or 0)."""
         return self._do(Call("Get", pb.GetRequest(
-            header=self.header(dataset, None), key=to_key(partition, local),
-            consistency=to_consistency(consistency)), timeout,
-            lambda r: Value.of(r.value) if r.found else None, True))
+            header=self.read_header(dataset), key=to_key(partition, local),
+            consistency=to_consistency(consistency, bounded=True),
+            max_staleness_ms=to_staleness(consistency, max_staleness_ms)), timeout,
+            lambda r: Value.of(r.value, r.staleness_bound_ms) if r.found else None, True))
 
     def put(self, dataset: str, partition: Key, local: Key, value: bytes, *, ttl_ms: int = 0,
             request_id: bytes | None = None, event_id: bytes | str | None = None,
@@ -262,13 +277,17 @@ class Operations:
         return req
 
     def scan(self, dataset: str, partition: Key, *, start: Key = b"", end: Key = b"",
-             limit: int = 100, consistency: str = "strong", timeout: float | None = None) -> ScanPage:
+             limit: int = 100, consistency: str = "strong", max_staleness_ms: int | None = None,
+             timeout: float | None = None) -> ScanPage:
+        """`consistency` and `max_staleness_ms`: as get's (the page's `staleness_bound_ms`)."""
         return self._do(Call("Scan", pb.ScanRequest(
-            header=self.header(dataset, None), partition_key=to_bytes(partition, "partition"),
+            header=self.read_header(dataset), partition_key=to_bytes(partition, "partition"),
             start=to_bytes(start, "start"), end=to_bytes(end, "end"),
             limit=to_int(limit, "limit", 1, 2**32 - 1),
-            consistency=to_consistency(consistency)), timeout,
-            lambda r: ScanPage([Item(i.local_key, Value.of(i.value)) for i in r.items], r.next)))
+            consistency=to_consistency(consistency, bounded=True),
+            max_staleness_ms=to_staleness(consistency, max_staleness_ms)), timeout,
+            lambda r: ScanPage([Item(i.local_key, Value.of(i.value)) for i in r.items], r.next,
+                               r.staleness_bound_ms)))
 
     def positions_request(self, dataset: str, partition_key: Key | None, timeout: float) -> pb.WatchRequest:
         """A watch from "now" whose first message (every shard's start) is all that is wanted."""

@@ -19,7 +19,7 @@ from catalog import registry
 from catalog.log_map import LogMap
 from catalog.routing import check_shard
 from midtown_pb import kv_pb2 as pb
-from record import codec
+from record import codec, staleness
 from record.model import Behind, Record
 from runtime import world
 from runtime.disk import bounded_items
@@ -125,6 +125,8 @@ class Reads:
         log_id = place.log
         self.wait_applied(log_id, req.min_position, req.wait_ms)
         pos, ts = self.positions[log_id]
+        if req.max_staleness_ms:
+            self.check_fresh(log_id, ts, req.max_staleness_ms)
         pos, ts = pos + place.version_base, place.log_time(ts)  # the shard's own order and time
         op = codec.op_from_pb(req.op)
         rec = Record(b"", "", req.dataset, req.shard, req.partition_key, (op,))
@@ -318,6 +320,14 @@ class Reads:
                     raise Behind(f"replica {self.node_id} has applied log {log_id} up to "
                                  f"{self.positions[log_id][0]}, not {min_position}")
                 self.cond.wait(left)
+
+    def check_fresh(self, log_id: int, applied_ms: int, bound_ms: int) -> None:
+        """A bounded read (record/staleness.py): Behind unless this replica has applied
+        `log_id` up to a log time (`applied_ms`) recent enough by its own clock."""
+        now = world.wall_ms()
+        if not staleness.fresh_enough(applied_ms, now, bound_ms):
+            raise Behind(f"replica {self.node_id} has applied log {log_id} up to log time "
+                         f"{now - applied_ms} ms ago, not within {bound_ms} ms")
 
     def read_many(self, req: pb.ReadManyRequest) -> pb.ReadManyResponse:
         if req.log_id >= self.log_map().logs:  # `log add` may have given it since the map was read

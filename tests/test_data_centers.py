@@ -99,3 +99,19 @@ def test_a_table_shows_the_data_center_column_once_one_is_named() -> None:
     cols = ["node", "dc", "machine"]
     assert unless_empty([{"node": 0, "dc": "", "machine": "m0"}], cols, "dc") == ["node", "machine"]
     assert unless_empty([{"node": 0, "dc": ""}, {"node": 1, "dc": "east"}], cols, "dc") == cols
+
+
+def test_bounded_reads_go_to_the_replicas_in_the_callers_data_center() -> None:
+    """coordinator/replicas.py in_dc: of the replicas in reading order, those in the
+    caller's data center, in that order; every one where no node names a data center; a
+    data center no node names is refused naming the field."""
+    from coordinator.replicas import in_dc
+    from runtime.refusals import BadRequest
+
+    holders = {1: "a1", 2: "a2", 3: "a3", 4: "a4"}
+    dcs = {1: "east", 2: "west", 3: "east", 4: "south", 5: "north"}
+    assert in_dc(["a3", "a2", "a1", "a4"], holders, dcs, "east") == ["a3", "a1"]
+    assert in_dc(["a3", "a2", "a1", "a4"], holders, dcs, "north") == []  # no replica there: the writer serves
+    assert in_dc(["a2", "a1"], holders, {1: "", 2: ""}, "east") == ["a2", "a1"]
+    with pytest.raises(BadRequest, match=r"header\.dc: no storage node in data center 'mars'.*east, north"):
+        in_dc(["a1"], holders, dcs, "mars")

@@ -37,6 +37,13 @@ CASES: list[tuple[str, Any, str]] = [
     ("scan arrow", lambda c: c.scan_shard("d", 0, arrow="yes"), "arrow"),  # type: ignore[arg-type]
     ("split bytes", lambda c: c.shard_splits("d", 0, split_bytes=-1), "split_bytes"),
     ("split shard", lambda c: c.shard_splits("d", 2**32), "shard"),
+    ("bounded, no bound", lambda c: c.get("d", "p", "l", consistency="bounded"), "max_staleness_ms"),
+    ("bounded, 0", lambda c: c.get("d", "p", "l", consistency="bounded", max_staleness_ms=0),
+     "max_staleness_ms"),
+    ("bounded, a week", lambda c: c.scan("d", "p", consistency="bounded", max_staleness_ms=7 * 86_400_000),
+     "max_staleness_ms"),
+    ("a bound unasked", lambda c: c.scan("d", "p", max_staleness_ms=1000), "max_staleness_ms"),
+    ("bounded shard scan", lambda c: c.scan_shard("d", 0, consistency="bounded"), "consistency"),
 ]
 
 
@@ -68,6 +75,31 @@ def test_any_argument_is_a_clear_error_or_a_call(partition: Any, local: Any, val
                 pass  # a well-formed call to an address where nothing listens
 
 
+@settings(max_examples=80, deadline=None)
+@given(consistency=st.sampled_from(["strong", "eventual", "bounded", "weak", ""]),
+       bound=st.one_of(st.none(), ANY), dc=st.one_of(st.none(), ANY))
+def test_any_bound_and_data_center_is_a_clear_error_or_a_read(consistency: str, bound: Any, dc: Any) -> None:
+    """A bounded read's arguments: a bound (whole ms, 1 ms to a day) with consistency
+    "bounded" and only then; a data center's name. Anything else is InvalidArgument naming
+    the field, before any call."""
+    try:
+        c = Client("127.0.0.1:1", timeout=0.3, retries=0, dc=dc)
+    except InvalidArgument as e:
+        assert e.message.startswith("dc: ")
+        return
+    with c:
+        try:
+            c.get("d", "p", "l", consistency=consistency, max_staleness_ms=bound)
+        except InvalidArgument as e:
+            assert e.message.split(":")[0] in ("consistency", "max_staleness_ms"), e.message
+            ok = (consistency in ("strong", "eventual") and bound is None) or (
+                consistency == "bounded" and isinstance(bound, int) and not isinstance(bound, bool)
+                and 1 <= bound <= 86_400_000)
+            assert not ok, e.message
+        except MidtownError:  # a well-formed call to an address where nothing listens
+            assert (consistency in ("strong", "eventual") and bound is None) or consistency == "bounded"
+
+
 # Client's operations that AsyncClient has as coroutines with the same parameters.
 OPERATIONS = ["get", "put", "delete", "cas", "incr", "batch", "write_many", "shards", "shard_splits", "scan"]
 
@@ -85,7 +117,7 @@ def test_the_async_client_has_each_operation_typed_with_clients_parameters() -> 
 
 
 ASYNC_CASES = [c for c in CASES if c[0] not in ("shard", "scan page", "scan bytes", "scan token", "scan key",
-                                                 "scan arrow")]
+                                                 "scan arrow", "bounded shard scan")]
 
 
 @pytest.mark.parametrize("name,call,field", ASYNC_CASES, ids=[c[0] for c in ASYNC_CASES])

@@ -393,6 +393,19 @@ def test_data_commands(kv_cluster: Cluster) -> None:
     scan = json.loads(mt("scan", "cli", "u1", "--json").stdout)
     assert [i["local_key"] for i in scan["items"]] == ["n", "name"]
     assert "LOCAL_KEY" in mt("scan", "cli", "u1").stdout
+    # Bounded reads: the answer says the bound a replica served it under (0: as a strong read).
+    row = json.loads(mt("get", "cli", "u1", "n", "--consistency", "bounded", "--max-staleness", "1m",
+                        "--dc", "east", "--json").stdout)
+    assert row["value"] == "7" and row["staleness_bound_ms"] in (0, 60_000)
+    out = mt("scan", "cli", "u1", "--consistency", "bounded", "--max-staleness", "300ms").stdout
+    assert "served as a strong read" in out  # no replica can serve a bound within the clocks' offset
+    for args, flag in ((("--consistency", "bounded"), "--max-staleness"),
+                       (("--max-staleness", "2s"), "--max-staleness"),
+                       (("--consistency", "bounded", "--max-staleness", "2"), "--max-staleness"),
+                       (("--consistency", "bounded", "--max-staleness", "2d"), "--max-staleness"),
+                       (("--consistency", "bounded", "--max-staleness", "2s", "--dc", "no place"), "--dc")):
+        bad = mt("get", "cli", "u1", "n", *args)
+        assert bad.returncode == 2 and flag in bad.stderr, (args, bad.stderr)
     assert mt("delete", "cli", "u1", "name").returncode == 0
     assert mt("get", "cli", "u1", "name").returncode == 3
     bad = mt("put", "nope", "u1", "k", "v")
@@ -422,3 +435,59 @@ def test_strong_reads_skip_the_log(kv_cluster: Cluster, db: Client) -> None:
     index = sum(float(line.split()[-1]) for line in metrics.splitlines()
                 if line.startswith('midtown_strong_reads_total{path="read_index"}'))
     assert index >= 20
+
+
+def test_bounded_reads_see_what_was_acknowledged_before_their_bound(kv_cluster: Cluster, db: Client) -> None:
+    """A bounded read (consistency="bounded", max_staleness_ms=N) sees every write
+    acknowledged more than N before it began, whoever serves it: a replica that has applied
+    recently enough (the answer's staleness_bound_ms is N) or, failing one, the writer as a
+    strong read (0). In a cluster whose nodes name no data center every replica is near any
+    caller, whatever data center the caller names."""
+    with Client(zk=kv_cluster.zk_hosts, timeout=20, dc="east") as near:
+        bounds = set()
+        for i in range(5):
+            db.put("t", "bounded", "k", b"v%d" % i)
+            db.put("t", "bounded", "j", b"w%d" % i)
+            time.sleep(2.1)  # acknowledged more than the bound before the reads begin
+            got = near.get("t", "bounded", "k", consistency="bounded", max_staleness_ms=2000)
+            assert got is not None and got.value == b"v%d" % i
+            assert got.staleness_bound_ms in (0, 2000)
+            page = near.scan("t", "bounded", consistency="bounded", max_staleness_ms=2000)
+            assert [(it.local_key, it.value.value) for it in page.items] == [(b"j", b"w%d" % i),
+                                                                            (b"k", b"v%d" % i)]
+            assert page.staleness_bound_ms in (0, 2000)
+            # A replica of a live cluster has applied its log within a minute: one serves it.
+            got = near.get("t", "bounded", "k", consistency="bounded", max_staleness_ms=60_000)
+            assert got is not None and got.value.startswith(b"v")
+            bounds.add(got.staleness_bound_ms)
+        assert 60_000 in bounds, "no replica served a read bounded by a minute"
+        # A bound within the clocks' offset (2 x 250 ms) no replica can serve: the writer does.
+        got = near.get("t", "bounded", "k", consistency="bounded", max_staleness_ms=400)
+        assert got is not None and got.value == b"v4" and got.staleness_bound_ms == 0
+
+
+def test_bad_bounded_reads_are_refused_naming_the_field(kv_cluster: Cluster, db: Client) -> None:
+    """(The SDK's own checks: tests/test_sdk_arguments.py.)"""
+    # The wire, as another client would send it: each refusal names its field.
+    stub = kv_pb2_grpc.KVStub(grpc.insecure_channel(kv_cluster.coordinator_addrs[0]))
+    h = pb.RequestHeader(dataset="t")
+    key = pb.Key(partition=b"bounded", local=b"k")
+    for req, field in ((pb.GetRequest(header=h, key=key, consistency=pb.BOUNDED), "max_staleness_ms"),
+                       (pb.GetRequest(header=h, key=key, consistency=pb.BOUNDED, max_staleness_ms=2**31),
+                        "max_staleness_ms"),
+                       (pb.GetRequest(header=h, key=key, max_staleness_ms=100), "max_staleness_ms"),
+                       (pb.GetRequest(header=h, key=key, consistency=7), "consistency")):  # type: ignore[arg-type]
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.Get(req, timeout=10)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in (ei.value.details() or "")
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.Scan(pb.ScanRequest(header=h, partition_key=b"bounded", consistency=pb.BOUNDED), timeout=10)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "max_staleness_ms" in (ei.value.details() or "")
+    with pytest.raises(grpc.RpcError) as ei:
+        list(stub.ScanShard(pb.ScanShardRequest(header=h, shard=0, consistency=pb.BOUNDED), timeout=10))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "consistency" in (ei.value.details() or "")
+    # An eventually consistent dataset has no log to bound a read by.
+    kv_cluster.create_dataset("ev-bounded", consistency="eventual")
+    with pytest.raises(errors.FailedPrecondition, match="consistency"):
+        db.get("ev-bounded", "bounded", "k", consistency="bounded", max_staleness_ms=5000)

@@ -31,6 +31,9 @@ class Faults:
     # the coordinator in the first), messages between them later by tens of milliseconds,
     # and one at a time cut off from the others (links and ZooKeeper) for a few seconds
     data_centers: bool = False
+    # An application reading with bounded staleness (bounded_reader): each read sees every
+    # write acknowledged more than its bound before it began, near replica or writer
+    bounded_reads: bool = False
 
     def __str__(self) -> str:
         on = [f"{k}={v}" if not isinstance(v, bool) else k if v else f"no {k}"
@@ -55,7 +58,8 @@ def drawn(seed: int, broken: str = "") -> Faults:
                link_cuts=r.choice((0, 0, 4)), log_wipes=r.random() < 0.3,
                log_servers=r.choice((3, 3, 5)))
     # (from a generator of its own: the other draws stay the seed's)
-    f = replace(f, data_centers=random.Random(f"dcs/{seed}").random() < 0.3)
+    f = replace(f, data_centers=random.Random(f"dcs/{seed}").random() < 0.3,
+                bounded_reads=random.Random(f"bounded/{seed}").random() < 0.3)
     if broken not in writers.BROKEN or broken in BROKEN:
         return f
     # (from a generator of its own: the other draws stay the seed's)

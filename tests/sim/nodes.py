@@ -59,6 +59,7 @@ tests/sim/end_checks.py; the cluster's shape: tests/sim/cluster_shape.py."""
 from __future__ import annotations
 
 import dataclasses
+import random
 import shutil
 import tempfile
 import zlib
@@ -154,6 +155,7 @@ class NodeSim(EndChecks, WriterSim):
         assert broken in ("",) + BROKEN + writers.BROKEN, broken
         f = drawn(seed, broken) if faults is None else faults
         self.faults = f
+        self.seed = seed
         self.kept: dict[tuple[int, int, int], Entry] = {}  # (log, segment epoch, position) -> entry truncated
         self.disk = Disk()
         self.dir = Path(tempfile.mkdtemp(prefix="midtown-sim-nodes-",
@@ -215,6 +217,8 @@ class NodeSim(EndChecks, WriterSim):
                                               "hand-off drivers killed"), 0))
         if f.data_centers:
             self.counts["data centers cut off"] = 0
+        if f.bounded_reads:
+            self.counts.update(dict.fromkeys(("bounded reads", "bounded reads served near"), 0))
 
     # --- the log servers' disks -------------------------------------------------------------
 
@@ -400,6 +404,8 @@ class NodeSim(EndChecks, WriterSim):
         for c in range(LINEARIZABLE_CLIENTS):
             world.spawn(f"linearizable-{c}", lambda c=c: self.linearizable_client(c, self.shared, stop))
         world.spawn("strong-reader", lambda: self.strong_reader(stop))
+        if self.faults.bounded_reads:
+            world.spawn("bounded-reader", lambda: self.bounded_reader(stop))
         for i in range(MOVERS):
             world.spawn(f"movers-{i}", lambda i=i: self.movers(i, stop))
         if self.slow:
@@ -628,10 +634,11 @@ class NodeSim(EndChecks, WriterSim):
         self.writes.append(w)
         return w
 
-    def sdk(self, name: str) -> Client:
+    def sdk(self, name: str, dc: str | None = None) -> Client:
         """An application's SDK client (midtown/client.py, its retries and coalescing) on
         the simulated network (_KvStub); each request id it sends is kept under `name`."""
-        return Client([COORDINATOR], timeout=WRITE_TIMEOUT_S, link=lambda addr: _KvStub(self, addr, name))
+        return Client([COORDINATOR], timeout=WRITE_TIMEOUT_S, link=lambda addr: _KvStub(self, addr, name),
+                      dc=dc)
 
     def cluster_up(self, stop: Any) -> None:
         """Until every storage node has started (as an application starts once its cluster
@@ -807,6 +814,40 @@ class NodeSim(EndChecks, WriterSim):
             if got is None or got.value != b"1":
                 self.violations.append(f"a strong read read n{i} = {None if got is None else got.value!r}, "
                                        f"not the 1 of write {w.request_ids!r}, answered before it began")
+
+
+    def bounded_reader(self, stop: Any) -> None:
+        """Bounded-staleness reads (coordinator/near_reads.py) from the coordinator's data
+        center, bounds from within the clocks' offset to a few seconds: each sees every
+        write answered more than its bound before it began, whether a replica near it served
+        it (its answer says the bound) or the writer did (it says 0)."""
+        rng = random.Random(f"bounded/{self.seed}")  # its own: the other tasks' draws stay the seed's
+        db = self.sdk("bounded-reader", dc="dc0" if self.dcs else None)
+        while not stop.is_set():
+            world.sleep(rng.uniform(0.05, 0.3))
+            bound_ms = rng.choice((400, 800, 1500, 3000))
+            start = world.monotonic()
+            done = [i for i, w in enumerate(self.writes) if w.done_at is not None
+                    and w.done_at < start - bound_ms / 1000 and counted(w, i)]
+            if not done:
+                continue
+            i = rng.choice(done)
+            w = self.writes[i]
+            try:
+                got = db.get(self.dataset.name, w.record.partition_key, b"n%d" % i, consistency="bounded",
+                             max_staleness_ms=bound_ms)
+            except (errors.Unavailable, errors.DeadlineExceeded):
+                continue
+            except errors.MidtownError as e:
+                self.violations.append(f"a bounded read refused: {type(e).__name__}: {e}")
+                continue
+            self.counts["bounded reads"] += 1
+            self.counts["bounded reads served near"] += got is not None and got.staleness_bound_ms == bound_ms
+            if got is None or got.value != b"1":
+                read = None if got is None else got.value
+                self.violations.append(
+                    f"a read bounded by {bound_ms} ms read n{i} = {read!r}, not the 1 of write "
+                    f"{w.request_ids!r}, answered {start - (w.done_at or 0):.3f} s before it began")
 
 
 def run(seed: int, cfg: Config | None = None, broken: str = "",

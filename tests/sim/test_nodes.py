@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -130,6 +131,8 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # misses an append it heard acknowledged (tests/sim/links.py CheckedLogClient; the
     # reads' linearizability alone caught it in none of seeds 1-100)
     ("no-fence", 51, ("acknowledged before it",)),
+    # a replica serving a bounded read however long ago it applied (record/staleness.py)
+    ("bounded-unchecked", 27, ("a read bounded by",)),
 ])
 def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str, ...]) -> None:
     """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py). The
@@ -217,17 +220,24 @@ def test_a_copy_taken_behind_the_heads_is_caught() -> None:
     _caught_and_passed("rebuild-behind", 45, ("behind a truncation",) + LOST)
 
 
-def _caught_and_passed(broken: str, start: int, finding: tuple[str, ...]) -> int:
-    """The first seed from `start` (every fault drawn per seed) in which `broken` is caught
-    with `finding`, checked to pass as built."""
+def before_bounded_reads(seed: int, broken: str = "") -> Faults:
+    """Seed `seed`'s faults as drawn before bounded reads were (a rare variant's seed then
+    runs as it did when found)."""
+    return replace(drawn(seed, broken), bounded_reads=False)
+
+
+def _caught_and_passed(broken: str, start: int, finding: tuple[str, ...],
+                       faults: Callable[[int, str], Faults] = drawn) -> int:
+    """The first seed from `start` (every fault drawn per seed by `faults`) in which `broken`
+    is caught with `finding`, checked to pass as built."""
     def caught(seed: int) -> list[str] | None:
-        r, _ = nodes.run(seed, broken=broken)
+        r, _ = nodes.run(seed, broken=broken, faults=faults(seed, broken))
         assert r.failures == [], (seed, r.failures[:1])
         return r.violations or None
 
     seed, found = seeds.first(caught, start, f"a seed that catches {broken}")
     assert any(f in found[0] for f in finding), (seed, found[:1])
-    r, _ = nodes.run(seed)
+    r, _ = nodes.run(seed, faults=faults(seed, ""))
     assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
     return seed
 
@@ -273,12 +283,12 @@ def test_a_rebuild_shard_by_shard_behind_the_logs_heads_is_caught() -> None:
     before node 2 lost its disk; node 2, holding shards no single peer holds all of, was
     rebuilt shard by shard, one copy taken from the paused peer behind node 2's last
     published position, and the log truncated past the copy before node 2 read on: it
-    stopped behind the truncation. With every fault drawn per seed, seed 215 catches it (as
-    211 did before the log servers answered through their services: a shard held unlike
-    the model); as built, the copies stand at
+    stopped behind the truncation. With every fault drawn per seed (as before bounded reads
+    were), seed 215 catches it (as 211 did before the log servers answered through their
+    services: a shard held unlike the model); as built, the copies stand at
     or past the heads the rebuild began with, and the seed passes. (Searched from there:
     tests/sim/seeds.py.)"""
-    _caught_and_passed("by-shard-behind", 215, ("behind a truncation",) + LOST)
+    _caught_and_passed("by-shard-behind", 215, ("behind a truncation",) + LOST, before_bounded_reads)
 
 
 def test_an_ingestion_pipeline_counts_each_event_once_through_task_retries_and_moves() -> None:

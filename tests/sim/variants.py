@@ -17,6 +17,7 @@ from log.rocks_store import RocksStore
 from log.seals import Seals
 from midtown import retries
 from midtown_pb import kv_pb2 as pb
+from record import staleness
 from runtime import world
 from storage_node import bookkeeping, handoff, reads, rebuild, shard_copy, shard_intake
 from storage_node import node as node_module
@@ -26,7 +27,7 @@ from tests.sim.broken import Swap
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
-          "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind")
+          "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind", "bounded-unchecked")
 
 
 def _applied(s: Any) -> dict[int, int]:
@@ -190,6 +191,8 @@ RULES: dict[str, list[Swap]] = {
     # the shard's open record in the new log, whose tail its other shards' copies (or other
     # shards) took past it
     "stint-blind": [(shard_copy, "in_current_stint", lambda place, shard, log_map: True)],
+    # a replica serving a bounded read however long ago it applied its log (record/staleness.py)
+    "bounded-unchecked": [(staleness, "fresh_enough", lambda *_: True)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
     "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
     # with HANDOFFS=1: a replica that takes the new log's records of a shard before it has

@@ -439,12 +439,13 @@ class Coordinator:
         return out  # type: ignore[return-value]
 
     def read_replica(self, d: Dataset, pkey: bytes, op: Op, deadline_s: float,
-                     min_position: int = 0, wait_ms: int = 0) -> pb.ReadResponse:
-        """A read from one storage replica (another if it fails)."""
+                     min_position: int = 0, wait_ms: int = 0, dc: str = "") -> pb.ReadResponse:
+        """A read from one storage replica (another if it fails), those in data center `dc`
+        (the caller's) first."""
         shard = shard_of(d.id, pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
-        r = self.replicas.first_answer("Read", req, deadline_s, shard)
+        r = self.replicas.first_answer("Read", req, deadline_s, shard, dc)
         if r is None:
             raise Refusal(Code.UNAVAILABLE, "no storage node answered; retry")
         return r  # type: ignore[no-any-return]

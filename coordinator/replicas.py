@@ -117,11 +117,15 @@ class Replicas:
         """A Storage stream (its messages, and its gRPC call to cancel, None in process)."""
         return self.link.stream(addr, method, req, timeout_s)
 
-    def first_answer(self, method: str, req: Any, timeout_s: float, shard: int) -> Any:
+    def first_answer(self, method: str, req: Any, timeout_s: float, shard: int, dc: str = "") -> Any:
         """The answer of the first storage node holding `shard` that gives one (None: none
-        did). A refusal that another node would give too reaches the client as it came
-        (refused_by_all)."""
-        for addr in self._order(shard):
+        did), those in data center `dc` asked first. A refusal that another node would give
+        too reaches the client as it came (refused_by_all)."""
+        order = self._order(shard)
+        if dc:
+            near = self.near(shard, dc)
+            order = near + [a for a in order if a not in near]
+        for addr in order:
             try:
                 return self.call(addr, method, req, timeout_s)
             except (grpc.RpcError, Refusal) as e:

@@ -252,7 +252,7 @@ class KVService:
                 return self.run(self._planned(d, req.header, pkey, [Get(lkey)], _get_response, read=True),
                                 ctx)  # type: ignore[no-any-return]
         else:
-            rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx))
+            rr = self.c.read_replica(d, pkey, Get(lkey), self._deadline(ctx), dc=req.header.dc)
         return pb.GetResponse(found=rr.result.found, value=rr.result.value if rr.result.found else None,
                               position=rr.position, staleness_bound_ms=req.max_staleness_ms)
 
@@ -373,7 +373,7 @@ class KVService:
                                           for it in page], next=nxt)
         if req.consistency == pb.EVENTUAL:
             d = self.c.admission.need(d, req.header)
-            rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx))
+            rr = self.c.read_replica(d, req.partition_key, op, self._deadline(ctx), dc=req.header.dc)
             return pb.ScanResponse(items=rr.result.items, next=rr.result.next)
         if req.consistency == pb.BOUNDED:
             d = self.c.admission.need(d, req.header)

@@ -83,6 +83,7 @@ from midtown import errors
 from midtown.client import Client
 from midtown.model import Op as SdkOp
 from midtown.model import Write as SdkWrite
+from record import staleness
 from record.model import Cas, Incr, Put, RecordResult
 from runtime import world
 from storage_node.node import Parts, StorageNode
@@ -219,6 +220,13 @@ class NodeSim(EndChecks, WriterSim):
             self.counts["data centers cut off"] = 0
         if f.bounded_reads:
             self.counts.update(dict.fromkeys(("bounded reads", "bounded reads served near"), 0))
+            # Every server's wall clock off real time by up to the offset bounded reads allow
+            # (record/staleness.py), half of them at either end (drawn on their own)
+            off, clocks = staleness.MAX_CLOCK_OFFSET_MS / 1000, random.Random(f"wall-clocks/{seed}")
+            self.sched.wall_offsets = {
+                m: clocks.choice((-off, off, clocks.uniform(-off, off)))
+                for m in [f"server-{s}" for s in self.servers] + [f"storage-{n}" for n in NODES]
+                + ["coordinator"]}
 
     # --- the log servers' disks -------------------------------------------------------------
 
@@ -831,7 +839,8 @@ class NodeSim(EndChecks, WriterSim):
                     and w.done_at < start - bound_ms / 1000 and counted(w, i)]
             if not done:
                 continue
-            i = rng.choice(done)
+            # Mostly the last write answered before the bound: the one a stale replica misses first
+            i = done[-1] if rng.random() < 0.7 else rng.choice(done)
             w = self.writes[i]
             try:
                 got = db.get(self.dataset.name, w.record.partition_key, b"n%d" % i, consistency="bounded",

@@ -92,6 +92,9 @@ class Scheduler:
         # -> rate, a machine being a process's name without its incarnation ("server-2" of
         # "server-2-0"); 1 for the others.
         self.rates: dict[str, float] = {}
+        # Each machine's wall clock stands this many seconds off real time (record/staleness.py
+        # bounds it: MAX_CLOCK_OFFSET_MS), machines named as for `rates`; 0 for the others.
+        self.wall_offsets: dict[str, float] = {}
 
     # --- running ------------------------------------------------------------------------
 
@@ -265,7 +268,11 @@ class Scheduler:
         return self.now
 
     def wall(self) -> float:
-        return self.start_wall + self.now
+        if not self.wall_offsets:
+            return self.start_wall + self.now
+        t = self._by_thread.get(threading.get_ident())
+        machine = (t.clock_of or t.process).rpartition("-")[0] if t is not None else ""
+        return self.start_wall + self.now + self.wall_offsets.get(machine, 0.0)
 
     def boot_clock(self) -> float:
         t = self._me()

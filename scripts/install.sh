@@ -17,6 +17,12 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 # etcd: the benchmarks' opponent, and the suite starts it (a stop signal during a
 # benchmark's start-up of etcd stops what was started: tests/integration/test_bench_signals.py).
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server etcd-client)
+# The emulated links between data centers (bench/wan.py) hold packets through an NFQUEUE:
+# netfilterqueue is built from source against libnetfilter_queue (a compiler, Python's headers).
+[ -f /usr/include/libnetfilter_queue/libnetfilter_queue.h ] || need_apt+=(libnetfilter-queue-dev)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+"$PYTHON" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "install: need root to apt-get install ${need_apt[*]}" >&2

@@ -108,11 +108,12 @@ class ApplyLoop:
 
     def _behind_truncation(self, log_id: int, why: str) -> None:
         """A holder of a log's shards is never truncated past (it publishes its positions);
-        only a node that was taken out of the membership, or that holds none of the log's
-        shards any more (they moved away; read from ZooKeeper again here, and a copy of a
-        shard it has left, not dropped yet, not counted), gets here. The first stops:
-        started again, it bootstraps. The second has nothing to lose there: it goes on
-        from the log's first position still held."""
+        only a node that was taken out of the membership, or that held none of the log's
+        shards while it was truncated (they moved away; read from ZooKeeper again here, and a
+        copy of a shard it has left, not dropped yet, not counted; or one handed to the log
+        since, whose records there start past the truncation: truncation.stint_below), gets
+        here. The first stops: started again, it bootstraps. The second has nothing to lose
+        there: it goes on from the log's first position still held."""
         s = self.state
         try:
             # Its view of the sets may be a little old, and a copy of a shard it has left may
@@ -128,17 +129,21 @@ class ApplyLoop:
             world.sleep(1)
             return
 
+        try:
+            first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
+        except Exception as e:  # the logs do not answer now: the tail tries again
+            log.warning("log %d: %s; its first position is unknown (%s)", log_id, why, e)
+            world.sleep(1)
+            return
+
         def needed() -> bool:
-            return truncation.needs_log({*s.log_map.shards_of_log(log_id),
-                                         *(x for x in range(s.kv.shards) if s.log_of(x) == log_id)},
-                                        s.holds, incoming, s.marks)
+            """Whether a shard it holds (or takes in) may have records the truncation took."""
+            shards = {*s.log_map.shards_of_log(log_id),
+                      *(x for x in range(s.kv.shards) if s.log_of(x) == log_id)}
+            return truncation.needs_log(
+                {x for x in shards if truncation.stint_below(s.log_map, x, log_id, first)},
+                s.holds, incoming, s.marks)
         if not needed():
-            try:
-                first = next(r["first"] for r in s.logs.status() if r["log"] == log_id)
-            except Exception as e:  # the logs do not answer now: the tail tries again
-                log.warning("log %d: %s; its first position is unknown (%s)", log_id, why, e)
-                world.sleep(1)
-                return
             with self._mutex:
                 go_on = truncation.behind(needed(), first, s.positions[log_id][0])
                 if go_on is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping
 
-from catalog.log_map import Handoff
+from catalog.log_map import Handoff, LogMap
 
 
 def needs_publish(last_data_position: int | None, published: int | None) -> bool:
@@ -46,6 +46,20 @@ def needs_log(shards_of_log: Iterable[int], holds: Callable[[int], bool], incomi
     carried (`shards_of_log`), or takes one in by a move under way (`incoming`) whose copy
     it has (`marked`)."""
     return any(holds(x) or (x in incoming and x in marked) for x in shards_of_log)
+
+
+def stint_below(m: LogMap, shard: int, log_id: int, first: int) -> bool:
+    """Whether `shard` may have records in `log_id` below position `first`: yes unless its
+    only stint there is the one its first hand-off opened (generation 1: from the log it
+    started in, `origin`, another) at `start` or later, `start` at or past `first`. A hand-off
+    names a `start` at or past the new log's end when it began, so a node that held none of
+    that log's shards while it was truncated past its tail needs nothing the truncation took
+    (make soak, seed 100717: a node behind log 0's truncation, then given a shard of log 0 by
+    a hand-off starting at 59, stopped at 2 < 14 for nothing). A shard handed more than once
+    may have had an earlier stint in the log that the map no longer names: it may."""
+    h = m.last_handoff(shard)
+    return not (h is not None and h.new == log_id and h.generation == 1 and m.origin(shard) != log_id
+                and h.start >= first)
 
 
 def behind(needed: bool, first: int, position: int) -> int | None:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from catalog.routing import answers_for, log_of, shard_of
-from storage_node.truncation import behind, needs_log, needs_publish, truncation_point
+from storage_node.truncation import behind, needs_log, needs_publish, stint_below, truncation_point
 
 
 @given(st.integers(0, 10_000), st.integers(1, 6))
@@ -60,3 +60,19 @@ def test_a_node_behind_a_truncation_stops_only_if_it_needs_the_log() -> None:
     assert behind(True, first=40, position=10) is None
     assert behind(False, first=40, position=10) == 40
     assert behind(False, first=40, position=55) == 55
+
+
+def test_a_shard_handed_to_a_log_once_has_no_records_there_before_its_start() -> None:
+    """storage_node/truncation.py stint_below: a shard whose one stint in a log began by its
+    first hand-off, at or past the log's first position still held, lost nothing to the
+    truncation; one that started in the log, was handed more than once, or whose stint
+    starts below the truncation may have."""
+    from catalog.log_map import Handoff, LogMap
+
+    m = LogMap(logs=2, of=(0, 0, 0), handoffs=(Handoff(1, old=1, at=34, new=0, start=59, generation=1),
+                                                Handoff(2, old=1, at=5, new=0, start=80, generation=2)),
+               origins=(0, 1, 1))
+    assert not stint_below(m, 1, 0, first=14)  # handed in at 59, the log held from 14
+    assert stint_below(m, 1, 0, first=60)  # ... truncated past its start
+    assert stint_below(m, 0, 0, first=14)  # never handed: it started in log 0
+    assert stint_below(m, 2, 0, first=14)  # handed twice: an earlier stint in log 0 may be there

@@ -208,6 +208,24 @@ def test_a_move_takes_no_copy_from_before_its_shards_stint() -> None:
     assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
 
 
+def test_a_node_given_a_shard_by_a_hand_off_past_a_truncation_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fault drawn, seed 100717 (make soak's first step): node 0, paused, its tail of
+    log 0 at 2, holds none of log 0's shards once shard 4 moved away, and log 0 is truncated
+    to 14 past it; then shard 3 is handed from log 1 to log 0, its records there from 59 on.
+    Node 0 holds shard 3: its tail meets the truncation, and it needs nothing the truncation
+    took (storage_node/truncation.py stint_below), so it goes on from 14. With every shard
+    of the log counted as needing what was truncated (the rule as it was), it stops ("behind
+    a truncation") and the moves it is in cannot end."""
+    from storage_node import truncation
+
+    r, counts = nodes.run(100717)
+    assert r.failures == [] and r.violations == [] and counts["hand-offs done"] >= 1, r.violations[:1]
+    monkeypatch.setattr(truncation, "stint_below", lambda *_: True)
+    r, _ = nodes.run(100717)
+    assert any("behind a truncation" in v for v in r.violations), r.violations[:1]
+
+
 def test_a_copy_taken_behind_the_heads_is_caught() -> None:
     """The moves' model's rebuild-behind, on the real code: a bootstrap's copies taken
     wherever their sources stand (storage_node/rebuild.py known_heads blind). Rare: with

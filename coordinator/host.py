@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         a.id, coord_addr, a.zk, f"{a.host}:{a.coordinator_port}", a.client_rate_limit, log_link=link,
         local_log=local_log,
         storage_link=ProcessStorage(storage, storage_addr, GrpcStorage()))
+    b.coordinator.dc = domain.dc  # clients in its data center call it first
     local_answers.bind([b.callback_addr], b.coordinator)  # storage answers are handed over
     parts += [Part(ss, f"{a.host}:{a.storage_port}", storage.start, storage.stop, name="storage node"),
               Part(b.internal, "", lambda: None, lambda: None, name="coordinator's callback port"),

@@ -108,6 +108,7 @@ class Coordinator:
         self._reads = ReadBatcher(self.read_round)
         self.clock = eventual.HybridClock(coord_id & 0xFF)  # versions of eventual datasets
         self.stopped = world.event()
+        self.dc = ""  # the data center it runs in ("": unnamed); clients there prefer it
 
     @classmethod
     def open(cls, coord_id: int, addr: str, zk_hosts: str, callback_addr: str = "",
@@ -129,8 +130,10 @@ class Coordinator:
         # Beside a log server (the host layout), say which: clients send a key to the
         # coordinator beside its log's writer (midtown/routes.py), whose append is a call.
         beside = {"log": min(self.local_log.addrs)} if self.local_log.addrs else {}
+        # ... and its data center: an SDK client there calls it first (midtown/endpoints.py).
+        where = {"dc": self.dc} if self.dc else {}
         self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr,
-                                            **beside)
+                                            **beside, **where)
 
     def stop(self) -> None:
         self.stopped.set()

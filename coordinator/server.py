@@ -39,6 +39,7 @@ from coordinator.checks import (
 )
 from coordinator.node import Coordinator, reused_request_id
 from coordinator.storage_link import StorageLink
+from fleet.failure_domains import VALUE_RE
 from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb
 from record import answer, codec
@@ -608,8 +609,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="requests/s per client connection (0: none)")
     ap.add_argument("--callback-port", type=int, default=0,
                     help="the internal port storage nodes answer on (default: any free port)")
+    ap.add_argument("--dc", default="", help="the data center it runs in: SDK clients that name it "
+                    "(Client(dc=...)) call it first")
     transport.add_flags(ap)  # with --tls-cert/--tls-key: clients must call over TLS
     a = ap.parse_args(argv)
+    if a.dc and not VALUE_RE.match(a.dc):
+        ap.error(f"--dc: {a.dc!r} is not a data center's name (letters, digits, '.', '_', '-')")
     creds = transport.use_flags(ap, a)
     if a.metrics_port:
         metrics.serve(a.metrics_port, a.host)
@@ -618,6 +623,7 @@ def main(argv: list[str] | None = None) -> None:
     listen = f"{a.host}:{a.port}"
     b = build(a.id, a.advertise or listen, a.zk, listen, a.client_rate_limit,
               f"{a.host}:{a.callback_port}")
+    b.coordinator.dc = a.dc
     how = "" if creds is None else " (TLS" + (", mutual TLS inside the cluster)" if creds.mutual else ")")
     serve_all([Part(b.internal, "", lambda: None, lambda: None, name="coordinator's callback port"),
                Part(b.client, "", b.coordinator.start, b.coordinator.stop, name="coordinator")],

@@ -57,10 +57,10 @@ class AsyncClient:
                  tls_ca: bytes | str | None = None, coalesce: bool = True, route: bool = True,
                  known_down_s: float | None = None, dc: str | None = None) -> None:
         """The same arguments as Client's."""
-        self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
-                                   tls_ca=tls_ca, route=route, known_down_s=known_down_s)
         self._b = _Builder()
         self._b.dc = to_dc(dc)  # as Client's
+        self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
+                                   tls_ca=tls_ca, route=route, known_down_s=known_down_s, dc=self._b.dc)
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._coalescer = AsyncCoalescer(self._call) if coalesce else None

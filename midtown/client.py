@@ -103,11 +103,12 @@ class Client(Operations):
         riding out a coordinator's restart. A server that does not answer is waited for.
         `link`: the way to a coordinator, a KV stub for its address (by default one on a gRPC
         channel; the seeded simulation, tests/sim/clients.py, gives one on its network).
-        `dc`: the data center this client runs in: bounded reads are served by replicas
-        there (get and scan with consistency="bounded")."""
+        `dc`: the data center this client runs in: it calls the coordinators registered
+        there first (with zk=), and bounded reads are served by replicas there (get and scan
+        with consistency="bounded")."""
         self.dc = to_dc(dc)
         self.endpoints = Endpoints(coordinators, zk, timeout=timeout, retries=retries, token=token,
-                                   tls_ca=tls_ca, route=route, known_down_s=known_down_s)
+                                   tls_ca=tls_ca, route=route, known_down_s=known_down_s, dc=self.dc)
         self._link = link
         self._stubs: dict[str, kv_pb2_grpc.KVStub] = {}
         self._channels: list[grpc.Channel] = []

@@ -33,9 +33,12 @@ ZK_LOG.addHandler(logging.NullHandler())
 
 
 class Discovery:
-    def __init__(self, hosts: str, known_down_s: float | None) -> None:
+    def __init__(self, hosts: str, known_down_s: float | None, dc: str = "") -> None:
+        """`dc`: the client's data center: `near` is then the coordinators registered in it."""
         self.hosts = hosts
         self.known_down_s = known_down_s
+        self.dc = dc
+        self.near: frozenset[str] = frozenset()
         self._zk: Any = None
         self._connecting = world.lock()  # held while the session is made (background tasks only)
         self._cond = world.condition()
@@ -142,7 +145,11 @@ class Discovery:
         from catalog import registry  # ZooKeeper's client loads for a Client given zk= only
         from runtime import membership
         try:
-            found = sorted(membership.members(self.session(), registry.COORDINATORS).values())
+            entries = membership.children_json(self.session(), registry.COORDINATORS)
+            found = sorted(e["addr"] for e in entries.values() if isinstance(e, dict) and "addr" in e)
+            if self.dc:
+                self.near = frozenset(e["addr"] for e in entries.values()
+                                      if isinstance(e, dict) and "addr" in e and e.get("dc") == self.dc)
         except errors.Unavailable as e:
             return None, str(e)
         except Exception as e:  # the session is being re-established: the next look-up may do

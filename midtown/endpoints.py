@@ -21,7 +21,7 @@ from runtime import reach, world
 class Endpoints:
     def __init__(self, coordinators: str | list[str] | None, zk: str | None, *, timeout: float,
                  retries: int, token: str | None, tls_ca: bytes | str | None, route: bool,
-                 known_down_s: float | None = None) -> None:
+                 known_down_s: float | None = None, dc: str = "") -> None:
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
         self.credentials: grpc.ChannelCredentials | None = None
@@ -42,7 +42,7 @@ class Endpoints:
         self.zk_hosts = zk
         self._fixed = [coordinators] if isinstance(coordinators, str) else list(coordinators or [])
         self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (pick)
-        self.discovery = Discovery(zk, known_down_s) if zk is not None and not self._fixed else None
+        self.discovery = Discovery(zk, known_down_s, dc) if zk is not None and not self._fixed else None
         self.routes = (Routes(self.discovery.session) if self.discovery is not None and route else None)
 
     def close(self) -> None:
@@ -88,7 +88,8 @@ class Endpoints:
         return None if why is None else f"{addr}: {why}"
 
     def pick(self, addrs: list[str], failed: str | None = None) -> str:
-        """A coordinator at random, passing over those a call could not reach in the last
+        """A coordinator at random (one in the client's data center, `dc`, if one is registered
+        there and reachable), passing over those a call could not reach in the last
         AVOID_S while others remain (`failed`: one just now, and then one on another host
         if there is one: what silenced a coordinator, a machine paused or cut off, likely
         silenced its neighbours). A paused coordinator is found out by keepalive in 0.5-1 s
@@ -100,7 +101,8 @@ class Endpoints:
         ok = [a for a in addrs if self._unreached.get(a, 0.0) <= now] or addrs
         if failed is not None:
             ok = [a for a in ok if reach.host_of(a) != reach.host_of(failed)] or ok
-        return world.choice(ok)
+        near = self.discovery.near if self.discovery is not None else frozenset()
+        return world.choice([a for a in ok if a in near] or ok)
 
     def unanswered(self, addr: str) -> None:
         """A call to `addr` got no answer within its deadline (paused, cut off, wedged):

@@ -31,6 +31,7 @@ class Session:
 
     def __init__(self, addrs: list[str]) -> None:
         self.addrs = addrs
+        self.dcs: dict[str, str] = {}  # addr -> the data center its coordinator registered
         self.open = threading.Event()
         self.open.set()
         self.reads = 0
@@ -43,7 +44,8 @@ class Session:
 
     def get(self, path: str) -> tuple[bytes, Any]:
         addr = self.addrs[int(path.rsplit("/", 1)[1])]
-        return json.dumps({"addr": addr}).encode(), SimpleNamespace(version=0)
+        where = {"dc": self.dcs[addr]} if addr in self.dcs else {}
+        return json.dumps({"addr": addr, **where}).encode(), SimpleNamespace(version=0)
 
     def stop(self) -> None:
         assert self.open.wait(30)  # kazoo's stop waits for a ZooKeeper that does not answer
@@ -153,6 +155,32 @@ def test_a_coordinator_silent_through_a_calls_deadline_is_passed_over() -> None:
     assert attempts.unanswered(_Rpc())
     ends.unanswered("a:1")
     assert {ends.pick(ends.coordinators()) for _ in range(50)} == {"b:2"}
+
+
+def test_a_client_calls_the_coordinators_of_its_data_center_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Client(dc=...): of the coordinators registered (each with the data center it runs
+    in, coordinator/node.py), a call goes to one in the client's; to another once those
+    could not be reached; to any when none is registered there."""
+    s = Session(["10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"])
+    s.dcs = {"10.0.0.1:7000": "west", "10.0.0.2:7000": "east", "10.0.0.3:7000": "east"}
+    ends = Endpoints(None, "127.0.0.1:1", timeout=5.0, retries=3, token=None, tls_ca=None, route=False,
+                     dc="east")
+    assert ends.discovery is not None
+    monkeypatch.setattr(ends.discovery, "session", lambda: s)
+    ends.discovery._zk = s
+    found = ends.coordinators()
+    assert {ends.pick(found) for _ in range(60)} == {"10.0.0.2:7000", "10.0.0.3:7000"}
+    ends.unanswered("10.0.0.2:7000")
+    ends.unanswered("10.0.0.3:7000")
+    assert {ends.pick(found) for _ in range(20)} == {"10.0.0.1:7000"}
+    nowhere = Endpoints(None, "127.0.0.1:1", timeout=5.0, retries=3, token=None, tls_ca=None, route=False,
+                        dc="south")
+    assert nowhere.discovery is not None
+    monkeypatch.setattr(nowhere.discovery, "session", lambda: s)
+    nowhere.discovery._zk = s
+    assert {nowhere.pick(nowhere.coordinators()) for _ in range(80)} == set(s.addrs)
+    ends.discovery.close()
+    nowhere.discovery.close()
 
 
 def test_a_call_that_could_not_reach_a_coordinator_goes_to_another_host_next() -> None:

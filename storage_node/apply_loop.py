@@ -138,10 +138,8 @@ class ApplyLoop:
 
         def needed() -> bool:
             """Whether a shard it holds (or takes in) may have records the truncation took."""
-            shards = {*s.log_map.shards_of_log(log_id),
-                      *(x for x in range(s.kv.shards) if s.log_of(x) == log_id)}
             return truncation.needs_log(
-                {x for x in shards if truncation.stint_below(s.log_map, x, log_id, first)},
+                {x for x in s.shards_in_log(log_id) if truncation.stint_below(s.log_map, x, log_id, first)},
                 s.holds, incoming, s.marks)
         if not needed():
             with self._mutex:
@@ -358,8 +356,9 @@ class ApplyLoop:
         with self._mutex:
             place = s.store.place(shard)  # the copy's, if the shard was ever handed over
             log_id = place.log if place is not None else s.log_map.origin(shard)
-            others = any(s.applies_shard(x) for x in s.log_map.shards_of_log(log_id)
-                         if x != shard)
+            # (by its own places too: a shard whose hand-off from this log it has not applied
+            # yet still has records here, the hand-off's among them; make soak, seed 101256)
+            others = any(s.applies_shard(x) for x in s.shards_in_log(log_id) if x != shard)
             tail = shard_copy.tail(s.positions[log_id][0], log_id in self._follows, others)
             view = BatchView(s.store)
             forward = shard_copy.catch_up(tail, copy_at)

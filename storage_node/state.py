@@ -85,6 +85,12 @@ class NodeState:
         """The log this node takes `shard`'s records from now."""
         return self.place_of(shard).log
 
+    def shards_in_log(self, log_id: int) -> set[int]:
+        """The shards whose records this node may meet in `log_id`: those the map puts there,
+        and those it still takes from there (a hand-off it has not applied yet)."""
+        return {*self.log_map.shards_of_log(log_id),
+                *(x for x in range(self.kv.shards) if self.log_of(x) == log_id)}
+
     def learn_log_map(self, m: LogMap) -> None:
         """Keep `m` if it is newer than the map held (as learn_sets)."""
         if m.version >= self.log_map.version:

@@ -208,8 +208,7 @@ def test_a_move_takes_no_copy_from_before_its_shards_stint() -> None:
     assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
 
 
-def test_a_node_given_a_shard_by_a_hand_off_past_a_truncation_goes_on(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_given_a_shard_by_a_hand_off_past_a_truncation_goes_on() -> None:
     """Every fault drawn, seed 100717 (make soak's first step): node 0, paused, its tail of
     log 0 at 2, holds none of log 0's shards once shard 4 moved away, and log 0 is truncated
     to 14 past it; then shard 3 is handed from log 1 to log 0, its records there from 59 on.
@@ -217,28 +216,36 @@ def test_a_node_given_a_shard_by_a_hand_off_past_a_truncation_goes_on(
     took (storage_node/truncation.py stint_below), so it goes on from 14. With every shard
     of the log counted as needing what was truncated (the rule as it was), it stops ("behind
     a truncation") and the moves it is in cannot end."""
-    from storage_node import truncation
-
     r, counts = nodes.run(100717)
     assert r.failures == [] and r.violations == [] and counts["hand-offs done"] >= 1, r.violations[:1]
+
+
+@pytest.mark.soak  # (make soak: that the seed still reaches the rule)
+def test_seed_100717_stops_the_node_with_the_rule_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage_node import truncation
+
     monkeypatch.setattr(truncation, "stint_below", lambda *_: True)
     r, _ = nodes.run(100717)
     assert any("behind a truncation" in v for v in r.violations), r.violations[:1]
 
 
-def test_a_copy_installed_keeps_the_tail_of_a_log_a_shard_is_still_taken_from(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_copy_installed_keeps_the_tail_of_a_log_a_shard_is_still_taken_from() -> None:
     """Every fault drawn, seed 101256 (make soak's first step): node 3, behind in log 0,
     still takes shard 2 from log 0 (it has not applied the shard's hand-off to log 1 there),
     and installs a copy of shard 5, which the map puts in log 0. Counting only the map's
     shards of log 0 it held no other, and its tail jumped to the copy's position, past shard
     2's hand-off record: it never took shard 2's records from log 1 and waited there for
     good, and the move of shard 4 to it could not end. It counts the shards its own places
-    take from the log too now (storage_node/state.py shards_in_log)."""
-    from storage_node.state import NodeState
-
+    take from the log too now (storage_node/state.py shards_in_log; make soak checks the seed
+    still shows it, below)."""
     r, _ = nodes.run(101256)
     assert r.failures == [] and r.violations == [], r.violations[:1]
+
+
+@pytest.mark.soak  # (make soak: that the seed still reaches the rule)
+def test_seed_101256_stands_a_move_with_the_map_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage_node.state import NodeState
+
     monkeypatch.setattr(NodeState, "shards_in_log",
                         lambda self, log_id: set(self.log_map.shards_of_log(log_id)))
     r, _ = nodes.run(101256)

@@ -83,8 +83,8 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
         found = _find(logs, h, since, deadline)
         if found is None:
             start = _start(logs, m, h)
-            rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start),))
-            _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new), deadline)
+            rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start, gen),))
+            _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new, generation=gen), deadline)
             # Acknowledged, so committed: a read that does not show it came from a server
             # behind (one that took a writer's change late, the simulation found): again
             found = _find(logs, h, since, deadline)
@@ -161,8 +161,8 @@ def _scan(logs: LogClient, h: log_map.Handing, since: int, timeout_s: float) -> 
 
 
 def _append(logs: LogClient, log_id: int, rec: Record, tags: Tags, deadline: float) -> None:
-    """Append a hand-off's record (always admitted by the writer), retried until it is
-    acknowledged or the time is out."""
+    """Append a hand-off's record (admitted by the writer, being of the shard's stint there),
+    retried until it is acknowledged or the time is out."""
     payload = codec.record_to_bytes(rec)
     while True:
         left = deadline - world.monotonic()

@@ -23,7 +23,7 @@ def tags_to_pb(req: pb.AppendRequest, tags: Tags) -> pb.AppendRequest:
     req.shards.extend(tags.shards)
     req.generations.extend(tags.generations)
     if tags.seal != NONE:
-        req.seal.shard, req.seal.to = tags.seal, tags.to
+        req.seal.shard, req.seal.to, req.seal.generation = tags.seal, tags.to, tags.generation
     if tags.open != NONE:
         req.open.shard, req.open.generation = tags.open, tags.generation
     return req
@@ -34,6 +34,8 @@ def tags_from_pb(req: pb.AppendRequest) -> Tags:
     (log/append.py checks there is one shard per payload)."""
     seal, to = (req.seal.shard, req.seal.to) if req.HasField("seal") else (NONE, NONE)
     opens, generation = (req.open.shard, req.open.generation) if req.HasField("open") else (NONE, 0)
+    if req.HasField("seal"):
+        generation = req.seal.generation
     return Tags(tuple(req.shards), tuple(req.generations), seal, to, opens, generation)
 
 

@@ -15,7 +15,8 @@ and its sender may send each record again, by its map read again, under the same
 ids. So a coordinator whose map is older than a hand-off never has a record sequenced in
 a stint it does not know: what it computes from the position (a put's version, its
 expiry) holds. The hand-off record ends its shard's stint once sequenced; an open record
-starts one; both are always admitted."""
+starts one; both are admitted, unless of an earlier stint than the shard's here (a hand-off
+record names the generation it ends: a driver's record delivered late)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class Tags:
     """What the writer needs to know of an append beyond its payloads: each payload's
     shard (NONE: no shard; empty: none named) and that shard's generation as the sender
     knows it (empty: 0 each); and whether it is the hand-off record of shard `seal` to log
-    `to`, or the record that opens shard `open` here at generation `generation`."""
+    `to`, ending its stint of generation `generation` here, or the record that opens shard
+    `open` here at generation `generation`."""
     shards: tuple[int, ...] = ()
     generations: tuple[int, ...] = ()
     seal: int = NONE
@@ -89,8 +91,21 @@ class Seals:
 
     def admit(self, tags: Tags) -> None:
         """Admit the next append in the order of the log, or raise Sealed (nothing of it to
-        be sequenced). A hand-off or open record is always admitted, and takes effect for
-        the appends after it."""
+        be sequenced). A hand-off or open record is admitted, and takes effect for the
+        appends after it, unless it is of an earlier stint than the shard's here: a hand-off
+        record of another generation than the shard's stint here, an open record of an
+        earlier one (a driver's append delivered late, after the shard came back to this log:
+        admitted, it sealed the new stint; make soak, seed 101382)."""
+        if tags.seal != NONE:
+            st = self.stints.get(tags.seal, FIRST)
+            if tags.generation != st.generation:
+                raise Sealed(tags.seal, f"is at generation {st.generation} in this log: a hand-off record of "
+                                        f"generation {tags.generation} is of an earlier stint")
+        if tags.open != NONE:
+            st = self.stints.get(tags.open, FIRST)
+            if tags.generation < st.generation:
+                raise Sealed(tags.open, f"is at generation {st.generation} in this log: an open record of "
+                                        f"generation {tags.generation} is of an earlier stint")
         if tags.seal == NONE and tags.open == NONE:
             for i, s in enumerate(tags.shards):
                 if s == NONE:

@@ -68,7 +68,8 @@ def op_from_pb(o: pb.Op) -> Op:
     if kind == "drop":
         return Drop(tuple(o.drop.shards))
     if kind == "hand_off":
-        return HandOff(o.hand_off.to_log, o.hand_off.from_position)
+        return HandOff(o.hand_off.to_log, o.hand_off.from_position,
+                       o.hand_off.generation if o.hand_off.HasField("generation") else None)
     if kind == "open":
         return Open(o.open.generation)
     raise BadRequest("ops[]: an operation must be one of put, delete, cas, incr, get, scan")
@@ -96,7 +97,8 @@ def op_to_pb(op: Op) -> pb.Op:
     if isinstance(op, Drop):
         return pb.Op(drop=pb.DropOp(shards=list(op.shards)))
     if isinstance(op, HandOff):
-        return pb.Op(hand_off=pb.HandOffOp(to_log=op.to, from_position=op.from_position))
+        return pb.Op(hand_off=pb.HandOffOp(to_log=op.to, from_position=op.from_position,
+                                           generation=op.generation))
     if isinstance(op, Open):
         return pb.Op(open=pb.OpenOp(generation=op.generation))
     return pb.Op(scan=pb.ScanOp(start=op.start, end=op.end, limit=op.limit))

@@ -87,9 +87,11 @@ class Drop:
 @dataclass(frozen=True, slots=True)
 class HandOff:
     """The record's shard goes to log `to`, its records there at or after `from_position`
-    (docs/log.md, "Adding logs and handing shards over"; storage_node/handoff.py)."""
+    (docs/log.md, "Adding logs and handing shards over"; storage_node/handoff.py), ending
+    its stint of `generation` here (None: not said, in records written before it was)."""
     to: int
     from_position: int
+    generation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,7 +284,8 @@ class ApplyLoop:
                 kind = handoff.kind_of(rec)
                 h = rec.hand_off()
                 st = handoff.step(place, log_id, e.position, kind, e.timestamp_ms,
-                                  h.to if h else -1, h.from_position if h else 0, handoff.generation_of(rec))
+                                  h.to if h else -1, h.from_position if h else 0, handoff.generation_of(rec),
+                                  h.generation if h else None)
                 if st.verdict is handoff.Verdict.WAIT:
                     break
                 if st.verdict is handoff.Verdict.STOP:

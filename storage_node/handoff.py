@@ -95,10 +95,15 @@ class Impossible(Exception):
 
 
 def step(place: Place, log_id: int, position: int, kind: Kind, ts_ms: int = 0,
-         to: int = -1, from_position: int = 0, generation: int = 0) -> Step:
+         to: int = -1, from_position: int = 0, generation: int = 0, ends: int | None = None) -> Step:
     """What a replica whose shard stands at `place` does with the shard's record at
     `position` of `log_id` stamped `ts_ms`: of `kind`; if a hand-off, to log `to` from
-    `from_position` of it; if an open record, of `generation`."""
+    `from_position` of it, ending the stint of generation `ends` (None: not said); if an
+    open record, of `generation`. A hand-off record of an earlier stint than the shard's
+    here is skipped: a driver's append delivered late, after the shard came back to this
+    log (make soak, seed 101382: the log's new writer had the old stint from ZooKeeper)."""
+    if log_id == place.log and kind is Kind.HAND_OFF and ends is not None and ends < place.generation:
+        return Step(Verdict.SKIP, place)
     if log_id == place.log and place.opened:
         if kind is Kind.HAND_OFF:
             if to == log_id:

@@ -2,7 +2,9 @@
 over any sequence of appends, hand-off records and open records: a payload of a shard is
 admitted only within the shard's stint of the generation its sender named (from the record
 that opened it at that generation, generation 0 from the start, to its next hand-off
-record); a refused append is refused whole; a writer that takes the log over from the list
+record); a hand-off record only if it ends the shard's stint here, an open record only if
+it is of that stint or a later one (not one of an earlier stint, delivered late); a refused
+append is refused whole; a writer that takes the log over from the list
 of stints admits exactly what the old one would have."""
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ SHARDS = 3
 payload = st.tuples(st.integers(NONE, SHARDS - 1), st.integers(0, 2))
 appends = st.lists(payload, min_size=1, max_size=4).map(
     lambda xs: Tags(tuple(s for s, _ in xs), tuple(g for _, g in xs)))
-seals = st.integers(0, SHARDS - 1).map(lambda s: Tags((s,), seal=s, to=9))
+seals = st.tuples(st.integers(0, SHARDS - 1), st.integers(0, 2)).map(
+    lambda sg: Tags((sg[0],), seal=sg[0], to=9, generation=sg[1]))
 opens = st.tuples(st.integers(0, SHARDS - 1), st.integers(0, 2)).map(
     lambda sg: Tags((sg[0],), open=sg[0], generation=sg[1]))
 steps = st.lists(st.one_of(appends, appends, seals, opens), max_size=40)
@@ -40,11 +43,15 @@ def _run(seq: list[Tags], at: Seals) -> list[bool]:
 def test_a_shard_is_admitted_only_in_its_stint_of_the_generation_named(seq: list[Tags]) -> None:
     stint: dict[int, tuple[int, bool]] = {}  # the model: shard -> (generation, open), in the log's order
     for t, admitted in zip(seq, _run(seq, Seals())):
-        if t.seal != NONE or t.open != NONE:
-            assert admitted
+        if t.seal != NONE:  # a hand-off record ends the stint of its generation, none other
+            assert admitted == (t.generation == stint.get(t.seal, (0, True))[0])
+        elif t.open != NONE:  # an open record starts a stint, not one before the shard's here
+            assert admitted == (t.generation >= stint.get(t.open, (0, True))[0])
         else:
             assert admitted == all(s == NONE or stint.get(s, (0, True)) == (g, True)
                                    for s, g in zip(t.shards, t.generations))
+        if not admitted:
+            continue
         if t.seal != NONE:
             stint[t.seal] = (stint.get(t.seal, (0, True))[0], False)
         if t.open != NONE:

@@ -252,6 +252,29 @@ def test_seed_101256_stands_a_move_with_the_map_alone(monkeypatch: pytest.Monkey
     assert any("could not finish the moves" in v for v in r.violations), r.violations[:1]
 
 
+def test_a_hand_off_record_of_an_earlier_stint_delivered_late_is_skipped() -> None:
+    """Every fault drawn, seed 101382 (make soak's first step): shard 0 went from log 0 to
+    log 1 and came back (generation 2, from 45); a hand-off record of its first stint in log
+    0, appended by a killed driver, reached log 0's new writer late, which had the shard's
+    stints from ZooKeeper (the second open not yet recorded) and sequenced it at 48, before
+    the open record: every replica stopped there ("apply failed"). A hand-off record says
+    the generation it ends now, a replica skips one of an earlier stint
+    (storage_node/handoff.py step), and a writer that knows the later stint refuses it
+    (log/seals.py admit)."""
+    r, _ = nodes.run(101382)
+    assert r.failures == [] and r.violations == [], r.violations[:1]
+
+
+@pytest.mark.soak  # (make soak: that the seed still reaches the rule)
+def test_seed_101382_stops_every_replica_without_the_generation_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage_node import handoff
+
+    real = handoff.step
+    monkeypatch.setattr(handoff, "step", lambda *a, **_: real(*a[:8]))
+    r, _ = nodes.run(101382)
+    assert any("apply failed" in v for v in r.violations), r.violations[:1]
+
+
 def test_a_copy_taken_behind_the_heads_is_caught() -> None:
     """The moves' model's rebuild-behind, on the real code: a bootstrap's copies taken
     wherever their sources stand (storage_node/rebuild.py known_heads blind). Rare: with

@@ -1161,7 +1161,7 @@ class WriterSim:
             gen = self.generation.get(shard, 0)
             if shard not in sealed:
                 zkpaths.change_seal(zk, LOG, shard, Stint(gen, to=1))
-                record("seal", shard, Tags((shard,), seal=shard, to=1))
+                record("seal", shard, Tags((shard,), seal=shard, to=1, generation=gen))
                 sealed.add(shard)
             else:
                 opening = Tags((shard,), open=shard, generation=gen + 1)

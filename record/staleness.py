@@ -15,10 +15,12 @@ stamp of the last entry it applied; time marks move an idle log's) is past
 one), the write stands before the last entry applied here. (Strictly past: an entry applied
 whose stamp equals the write's may stand before it.)
 
-A shard handed to another log reads by the log this replica applies it from: a replica
-that has not yet applied the hand-off has applied the old log only up to a stamp below
-the hand-off's, itself below any stamp of the new log's writes, so it refuses whatever
-the new log acknowledged since, past the bound."""
+A shard handed to another log reads by the log this replica applies it from. A replica
+that has not yet applied the hand-off has applied the old log only to below the hand-off
+record's stamp, which is at most the offset past the real time the record was sequenced,
+before any write of the shard the new log took; so for a write the new log acknowledged
+before t0 - bound, that stamp is below t0 - bound + offset, and the rule refuses the
+replica, as for a write of the old log."""
 
 from __future__ import annotations
 

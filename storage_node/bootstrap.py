@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import grpc
 from rocksdict import Rdict, WriteBatch
@@ -38,6 +39,12 @@ from runtime.stubs import Calls
 log = logging.getLogger("midtown.storage.bootstrap")
 
 MARKER = b"\x00bootstrapping"  # sorts before every state key (they start with a letter)
+
+
+def unfinished(store: Any) -> bool:
+    """Whether a bootstrap began on this store and did not finish (its state is partial:
+    the node bootstraps again when it starts)."""
+    return store._get(MARKER) is not None
 STATE_FIRST, STATE_END = b"\x01", b"\xff"
 CHUNK_BYTES = 1 << 20
 # How long a peer asked for a whole copy waits to apply the logs up to the bootstrap's

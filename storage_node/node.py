@@ -153,7 +153,7 @@ class StorageNode:
         bounds = wait_until(self._log_bounds, "the log servers did not say where the logs begin within "
                             "a minute: start them, then this node")
         first = {lg: f for lg, (f, _) in bounds.items() if lg in s.tailed_logs()}
-        marker = s.store._get(bootstrap.MARKER) is not None
+        marker = bootstrap.unfinished(s.store)
         saved = {lg: p for lg, (p, _) in s.positions.items()}
         empty = not marker and not s.marks and not any(saved.values())
         # (a lost store that is to hold nothing has nothing to copy)

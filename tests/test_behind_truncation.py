@@ -17,6 +17,7 @@ from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from storage_node import apply_loop
 from storage_node.apply_loop import ApplyLoop
+from storage_node.state import NodeState
 
 # Six shards over two logs (shard s on log s % 2): log 0 carries shards 0, 2 and 4.
 LEFT = ReplicaSets(3, ((1, 2, 3), (0, 1, 2), (1, 2, 3), (0, 1, 2), (1, 2, 3), (0, 1, 2)), version=14)
@@ -50,6 +51,8 @@ class _State:
 
     def learn_log_map(self, m: log_map.LogMap) -> None:
         self.log_map = m
+
+    shards_in_log = NodeState.shards_in_log  # the real one, over these fields
 
 
 def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],

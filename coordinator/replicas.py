@@ -49,9 +49,9 @@ class Replicas:
             reload=lambda: self._read_sets(quick))
 
         # Each storage node's data center, as its machine recorded it ("" for none).
+        # First read on a caller's path (a bounded read) too: bounded, as the reloads.
         self._dcs: Refreshed[dict[int, str]] = Refreshed(
-            lambda: self._read_dcs(self.zk), limits.MEMBERS_CACHE_S, initial={},
-            reload=lambda: self._read_dcs(quick))
+            lambda: self._read_dcs(quick), limits.MEMBERS_CACHE_S, initial={})
 
     @staticmethod
     def _read_dcs(zk: KazooClient) -> dict[int, str]:

@@ -119,11 +119,14 @@ LOG_COLUMNS = ["position", "time", "epoch", "operation", "dataset", "keys"]
 
 def cmd_log_status(a: argparse.Namespace) -> int:
     from fleet import failure_domains, machines
+    from log import zk as zkpaths
 
     with log_client(a) as c:
         rows = c.status()
         where = machines.domains(c.zk, machines.LOG_SERVERS)
+        homes = zkpaths.read_homes(c.zk)
     for r in rows:  # the machines of its last segment's servers, and those that hold two
+        r["home"] = homes.get(r["log"], "")
         r["machines"] = {s: where(s).label() for s in sorted(r["replicas"])}
         r["data_centers"] = sorted(d for d in failure_domains.data_centers(r["replicas"], where) if d)
         r["shared_machines"] = sorted(failure_domains.shared(r["replicas"], where))
@@ -133,10 +136,29 @@ def cmd_log_status(a: argparse.Namespace) -> int:
         table = [{**r, "replicas": {f"s{k}": v for k, v in sorted(r["replicas"].items())},
                   "machines": ",".join(r["machines"].values()), "shared": ",".join(r["shared_machines"]),
                   "dcs": ",".join(r["data_centers"])} for r in rows]
-        emit(table, False, unless_empty(table, ["log", "writer", "epoch", "first", "last", "replicas", "dcs",
-                                                "machines", "shared"], "dcs"))
+        emit(table, False, unless_empty(table, ["log", "writer", "epoch", "first", "last", "replicas", "home",
+                                                "dcs", "machines", "shared"], "dcs", "home"))
         print(f"{sum(1 for r in rows if r['shared_machines'])} of {len(rows)} logs have their last segment's "
               f"servers share a machine")
+    return 0
+
+
+def cmd_log_home(a: argparse.Namespace) -> int:
+    """Keep a log in one data center (log/homes.py), or let it go anywhere again."""
+    from log import zk as zkpaths
+
+    if a.dc is None and not a.clear:
+        raise CliError("DC: name a data center, or pass --clear to let the log go anywhere")
+    if a.dc is not None and a.clear:
+        raise CliError("DC: give a data center or --clear, not both")
+    with log_client(a) as c:
+        try:
+            homes = zkpaths.set_home(c.zk, a.log, a.dc or "")
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    emit({"log": a.log, "home": homes.get(a.log, ""),
+          "note": "its writer and its next segments move there; sealed segments stay where they are"
+          if a.dc else "its writer and segments may go anywhere"}, a.json)
     return 0
 
 
@@ -169,7 +191,7 @@ def cmd_log_add(a: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    """log append|read|status|truncate|add: the replicated logs."""
+    """log append|read|status|truncate|home|add: the replicated logs."""
     lg = sub.add_parser("log", help="operate the replicated logs")
     lgs = lg.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ap = lgs.add_parser("append", help="append entries to a log")
@@ -194,6 +216,12 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--before", type=nonneg_arg("--before"), required=True)
     common_options(tr)
     tr.set_defaults(fn=cmd_log_truncate)
+    hm = lgs.add_parser("home", help="keep a log's writer and new segments in one data center")
+    hm.add_argument("log", type=nonneg_arg("LOG"))
+    hm.add_argument("dc", nargs="?", metavar="DC", help="a data center of the pool's log servers")
+    hm.add_argument("--clear", action="store_true", help="let the log go anywhere again")
+    common_options(hm)
+    hm.set_defaults(fn=cmd_log_home)
     ad = lgs.add_parser("add", help="give the key-value store N more of the log service's logs")
     ad.add_argument("n", type=nonneg_arg("N"), metavar="N")
     common_options(ad)

@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from fleet import failure_domains, machines
-from log import ensemble, limits, takeover
+from log import ensemble, homes, limits, takeover
 from log import zk as zkpaths
 from log.driver import WriterDriver
 from log.ensemble import NoEnsemble
@@ -86,6 +86,8 @@ class Election:
         # Each log's writer node as last seen by a watch (no entry: not seen yet).
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
+        self.homes: dict[int, str] = {}  # each log's home data center (log/homes.py; a watch)
+        self._where: tuple[float, failure_domains.Domains] | None = None  # (when read, servers' domains)
         self.registered: frozenset[int] | None = None  # servers registered now (a watch; None: not yet)
         self._apart_checked: dict[int, float] = {}  # log -> when _keep_apart last looked
         self._change_refused: dict[int, float] = {}  # log -> when a lost copy last found no replacement
@@ -102,6 +104,32 @@ class Election:
     def leaving_watch(self, children: list[str]) -> None:
         self.leaving = frozenset(int(c) for c in children)
         self._wake.set()
+
+    def homes_watch(self, data: bytes | None, stat: Any) -> None:
+        """A ZooKeeper data watch on the logs' homes (log/zk.py HOMES)."""
+        self.homes = zkpaths.homes_from(data)
+        self._where = None  # a home names a data center: read the servers' localities again
+        self._apart_checked.clear()
+        self._wake.set()
+
+    def _domains(self) -> failure_domains.Domains:
+        """The servers' machines and localities, read again every WRITER_REFRESH_S."""
+        now = world.monotonic()
+        if self._where is None or now - self._where[0] >= WRITER_REFRESH_S:
+            self._where = (now, machines.domains(self.zk, machines.LOG_SERVERS))
+        return self._where[1]
+
+    def _may_write(self, log_id: int) -> bool:
+        return not self.homes.get(log_id) or homes.may_write(self.server_id, log_id, self.homes,
+                                                              self._domains())
+
+    def _rank(self, log_id: int, topo: zkpaths.Topology, pool: list[int] | None = None) -> int:
+        """This server's rank in the log's preferred order (among its home's servers when
+        it has one: log/homes.py rank)."""
+        if not self.homes.get(log_id):
+            return topo.preferred_rank(log_id, self.server_id)
+        return homes.rank(pool if pool is not None else topo.log_servers, log_id, self.server_id, self.homes,
+                          self._domains())
 
     def servers_watch(self, children: list[str]) -> None:
         """A ZooKeeper children watch on the registered servers."""
@@ -156,7 +184,9 @@ class Election:
             self._relinquish(log_id)
             backoff_until[log_id] = now + 1.0
             d = None
-        if d is not None and d.core.state is State.WRITING:
+        if d is not None and not self._may_write(log_id):
+            d.stop(f"the log's home is {self.homes[log_id]}: a server there writes it")
+        elif d is not None and d.core.state is State.WRITING:
             gone = (set(d.core.replicas) | {self.server_id}) & self.leaving
             if gone:
                 d.stop(f"log server {min(gone)} is leaving: a new segment goes on servers that stay")
@@ -176,10 +206,10 @@ class Election:
                 self._relinquish(log_id)
             return
         since = vacant_since.setdefault(log_id, now)
-        rank = self.topo.preferred_rank(log_id, self.server_id)
-        if now - since < rank * limits.ELECTION_BACKOFF_S or now < backoff_until.get(log_id, 0):
+        if self.server_id in self.leaving or not self._may_write(log_id):
             return
-        if self.server_id in self.leaving:
+        rank = self._rank(log_id, self.topo)
+        if now - since < rank * limits.ELECTION_BACKOFF_S or now < backoff_until.get(log_id, 0):
             return
         if now - self.started < STARTUP_GRACE_S and not self._pool_registered():
             return  # a cluster starting: its servers' ensembles spread once all are here
@@ -264,28 +294,32 @@ class Election:
     def _keep_apart(self, log_id: int, d: WriterDriver, now: float) -> None:
         """As the writer of `log_id`, move its open segment off servers that share a
         machine (placed before the rule, or before their machines were recorded) once a
-        placement that keeps them apart exists (fleet/failure_domains.py): an ensemble
+        placement that keeps them apart exists (fleet/failure_domains.py), and off servers
+        outside the log's home (given one since it opened: log/homes.py): an ensemble
         change with every old copy answering. Looked at every KEEP_APART_S per log."""
         if now - self._apart_checked.get(log_id, -KEEP_APART_S) < KEEP_APART_S:
             return
         self._apart_checked[log_id] = now
         where = machines.domains(self.zk, machines.LOG_SERVERS)
         old = d.core.replicas
-        together = failure_domains.shared(old, where)
-        if not together or machines.one_machine(self.zk):
+        together = {} if machines.one_machine(self.zk) else failure_domains.shared(old, where)
+        away = homes.outside(old, log_id, self.homes, where)
+        if not together and not away:
             return
+        why = (f"share machine(s) {', '.join(sorted(together))}" if together else
+               f"lie outside its home {self.homes.get(log_id)} ({', '.join(map(str, away))})")
         try:
             new = self._ensemble(log_id)
         except NoEnsemble as e:
             if now - self._change_refused.get(log_id, -60.0) >= 60.0:
                 self._change_refused[log_id] = now
-                log.warning("log %d: servers %s of its open segment share machine(s) %s; it stays (%s)",
-                            log_id, old, ", ".join(sorted(together)), e)
+                log.warning("log %d: servers %s of its open segment %s; it stays (%s)", log_id, old, why, e)
             return
-        if failure_domains.shared(new, where) or not set(new) <= set(self.registered or ()):
-            return  # not apart yet, or on servers not registered: the next look
-        log.warning("log %d: servers %s of its open segment share machine(s) %s: it moves to %s", log_id, old,
-                    ", ".join(sorted(together)), new)
+        misplaced = ((together and failure_domains.shared(new, where))
+                     or homes.outside(new, log_id, self.homes, where))
+        if misplaced or not set(new) <= set(self.registered or ()):
+            return  # not placed so yet, or on servers not registered: the next look
+        log.warning("log %d: servers %s of its open segment %s: it moves to %s", log_id, old, why, new)
         d.change_ensemble(new)
 
     def _probe(self, server: int, log_id: int, seg_epoch: int, position: int) -> bool:
@@ -333,17 +367,19 @@ class Election:
         three. The pool is read again (`log-server add` grows it); servers that are leaving
         are not in it."""
         topo = zkpaths.read_topology(self.zk) or self.topo
-        pool = [s for s in topo.log_servers if s not in self.leaving]
+        # The placement rule (fleet/failure_domains.py): the servers' machines, read now
+        # (a segment opens rarely); the log's home, if it has one (log/homes.py).
+        where = machines.domains(self.zk, machines.LOG_SERVERS)
+        staying = [s for s in topo.log_servers if s not in self.leaving]
+        pool = homes.in_home(staying, log_id, self.homes, where)
         exclude = set(exclude or ()) | self._lost_now(world.monotonic())
         if self.server_id not in pool:
-            raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving)")
+            raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving, "
+                             f"or outside the log's home)")
         live = [s for s in zkpaths.servers(self.zk) if s in pool and s not in (exclude or ())]
-        # The placement rule (fleet/failure_domains.py): the servers' machines, read now
-        # (a segment opens rarely).
-        where = machines.domains(self.zk, machines.LOG_SERVERS)
         one = machines.one_machine(self.zk)
         live = ensemble.off_machines_of(exclude, live, where, one)
-        if topo.preferred_rank(log_id, self.server_id) == 0:
+        if self._rank(log_id, topo, pool) == 0:
             return ensemble.ring(self.server_id, live, pool, domain_of=where, one_machine=one)
         open_segments, writers = self._loads(topo.logs)
         return ensemble.choose(self.server_id, live, ensemble.loads(open_segments, writers), pool=pool,

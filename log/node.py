@@ -126,6 +126,7 @@ class Node:
         self._watches.append(self.zk.ChildrenWatch(zkpaths.LEAVING, self.election.leaving_watch))
         self.zk.ensure_path(zkpaths.SERVERS)
         self._watches.append(self.zk.ChildrenWatch(zkpaths.SERVERS, self.election.servers_watch))
+        self._watches.append(self.zk.DataWatch(zkpaths.HOMES, self.election.homes_watch))
         self.membership = Membership(
             self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
             lambda: {"addr": self.addr, "pid": os.getpid()})

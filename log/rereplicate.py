@@ -30,15 +30,17 @@ class Move:
 
 def plan(meta: LogMetadata, live: Iterable[int], load: Mapping[int, int],
          domain_of: Domains = failure_domains.unknown, one_machine: bool = False,
-         started: Mapping[int, int] = {}) -> list[Move]:
+         started: Mapping[int, int] = {}, targets: Iterable[int] | None = None) -> list[Move]:
     """One move for each sealed segment with a replica that is not live: to the least
     loaded live server that holds no copy of it, on a machine that holds none of the
     copies that stay (the placement rule, fleet/failure_domains.py; spread over
     localities first); none when there is no such server. `started`: segment epoch ->
     the target of a move begun before and not recorded, taken again while the rule allows
     it (rather than a server less loaded now), so that a move that stopped half-way
-    leaves no partial copy behind on a server the metadata never names."""
+    leaves no partial copy behind on a server the metadata never names. `targets`: the
+    live servers a copy may move to (the log's home: log/homes.py; None: any live one)."""
     live = set(live)
+    may_take = live if targets is None else live & set(targets)
     out = []
     for seg in meta.segments:
         if not seg.sealed:
@@ -48,7 +50,7 @@ def plan(meta: LogMetadata, live: Iterable[int], load: Mapping[int, int],
             continue
         stay = [r for r in seg.replicas if r != dead[0]]
         again = started.get(seg.epoch)
-        spare = sorted(live - set(seg.replicas), key=lambda s: (s != again, load.get(s, 0), s))
+        spare = sorted(may_take - set(seg.replicas), key=lambda s: (s != again, load.get(s, 0), s))
         try:
             picked = failure_domains.pick(len(stay) + 1, spare, domain_of, fixed=stay,
                                           one_machine=one_machine)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from fleet import machines
-from log import limits, rereplicate
+from log import homes, limits, rereplicate
 from log import zk as zkpaths
 from log.entry import Entry
 from log.messages import AddEntries, ReadRange
@@ -79,7 +79,8 @@ class ReReplicator:
                 load[r] = load.get(r, 0) + 1
         where = machines.domains(self.host.zk, machines.LOG_SERVERS)
         started = {e: t for (lg, e), t in self._started.items() if lg == log_id}
-        moves = rereplicate.plan(meta, stay, load, where, machines.one_machine(self.host.zk), started)
+        home = homes.in_home(stay, log_id, zkpaths.read_homes(self.host.zk), where)
+        moves = rereplicate.plan(meta, stay, load, where, machines.one_machine(self.host.zk), started, home)
         for e in started:
             del self._started[(log_id, e)]
         for move in moves:

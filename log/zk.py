@@ -11,6 +11,8 @@
                                     or -1 (open)}, ...} (log/seals.py; absent: none ever handed over)
   /midtown/log_servers_leaving/<id> (empty)                                  persistent
   /midtown/log_stores/<id>          the identity of server <id>'s replica store persistent
+  /midtown/log_homes                {"<log>": "<dc>", ...}: each log's home     versioned writes only
+                                    (log/homes.py; absent: no log has one)
 
 The topology's `log_servers` is the pool that ensembles are chosen from (`midtown
 log-server add` grows it, with a versioned write); a server under `log_servers_leaving` is
@@ -28,6 +30,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from fleet import machines
 from fleet.connect import (  # noqa: F401 (the log's servers connect so)
     CONNECT_TIMEOUT_S,
     SERVER_PATIENCE_S,
@@ -35,7 +38,7 @@ from fleet.connect import (  # noqa: F401 (the log's servers connect so)
     bounded,
     connect,
 )
-from log import limits
+from log import homes, limits
 from log.metadata import LogMetadata
 from log.seals import Stint
 from runtime import membership
@@ -46,6 +49,7 @@ SERVERS = f"{ROOT}/log_servers"
 LOGS = f"{ROOT}/logs"
 LEAVING = f"{ROOT}/log_servers_leaving"
 STORES = f"{ROOT}/log_stores"  # log/store_identity.py
+HOMES = f"{ROOT}/log_homes"  # log/homes.py
 
 
 def log_path(log_id: int) -> str:
@@ -144,6 +148,53 @@ def change_pool(zk: KazooClient, add: int | None = None, remove: int | None = No
         try:
             zk.set(TOPOLOGY, json.dumps({**d, "log_servers": pool}).encode(), version=stat.version)
             return _topology({**d, "log_servers": pool})
+        except BadVersionError:
+            continue
+
+
+def read_homes(zk: KazooClient) -> dict[int, str]:
+    """Each log's home data center (log/homes.py); a log missing has none."""
+    try:
+        data, _ = zk.get(HOMES)
+    except NoNodeError:
+        return {}
+    return homes_from(data)
+
+
+def homes_from(data: bytes | None) -> dict[int, str]:
+    return {int(k): str(v) for k, v in json.loads(data).items()} if data else {}
+
+
+def set_home(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
+    """Give log `log_id` the home `dc` ("": none), by a versioned write (retried when
+    another change won), once log/homes.py check_home allows it (ValueError naming the
+    argument if not). The homes in force after it."""
+    topo = read_topology(zk)
+    if topo is None:
+        raise ValueError("no log topology in this cluster: run `midtown cluster init`")
+    pool = [s for s in topo.log_servers if s not in leaving(zk)]
+    wrong = homes.check_home(log_id, dc, topo.logs, pool, machines.domains(zk, machines.LOG_SERVERS),
+                             machines.one_machine(zk))
+    if wrong:
+        raise ValueError(wrong)
+    while True:
+        try:
+            data, stat = zk.get(HOMES)
+        except NoNodeError:
+            try:
+                zk.create(HOMES, b"{}", makepath=True)
+            except NodeExistsError:
+                pass
+            continue
+        now = homes_from(data)
+        if dc:
+            now[log_id] = dc
+        else:
+            now.pop(log_id, None)
+        try:
+            zk.set(HOMES, json.dumps({str(k): v for k, v in sorted(now.items())}).encode(),
+                   version=stat.version)
+            return now
         except BadVersionError:
             continue
 

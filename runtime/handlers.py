@@ -77,8 +77,10 @@ def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Intern
     if not isinstance(e, Refusal):
         if ctx.code() is not None:  # grpc's own abort, or a status the method set: decided already
             raise e
-        if not ctx.is_active():  # the call ended under the method (the client went away): no one to tell
-            raise e
+        if not ctx.is_active() and not faults.expected(e):
+            raise e  # the call ended under the method (the client went away): no one to tell
+        # (an expected fault after the client went away ends as one line and an abort no one
+        # hears: raised, gRPC would log it with its traceback)
     r = refusal_for(name, e, internal)
     if outcome:
         outcome(name, r.code.name)

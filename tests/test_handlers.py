@@ -44,6 +44,12 @@ def _zk_away(req: pb.GetRequest, ctx: Any) -> pb.GetResponse:
     raise ConnectionLoss()  # ZooKeeper's connection dropped under the method: expected
 
 
+def _zk_away_late(req: pb.GetRequest, ctx: Any) -> pb.GetResponse:
+    import time
+    time.sleep(0.6)  # past the caller's deadline
+    raise ConnectionLoss()
+
+
 def _stream(req: pb.GetRequest, ctx: Any) -> Iterator[pb.GetResponse]:
     yield pb.GetResponse(found=True)
     yield pb.GetResponse(found=False)
@@ -63,7 +69,7 @@ def server() -> Iterator[tuple[grpc.Channel, list[tuple[str, str]]]]:
         seen.append((method, code))
     methods = {name: handlers.unary(name, pb.GetRequest, fn, outcome=outcome)
                for name, fn in (("Ok", _ok), ("Refuse", _refuse), ("Bad", _bad), ("Bug", _bug),
-                                ("ZkAway", _zk_away))}
+                                ("ZkAway", _zk_away), ("ZkAwayLate", _zk_away_late))}
     methods["Stream"] = handlers.unary_stream("Stream", pb.GetRequest, _stream, outcome=outcome)
     methods["Echo"] = handlers.stream_stream("Echo", pb.GetRequest, _echo, outcome=outcome)
     s = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -186,3 +192,23 @@ def test_an_expected_fault_is_unavailable_and_one_line(server: tuple[grpc.Channe
     assert ("ZkAway", "UNAVAILABLE") in seen
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert warned and all(r.exc_info is None for r in warned)
+
+
+def test_an_expected_fault_after_the_caller_went_away_is_one_line(
+        server: tuple[grpc.Channel, list[tuple[str, str]]], caplog: pytest.LogCaptureFixture) -> None:
+    """A fault of the world raised once the call's deadline has passed (a log server's
+    Truncate whose ZooKeeper session expired while its caller gave up: the simulation's
+    seed 86) ends as one line, not as an exception gRPC logs with its traceback."""
+    import time
+
+    ch, seen = server
+    with caplog.at_level(logging.INFO):
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary(f"/{SERVICE}/ZkAwayLate", request_serializer=lambda b: b,
+                           response_deserializer=pb.GetResponse.FromString)(GET, timeout=0.2)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline = time.monotonic() + 5
+        while ("ZkAwayLate", "UNAVAILABLE") not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert ("ZkAwayLate", "UNAVAILABLE") in seen
+    assert [r.getMessage() for r in caplog.records if r.exc_info is not None] == []

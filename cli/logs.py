@@ -124,7 +124,8 @@ def cmd_log_status(a: argparse.Namespace) -> int:
     with log_client(a) as c:
         rows = c.status()
         where = machines.domains(c.zk, machines.LOG_SERVERS)
-        homes = zkpaths.read_homes(c.zk)
+        topo = zkpaths.read_topology(c.zk)
+        homes = topo.home_map if topo is not None else {}
     for r in rows:  # the machines of its last segment's servers, and those that hold two
         r["home"] = homes.get(r["log"], "")
         r["machines"] = {s: where(s).label() for s in sorted(r["replicas"])}

@@ -348,11 +348,17 @@ class LogClient:
 
     def writer_last(self, log_id: int) -> int | None:
         """The last position the log's writer has stored (a Tail call; None: no writer)."""
+        t = self.writer_tail(log_id)
+        return None if t is None else t.last
+
+    def writer_tail(self, log_id: int) -> ri.TailReply | None:
+        """The log's writer's Tail answer: its last stored position, epoch and clock (None:
+        no writer)."""
         addr = self.writer_addr(log_id, refresh=True)
         if addr is None:
             return None
         try:
-            return self.link.tail(addr, log_id).result(limits.TAIL_CALL_TIMEOUT_S).last
+            return self.link.tail(addr, log_id).result(limits.TAIL_CALL_TIMEOUT_S)
         except Exception as e:  # refused, broken or timed out, whatever the link
             raise Refusal(grpc.StatusCode.UNAVAILABLE, f"{addr}: {e}") from None
 

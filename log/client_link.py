@@ -169,7 +169,7 @@ class GrpcLog(Stubs):
         # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.
         def call() -> ri.TailReply:
             t = self.stub(addr).Tail(pb.TailRequest(log_id=log_id), timeout=limits.TAIL_CALL_TIMEOUT_S)
-            return ri.TailReply(int(t.last), int(t.epoch))
+            return ri.TailReply(int(t.last), int(t.epoch), int(t.clock_ms))
         return _TAIL_POOL.submit(call)
 
     def read(self, addr: str, log_id: int, position: Callable[[], int], linger_ms: int) -> Entries:

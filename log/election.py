@@ -86,7 +86,7 @@ class Election:
         # Each log's writer node as last seen by a watch (no entry: not seen yet).
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
-        self.homes: dict[int, str] = {}  # each log's home data center (log/homes.py; a watch)
+        self.homes: dict[int, str] = topo.home_map  # each log's home data center (log/homes.py)
         self._where: tuple[float, failure_domains.Domains] | None = None  # (when read, servers' domains)
         self.registered: frozenset[int] | None = None  # servers registered now (a watch; None: not yet)
         self._apart_checked: dict[int, float] = {}  # log -> when _keep_apart last looked
@@ -105,9 +105,12 @@ class Election:
         self.leaving = frozenset(int(c) for c in children)
         self._wake.set()
 
-    def homes_watch(self, data: bytes | None, stat: Any) -> None:
-        """A ZooKeeper data watch on the logs' homes (log/zk.py HOMES)."""
-        self.homes = zkpaths.homes_from(data)
+    def learn_homes(self, homes: dict[int, str]) -> None:
+        """The logs' homes as the topology says them now (log/homes.py), read where the
+        server reads the topology anyway (no read of its own: the simulation's seeds replay)."""
+        if homes == self.homes:
+            return
+        self.homes = homes
         self._where = None  # a home names a data center: read the servers' localities again
         self._apart_checked.clear()
         self._wake.set()
@@ -302,10 +305,12 @@ class Election:
         self._apart_checked[log_id] = now
         where = machines.domains(self.zk, machines.LOG_SERVERS)
         old = d.core.replicas
-        together = {} if machines.one_machine(self.zk) else failure_domains.shared(old, where)
+        together = failure_domains.shared(old, where)
         away = homes.outside(old, log_id, self.homes, where)
-        if not together and not away:
+        if not away and (not together or machines.one_machine(self.zk)):
             return
+        if together and machines.one_machine(self.zk):
+            together = {}  # (copies may share the one machine; they are moved for the home)
         why = (f"share machine(s) {', '.join(sorted(together))}" if together else
                f"lie outside its home {self.homes.get(log_id)} ({', '.join(map(str, away))})")
         try:
@@ -367,16 +372,18 @@ class Election:
         three. The pool is read again (`log-server add` grows it); servers that are leaving
         are not in it."""
         topo = zkpaths.read_topology(self.zk) or self.topo
-        # The placement rule (fleet/failure_domains.py): the servers' machines, read now
-        # (a segment opens rarely); the log's home, if it has one (log/homes.py).
-        where = machines.domains(self.zk, machines.LOG_SERVERS)
+        self.learn_homes(topo.home_map)
+        # The log's home, if it has one (log/homes.py), and the placement rule
+        # (fleet/failure_domains.py): the servers' machines, read now (a segment opens rarely).
+        home_where = machines.domains(self.zk, machines.LOG_SERVERS) if self.homes.get(log_id) else None
         staying = [s for s in topo.log_servers if s not in self.leaving]
-        pool = homes.in_home(staying, log_id, self.homes, where)
+        pool = homes.in_home(staying, log_id, self.homes, home_where or failure_domains.unknown)
         exclude = set(exclude or ()) | self._lost_now(world.monotonic())
         if self.server_id not in pool:
             raise NoEnsemble(f"log server {self.server_id} is not in the pool (or is leaving, "
                              f"or outside the log's home)")
         live = [s for s in zkpaths.servers(self.zk) if s in pool and s not in (exclude or ())]
+        where = home_where or machines.domains(self.zk, machines.LOG_SERVERS)
         one = machines.one_machine(self.zk)
         live = ensemble.off_machines_of(exclude, live, where, one)
         if self._rank(log_id, topo, pool) == 0:

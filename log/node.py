@@ -126,7 +126,6 @@ class Node:
         self._watches.append(self.zk.ChildrenWatch(zkpaths.LEAVING, self.election.leaving_watch))
         self.zk.ensure_path(zkpaths.SERVERS)
         self._watches.append(self.zk.ChildrenWatch(zkpaths.SERVERS, self.election.servers_watch))
-        self._watches.append(self.zk.DataWatch(zkpaths.HOMES, self.election.homes_watch))
         self.membership = Membership(
             self.zk, f"{zkpaths.SERVERS}/{self.server_id}",
             lambda: {"addr": self.addr, "pid": os.getpid()})
@@ -165,6 +164,8 @@ class Node:
         back to the pool after a decommission: `midtown log-server add` removes the record
         of a server out of the pool), once it is in the pool again."""
         topo = zkpaths.read_topology(self.zk)
+        if topo is not None:
+            self.election.learn_homes(topo.home_map)  # (log/homes.py: read here, every few seconds)
         if topo is None or self.server_id not in topo.log_servers:
             return
         identity = self.store.identity()
@@ -394,7 +395,7 @@ class Node:
             epoch = self.replica.fenced_epoch(log_id)
         d = self.writers.get(log_id)
         self.lingering.hurry(log_id, max(last, d.assigned_end() if d is not None else -1))
-        return TailReply(last, epoch)
+        return TailReply(last, epoch, world.wall_ms())
 
     # ------------------------------------------------------------ peers (log/peers.py)
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:

@@ -31,6 +31,7 @@ from log.metadata import LogMetadata
 class TailReply(NamedTuple):
     last: int  # the replica's last stored position of the log (-1: none)
     epoch: int  # the highest writer epoch it has seen for the log
+    clock_ms: int = 0  # the replica's wall clock when it answered (0: not said)
 
 
 class Stale(Exception):

@@ -52,6 +52,7 @@ class ReReplicator:
         self.moved = 0  # replicas re-recorded since start
         # (log, segment epoch) -> the target of a move begun and not yet recorded
         self._started: dict[tuple[int, int], int] = {}
+        self._homes: dict[int, str] = {}  # each log's home (log/homes.py), as the round read the topology
 
     def round(self) -> None:
         if not self.host.writers:
@@ -59,6 +60,7 @@ class ReReplicator:
         zk = self.host.zk
         registered = set(zkpaths.servers(zk))
         topo = zkpaths.read_topology(zk)
+        self._homes = topo.home_map if topo else {}
         pool = set(topo.log_servers) if topo else registered
         # A server that is leaving (decommissioned) or out of the pool counts as gone: its
         # segments move off it; while it runs it is still a source of their entries.
@@ -79,7 +81,7 @@ class ReReplicator:
                 load[r] = load.get(r, 0) + 1
         where = machines.domains(self.host.zk, machines.LOG_SERVERS)
         started = {e: t for (lg, e), t in self._started.items() if lg == log_id}
-        home = homes.in_home(stay, log_id, zkpaths.read_homes(self.host.zk), where)
+        home = homes.in_home(stay, log_id, self._homes, where)
         moves = rereplicate.plan(meta, stay, load, where, machines.one_machine(self.host.zk), started, home)
         for e in started:
             del self._started[(log_id, e)]

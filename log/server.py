@@ -108,8 +108,8 @@ class Services:
 
     def tail(self, req: pb.TailRequest, ctx: grpc.ServicerContext) -> pb.TailResponse:
         self._check_log(req.log_id)
-        last, epoch = self.node.tail_hurrying(req.log_id)
-        return pb.TailResponse(last=last, epoch=epoch)
+        t = self.node.tail_hurrying(req.log_id)
+        return pb.TailResponse(last=t.last, epoch=t.epoch, clock_ms=t.clock_ms)
 
     # ---------------------------------------------------------------- Replica
     def _issued(self, msg: Any, prefix: str = "") -> Any:

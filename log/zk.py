@@ -1,8 +1,10 @@
 """The log's ZooKeeper layout and the few operations on it (a thin shell over kazoo).
 
   /midtown/topology                 {"logs": N, "log_servers": [ids],          persistent
-                                     "leased_below": K}: logs 0..K-1 keep a read lease and
-                                    mark idle time (log/lease.py, Writer.time_marks)
+                                     "leased_below": K, "homes": {"<log>": "<dc>"}}: logs
+                                    0..K-1 keep a read lease and mark idle time (log/lease.py,
+                                    Writer.time_marks); a log named in homes is kept in that
+                                    data center (log/homes.py)
   /midtown/log_servers/<id>         {"addr": "host:port", "pid": n}          ephemeral
   /midtown/logs/<log>               LogMetadata JSON (epoch, segments)       versioned writes only
   /midtown/logs/<log>/writer        {"server": id, "addr": ..., "epoch": e}  ephemeral
@@ -11,8 +13,6 @@
                                     or -1 (open)}, ...} (log/seals.py; absent: none ever handed over)
   /midtown/log_servers_leaving/<id> (empty)                                  persistent
   /midtown/log_stores/<id>          the identity of server <id>'s replica store persistent
-  /midtown/log_homes                {"<log>": "<dc>", ...}: each log's home     versioned writes only
-                                    (log/homes.py; absent: no log has one)
 
 The topology's `log_servers` is the pool that ensembles are chosen from (`midtown
 log-server add` grows it, with a versioned write); a server under `log_servers_leaving` is
@@ -49,7 +49,6 @@ SERVERS = f"{ROOT}/log_servers"
 LOGS = f"{ROOT}/logs"
 LEAVING = f"{ROOT}/log_servers_leaving"
 STORES = f"{ROOT}/log_stores"  # log/store_identity.py
-HOMES = f"{ROOT}/log_homes"  # log/homes.py
 
 
 def log_path(log_id: int) -> str:
@@ -71,6 +70,12 @@ class Topology:
     # Logs below this keep a read lease and mark idle time: the log's own setting, which
     # its users ask for (the key-value store, for its logs: catalog/registry.py).
     leased_below: int = 0
+    # Each log's home data center (log/homes.py), as (log, dc) pairs; a log missing has none.
+    homes: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def home_map(self) -> dict[int, str]:
+        return dict(self.homes)
 
     def preferred_rank(self, log_id: int, server_id: int) -> int:
         """0 for the server that should write `log_id` (spreading writers), then 1, 2..."""
@@ -117,7 +122,8 @@ def read_topology(zk: KazooClient) -> Topology | None:
 
 
 def _topology(d: dict[str, Any]) -> Topology:
-    return Topology(d["logs"], tuple(d["log_servers"]), int(d.get("leased_below", 0)))
+    return Topology(d["logs"], tuple(d["log_servers"]), int(d.get("leased_below", 0)),
+                    tuple(sorted((int(k), str(v)) for k, v in d.get("homes", {}).items())))
 
 
 def leased_update(zk: KazooClient, below: int) -> tuple[bytes, int] | None:
@@ -152,23 +158,11 @@ def change_pool(zk: KazooClient, add: int | None = None, remove: int | None = No
             continue
 
 
-def read_homes(zk: KazooClient) -> dict[int, str]:
-    """Each log's home data center (log/homes.py); a log missing has none."""
-    try:
-        data, _ = zk.get(HOMES)
-    except NoNodeError:
-        return {}
-    return homes_from(data)
-
-
-def homes_from(data: bytes | None) -> dict[int, str]:
-    return {int(k): str(v) for k, v in json.loads(data).items()} if data else {}
-
-
 def set_home(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
-    """Give log `log_id` the home `dc` ("": none), by a versioned write (retried when
-    another change won), once log/homes.py check_home allows it (ValueError naming the
-    argument if not). The homes in force after it."""
+    """Give log `log_id` the home `dc` ("": none), by a versioned write of the topology
+    (retried when another change won), once log/homes.py check_home allows it (ValueError
+    naming the argument if not). The homes in force after it. The servers read the
+    topology every few seconds (log/node.py keep_store_recorded) and when they claim a log."""
     topo = read_topology(zk)
     if topo is None:
         raise ValueError("no log topology in this cluster: run `midtown cluster init`")
@@ -178,21 +172,15 @@ def set_home(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
     if wrong:
         raise ValueError(wrong)
     while True:
-        try:
-            data, stat = zk.get(HOMES)
-        except NoNodeError:
-            try:
-                zk.create(HOMES, b"{}", makepath=True)
-            except NodeExistsError:
-                pass
-            continue
-        now = homes_from(data)
+        data, stat = zk.get(TOPOLOGY)
+        d = json.loads(data)
+        now = {int(k): str(v) for k, v in d.get("homes", {}).items()}
         if dc:
             now[log_id] = dc
         else:
             now.pop(log_id, None)
         try:
-            zk.set(HOMES, json.dumps({str(k): v for k, v in sorted(now.items())}).encode(),
+            zk.set(TOPOLOGY, json.dumps({**d, "homes": {str(k): v for k, v in sorted(now.items())}}).encode(),
                    version=stat.version)
             return now
         except BadVersionError:

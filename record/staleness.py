@@ -44,3 +44,56 @@ def fresh_enough(applied_ms: int, now_ms: int, bound_ms: int, offset_ms: int = M
     """Whether a replica that has applied its log up to log time `applied_ms` may answer a
     read bounded by `bound_ms` (> 0) now (`now_ms`, its own clock)."""
     return bound_ms > 0 and applied_ms > oldest_allowed_ms(now_ms, bound_ms, offset_ms)
+
+
+# How long a replica that saw its log's stamps run ahead of its clock serves no bounded read
+# of that log (ClockWatch), and how long a check of its clock against the log's writer's
+# (a Tail answer within the offsets) lets it serve them.
+CLOCK_DOUBT_S = 10.0
+CLOCK_TRUST_S = 10.0
+
+
+class ClockWatch:
+    """What a replica knows of its own clock against its logs' writers' (docs/architecture.md,
+    "Reads near the caller"). A stamp of the writer's clock (an entry's, or the clock it
+    says in its answer to a Tail call) was read before it reached this replica, so `stamp -
+    now` when it arrives (`now`: this replica's clock) is at most how far the writer's clock
+    stands ahead of this one. The rule above holds while that is at most 2 *
+    MAX_CLOCK_OFFSET_MS (each clock within the offset of real time). A replica serves bounded
+    reads of a log only within CLOCK_TRUST_S of a Tail answer that showed the writer's
+    clock within that (its entries cannot: read behind, their stamps are old whatever the
+    clocks), and none for CLOCK_DOUBT_S after any stamp further ahead (its clock, or the
+    writer's, is off by more than the rule allows): those go to the writer as strong reads.
+    Clocks the rule allows are never doubted; a clock off the other way (this one ahead)
+    only makes it refuse reads it could serve. A check, not a proof: clocks further apart
+    than the rule allows go unseen while every answer takes longer to arrive than the
+    excess (the node asks its writers every 2 s: a link slower than that, one way)."""
+
+    def __init__(self) -> None:
+        self._doubt: dict[int, tuple[float, int]] = {}  # log -> (doubted until, monotonic s; how far ahead)
+        self._trusted: dict[int, float] = {}  # log -> until when (monotonic s) its last check lets it serve
+
+    def note(self, log_id: int, stamp_ms: int, now_ms: int, mono_s: float,
+             checked: bool = False) -> int | None:
+        """A stamp of `log_id`'s writer's clock (`checked`: its clock in a Tail answer, read
+        as the answer left it) seen now; how far ahead it ran, when that begins a doubt
+        (None otherwise: within the offsets, or doubted already)."""
+        ahead = stamp_ms - now_ms
+        if ahead <= 2 * MAX_CLOCK_OFFSET_MS:
+            if checked:
+                self._trusted[log_id] = mono_s + CLOCK_TRUST_S
+            return None
+        began = log_id not in self._doubt or self._doubt[log_id][0] <= mono_s
+        self._doubt[log_id] = (mono_s + CLOCK_DOUBT_S, ahead)
+        return ahead if began else None
+
+    def doubt(self, log_id: int, mono_s: float) -> str | None:
+        """Why this replica serves no bounded read of `log_id` now (None: it may)."""
+        d = self._doubt.get(log_id)
+        if d is not None and d[0] > mono_s:
+            return (f"log {log_id}'s writer's clock ran {d[1]} ms ahead of this replica's, more than "
+                    f"the {2 * MAX_CLOCK_OFFSET_MS} ms two clocks may stand apart")
+        if self._trusted.get(log_id, -1.0) <= mono_s:
+            return (f"its clock has not been checked against log {log_id}'s writer's in the last "
+                    f"{CLOCK_TRUST_S:.0f} s")
+        return None

@@ -261,6 +261,8 @@ class ApplyLoop:
         if dropped_eventual:  # a dropped dataset's eventual values went by ranges
             self.lww.rehash(dropped_eventual)
         self.state.member_positions.update(view.member_positions)
+        for log_id, (_, ts) in new.items():  # the stamps just applied, against this node's clock
+            self.state.watch_clock(log_id, ts)
         with self.state.cond:
             self.state.cond.notify_all()
         for addr, results in out.items():

@@ -183,10 +183,18 @@ class Bookkeeping:
         s = self.state
         lag = {}
         for log_id in s.tailed_logs():
-            last = s.logs.writer_last(log_id)
-            if last is None:
+            try:
+                tail = s.logs.writer_tail(log_id)
+            except Refusal as e:  # its writer away: its last figure stands, the other logs are measured
+                log.debug("the writer of log %d: %s", log_id, e)
+                if log_id in s.lag:
+                    lag[log_id] = s.lag[log_id]
                 continue
-            lag[log_id] = max(0, int(last) + 1 - s.positions[log_id][0])
+            if tail is None:
+                continue
+            if tail.clock_ms:  # read by the writer before the answer came: its clock against this one's
+                s.watch_clock(log_id, tail.clock_ms, checked=True)
+            lag[log_id] = max(0, int(tail.last) + 1 - s.positions[log_id][0])
             LAG.labels(log=str(log_id)).set(lag[log_id])
         s.lag = lag  # one assignment: a health check never sees it half made
         peers = s.peers(members_only=True)

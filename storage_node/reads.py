@@ -96,8 +96,11 @@ class Reads:
                  cond: threading.Condition, positions: dict[int, tuple[int, int]],
                  kv: Callable[[], registry.KvTopology], log_map: Callable[[], LogMap],
                  holds: Callable[[int], bool], place_of: Callable[[int], Place],
-                 reread_log_map: Callable[[], None] = lambda: None) -> None:
-        """`positions`: the node's (next position, log time) per log, updated by its applier
+                 reread_log_map: Callable[[], None] = lambda: None,
+                 clock_doubt: Callable[[int], str | None] = lambda _: None) -> None:
+        """`clock_doubt(log)`: why this node's clock may not serve bounded reads of a log now
+        (record/staleness.py ClockWatch; None: it may). `positions`: the node's (next
+        position, log time) per log, updated by its applier
         under `commit_lock`, which notifies `cond`; `holds(shard)`: whether this node holds
         a shard (catalog/replica_sets.py); `place_of(shard)`: the log it takes the shard's
         records from (storage_node/handoff.py); `reread_log_map()`: read the shard -> log
@@ -113,6 +116,7 @@ class Reads:
         self.holds = holds
         self.place_of = place_of
         self.reread_log_map = reread_log_map
+        self.clock_doubt = clock_doubt
         self.views = Views(data_dir, self._take_checkpoint, world.monotonic)
 
     def read(self, req: pb.ReadRequest, field: str = "") -> pb.ReadResponse:
@@ -323,7 +327,11 @@ class Reads:
 
     def check_fresh(self, log_id: int, applied_ms: int, bound_ms: int) -> None:
         """A bounded read (record/staleness.py): Behind unless this replica has applied
-        `log_id` up to a log time (`applied_ms`) recent enough by its own clock."""
+        `log_id` up to a log time (`applied_ms`) recent enough by its own clock, and that
+        clock is not in doubt."""
+        doubt = self.clock_doubt(log_id)
+        if doubt is not None:
+            raise Behind(f"replica {self.node_id} serves no bounded read now: {doubt}")
         now = world.wall_ms()
         if not staleness.fresh_enough(applied_ms, now, bound_ms):
             raise Behind(f"replica {self.node_id} has applied log {log_id} up to log time "

@@ -9,6 +9,7 @@ the reads hold the same dictionary."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -22,11 +23,14 @@ from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from log.client import LogClient
 from midtown_pb import kv_pb2_grpc
+from record import staleness
 from runtime import membership, world
 from runtime.stubs import Calls, Stubs
 from storage_node.handoff import Place
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
+
+log = logging.getLogger("midtown.storage.state")
 
 
 @dataclass
@@ -60,6 +64,8 @@ class NodeState:
     # Its gRPC service answers before that; a shard copy is not taken in until then.
     started: bool = False
     lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
+    # Whether this replica's clock may serve bounded reads, by the stamps it applies
+    clocks: staleness.ClockWatch = field(default_factory=staleness.ClockWatch)
     cond: threading.Condition = field(default_factory=world.condition)  # notified after each batch
     commit_lock: threading.Lock = field(default_factory=world.lock)  # a batch commits whole
     stop: threading.Event = field(default_factory=world.event)
@@ -90,6 +96,17 @@ class NodeState:
         and those it still takes from there (a hand-off it has not applied yet)."""
         return {*self.log_map.shards_of_log(log_id),
                 *(x for x in range(self.kv.shards) if self.log_of(x) == log_id)}
+
+    def watch_clock(self, log_id: int, stamp_ms: int, checked: bool = False) -> None:
+        """A stamp of `log_id`'s writer's clock seen now (an entry applied, or, `checked`,
+        its clock in a Tail answer): bounded reads of it are served here only after such a
+        check, and stop while such stamps run ahead of this node's clock by more than the
+        clocks may be off (record/staleness.py ClockWatch)."""
+        ahead = self.clocks.note(log_id, stamp_ms, world.wall_ms(), world.monotonic(), checked)
+        if ahead is not None:
+            log.warning("log %d's writer's clock runs %d ms ahead of this node's: no bounded read of it is "
+                        "served here for %.0f s (each clock should be within %d ms of real time: check NTP)",
+                        log_id, ahead, staleness.CLOCK_DOUBT_S, staleness.MAX_CLOCK_OFFSET_MS)
 
     def learn_log_map(self, m: LogMap) -> None:
         """Keep `m` if it is newer than the map held (as learn_sets)."""

@@ -89,3 +89,33 @@ def test_the_edges(applied: int, now: int, bound: int, ok: bool) -> None:
 def test_the_sdk_refuses_the_bounds_the_servers_refuse() -> None:
     from midtown import checks
     assert checks.MAX_STALENESS_MS == staleness.MAX_STALENESS_MS
+
+
+@given(st.integers(-5_000, 5_000), st.integers(-5_000, 5_000), st.integers(0, 3_000), st.integers(0, 10**9))
+def test_clocks_further_apart_than_the_rule_allows_are_seen_by_a_stamp_that_arrives_in_time(
+        writer_off: int, replica_off: int, trip: int, t: int) -> None:
+    """record/staleness.py ClockWatch: the rule holds while the writer's clock stands at most
+    twice the offset ahead of the replica's. A stamp read at real time t (by the writer's
+    clock) that reaches the replica `trip` ms later is seen to run ahead whenever the clocks
+    stand further apart than that by more than the trip; clocks the rule allows (or the
+    replica's ahead) are never doubted."""
+    w = staleness.ClockWatch()
+    ahead = w.note(0, t + writer_off, t + trip + replica_off, mono_s=0.0, checked=True)
+    if writer_off - replica_off > 2 * OFF + trip:
+        assert ahead is not None and w.doubt(0, 0.0) is not None
+    if writer_off - replica_off <= 2 * OFF:
+        assert ahead is None and w.doubt(0, 0.0) is None
+
+
+def test_a_doubt_lasts_its_time_and_is_said_once() -> None:
+    w = staleness.ClockWatch()
+    assert "not been checked" in (w.doubt(1, 0.0) or "")  # no bounded read before a check
+    assert w.note(1, 9_000, 9_000, mono_s=1.0) is None and w.doubt(1, 1.0) is not None  # an entry: no check
+    assert w.note(1, 9_000, 9_000, mono_s=1.0, checked=True) is None and w.doubt(1, 1.0) is None
+    assert w.doubt(1, 1.0 + staleness.CLOCK_TRUST_S) is not None  # a check lasts its time
+    assert w.note(1, 10_000, 9_000, mono_s=5.0) == 1_000  # begins a doubt: said
+    assert w.note(1, 10_500, 9_100, mono_s=6.0, checked=True) is None  # still in doubt: not said again
+    assert "1400 ms ahead" in (w.doubt(1, 15.9) or "") and "not been checked" in (w.doubt(0, 6.0) or "")
+    assert w.doubt(1, 16.0) is not None  # CLOCK_DOUBT_S after the last stamp ahead: not checked since
+    assert w.note(1, 20_000, 19_500, mono_s=17.0, checked=True) is None  # 500 ahead: allowed
+    assert w.doubt(1, 17.0) is None

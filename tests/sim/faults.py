@@ -34,6 +34,9 @@ class Faults:
     # An application reading with bounded staleness (bounded_reader): each read sees every
     # write acknowledged more than its bound before it began, near replica or writer
     bounded_reads: bool = False
+    # With bounded reads, one storage node's clock behind real time by 2-4 s, beyond what
+    # they allow: its replica must see its log's stamps run ahead and serve none of them
+    wrong_clock: bool = False
 
     def __str__(self) -> str:
         on = [f"{k}={v}" if not isinstance(v, bool) else k if v else f"no {k}"
@@ -60,6 +63,7 @@ def drawn(seed: int, broken: str = "") -> Faults:
     # (from a generator of its own: the other draws stay the seed's)
     f = replace(f, data_centers=random.Random(f"dcs/{seed}").random() < 0.3,
                 bounded_reads=random.Random(f"bounded/{seed}").random() < 0.3)
+    f = replace(f, wrong_clock=f.bounded_reads and random.Random(f"wrong-clock/{seed}").random() < 0.5)
     if broken not in writers.BROKEN or broken in BROKEN:
         return f
     # (from a generator of its own: the other draws stay the seed's)

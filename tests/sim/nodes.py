@@ -228,6 +228,11 @@ class NodeSim(EndChecks, WriterSim):
                 m: clocks.choice((-off, off, clocks.uniform(-off, off)))
                 for m in [f"server-{s}" for s in self.servers] + [f"storage-{n}" for n in NODES]
                 + ["coordinator"]}
+            if f.wrong_clock:  # one node's beyond the offset (drawn on its own), its disk often slow
+                self.wrong = random.Random(f"wrong-clock/{seed}")
+                self.wrong_node = self.wrong.choice(NODES)
+                self.sched.wall_offsets[f"storage-{self.wrong_node}"] = -self.wrong.uniform(2.0, 4.0)
+                self.counts["clocks wrong"] = 1
 
     # --- the log servers' disks -------------------------------------------------------------
 
@@ -378,6 +383,14 @@ class NodeSim(EndChecks, WriterSim):
             world.sleep(self.rng.uniform(1.0, 4.0))
             self.disk.slow(self.path(self.rng.choice(NODES)), world.monotonic() + self.rng.uniform(1.0, 4.0))
 
+    def wrong_clock_lags(self, stop: Any) -> None:
+        """(wrong_clock) The node whose clock is seconds behind falls behind its logs often
+        (its disk slow 1.5-4 s at a time): read then, it would take itself for fresher than
+        it is by its clock's error, unless it sees its logs' stamps run ahead of its clock."""
+        while not stop.is_set():
+            world.sleep(self.wrong.uniform(0.2, 1.0))
+            self.disk.slow(self.path(self.wrong_node), world.monotonic() + self.wrong.uniform(1.5, 4.0))
+
     def node_pauses(self, stop: Any) -> None:
         """(pauses) Now and then a node's process is paused (SIGSTOP) for 0.5 s to twice its
         ZooKeeper session timeout, its session cut as long (it expires past the timeout)."""
@@ -418,6 +431,8 @@ class NodeSim(EndChecks, WriterSim):
         world.spawn("strong-reader", lambda: self.strong_reader(stop))
         if self.faults.bounded_reads:
             world.spawn("bounded-reader", lambda: self.bounded_reader(stop))
+        if self.faults.wrong_clock:
+            world.spawn("wrong-clock-lags", lambda: self.wrong_clock_lags(stop))
         for i in range(MOVERS):
             world.spawn(f"movers-{i}", lambda i=i: self.movers(i, stop))
         if self.slow:

@@ -115,7 +115,9 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # the moves' model's no-hold: the log truncated while a shard of it is copied to a node
     # holding no other shard of that log (which then stops behind the truncation, and the
     # move cannot end)
-    ("no-hold", 66, ("behind a truncation", "could not finish the moves")),
+    # (make soak only: 14 s, and every variant is caught in make soak's every-broken step)
+    pytest.param("no-hold", 66, ("behind a truncation", "could not finish the moves"),
+                 marks=pytest.mark.soak),
     # its no-digest: a copy without the shard's digest (what the node answers then differs)
     ("no-digest", 1, LOST),
     # its by-load (and the log's): placement blind to the nodes' machines
@@ -125,7 +127,8 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     ("log-unsynced", 10, LOST + ("committed position", "acknowledged")),
     # a rebuild keeping a shard's copy from before its hand-off (seed 88 failed as built
     # with every fault drawn, until storage_node/rebuild.py took such a copy again)
-    ("stint-blind", 88, LOST + ("apply failed", "behind a truncation")),
+    pytest.param("stint-blind", 88, LOST + ("apply failed", "behind a truncation"),
+                 marks=pytest.mark.soak),  # (make soak only: 13 s)
     # a rule of the log servers', in the whole cluster: an ensemble change appending before
     # the old copies are fenced; the coordinator's ReadIndex round from a stale metadata
     # misses an append it heard acknowledged (tests/sim/links.py CheckedLogClient; the
@@ -137,11 +140,14 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
 def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str, ...]) -> None:
     """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py). Each
     replays its seeds' faults as drawn before bounded reads were (but the bounded reads'
-    own variant), and the two rarest, found before data centers were drawn, as drawn then
-    (without data centers: with them, seeds 210 and 88 run otherwise)."""
+    own variants: bounded-unchecked as drawn before wrong clocks were), and the two
+    rarest, found before data centers were drawn, as drawn then (without data centers:
+    with them, seeds 210 and 88 run otherwise)."""
     def caught(seed: int) -> list[str] | None:
         before_dcs = broken in ("moves-recreated", "stint-blind")
-        faults = before_bounded_reads(seed, broken) if broken != "bounded-unchecked" else drawn(seed, broken)
+        faults = (before_bounded_reads(seed, broken) if broken not in ("bounded-unchecked", "clock-unchecked")
+                  else replace(drawn(seed, broken), wrong_clock=False) if broken == "bounded-unchecked"
+                  else drawn(seed, broken))
         r, _ = nodes.run(seed, broken=broken,
                          faults=replace(faults, data_centers=False) if before_dcs else faults)
         assert r.failures == [], (seed, r.failures[:1])
@@ -231,6 +237,35 @@ def test_seed_100717_stops_the_node_with_the_rule_as_it_was(monkeypatch: pytest.
     assert any("behind a truncation" in v for v in r.violations), r.violations[:1]
 
 
+def test_a_node_rebuilt_after_its_disk_is_lost_takes_its_copies_past_what_it_published() -> None:
+    """Every fault drawn, seed 130 (found by the search for clock-unchecked): node 0 had
+    published position 1 of log 0 before it lost its disk; at its restart the log servers
+    that answered had not heard the writer's last acknowledgement, and their Status said log
+    0's committed end was -1. Taking that for the log's head, its rebuild took shard 0's copy
+    at 0, while its old publication let the others truncate log 0 to 1: it stopped behind the
+    truncation. A rebuild's heads now come from a ReadIndex round (storage_node/node.py
+    _log_bounds), past every entry acknowledged before it, its own publication among them."""
+    r, _ = nodes.run(130)
+    assert r.failures == [] and r.violations == [], r.violations[:1]
+
+
+@pytest.mark.soak  # (make soak: that the seed still reaches the rule)
+def test_seed_130_stops_the_rebuilt_node_with_the_heads_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
+    from storage_node.node import StorageNode
+
+    def said_by_status(self: StorageNode) -> dict[int, tuple[int, int | None]] | None:
+        try:
+            rows = self.state.logs.status()
+        except Exception:
+            return None
+        out = {r["log"]: (r["first"], r["last"] + 1 if r["replicas"] else None)
+               for r in rows if r["log"] < self.state.kv_logs}
+        return out if len(out) == self.state.kv_logs else None
+    monkeypatch.setattr(StorageNode, "_log_bounds", said_by_status)
+    r, _ = nodes.run(130)
+    assert any("behind a truncation" in v for v in r.violations), r.violations[:1]
+
+
 def test_a_copy_installed_keeps_the_tail_of_a_log_a_shard_is_still_taken_from() -> None:
     """Every fault drawn, seed 101256 (make soak's first step): node 3, behind in log 0,
     still takes shard 2 from log 0 (it has not applied the shard's hand-off to log 1 there),
@@ -287,6 +322,7 @@ def test_a_node_down_in_the_middle_of_a_bootstrap_starts_it_again() -> None:
     assert r.failures == [] and r.violations == [], r.violations[:1]
 
 
+@pytest.mark.soak  # (make soak only: 17 s, and make soak's every-broken step catches it too)
 def test_a_copy_taken_behind_the_heads_is_caught() -> None:
     """The moves' model's rebuild-behind, on the real code: a bootstrap's copies taken
     wherever their sources stand (storage_node/rebuild.py known_heads blind). Rare: with
@@ -302,7 +338,7 @@ def test_a_copy_taken_behind_the_heads_is_caught() -> None:
 def before_bounded_reads(seed: int, broken: str = "") -> Faults:
     """Seed `seed`'s faults as drawn before bounded reads were (a rare variant's seed then
     runs as it did when found)."""
-    return replace(drawn(seed, broken), bounded_reads=False)
+    return replace(drawn(seed, broken), bounded_reads=False, wrong_clock=False)
 
 
 def _caught_and_passed(broken: str, start: int, finding: tuple[str, ...],
@@ -355,6 +391,7 @@ def test_a_node_paused_past_its_session_in_its_start_goes_on_when_it_wakes() -> 
     assert counts["nodes paused"] > 0
 
 
+@pytest.mark.soak  # (make soak only: 13 s, and make soak's every-broken step catches it too)
 def test_a_rebuild_shard_by_shard_behind_the_logs_heads_is_caught() -> None:
     """The moves' model's last variant, on the real code: a rebuild shard by shard whose
     copies are taken wherever their sources stand (storage_node/rebuild.py by_shard given

@@ -27,7 +27,8 @@ from tests.sim.broken import Swap
 BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere", "copy-while-starting",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
-          "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind", "bounded-unchecked")
+          "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind", "bounded-unchecked",
+          "clock-unchecked")
 
 
 def _applied(s: Any) -> dict[int, int]:
@@ -193,6 +194,9 @@ RULES: dict[str, list[Swap]] = {
     "stint-blind": [(shard_copy, "in_current_stint", lambda place, shard, log_map: True)],
     # a replica serving a bounded read however long ago it applied its log (record/staleness.py)
     "bounded-unchecked": [(staleness, "fresh_enough", lambda *_: True)],
+    # a replica serving bounded reads whatever its log's stamps say of its clock
+    # (record/staleness.py ClockWatch): caught with a node's clock off by seconds
+    "clock-unchecked": [(staleness.ClockWatch, "doubt", lambda self, log_id, mono_s: None)],
     # the SDK sending a write again under a new request id (midtown/retries.py mark_retry)
     "retry-new-id": [(retries, "mark_retry", _retried_under_a_new_id)],
     # with HANDOFFS=1: a replica that takes the new log's records of a shard before it has

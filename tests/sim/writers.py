@@ -461,7 +461,7 @@ class _LogLink:
 
         def answer(to: int) -> ri.TailReply | Refusal:
             r = self.sim.log_call(to, "Tail", req, deadline)
-            return r if isinstance(r, Refusal) else ri.TailReply(int(r.last), int(r.epoch))
+            return r if isinstance(r, Refusal) else ri.TailReply(int(r.last), int(r.epoch), int(r.clock_ms))
         self._call(addr, reply, answer, lambda: reply.set_exception(ConnectionRefusedError(addr)))
         return reply
 

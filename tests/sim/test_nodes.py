@@ -204,14 +204,17 @@ def test_a_move_takes_no_copy_from_before_its_shards_stint() -> None:
     destination refuses that copy (storage_node/shard_intake.py, shard_copy.in_current_stint)
     and the move goes on from another source; with the rule off (stint-blind), it installs
     the copy, reads log 0 on from the source's position, past the open record, and stops
-    at the shard's next record ("apply failed"). (Searched from 100298: tests/sim/seeds.py.)"""
+    at the shard's next record ("apply failed"). Since the rebuilds' heads come by a ReadIndex
+    round (2026-12-07) the seeds run otherwise: seed 100357 (found from 100328) has the
+    destination refuse a copy of shard 1 out of its stint, and with the rule off the node
+    stops applying log 0 short of its committed end. (Searched from there: tests/sim/seeds.py.)"""
     def caught(seed: int) -> list[str] | None:
         r, _ = nodes.run(seed, broken="stint-blind")
         assert r.failures == [], (seed, r.failures[:1])
         return r.violations or None
 
-    seed, found = seeds.first(caught, 100298, "a move's copy from before its shard's stint")
-    assert any("apply failed" in v for v in found), (seed, found[:1])
+    seed, found = seeds.first(caught, 100357, "a move's copy from before its shard's stint")
+    assert any("apply failed" in v or "applied only up to" in v for v in found), (seed, found[:1])
     r, _ = nodes.run(seed)
     assert r.failures == [] and r.violations == [], (seed, r.violations[:1])
 

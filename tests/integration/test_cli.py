@@ -239,7 +239,7 @@ def _cluster_commands(load: Path) -> list[list[str]]:
 
     required = {("log", "truncate"): ["--before", "1"], ("cas",): ["--expect-absent"],
                 ("placement", "balance"): ["--load", str(load)], ("shard", "move"): ["--to", "1"],
-                ("shard", "hand-off"): ["--to", "1"],
+                ("shard", "hand-off"): ["--to", "1"], ("log", "home"): ["--clear"],
                 ("machine", "up"): ["--plaintext", "--dir", str(load.parent / "machine")]}
     out = []
 

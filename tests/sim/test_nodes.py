@@ -137,6 +137,9 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     ("no-fence", 62, ("acknowledged before it",)),
     # a replica serving a bounded read however long ago it applied (record/staleness.py)
     ("bounded-unchecked", 44, ("a read bounded by",)),
+    # a replica serving bounded reads whatever it knows of its clock (record/staleness.py
+    # ClockWatch): a node whose clock is seconds behind serves a read staler than its bound
+    ("clock-unchecked", 27, ("a read bounded by",)),
 ])
 def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str, ...]) -> None:
     """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py). Each

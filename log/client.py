@@ -346,11 +346,6 @@ class LogClient:
         addr = self.writer_addr(log_id, refresh=True) or self._any_server()
         return self.link.truncate(addr, log_id, before)
 
-    def writer_last(self, log_id: int) -> int | None:
-        """The last position the log's writer has stored (a Tail call; None: no writer)."""
-        t = self.writer_tail(log_id)
-        return None if t is None else t.last
-
     def writer_tail(self, log_id: int) -> ri.TailReply | None:
         """The log's writer's Tail answer: its last stored position, epoch and clock (None:
         no writer)."""

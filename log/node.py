@@ -143,7 +143,7 @@ class Node:
         loops.forever("catch-up", self.catch_up.loop, self._stop)
         self.rereplicator = ReReplicator(self, self.peers.link, self.replica.first)
         loops.every("rereplicate", REREPLICATE_S, self.rereplicator.round, self._stop)
-        loops.every("store-record", STORE_RECORD_S, self.keep_store_recorded, self._stop)
+        loops.every("store-record", STORE_RECORD_S, self.topology_round, self._stop)
 
     def check_store(self) -> None:
         """Serve only on the store ZooKeeper records for this id (log/store_identity.py:
@@ -159,13 +159,18 @@ class Node:
             store_identity.check(self.server_id, stored,
                                  zkpaths.record_store_identity(self.zk, self.server_id, stored))
 
-    def keep_store_recorded(self) -> None:
+    def topology_round(self) -> None:
+        """Every STORE_RECORD_S: read the topology once, for the logs' homes (log/homes.py: no
+        read of their own, so the simulation's seeds replay) and this server's store record."""
+        topo = zkpaths.read_topology(self.zk)
+        if topo is not None:
+            self.election.learn_homes(topo.home_map)
+        self.keep_store_recorded(topo)
+
+    def keep_store_recorded(self, topo: zkpaths.Topology | None) -> None:
         """Record this server's store again if its record was removed while it ran (added
         back to the pool after a decommission: `midtown log-server add` removes the record
         of a server out of the pool), once it is in the pool again."""
-        topo = zkpaths.read_topology(self.zk)
-        if topo is not None:
-            self.election.learn_homes(topo.home_map)  # (log/homes.py: read here, every few seconds)
         if topo is None or self.server_id not in topo.log_servers:
             return
         identity = self.store.identity()

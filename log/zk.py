@@ -162,7 +162,7 @@ def set_home(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
     """Give log `log_id` the home `dc` ("": none), by a versioned write of the topology
     (retried when another change won), once log/homes.py check_home allows it (ValueError
     naming the argument if not). The homes in force after it. The servers read the
-    topology every few seconds (log/node.py keep_store_recorded) and when they claim a log."""
+    topology every few seconds (log/node.py topology_round) and when they claim a log."""
     topo = read_topology(zk)
     if topo is None:
         raise ValueError("no log topology in this cluster: run `midtown cluster init`")

@@ -64,7 +64,8 @@ class NodeState:
     # Its gRPC service answers before that; a shard copy is not taken in until then.
     started: bool = False
     lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
-    # Whether this replica's clock may serve bounded reads, by the stamps it applies
+    # Whether this replica's clock may serve bounded reads: the writers' clocks it checked
+    # (Tail answers) and the stamps it applies
     clocks: staleness.ClockWatch = field(default_factory=staleness.ClockWatch)
     cond: threading.Condition = field(default_factory=world.condition)  # notified after each batch
     commit_lock: threading.Lock = field(default_factory=world.lock)  # a batch commits whole

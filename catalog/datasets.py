@@ -14,13 +14,14 @@ from decimal import Decimal
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from catalog import limits
+from catalog import limits, registry, scopes
 from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
+from catalog.routing import shard_in
 from catalog.users import check_user
 from fleet import connect
 from runtime import world
 
-ROOT = "/midtown/datasets"
+ROOT = registry.DATASETS
 DROPPED = "/midtown/dropped"  # dataset id -> when it was dropped
 CACHE_TTL_S = 1.0  # how stale a coordinator's view of a dataset may be
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -46,6 +47,18 @@ class Dataset:
     dedup_window_ms: int = 0
     dedup_max_ids: int = 0
     dedup_warn_below_ms: int = 0
+    # Its scope (catalog/scopes.py) and the shards its keys hash over, first..first+count-1,
+    # fixed at its creation; count 0: every shard of the cluster (a dataset made before scopes).
+    scope: str = scopes.GLOBAL
+    shard_first: int = 0
+    shard_count: int = 0
+
+    def shard_of(self, partition_key: bytes, cluster_shards: int) -> int:
+        """The shard that carries `partition_key`'s keys (catalog/routing.py)."""
+        return shard_in(self.id, partition_key, self.shard_first, self.shard_count or cluster_shards)
+
+    def shards(self, cluster_shards: int) -> range:
+        return range(self.shard_first, self.shard_first + (self.shard_count or cluster_shards))
 
     @property
     def access(self) -> dict[str, str]:
@@ -90,22 +103,76 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
            ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None,
            quota_bytes: int = 0, dedup_window_ms: int = 0, dedup_max_ids: int = 0,
-           dedup_warn_below_ms: int = 0) -> Dataset:
+           dedup_warn_below_ms: int = 0, scope: str = scopes.GLOBAL) -> Dataset:
+    """Create dataset `name` in `scope` (catalog/scopes.py): its keys hash over that
+    scope's shards as laid out now. Created in one transaction with a check that the
+    layout has not changed since it was read and a bump of ROOT's version (which a scope
+    being laid out checks), so a scope never takes shards a dataset hashes over."""
     validate(name, consistency, replication, ttl_ms, rate_limit, quota_bytes)
     validate_dedup(dedup_window_ms, dedup_max_ids, dedup_warn_below_ms)
+    if scope != scopes.GLOBAL and consistency != "strong":
+        raise DatasetError(f"scope: {scope!r}; an eventual dataset is written where its caller is, "
+                           "so it has no scope (docs/datacenters.md)")
     _wait_out_a_recent_drop(zk, name)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,
             "rate_limit": rate_limit, "created_ms": world.wall_ms(), "acl": acl or {},
             "quota_bytes": quota_bytes, "dedup_window_ms": dedup_window_ms,
             "dedup_max_ids": dedup_max_ids, "dedup_warn_below_ms": dedup_warn_below_ms}
-    try:
-        zk.create(f"{ROOT}/{name}", json.dumps(body).encode())
-    except NodeExistsError:
-        raise DatasetError(f"name: dataset {name!r} already exists") from None
-    d = get(zk, name)
-    assert d is not None
-    return d
+    while True:
+        got = registry.read_kv_versioned(zk)
+        if got is None and scope != scopes.GLOBAL:
+            raise DatasetError("scope: this cluster has no key-value topology yet, so no scopes "
+                               "(midtown cluster init)")
+        tx = zk.transaction()
+        if got is not None:
+            kv, kv_version = got
+            try:
+                first, count = scopes.range_of(kv.scopes, scope, kv.shards)
+            except scopes.ScopeError as e:
+                raise DatasetError(str(e)) from None
+            _check_placed(zk, kv, scope)
+            body.update(scope=scope, shards=[first, count])
+        tx.create(f"{ROOT}/{name}", json.dumps(body).encode())
+        tx.set_data(ROOT, b"", version=-1)  # after the create: its id (czxid) is the create's
+        if got is not None:
+            tx.check(registry.KV, kv_version)
+        try:
+            registry.commit(tx)
+        except NodeExistsError:
+            raise DatasetError(f"name: dataset {name!r} already exists") from None
+        except BadVersionError:
+            continue  # the layout (or the membership) changed since it was read: again
+        d = get(zk, name)
+        assert d is not None
+        return d
+
+
+def _check_placed(zk: KazooClient, kv: registry.KvTopology, scope: str) -> None:
+    """A local scope's datasets are created once all its shards are on its logs (a scope
+    just laid out has them handed over first: its datasets never write through another's)."""
+    if scope == scopes.GLOBAL:
+        return
+    m = registry.read_log_map(zk, kv)
+    s = scopes.find(kv.scopes, scope)
+    assert s is not None
+    away = [sh for sh in s.shards() if m.of[sh] not in s.logs or m.handing_of(sh) is not None]
+    if away:
+        raise DatasetError(f"scope: {len(away)} of the shards of scope {scope!r} are not on its logs yet "
+                           f"(shard {away[0]} among them); midtown cluster rebalance hands them over")
+
+
+def used_shards(zk: KazooClient) -> tuple[list[tuple[str, int, int]], int]:
+    """(name, first shard, count: 0 for all) of every dataset, and ROOT's version read before
+    them (catalog/registry.py add_scope checks it: a dataset created since bumped it)."""
+    zk.ensure_path(ROOT)
+    _, stat = zk.get(ROOT)
+    out = []
+    for name in names(zk):
+        d = get(zk, name)
+        if d is not None:
+            out.append((name, d.shard_first, d.shard_count))
+    return out, stat.version
 
 
 def _wait_out_a_recent_drop(zk: KazooClient, name: str) -> None:
@@ -129,7 +196,7 @@ def get(zk: KazooClient, name: str) -> Dataset | None:
     return Dataset(name, b["consistency"], b["replication"], b["ttl_ms"], stat.czxid,
                    b.get("rate_limit", 0), tuple(sorted(b.get("acl", {}).items())),
                    b.get("quota_bytes", 0), b.get("dedup_window_ms", 0), b.get("dedup_max_ids", 0),
-                   b.get("dedup_warn_below_ms", 0))
+                   b.get("dedup_warn_below_ms", 0), b.get("scope", scopes.GLOBAL), *b.get("shards", (0, 0)))
 
 
 def grant(zk: KazooClient, name: str, user: str, perm: str) -> Dataset:
@@ -257,6 +324,8 @@ def describe(d: Dataset) -> dict:
     out = asdict(d)
     out["id"] = d.id
     out["acl"] = ",".join(f"{u}={p}" for u, p in d.acl) or "open"
+    out["shards"] = f"{d.shard_first}..{d.shard_first + d.shard_count - 1}" if d.shard_count else "all"
+    del out["shard_first"], out["shard_count"]
     return out
 
 

@@ -13,7 +13,7 @@ stands in the old log, and from which position of the new log the shard's record
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,27 +124,44 @@ def with_more_logs(m: LogMap, n: int, service_logs: int) -> LogMap:
     return LogMap(m.logs + n, m.of, m.version, m.handoffs, m.origins, m.handing)
 
 
-def spread(m: LogMap, max_handoffs: int | None = None) -> list[tuple[int, int, int]]:
-    """The hand-offs (shard, from log, to log) that leave every log carrying as many shards
-    as the others to within one (`cluster rebalance`), as few as that takes: the hand-offs
-    under way first (they are finished, not undone), then, while two logs differ by more
+def spread(m: LogMap, max_handoffs: int | None = None,
+           groups: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None) -> list[tuple[int, int, int]]:
+    """The hand-offs (shard, from log, to log) that leave every shard on one of its group's
+    logs and every log carrying as many of its group's shards as the others to within one
+    (`cluster rebalance`), as few as that takes. `groups`: (shards, logs) pairs, the scopes
+    (catalog/scopes.py groups; None: one group, every shard over every log). The hand-offs
+    under way first (they are finished, not undone), then each shard on a log outside its
+    group to the emptiest of its group's, then, while two logs of a group differ by more
     than one, the highest shard of the fullest log to the emptiest (the lowest log on a
     tie). At most `max_handoffs` (None: all)."""
     of = list(m.of)
     plan = [(h.shard, h.old, h.new) for h in sorted(m.handing, key=lambda h: h.shard)]
     for shard, _, new in plan:
         of[shard] = new
-    while max_handoffs is None or len(plan) < max_handoffs:
-        counts = [of.count(lg) for lg in range(m.logs)]
-        full = max(range(m.logs), key=lambda lg: (counts[lg], -lg))
-        empty = min(range(m.logs), key=lambda lg: (counts[lg], lg))
-        if counts[full] - counts[empty] <= 1:
-            break
-        moved = {p[0] for p in plan}
-        there = [s for s, lg in enumerate(of) if lg == full]
-        shard = max([s for s in there if s not in moved] or there)
-        of[shard] = empty
-        plan.append((shard, full, empty))
+    if groups is None:
+        groups = [(range(len(of)), range(m.logs))]
+
+    def count(shards: Sequence[int], lg: int) -> int:
+        return sum(1 for s in shards if of[s] == lg)
+
+    for shards, logs in groups:
+        for shard in shards:
+            if of[shard] not in logs:
+                to = min(logs, key=lambda lg: (count(shards, lg), lg))
+                plan.append((shard, of[shard], to))
+                of[shard] = to
+    for shards, logs in groups:
+        while max_handoffs is None or len(plan) < max_handoffs:
+            counts = {lg: count(shards, lg) for lg in logs}
+            full = max(logs, key=lambda lg: (counts[lg], -lg))
+            empty = min(logs, key=lambda lg: (counts[lg], lg))
+            if counts[full] - counts[empty] <= 1:
+                break
+            moved = {p[0] for p in plan}
+            there = [s for s in shards if of[s] == full]
+            shard = max([s for s in there if s not in moved] or there)
+            of[shard] = empty
+            plan.append((shard, full, empty))
     return plan[:max_handoffs] if max_handoffs is not None else plan
 
 

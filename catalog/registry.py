@@ -1,7 +1,8 @@
 """ZooKeeper layout shared by coordinators, storage nodes and clients (the log's own is in
 log/zk.py):
 
-  /midtown/kv                      {"shards": S, "storage_nodes": [ids], "logs": L}
+  /midtown/kv                      {"shards": S, "storage_nodes": [ids], "logs": L,
+                                   "scopes": [local scopes: catalog/scopes.py]}
   /midtown/replica_sets            {"replicas": R, "sets": [[node ids] per shard]}  (versioned;
                                    absent: every member holds every shard; catalog/replica_sets.py)
   /midtown/replica_sets_history/change-N   each version as written, with when and why
@@ -32,7 +33,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from catalog import log_map, replica_sets, shard_moves
+from catalog import log_map, replica_sets, scopes, shard_moves
 from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
@@ -43,6 +44,7 @@ from runtime import world
 from runtime.membership import Membership, numbered_children
 
 KV = "/midtown/kv"
+DATASETS = "/midtown/datasets"  # catalog/datasets.py
 STORAGE_NODES = "/midtown/storage_nodes"
 COORDINATORS = "/midtown/coordinators"
 REPLICA_SETS = "/midtown/replica_sets"
@@ -73,6 +75,8 @@ class KvTopology:
     # Copies of each shard (catalog/replica_sets.py); a cluster made before it was recorded
     # has the default.
     replicas: int = replica_sets.REPLICAS_DEFAULT
+    # The local scopes laid out (catalog/scopes.py); the other shards are global.
+    scopes: scopes.Layout = ()
 
 
 def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
@@ -102,7 +106,7 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
                                   "logs": logs, "replicas": replicas}).encode())
         if lease is not None:
             tx.set_data(zkpaths.TOPOLOGY, lease[0], version=lease[1])
-        _commit(tx)
+        commit(tx)
     except NodeExistsError:
         pass
     t = read_kv(zk)
@@ -117,13 +121,51 @@ def placement_rule(zk: KazooClient) -> tuple[Domains, bool]:
 
 
 def read_kv(zk: KazooClient) -> KvTopology | None:
+    got = read_kv_versioned(zk)
+    return None if got is None else got[0]
+
+
+def read_kv_versioned(zk: KazooClient) -> tuple[KvTopology, int] | None:
+    """The key-value topology and ZooKeeper's version of it (None: no cluster yet)."""
     try:
-        data, _ = zk.get(KV)
+        data, stat = zk.get(KV)
     except NoNodeError:
         return None
-    d = json.loads(data)
+    return _kv_of(json.loads(data)), stat.version
+
+
+def _kv_of(d: dict[str, Any]) -> KvTopology:
     return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT),
-                      int(d.get("replicas", replica_sets.REPLICAS_DEFAULT)))
+                      int(d.get("replicas", replica_sets.REPLICAS_DEFAULT)),
+                      scopes.from_json(d.get("scopes")))
+
+
+def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict[int, str],
+              used: Callable[[], tuple[list[tuple[str, int, int]], int]]) -> KvTopology:
+    """Lay out local scope `dc` (catalog/scopes.py add): `count` shards from the top of
+    global's, carried by `logs`. `used()`: (name, first shard, count) of every dataset
+    and the version of DATASETS it read them at. Written in one transaction with a check
+    that no dataset was created since (a creation bumps DATASETS and checks the
+    topology's version: catalog/datasets.py create), retried when either changed.
+    ScopeError naming the argument when it cannot be done."""
+    while True:
+        try:
+            data, stat = zk.get(KV)
+        except NoNodeError:
+            raise scopes.ScopeError("no key-value topology in this cluster (midtown cluster init)") from None
+        d = json.loads(data)
+        kv = _kv_of(d)
+        ranges, datasets_version = used()
+        layout = scopes.add(kv.scopes, dc, count, logs, kv.shards, read_log_map(zk, kv).logs, homes, ranges)
+        d["scopes"] = scopes.to_json(layout)
+        tx = zk.transaction()
+        tx.set_data(KV, json.dumps(d).encode(), version=stat.version)
+        tx.check(DATASETS, datasets_version)
+        try:
+            commit(tx)
+        except BadVersionError:
+            continue
+        return KvTopology(kv.shards, kv.storage_nodes, kv.logs, kv.replicas, layout)
 
 
 def read_replica_sets(zk: KazooClient, kv: KvTopology) -> ReplicaSets:
@@ -350,10 +392,10 @@ def _write_versioned(zk: KazooClient, path: str, history: str, body: dict[str, A
     tx.create(f"{history}/change-", json.dumps(entry).encode(), sequence=True)
     if more is not None:
         more(tx)
-    _commit(tx)
+    commit(tx)
 
 
-def _commit(tx: Any) -> None:
+def commit(tx: Any) -> None:
     """Commit a transaction; raise why it failed. ZooKeeper answers a failed multi with an
     error for every op: RolledBackError for those before the one that failed,
     RuntimeInconsistency after it, and the cause (BadVersionError, NodeExistsError,
@@ -434,7 +476,7 @@ def start_move(zk: KazooClient, m: Move, sets_version: int) -> None:
             raise Conflict(f"SHARD: shard {m.shard} is being handed over to another log; move it once "
                            "the hand-off ends")
         tx.check(LOG_MAP, mstat.version)
-    _commit(tx)
+    commit(tx)
 
 
 def update_move(zk: KazooClient, m: Move, version: int) -> None:

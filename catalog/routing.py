@@ -10,12 +10,18 @@ from runtime.refusals import BadRequest
 
 
 def shard_of(dataset_id: str, partition_key: bytes, shards: int) -> int:
-    assert shards >= 1
+    return shard_in(dataset_id, partition_key, 0, shards)
+
+
+def shard_in(dataset_id: str, partition_key: bytes, first: int, count: int) -> int:
+    """The shard of `partition_key` among shards first..first+count-1 (a dataset's scope's,
+    catalog/scopes.py)."""
+    assert count >= 1
     h = hashlib.blake2b(digest_size=8)
     d = dataset_id.encode()
     h.update(len(d).to_bytes(2, "big") + d)
     h.update(partition_key)
-    return int.from_bytes(h.digest(), "big") % shards
+    return first + int.from_bytes(h.digest(), "big") % count
 
 
 def log_of(shard: int, logs: int) -> int:

@@ -192,7 +192,7 @@ def restore(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -
             datasets.create(zk, d["name"], b["consistency"], b["replication"], b["ttl_ms"],
                             b.get("rate_limit", 0), b.get("acl") or None, b.get("quota_bytes", 0),
                             b.get("dedup_window_ms", 0), b.get("dedup_max_ids", 0),
-                            b.get("dedup_warn_below_ms", 0))
+                            b.get("dedup_warn_below_ms", 0), b.get("scope", "global"))
     finally:
         zk.stop()
         zk.close()

@@ -25,9 +25,10 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                 raise CliError(str(e)) from None
             d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access,
                                 a.quota, parse_ms(a.dedup_window, "--dedup-window"), a.dedup_max_ids or 0,
-                                parse_ms(a.dedup_warn_below, "--dedup-warn-below"))
+                                parse_ms(a.dedup_warn_below, "--dedup-warn-below"), a.scope)
             emit(datasets.describe(d), a.json,
-                 ["name", "consistency", "replication", "ttl_ms", "rate_limit", "quota_bytes", "acl", "id"])
+                 ["name", "consistency", "scope", "shards", "replication", "ttl_ms", "rate_limit",
+                  "quota_bytes", "acl", "id"])
         elif a.cmd == "dedup":
             window = parse_ms(a.window, "--window") if a.window else None
             warn = parse_ms(a.warn_below, "--warn-below") if a.warn_below else None
@@ -43,7 +44,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
         elif a.cmd == "list":
             found = [datasets.get(zk, n) for n in datasets.names(zk)]
             rows = [datasets.describe(x) for x in found if x is not None]
-            emit(rows, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit",
+            emit(rows, a.json, ["name", "consistency", "scope", "replication", "ttl_ms", "rate_limit",
                                 "quota_bytes", "acl"])
         elif a.cmd == "describe":
             got = datasets.get(zk, a.name)
@@ -58,8 +59,9 @@ def cmd_dataset(a: argparse.Namespace) -> int:
             low = got.dedup_warn_below_ms and out["effective_dedup_window_ms"] < got.dedup_warn_below_ms
             out["warning"] = (f"effective dedup window {out['effective_dedup_window_ms'] // 1000}s is below "
                               f"{got.dedup_warn_below_ms // 1000}s: raise --dedup-max-ids" if low else "")
-            emit(out, a.json, ["name", "consistency", "replication", "ttl_ms", "rate_limit", "quota_bytes",
-                               "used_bytes", "effective_dedup_window_ms", "warning", "acl", "id"])
+            emit(out, a.json, ["name", "consistency", "scope", "shards", "replication", "ttl_ms",
+                               "rate_limit", "quota_bytes", "used_bytes", "effective_dedup_window_ms",
+                               "warning", "acl", "id"])
         elif a.cmd == "drop":
             datasets.drop(zk, a.name)
             emit({"dropped": a.name}, a.json)
@@ -79,6 +81,9 @@ def add_parser(sub: Any) -> None:
     dc.add_argument("name")
     dc.add_argument("--consistency", default="strong", choices=["strong", "eventual"])
     dc.add_argument("--replication", type=nonneg_arg("--replication"), default=3)
+    dc.add_argument("--scope", default="global",
+                    help="a data center whose local scope holds it (its writes stay there), or global "
+                         "(the default; midtown scope list, docs/datacenters.md)")
     dc.add_argument("--ttl", help="default TTL of new values (30s, 5m, 2h, 7d)")
     dc.add_argument("--rate-limit", type=float, default=0,
                     help="requests/s over all clients (default: none)")

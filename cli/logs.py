@@ -146,6 +146,7 @@ def cmd_log_status(a: argparse.Namespace) -> int:
 
 def cmd_log_home(a: argparse.Namespace) -> int:
     """Keep a log in one data center (log/homes.py), or let it go anywhere again."""
+    from catalog import registry, scopes
     from log import zk as zkpaths
 
     if a.dc is None and not a.clear:
@@ -153,6 +154,10 @@ def cmd_log_home(a: argparse.Namespace) -> int:
     if a.dc is not None and a.clear:
         raise CliError("DC: give a data center or --clear, not both")
     with log_client(a) as c:
+        kv = registry.read_kv(c.zk)
+        scope = scopes.scope_of_log(kv.scopes, a.log) if kv is not None else scopes.GLOBAL
+        if scope != scopes.GLOBAL and (a.dc or "") != scope:  # (races a scope laid out: rare, and docs say)
+            raise CliError(f"LOG: log {a.log} carries scope {scope!r}'s shards, so it is kept in {scope!r}")
         try:
             homes = zkpaths.set_home(c.zk, a.log, a.dc or "")
         except ValueError as e:

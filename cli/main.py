@@ -1,6 +1,6 @@
 """The `midtown` command: its parser, made of the command groups' parsers (each group's
 parser and handlers in a module of its own: cluster.py, logs.py, datasets.py, users.py,
-data.py, nodes.py, placement.py, shards.py, log_servers.py, backup.py, watch.py), and how
+data.py, nodes.py, placement.py, shards.py, log_servers.py, backup.py, watch.py, scopes.py), and how
 each outcome ends the process (`run`, which the benchmarks' program, bench/main.py, uses
 too).
 
@@ -63,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
     from cli import watch as watch_cli
 
     watch_cli.add_parser(sub, common_options)
+    from cli import scopes as scopes_cli
+
+    scopes_cli.add_parser(sub, common_options)
     return p
 
 

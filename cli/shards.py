@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from catalog import log_map, registry, replica_sets, shard_moves, usage
+from catalog import log_map, registry, replica_sets, scopes, shard_moves, usage
 from cli.connect import CliError
 from cli.output import emit, unless_empty
 from drivers import moves
@@ -98,7 +98,8 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         m = None if got is None else got[0]
         copies = sets.of(shard)
         handing = logs.handing_of(shard)
-        rows.append({"shard": shard, "log": logs.log_of(shard), "replicas": list(copies),
+        rows.append({"shard": shard, "scope": scopes.scope_of_shard(kv.scopes, shard),
+                     "log": logs.log_of(shard), "replicas": list(copies),
                      "handing_to": None if handing is None else handing.new,
                      "machines": [where(n).label() for n in copies],
                      "data_centers": sorted(d for d in failure_domains.data_centers(copies, where) if d),
@@ -119,9 +120,10 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
         table.append({**r, "log": f"{r['log']}{to}",
                       "replicas": ",".join(str(n) for n in r["replicas"]),
                       "machines": ",".join(r["machines"]), "shared": ",".join(r["shared_machines"]),
-                      "dcs": ",".join(r["data_centers"]), "move": said})
-    emit(table, False, unless_empty(table, ["shard", "log", "replicas", "dcs", "machines", "shared", "move"],
-                                    "dcs"))
+                      "dcs": ",".join(r["data_centers"]), "move": said,
+                      "scope": r["scope"] if kv.scopes else ""})  # (a column once a local scope is laid out)
+    emit(table, False, unless_empty(table, ["shard", "scope", "log", "replicas", "dcs", "machines", "shared",
+                                            "move"], "dcs", "scope"))
     print(f"{shared} of {kv.shards} shards have copies that share a machine"
           + (" (midtown cluster rebalance moves them apart)" if shared else ""))
     return 0
@@ -232,9 +234,11 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         # hand-off that was killed is finished first)
         lmap = registry.read_log_map(zk, kv)
         handoffs = [] if drain is not None else [
-            {"shard": sh, "from_log": f, "to_log": t} for sh, f, t in log_map.spread(lmap, a.max_handoffs)]
+            {"shard": sh, "from_log": f, "to_log": t}
+            for sh, f, t in log_map.spread(lmap, a.max_handoffs,
+                                           scopes.groups(kv.scopes, kv.shards, lmap.logs))]
         if not a.dry_run:
-            _hand_offs(a, kv, handoffs, say)
+            hand_offs(a, kv, handoffs, say)
             for i, row in enumerate(rows):
                 say(f"move {i + 1} of {len(rows)}: shard {row['shard']} "
                     f"from node {row['from']} to {row['to']}")
@@ -291,7 +295,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         zk.close()
 
 
-def _hand_offs(a: argparse.Namespace, kv: registry.KvTopology, rows: list[dict[str, Any]],
+def hand_offs(a: argparse.Namespace, kv: registry.KvTopology, rows: list[dict[str, Any]],
                say: Callable[[str], None]) -> None:
     """Make the planned hand-offs one after the other (drivers/handoffs.py), each within
     --timeout; a row gets the seconds its hand-off took."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from catalog.log_map import LogMap
-from catalog.routing import shard_of
+from catalog.routing import shard_in
 from midtown_pb import kv_pb2 as pb
 
 _SHARD = struct.Struct(">I")
@@ -40,21 +40,23 @@ def record_request_id(request_id: bytes, shard: int, part: int) -> bytes:
     return request_id + b"/" + _SHARD.pack(shard) + _SHARD.pack(part)
 
 
-def _by_shard(dataset_id: str, pkeys: list[bytes], shards: int) -> dict[int, list[int]]:
+def _by_shard(dataset_id: str, pkeys: list[bytes], shards: int | range) -> dict[int, list[int]]:
     """Indexes of `pkeys` by shard, in order; each distinct key hashed once (a call's
-    writes usually share a few keys: tenants, users)."""
+    writes usually share a few keys: tenants, users). `shards`: the dataset's (its scope's,
+    catalog/scopes.py), or a count from 0."""
+    span = shards if isinstance(shards, range) else range(shards)
     shard_of_key: dict[bytes, int] = {}
     by_shard: dict[int, list[int]] = {}
     for i, p in enumerate(pkeys):
         s = shard_of_key.get(p)
         if s is None:
-            s = shard_of_key[p] = shard_of(dataset_id, p, shards)
+            s = shard_of_key[p] = shard_in(dataset_id, p, span.start, len(span))
         by_shard.setdefault(s, []).append(i)
     return by_shard
 
 
 def plan(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-         groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int, log_map: LogMap,
+         groups: list[pb.WriteGroup], puts: pb.PutColumns, shards: int | range, log_map: LogMap,
          request_id: bytes, callback: str, bytes_max: int,
          beside: Callable[[int, int], bool] = lambda log_id, shard: False,
          secret: Callable[[bytes], int] = lambda request_id: 0) -> list[Planned]:
@@ -89,7 +91,7 @@ def _chunks(idx: list[int], size_of: Callable[[int], int], bytes_max: int) -> It
 
 
 def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-               puts: pb.PutColumns, first: int, shards: int, log_map: LogMap, request_id: bytes,
+               puts: pb.PutColumns, first: int, shards: int | range, log_map: LogMap, request_id: bytes,
                callback: str, bytes_max: int, beside: Callable[[int, int], bool],
                secret: Callable[[bytes], int], out: list[Planned]) -> None:
     pkeys, lkeys, values = list(puts.partition_keys), list(puts.local_keys), list(puts.values)
@@ -116,7 +118,7 @@ def _plan_puts(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: in
 
 
 def _plan_groups(dataset_id: str, default_ttl_ms: int, window_ms: int, max_ids: int,
-                 groups: list[pb.WriteGroup], shards: int, log_map: LogMap, request_id: bytes,
+                 groups: list[pb.WriteGroup], shards: int | range, log_map: LogMap, request_id: bytes,
                  callback: str, bytes_max: int, beside: Callable[[int, int], bool],
                  secret: Callable[[bytes], int], out: list[Planned]) -> None:
     by_shard = _by_shard(dataset_id, [g.partition_key for g in groups], shards)

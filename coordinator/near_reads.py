@@ -9,7 +9,6 @@ from __future__ import annotations
 import grpc
 
 from catalog.datasets import Dataset
-from catalog.routing import shard_of
 from coordinator.node import Coordinator
 from coordinator.replicas import refused_by_all
 from midtown_pb import kv_pb2 as pb
@@ -53,7 +52,7 @@ def bounded_read(c: Coordinator, d: Dataset, dc: str, pkey: bytes, op: Op, bound
     serves it as a strong read in the time left."""
     if bound_ms <= 2 * staleness.MAX_CLOCK_OFFSET_MS:
         return None
-    shard = shard_of(d.id, pkey, c.kv.shards)
+    shard = d.shard_of(pkey, c.kv.shards)
     req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                          max_staleness_ms=bound_ms)
     end = world.monotonic() + deadline_s

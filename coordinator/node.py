@@ -20,7 +20,6 @@ from catalog.datasets import Dataset
 from catalog.log_map import LogMap
 from catalog.log_map import first as first_log_map
 from catalog.registry import KvTopology
-from catalog.routing import shard_of
 from coordinator import append_rounds as rounds
 from coordinator import eventual, limits
 from coordinator.admission import Admission
@@ -410,7 +409,7 @@ class Coordinator:
     def read_request(self, d: Dataset, pkey: bytes, op: Op) -> tuple[int, pb.ReadRequest]:
         """A strong read's log and the storage read it asks for (Refusal: a bad key)."""
         check_partition(pkey, "key.partition")
-        shard = shard_of(d.id, pkey, self.kv.shards)
+        shard = d.shard_of(pkey, self.kv.shards)
         return self.log_map.log_of(shard), pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey,
                                                            op=codec.op_to_pb(op))
 
@@ -445,7 +444,7 @@ class Coordinator:
                      min_position: int = 0, wait_ms: int = 0, dc: str = "") -> pb.ReadResponse:
         """A read from one storage replica (another if it fails), those in data center `dc`
         (the caller's) first."""
-        shard = shard_of(d.id, pkey, self.kv.shards)
+        shard = d.shard_of(pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
         r = self.replicas.first_answer("Read", req, deadline_s, shard, dc)
@@ -460,7 +459,7 @@ class Coordinator:
         """Write to every replica, done once a majority has it (coordinator/eventual.py)."""
         version = self.clock.next()
         v = eventual.stamp(value, version, ttl_ms or d.ttl_ms, deleted)
-        req = pb.LwwWriteRequest(dataset=d.id, shard=shard_of(d.id, pkey, self.kv.shards),
+        req = pb.LwwWriteRequest(dataset=d.id, shard=d.shard_of(pkey, self.kv.shards),
                                  partition_key=pkey, local_key=lkey, value=v)
         n = self.replicas.copies(req.shard) or len(self.kv.storage_nodes)
         ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n), req.shard)
@@ -473,7 +472,7 @@ class Coordinator:
                       deadline_s: float) -> list[pb.LwwReadResponse]:
         """A majority of the replicas' answers; those among them that hold an older version
         of a single key get the newest written back (read repair)."""
-        req.dataset, req.shard, req.partition_key = d.id, shard_of(d.id, pkey, self.kv.shards), pkey
+        req.dataset, req.shard, req.partition_key = d.id, d.shard_of(pkey, self.kv.shards), pkey
         n = self.replicas.copies(req.shard) or len(self.kv.storage_nodes)
         ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n), req.shard)
         short = eventual.read_shortfall(len(ok), n)

@@ -7,7 +7,6 @@ this returns (coordinator/node.py); bulk writes have their own planner (coordina
 from __future__ import annotations
 
 from catalog.datasets import Dataset
-from catalog.routing import shard_of
 from coordinator.checks import check_event_id, check_partition
 from record.model import Group, Op, Record
 
@@ -17,7 +16,7 @@ def record_for(d: Dataset, request_id: bytes, callback: str, pkey: bytes, ops: t
     """`callback`: the address the storage nodes answer to ("" when nobody waits)."""
     check_partition(pkey, "key.partition")
     check_event_id(event_id, "header.event_id")
-    shard = shard_of(d.id, pkey, shards)
+    shard = d.shard_of(pkey, shards)
     if event_id:
         return Record(request_id, callback, d.id, shard, b"", (), d.ttl_ms,
                       (Group(pkey, ops, event_id),), d.dedup_window_ms, d.dedup_max_ids)

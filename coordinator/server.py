@@ -315,8 +315,8 @@ class KVService:
             check_partition(g.partition_key, f"{f}.partition_key")
             check_event_id(g.event_id, f"{f}.event_id")
             check_batch(g.ops, f"{f}.ops", partial(_bulk_op, prefix=f"{f}."))
-        planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups),
-                            req.puts, self.c.kv.shards, self.c.log_map, self.c.request_id(req.header),
+        planned = bulk.plan(d.id, d.ttl_ms, d.dedup_window_ms, d.dedup_max_ids, list(req.groups), req.puts,
+                            d.shards(self.c.kv.shards), self.c.log_map, self.c.request_id(req.header),
                             self.c.callback_addr, limits.BULK_RECORD_BYTES, self.c.answered_beside,
                             self.c.answers.secret)
         results = self.c.run_records([(p.log_id, p.shard, p.request_id, p.payload) for p in planned],

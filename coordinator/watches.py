@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 from catalog.datasets import Dataset
-from catalog.routing import shard_of
 from coordinator import limits
 from coordinator.checks import check_partition, check_watch
 from coordinator.node import Coordinator
@@ -28,14 +27,14 @@ def watch(c: Coordinator, req: pb.WatchRequest, d: Dataset, deadline_s: float,
     only: int | None = None
     if req.HasField("partition_key"):
         check_partition(req.partition_key, "partition_key")
-        only = shard_of(d.id, req.partition_key, shards)
+        only = d.shard_of(req.partition_key, shards)
     check_watch(req, starts, shards, only)
     sreq = pb.StorageWatchRequest(dataset=d.id,
                                   duration_ms=req.duration_ms or limits.WATCH_DURATION_MS_DEFAULT)
-    if req.from_now:  # one ReadIndex round per log, for all its shards
+    if req.from_now:  # one ReadIndex round per log, for all the dataset's shards (its scope's)
         by_log: dict[int, int] = {}
         m = c.log_map
-        for s in [only] if only is not None else range(shards):
+        for s in [only] if only is not None else d.shards(shards):
             lg = m.log_of(s)
             if lg not in by_log:
                 by_log[lg] = min_position(c, lg)

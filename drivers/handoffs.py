@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from catalog import log_map, registry
+from catalog import log_map, registry, scopes
 from log import zk as zkpaths
 from log.client import LogClient, Tags
 from log.seals import Stint
@@ -52,6 +52,7 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
     log: the shard's writes can be held only within it, from when the old log seals the
     shard). HandOffError naming the argument when it cannot."""
     zk, t0 = logs.zk, world.monotonic()
+    kv = registry.read_kv(zk) or kv  # its scopes as they are now
     deadline = t0 + timeout_s
     m = registry.read_log_map(zk, kv, logs.topology().logs)
     if not 0 <= shard < kv.shards:
@@ -60,6 +61,11 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
         raise HandOffError(f"--to: log {to} is not one of the key-value store's logs 0..{m.logs - 1} "
                            "(midtown log add gives it more)")
     h = m.handing_of(shard)
+    want, there = scopes.scope_of_shard(kv.scopes, shard), scopes.scope_of_log(kv.scopes, to)
+    if want != there and h is None:  # shards of different scopes never share a log (catalog/scopes.py)
+        its = ", ".join(map(str, scopes.logs_of(kv.scopes, want, m.logs)))
+        raise HandOffError(f"--to: log {to} carries the shards of scope {there!r}, and shard {shard} is in "
+                           f"scope {want!r} (its logs: {its})")
     if h is None and m.log_of(shard) == to:
         return {"shard": shard, "from": to, "to": to, "handed": False, "took_s": 0.0}
     if h is not None and h.new != to:

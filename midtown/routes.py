@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from catalog.routing import shard_of
+from catalog.routing import shard_in
 from runtime import world
 
 # The operations routed: those that append a record, and strong gets (routed()).
@@ -50,7 +50,9 @@ log = logging.getLogger("midtown.routes")
 class Table(NamedTuple):
     shards: int
     log_of: tuple[int, ...]  # each shard's log (catalog/log_map.py)
-    dataset_ids: dict[str, str]  # name -> id (name#incarnation): a shard depends on it
+    # name -> (id (name#incarnation), first shard, shard count: 0 for all): a shard depends on
+    # them (catalog/scopes.py: a dataset's keys hash over its scope's shards)
+    dataset_ids: dict[str, tuple[str, int, int]]
     beside: dict[int, str]  # log -> the coordinator beside its writer
 
 
@@ -71,7 +73,10 @@ def route(t: Table, dataset: str, partition_key: bytes) -> str | None:
     if not t.beside:
         return None
     d = t.dataset_ids.get(dataset)
-    return None if d is None else t.beside.get(t.log_of[shard_of(d, partition_key, t.shards)])
+    if d is None:
+        return None
+    dataset_id, first, count = d
+    return t.beside.get(t.log_of[shard_in(dataset_id, partition_key, first, count or t.shards)])
 
 
 def read_table(zk: Any, names: Iterable[str]) -> Table:
@@ -96,7 +101,7 @@ def read_table(zk: Any, names: Iterable[str]) -> Table:
     for name in names:
         d = datasets.get(zk, name)
         if d is not None:
-            ids[name] = d.id
+            ids[name] = (d.id, d.shard_first, d.shard_count)
     return Table(kv.shards, m.of, ids, beside_writers(writers, coordinators))
 
 

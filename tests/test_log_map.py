@@ -17,24 +17,12 @@ from catalog import log_map, registry, replica_sets
 from catalog.log_map import Handoff, LogMap
 from catalog.registry import KvTopology
 from catalog.routing import log_of
-from tests.sim.scheduler import Scheduler
-from tests.sim.zookeeper import Ensemble
+from tests.sim.zookeeper import on_a_client
 
 KV = KvTopology(shards=8, storage_nodes=(0, 1, 2), logs=2)
 
 
-def _zk(body: Any) -> Any:
-    """`body(zk)` on the simulated ZooKeeper (tests/sim/zookeeper.py), the registry's real code."""
-    s = Scheduler(1)
-    ens = Ensemble()
-
-    def main() -> Any:
-        zk = ens.client()
-        zk.start()
-        return body(zk)
-    out = s.run(main)
-    assert s.failures == [] and ens.errors == []
-    return out
+_zk = on_a_client  # the registry's real code on the simulated ZooKeeper
 
 
 @given(st.integers(1, 300), st.integers(1, 16))

@@ -28,24 +28,24 @@ def test_a_key_routes_to_the_coordinator_beside_the_writer_of_its_log(
         dataset_id: str, pkey: bytes, shards: int, logs: int) -> None:
     beside = {i: f"c{i}" for i in range(logs)}
     of = log_map.first(shards, logs).of
-    t = Table(shards, of, {"d": dataset_id}, beside)
+    t = Table(shards, of, {"d": (dataset_id, 0, 0)}, beside)
     assert route(t, "d", pkey) == f"c{log_of(shard_of(dataset_id, pkey, shards), logs)}"
     assert route(t, "other", pkey) is None  # an unknown dataset: no route
-    assert route(Table(shards, of, {"d": dataset_id}, {}), "d", pkey) is None
+    assert route(Table(shards, of, {"d": (dataset_id, 0, 0)}, {}), "d", pkey) is None
     # a log whose writer has no coordinator beside it: no route for its keys
-    partial = Table(shards, of, {"d": dataset_id}, {i: c for i, c in beside.items() if i})
+    partial = Table(shards, of, {"d": (dataset_id, 0, 0)}, {i: c for i, c in beside.items() if i})
     assert route(partial, "d", pkey) == (None if log_of(shard_of(dataset_id, pkey, shards), logs) == 0
                                          else route(t, "d", pkey))
     # a shard handed over to another log (catalog/log_map.py): routed to that log's writer
     shard = shard_of(dataset_id, pkey, shards)
     moved = tuple((lg + 1) % logs if s == shard else lg for s, lg in enumerate(of))
-    assert route(Table(shards, moved, {"d": dataset_id}, beside), "d", pkey) == f"c{moved[shard]}"
+    assert route(Table(shards, moved, {"d": (dataset_id, 0, 0)}, beside), "d", pkey) == f"c{moved[shard]}"
 
 
 def test_a_coordinator_that_failed_gets_no_routed_calls_for_a_while(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     r = Routes(lambda: None)
     r._thread = object()  # type: ignore[assignment]  # no ZooKeeper: the table is set here
-    r._table = Table(1, (0,), {"d": "d#0"}, {0: "c0"})
+    r._table = Table(1, (0,), {"d": ("d#0", 0, 0)}, {0: "c0"})
     assert r.coordinator_for("d", b"k") == "c0"
     r.failed("c0")
     assert r.coordinator_for("d", b"k") is None
@@ -69,7 +69,7 @@ def test_routes_are_read_again_as_soon_as_a_logs_writer_changes(monkeypatch) -> 
     """A takeover moves a log's writer: the routes follow it when its writer node changes,
     not at the next ROUTES_TTL_S (made an hour here)."""
     zk = _Watching()
-    tables = [Table(2, (0, 1), {"d": "d#0"}, {0: "c0", 1: "c1"})]
+    tables = [Table(2, (0, 1), {"d": ("d#0", 0, 0)}, {0: "c0", 1: "c1"})]
     monkeypatch.setattr(routes, "read_table", lambda zk, names: tables[-1])
     monkeypatch.setattr(routes, "ROUTES_TTL_S", 3600.0)
     r = Routes(lambda: zk)
@@ -79,7 +79,7 @@ def test_routes_are_read_again_as_soon_as_a_logs_writer_changes(monkeypatch) -> 
         while len(zk.watches) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert sorted(zk.watches) == ["/midtown/logs/0/writer", "/midtown/logs/1/writer"]
-        tables.append(Table(2, (0, 1), {"d": "d#0"}, {0: "c2", 1: "c2"}))  # both taken over
+        tables.append(Table(2, (0, 1), {"d": ("d#0", 0, 0)}, {0: "c2", 1: "c2"}))  # both taken over
         zk.watches["/midtown/logs/0/writer"](b"{}", None)
         while r.coordinator_for("d", b"k") != "c2" and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -2,7 +2,9 @@
 they run on six machines, three in data center east and three in west (the network is
 loopback: what is tested here is where a log's writer and copies go). `midtown log home`
 moves a log's writer and open segment into its home; the writer killed, the next one is
-there too; what the command cannot do is refused naming the argument."""
+there too; what the command cannot do is refused naming the argument. And a scope local to
+east (catalog/scopes.py), laid out on key-value log 1 kept there before any dataset: its
+dataset's keys travel only in that log, written and copied in east."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from catalog import datasets
 from cluster import Cluster
+from log import zk as zkpaths
 from midtown import Client
 from tests.integration.conftest import started, wait_for
 
@@ -26,10 +30,23 @@ WHERE = {**{f"log-{i}": (f"m{i}", f"dc={'east' if i in EAST else 'west'},zone=z{
             for i, m in enumerate((0, 3, 1))}}
 
 
+SHARDS = 16
+EAST_SHARDS = range(12, 16)  # scope east: the top 4 of the 16
+
+
 @pytest.fixture(scope="module")
 def two_dcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with started(Path(tmp_path_factory.mktemp("homes")) / "c", log_server_count=6, where=WHERE) as c:
+    """Two key-value logs: log 1 kept in east carries scope east's shards, log 0 global's;
+    datasets t (global) and e (east), made after the scope was laid out."""
+    with started(Path(tmp_path_factory.mktemp("homes")) / "c", log_server_count=6, where=WHERE,
+                 shards=SHARDS, kv_logs=2) as c:
+        mt(c, "log", "home", "1", "east")
+        out = json.loads(mt(c, "scope", "add", "east", "--shards", "4", "--logs", "1", "--json").stdout)
+        assert out["shards"] == "12..15" and out["logs"] == [1]
+        # every global shard on log 1 left it, every east shard on log 0 came to it (shard mod 2)
+        assert sorted(r["shard"] for r in out["handoffs"]) == [*range(1, 12, 2), 12, 14]
         c.create_dataset("t")
+        c.create_dataset("e", scope="east")
         yield c
 
 
@@ -94,3 +111,54 @@ def test_a_home_that_cannot_be_is_refused_naming_the_argument(two_dcs: Cluster, 
     p = mt(two_dcs, *args, ok=False)
     assert says in p.stderr and "Traceback" not in p.stderr
     assert status(two_dcs, 0)["home"] in ("", "west")  # nothing written by a refusal
+
+
+def test_a_local_datasets_keys_travel_only_in_logs_kept_in_its_data_center(two_dcs: Cluster) -> None:
+    c = two_dcs
+    e = json.loads(mt(c, "dataset", "describe", "e", "--json").stdout)
+    assert (e["scope"], e["shards"]) == ("east", "12..15")
+    assert json.loads(mt(c, "dataset", "describe", "t", "--json").stdout)["shards"] == "0..11"
+    rows = {r["scope"]: r for r in json.loads(mt(c, "scope", "list", "--json").stdout)}
+    assert rows["east"] == {"scope": "east", "shards": "12..15", "logs": [1], "homes": ["east"],
+                            "not_on_its_logs": 0, "datasets": 1}
+    assert rows["global"]["logs"] == [0] and rows["global"]["datasets"] == 1
+    shards = {r["shard"]: r for r in json.loads(mt(c, "shard", "list", "--json").stdout)["shards"]}
+    assert all(shards[s]["log"] == 1 and shards[s]["scope"] == "east" for s in EAST_SHARDS)
+    assert all(shards[s]["log"] == 0 for s in range(12))
+    wait_for(lambda: placed_in(c, 1, EAST), 60, "log 1's writer and open segment in east")
+    with Client(zk=c.zk_hosts, timeout=30) as db:
+        for i in range(30):
+            db.put("e", f"p{i}", "k", str(i).encode())
+        assert [db.get("e", f"p{i}", "k").value for i in range(30)] == \
+            [str(i).encode() for i in range(30)]  # type: ignore[union-attr]
+    # each key's shard is one of east's, all on log 1: its writer and every copy of its
+    # open segment in east
+    zk = zkpaths.connect(c.zk_hosts)
+    try:
+        got = datasets.get(zk, "e")
+    finally:
+        zk.stop()
+        zk.close()
+    assert got is not None and {got.shard_of(f"p{i}".encode(), SHARDS) for i in range(30)} <= set(EAST_SHARDS)
+    assert placed_in(c, 1, EAST) is not None
+    assert status(c, 1)["last"] >= 29
+
+
+@pytest.mark.parametrize("args,says", [
+    (("shard", "hand-off", "12", "--to", "0"),
+     "--to: log 0 carries the shards of scope 'global', and shard 12 is in scope 'east'"),
+    (("shard", "hand-off", "3", "--to", "1"), "--to: log 1 carries the shards of scope 'east'"),
+    (("log", "home", "1", "--clear"), "LOG: log 1 carries scope 'east'"),
+    (("log", "home", "1", "west"), "LOG: log 1 carries scope 'east'"),
+    (("scope", "add", "west", "--shards", "2", "--logs", "0"), "--logs: log 0"),
+    (("scope", "add", "east", "--shards", "2", "--logs", "0"), "DC: scope 'east' exists already"),
+    (("scope", "add", "west", "--shards", "2", "--logs", "x"), "--logs: 'x'"),
+    (("dataset", "create", "n", "--scope", "north"), "scope: 'north' is not one of this cluster's scopes"),
+    (("dataset", "create", "n", "--scope", "east", "--consistency", "eventual"),
+     "scope: 'east'; an eventual"),
+])
+def test_a_scope_that_cannot_be_is_refused_naming_the_argument(two_dcs: Cluster, args: tuple[str, ...],
+                                                               says: str) -> None:
+    p = mt(two_dcs, *args, ok=False)
+    assert says in p.stderr and "Traceback" not in p.stderr
+    assert status(two_dcs, 1)["home"] == "east"

@@ -470,3 +470,21 @@ class _Transaction:
         (RolledBackError), its own error, and RuntimeInconsistency for those after."""
         return [RolledBackError() if i < at else e if i == at else RuntimeInconsistency()
                 for i in range(len(self.ops))]
+
+
+def on_a_client(body: Callable[[Any], Any]) -> Any:
+    """`body(zk)` with a started client of a fresh simulated ensemble, in a scheduler of
+    its own (the catalog's real code on it: tests/test_log_map.py, tests/test_scopes.py);
+    what it returns, once nothing failed."""
+    from tests.sim.scheduler import Scheduler
+
+    s = Scheduler(1)
+    ens = Ensemble()
+
+    def main() -> Any:
+        zk = ens.client()
+        zk.start()
+        return body(zk)
+    out = s.run(main)
+    assert s.failures == [] and ens.errors == []
+    return out

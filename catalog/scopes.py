@@ -1,0 +1,148 @@
+"""A dataset's scope: the data center it is local to, or global (docs/datacenters.md). Pure.
+
+The key-value store's shards are laid out in scopes. Global is the first range of shards,
+0..G-1, carried by the logs no local scope names; each local scope (`midtown scope add DC
+--shards N --logs L,...`) is a range of N shards taken from the top of the global range,
+carried only by its logs, each kept in that data center (log/homes.py). A strong dataset
+is created in one scope (`midtown dataset create NAME --scope DC`) and its keys hash over
+its scope's shards only (catalog/routing.py), a range it records when it is created: its
+writes go through logs whose ensembles, ack quorum and writer stand in that data center,
+so a local dataset never waits on another one. Shards of different scopes never share a
+log: a hand-off (`shard handoff`, `cluster rebalance`) keeps a shard on its scope's logs.
+
+A scope's range is fixed once laid out: a scope takes only shards no dataset's keys hash
+over (so in practice, scopes are laid out before the global datasets are created), and a
+scope is never removed while a dataset is in it. The layout is kept in the key-value
+topology (catalog/registry.py, /midtown/kv "scopes")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fleet.failure_domains import VALUE_RE
+
+GLOBAL = "global"
+
+
+class ScopeError(ValueError):
+    """A scope that cannot be laid out or used as asked; the text names the argument."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Local scope `dc`: shards first..first+count-1, carried by logs `logs`."""
+    dc: str
+    first: int
+    count: int
+    logs: tuple[int, ...]
+
+    def shards(self) -> range:
+        return range(self.first, self.first + self.count)
+
+
+Layout = tuple[Scope, ...]  # the local scopes, highest shards first: each taken from the top of global
+
+
+def global_count(layout: Layout, shards: int) -> int:
+    """How many shards global keeps (0..n-1)."""
+    return shards - sum(s.count for s in layout)
+
+
+def find(layout: Layout, name: str) -> Scope | None:
+    return next((s for s in layout if s.dc == name), None)
+
+
+def range_of(layout: Layout, name: str, shards: int) -> tuple[int, int]:
+    """(first shard, count) of scope `name`; ScopeError naming --scope if it is none."""
+    if name == GLOBAL:
+        return 0, global_count(layout, shards)
+    s = find(layout, name)
+    if s is None:
+        known = ", ".join([GLOBAL, *(x.dc for x in layout)])
+        raise ScopeError(f"scope: {name!r} is not one of this cluster's scopes ({known}; midtown scope add "
+                         "lays one out)")
+    return s.first, s.count
+
+
+def scope_of_shard(layout: Layout, shard: int) -> str:
+    return next((s.dc for s in layout if shard in s.shards()), GLOBAL)
+
+
+def scope_of_log(layout: Layout, log_id: int) -> str:
+    return next((s.dc for s in layout if log_id in s.logs), GLOBAL)
+
+
+def logs_of(layout: Layout, name: str, kv_logs: int) -> tuple[int, ...]:
+    """The key-value logs (0..kv_logs-1) that carry scope `name`'s shards."""
+    if name != GLOBAL:
+        s = find(layout, name)
+        return s.logs if s is not None else ()
+    taken = {lg for s in layout for lg in s.logs}
+    return tuple(lg for lg in range(kv_logs) if lg not in taken)
+
+
+def groups(layout: Layout, shards: int, kv_logs: int) -> list[tuple[range, tuple[int, ...]]]:
+    """(shards, logs) of every scope, global first: what catalog/log_map.py spread keeps
+    apart."""
+    out = [(range(global_count(layout, shards)), logs_of(layout, GLOBAL, kv_logs))]
+    return out + [(s.shards(), s.logs) for s in layout]
+
+
+def misplaced(layout: Layout, of: Sequence[int], kv_logs: int) -> list[int]:
+    """The shards carried by a log outside their scope (`of`: each shard's log)."""
+    return [sh for sh, lg in enumerate(of) if scope_of_log(layout, lg) != scope_of_shard(layout, sh)]
+
+
+def add(layout: Layout, dc: str, count: int, logs: Iterable[int], shards: int, kv_logs: int,
+        homes: Mapping[int, str], used: Iterable[tuple[str, int, int]]) -> Layout:
+    """`layout` with local scope `dc` of `count` shards (the top of global's) on `logs`.
+    `homes`: each log's data center (log/homes.py); `used`: (dataset name, first shard,
+    count) of every dataset. ScopeError naming the argument when it cannot be done."""
+    if not VALUE_RE.match(dc):
+        raise ScopeError(f"DC: {dc!r} is not a data center's name (letters, digits, '.', '_' and '-', "
+                         "starting with a letter or digit)")
+    if dc == GLOBAL:
+        raise ScopeError(f"DC: {GLOBAL!r} is the scope of the logs no data center keeps; name a data center")
+    if find(layout, dc) is not None:
+        raise ScopeError(f"DC: scope {dc!r} exists already (midtown scope list)")
+    g = global_count(layout, shards)
+    if not 1 <= count < g:
+        raise ScopeError(f"--shards: {count}, must be between 1 and {g - 1} (global keeps {g} shards now "
+                         "and at least one)")
+    logs = tuple(sorted(set(logs)))
+    if not logs:
+        raise ScopeError("--logs: name at least one of the key-value store's logs")
+    for lg in logs:
+        if not 0 <= lg < kv_logs:
+            raise ScopeError(f"--logs: log {lg} is not one of the key-value store's logs 0..{kv_logs - 1} "
+                             "(midtown log add gives it more)")
+        if scope_of_log(layout, lg) != GLOBAL:
+            raise ScopeError(f"--logs: log {lg} carries scope {scope_of_log(layout, lg)!r} already")
+        if homes.get(lg, "") != dc:
+            where = f"is kept in {homes[lg]!r}" if homes.get(lg) else "has no home"
+            raise ScopeError(f"--logs: log {lg} {where}; a scope's logs are kept in its data center "
+                             f"(midtown log home {lg} {dc})")
+    if not set(logs_of(layout, GLOBAL, kv_logs)) - set(logs):
+        raise ScopeError("--logs: global would keep none of the key-value store's logs (midtown log add "
+                         "gives it more)")
+    taken = range(g - count, g)
+    for name, first, n in used:
+        n = n or shards  # a dataset made before scopes hashes over every shard
+        if first < taken.stop and taken.start < first + n:
+            raise ScopeError(f"--shards: dataset {name!r} hashes its keys over shards "
+                             f"{first}..{first + n - 1}, "
+                             f"and scope {dc!r} would take {taken.start}..{taken.stop - 1}: a scope takes "
+                             "only shards no dataset uses (lay scopes out before the global datasets)")
+    return (*layout, Scope(dc, g - count, count, logs))
+
+
+def to_json(layout: Layout) -> list[dict]:
+    return [{"dc": s.dc, "first": s.first, "count": s.count, "logs": list(s.logs)} for s in layout]
+
+
+def from_json(d: object) -> Layout:
+    if not isinstance(d, list):
+        return ()
+    return tuple(Scope(str(s["dc"]), int(s["first"]), int(s["count"]), tuple(int(x) for x in s["logs"]))
+                 for s in d)

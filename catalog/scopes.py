@@ -73,6 +73,22 @@ def scope_of_log(layout: Layout, log_id: int) -> str:
     return next((s.dc for s in layout if log_id in s.logs), GLOBAL)
 
 
+def home_of_shard(layout: Layout, shard: int) -> str:
+    """The data center a shard's scope is local to ("" for global)."""
+    return next((s.dc for s in layout if shard in s.shards()), "")
+
+
+def answering(layout: Layout, shard: int, replicas: Iterable[int],
+              dc_of: Mapping[int, str]) -> tuple[int, ...]:
+    """The replicas of `shard` that answer coordinators, when its scope restricts them:
+    those in a local scope's data center (`dc_of`: each storage node's), whose answers a
+    write then waits for without leaving it; the others apply the log as it comes, no
+    call waiting on them. Empty: no restriction (a global shard, or none of its replicas
+    in its scope's data center: then they all answer as before, rather than none)."""
+    home = home_of_shard(layout, shard)
+    return tuple(r for r in replicas if dc_of.get(r) == home) if home else ()
+
+
 def logs_of(layout: Layout, name: str, kv_logs: int) -> tuple[int, ...]:
     """The key-value logs (0..kv_logs-1) that carry scope `name`'s shards."""
     if name != GLOBAL:

@@ -35,7 +35,7 @@ from storage_node.change_recorder import ChangeRecorder
 from storage_node.handoff import Place
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
-from storage_node.metrics import APPLIED, POSITION, TAILED
+from storage_node.metrics import ANSWERS, APPLIED, POSITION, TAILED
 from storage_node.state import NodeState
 from storage_node.store import BatchView
 
@@ -87,8 +87,9 @@ class ApplyLoop:
         """Whether this node sends the results of `shard`'s records to their coordinators."""
         s = self.state
         if s.sets.version >= 0:  # replica sets: each replica of the shard answers
-            return s.holds(shard)
-        return answers_for(s.node_id, shard, s.kv.storage_nodes, CALLBACK_REPLICAS)
+            return s.answers_for(shard, s.holds)
+        return s.answers_for(shard,
+                             lambda sh: answers_for(s.node_id, sh, s.kv.storage_nodes, CALLBACK_REPLICAS))
 
     def linger_ms(self) -> int:
         """How long this node's Read streams let entries wait to travel together: in the
@@ -275,7 +276,7 @@ class ApplyLoop:
         in `places`, the answers to send in `out`; stop at a shard's open record whose
         hand-off this node has not applied yet. Returns the entries not applied."""
         s = self.state
-        applied_here, done = 0, 0
+        applied_here, done, answered = 0, 0, 0
         recorder = ChangeRecorder(view, log_id, new.get(log_id, s.positions[log_id])[1],
                                   entries[-1].timestamp_ms,
                                   lambda x, p: self._shard_position(places, x, log_id, p))
@@ -313,15 +314,18 @@ class ApplyLoop:
             recorder.add(rec, applied, e.position + base, ts, log_id)
             if not applied.positions:
                 s.last_data[log_id] = e.position
-            if rec.callback and applied.result is not None and (
-                    self.answers.near(rec.callback)  # always: it costs no call
-                    or self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position)):
-                out.setdefault(rec.callback, []).append((applied.result, rec.answer_secret))
+            if rec.callback and applied.result is not None:
+                if self.answers.near(rec.callback):  # always: it costs no call
+                    out.setdefault(rec.callback, []).append((applied.result, rec.answer_secret))
+                elif self._answers_for(rec.shard) and answers_now(rec.answered_beside, e.position):
+                    out.setdefault(rec.callback, []).append((applied.result, rec.answer_secret))
+                    answered += 1
         if done:
             last = entries[done - 1]
             new[log_id] = (last.position + 1, last.timestamp_ms)
             TAILED.labels(log=str(log_id)).inc(done)
             APPLIED.labels(log=str(log_id)).inc(applied_here)
+            ANSWERS.labels(log=str(log_id)).inc(answered)
             POSITION.labels(log=str(log_id)).set(last.position + 1)
         return entries[done:]
 

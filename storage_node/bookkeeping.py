@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from catalog import datasets, registry, shard_moves
 from catalog import usage as usage_reports
+from fleet import machines
 from midtown_pb import kv_pb2 as pb
 from record import codec
 from record.model import Drop, Position, Record
@@ -69,6 +70,8 @@ class Bookkeeping:
         ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
         s, published, truncated = self.state, self._published, self._truncated
         s.kv = registry.read_kv(s.zk) or s.kv  # membership changes (node remove)
+        if s.kv.scopes:  # which replicas answer for a local scope's shards (catalog/scopes.py)
+            s.data_centers = {n: d.dc for n, d in machines.recorded(s.zk, machines.STORAGE_NODES).items()}
         # The moves first, then the sets: a move that finished between the two reads is
         # seen in the sets it wrote (a copy is dropped only when neither names it).
         s.moves = {shard: m for shard, (m, _) in registry.read_moves(s.zk).items()}

@@ -14,5 +14,8 @@ LAG = Gauge("midtown_storage_lag_entries", "Entries the log's writer holds beyon
 DIVERGED = Gauge("midtown_storage_diverged_shards",
                  "Shards whose digest differs from a peer's at the same position (last comparison)")
 EVENT_IDS = Gauge("midtown_storage_event_ids", "Event ids held (the dedup table), by dataset", ["dataset"])
+ANSWERS = Counter("midtown_storage_answers_total",
+                  "Results sent to the coordinators that wait on them (not those in this process), by log",
+                  ["log"])
 WATCH_STREAMS = Counter("midtown_storage_watch_streams_total",
                         "Watch streams this node served (a coordinator relays each to its client)")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
 
-from catalog import registry
+from catalog import registry, scopes
 from catalog.log_map import LogMap
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
@@ -64,6 +64,9 @@ class NodeState:
     # Its gRPC service answers before that; a shard copy is not taken in until then.
     started: bool = False
     lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
+    # Each storage node's data center, read by the bookkeeping rounds while the cluster has
+    # local scopes (which replicas answer for their shards: answers_for)
+    data_centers: dict[int, str] = field(default_factory=dict)
     # Whether this replica's clock may serve bounded reads: the writers' clocks it checked
     # (Tail answers) and the stamps it applies
     clocks: staleness.ClockWatch = field(default_factory=staleness.ClockWatch)
@@ -125,6 +128,18 @@ class NodeState:
         self.marks.update(self.store.marks())
         self.places.clear()
         self.places.update(self.store.places())
+
+    def answers_for(self, shard: int, every: Callable[[int], bool]) -> bool:
+        """Whether this node sends the results of `shard`'s records to their coordinators:
+        by `every(shard)` (each replica, or some of them, catalog/routing.py), unless the
+        shard's scope is local to a data center holding some of its replicas: then those
+        alone (catalog/scopes.py answering)."""
+        if self.kv.scopes:
+            replicas = self.sets.of(shard) if self.sets.version >= 0 else self.kv.storage_nodes
+            there = scopes.answering(self.kv.scopes, shard, replicas, self.data_centers)
+            if there:
+                return self.node_id in there
+        return every(shard)
 
     def learn_sets(self, sets: ReplicaSets) -> None:
         """Keep `sets` if they are newer than the ones held: the watch on them and the

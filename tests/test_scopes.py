@@ -202,3 +202,14 @@ def test_a_dataset_created_against_an_old_layout_is_created_again_against_the_ne
             registry.read_kv_versioned = real  # type: ignore[assignment]
     g = _zk(body)
     assert (g.shard_first, g.shard_count) == (0, 12)
+
+
+def test_a_local_scopes_shards_are_answered_for_by_its_data_centers_replicas_alone() -> None:
+    layout = (Scope("east", 12, 4, (1,)),)
+    dc_of = {0: "east", 1: "west", 2: "east", 3: "north"}
+    assert scopes.answering(layout, 12, [0, 1, 2], dc_of) == (0, 2)
+    assert scopes.answering(layout, 3, [0, 1, 2], dc_of) == ()  # global: no restriction
+    # none of its replicas in east: all answer as before, never none
+    assert scopes.answering(layout, 13, [1, 3], dc_of) == ()
+    assert scopes.answering(layout, 13, [1, 3], {}) == ()  # data centers not read yet
+    assert scopes.home_of_shard(layout, 15) == "east" and scopes.home_of_shard(layout, 11) == ""

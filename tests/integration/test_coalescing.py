@@ -19,7 +19,7 @@ from cluster import Cluster
 from midtown import Client, Op, errors
 from midtown_pb import kv_pb2 as pb
 from midtown_pb import kv_pb2_grpc
-from tests.integration.conftest import started
+from tests.integration.conftest import metric, started
 
 pytestmark = pytest.mark.integration
 
@@ -143,12 +143,7 @@ def test_a_coalesced_call_over_the_item_limit_is_refused_whole(cc: Cluster) -> N
 
 def _counter(c: Cluster, name: str) -> float:
     """The sum of a coordinator-0 counter over its labels (its /metrics page)."""
-    import urllib.request
-
-    text = urllib.request.urlopen(
-        f"http://127.0.0.1:{c.procs['coordinator-0'].metrics_port}/metrics", timeout=10).read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+    return metric(c, "coordinator-0", name)
 
 
 def test_a_coalesced_call_takes_one_append_and_one_read_round_per_log(cc: Cluster) -> None:

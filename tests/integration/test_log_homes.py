@@ -21,7 +21,7 @@ from catalog import datasets
 from cluster import Cluster
 from log import zk as zkpaths
 from midtown import Client
-from tests.integration.conftest import started, wait_for
+from tests.integration.conftest import metric, started, wait_for
 
 pytestmark = pytest.mark.integration
 EAST, WEST = {0, 1, 2}, {3, 4, 5}
@@ -162,3 +162,28 @@ def test_a_scope_that_cannot_be_is_refused_naming_the_argument(two_dcs: Cluster,
     p = mt(two_dcs, *args, ok=False)
     assert says in p.stderr and "Traceback" not in p.stderr
     assert status(two_dcs, 1)["home"] == "east"
+
+
+def test_only_the_replicas_in_a_local_scopes_data_center_answer_its_writes(two_dcs: Cluster) -> None:
+    """A write to a local dataset that waits for its result (an increment: a put is
+    acknowledged once its log commits it) waits for an answer from a replica in its data center
+    only (catalog/scopes.py answering): storage nodes 0 and 2 (east) answer log 1's
+    records, node 1 (west) applies them and answers none. A node learns the layout within
+    its bookkeeping interval: first a batch with no answer from west, then the rule holds."""
+    c = two_dcs
+    west, east = "storage-1", ("storage-0", "storage-2")
+
+    def answers(proc: str) -> float:
+        return metric(c, proc, "midtown_storage_answers_total", 'log="1"')
+
+    with Client(zk=c.zk_hosts, timeout=30) as db:
+        def quiet_batch(n: int) -> tuple[float, float] | None:
+            before = answers(west), sum(answers(p) for p in east)
+            for i in range(n):
+                db.incr("e", f"q{i}", "k")
+            after = answers(west), sum(answers(p) for p in east)
+            return None if after[0] != before[0] else (before[1], after[1])
+        wait_for(lambda: quiet_batch(10), 60, "a batch of writes answered from east alone")
+        got = quiet_batch(40)
+    assert got is not None, "node 1 (west) answered a write to the east dataset"
+    assert got[1] - got[0] >= 40  # every write answered, from east

@@ -67,6 +67,14 @@ def parser() -> argparse.ArgumentParser:
                     help="reads of each source per size, alternating (default 3)")
     br.add_argument("--json", action="store_true")
     br.set_defaults(fn=_runs("spark_read"), starts_spark=True)
+    bd = bns.add_parser("datacenters", help="a dataset local to a data center beside a global one, across "
+                                           "three data centers played by network namespaces (needs root)")
+    bd.add_argument("--delay-ms", type=at_least_one_arg("--delay-ms"), default=20,
+                    help="held each way between data centers, in the second run (default 20)")
+    bd.add_argument("--jitter-ms", type=int, default=2, help="up to this much more (default 2)")
+    bd.add_argument("--ops", type=at_least_one_arg("--ops"), default=50, help="of each kind, per run")
+    bd.add_argument("--json", action="store_true")
+    bd.set_defaults(fn=_runs("datacenters"))
     bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "
                                       "put's acknowledgement to its delivery (p50, p99)")
     bw.add_argument("--watchers", type=ascending_arg("--watchers"), default=(1, 16),

@@ -80,13 +80,18 @@ def home_of_shard(layout: Layout, shard: int) -> str:
 
 def answering(layout: Layout, shard: int, replicas: Iterable[int],
               dc_of: Mapping[int, str]) -> tuple[int, ...]:
-    """The replicas of `shard` that answer coordinators, when its scope restricts them:
-    those in a local scope's data center (`dc_of`: each storage node's), whose answers a
-    write then waits for without leaving it; the others apply the log as it comes, no
-    call waiting on them. Empty: no restriction (a global shard, or none of its replicas
-    in its scope's data center: then they all answer as before, rather than none)."""
+    """The replicas of `shard` that answer coordinators, once scopes are laid out: those in
+    a local scope's data center (`dc_of`: each storage node's), whose answers a write then
+    waits for without leaving it (the others apply the log as it comes, no call waiting on
+    them); every replica of a global shard, so that the one nearest the coordinator, in
+    the writer's data center, answers first rather than two that may both be across data
+    centers (catalog/routing.py answers_for). Empty: the rule without scopes (no layout,
+    or none of a local shard's replicas in its data center: they answer as before, rather
+    than none)."""
+    if not layout:
+        return ()
     home = home_of_shard(layout, shard)
-    return tuple(r for r in replicas if dc_of.get(r) == home) if home else ()
+    return tuple(r for r in replicas if dc_of.get(r) == home) if home else tuple(replicas)
 
 
 def logs_of(layout: Layout, name: str, kv_logs: int) -> tuple[int, ...]:

@@ -280,6 +280,17 @@ class Cluster:
             zk.stop()
             zk.close()
 
+    def metric(self, name: str, metric: str, labels: str = "") -> float:
+        """The sum of counter or gauge `metric` on process `name`'s /metrics page, over the
+        lines whose labels include `labels` (as 'log="1"'; "": all of them)."""
+        import urllib.request
+
+        p = self.procs[name]
+        text = urllib.request.urlopen(f"http://{p.host}:{p.metrics_port}/metrics", timeout=10).read().decode()
+        return sum(float(line.split()[-1]) for line in text.splitlines()
+                   if (line.startswith(metric + "{") and labels in line.split("}")[0])
+                   or (line.startswith(metric + " ") and not labels))
+
     def machine_of(self, p: Proc) -> str:
         return p.machine or machines.this_machine()
 
@@ -352,8 +363,11 @@ class Cluster:
         netns = ["ip", "netns", "exec", p.netns] if p.netns else []
         where = ["--machine", self.machine_of(p)] + (["--locality", p.locality] if p.locality else []) + (
             ["--advertise", p.advertise] if p.advertise and p.kind == "host" else [])
+        # A coordinator says only its data center (it places nothing): where its clients call
+        dc = failure_domains.parse_locality(p.locality) if p.locality else ()
+        coord_dc = [v for k, v in dc if k == failure_domains.DC][:1]
         return (netns + self._command(name) + ["--host", p.host] + self._tls_flags(name)
-                + (where if p.kind != "coordinator" else []))
+                + (where if p.kind != "coordinator" else ["--dc", *coord_dc] if coord_dc else []))
 
     def _command(self, name: str) -> list[str]:
         p = self.procs[name]

@@ -432,7 +432,7 @@ class Coordinator:
             many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1,
                                       wait_ms=limits.READ_APPLY_WAIT_MS, requests=[reqs[i] for i in idxs])
             got = self.replicas.first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S,
-                                             reqs[idxs[0]].shard)
+                                             reqs[idxs[0]].shard, prefer=self.dc)
             if got is None:
                 return None
             for i, resp in zip(idxs, got.responses):

@@ -117,13 +117,22 @@ class Replicas:
         """A Storage stream (its messages, and its gRPC call to cancel, None in process)."""
         return self.link.stream(addr, method, req, timeout_s)
 
-    def first_answer(self, method: str, req: Any, timeout_s: float, shard: int, dc: str = "") -> Any:
+    def first_answer(self, method: str, req: Any, timeout_s: float, shard: int, dc: str = "",
+                     prefer: str = "") -> Any:
         """The answer of the first storage node holding `shard` that gives one (None: none
-        did), those in data center `dc` asked first. A refusal that another node would give
-        too reaches the client as it came (refused_by_all)."""
+        did), those in data center `dc` asked first (the caller's: one no node names is
+        refused), or else in `prefer` (the coordinator's own, where the reads of a strong
+        read's round go first: the replica beside it answers soonest; none is refused). A
+        refusal that another node would give too reaches the client as it came
+        (refused_by_all)."""
         order = self._order(shard)
-        if dc:
-            near = self.near(shard, dc)
+        if dc or prefer:
+            try:
+                near = self.near(shard, dc or prefer)
+            except BadRequest:
+                if dc:
+                    raise
+                near = []  # no storage node in the coordinator's data center
             order = near + [a for a in order if a not in near]
         for addr in order:
             try:

@@ -208,7 +208,8 @@ def test_a_local_scopes_shards_are_answered_for_by_its_data_centers_replicas_alo
     layout = (Scope("east", 12, 4, (1,)),)
     dc_of = {0: "east", 1: "west", 2: "east", 3: "north"}
     assert scopes.answering(layout, 12, [0, 1, 2], dc_of) == (0, 2)
-    assert scopes.answering(layout, 3, [0, 1, 2], dc_of) == ()  # global: no restriction
+    assert scopes.answering(layout, 3, [0, 1, 2], dc_of) == (0, 1, 2)  # global: every replica
+    assert scopes.answering((), 3, [0, 1, 2], dc_of) == ()  # no scopes: the rule as before
     # none of its replicas in east: all answer as before, never none
     assert scopes.answering(layout, 13, [1, 3], dc_of) == ()
     assert scopes.answering(layout, 13, [1, 3], {}) == ()  # data centers not read yet

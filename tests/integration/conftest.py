@@ -225,13 +225,7 @@ def spark():  # type: ignore[no-untyped-def]
     s.stop()
 
 
-def metric(c: Cluster, proc: str, name: str, labels: str = "") -> float:
-    """The sum of counter or gauge `name` on process `proc`'s /metrics page, over the lines
-    whose labels include `labels` (as 'log="1"'; "": all of them)."""
-    import urllib.request
 
-    text = urllib.request.urlopen(f"http://127.0.0.1:{c.procs[proc].metrics_port}/metrics",
-                                  timeout=10).read().decode()
-    return sum(float(line.split()[-1]) for line in text.splitlines()
-               if (line.startswith(name + "{") and labels in line.split("}")[0])
-               or (line.startswith(name + " ") and not labels))
+def metric(c: Cluster, proc: str, name: str, labels: str = "") -> float:
+    """The sum of counter or gauge `name` on process `proc`'s /metrics page (Cluster.metric)."""
+    return c.metric(proc, name, labels)

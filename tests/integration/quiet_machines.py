@@ -35,8 +35,8 @@ from pathlib import Path
 from bench.etcd import Etcd, FailingOver
 from bench.failover import ETCD_TRY_S
 from cli import interrupts
+from cluster import netns
 from midtown import Client
-from tests.integration import netns
 from tests.integration.test_netns import MACHINES, ZK_MEMBERS, Machines
 
 QUIET_S = 8.0

@@ -36,9 +36,9 @@ from typing import Any
 import pytest
 
 from bench.failover import Prober
+from cluster import netns
 from cluster.zookeeper import four_letter
 from midtown import Client
-from tests.integration import netns
 from tests.integration.conftest import wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import check_per_key

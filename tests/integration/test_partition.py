@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster import netns
 from log import zk as logzk
 from log.client import LogClient
 from midtown import Client
-from tests.integration import netns
 from tests.integration.conftest import Appenders, started, verify_logs, wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import check_per_key

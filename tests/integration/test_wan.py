@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.netns import can_make, namespaces
+from cluster.netns import can_make, namespaces
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(can_make() is not None, reason=str(can_make()))]

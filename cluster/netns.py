@@ -1,4 +1,5 @@
-"""Machines played by network namespaces: N namespaces on a bridge, each with an address of
+"""Machines played by network namespaces (the tests of partitions and quiet machines, and
+`bench datacenters`): N namespaces on a bridge, each with an address of
 its own (10.X.Y.10+i; the bridge, on the root side, 10.X.Y.1), removed afterwards with
 every process still in them. Needs root, `ip netns` and iptables (scripts/install.sh)."""
 

@@ -126,8 +126,10 @@ def cmd_log_status(a: argparse.Namespace) -> int:
         where = machines.domains(c.zk, machines.LOG_SERVERS)
         topo = zkpaths.read_topology(c.zk)
         homes = topo.home_map if topo is not None else {}
+        prefers = topo.prefer_map if topo is not None else {}
     for r in rows:  # the machines of its last segment's servers, and those that hold two
         r["home"] = homes.get(r["log"], "")
+        r["prefers"] = prefers.get(r["log"], "")
         r["machines"] = {s: where(s).label() for s in sorted(r["replicas"])}
         r["data_centers"] = sorted(d for d in failure_domains.data_centers(r["replicas"], where) if d)
         r["shared_machines"] = sorted(failure_domains.shared(r["replicas"], where))
@@ -137,8 +139,9 @@ def cmd_log_status(a: argparse.Namespace) -> int:
         table = [{**r, "replicas": {f"s{k}": v for k, v in sorted(r["replicas"].items())},
                   "machines": ",".join(r["machines"].values()), "shared": ",".join(r["shared_machines"]),
                   "dcs": ",".join(r["data_centers"])} for r in rows]
-        emit(table, False, unless_empty(table, ["log", "writer", "epoch", "first", "last", "replicas", "home",
-                                                "dcs", "machines", "shared"], "dcs", "home"))
+        columns = ["log", "writer", "epoch", "first", "last", "replicas", "home", "prefers", "dcs",
+                   "machines", "shared"]
+        emit(table, False, unless_empty(table, columns, "dcs", "home", "prefers"))
         print(f"{sum(1 for r in rows if r['shared_machines'])} of {len(rows)} logs have their last segment's "
               f"servers share a machine")
     return 0
@@ -149,10 +152,7 @@ def cmd_log_home(a: argparse.Namespace) -> int:
     from catalog import registry, scopes
     from log import zk as zkpaths
 
-    if a.dc is None and not a.clear:
-        raise CliError("DC: name a data center, or pass --clear to let the log go anywhere")
-    if a.dc is not None and a.clear:
-        raise CliError("DC: give a data center or --clear, not both")
+    _dc_or_clear(a, "to let the log go anywhere")
     with log_client(a) as c:
         kv = registry.read_kv(c.zk)
         scope = scopes.scope_of_log(kv.scopes, a.log) if kv is not None else scopes.GLOBAL
@@ -165,6 +165,29 @@ def cmd_log_home(a: argparse.Namespace) -> int:
     emit({"log": a.log, "home": homes.get(a.log, ""),
           "note": "its writer and its next segments move there; sealed segments stay where they are"
           if a.dc else "its writer and segments may go anywhere"}, a.json)
+    return 0
+
+
+def _dc_or_clear(a: argparse.Namespace, clears: str) -> None:
+    if a.dc is None and not a.clear:
+        raise CliError(f"DC: name a data center, or pass --clear {clears}")
+    if a.dc is not None and a.clear:
+        raise CliError("DC: give a data center or --clear, not both")
+
+
+def cmd_log_prefer(a: argparse.Namespace) -> int:
+    """Prefer a data center for a log's writer (log/homes.py rank and yields), or not."""
+    from log import zk as zkpaths
+
+    _dc_or_clear(a, "to let its writer be anywhere")
+    with log_client(a) as c:
+        try:
+            prefers = zkpaths.set_prefer(c.zk, a.log, a.dc or "")
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    emit({"log": a.log, "prefers": prefers.get(a.log, ""),
+          "note": "a server there takes its writing over while one is up; its segments stay spread"
+          if a.dc else "its writer stays where it is"}, a.json)
     return 0
 
 
@@ -197,7 +220,7 @@ def cmd_log_add(a: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    """log append|read|status|truncate|home|add: the replicated logs."""
+    """log append|read|status|truncate|home|prefer|add: the replicated logs."""
     lg = sub.add_parser("log", help="operate the replicated logs")
     lgs = lg.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ap = lgs.add_parser("append", help="append entries to a log")
@@ -228,6 +251,12 @@ def add_parser(sub: Any) -> None:
     hm.add_argument("--clear", action="store_true", help="let the log go anywhere again")
     common_options(hm)
     hm.set_defaults(fn=cmd_log_home)
+    pf = lgs.add_parser("prefer", help="prefer one data center for a log's writer (its copies stay spread)")
+    pf.add_argument("log", type=nonneg_arg("LOG"))
+    pf.add_argument("dc", nargs="?", metavar="DC", help="a data center of the pool's log servers")
+    pf.add_argument("--clear", action="store_true", help="no preference")
+    common_options(pf)
+    pf.set_defaults(fn=cmd_log_prefer)
     ad = lgs.add_parser("add", help="give the key-value store N more of the log service's logs")
     ad.add_argument("n", type=nonneg_arg("N"), metavar="N")
     common_options(ad)

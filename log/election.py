@@ -50,6 +50,10 @@ WRITER_REFRESH_S = 5.0
 # only after this long: the preferred writers' ensembles (log/ensemble.py ring) then spread
 # over every server of a cluster that starts at once, not over the first ones up.
 STARTUP_GRACE_S = 3.0
+# A writer that gave a log up for its preferred data center (log/homes.py yields) does not
+# give it up for that again within this long: a server there that fails to claim it (cut
+# off, yet registered) leaves it here, not going back and forth.
+PREFER_HOLD_S = 60.0
 # A server a writer found lost is left out of new segments this long: longer than a ZooKeeper
 # session (fleet/connect.py), so a killed server's registration is gone by then, and
 # short enough that one that was only paused is used again soon.
@@ -87,6 +91,8 @@ class Election:
         self.writer_cache: dict[int, dict | None] = {}
         self.leaving: frozenset[int] = frozenset()  # servers being decommissioned (a watch)
         self.homes: dict[int, str] = topo.home_map  # each log's home data center (log/homes.py)
+        self.prefers: dict[int, str] = topo.prefer_map  # each log's preferred data center for its writer
+        self._yielded: dict[int, float] = {}  # log -> when a writer here last gave it up for its preference
         self._where: tuple[float, failure_domains.Domains] | None = None  # (when read, servers' domains)
         self.registered: frozenset[int] | None = None  # servers registered now (a watch; None: not yet)
         self._apart_checked: dict[int, float] = {}  # log -> when _keep_apart last looked
@@ -105,12 +111,14 @@ class Election:
         self.leaving = frozenset(int(c) for c in children)
         self._wake.set()
 
-    def learn_homes(self, homes: dict[int, str]) -> None:
-        """The logs' homes as the topology says them now (log/homes.py), read where the
-        server reads the topology anyway (no read of its own: the simulation's seeds replay)."""
-        if homes == self.homes:
+    def learn_homes(self, homes: dict[int, str], prefers: dict[int, str] | None = None) -> None:
+        """The logs' homes and preferred data centers as the topology says them now
+        (log/homes.py), read where the server reads the topology anyway (no read of its
+        own: the simulation's seeds replay)."""
+        prefers = self.prefers if prefers is None else prefers
+        if homes == self.homes and prefers == self.prefers:
             return
-        self.homes = homes
+        self.homes, self.prefers = homes, prefers
         self._where = None  # a home names a data center: read the servers' localities again
         self._apart_checked.clear()
         self._wake.set()
@@ -129,10 +137,22 @@ class Election:
     def _rank(self, log_id: int, topo: zkpaths.Topology, pool: list[int] | None = None) -> int:
         """This server's rank in the log's preferred order (among its home's servers when
         it has one: log/homes.py rank)."""
-        if not self.homes.get(log_id):
+        if not self.homes.get(log_id) and not self.prefers.get(log_id):
             return topo.preferred_rank(log_id, self.server_id)
         return homes.rank(pool if pool is not None else topo.log_servers, log_id, self.server_id, self.homes,
-                          self._domains())
+                          self._domains(), self.prefers)
+
+    def _yields(self, log_id: int, now: float) -> bool:
+        """Whether this server, writing the log outside its preferred data center, gives it
+        up now: a server there is up (log/homes.py yields), and this one has not given it
+        up for its preference within PREFER_HOLD_S (that server may fail to claim it: the
+        log then stays here a while rather than going back and forth)."""
+        if not self.prefers.get(log_id) or self.registered is None:
+            return False
+        if now - self._yielded.get(log_id, -PREFER_HOLD_S) < PREFER_HOLD_S:
+            return False
+        return homes.yields(self.server_id, log_id, self.prefers, self._domains(),
+                            self.registered - self.leaving)
 
     def servers_watch(self, children: list[str]) -> None:
         """A ZooKeeper children watch on the registered servers."""
@@ -189,6 +209,9 @@ class Election:
             d = None
         if d is not None and not self._may_write(log_id):
             d.stop(f"the log's home is {self.homes[log_id]}: a server there writes it")
+        elif d is not None and d.core.state is State.WRITING and self._yields(log_id, now):
+            self._yielded[log_id] = now
+            d.stop(f"the log prefers data center {self.prefers[log_id]}: a server there writes it")
         elif d is not None and d.core.state is State.WRITING:
             gone = (set(d.core.replicas) | {self.server_id}) & self.leaving
             if gone:
@@ -372,7 +395,7 @@ class Election:
         three. The pool is read again (`log-server add` grows it); servers that are leaving
         are not in it."""
         topo = zkpaths.read_topology(self.zk) or self.topo
-        self.learn_homes(topo.home_map)
+        self.learn_homes(topo.home_map, topo.prefer_map)
         # The log's home, if it has one (log/homes.py), and the placement rule
         # (fleet/failure_domains.py): the servers' machines, read now (a segment opens rarely).
         home_where = machines.domains(self.zk, machines.LOG_SERVERS) if self.homes.get(log_id) else None

@@ -47,12 +47,50 @@ def outside(replicas: Iterable[int], log_id: int, homes: Homes, domain_of: Domai
     return [r for r in replicas if r not in inside]
 
 
-def rank(pool: Sequence[int], log_id: int, server: int, homes: Homes, domain_of: Domains) -> int:
+def rank(pool: Sequence[int], log_id: int, server: int, homes: Homes, domain_of: Domains,
+         prefers: Homes | None = None) -> int:
     """The server's rank in the log's preferred order (0 writes it first, log/election.py):
-    the pool's order rotated by the log's id, among the servers of its home only."""
+    the pool's order rotated by the log's id, among the servers of its home only, those of
+    its preferred data center (`prefers`) first."""
     eligible = in_home(pool, log_id, homes, domain_of)
     assert server in eligible, (server, log_id)
-    return (eligible.index(server) - log_id) % len(eligible)
+    n = len(eligible)
+    rotated = [eligible[(log_id + i) % n] for i in range(n)]
+    pref = (prefers or {}).get(log_id, "")
+    if pref:
+        rotated = ([s for s in rotated if domain_of(s).dc == pref]
+                   + [s for s in rotated if domain_of(s).dc != pref])
+    return rotated.index(server)
+
+
+def yields(server: int, log_id: int, prefers: Homes, domain_of: Domains, up: Iterable[int]) -> bool:
+    """Whether the log's writer `server` gives the log up for its preferred data center:
+    it has one, the writer is not there, and a server there is `up` (registered, staying)."""
+    pref = prefers.get(log_id, "")
+    return bool(pref) and domain_of(server).dc != pref and any(
+        domain_of(s).dc == pref for s in up if s != server)
+
+
+def check_prefer(log_id: int, dc: str, logs: int, pool: Sequence[int], domain_of: Domains,
+                 homes: Homes) -> str | None:
+    """What is wrong with preferring data center `dc` ("" clears it) for log `log_id`'s
+    writer, naming the argument; None when it can be done."""
+    if not 0 <= log_id < logs:
+        return f"LOG: {log_id}, this cluster has logs 0..{logs - 1}"
+    if not dc:
+        return None
+    home = homes.get(log_id, "")
+    if home and home != dc:
+        return (f"LOG: log {log_id} is kept in {home!r}, so its writer is there (midtown log home "
+                f"{log_id} --clear lets it go anywhere first)")
+    by_dc = failure_domains.data_centers(pool, domain_of)
+    return _none_in(dc, by_dc) if dc not in by_dc else None
+
+
+def _none_in(dc: str, by_dc: Mapping[str, list[int]]) -> str:
+    known = sorted(d for d in by_dc if d)
+    return (f"DC: {dc!r} holds none of the pool's log servers "
+            f"(data centers: {', '.join(known) or 'none named'})")
 
 
 def check_home(log_id: int, dc: str, logs: int, pool: Sequence[int], domain_of: Domains,
@@ -65,10 +103,8 @@ def check_home(log_id: int, dc: str, logs: int, pool: Sequence[int], domain_of: 
     if not dc:
         return None
     by_dc = failure_domains.data_centers(pool, domain_of)
-    known = sorted(d for d in by_dc if d)
     if dc not in by_dc:
-        return (f"DC: {dc!r} holds none of the pool's log servers "
-                f"(data centers: {', '.join(known) or 'none named'})")
+        return _none_in(dc, by_dc)
     there = by_dc[dc]
     spread = len(failure_domains.machines(there, domain_of))
     if len(there) < size or (spread < size and not one_machine):

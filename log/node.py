@@ -164,7 +164,7 @@ class Node:
         read of their own, so the simulation's seeds replay) and this server's store record."""
         topo = zkpaths.read_topology(self.zk)
         if topo is not None:
-            self.election.learn_homes(topo.home_map)
+            self.election.learn_homes(topo.home_map, topo.prefer_map)
         self.keep_store_recorded(topo)
 
     def keep_store_recorded(self, topo: zkpaths.Topology | None) -> None:

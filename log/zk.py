@@ -72,10 +72,16 @@ class Topology:
     leased_below: int = 0
     # Each log's home data center (log/homes.py), as (log, dc) pairs; a log missing has none.
     homes: tuple[tuple[int, str], ...] = ()
+    # Each log's preferred data center for its writer (log/homes.py rank), as (log, dc).
+    prefers: tuple[tuple[int, str], ...] = ()
 
     @property
     def home_map(self) -> dict[int, str]:
         return dict(self.homes)
+
+    @property
+    def prefer_map(self) -> dict[int, str]:
+        return dict(self.prefers)
 
     def preferred_rank(self, log_id: int, server_id: int) -> int:
         """0 for the server that should write `log_id` (spreading writers), then 1, 2..."""
@@ -123,7 +129,8 @@ def read_topology(zk: KazooClient) -> Topology | None:
 
 def _topology(d: dict[str, Any]) -> Topology:
     return Topology(d["logs"], tuple(d["log_servers"]), int(d.get("leased_below", 0)),
-                    tuple(sorted((int(k), str(v)) for k, v in d.get("homes", {}).items())))
+                    tuple(sorted((int(k), str(v)) for k, v in d.get("homes", {}).items())),
+                    tuple(sorted((int(k), str(v)) for k, v in d.get("prefers", {}).items())))
 
 
 def leased_update(zk: KazooClient, below: int) -> tuple[bytes, int] | None:
@@ -171,16 +178,38 @@ def set_home(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
                              machines.one_machine(zk))
     if wrong:
         raise ValueError(wrong)
+    return _set_dc(zk, "homes", log_id, dc)
+
+
+def set_prefer(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
+    """Prefer data center `dc` ("": none) for log `log_id`'s writer (log/homes.py rank: its
+    servers claim the log first, and a writer elsewhere gives it up while one of them is
+    up), by a versioned write of the topology, once log/homes.py check_prefer allows it
+    (ValueError naming the argument if not). The preferences in force after it."""
+    topo = read_topology(zk)
+    if topo is None:
+        raise ValueError("no log topology in this cluster: run `midtown cluster init`")
+    pool = [s for s in topo.log_servers if s not in leaving(zk)]
+    wrong = homes.check_prefer(log_id, dc, topo.logs, pool, machines.domains(zk, machines.LOG_SERVERS),
+                               topo.home_map)
+    if wrong:
+        raise ValueError(wrong)
+    return _set_dc(zk, "prefers", log_id, dc)
+
+
+def _set_dc(zk: KazooClient, key: str, log_id: int, dc: str) -> dict[int, str]:
+    """The topology's map `key` (log -> data center) with `log_id`'s set to `dc` (removed
+    when ""), by a versioned write retried when another change won; the map after it."""
     while True:
         data, stat = zk.get(TOPOLOGY)
         d = json.loads(data)
-        now = {int(k): str(v) for k, v in d.get("homes", {}).items()}
+        now = {int(k): str(v) for k, v in d.get(key, {}).items()}
         if dc:
             now[log_id] = dc
         else:
             now.pop(log_id, None)
         try:
-            zk.set(TOPOLOGY, json.dumps({**d, "homes": {str(k): v for k, v in sorted(now.items())}}).encode(),
+            zk.set(TOPOLOGY, json.dumps({**d, key: {str(k): v for k, v in sorted(now.items())}}).encode(),
                    version=stat.version)
             return now
         except BadVersionError:

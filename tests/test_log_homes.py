@@ -78,3 +78,38 @@ def test_a_lost_copy_of_a_sealed_segment_is_replaced_in_the_logs_home() -> None:
     moved = rereplicate.plan(meta2, live_w - {0}, load, DOMAIN,
                              targets=homes.in_home(live_w - {0}, 0, {0: "west"}, DOMAIN))
     assert [(m.dead, m.target) for m in moved] == [(0, 5)]
+
+
+@given(st.integers(0, 40), st.sampled_from(["east", "west", "north"]), st.sampled_from(["", "east"]))
+def test_a_preferred_data_centers_servers_rank_first_each_once(log_id: int, pref: str, home: str) -> None:
+    """log/homes.py rank with a preference: every server that may write the log has a rank
+    of its own, and those of the preferred data center come before the others (they
+    claim it first: log/election.py)."""
+    h = {log_id: home} if home else {}
+    eligible = homes.in_home(POOL, log_id, h, DOMAIN)
+    ranks = {s: homes.rank(POOL, log_id, s, h, DOMAIN, {log_id: pref}) for s in eligible}
+    assert sorted(ranks.values()) == list(range(len(eligible)))
+    there = [r for s, r in ranks.items() if DOMAIN(s).dc == pref]
+    elsewhere = [r for s, r in ranks.items() if DOMAIN(s).dc != pref]
+    assert not there or not elsewhere or max(there) < min(elsewhere)
+    # no preference for this log: the order as before
+    assert {s: homes.rank(POOL, log_id, s, h, DOMAIN, {log_id + 1: pref}) for s in eligible} == \
+        {s: homes.rank(POOL, log_id, s, h, DOMAIN) for s in eligible}
+
+
+def test_a_writer_outside_its_preferred_data_center_gives_it_up_while_one_there_is_up() -> None:
+    prefers = {1: "west"}
+    assert homes.yields(0, 1, prefers, DOMAIN, [0, 3, 6])  # east writes, west's 3 is up
+    assert not homes.yields(0, 1, prefers, DOMAIN, [0, 1, 6])  # none of west's up: it stays
+    assert not homes.yields(3, 1, prefers, DOMAIN, [0, 3, 4])  # in west already
+    assert not homes.yields(0, 2, prefers, DOMAIN, [3])  # log 2 prefers nothing
+
+
+def test_a_preference_that_cannot_be_is_refused_naming_the_argument() -> None:
+    check = homes.check_prefer
+    assert check(0, "west", 2, POOL, DOMAIN, {}) is None
+    assert check(0, "", 2, POOL, DOMAIN, {0: "east"}) is None
+    assert "LOG: 2" in (check(2, "west", 2, POOL, DOMAIN, {}) or "")
+    assert (check(0, "south", 2, POOL, DOMAIN, {}) or "").startswith("DC: 'south' holds none")
+    assert "LOG: log 0 is kept in 'east'" in (check(0, "west", 2, POOL, DOMAIN, {0: "east"}) or "")
+    assert check(0, "east", 2, POOL, DOMAIN, {0: "east"}) is None

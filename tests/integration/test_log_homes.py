@@ -187,3 +187,28 @@ def test_only_the_replicas_in_a_local_scopes_data_center_answer_its_writes(two_d
         got = quiet_batch(40)
     assert got is not None, "node 1 (west) answered a write to the east dataset"
     assert got[1] - got[0] >= 40  # every write answered, from east
+
+
+def test_a_log_that_prefers_a_data_center_is_written_there_and_copied_everywhere(two_dcs: Cluster) -> None:
+    """`log prefer 2 west`: a west server takes log 2's writing over (the writer elsewhere
+    gives it up while one there is up), its open segment still spread over both data
+    centers; its writer killed, the next is in west too; --clear leaves it where it is."""
+    c = two_dcs
+    out = json.loads(mt(c, "log", "prefer", "2", "west", "--json").stdout)
+    assert out["prefers"] == "west"
+    wait_for(lambda: status(c, 2)["writer"] in WEST, 60, "log 2's writer in west")
+    row = status(c, 2)
+    assert row["prefers"] == "west" and row["home"] == "" and row["data_centers"] == ["east", "west"]
+    writer = row["writer"]
+    c.kill(f"log-{writer}")
+    try:
+        wait_for(lambda: status(c, 2)["writer"] in WEST - {writer}, 60, "a new writer of log 2 in west")
+    finally:
+        c.restart(f"log-{writer}")
+    cleared = json.loads(mt(c, "log", "prefer", "2", "--clear", "--json").stdout)
+    assert cleared["prefers"] == "" and status(c, 2)["prefers"] == ""
+    for args, says in ((("log", "prefer", "2", "south"), "DC: 'south' holds none of the pool's log servers"),
+                       (("log", "prefer", "1", "west"), "LOG: log 1 is kept in 'east'"),
+                       (("log", "prefer", "2"), "DC: name a data center, or pass --clear")):
+        p = mt(c, *args, ok=False)
+        assert says in p.stderr and "Traceback" not in p.stderr

@@ -18,6 +18,8 @@ Pure logic here; the calls to the replicas are made by coordinator/node.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from midtown_pb import kv_pb2 as pb
 from record.versions import COUNTER_BITS, ID_BITS, version_millis
 from runtime import world
@@ -53,6 +55,16 @@ def stamp(value: bytes, version: int, ttl_ms: int, deleted: bool) -> pb.LwwValue
     """A write's value: a TTL counts from the version's milliseconds (tombstones never expire)."""
     expires = HybridClock.millis(version) + ttl_ms if ttl_ms and not deleted else 0
     return pb.LwwValue(value=value, version=version, expires_at_ms=expires, deleted=deleted)
+
+
+def local_quorum(replicas: Sequence[int], dc_of: Mapping[int, str], dc: str) -> tuple[tuple[int, ...], int]:
+    """Whose answers make a quorum for a call from data center `dc` (the caller's): the
+    shard's `replicas` in `dc` when some are there, of whom a majority (Cassandra's
+    LOCAL_QUORUM: a write is still sent to every replica, nobody waits for the others,
+    and anti-entropy brings every data center to the same values); else every replica.
+    (The replicas counted, the number the majority is of, up or not.)"""
+    local = tuple(r for r in replicas if dc and dc_of.get(r) == dc)
+    return (local, len(local)) if local else (tuple(replicas), len(replicas))
 
 
 def write_shortfall(acks: int, n: int) -> str | None:

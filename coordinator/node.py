@@ -455,26 +455,47 @@ class Coordinator:
 
     # ------------------------------------------------------------ eventual datasets
     def eventual_write(self, d: Dataset, pkey: bytes, lkey: bytes, value: bytes, ttl_ms: int,
-                       deleted: bool, deadline_s: float) -> int:
-        """Write to every replica, done once a majority has it (coordinator/eventual.py)."""
+                       deleted: bool, deadline_s: float, dc: str = "") -> int:
+        """Write to every replica, done once a majority has it, of those in the caller's
+        data center `dc` (or this coordinator's) when the shard has some there
+        (coordinator/eventual.py local_quorum)."""
         version = self.clock.next()
         v = eventual.stamp(value, version, ttl_ms or d.ttl_ms, deleted)
         req = pb.LwwWriteRequest(dataset=d.id, shard=d.shard_of(pkey, self.kv.shards),
                                  partition_key=pkey, local_key=lkey, value=v)
-        n = self.replicas.copies(req.shard) or len(self.kv.storage_nodes)
-        ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n), req.shard)
-        short = eventual.write_shortfall(len(ok), n)
+        counted, n = self._quorum_of(req.shard, dc)
+        ok = self.replicas.fan_out("LwwWrite", req, deadline_s, eventual.quorum(n), req.shard, counted)
+        short = eventual.write_shortfall(sum(1 for a, _ in ok if counted is None or a in counted), n)
         if short is not None:
             raise Refusal(Code.UNAVAILABLE, short)
         return version
 
+    def _quorum_of(self, shard: int, dc: str) -> tuple[set[str] | None, int]:
+        """For an eventual dataset's call: the addresses whose answers count (None: any) and
+        the replica count its majority is of. From data center `dc` (the caller's, else this
+        coordinator's), the shard's replicas there when it has some (local_quorum); with no
+        data center, or in a cluster that names none, every replica as before."""
+        where = dc or self.dc
+        sets = self.replicas.sets()
+        ids = sets.of(shard) if sets is not None and shard < len(sets.sets) else self.kv.storage_nodes
+        if not where:
+            return None, self.replicas.copies(shard) or len(self.kv.storage_nodes)
+        dcs = self.replicas.data_centers(dc)  # (a caller's data center no node names: refused)
+        local, n = eventual.local_quorum(ids, dcs, where)
+        if len(local) == len(ids):
+            return None, n  # every replica there, or none of them: every replica's answer counts
+        holders = self.replicas.holders(shard)
+        return {holders[i] for i in local if i in holders}, n
+
     def eventual_read(self, d: Dataset, pkey: bytes, req: pb.LwwReadRequest,
-                      deadline_s: float) -> list[pb.LwwReadResponse]:
-        """A majority of the replicas' answers; those among them that hold an older version
-        of a single key get the newest written back (read repair)."""
+                      deadline_s: float, dc: str = "") -> list[pb.LwwReadResponse]:
+        """A majority of the replicas' answers (of those in the caller's data center `dc`, or
+        this coordinator's, when the shard has some there); those among them that hold an
+        older version of a single key get the newest written back (read repair)."""
         req.dataset, req.shard, req.partition_key = d.id, d.shard_of(pkey, self.kv.shards), pkey
-        n = self.replicas.copies(req.shard) or len(self.kv.storage_nodes)
-        ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n), req.shard)
+        counted, n = self._quorum_of(req.shard, dc)
+        ok = self.replicas.fan_out("LwwRead", req, deadline_s, eventual.quorum(n), req.shard, counted)
+        ok = [(a, r) for a, r in ok if counted is None or a in counted]
         short = eventual.read_shortfall(len(ok), n)
         if short is not None:
             raise Refusal(Code.UNAVAILABLE, short)

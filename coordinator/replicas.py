@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import queue
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -52,6 +52,17 @@ class Replicas:
         # First read on a caller's path (a bounded read) too: bounded, as the reloads.
         self._dcs: Refreshed[dict[int, str]] = Refreshed(
             lambda: self._read_dcs(quick), limits.MEMBERS_CACHE_S, initial={})
+
+    def data_centers(self, dc: str = "") -> dict[int, str]:
+        """Each storage node's data center as last read ("" for none); with `dc` (a
+        caller's), BadRequest when no node names it while some name one."""
+        try:
+            dcs = self._dcs.get()
+        except Exception:  # ZooKeeper unavailable: the last ones read
+            dcs = self._dcs.last()
+        if dc:
+            in_dc([], {}, dcs, dc)  # (the refusal)
+        return dcs
 
     @staticmethod
     def _read_dcs(zk: KazooClient) -> dict[int, str]:
@@ -143,19 +154,21 @@ class Replicas:
         return None
 
     def fan_out(self, method: str, req: Any, deadline_s: float, need: int,
-                shard: int) -> list[tuple[str, Any]]:
-        """Send to every live replica of `shard` at once; the first `need` answers (or all
-        there are)."""
+                shard: int, counted: Collection[str] | None = None) -> list[tuple[str, Any]]:
+        """Send to every live replica of `shard` at once; the answers until `need` of them
+        came from `counted` (None: from any), or all there are."""
         calls = {_POOL.submit(self.call, a, method, req, deadline_s): a
                  for a in self.holders(shard).values()}
         ok: list[tuple[str, Any]] = []
+        got = 0
         try:
             for f in world.as_completed(calls, timeout=deadline_s):
                 try:
                     ok.append((calls[f], f.result()))
                 except Exception:
                     continue
-                if len(ok) >= need:
+                got += counted is None or calls[f] in counted
+                if got >= need:
                     break
         except futures.TimeoutError:
             pass
@@ -252,11 +265,7 @@ class Replicas:
         data center, every holder. A `dc` no node names is refused (BadRequest)."""
         if not dc:
             return self._order(shard)
-        try:
-            dcs = self._dcs.get()
-        except Exception:  # ZooKeeper unavailable: the last ones read
-            dcs = self._dcs.last()
-        return in_dc(self._order(shard), self.holders(shard), dcs, dc)
+        return in_dc(self._order(shard), self.holders(shard), self.data_centers(), dc)
 
     def _order(self, shard: int) -> list[str]:
         """Live storage nodes holding `shard` to read from: the one in this process first,

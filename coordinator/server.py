@@ -239,7 +239,7 @@ class KVService:
             if req.consistency == pb.BOUNDED:
                 near_reads.strong_dataset(ed)
             answers = self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
-                                           self._deadline(ctx))
+                                           self._deadline(ctx), req.header.dc)
             v = eventual.winner(answers)
             if not eventual.live(v, world.wall_ms()):
                 return pb.GetResponse(found=False)
@@ -264,7 +264,7 @@ class KVService:
         pkey, lkey = check_key(req.key)
         ed = self.c.admission.need(d, req.header)
         return pb.PutResponse(version=self.c.eventual_write(
-            ed, pkey, lkey, req.value, req.ttl_ms, False, self._deadline(ctx)))
+            ed, pkey, lkey, req.value, req.ttl_ms, False, self._deadline(ctx), req.header.dc))
 
     def delete(self, req: pb.DeleteRequest, ctx: grpc.ServicerContext,
                d: Dataset | None) -> pb.DeleteResponse:
@@ -276,8 +276,8 @@ class KVService:
         # Last writer wins: what a majority held just before, the best an eventual
         # dataset can say about what was there.
         before = eventual.winner(self.c.eventual_read(ed, pkey, pb.LwwReadRequest(local_key=lkey),
-                                                      self._deadline(ctx)))
-        self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx))
+                                                      self._deadline(ctx), req.header.dc))
+        self.c.eventual_write(ed, pkey, lkey, b"", 0, True, self._deadline(ctx), req.header.dc)
         return pb.DeleteResponse(deleted=int(eventual.live(before, world.wall_ms())))
 
     def check_and_set(self, req: pb.CheckAndSetRequest, ctx: grpc.ServicerContext,
@@ -368,7 +368,7 @@ class KVService:
             answers = self.c.eventual_read(
                 ed, req.partition_key,
                 pb.LwwReadRequest(scan=True, start=req.start, end=req.end, limit=asked),
-                self._deadline(ctx))
+                self._deadline(ctx), req.header.dc)
             page, nxt = eventual.scan_page(answers, asked, op.limit, world.wall_ms())
             return pb.ScanResponse(items=[pb.Item(local_key=it.local_key, value=_lww_value(it.value))
                                           for it in page], next=nxt)

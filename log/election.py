@@ -37,6 +37,7 @@ from log.driver import WriterDriver
 from log.ensemble import NoEnsemble
 from log.messages import ReadRange
 from log.metadata import LogMetadata
+from log.metrics import PREFERENCE_YIELDS
 from log.replica_link import NoAnswer, Refused, ReplicaLink
 from log.writer import State, Writer
 from runtime import faults, world
@@ -211,6 +212,7 @@ class Election:
             d.stop(f"the log's home is {self.homes[log_id]}: a server there writes it")
         elif d is not None and d.core.state is State.WRITING and self._yields(log_id, now):
             self._yielded[log_id] = now
+            PREFERENCE_YIELDS.labels(log=str(log_id)).inc()
             d.stop(f"the log prefers data center {self.prefers[log_id]}: a server there writes it")
         elif d is not None and d.core.state is State.WRITING:
             gone = (set(d.core.replicas) | {self.server_id}) & self.leaving

@@ -13,5 +13,9 @@ EPOCH = Gauge("midtown_log_writer_epoch", "The epoch of each log this server wri
               ["log"])
 COMMIT_LAG = Gauge("midtown_log_commit_lag_entries",
                    "Entries a writer has sent that a quorum has not acknowledged yet", ["log"])
+PREFERENCE_YIELDS = Counter("midtown_log_preference_yields_total",
+                            "Logs this server stopped writing for their preferred data center (log prefer), "
+                            "by log",
+                            ["log"])
 ENSEMBLE_CHANGES = Counter("midtown_log_ensemble_changes_total",
                            "Open segments a writer moved off copies that stopped answering", ["log"])

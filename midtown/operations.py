@@ -101,23 +101,20 @@ class Operations:
     def _do(self, c: Call) -> Any:
         raise NotImplementedError
 
-    @staticmethod
-    def header(dataset: str, request_id: bytes | None,
-                event_id: bytes | str | None = None) -> pb.RequestHeader:
+    def header(self, dataset: str, request_id: bytes | None,
+               event_id: bytes | str | None = None) -> pb.RequestHeader:
+        """A call's header: it names this client's data center, where replicas serve
+        bounded and eventual reads and an eventual dataset's writes wait for a majority."""
         to_dataset(dataset)
         if request_id is not None:
             request_id = to_value(request_id, "request_id")
         # An id we make up now has never been seen: say so (puts and deletes answer sooner).
         return pb.RequestHeader(dataset=dataset, request_id=request_id or world.unique_id(),
-                                first_attempt=request_id is None,
+                                first_attempt=request_id is None, dc=self.dc,
                                 event_id=to_bytes(event_id, "event_id") if event_id is not None else b"")
 
     def read_header(self, dataset: str) -> pb.RequestHeader:
-        """A read's header: it names this client's data center, where replicas serve bounded
-        and eventual reads."""
-        h = self.header(dataset, None)
-        h.dc = self.dc
-        return h
+        return self.header(dataset, None)
 
     # ------------------------------------------------------------ operations
 

@@ -226,3 +226,22 @@ def test_settings_come_from_the_environment_and_refuse_bad_values() -> None:
     for bad in ("0", "-1", "soon", "nan"):
         with pytest.raises(ValueError, match="MIDTOWN_DROP_DELAY_S"):
             Settings.from_env({"MIDTOWN_DROP_DELAY_S": bad})
+
+
+@given(st.lists(st.sampled_from(["east", "west", "north", ""]), min_size=1, max_size=9),
+       st.sampled_from(["east", "west", "", "mars"]), st.data())
+def test_a_local_quorum_is_a_majority_of_the_callers_data_center_and_meets_any_other_there(
+        where: list[str], dc: str, data: st.DataObject) -> None:
+    """coordinator/eventual.py local_quorum: from a data center holding some of the shard's
+    replicas, a majority of those alone (any two such majorities share a replica: a read
+    there sees a write acknowledged there); from one holding none, or none named, a
+    majority of all of them, as before."""
+    replicas = list(range(len(where)))
+    dc_of = dict(enumerate(where))
+    counted, n = eventual.local_quorum(replicas, dc_of, dc)
+    there = [r for r in replicas if dc and dc_of[r] == dc]
+    assert (list(counted), n) == ((there, len(there)) if there else (replicas, len(replicas)))
+    need = eventual.quorum(n)
+    w = data.draw(st.sets(st.sampled_from(counted), min_size=need, max_size=need))
+    r = data.draw(st.sets(st.sampled_from(counted), min_size=need, max_size=need))
+    assert w & r

@@ -9,6 +9,7 @@ dataset's keys travel only in that log, written and copied in east."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -212,3 +213,28 @@ def test_a_log_that_prefers_a_data_center_is_written_there_and_copied_everywhere
                        (("log", "prefer", "2"), "DC: name a data center, or pass --clear")):
         p = mt(c, *args, ok=False)
         assert says in p.stderr and "Traceback" not in p.stderr
+
+
+def test_an_eventual_write_waits_for_a_majority_of_the_callers_data_center_alone(two_dcs: Cluster) -> None:
+    """An eventual dataset's write from west (Client(dc="west")) is done once west's replica
+    has it (coordinator/eventual.py local_quorum: storage node 1 is west's only one), with
+    both of east's paused (SIGSTOP): a majority of all three could not be had. Continued,
+    east reads it too (the write reached them, or anti-entropy brings it)."""
+    c = two_dcs
+    mt(c, "dataset", "create", "ev", "--consistency", "eventual")
+    east = ("storage-0", "storage-2")
+    for p in east:
+        c.signal(p, signal.SIGSTOP)
+    try:
+        with Client(zk=c.zk_hosts, timeout=20, dc="west") as west:
+            west.put("ev", "k", "l", b"written in west")
+            got = west.get("ev", "k", "l")
+            assert got is not None and got.value == b"written in west"
+    finally:
+        for p in east:
+            c.signal(p, signal.SIGCONT)
+    with Client(zk=c.zk_hosts, timeout=20, dc="east") as near_east:
+        def read_in_east() -> bool | None:
+            got = near_east.get("ev", "k", "l")
+            return True if got is not None and got.value == b"written in west" else None
+        wait_for(read_in_east, 60, "the write read in east")

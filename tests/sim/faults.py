@@ -37,6 +37,9 @@ class Faults:
     # With bounded reads, one storage node's clock behind real time by 2-4 s, beyond what
     # they allow: its replica must see its log's stamps run ahead and serve none of them
     wrong_clock: bool = False
+    # With data centers, the operator preferring one for a log's writer now and then, or
+    # clearing it (log prefer: the writer elsewhere gives the log up, a server there claims it)
+    preferences: bool = False
 
     def __str__(self) -> str:
         on = [f"{k}={v}" if not isinstance(v, bool) else k if v else f"no {k}"
@@ -63,7 +66,8 @@ def drawn(seed: int, broken: str = "") -> Faults:
     # (from a generator of its own: the other draws stay the seed's)
     f = replace(f, data_centers=random.Random(f"dcs/{seed}").random() < 0.3,
                 bounded_reads=random.Random(f"bounded/{seed}").random() < 0.3)
-    f = replace(f, wrong_clock=f.bounded_reads and random.Random(f"wrong-clock/{seed}").random() < 0.5)
+    f = replace(f, wrong_clock=f.bounded_reads and random.Random(f"wrong-clock/{seed}").random() < 0.5,
+                preferences=f.data_centers and random.Random(f"prefer/{seed}").random() < 0.5)
     if broken not in writers.BROKEN or broken in BROKEN:
         return f
     # (from a generator of its own: the other draws stay the seed's)

@@ -68,6 +68,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from catalog import datasets, registry
 from coordinator.node import Coordinator
 from coordinator.records import record_for
@@ -75,8 +77,10 @@ from coordinator.server import Shell
 from drivers import handoffs, moves
 from fleet import failure_domains, machines
 from fleet.failure_domains import Domain
+from log import zk as zkpaths
 from log.client import LogClient
 from log.entry import Entry
+from log.metrics import PREFERENCE_YIELDS
 from log.rocks_store import RocksStore
 from log.store import Batch
 from midtown import errors
@@ -219,6 +223,8 @@ class NodeSim(EndChecks, WriterSim):
                                               "hand-off drivers killed"), 0))
         if f.data_centers:
             self.counts["data centers cut off"] = 0
+        if f.preferences:
+            self.counts["preferences set"] = self.counts["writers moved for a preference"] = 0
         if f.bounded_reads:
             self.counts.update(dict.fromkeys(("bounded reads", "bounded reads served near"), 0))
             # Every server's wall clock off real time by up to the offset bounded reads allow
@@ -445,6 +451,8 @@ class NodeSim(EndChecks, WriterSim):
             world.spawn("hand-offs", lambda: self.hand_offs(stop))
         if self.dcs:
             world.spawn("data-center-cuts", lambda: self.data_center_cuts(stop))
+        if self.faults.preferences:
+            world.spawn("preferences", lambda: self.preferences(stop))
 
     # --- data centers (Faults.data_centers) ---------------------------------------------------
 
@@ -476,6 +484,26 @@ class NodeSim(EndChecks, WriterSim):
             for zk in zks:
                 self.ens.partition(zk, seconds)
             world.sleep(seconds)
+
+    def preferences(self, stop: Any) -> None:
+        """(Faults.preferences) Now and then the operator prefers a data center for a log's
+        writer, or clears it (`midtown log prefer`, log/homes.py): a writer elsewhere gives
+        the log up while a server there is up, and one there claims it first, through the
+        cuts and crashes of the run; every check holds through it. Drawn on a generator of
+        its own."""
+        r = random.Random(f"prefer/{self.seed}/changes")
+        yields_before = _yields()
+        while not stop.is_set():
+            world.sleep(r.uniform(2.0, 6.0))
+            if stop.is_set():
+                break
+            log_id, dc = r.randrange(LOGS), r.choice([*(f"dc{i}" for i in range(self.dcs)), ""])
+            try:
+                zkpaths.set_prefer(self.admin, log_id, dc)
+            except KazooException:
+                continue  # (ZooKeeper cut off from the operator a while: the next one)
+            self.counts["preferences set"] += 1
+            self.counts["writers moved for a preference"] = int(_yields() - yields_before)
 
     # --- shards handed between the logs ------------------------------------------------------
 
@@ -901,3 +929,9 @@ def run(seed: int, cfg: Config | None = None, broken: str = "",
             if not db.closed:
                 db.close()
         shutil.rmtree(sim.dir, ignore_errors=True)
+
+
+def _yields() -> float:
+    """Writers given up for a preferred data center so far, in this process (every log
+    server of the simulation counts into log/metrics.py's counter)."""
+    return sum(s.value for m in PREFERENCE_YIELDS.collect() for s in m.samples if s.name.endswith("_total"))

@@ -53,6 +53,14 @@ CLOCK_DOUBT_S = 10.0
 CLOCK_TRUST_S = 10.0
 
 
+def lag_ms(writer_clock_ms: int, applied_ms: int, missing: int) -> int:
+    """How far behind its log's writer a replica is in log time (the metric
+    midtown_storage_lag_ms): the writer's clock as it answered, less the stamp of the last
+    entry the replica applied, while it misses `missing` entries; 0 when it misses none (an
+    idle log's replica is not behind, however old its last stamp)."""
+    return max(0, writer_clock_ms - applied_ms) if missing > 0 else 0
+
+
 class ClockWatch:
     """What a replica knows of its own clock against its logs' writers' (docs/architecture.md,
     "Reads near the caller"). A stamp of the writer's clock (an entry's, or the clock it

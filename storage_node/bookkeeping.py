@@ -15,7 +15,7 @@ from catalog import datasets, registry, shard_moves
 from catalog import usage as usage_reports
 from fleet import machines
 from midtown_pb import kv_pb2 as pb
-from record import codec
+from record import codec, staleness
 from record.model import Drop, Position, Record
 from runtime import loops, world
 from runtime.refusals import Refusal
@@ -24,7 +24,7 @@ from storage_node.apply_loop import ApplyLoop
 from storage_node.eventual_service import EventualService
 from storage_node.limits import LAG_INTERVAL_S, USAGE_DUTY, USAGE_INTERVAL_MAX_S, USAGE_SPREAD_S
 from storage_node.lww import LwwReplica
-from storage_node.metrics import DIVERGED, EVENT_IDS, LAG
+from storage_node.metrics import DIVERGED, EVENT_IDS, LAG, LAG_MS
 from storage_node.state import NodeState
 from storage_node.truncation import handed_holders, needs_publish, truncation_point
 
@@ -199,6 +199,9 @@ class Bookkeeping:
                 s.watch_clock(log_id, tail.clock_ms, checked=True)
             lag[log_id] = max(0, int(tail.last) + 1 - s.positions[log_id][0])
             LAG.labels(log=str(log_id)).set(lag[log_id])
+            if tail.clock_ms:  # (a replica across data centers: how stale a read of it may be)
+                LAG_MS.labels(log=str(log_id)).set(staleness.lag_ms(tail.clock_ms, s.positions[log_id][1],
+                                                                    lag[log_id]))
         s.lag = lag  # one assignment: a health check never sees it half made
         peers = s.peers(members_only=True)
         if peers:

@@ -11,6 +11,10 @@ TAILED = Counter("midtown_storage_tailed_entries_total",
 POSITION = Gauge("midtown_storage_position", "The next position to apply, by log", ["log"])
 LAG = Gauge("midtown_storage_lag_entries", "Entries the log's writer holds beyond what this node applied",
             ["log"])
+LAG_MS = Gauge("midtown_storage_lag_ms",
+               "How far behind its log's writer this replica is in log time: the writer's clock when it "
+               "last answered, less the stamp of the last entry applied (0 when none is missing), by log",
+               ["log"])
 DIVERGED = Gauge("midtown_storage_diverged_shards",
                  "Shards whose digest differs from a peer's at the same position (last comparison)")
 EVENT_IDS = Gauge("midtown_storage_event_ids", "Event ids held (the dedup table), by dataset", ["dataset"])

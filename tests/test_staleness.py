@@ -119,3 +119,9 @@ def test_a_doubt_lasts_its_time_and_is_said_once() -> None:
     assert w.doubt(1, 16.0) is not None  # CLOCK_DOUBT_S after the last stamp ahead: not checked since
     assert w.note(1, 20_000, 19_500, mono_s=17.0, checked=True) is None  # 500 ahead: allowed
     assert w.doubt(1, 17.0) is None
+
+
+def test_a_replicas_lag_in_log_time_is_the_writers_clock_past_its_last_stamp_while_behind() -> None:
+    assert staleness.lag_ms(10_000, 9_200, missing=3) == 800
+    assert staleness.lag_ms(10_000, 9_200, missing=0) == 0  # caught up: an idle log's last stamp is old
+    assert staleness.lag_ms(10_000, 10_050, missing=1) == 0  # clocks apart: never below 0

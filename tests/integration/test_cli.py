@@ -240,6 +240,7 @@ def _cluster_commands(load: Path) -> list[list[str]]:
     required = {("log", "truncate"): ["--before", "1"], ("cas",): ["--expect-absent"],
                 ("placement", "balance"): ["--load", str(load)], ("shard", "move"): ["--to", "1"],
                 ("shard", "hand-off"): ["--to", "1"], ("log", "home"): ["--clear"],
+                ("log", "prefer"): ["--clear"], ("scope", "add"): ["--shards", "1", "--logs", "1"],
                 ("machine", "up"): ["--plaintext", "--dir", str(load.parent / "machine")]}
     out = []
 

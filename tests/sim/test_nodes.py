@@ -144,14 +144,15 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
 def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str, ...]) -> None:
     """`start`: the first seed that caught it when last looked at (tests/sim/seeds.py). Each
     replays its seeds' faults as drawn before bounded reads were (but the bounded reads'
-    own variants: bounded-unchecked as drawn before wrong clocks were), and the two
+    own variants: bounded-unchecked as drawn before wrong clocks were; both as drawn before
+    the logs' preferred data centers were), and the two
     rarest, found before data centers were drawn, as drawn then (without data centers:
     with them, seeds 210 and 88 run otherwise)."""
     def caught(seed: int) -> list[str] | None:
         before_dcs = broken in ("moves-recreated", "stint-blind")
         faults = (before_bounded_reads(seed, broken) if broken not in ("bounded-unchecked", "clock-unchecked")
-                  else replace(drawn(seed, broken), wrong_clock=False) if broken == "bounded-unchecked"
-                  else drawn(seed, broken))
+                  else replace(drawn(seed, broken), wrong_clock=False, preferences=False)
+                  if broken == "bounded-unchecked" else replace(drawn(seed, broken), preferences=False))
         r, _ = nodes.run(seed, broken=broken,
                          faults=replace(faults, data_centers=False) if before_dcs else faults)
         assert r.failures == [], (seed, r.failures[:1])
@@ -343,9 +344,9 @@ def test_a_copy_taken_behind_the_heads_is_caught() -> None:
 
 
 def before_bounded_reads(seed: int, broken: str = "") -> Faults:
-    """Seed `seed`'s faults as drawn before bounded reads were (a rare variant's seed then
-    runs as it did when found)."""
-    return replace(drawn(seed, broken), bounded_reads=False, wrong_clock=False)
+    """Seed `seed`'s faults as drawn before bounded reads (and the logs' preferred data
+    centers) were: a rare variant's seed then runs as it did when found."""
+    return replace(drawn(seed, broken), bounded_reads=False, wrong_clock=False, preferences=False)
 
 
 def _caught_and_passed(broken: str, start: int, finding: tuple[str, ...],

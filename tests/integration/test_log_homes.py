@@ -126,6 +126,10 @@ def test_a_local_datasets_keys_travel_only_in_logs_kept_in_its_data_center(two_d
     shards = {r["shard"]: r for r in json.loads(mt(c, "shard", "list", "--json").stdout)["shards"]}
     assert all(shards[s]["log"] == 1 and shards[s]["scope"] == "east" for s in EAST_SHARDS)
     assert all(shards[s]["log"] == 0 for s in range(12))
+    # A rebalance evens shards out within each scope: 12 global shards on log 0 and 4 of
+    # east's on log 1 are even already (across both logs it would hand 4 of global's to 1)
+    rebalanced = json.loads(mt(c, "cluster", "rebalance", "--json").stdout)
+    assert rebalanced["handoffs"] == [] and rebalanced["shards_per_log"] == {"0": 12, "1": 4}
     wait_for(lambda: placed_in(c, 1, EAST), 60, "log 1's writer and open segment in east")
     with Client(zk=c.zk_hosts, timeout=30) as db:
         for i in range(30):

@@ -265,7 +265,8 @@ class Replicas:
         data center, every holder. A `dc` no node names is refused (BadRequest)."""
         if not dc:
             return self._order(shard)
-        return in_dc(self._order(shard), self.holders(shard), self.data_centers(), dc)
+        dcs = self.data_centers()  # (first: what the simulation's seeds were found with)
+        return in_dc(self._order(shard), self.holders(shard), dcs, dc)
 
     def _order(self, shard: int) -> list[str]:
         """Live storage nodes holding `shard` to read from: the one in this process first,

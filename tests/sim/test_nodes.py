@@ -136,7 +136,7 @@ LOST = ("answered", "its client was told", "a strong read", "digest", "holds", "
     # reads' linearizability alone caught it in none of seeds 1-100)
     ("no-fence", 62, ("acknowledged before it",)),
     # a replica serving a bounded read however long ago it applied (record/staleness.py)
-    ("bounded-unchecked", 117, ("a read bounded by",)),
+    ("bounded-unchecked", 44, ("a read bounded by",)),
     # a replica serving bounded reads whatever it knows of its clock (record/staleness.py
     # ClockWatch): a node whose clock is seconds behind serves a read staler than its bound
     ("clock-unchecked", 27, ("a read bounded by",)),

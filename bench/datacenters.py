@@ -60,7 +60,7 @@ def run(a: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="midtown-bench-datacenters-") as tmp, \
             namespaces(len(MACHINES), "10.207.{}.{}", "d") as (ns, bridge):
         by_machine = {m: n for (m, _), n in zip(MACHINES, ns)}
-        c = _cluster(Path(tmp) / "midtown", by_machine, bridge)
+        c = _cluster(Path(tmp) / "midtown", by_machine, bridge, a.replicas)
         try:
             say(f"starting {len(MACHINES)} hosts in {len(MACHINES)} namespaces (3 data centers)...")
             c.start(timeout_s=180)
@@ -81,14 +81,17 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster(root: Path, by_machine: dict[str, Namespace], bridge: str) -> Cluster:
+def _cluster(root: Path, by_machine: dict[str, Namespace], bridge: str, replicas: int) -> Cluster:
     places = {f"host-{i}": (by_machine[m].name, by_machine[m].ip) for i, (m, _) in enumerate(MACHINES)}
     places["zookeeper"] = ("", bridge)
     where = {f"host-{i}": (m, f"dc={dc},zone={m}") for i, (m, dc) in enumerate(MACHINES)}
-    # Every host holds every shard (replicas = hosts): each data center holds the data, and
-    # the host that writes a log holds its shards, so it answers their writes itself.
+    # By default every host holds every shard (replicas = hosts): each data center holds the
+    # data, and the host that writes a log holds its shards, so it answers their writes
+    # itself; with fewer, a shard has a copy in each data center (the placement rule's
+    # widest tier), and a write of one the writer's host does not hold is answered by a
+    # replica on another host.
     return Cluster(root, logs=4, shards=SHARDS, kv_logs=2, log_server_count=len(MACHINES), layout="host",
-                   replicas=len(MACHINES), places=places, where=where)
+                   replicas=replicas, places=places, where=where)
 
 
 def _lay_out(c: Cluster, say: Say) -> None:

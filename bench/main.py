@@ -73,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
                     help="held each way between data centers, in the second run (default 20)")
     bd.add_argument("--jitter-ms", type=int, default=2, help="up to this much more (default 2)")
     bd.add_argument("--ops", type=at_least_one_arg("--ops"), default=50, help="of each kind, per run")
+    bd.add_argument("--replicas", type=int, choices=(3, 4, 5), default=5,
+                    help="copies of each shard: 5, every host (the default), or 3, one per data center")
     bd.add_argument("--json", action="store_true")
     bd.set_defaults(fn=_runs("datacenters"))
     bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "

@@ -4,6 +4,7 @@ threads run the appends themselves (runtime/group_commit.py): a lone request pay
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import Counter
@@ -45,9 +46,15 @@ Item = tuple[bytes, float, int, int]
 
 
 class Appender:
-    def __init__(self, logs: LogClient, log_id: int) -> None:
+    def __init__(self, logs: LogClient, log_id: int,
+                 answered_beside: Callable[[int, int], bool] = lambda log_id, shard: True) -> None:
+        """`answered_beside(log, shard)`: whether the storage node of this process answers
+        the shard's records alone (Coordinator.answered_beside); an append in the writer's
+        process of a shard it does not hurries the log's lingering followers (Tags.hurry),
+        whose answer is then waited for."""
         self.logs = logs
         self.log_id = log_id
+        self._beside = answered_beside
         self._group: GroupCommit[Item, Placed] = GroupCommit(
             self._batch, size=lambda item: len(item[0]), max_size=log_limits.BATCH_BYTES_MAX)
 
@@ -77,7 +84,9 @@ class Appender:
             chunk = items[i:i + log_limits.BATCH_ENTRIES_MAX]
             APPEND_CALLS.labels(log=str(self.log_id)).inc()
             left = max(0.0, deadline - world.monotonic())
-            tags = Tags(tuple(s for _, _, s, _ in chunk), tuple(g for _, _, _, g in chunk))
+            shards = tuple(s for _, _, s, _ in chunk)
+            tags = Tags(shards, tuple(g for _, _, _, g in chunk),
+                        hurry=any(s != NONE and not self._beside(self.log_id, s) for s in set(shards)))
             try:
                 r: Appended = self.logs.append(self.log_id, [p for p, _, _, _ in chunk], timeout_s=left,
                                                tags=tags)

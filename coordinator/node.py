@@ -152,7 +152,7 @@ class Coordinator:
             with self._lock:
                 a = self._appenders.get(log_id)
                 if a is None:
-                    a = self._appenders[log_id] = Appender(self.logs, log_id)
+                    a = self._appenders[log_id] = Appender(self.logs, log_id, self.answered_beside)
         return a
 
     def request_id(self, header: pb.RequestHeader) -> bytes:

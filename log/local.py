@@ -39,7 +39,7 @@ class ProcessLog:
         if addr != self.node.addr:
             return self.others.append(addr, log_id, payloads, timeout_s, tags)
         inprocess.used("append")
-        r = append.answer(self.node, log_id, payloads, timeout_s, hurry=False, tags=tags)
+        r = append.answer(self.node, log_id, payloads, timeout_s, hurry=tags.hurry, tags=tags)
         return Answered(r if isinstance(r, Refusal) else
                         (r.first_position, r.count, r.timestamp_ms, r.epoch))
 

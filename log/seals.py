@@ -41,6 +41,10 @@ class Tags:
     to: int = NONE
     open: int = NONE
     generation: int = 0
+    # (An append in the writer's own process, never sent: log/local.py.) Someone waits for
+    # the answer of a replica in another process: the followers' lingering Read streams send
+    # these entries at once (log/linger.py), as they do an Append call's.
+    hurry: bool = False
 
     def __post_init__(self) -> None:
         if self.seal != NONE and self.open != NONE:

@@ -75,7 +75,8 @@ def scope_of_log(layout: Layout, log_id: int) -> str:
 
 def home_of_shard(layout: Layout, shard: int) -> str:
     """The data center a shard's scope is local to ("" for global)."""
-    return next((s.dc for s in layout if shard in s.shards()), "")
+    scope = scope_of_shard(layout, shard)
+    return "" if scope == GLOBAL else scope
 
 
 def answering(layout: Layout, shard: int, replicas: Iterable[int],
@@ -110,7 +111,7 @@ def groups(layout: Layout, shards: int, kv_logs: int) -> list[tuple[range, tuple
     return out + [(s.shards(), s.logs) for s in layout]
 
 
-def misplaced(layout: Layout, of: Sequence[int], kv_logs: int) -> list[int]:
+def misplaced(layout: Layout, of: Sequence[int]) -> list[int]:
     """The shards carried by a log outside their scope (`of`: each shard's log)."""
     return [sh for sh, lg in enumerate(of) if scope_of_log(layout, lg) != scope_of_shard(layout, sh)]
 

@@ -157,7 +157,8 @@ def cmd_log_home(a: argparse.Namespace) -> int:
         kv = registry.read_kv(c.zk)
         scope = scopes.scope_of_log(kv.scopes, a.log) if kv is not None else scopes.GLOBAL
         if scope != scopes.GLOBAL and (a.dc or "") != scope:  # (races a scope laid out: rare, and docs say)
-            raise CliError(f"LOG: log {a.log} carries scope {scope!r}'s shards, so it is kept in {scope!r}")
+            raise CliError(f"LOG: log {a.log} carries scope {scope!r} (its shards), so it is kept in "
+                           f"{scope!r}")
         try:
             homes = zkpaths.set_home(c.zk, a.log, a.dc or "")
         except ValueError as e:
@@ -245,18 +246,17 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--before", type=nonneg_arg("--before"), required=True)
     common_options(tr)
     tr.set_defaults(fn=cmd_log_truncate)
-    hm = lgs.add_parser("home", help="keep a log's writer and new segments in one data center")
-    hm.add_argument("log", type=nonneg_arg("LOG"))
-    hm.add_argument("dc", nargs="?", metavar="DC", help="a data center of the pool's log servers")
-    hm.add_argument("--clear", action="store_true", help="let the log go anywhere again")
-    common_options(hm)
-    hm.set_defaults(fn=cmd_log_home)
-    pf = lgs.add_parser("prefer", help="prefer one data center for a log's writer (its copies stay spread)")
-    pf.add_argument("log", type=nonneg_arg("LOG"))
-    pf.add_argument("dc", nargs="?", metavar="DC", help="a data center of the pool's log servers")
-    pf.add_argument("--clear", action="store_true", help="no preference")
-    common_options(pf)
-    pf.set_defaults(fn=cmd_log_prefer)
+    for name, what, clears, fn in (
+            ("home", "keep a log's writer and new segments in one data center",
+             "let the log go anywhere again", cmd_log_home),
+            ("prefer", "prefer one data center for a log's writer (its copies stay spread)", "no preference",
+             cmd_log_prefer)):
+        sp = lgs.add_parser(name, help=what)
+        sp.add_argument("log", type=nonneg_arg("LOG"))
+        sp.add_argument("dc", nargs="?", metavar="DC", help="a data center of the pool's log servers")
+        sp.add_argument("--clear", action="store_true", help=clears)
+        common_options(sp)
+        sp.set_defaults(fn=fn)
     ad = lgs.add_parser("add", help="give the key-value store N more of the log service's logs")
     ad.add_argument("n", type=nonneg_arg("N"), metavar="N")
     common_options(ad)

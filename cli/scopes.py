@@ -29,8 +29,6 @@ def cmd_scope_add(a: argparse.Namespace) -> int:
     from cli.shards import hand_offs
     from log import zk as zkpaths
 
-    if a.shards < 1:
-        raise CliError(f"--shards: {a.shards}, must be 1 or more")
     say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     with log_client(a) as c:
         topo = zkpaths.read_topology(c.zk)
@@ -69,7 +67,7 @@ def scope_rows(zk: Any) -> list[dict[str, Any]]:
     m = registry.read_log_map(zk, kv)
     topo = zkpaths.read_topology(zk)
     homes = topo.home_map if topo is not None else {}
-    away = scopes.misplaced(kv.scopes, m.of, m.logs)
+    away = scopes.misplaced(kv.scopes, m.of)
     found = [datasets.get(zk, n) for n in datasets.names(zk)]
     rows = []
     for name in [scopes.GLOBAL, *(s.dc for s in kv.scopes)]:

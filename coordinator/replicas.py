@@ -61,7 +61,7 @@ class Replicas:
         except Exception:  # ZooKeeper unavailable: the last ones read
             dcs = self._dcs.last()
         if dc:
-            in_dc([], {}, dcs, dc)  # (the refusal)
+            check_dc(dcs, dc)
         return dcs
 
     @staticmethod
@@ -277,16 +277,22 @@ class Replicas:
         return nodes
 
 
+def check_dc(dcs: dict[int, str], dc: str) -> bool:
+    """Whether the storage nodes name data centers (`dcs`: node id -> its own, "" for none);
+    BadRequest naming header.dc when they do and none is `dc`."""
+    known = sorted({x for x in dcs.values() if x})
+    if known and dc not in known:
+        raise BadRequest(f"header.dc: no storage node in data center {dc!r}; the cluster's: "
+                         f"{', '.join(known)}")
+    return bool(known)
+
+
 def in_dc(order: list[str], holders: dict[int, str], dcs: dict[int, str], dc: str) -> list[str]:
     """Of `order` (addresses of `holders`, node id -> address), those whose node is in data
     center `dc` by `dcs` (node id -> its data center, "" for none), in order; all of them
     when no node names a data center. A `dc` that no node names is refused, naming them."""
-    known = sorted({x for x in dcs.values() if x})
-    if not known:
+    if not check_dc(dcs, dc):
         return order
-    if dc not in known:
-        raise BadRequest(f"header.dc: no storage node in data center {dc!r}; the cluster's: "
-                         f"{', '.join(known)}")
     node_of = {a: n for n, a in holders.items()}
     return [a for a in order if dcs.get(node_of.get(a, -1), "") == dc]
 

@@ -111,7 +111,7 @@ def test_a_rebalance_keeps_each_scope_on_its_logs_and_evens_them_within_it(
     for shard, frm, to in plan:
         assert now[shard] == frm and frm != to
         now[shard] = to
-    assert scopes.misplaced(layout, now, kv_logs) == []
+    assert scopes.misplaced(layout, now) == []
     for members, group_logs in scopes.groups(layout, shards, kv_logs):
         counts = [sum(1 for s in members if now[s] == lg) for lg in group_logs]
         assert max(counts) - min(counts) <= 1

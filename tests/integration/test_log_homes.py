@@ -21,7 +21,7 @@ import pytest
 from catalog import datasets
 from cluster import Cluster
 from log import zk as zkpaths
-from midtown import Client
+from midtown import Client, errors
 from tests.integration.conftest import metric, started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -158,6 +158,7 @@ def test_a_local_datasets_keys_travel_only_in_logs_kept_in_its_data_center(two_d
     (("scope", "add", "west", "--shards", "2", "--logs", "0"), "--logs: log 0"),
     (("scope", "add", "east", "--shards", "2", "--logs", "0"), "DC: scope 'east' exists already"),
     (("scope", "add", "west", "--shards", "2", "--logs", "x"), "--logs: 'x'"),
+    (("scope", "add", "west", "--shards", "0", "--logs", "3"), "--shards: 0, must be between 1 and"),
     (("dataset", "create", "n", "--scope", "north"), "scope: 'north' is not one of this cluster's scopes"),
     (("dataset", "create", "n", "--scope", "east", "--consistency", "eventual"),
      "scope: 'east'; an eventual"),
@@ -242,3 +243,6 @@ def test_an_eventual_write_waits_for_a_majority_of_the_callers_data_center_alone
             got = near_east.get("ev", "k", "l")
             return True if got is not None and got.value == b"written in west" else None
         wait_for(read_in_east, 60, "the write read in east")
+    with Client(zk=c.zk_hosts, timeout=20, dc="mars") as nowhere, pytest.raises(errors.InvalidArgument) as e:
+        nowhere.put("ev", "k", "l", b"from nowhere")  # a data center no storage node names
+    assert "header.dc: no storage node in data center 'mars'" in str(e.value)

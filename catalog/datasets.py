@@ -112,7 +112,7 @@ def create(zk: KazooClient, name: str, consistency: str = "strong", replication:
     validate_dedup(dedup_window_ms, dedup_max_ids, dedup_warn_below_ms)
     if scope != scopes.GLOBAL and consistency != "strong":
         raise DatasetError(f"scope: {scope!r}; an eventual dataset is written where its caller is, "
-                           "so it has no scope (docs/datacenters.md)")
+                           "so it has no scope (docs/operations.md, 'Data centers')")
     _wait_out_a_recent_drop(zk, name)
     zk.ensure_path(ROOT)
     body = {"consistency": consistency, "replication": replication, "ttl_ms": ttl_ms,

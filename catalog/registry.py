@@ -20,7 +20,7 @@ log/zk.py):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +33,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from catalog import log_map, replica_sets, scopes, shard_moves
+from catalog import failover, log_map, replica_sets, scopes, shard_moves
 from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
@@ -77,6 +77,8 @@ class KvTopology:
     replicas: int = replica_sets.REPLICAS_DEFAULT
     # The local scopes laid out (catalog/scopes.py); the other shards are global.
     scopes: scopes.Layout = ()
+    # The fail-overs made (catalog/failover.py record), oldest first.
+    failovers: tuple[dict, ...] = ()
 
 
 def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
@@ -137,7 +139,7 @@ def read_kv_versioned(zk: KazooClient) -> tuple[KvTopology, int] | None:
 def _kv_of(d: dict[str, Any]) -> KvTopology:
     return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT),
                       int(d.get("replicas", replica_sets.REPLICAS_DEFAULT)),
-                      scopes.from_json(d.get("scopes")))
+                      scopes.from_json(d.get("scopes")), tuple(d.get("failovers", ())))
 
 
 def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict[int, str],
@@ -168,6 +170,44 @@ def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict
         return KvTopology(kv.shards, kv.storage_nodes, kv.logs, kv.replicas, layout)
 
 
+def fail_over(zk: KazooClient, version: int, plan: failover.Plan, at_ms: int,
+              metadata: Mapping[int, tuple[bytes, int]], truncations: Mapping[int, tuple[bytes, int]],
+              topology: tuple[bytes, int]) -> None:
+    """Write a fail-over (catalog/failover.py) in one transaction: the key-value topology
+    (read at `version`) with the scope kept in its new home and the plan recorded; each of
+    its logs' metadata, truncation point and the log topology as given (new bytes, the
+    version they were read at). BadVersionError when anything changed since it was read."""
+    data, stat = zk.get(KV)
+    if stat.version != version:
+        raise BadVersionError()
+    d = json.loads(data)
+    kv = _kv_of(d)
+    d["scopes"] = scopes.to_json(scopes.moved(kv.scopes, plan.scope, plan.to))
+    d["failovers"] = [*kv.failovers, failover.record(plan, at_ms)]
+    tx = zk.transaction()
+    tx.set_data(KV, json.dumps(d).encode(), version=version)
+    for path, (body, v) in [*metadata.items(), *truncations.items(), (zkpaths.TOPOLOGY, topology)]:
+        tx.set_data(path, body, version=v)
+    commit(tx)
+
+
+def pardon(zk: KazooClient, node_id: int) -> None:
+    """Take storage node `node_id` off the fail-overs' condemned lists: it took its copy
+    from a source (storage_node/node.py). A versioned write, retried when another won."""
+    while True:
+        data, stat = zk.get(KV)
+        d = json.loads(data)
+        kv = _kv_of(d)
+        if node_id not in failover.condemned(kv.failovers):
+            return
+        d["failovers"] = failover.pardoned(kv.failovers, node_id)
+        try:
+            zk.set(KV, json.dumps(d).encode(), version=stat.version)
+            return
+        except BadVersionError:
+            continue
+
+
 def read_replica_sets(zk: KazooClient, kv: KvTopology) -> ReplicaSets:
     """Each shard's replica set as ZooKeeper holds it; every member holds every shard when
     none is written (`kv`'s members)."""
@@ -188,6 +228,17 @@ def watch_replica_sets(zk: KazooClient, seen: Callable[[ReplicaSets], None]) -> 
             seen(replica_sets.from_json(json.loads(data), stat.version))
 
     zk.DataWatch(REPLICA_SETS, changed)
+
+
+def watch_kv(zk: KazooClient, seen: Callable[[KvTopology], None]) -> None:
+    """Call `seen` with the key-value topology each time ZooKeeper's changes (and after a
+    session is re-established)."""
+
+    def changed(data: bytes | None, stat: Any) -> None:
+        if data is not None:
+            seen(_kv_of(json.loads(data)))
+
+    zk.DataWatch(KV, changed)
 
 
 def read_log_map(zk: KazooClient, kv: KvTopology, log_count: int | None = None) -> LogMap:

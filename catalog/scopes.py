@@ -1,4 +1,5 @@
-"""A dataset's scope: the data center it is local to, or global (docs/datacenters.md). Pure.
+"""A dataset's scope: the data center it is local to, or global (docs/operations.md, "Data
+centers"). Pure.
 
 The key-value store's shards are laid out in scopes. Global is the first range of shards,
 0..G-1, carried by the logs no local scope names; each local scope (`midtown scope add DC
@@ -18,7 +19,7 @@ topology (catalog/registry.py, /midtown/kv "scopes")."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleet.failure_domains import VALUE_RE
 
@@ -31,11 +32,19 @@ class ScopeError(ValueError):
 
 @dataclass(frozen=True)
 class Scope:
-    """Local scope `dc`: shards first..first+count-1, carried by logs `logs`."""
+    """Local scope `dc`: shards first..first+count-1, carried by logs `logs`, kept in data
+    center `home` (`dc`, its name, until `midtown dataset fail-over` moves it:
+    catalog/failover.py)."""
     dc: str
     first: int
     count: int
     logs: tuple[int, ...]
+    home: str = ""
+
+    @property
+    def where(self) -> str:
+        """The data center the scope is kept in now."""
+        return self.home or self.dc
 
     def shards(self) -> range:
         return range(self.first, self.first + self.count)
@@ -74,9 +83,13 @@ def scope_of_log(layout: Layout, log_id: int) -> str:
 
 
 def home_of_shard(layout: Layout, shard: int) -> str:
-    """The data center a shard's scope is local to ("" for global)."""
-    scope = scope_of_shard(layout, shard)
-    return "" if scope == GLOBAL else scope
+    """The data center a shard's scope is kept in ("" for global)."""
+    return next((s.where for s in layout if shard in s.shards()), "")
+
+
+def moved(layout: Layout, name: str, to: str) -> Layout:
+    """`layout` with local scope `name` kept in data center `to` from now on."""
+    return tuple(replace(s, home="" if to == s.dc else to) if s.dc == name else s for s in layout)
 
 
 def answering(layout: Layout, shard: int, replicas: Iterable[int],
@@ -160,11 +173,12 @@ def add(layout: Layout, dc: str, count: int, logs: Iterable[int], shards: int, k
 
 
 def to_json(layout: Layout) -> list[dict]:
-    return [{"dc": s.dc, "first": s.first, "count": s.count, "logs": list(s.logs)} for s in layout]
+    return [{"dc": s.dc, "first": s.first, "count": s.count, "logs": list(s.logs),
+             **({"home": s.home} if s.home else {})} for s in layout]
 
 
 def from_json(d: object) -> Layout:
     if not isinstance(d, list):
         return ()
-    return tuple(Scope(str(s["dc"]), int(s["first"]), int(s["count"]), tuple(int(x) for x in s["logs"]))
-                 for s in d)
+    return tuple(Scope(str(s["dc"]), int(s["first"]), int(s["count"]), tuple(int(x) for x in s["logs"]),
+                       str(s.get("home", ""))) for s in d)

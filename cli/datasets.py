@@ -73,8 +73,48 @@ def cmd_dataset(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dataset_failover(a: argparse.Namespace) -> int:
+    """Move a local dataset's scope to another data center, its home lost
+    (catalog/failover.py): print where each log was cut and what that lost."""
+    import sys
+
+    from catalog.failover import FailoverError
+    from drivers import failover
+    from runtime import world
+
+    say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    zk = zk_client(a)
+    try:
+        try:
+            plan = failover.fail_over(zk, a.name, a.to, a.force, lambda: node_states(zk), say)
+        except FailoverError as e:
+            raise CliError(str(e)) from None
+        say(f"scope {plan.scope}: its logs cut and kept in {plan.to!r} now; waiting for {plan.to!r}'s log "
+            "servers to write them")
+        deadline = world.monotonic() + a.timeout
+        while (waiting := failover.writing_in(zk, plan)) and world.monotonic() < deadline:
+            world.sleep(failover.WAIT_S)
+        out = failover.report(plan, failover.scope_datasets(zk, plan.scope))
+        out["not_written_yet"] = waiting
+    finally:
+        zk.stop()
+        zk.close()
+    if a.json:
+        emit(out, True)
+    else:
+        emit(out["logs"], False, ["log", "cut_at", "lost", "lost_entries", "sources"])
+        print(f"datasets moved to {plan.to!r} (scope {plan.scope}): {', '.join(out['datasets'])}")
+        print(f"storage nodes to take a copy from a source before applying again: "
+              f"{', '.join(map(str, out['rebuilt'])) or 'none'}")
+        print(out["unheard"])
+    if waiting:
+        raise CliError(f"--timeout: the fail-over is written, but log(s) {', '.join(map(str, waiting))} have "
+                       f"no writer in {plan.to!r} after {a.timeout:g}s (midtown log status)")
+    return 0
+
+
 def add_parser(sub: Any) -> None:
-    """dataset create|dedup|quota|grant|list|describe|drop."""
+    """dataset create|dedup|quota|grant|list|describe|drop|fail-over."""
     ds = sub.add_parser("dataset", help="create, list, describe and drop datasets")
     dss = ds.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     dc = dss.add_parser("create", help="create a dataset")
@@ -83,7 +123,7 @@ def add_parser(sub: Any) -> None:
     dc.add_argument("--replication", type=nonneg_arg("--replication"), default=3)
     dc.add_argument("--scope", default="global",
                     help="a data center whose local scope holds it (its writes stay there), or global "
-                         "(the default; midtown scope list, docs/datacenters.md)")
+                         "(the default; midtown scope list, docs/operations.md 'Data centers')")
     dc.add_argument("--ttl", help="default TTL of new values (30s, 5m, 2h, 7d)")
     dc.add_argument("--rate-limit", type=float, default=0,
                     help="requests/s over all clients (default: none)")
@@ -121,3 +161,12 @@ def add_parser(sub: Any) -> None:
         common_options(sp)
     for sp in (dc, dd, dg, dq, *[dss.choices[n] for n in ("list", "describe", "drop")]):
         sp.set_defaults(fn=cmd_dataset)
+    fo = dss.add_parser("fail-over", help="move a local dataset's scope to another data center, its home "
+                                          "lost (docs/operations.md, 'A data center lost')")
+    fo.add_argument("name")
+    fo.add_argument("--to", required=True, metavar="DC", help="the data center that keeps it from now on")
+    fo.add_argument("--force", action="store_true",
+                    help="even while log servers of its home are registered (loses what the home "
+                         "acknowledges after the new home's replicas stop reading)")
+    common_options(fo, timeout_s=60.0)
+    fo.set_defaults(fn=cmd_dataset_failover)

@@ -156,9 +156,10 @@ def cmd_log_home(a: argparse.Namespace) -> int:
     with log_client(a) as c:
         kv = registry.read_kv(c.zk)
         scope = scopes.scope_of_log(kv.scopes, a.log) if kv is not None else scopes.GLOBAL
-        if scope != scopes.GLOBAL and (a.dc or "") != scope:  # (races a scope laid out: rare, and docs say)
+        kept = scopes.find(kv.scopes, scope) if kv is not None else None
+        if kept is not None and (a.dc or "") != kept.where:  # (races a scope laid out: rare, and docs say)
             raise CliError(f"LOG: log {a.log} carries scope {scope!r} (its shards), so it is kept in "
-                           f"{scope!r}")
+                           f"{kept.where!r}")
         try:
             homes = zkpaths.set_home(c.zk, a.log, a.dc or "")
         except ValueError as e:

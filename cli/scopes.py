@@ -1,5 +1,5 @@
 """The `midtown scope` commands: lay out a data center's local scope, list the scopes
-(catalog/scopes.py; docs/datacenters.md)."""
+(catalog/scopes.py; docs/operations.md, "Data centers")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cli.connect import CliError, log_client
-from cli.output import emit
+from cli.output import emit, unless_empty
 
 
 def _logs_arg(text: str) -> list[int]:
@@ -55,7 +55,16 @@ def cmd_scope_add(a: argparse.Namespace) -> int:
     return 0
 
 
-def scope_rows(zk: Any) -> list[dict[str, Any]]:
+def segment_tail(addr: str, log_id: int, segment_epoch: int) -> int:
+    """A log server's last stored position in one segment of a log (drivers/failover.py)."""
+    from midtown_pb import log_pb2, log_pb2_grpc
+    from runtime import transport
+
+    req = log_pb2.TailRequest(log_id=log_id, segment_epoch=segment_epoch)
+    return int(log_pb2_grpc.LogStub(transport.channel(addr)).Tail(req, timeout=5).segment_last)
+
+
+def scope_rows(zk: Any, tail: Callable[[str, int, int], int] | None = None) -> list[dict[str, Any]]:
     """One row per scope (global first): its shards, logs, those logs' homes, the shards not
     on its logs yet and the datasets in it."""
     from catalog import datasets, registry, scopes
@@ -77,23 +86,35 @@ def scope_rows(zk: Any) -> list[dict[str, Any]]:
                      "homes": sorted({homes.get(lg, "") or "-" for lg in logs}),
                      "not_on_its_logs": sum(1 for sh in away if scopes.scope_of_shard(kv.scopes, sh) == name),
                      "datasets": sum(1 for d in found if d is not None and d.scope == name)})
+    if tail is not None and kv.failovers:  # what each fail-over cut, and what the old home holds past it
+        from drivers.failover import kept_aside
+        cuts = kept_aside(zk, tail, list(kv.failovers))
+        for r in rows:
+            got = cuts.get(str(r["scope"]), [])
+            r["failed_over"] = f"{got[0]['from']}->{got[0]['to']}" if got else ""
+            r["cuts"] = got
     return rows
 
 
 def cmd_scope_list(a: argparse.Namespace) -> int:
     with log_client(a) as c:
-        rows = scope_rows(c.zk)
+        rows = scope_rows(c.zk, segment_tail)
     if a.json:
         emit(rows, True)
     else:
-        emit([{**r, "logs": ",".join(map(str, r["logs"])), "homes": ",".join(r["homes"])} for r in rows],
-             False, ["scope", "shards", "logs", "homes", "not_on_its_logs", "datasets"])
+        shown = [{**r, "logs": ",".join(map(str, r["logs"])), "homes": ",".join(r["homes"]),
+                  "lost": "; ".join(f"log {x['log']}: cut at {x['cut_at']}, {x['lost_for_sure']} lost for "
+                                    "sure" + (f", {x['kept_aside']} kept aside" if x["kept_aside"] else "")
+                                    for x in r.get("cuts", []))} for r in rows]
+        columns = ["scope", "shards", "logs", "homes", "not_on_its_logs", "datasets", "failed_over", "lost"]
+        emit(shown, False, unless_empty(shown, columns, "failed_over", "lost"))
     return 0
 
 
 def add_parser(sub: Any, common: Callable[..., None]) -> None:
     """scope add|list."""
-    sc = sub.add_parser("scope", help="lay out data centers' local scopes (docs/datacenters.md)")
+    sc = sub.add_parser("scope", help="lay out data centers' local scopes "
+                                      "(docs/operations.md, 'Data centers')")
     scs = sc.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
     ad = scs.add_parser("add", help="give data center DC a local scope: shards of its own on logs kept there")
     ad.add_argument("dc", metavar="DC", help="the data center (its logs' home: midtown log home LOG DC)")

@@ -88,6 +88,23 @@ class LogMetadata:
         assert end >= last.first - 1, "an ensemble change never cuts below the segment's first"
         return replace(self, epoch=epoch + 1).seal_and_open(end, last_ts, epoch + 1, replicas)
 
+    def cut(self, end: int, last_ts: int) -> LogMetadata:
+        """The log ended at `end` (its entry at `last_ts`) by an operator's fail-over, its
+        writer's servers lost (docs/log.md, "A log cut"): the segment holding `end` is sealed
+        there, whatever its servers hold past it (kept aside, never read: positions past
+        `end` belong to the segments opened after), later segments are dropped, and the
+        epoch is raised so that no writer of before can change the metadata again. The next
+        writer finds the last segment sealed and opens its own at end + 1."""
+        segs = [s for s in self.segments if s.first <= end]
+        if not segs:
+            first = self.segments[0].first if self.segments else limits.FIRST_POSITION
+            if end != first - 1:
+                raise ValueError(f"log {self.log_id}: a cut at {end} is below its first position {first}")
+            segs = list(self.segments[:1])
+        if segs:
+            segs[-1] = replace(segs[-1], end=end, last_ts=last_ts)
+        return replace(self, epoch=self.epoch + 1, writer=None, segments=tuple(segs))
+
     def without_segments_below(self, position: int) -> LogMetadata:
         """Drop sealed segments that lie wholly below a truncation point."""
         segs = [s for s in self.segments if not (s.sealed and s.end is not None

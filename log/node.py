@@ -402,6 +402,11 @@ class Node:
         self.lingering.hurry(log_id, max(last, d.assigned_end() if d is not None else -1))
         return TailReply(last, epoch, world.wall_ms())
 
+    def segment_last(self, log_id: int, segment_epoch: int) -> int:
+        """The last position this replica stores in one segment of the log (-1: none)."""
+        with self.rlock:
+            return self.replica.segment_last(log_id, segment_epoch)
+
     # ------------------------------------------------------------ peers (log/peers.py)
     def send(self, driver: WriterDriver, to: int, msg: Any) -> None:
         """Deliver a writer's message to a replica (ourselves included); the reply goes

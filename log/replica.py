@@ -137,6 +137,11 @@ class ReplicaCore:
             return -1
         return max(s.last for s in meta.segments.values())
 
+    def segment_last(self, log_id: int, segment_epoch: int) -> int:
+        """The highest position stored for the log in one segment (-1: none)."""
+        meta = self.logs.get(log_id)
+        return -1 if meta is None else meta.segments.get(segment_epoch, SegmentMeta()).last
+
     def lac(self, log_id: int, segment_epoch: int) -> int:
         meta = self.logs.get(log_id)
         if meta is None:

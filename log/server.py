@@ -109,7 +109,8 @@ class Services:
     def tail(self, req: pb.TailRequest, ctx: grpc.ServicerContext) -> pb.TailResponse:
         self._check_log(req.log_id)
         t = self.node.tail_hurrying(req.log_id)
-        return pb.TailResponse(last=t.last, epoch=t.epoch, clock_ms=t.clock_ms)
+        seg = self.node.segment_last(req.log_id, req.segment_epoch) if req.segment_epoch else -1
+        return pb.TailResponse(last=t.last, epoch=t.epoch, clock_ms=t.clock_ms, segment_last=seg)
 
     # ---------------------------------------------------------------- Replica
     def _issued(self, msg: Any, prefix: str = "") -> Any:

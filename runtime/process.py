@@ -30,6 +30,7 @@ def serve_until_signal(server: grpc.Server, listen: str, ready: str,
 # (cluster/supervisor.py) reads them.
 EXIT_APPLY_FAILED = 70  # a storage node could not apply a record: restart from its positions
 EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: restart to bootstrap
+EXIT_FAILED_OVER = 76  # a storage node a fail-over condemned (catalog/failover.py): restart to take a copy
 EXIT_WEDGED = 69  # (EX_UNAVAILABLE) its own gRPC server stopped answering (runtime/health.py):
 #                   restart it
 EXIT_CONFIG = 78  # (sysexits' EX_CONFIG) it cannot start as configured: another machine than its

@@ -26,7 +26,7 @@ from record import codec
 from record.model import Drop, Record
 from runtime import inprocess, world
 from runtime.group_commit import GroupCommit
-from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, Fatal
+from runtime.process import EXIT_APPLY_FAILED, EXIT_BEHIND_TRUNCATION, EXIT_FAILED_OVER, Fatal
 from runtime.refusals import Refusal
 from storage_node import handoff, keys, reclaim, shard_copy, truncation
 from storage_node.apply import apply
@@ -155,6 +155,11 @@ class ApplyLoop:
                     return
         self._fatal(EXIT_BEHIND_TRUNCATION, f"log {log_id}: {why}; this node is behind a truncation "
                     "and stops: start it again to bootstrap from a peer")
+
+    def condemned(self, why: str) -> None:
+        """A fail-over condemned this node's state (catalog/failover.py): the process stops,
+        to take a copy at the next start."""
+        self._fatal(EXIT_FAILED_OVER, why)
 
     def _apply_entries(self, log_id: int, entries: Entries) -> None:
         """Apply what a tail thread received; returns once it is written. Entries that

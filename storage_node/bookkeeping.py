@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 from catalog import datasets, registry, shard_moves
 from catalog import usage as usage_reports
+from catalog.registry import KvTopology
 from fleet import machines
 from midtown_pb import kv_pb2 as pb
 from record import codec, staleness
@@ -52,10 +53,12 @@ class Bookkeeping:
         self._published: dict[int, int] = {}  # log -> position last published there
         self._truncated: dict[int, int] = {}  # log -> position last truncated below
         self._marked = False  # this node's id recorded as publishing (registry.PUBLISHED)
+        self._kv_watched = False  # the key-value topology watched (once scopes are laid out)
         self._usage_busy_s = 0.0  # how long the last count kept this node busy
 
     def start(self) -> None:
         s = self.state
+        self._watch_kv()
         loops.every("positions", s.settings.position_interval_s, self.positions_round, s.stop)
         # Counting reads every key: it rests as it goes, and on a node holding much it runs
         # less often, at most USAGE_DUTY of the time, and at least every USAGE_INTERVAL_MAX_S.
@@ -63,15 +66,42 @@ class Bookkeeping:
                     first_at_once=True, duty=USAGE_DUTY, max_interval_s=USAGE_INTERVAL_MAX_S)
         loops.every("lag", LAG_INTERVAL_S, self.measure, s.stop, first_at_once=True)
 
+    def _watch_kv(self) -> None:
+        """Once scopes are laid out, learn the key-value topology as it changes: a
+        fail-over moves a scope's answering replicas and condemns others at once
+        (catalog/failover.py), not at the next round."""
+        s = self.state
+        if s.kv.scopes and not self._kv_watched:
+            self._kv_watched = True
+            self._learn_data_centers()  # before the first round: who answers a local scope's shards
+            registry.watch_kv(s.zk, self.learn_kv)
+
+    def _learn_data_centers(self) -> None:
+        s = self.state
+        s.data_centers = {n: d.dc for n, d in machines.recorded(s.zk, machines.STORAGE_NODES).items()}
+
+    def learn_kv(self, kv: KvTopology) -> None:
+        """Keep the key-value topology read; a node a fail-over condemned stops, to take a
+        copy from a source when it starts again (storage_node/node.py)."""
+        was, self.state.kv = self.state.kv, kv
+        moved = {(x.dc, x.where) for x in kv.scopes} - {(x.dc, x.where) for x in was.scopes}
+        if moved:
+            log.info("scopes kept elsewhere now: %s", ", ".join(f"{a} in {b}" for a, b in sorted(moved)))
+        if self.state.condemned():
+            self.applier.condemned("a fail-over condemned this node's state (it may hold entries the "
+                                   "failed-over logs no longer have): it stops, to take a copy from a "
+                                   "source when it starts again")
+
     def positions_round(self) -> None:
         """Publish this node's durable position into each log it has applied data from,
         and truncate each log below the lowest position of every member, never while a
         member's position is unknown (a node that is down holds truncation back).
         ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
         s, published, truncated = self.state, self._published, self._truncated
-        s.kv = registry.read_kv(s.zk) or s.kv  # membership changes (node remove)
+        self.learn_kv(registry.read_kv(s.zk) or s.kv)  # membership changes (node remove)
         if s.kv.scopes:  # which replicas answer for a local scope's shards (catalog/scopes.py)
-            s.data_centers = {n: d.dc for n, d in machines.recorded(s.zk, machines.STORAGE_NODES).items()}
+            self._learn_data_centers()
+            self._watch_kv()
         # The moves first, then the sets: a move that finished between the two reads is
         # seen in the sets it wrote (a copy is dropped only when neither names it).
         s.moves = {shard: m for shard, (m, _) in registry.read_moves(s.zk).items()}
@@ -184,12 +214,13 @@ class Bookkeeping:
         """How far behind each log's writer this node is (health and metrics), whether its
         shards' digests agree with a peer's at the same positions, and its event ids."""
         s = self.state
-        lag = {}
+        lag, away = {}, set()
         for log_id in s.tailed_logs():
             try:
                 tail = s.logs.writer_tail(log_id)
             except Refusal as e:  # its writer away: its last figure stands, the other logs are measured
                 log.debug("the writer of log %d: %s", log_id, e)
+                away.add(log_id)
                 if log_id in s.lag:
                     lag[log_id] = s.lag[log_id]
                 continue
@@ -202,7 +233,7 @@ class Bookkeeping:
             if tail.clock_ms:  # (a replica across data centers: how stale a read of it may be)
                 LAG_MS.labels(log=str(log_id)).set(staleness.lag_ms(tail.clock_ms, s.positions[log_id][1],
                                                                     lag[log_id]))
-        s.lag = lag  # one assignment: a health check never sees it half made
+        s.lag, s.writers_away = lag, frozenset(away)  # a health check never sees them half made
         peers = s.peers(members_only=True)
         if peers:
             theirs = s.peer_calls.call(world.choice(peers), "Status", pb.NodeStatusRequest(), 5)

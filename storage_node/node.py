@@ -160,9 +160,11 @@ class StorageNode:
         # (a lost store that is to hold nothing has nothing to copy)
         lost = empty and registry.has_published(s.zk, s.node_id) and any(rebuild.wanted(
             s.node_id, s.sets, {x: m for x, (m, _) in registry.read_moves(s.zk).items()}))
-        if not bootstrap.needed(saved, first, marker, lost):
+        condemned = s.condemned()  # by a fail-over (catalog/failover.py): its state is not the logs'
+        if not bootstrap.needed(saved, first, marker, lost or condemned):
             return
-        why = ", an earlier bootstrap did not finish" if marker else ", its store was lost" if lost else ""
+        why = (", an earlier bootstrap did not finish" if marker else ", its store was lost" if lost
+               else ", a fail-over condemned its state" if condemned else "")
         log.info("bootstrapping (saved positions %s, first available %s%s)", saved, first, why)
         deadline = world.monotonic() + 300
         while True:
@@ -198,6 +200,9 @@ class StorageNode:
         s.reload_positions()  # in place: the apply loop, the reads and the rounds hold them
         for lg in range(s.kv_logs):  # report the new positions at the next interval
             s.last_data[lg] = s.positions[lg][0]
+        if condemned:  # its copy taken: off the fail-overs' lists
+            registry.pardon(s.zk, s.node_id)
+            s.kv = registry.read_kv(s.zk) or s.kv
         log.info("bootstrapped: positions %s", {lg: p for lg, (p, _) in s.positions.items()})
 
     def _log_bounds(self) -> dict[int, tuple[int, int | None]] | None:
@@ -236,11 +241,16 @@ class StorageNode:
 
     def ready(self) -> bool:
         """Serving: registered with a live ZooKeeper session, and caught up with every log
-        (within HEALTH_LAG_MAX entries of its writer, measured within the last seconds)."""
+        (within HEALTH_LAG_MAX entries of its writer, measured within the last seconds)
+        whose writer answers: one whose writer is away (its data center lost) holds back
+        neither this node's other logs nor its reads of that log's shards, which wait on the
+        writer themselves (a strong read's index) or on log time (a bounded read)."""
         s = self.state
         if s.zk.state != "CONNECTED" or not hasattr(self, "membership"):
             return False
-        if len(s.lag) < len(s.tailed_logs()) or max(s.lag.values(), default=0) > HEALTH_LAG_MAX:
+        lag, away = s.lag, s.writers_away
+        if any(lg not in lag and lg not in away for lg in s.tailed_logs()) or \
+                max(lag.values(), default=0) > HEALTH_LAG_MAX:
             return False
         return s.zk.exists(self.membership.path) is not None
 
@@ -324,6 +334,7 @@ class StorageNode:
                                     lww_shards_pulled=self.eventual.shards_pulled)
         for i in range(s.kv_logs):
             out.log_positions.append(s.positions[i][0])
+            out.log_times.append(s.positions[i][1])
         for shard, dataset, n in s.store.event_counts():
             if not n:
                 continue

@@ -36,7 +36,7 @@ from catalog import registry
 from catalog.log_map import LogMap
 from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
-from runtime import membership, world
+from runtime import world
 from storage_node import bootstrap, shard_copy
 from storage_node.shard_intake import CopyFailed
 from storage_node.state import NodeState
@@ -125,8 +125,8 @@ def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float
     """A copy of `shard` at or past `head` from one of its live replicas, into the store."""
     errors: list[str] = []
     while True:
-        live = membership.members(s.zk, registry.STORAGE_NODES)
-        sources = [n for n in s.sets.of(shard) if n != s.node_id and n in live]
+        live = s.peer_ids()
+        sources = [n for n in s.sets.of(shard) if n in live]
         world.shuffle(sources)
         for n in sources:
             try:

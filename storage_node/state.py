@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
 
-from catalog import registry, scopes
+from catalog import failover, registry, scopes
 from catalog.log_map import LogMap
 from catalog.registry import KvTopology
 from catalog.replica_sets import ReplicaSets
@@ -64,6 +64,9 @@ class NodeState:
     # Its gRPC service answers before that; a shard copy is not taken in until then.
     started: bool = False
     lag: dict[int, int] = field(default_factory=dict)  # log -> entries behind its writer, last measured
+    # The logs whose writer did not answer the last measure (none: a lost data center's logs
+    # before their fail-over): their lag is not known, and readiness does not wait on them.
+    writers_away: frozenset[int] = frozenset()
     # Each storage node's data center, read by the bookkeeping rounds while the cluster has
     # local scopes (which replicas answer for their shards: answers_for)
     data_centers: dict[int, str] = field(default_factory=dict)
@@ -178,9 +181,15 @@ class NodeState:
         return out
 
     def peer_ids(self) -> dict[int, str]:
-        """The other storage nodes that are up: id -> address."""
+        """The other storage nodes that are up: id -> address; not those a fail-over
+        condemned (catalog/failover.py): their state is not the log's until they take a copy."""
+        out = failover.condemned(self.kv.failovers)
         return {nid: a for nid, a in membership.members(self.zk, registry.STORAGE_NODES).items()
-                if nid != self.node_id}
+                if nid != self.node_id and nid not in out}
+
+    def condemned(self) -> bool:
+        """Whether a fail-over condemned this node (catalog/failover.py), as last read."""
+        return self.node_id in failover.condemned(self.kv.failovers)
 
     def peers(self, members_only: bool = False, shards: Iterable[int] = ()) -> list[str]:
         """The addresses of the other storage nodes that are up (members only; holding

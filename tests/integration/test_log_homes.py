@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from catalog import datasets
+from catalog import datasets, registry
 from cluster import Cluster
 from log import zk as zkpaths
 from midtown import Client, errors
-from tests.integration.conftest import metric, started, wait_for
+from runtime.process import EXIT_FAILED_OVER
+from tests.integration.conftest import metric, registered, started, storage_status, wait_for
 
 pytestmark = pytest.mark.integration
 EAST, WEST = {0, 1, 2}, {3, 4, 5}
@@ -42,6 +43,7 @@ def two_dcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with started(Path(tmp_path_factory.mktemp("homes")) / "c", log_server_count=6, where=WHERE,
                  shards=SHARDS, kv_logs=2) as c:
         mt(c, "log", "home", "1", "east")
+        wait_for(lambda: placed_in(c, 1, EAST), 60, "log 1's writer and open segment in east")
         out = json.loads(mt(c, "scope", "add", "east", "--shards", "4", "--logs", "1", "--json").stdout)
         assert out["shards"] == "12..15" and out["logs"] == [1]
         # every global shard on log 1 left it, every east shard on log 0 came to it (shard mod 2)
@@ -246,3 +248,95 @@ def test_an_eventual_write_waits_for_a_majority_of_the_callers_data_center_alone
     with Client(zk=c.zk_hosts, timeout=20, dc="mars") as nowhere, pytest.raises(errors.InvalidArgument) as e:
         nowhere.put("ev", "k", "l", b"from nowhere")  # a data center no storage node names
     assert "header.dc: no storage node in data center 'mars'" in str(e.value)
+
+
+def test_a_local_dataset_whose_home_is_lost_fails_over_and_reports_what_it_lost(two_dcs: Cluster) -> None:
+    """West's replica caught up, then paused while ten more writes are acknowledged in east;
+    then east lost (its log servers and storage nodes paused, SIGSTOP). `dataset fail-over e
+    --to west` is refused while east's log servers are still registered (naming --force),
+    then cuts log 1 where west's replica stands: every write acknowledged before is read
+    back, the ten are not (east's copies of them unknown while it is away), new writes go
+    through west's writer. East continued, its storage nodes stop on learning they were
+    condemned (they applied the ten) and, started again, take a copy from west's; the ten
+    stay kept aside on east's log servers, reported by `scope list`, never applied. Last in
+    this module: east stays failed over."""
+    c = two_dcs
+    zkc = zkpaths.connect(c.zk_hosts)
+    west_node, east_nodes = "storage-1", ("storage-0", "storage-2")
+    east_logs = [f"log-{i}" for i in sorted(EAST)]
+    with Client(zk=c.zk_hosts, timeout=30) as db:
+        for i in range(30):
+            db.put("e", f"f{i}", "k", b"before")
+
+        def position(proc: str) -> int | None:
+            st = storage_status(c.procs[proc].addr)
+            return None if st is None else int(st.log_positions[1])
+        wait_for(lambda: position(west_node) == max(position(p) or 0 for p in east_nodes), 60,
+                 "west's replica caught up with east's on log 1")
+        caught_up = position(west_node)
+        c.kill(west_node)  # (a pause would not do: what the writer sent meanwhile waits in its socket)
+        try:
+            for i in range(10):  # acknowledged in east alone: answered by east's replicas
+                db.put("e", f"g{i}", "k", b"east only")
+        finally:
+            for p in (*east_logs, *east_nodes):
+                c.signal(p, signal.SIGSTOP)
+            c.restart(west_node)
+    try:  # at once, east's log servers still registered (their sessions not expired): refused
+        refused = mt(c, "dataset", "fail-over", "e", "--to", "west", ok=False)
+        assert "'east' is reachable" in refused.stderr and "--force" in refused.stderr
+        wait_for(lambda: not set(zkpaths.servers(zkc)) & EAST, 60, "east's log servers' sessions to expire")
+        wait_for(lambda: registered(c, west_node), 90, "west's storage node started again")
+        assert position(west_node) == caught_up
+        for args, says in ((("t", "--to", "west"), "NAME: dataset 't' is global"),
+                           (("e", "--to", "south"), "--to: 'south' is not a data center of this cluster"),
+                           (("e", "--to", "east"), "--to: scope 'east' (dataset 'e') is kept in 'east'"),
+                           (("nope", "--to", "west"), "NAME: no dataset 'nope'")):
+            p = mt(c, "dataset", "fail-over", *args, ok=False)
+            assert says in p.stderr and "Traceback" not in p.stderr
+        table = mt(c, "dataset", "fail-over", "e", "--to", "west").stdout  # as an operator reads it
+        print(table)
+        lines = table.splitlines()
+        # No survivor applied past the cut (east's nodes do not answer): nothing lost for sure.
+        assert lines[0].split() == ["LOG", "CUT_AT", "LOST", "LOST_ENTRIES", "SOURCES"]
+        assert lines[1].split() == ["1", str(caught_up - 1), "0", "1"]
+        assert "datasets moved to 'west' (scope east): e" in table
+        assert "storage nodes to take a copy from a source before applying again: 0, 2" in table
+        assert status(c, 1)["home"] == "west" and status(c, 1)["writer"] in WEST
+        with Client(zk=c.zk_hosts, timeout=30) as db:
+            assert all(db.get("e", f"f{i}", "k").value == b"before" for i in range(30))  # type: ignore[union-attr]
+            assert all(db.get("e", f"g{i}", "k") is None for i in range(10))  # the ten: lost
+            for i in range(5):
+                db.put("e", f"g{i}", "k", b"after")
+            assert db.incr("e", "n", "k") == 1  # answered by west's replica, the scope's only one now
+        (row,) = [r for r in json.loads(mt(c, "scope", "list", "--json").stdout) if r["scope"] == "east"]
+        assert row["homes"] == ["west"] and row["failed_over"] == "east->west"
+        assert (row["cuts"][0]["cut_at"], row["cuts"][0]["lost_for_sure"]) == (caught_up - 1, 0)
+        assert row["cuts"][0]["kept_aside"] == "unknown"  # east's servers away: what they hold is not known
+        assert "kept in 'west' already" in mt(c, "dataset", "fail-over", "e", "--to", "west", ok=False).stderr
+    finally:
+        for p in (*east_logs, *east_nodes):
+            c.signal(p, signal.SIGCONT)
+    for p in east_nodes:  # condemned: each stops once it learns it, to take a copy when started again
+        wait_for(lambda p=p: not c.running(p), 60, f"{p} to stop")
+        assert c.exit_code(p) == EXIT_FAILED_OVER
+        c.restart(p)
+    wait_for(lambda: not registry.read_kv(zkc).failovers[-1]["condemned"], 120,  # type: ignore[union-attr]
+             "east's storage nodes to take their copies")
+    (row,) = [r for r in json.loads(mt(c, "scope", "list", "--json").stdout) if r["scope"] == "east"]
+    first, last = map(int, row["cuts"][0]["kept_aside"].split(".."))  # east's servers back: the ten at least
+    assert first == caught_up and last >= caught_up + 9
+    listed = mt(c, "scope", "list").stdout
+    print(listed)
+    assert f"log 1: cut at {caught_up - 1}, 0 lost for sure, {first}..{last} kept aside" in listed
+    with Client(zk=c.zk_hosts, timeout=30) as db:
+        assert [g.value if (g := db.get("e", f"g{i}", "k")) else None for i in (0, 4, 5, 9)] == [
+            b"after", b"after", None, None]
+
+    def at_one_position() -> list[dict[int, tuple[int, int]]] | None:
+        got = [{s.shard: (s.position, s.digest) for s in storage_status(c.procs[p].addr).shards
+                if s.shard in EAST_SHARDS} for p in (west_node, *east_nodes)]
+        return got if len({tuple(p for p, _ in g.values()) for g in got}) == 1 else None
+    same = wait_for(at_one_position, 60, "every replica of east's shards at one position")
+    assert same[0] == same[1] == same[2], "a replica that took its copy differs from its source"
+    zkc.stop()

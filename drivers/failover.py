@@ -1,0 +1,165 @@
+"""The driver of a local scope's fail-over (`midtown dataset fail-over NAME --to DC`): it reads
+what the plan needs (catalog/failover.py), writes it in one ZooKeeper transaction, and
+waits for the new home's log servers to write the scope's logs. A write that lost a race
+with another change is made again from fresh reads; a driver killed before its write
+changed nothing, and after it, everything (the servers and storage nodes act on what
+ZooKeeper holds)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError
+
+from catalog import datasets, failover, registry
+from catalog.failover import FailoverError, Plan, Replica
+from fleet import machines
+from log import homes
+from log import zk as zkpaths
+from runtime import world
+
+TRIES = 5
+WAIT_S = 0.2
+
+
+def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Callable[[], Mapping[int, Any]],
+              progress: Callable[[str], None] = lambda _: None) -> Plan:
+    """Fail dataset `name`'s scope over to data center `to`; the plan written.
+    `statuses()`: each storage node's Status answer (those that answer). FailoverError
+    naming the argument when it cannot be done."""
+    for _ in range(TRIES):
+        plan, (version, metadata, truncations, topology) = _prepare(zk, name, to, force, statuses)
+        try:
+            registry.fail_over(zk, version, plan, world.wall_ms(), metadata, truncations, topology)
+        except BadVersionError:
+            progress("the cluster changed while the fail-over was read: reading again")
+            continue
+        return plan
+    raise FailoverError(f"NAME: the cluster kept changing under the fail-over of {name!r} ({TRIES} tries)")
+
+
+def _prepare(zk: KazooClient, name: str, to: str, force: bool,
+             statuses: Callable[[], Mapping[int, Any]]) -> tuple[Plan, tuple]:
+    d = datasets.get(zk, name)
+    if d is None:
+        raise FailoverError(f"NAME: no dataset {name!r} (midtown dataset list)")
+    got = registry.read_kv_versioned(zk)
+    topo = zkpaths.read_topology(zk)
+    if got is None or topo is None:
+        raise FailoverError("no key-value topology in this cluster (midtown cluster init)")
+    kv, version = got
+    log_where = machines.recorded(zk, machines.LOG_SERVERS)
+    node_where = machines.recorded(zk, machines.STORAGE_NODES)
+    scope = failover.check(kv.scopes, name, d.scope, to,
+                           [w.dc for w in (*log_where.values(), *node_where.values())])
+    pool = [s for s in topo.log_servers if s not in zkpaths.leaving(zk)]
+    for lg in scope.logs:
+        wrong = homes.check_home(lg, to, topo.logs, pool, machines.domains(zk, machines.LOG_SERVERS),
+                                 machines.one_machine(zk))
+        if wrong:
+            raise FailoverError("--to: " + wrong.removeprefix("DC: "))
+    registered = [log_where[s].dc for s in zkpaths.servers(zk) if s in log_where]
+    reachable = failover.reachable_home(scope, registered)
+    if reachable and not force:
+        raise FailoverError(reachable)
+    sets = registry.read_replica_sets(zk, kv)
+    m = registry.read_log_map(zk, kv, topo.logs)
+    holders: dict[int, set[int]] = {}
+    shards_of: dict[int, set[int]] = {}
+    for shard in scope.shards():
+        for n in sets.of(shard):
+            holders.setdefault(m.of[shard], set()).add(n)
+            shards_of.setdefault(n, set()).add(shard)
+    answers = statuses()
+    replicas = {n: Replica(node_where[n].dc if n in node_where else "", _positions(answers.get(n)))
+                for n in shards_of}
+    plan = failover.plan(scope, to, holders, shards_of, replicas)
+    metadata, truncations, cuts = {}, {}, []
+    for cut in plan.cuts:
+        meta, v = zkpaths.read_metadata(zk, cut.log)
+        seg = meta.segment_of(cut.end)
+        cuts.append(dataclasses.replace(cut, segment=seg.epoch, servers=seg.replicas) if seg else cut)
+        # (the segments wholly below the cut go: nobody reads them from servers that are gone)
+        new = meta.cut(cut.end, cut.last_ts).without_segments_below(cut.end + 1)
+        metadata[zkpaths.log_path(cut.log)] = (new.to_json(), v)
+        body, tv = zk.get(zkpaths.truncate_path(cut.log))
+        t = json.loads(body)
+        t["before"] = max(int(t["before"]), cut.end + 1)
+        truncations[zkpaths.truncate_path(cut.log)] = (json.dumps(t).encode(), tv.version)
+    body, stat = zk.get(zkpaths.TOPOLOGY)
+    t = json.loads(body)
+    for key, value in (("homes", to), ("prefers", "")):
+        now = {k: v for k, v in t.get(key, {}).items() if int(k) not in scope.logs}
+        t[key] = {**now, **({str(lg): value for lg in scope.logs} if value else {})}
+    plan = dataclasses.replace(plan, cuts=tuple(cuts))
+    return plan, (version, metadata, truncations, (json.dumps(t).encode(), stat.version))
+
+
+def _positions(status: Any) -> dict[int, tuple[int, int]] | None:
+    if status is None:
+        return None
+    times = list(status.log_times) or [0] * len(status.log_positions)
+    return {lg: (int(p), int(ts)) for lg, (p, ts) in enumerate(zip(status.log_positions, times))}
+
+
+def writing_in(zk: KazooClient, plan: Plan) -> list[int]:
+    """The scope's logs not yet written by a log server of the new home."""
+    where = machines.recorded(zk, machines.LOG_SERVERS)
+    out = []
+    for cut in plan.cuts:
+        w = zkpaths.read_writer(zk, cut.log)
+        if not (w and zkpaths.writer_is_live(zk, cut.log) and where.get(int(w["server"])) is not None
+                and where[int(w["server"])].dc == plan.to):
+            out.append(cut.log)
+    return out
+
+
+def scope_datasets(zk: KazooClient, scope: str) -> list[str]:
+    """The datasets of `scope` (all fail over together: they share its shards)."""
+    return [n for n in datasets.names(zk) if (d := datasets.get(zk, n)) is not None and d.scope == scope]
+
+
+def report(plan: Plan, moved: list[str]) -> dict[str, Any]:
+    """What the command prints: per log, where it was cut and what is lost for sure."""
+    return {"scope": plan.scope, "from": plan.origin, "to": plan.to, "datasets": moved,
+            "logs": [{"log": c.log, "cut_at": c.end,
+                      "lost": f"{c.end + 1}..{c.heard}" if c.lost_for_sure else "",
+                      "lost_entries": c.lost_for_sure, "sources": list(c.sources)} for c in plan.cuts],
+            "rebuilt": list(plan.condemned),
+            "unheard": (f"what {plan.origin!r} acknowledged past what any surviving replica applied stays on "
+                        f"its log servers, kept aside, never applied (midtown scope list says how far it "
+                        "goes once they answer)")}
+
+
+def kept_aside(zk: KazooClient, tail: Callable[[str, int, int], int],
+               records: list[dict]) -> dict[str, list[dict]]:
+    """Per failed-over scope, its latest fail-over's logs: where each was cut, what a
+    survivor applied past the cut (lost for sure) and what the old home's log servers hold
+    past it, kept aside and never applied ("" when they hold nothing past it; "unknown", or
+    "a..b at least", while some of them do not answer). `tail(addr, log, segment epoch)`: a
+    log server's last stored position in that segment of the log."""
+    latest = {r["scope"]: r for r in records}
+    servers = zkpaths.servers(zk)
+    out: dict[str, list[dict]] = {}
+    for scope, r in latest.items():
+        rows = []
+        for c in r["logs"]:
+            held = []
+            for sid in c.get("servers", ()):  # the cut segment's servers then (re-replication may
+                try:                           # name others in the metadata since)
+                    at = servers.get(sid)
+                    held.append(tail(at["addr"], c["log"], c["segment"]) if at else None)
+                except grpc.RpcError:  # a server that does not answer says nothing
+                    held.append(None)
+            most = max((h for h in held if h is not None), default=c["end"])
+            past = f"{c['end'] + 1}..{most}" if most > c["end"] else ""
+            aside = (past if None not in held else f"{past} at least" if past else "unknown")
+            rows.append({"log": c["log"], "cut_at": c["end"], "lost_for_sure": c["heard"] - c["end"],
+                         "kept_aside": aside, "from": r["from"], "to": r["to"]})
+        out[scope] = rows
+    return out

@@ -1,0 +1,135 @@
+"""A local scope failed over (catalog/failover.py, log/metadata.py cut): each log is cut at
+the highest position the new home's replicas hold every shard at, everything past it is
+reported (what a surviving replica applied, for sure), every replica not standing exactly
+at the cut takes a copy, and the cut log goes on from the cut under a new epoch."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from catalog import failover, scopes
+from catalog.failover import FailoverError, Replica
+from catalog.scopes import Scope
+from log.metadata import LogMetadata, Segment
+
+EAST = Scope("east", 12, 4, (1,))
+SHARDS = {12, 13, 14, 15}
+
+
+def _plan(replicas: dict[int, Replica], shards_of: dict[int, set[int]] | None = None,
+          to: str = "west") -> failover.Plan:
+    shards_of = shards_of or {n: SHARDS for n in replicas}
+    return failover.plan(EAST, to, {1: set(replicas)}, shards_of, replicas)
+
+
+def test_a_log_is_cut_where_the_new_home_stands_and_everything_else_takes_a_copy() -> None:
+    p = _plan({0: Replica("east", None),  # the lost home: no answer
+               1: Replica("west", {1: (41, 700)}),  # applied 0..40
+               2: Replica("west", {1: (38, 650)}),  # behind
+               3: Replica("north", {1: (45, 760)})})  # heard more than the new home applied
+    (cut,) = p.cuts
+    assert (cut.end, cut.last_ts, cut.sources) == (40, 700, (1,))
+    assert (cut.heard, cut.lost_for_sure) == (44, 4)  # north applied 41..44: acknowledged, lost
+    assert p.condemned == (0, 2, 3)
+    assert (p.origin, p.to) == ("east", "west")
+
+
+def test_a_cut_needs_every_shard_at_one_position() -> None:
+    # Node 1 is ahead but holds two shards; nodes 1 and 2 together hold all four only at 30.
+    halves = {1: {12, 13}, 2: {14, 15}, 4: {12, 13}}
+    p = _plan({1: Replica("west", {1: (41, 700)}), 2: Replica("west", {1: (31, 600)}),
+               4: Replica("west", {1: (31, 600)})}, halves)
+    assert (p.cuts[0].end, p.cuts[0].sources, p.condemned) == (30, (2, 4), (1,))
+    with pytest.raises(FailoverError, match="--to: the new home's replicas of log 1 .* different positions"):
+        _plan({1: Replica("west", {1: (41, 700)}), 2: Replica("west", {1: (31, 600)})}, halves)
+
+
+@pytest.mark.parametrize("scope, to, says", [
+    ("global", "west", "NAME: dataset 'd' is global"),
+    ("east", "south", "--to: 'south' is not a data center of this cluster (data centers: east, west)"),
+    ("east", "east", "--to: scope 'east' (dataset 'd') is kept in 'east' already"),
+    ("nowhere", "west", "NAME: dataset 'd' is in scope 'nowhere'"),
+])
+def test_a_fail_over_that_makes_no_sense_is_refused_naming_the_argument(scope: str, to: str,
+                                                                       says: str) -> None:
+    with pytest.raises(FailoverError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        failover.check((EAST,), "d", scope, to, ["east", "west", ""])
+
+
+def test_a_new_home_without_a_replica_that_answers_is_refused() -> None:
+    with pytest.raises(FailoverError, match="--to: no storage node in 'west' that answers holds a shard"):
+        _plan({0: Replica("east", {1: (9, 1)}), 1: Replica("west", None)})
+
+
+def test_a_home_with_log_servers_registered_is_reachable_and_says_what_forcing_loses() -> None:
+    assert failover.reachable_home(EAST, ["west", "west"]) is None
+    why = failover.reachable_home(EAST, ["east", "west"])
+    assert why is not None and "1 of its log servers are registered" in why and "--force" in why
+
+
+def test_a_failed_over_scope_is_kept_in_its_new_home_and_its_shards_answered_there() -> None:
+    layout = scopes.moved((EAST,), "east", "west")
+    assert layout[0].where == "west" and scopes.home_of_shard(layout, 13) == "west"
+    assert scopes.answering(layout, 13, [0, 1, 2], {0: "east", 1: "west", 2: "east"}) == (1,)
+    assert scopes.from_json(scopes.to_json(layout)) == layout
+    assert scopes.moved(layout, "east", "east") == (EAST,)  # back home: no home of its own
+
+
+def test_the_condemned_are_taken_off_the_record_once_they_took_their_copy() -> None:
+    rec = [failover.record(_plan({1: Replica("west", {1: (5, 1)}), 2: Replica("east", None)}), 0)]
+    assert failover.condemned(rec) == {2}
+    assert failover.condemned(failover.pardoned(rec, 2)) == set()
+
+
+@st.composite
+def _logs(draw: st.DrawFn) -> LogMetadata:
+    """A log of a few segments, the last open or sealed."""
+    first = draw(st.integers(0, 5))
+    segs = []
+    for i in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(0, 6))
+        segs.append(Segment(i + 1, first, (1, 2, 3), base_ts=first, end=first + n - 1, last_ts=first + n))
+        first += n
+    if draw(st.booleans()):
+        last = segs[-1]
+        segs[-1] = Segment(last.epoch, last.first, last.replicas, last.base_ts)
+    return LogMetadata(7, len(segs) + draw(st.integers(0, 2)), tuple(segs), writer=2)
+
+
+@given(_logs(), st.data())
+def test_a_cut_log_keeps_every_position_up_to_the_cut_where_it_was_and_goes_on_after_it(
+        meta: LogMetadata, data: st.DataObject) -> None:
+    low = meta.segments[0].first - 1
+    high = max(s.end if s.end is not None else s.first + 6 for s in meta.segments)
+    end = data.draw(st.integers(low, high))
+    cut = meta.cut(end, 99)
+    assert cut.epoch == meta.epoch + 1 and cut.writer is None  # no writer of before changes it again
+    assert cut.last_segment is not None and cut.last_segment.sealed and cut.last_segment.end == end
+    for p in range(meta.segments[0].first, end + 1):  # kept where it was
+        was, now = meta.segment_of(p), cut.segment_of(p)
+        assert was is not None and now is not None and now.epoch == was.epoch
+    assert cut.segment_of(end + 1) is None  # nothing past the cut is read from before it
+    nxt = cut.bump(5).seal_and_open(end, 99, cut.epoch + 1, (4, 5, 6))
+    opened = nxt.last_segment
+    assert opened is not None and opened.first == end + 1 and opened.base_ts == 99
+    assert LogMetadata.from_json(cut.to_json()) == cut
+
+
+@given(st.dictionaries(st.integers(0, 7), st.tuples(st.sampled_from(["east", "west", "north"]),
+                                                    st.none() | st.integers(0, 50)), min_size=1))
+def test_a_fail_over_reports_every_position_a_survivor_applied_past_the_cut(
+        nodes: dict[int, tuple[str, int | None]]) -> None:
+    replicas = {n: Replica(dc, None if at is None else {1: (at, at * 10)}) for n, (dc, at) in nodes.items()}
+    try:
+        p = _plan(replicas)
+    except FailoverError:
+        assert not any(dc == "west" and at is not None for dc, at in nodes.values())
+        return
+    (cut,) = p.cuts
+    applied = [at - 1 for _, at in nodes.values() if at is not None]
+    assert cut.end == max(at - 1 for dc, at in nodes.values() if dc == "west" and at is not None)
+    assert all(a <= cut.heard for a in applied) and cut.lost_for_sure == cut.heard - cut.end
+    assert set(p.condemned) | set(cut.sources) == set(nodes) and not set(p.condemned) & set(cut.sources)
+    assert all(nodes[n][1] == cut.end + 1 for n in cut.sources)

@@ -100,6 +100,17 @@ def validate(name: str, consistency: str, replication: int, ttl_ms: int,
         raise DatasetError(f"ttl: must be between 0 and {limits.TTL_MS_MAX} ms")
 
 
+def _exists(zk: KazooClient, name: str, scope: str) -> str:
+    """What a creation of an existing dataset is told; a scope other than its own is a
+    scope change, which is not made: the way to one is said."""
+    d = get(zk, name)
+    if d is None or d.scope == scope:
+        return f"name: dataset {name!r} already exists"
+    return (f"scope: dataset {name!r} already exists, in scope {d.scope!r}; a dataset's scope is fixed "
+            f"when it is created: create another with --scope {scope} and copy the data over (the Spark "
+            "connector reads one dataset and writes another: docs/spark.md)")
+
+
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
            ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None,
            quota_bytes: int = 0, dedup_window_ms: int = 0, dedup_max_ids: int = 0,
@@ -140,7 +151,7 @@ def create(zk: KazooClient, name: str, consistency: str = "strong", replication:
         try:
             registry.commit(tx)
         except NodeExistsError:
-            raise DatasetError(f"name: dataset {name!r} already exists") from None
+            raise DatasetError(_exists(zk, name, scope)) from None
         except BadVersionError:
             continue  # the layout (or the membership) changed since it was read: again
         d = get(zk, name)

@@ -151,7 +151,14 @@ def test_a_local_dataset_is_created_once_its_scopes_shards_are_on_its_logs() -> 
             datasets.create(zk, "x", scope="north")
         with pytest.raises(DatasetError, match="scope: 'east'; an eventual dataset"):
             datasets.create(zk, "x", "eventual", scope="east")
-        return datasets.create(zk, "e", scope="east"), datasets.create(zk, "g")
+        e, g = datasets.create(zk, "e", scope="east"), datasets.create(zk, "g")
+        with pytest.raises(DatasetError, match="name: dataset 'e' already exists$"):
+            datasets.create(zk, "e", scope="east")
+        # A scope change is refused, saying what to do instead.
+        with pytest.raises(DatasetError, match="scope: dataset 'e' already exists, in scope 'east'; a "
+                                               "dataset's scope is fixed .* create another with --scope global"):
+            datasets.create(zk, "e")
+        return e, g
     e, g = _zk(body)
     assert (e.scope, e.shard_first, e.shard_count) == ("east", 12, 4)
     assert (g.scope, g.shard_first, g.shard_count) == (GLOBAL, 0, 12)

@@ -155,8 +155,8 @@ def test_a_local_dataset_is_created_once_its_scopes_shards_are_on_its_logs() -> 
         with pytest.raises(DatasetError, match="name: dataset 'e' already exists$"):
             datasets.create(zk, "e", scope="east")
         # A scope change is refused, saying what to do instead.
-        with pytest.raises(DatasetError, match="scope: dataset 'e' already exists, in scope 'east'; a dataset's "
-                                               "scope is fixed .* create another with --scope global"):
+        changed = "scope: dataset 'e' already exists, in scope 'east'; a dataset's scope is fixed"
+        with pytest.raises(DatasetError, match=changed + " .* create another with --scope global"):
             datasets.create(zk, "e")
         return e, g
     e, g = _zk(body)

@@ -18,6 +18,7 @@ from coordinator.checks import Code
 from coordinator.ratelimit import RateLimiter
 from midtown_pb import kv_pb2 as pb
 from runtime import world
+from runtime.process import through_zk_loss
 from runtime.refusals import BadRequest, Refusal
 
 
@@ -32,9 +33,11 @@ class Admission:
         self.client_rate_limit = client_rate_limit
 
     def start(self) -> None:
-        """Watch the datasets and users, so that changes are seen at once."""
-        self.datasets.watch()
-        self.users.watch()
+        """Watch the datasets and users, so that changes are seen at once (through a
+        ZooKeeper connection lost meanwhile: a loaded machine's first seconds dropped one,
+        and the coordinator never started)."""
+        through_zk_loss(self.datasets.watch, "watching the datasets")
+        through_zk_loss(self.users.watch, "watching the users")
 
     def lookup(self, header: pb.RequestHeader, write: bool = True) -> Dataset | None:
         """The request's dataset (from the cache of the catalog), or None: looked up once

@@ -47,6 +47,7 @@ from record.model import (
 )
 from runtime import inprocess, world
 from runtime.group_commit import GroupTimeout
+from runtime.process import through_zk_loss
 from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.coordinator")
@@ -131,8 +132,8 @@ class Coordinator:
         beside = {"log": min(self.local_log.addrs)} if self.local_log.addrs else {}
         # ... and its data center: an SDK client there calls it first (midtown/endpoints.py).
         where = {"dc": self.dc} if self.dc else {}
-        self.membership = registry.register(self.zk, registry.COORDINATORS, self.coord_id, self.addr,
-                                            **beside, **where)
+        self.membership = through_zk_loss(lambda: registry.register(
+            self.zk, registry.COORDINATORS, self.coord_id, self.addr, **beside, **where), "registering")
 
     def stop(self) -> None:
         self.stopped.set()

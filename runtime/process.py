@@ -33,6 +33,8 @@ EXIT_BEHIND_TRUNCATION = 75  # a storage node is behind a log's truncation: rest
 EXIT_FAILED_OVER = 76  # a storage node a fail-over condemned (catalog/failover.py): restart to take a copy
 EXIT_WEDGED = 69  # (EX_UNAVAILABLE) its own gRPC server stopped answering (runtime/health.py):
 #                   restart it
+EXIT_START_FAILED = 71  # (sysexits' EX_OSERR) a server's start failed (ZooKeeper away a minute, a
+#                         defect): the supervisor starts it again
 EXIT_CONFIG = 78  # (sysexits' EX_CONFIG) it cannot start as configured: another machine than its
 #                   data's, an id another live process holds. Restarting would not help.
 
@@ -121,6 +123,12 @@ def serve_all(parts: list[Part], ready: str) -> None:
                 p.on_start()
             except StartRefused as e:
                 exit_now(EXIT_CONFIG, str(e))
+            except SystemExit as e:  # said why (through_zk_loss): end, for the supervisor to start it again
+                exit_now(EXIT_START_FAILED, f"{p.name or f'server {i}'}: {e}")
+            except Exception:  # a defect: its traceback, then the end (the gRPC servers' threads,
+                # left running by an exception in this thread, would keep a process that never started)
+                logging.getLogger("midtown.process").exception("starting %s", p.name or f"server {i}")
+                exit_now(EXIT_START_FAILED, f"{p.name or f'server {i}'} did not start")
         for name, addr in watched:
             health.watch_own_port(name, addr, done, lambda why: exit_now(EXIT_WEDGED, why))
         print(ready, flush=True)

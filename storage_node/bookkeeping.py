@@ -19,6 +19,7 @@ from midtown_pb import kv_pb2 as pb
 from record import codec, staleness
 from record.model import Drop, Position, Record
 from runtime import loops, world
+from runtime.process import through_zk_loss
 from runtime.refusals import Refusal
 from storage_node import lww, usage
 from storage_node.apply_loop import ApplyLoop
@@ -58,7 +59,7 @@ class Bookkeeping:
 
     def start(self) -> None:
         s = self.state
-        self._watch_kv()
+        through_zk_loss(self._watch_kv, "watching the key-value topology")
         loops.every("positions", s.settings.position_interval_s, self.positions_round, s.stop)
         # Counting reads every key: it rests as it goes, and on a node holding much it runs
         # less often, at most USAGE_DUTY of the time, and at least every USAGE_INTERVAL_MAX_S.
@@ -72,9 +73,9 @@ class Bookkeeping:
         (catalog/failover.py), not at the next round."""
         s = self.state
         if s.kv.scopes and not self._kv_watched:
-            self._kv_watched = True
             self._learn_data_centers()  # before the first round: who answers a local scope's shards
             registry.watch_kv(s.zk, self.learn_kv)
+            self._kv_watched = True
 
     def _learn_data_centers(self) -> None:
         s = self.state

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from kazoo.client import KazooClient
 
-from catalog import registry
+from catalog import failover, registry
 from catalog.replica_sets import ReplicaSets
 from coordinator import limits
 from coordinator.checks import Code
@@ -47,6 +47,10 @@ class Replicas:
         self._sets: Refreshed[ReplicaSets | None] = Refreshed(
             lambda: self._read_sets(self.zk), limits.MEMBERS_CACHE_S, initial=None,
             reload=lambda: self._read_sets(quick))
+        # Storage nodes a fail-over condemned (catalog/failover.py), read with the sets: they
+        # are left out of the members, so neither a read nor an answer is taken from one
+        # whose state is not the log's (it may hold entries past a cut) until it took a copy.
+        self.condemned: frozenset[int] = frozenset()
 
         # Each storage node's data center, as its machine recorded it ("" for none).
         # First read on a caller's path (a bounded read) too: bounded, as the reloads.
@@ -68,10 +72,12 @@ class Replicas:
     def _read_dcs(zk: KazooClient) -> dict[int, str]:
         return {n: d.dc for n, d in machines.recorded(zk, machines.STORAGE_NODES).items()}
 
-    @staticmethod
-    def _read_sets(zk: KazooClient) -> ReplicaSets | None:
+    def _read_sets(self, zk: KazooClient) -> ReplicaSets | None:
         kv = registry.read_kv(zk)
-        return None if kv is None else registry.read_replica_sets(zk, kv)
+        if kv is None:
+            return None
+        self.condemned = frozenset(failover.condemned(kv.failovers))
+        return registry.read_replica_sets(zk, kv)
 
     def sets(self) -> ReplicaSets | None:
         """Each shard's replica set as last read (None: not read yet, or every member holds
@@ -99,11 +105,15 @@ class Replicas:
 
     def members(self) -> dict[int, str]:
         """Registered storage nodes by id, looked up in ZooKeeper at most once a second (by
-        one request; the others meanwhile take the last list)."""
-        return _addrs(self._entries.get())
+        one request; the others meanwhile take the last list); not those condemned."""
+        return self._not_condemned(_addrs(self._entries.get()))
 
     def members_or_last(self) -> dict[int, str]:
-        return _addrs(self._entries_or_last())
+        return self._not_condemned(_addrs(self._entries_or_last()))
+
+    def _not_condemned(self, members: dict[int, str]) -> dict[int, str]:
+        out = self.condemned
+        return {n: a for n, a in members.items() if n not in out} if out else members
 
     def _entries_or_last(self) -> dict[int, Any]:
         try:

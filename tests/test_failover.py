@@ -5,6 +5,8 @@ at the cut takes a copy, and the cut log goes on from the cut under a new epoch.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from catalog import failover, scopes
 from catalog.failover import FailoverError, Replica
 from catalog.scopes import Scope
 from log.metadata import LogMetadata, Segment
+from runtime.world import sleep as world_sleep
 
 EAST = Scope("east", 12, 4, (1,))
 SHARDS = {12, 13, 14, 15}
@@ -133,3 +136,32 @@ def test_a_fail_over_reports_every_position_a_survivor_applied_past_the_cut(
     assert all(a <= cut.heard for a in applied) and cut.lost_for_sure == cut.heard - cut.end
     assert set(p.condemned) | set(cut.sources) == set(nodes) and not set(p.condemned) & set(cut.sources)
     assert all(nodes[n][1] == cut.end + 1 for n in cut.sources)
+
+
+def test_a_coordinator_takes_neither_reads_nor_answers_from_a_condemned_node() -> None:
+    """The coordinator's replicas (coordinator/replicas.py) leave the nodes a fail-over
+    condemned out of the members, from the next read of the replica sets on: no read is
+    sent to one, and no answer of one is taken (coordinator/answers.py asks the members),
+    before it learns it and stops (the catalog's real code on the simulated ZooKeeper)."""
+    import json
+
+    from catalog import registry
+    from coordinator.replicas import Replicas
+    from tests.sim.zookeeper import on_a_client
+
+    def body(zk: Any) -> tuple[dict[int, str], dict[int, str]]:
+        registry.create_kv(zk, 16, [0, 1, 2])
+        for n in range(3):
+            registry.register(zk, registry.STORAGE_NODES, n, f"127.0.0.1:{7000 + n}")
+        r = Replicas(zk)
+        r.sets()
+        before = r.members()
+        data, _ = zk.get(registry.KV)
+        rec = failover.record(_plan({1: Replica("west", {1: (5, 1)}), 0: Replica("east", None),
+                                     2: Replica("east", None)}), 0)
+        zk.set(registry.KV, json.dumps({**json.loads(data), "failovers": [rec]}).encode())
+        world_sleep(2.0)  # past the members' cache
+        r.sets()
+        return before, r.members_or_last()
+    before, after = on_a_client(body)
+    assert sorted(before) == [0, 1, 2] and sorted(after) == [1]

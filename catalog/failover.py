@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from catalog import scopes
 from catalog.scopes import Layout, Scope
+from log.metadata import LogMetadata
 
 
 class FailoverError(ValueError):
@@ -50,8 +51,8 @@ class LogCut:
     last_ts: int  # the log time of the entry at `end`
     heard: int  # the highest position a surviving replica applied (>= end)
     sources: tuple[int, ...]  # the replicas standing exactly at the cut
-    segment: int = 0  # the epoch of the segment cut, and its servers (what they keep past the cut
-    servers: tuple[int, ...] = ()  # is read from them: drivers/failover.py kept_aside)
+    segment: int  # the epoch of the segment cut, and its servers (what they keep past the cut
+    servers: tuple[int, ...]  # is read from them: drivers/failover.py kept_aside)
 
     @property
     def lost_for_sure(self) -> int:
@@ -106,39 +107,40 @@ def reachable_home(scope: Scope, registered_dcs: Iterable[str]) -> str | None:
             "aside on its servers); --force does it anyway")
 
 
-def plan(scope: Scope, to: str, holders: Mapping[int, Iterable[int]], shards_of: Mapping[int, Iterable[int]],
-         replicas: Mapping[int, Replica]) -> Plan:
+def plan(scope: Scope, to: str, holders: Mapping[int, Mapping[int, Iterable[int]]],
+         replicas: Mapping[int, Replica], metas: Mapping[int, LogMetadata]) -> Plan:
     """The fail-over of `scope` to `to`. `holders`: per log of the scope, the storage nodes
-    holding one of its shards; `shards_of`: per such node, the scope's shards it holds;
-    `replicas`: every such node as seen now. FailoverError naming --to when the new home's
+    holding one of the shards it carries, with those shards; `replicas`: every such node as
+    seen now; `metas`: each log's metadata. FailoverError naming --to when the new home's
     replicas cannot restart a log."""
     cuts = []
     condemned: set[int] = set()
     for lg in scope.logs:
-        nodes = sorted(set(holders.get(lg, ())))
-        needed = {sh for n in nodes for sh in shards_of.get(n, ())}
+        held = holders.get(lg, {})
+        nodes = sorted(held)
         at = {n: p[lg] for n in nodes if (p := replicas[n].positions) is not None and lg in p}
         there = {n: at[n] for n in at if replicas[n].dc == to}
         if not there:
             raise FailoverError(f"--to: no storage node in {to!r} that answers holds a shard of log {lg} "
                                 f"(scope {scope.dc!r}): the new home must hold the scope's data")
-        cut = _cut(lg, there, needed, shards_of)
-        sources = tuple(n for n in nodes if n in at and at[n][0] == cut.end + 1)
+        end, last_ts = _cut(lg, there, held)
+        sources = tuple(n for n in nodes if n in at and at[n][0] == end + 1)
         heard = max(p for p, _ in at.values()) - 1
-        cuts.append(LogCut(lg, cut.end, cut.last_ts, max(heard, cut.end), sources))
+        seg = metas[lg].segment_of(end)
+        cuts.append(LogCut(lg, end, last_ts, max(heard, end), sources, seg.epoch if seg else 0,
+                           seg.replicas if seg else ()))
         condemned |= {n for n in nodes if n not in sources}
     return Plan(scope.dc, scope.where, to, tuple(cuts), tuple(sorted(condemned)))
 
 
-def _cut(lg: int, there: Mapping[int, tuple[int, int]], needed: set[int],
-         shards_of: Mapping[int, Iterable[int]]) -> LogCut:
-    """The highest position at which the new home's replicas standing exactly there hold
-    every one of `needed`."""
+def _cut(lg: int, there: Mapping[int, tuple[int, int]], held: Mapping[int, Iterable[int]]) -> tuple[int, int]:
+    """(position, its log time): the highest at which the new home's replicas standing
+    exactly there hold every shard of the log (`held`: node -> its shards of the log)."""
+    needed = {sh for shards in held.values() for sh in shards}
     for nxt in sorted({p for p, _ in there.values()}, reverse=True):
         standing = [n for n, (p, _) in there.items() if p == nxt]
-        if needed <= {sh for n in standing for sh in shards_of.get(n, ())}:
-            ts = max(there[n][1] for n in standing)
-            return LogCut(lg, nxt - 1, ts, nxt - 1, tuple(standing))
+        if needed <= {sh for n in standing for sh in held.get(n, ())}:
+            return nxt - 1, max(there[n][1] for n in standing)
     where = ", ".join(f"node {n} at {p - 1}" for n, (p, _) in sorted(there.items()))
     raise FailoverError(f"--to: the new home's replicas of log {lg} ({where}) hold the scope's shards "
                         "only at different positions: none of its positions has a copy of every shard; "
@@ -146,8 +148,8 @@ def _cut(lg: int, there: Mapping[int, tuple[int, int]], needed: set[int],
 
 
 def record(plan: Plan, at_ms: int) -> dict:
-    """What the key-value topology keeps of a fail-over (`dataset describe`, `scope list`,
-    and the condemned nodes' rule)."""
+    """What the key-value topology keeps of a fail-over (`scope list`, and the condemned
+    nodes' rule)."""
     return {**plan.to_json(), "at_ms": at_ms}
 
 

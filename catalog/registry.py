@@ -20,7 +20,7 @@ log/zk.py):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,12 +171,11 @@ def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict
 
 
 def fail_over(zk: KazooClient, version: int, plan: failover.Plan, at_ms: int,
-              metadata: Mapping[int, tuple[bytes, int]], truncations: Mapping[int, tuple[bytes, int]],
-              topology: tuple[bytes, int]) -> None:
+              log_writes: Sequence[zkpaths.Write]) -> None:
     """Write a fail-over (catalog/failover.py) in one transaction: the key-value topology
-    (read at `version`) with the scope kept in its new home and the plan recorded; each of
-    its logs' metadata, truncation point and the log topology as given (new bytes, the
-    version they were read at). BadVersionError when anything changed since it was read."""
+    (read at `version`) with the scope kept in its new home and the plan recorded, and the
+    log service's writes (its logs cut, their home moved: log/zk.py cut_writes,
+    homes_moved). BadVersionError when anything changed since it was read."""
     data, stat = zk.get(KV)
     if stat.version != version:
         raise BadVersionError()
@@ -186,7 +185,7 @@ def fail_over(zk: KazooClient, version: int, plan: failover.Plan, at_ms: int,
     d["failovers"] = [*kv.failovers, failover.record(plan, at_ms)]
     tx = zk.transaction()
     tx.set_data(KV, json.dumps(d).encode(), version=version)
-    for path, (body, v) in [*metadata.items(), *truncations.items(), (zkpaths.TOPOLOGY, topology)]:
+    for path, body, v in log_writes:
         tx.set_data(path, body, version=v)
     commit(tx)
 

@@ -9,7 +9,7 @@ from typing import Any
 from cli.arguments import common_options, nonneg_arg, parse_duration_ms, parse_ms, size_arg
 from cli.connect import CliError, zk_client
 from cli.nodes import node_states
-from cli.output import emit
+from cli.output import emit, progress
 
 
 def cmd_dataset(a: argparse.Namespace) -> int:
@@ -76,13 +76,12 @@ def cmd_dataset(a: argparse.Namespace) -> int:
 def cmd_dataset_failover(a: argparse.Namespace) -> int:
     """Move a local dataset's scope to another data center, its home lost
     (catalog/failover.py): print where each log was cut and what that lost."""
-    import sys
 
     from catalog.failover import FailoverError
     from drivers import failover
     from runtime import world
 
-    say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = progress(a.json)
     zk = zk_client(a)
     try:
         try:

@@ -12,13 +12,12 @@ replaced)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from cli.connect import CliError, Unreachable
-from cli.output import emit
+from cli.output import emit, progress
 from log import limits
 from log import zk as zkpaths
 
@@ -113,7 +112,7 @@ def _decommission(a: argparse.Namespace, zk: Any, topo: zkpaths.Topology) -> int
     if a.id not in topo.log_servers and a.id not in zkpaths.leaving(zk):
         raise CliError(f"ID: log server {a.id} is not in the pool {list(topo.log_servers)}")
     check_enough_stay(a.id, topo.log_servers, zkpaths.leaving(zk), zkpaths.servers(zk))
-    say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = progress(a.json)
     zkpaths.set_leaving(zk, a.id, True)
     started = time.monotonic()
     deadline = started + a.timeout

@@ -8,14 +8,13 @@ next one (an ensemble change, or the writer's next claim) is placed apart."""
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from catalog import registry
 from cli.connect import CliError, zk_client
-from cli.output import emit, unless_empty
+from cli.output import emit, progress, unless_empty
 from fleet import failure_domains, machines
 from log import zk as zkpaths
 from runtime import membership
@@ -156,7 +155,7 @@ def cmd_machine_up(a: argparse.Namespace) -> int:
     running = [p.name for p in c.procs.values() if c.running(p.name)]
     if running:
         raise CliError(f"--dir: {a.dir} has workers running ({', '.join(running)})")
-    say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = progress(a.json)
 
     def start() -> None:
         for p in c.procs.values():

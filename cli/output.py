@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # A cell of a listing (a scan, a list) shows at most this many characters and says how long
@@ -67,6 +67,11 @@ def unless_empty(rows: Sequence[dict[str, Any]], columns: Sequence[str], *option
     """`columns` without those of `optional` that are empty in every row (a table's data-center
     column on a cluster that names none: there is nothing to choose)."""
     return [c for c in columns if c not in optional or any(r.get(c) for r in rows)]
+
+
+def progress(quiet: bool) -> Callable[[str], None]:
+    """A long command's progress lines: on stderr, none with --json (`quiet`)."""
+    return (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
 def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None) -> None:

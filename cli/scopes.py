@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from cli.connect import CliError, log_client
-from cli.output import emit, unless_empty
+from cli.output import emit, progress, unless_empty
 
 
 def _logs_arg(text: str) -> list[int]:
@@ -29,7 +28,7 @@ def cmd_scope_add(a: argparse.Namespace) -> int:
     from cli.shards import hand_offs
     from log import zk as zkpaths
 
-    say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = progress(a.json)
     with log_client(a) as c:
         topo = zkpaths.read_topology(c.zk)
         homes = topo.home_map if topo is not None else {}

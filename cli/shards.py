@@ -8,13 +8,12 @@ is taken up by running the same command again."""
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from catalog import log_map, registry, replica_sets, scopes, shard_moves, usage
 from cli.connect import CliError
-from cli.output import emit, unless_empty
+from cli.output import emit, progress, unless_empty
 from drivers import moves
 from fleet import failure_domains
 from fleet.failure_domains import PlacementError
@@ -58,7 +57,7 @@ def _hand_off(a: argparse.Namespace) -> int:
         kv = registry.read_kv(logs.zk)
         if kv is None:
             raise CliError("no key-value topology in this cluster: run `midtown cluster init`")
-        say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+        say = progress(a.json)
         try:
             out = hand_off(logs, kv, a.shard, a.to, a.timeout, say)
         except HandOffError as e:
@@ -79,7 +78,7 @@ def _run(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any]) -> i
             return _abort(a, zk)
         check_rate(a.rate)
         out = move(zk, kv, a.shard, a.to, a.leaving, a.rate, a.timeout,
-                   (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True)))
+                   progress(a.json))
         emit(out, a.json)
         return 0
     finally:
@@ -228,7 +227,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
             raise CliError(f"ID: node {drain} cannot be decommissioned: {e}" if drain is not None
                            else str(e)) from None
         rows: list[dict[str, Any]] = [{"shard": s, "from": f, "to": t} for s, t, f in plan]
-        say = (lambda msg: None) if a.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+        say = progress(a.json)
         # A rebalance also spreads the shards over the key-value logs, before the moves (a
         # move of a shard is refused while it is being handed over: one left under way by a
         # hand-off that was killed is finished first)

@@ -7,8 +7,6 @@ ZooKeeper holds)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,9 +31,9 @@ def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Callab
     `statuses()`: each storage node's Status answer (those that answer). FailoverError
     naming the argument when it cannot be done."""
     for _ in range(TRIES):
-        plan, (version, metadata, truncations, topology) = _prepare(zk, name, to, force, statuses)
+        plan, version, writes = _prepare(zk, name, to, force, statuses)
         try:
-            registry.fail_over(zk, version, plan, world.wall_ms(), metadata, truncations, topology)
+            registry.fail_over(zk, version, plan, world.wall_ms(), writes)
         except BadVersionError:
             progress("the cluster changed while the fail-over was read: reading again")
             continue
@@ -44,7 +42,9 @@ def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Callab
 
 
 def _prepare(zk: KazooClient, name: str, to: str, force: bool,
-             statuses: Callable[[], Mapping[int, Any]]) -> tuple[Plan, tuple]:
+             statuses: Callable[[], Mapping[int, Any]]) -> tuple[Plan, int, list[zkpaths.Write]]:
+    """The plan, the key-value topology's version it was made at, and the log service's
+    writes."""
     d = datasets.get(zk, name)
     if d is None:
         raise FailoverError(f"NAME: no dataset {name!r} (midtown dataset list)")
@@ -69,35 +69,17 @@ def _prepare(zk: KazooClient, name: str, to: str, force: bool,
         raise FailoverError(reachable)
     sets = registry.read_replica_sets(zk, kv)
     m = registry.read_log_map(zk, kv, topo.logs)
-    holders: dict[int, set[int]] = {}
-    shards_of: dict[int, set[int]] = {}
+    holders: dict[int, dict[int, set[int]]] = {}  # log -> node -> its shards of the log
     for shard in scope.shards():
         for n in sets.of(shard):
-            holders.setdefault(m.of[shard], set()).add(n)
-            shards_of.setdefault(n, set()).add(shard)
+            holders.setdefault(m.of[shard], {}).setdefault(n, set()).add(shard)
     answers = statuses()
     replicas = {n: Replica(node_where[n].dc if n in node_where else "", _positions(answers.get(n)))
-                for n in shards_of}
-    plan = failover.plan(scope, to, holders, shards_of, replicas)
-    metadata, truncations, cuts = {}, {}, []
-    for cut in plan.cuts:
-        meta, v = zkpaths.read_metadata(zk, cut.log)
-        seg = meta.segment_of(cut.end)
-        cuts.append(dataclasses.replace(cut, segment=seg.epoch, servers=seg.replicas) if seg else cut)
-        # (the segments wholly below the cut go: nobody reads them from servers that are gone)
-        new = meta.cut(cut.end, cut.last_ts).without_segments_below(cut.end + 1)
-        metadata[zkpaths.log_path(cut.log)] = (new.to_json(), v)
-        body, tv = zk.get(zkpaths.truncate_path(cut.log))
-        t = json.loads(body)
-        t["before"] = max(int(t["before"]), cut.end + 1)
-        truncations[zkpaths.truncate_path(cut.log)] = (json.dumps(t).encode(), tv.version)
-    body, stat = zk.get(zkpaths.TOPOLOGY)
-    t = json.loads(body)
-    for key, value in (("homes", to), ("prefers", "")):
-        now = {k: v for k, v in t.get(key, {}).items() if int(k) not in scope.logs}
-        t[key] = {**now, **({str(lg): value for lg in scope.logs} if value else {})}
-    plan = dataclasses.replace(plan, cuts=tuple(cuts))
-    return plan, (version, metadata, truncations, (json.dumps(t).encode(), stat.version))
+                for held in holders.values() for n in held}
+    metas = {lg: zkpaths.read_metadata(zk, lg) for lg in scope.logs}
+    plan = failover.plan(scope, to, holders, replicas, {lg: meta for lg, (meta, _) in metas.items()})
+    writes = [w for c in plan.cuts for w in zkpaths.cut_writes(zk, *metas[c.log], c.end, c.last_ts)]
+    return plan, version, [*writes, zkpaths.homes_moved(zk, scope.logs, to)]
 
 
 def _positions(status: Any) -> dict[int, tuple[int, int]] | None:

@@ -24,6 +24,7 @@ ZooKeeper holds only this small metadata; entries never pass through it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,23 +198,54 @@ def set_prefer(zk: KazooClient, log_id: int, dc: str) -> dict[int, str]:
     return _set_dc(zk, "prefers", log_id, dc)
 
 
+def _with_dc(d: dict[str, Any], key: str, logs: Collection[int], dc: str) -> dict[int, str]:
+    """The topology's map `key` (log -> data center) with `logs` set to `dc` (removed when
+    ""), written into `d`; the map."""
+    now = {int(k): str(v) for k, v in d.get(key, {}).items() if int(k) not in logs}
+    now.update({lg: dc for lg in logs if dc})
+    d[key] = {str(k): v for k, v in sorted(now.items())}
+    return now
+
+
 def _set_dc(zk: KazooClient, key: str, log_id: int, dc: str) -> dict[int, str]:
     """The topology's map `key` (log -> data center) with `log_id`'s set to `dc` (removed
     when ""), by a versioned write retried when another change won; the map after it."""
     while True:
         data, stat = zk.get(TOPOLOGY)
         d = json.loads(data)
-        now = {int(k): str(v) for k, v in d.get(key, {}).items()}
-        if dc:
-            now[log_id] = dc
-        else:
-            now.pop(log_id, None)
+        now = _with_dc(d, key, (log_id,), dc)
         try:
-            zk.set(TOPOLOGY, json.dumps({**d, key: {str(k): v for k, v in sorted(now.items())}}).encode(),
-                   version=stat.version)
+            zk.set(TOPOLOGY, json.dumps(d).encode(), version=stat.version)
             return now
         except BadVersionError:
             continue
+
+
+# A write a caller makes in a transaction of its own: (path, new bytes, version read).
+Write = tuple[str, bytes, int]
+
+
+def homes_moved(zk: KazooClient, logs: Collection[int], dc: str) -> Write:
+    """The topology with `logs` kept in `dc` and their preferences cleared (a fail-over:
+    catalog/failover.py), as a write for a transaction."""
+    data, stat = zk.get(TOPOLOGY)
+    d = json.loads(data)
+    _with_dc(d, "homes", logs, dc)
+    _with_dc(d, "prefers", logs, "")
+    return TOPOLOGY, json.dumps(d).encode(), stat.version
+
+
+def cut_writes(zk: KazooClient, meta: LogMetadata, version: int, end: int, last_ts: int) -> list[Write]:
+    """A log cut at `end` (log/metadata.py cut; the segments wholly below it go too: nobody
+    reads them from servers that are gone) and its truncation point raised past it, as
+    writes for a transaction; `meta` as read at `version`."""
+    new = meta.cut(end, last_ts).without_segments_below(end + 1)
+    body, tv = _truncation(zk, meta.log_id)
+    body["before"] = max(int(body["before"]), end + 1)
+    if not body["holds"]:
+        del body["holds"]
+    return [(log_path(meta.log_id), new.to_json(), version),
+            (truncate_path(meta.log_id), json.dumps(body).encode(), tv)]
 
 
 def leaving(zk: KazooClient) -> set[int]:

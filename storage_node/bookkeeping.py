@@ -99,7 +99,8 @@ class Bookkeeping:
         member's position is unknown (a node that is down holds truncation back).
         ZooKeeper trouble (a lost session) raises: the loop retries with backoff."""
         s, published, truncated = self.state, self._published, self._truncated
-        self.learn_kv(registry.read_kv(s.zk) or s.kv)  # membership changes (node remove)
+        if not self._kv_watched:  # membership changes (node remove); once watched, the watch has the newest
+            self.learn_kv(registry.read_kv(s.zk) or s.kv)
         if s.kv.scopes:  # which replicas answer for a local scope's shards (catalog/scopes.py)
             self._learn_data_centers()
             self._watch_kv()

@@ -21,10 +21,14 @@ EAST = Scope("east", 12, 4, (1,))
 SHARDS = {12, 13, 14, 15}
 
 
+# Log 1: a sealed segment 0..9, then east's open one (its servers 0, 1, 2) from 10.
+META = LogMetadata(1, 3, (Segment(1, 0, (3, 4, 5), 0, 9, 9), Segment(3, 10, (0, 1, 2), 9)), writer=0)
+
+
 def _plan(replicas: dict[int, Replica], shards_of: dict[int, set[int]] | None = None,
           to: str = "west") -> failover.Plan:
     shards_of = shards_of or {n: SHARDS for n in replicas}
-    return failover.plan(EAST, to, {1: set(replicas)}, shards_of, replicas)
+    return failover.plan(EAST, to, {1: {n: shards_of[n] for n in replicas}}, replicas, {1: META})
 
 
 def test_a_log_is_cut_where_the_new_home_stands_and_everything_else_takes_a_copy() -> None:
@@ -34,6 +38,7 @@ def test_a_log_is_cut_where_the_new_home_stands_and_everything_else_takes_a_copy
                3: Replica("north", {1: (45, 760)})})  # heard more than the new home applied
     (cut,) = p.cuts
     assert (cut.end, cut.last_ts, cut.sources) == (40, 700, (1,))
+    assert (cut.segment, cut.servers) == (3, (0, 1, 2))  # east's open segment: what it keeps is read there
     assert (cut.heard, cut.lost_for_sure) == (44, 4)  # north applied 41..44: acknowledged, lost
     assert p.condemned == (0, 2, 3)
     assert (p.origin, p.to) == ("east", "west")
@@ -165,3 +170,17 @@ def test_a_coordinator_takes_neither_reads_nor_answers_from_a_condemned_node() -
         return before, r.members_or_last()
     before, after = on_a_client(body)
     assert sorted(before) == [0, 1, 2] and sorted(after) == [1]
+
+
+def test_each_log_of_a_scope_is_cut_by_the_shards_it_carries_alone() -> None:
+    """Scope east on logs 1 and 2: node 5 holds shard 12 of log 1 and shard 14 of log 2,
+    behind node 4 on log 1. Log 1 is cut where node 4 stands, holding 12 and 13: shard 14
+    is log 2's business."""
+    two = Scope("east", 12, 4, (1, 2))
+    metas = {lg: LogMetadata(lg, 1, (Segment(1, 0, (0, 1, 2), 0),)) for lg in (1, 2)}
+    holders = {1: {4: {12, 13}, 5: {12}}, 2: {5: {14, 15}}}
+    replicas = {4: Replica("west", {1: (41, 700), 2: (1, 0)}),
+                5: Replica("west", {1: (30, 600), 2: (20, 300)})}
+    p = failover.plan(two, "west", holders, replicas, metas)
+    assert [(c.log, c.end, c.sources) for c in p.cuts] == [(1, 40, (4,)), (2, 19, (5,))]
+    assert p.condemned == (5,)  # behind the cut of log 1

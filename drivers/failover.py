@@ -83,7 +83,11 @@ def _prepare(zk: KazooClient, name: str, to: str, force: bool,
 
 
 def _positions(status: Any) -> dict[int, tuple[int, int]] | None:
-    if status is None:
+    """A node's positions as its Status says them; None when it did not answer, or answered
+    while it starts: a node bootstrapping or rebuilding (its store lost) has no state yet
+    that its positions describe (the whole-cluster simulation's seed 21: a node rebuilding
+    after its disk was lost said position 0, and was taken for a source standing at -1)."""
+    if status is None or not status.started:
         return None
     times = list(status.log_times) or [0] * len(status.log_positions)
     return {lg: (int(p), int(ts)) for lg, (p, ts) in enumerate(zip(status.log_positions, times))}

@@ -51,6 +51,7 @@ STORE_RECORD_S = 5.0  # how often a server checks that its store's identity is r
 # all of them together at most EPOCH_CHECK_S (check_epoch_issued).
 EPOCH_READ_WAIT_S = 0.3
 EPOCH_CHECK_S = 2.0
+EPOCH_RETRY_S = 0.05  # between tries that failed at once (the session disconnected: no wait of its own)
 
 
 class Node:
@@ -296,6 +297,7 @@ class Node:
                 until = now + EPOCH_CHECK_S - EPOCH_READ_WAIT_S if until is None else until
                 if now >= until:
                     raise
+                world.sleep(EPOCH_RETRY_S)  # (a ConnectionLoss comes at once: not a busy loop)
 
     def apply_truncation_now(self, log_id: int) -> None:
         """Read the truncation point from ZooKeeper (after a sync) instead of waiting for the

@@ -18,7 +18,7 @@ from collections.abc import Container, Sequence
 
 import grpc
 
-from catalog import registry
+from catalog import failover, registry
 from catalog.routing import answers_for
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
@@ -125,9 +125,17 @@ class ApplyLoop:
             # ... and its map: a node that started before a hand-off of its shards from this
             # log and bootstrapped meanwhile tails it by the map it started with
             s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
+            # ... and the fail-overs: a node that started before one cut the log past it,
+            # condemned, stops to take a copy (as when its topology watch says so)
+            kv = registry.read_kv(s.zk)
+            cut = kv is not None and s.node_id in failover.condemned(kv.failovers)
         except Exception as e:  # ZooKeeper does not answer now: the tail tries again
             log.warning("log %d: %s; the replica sets cannot be read now (%s)", log_id, why, e)
             world.sleep(1)
+            return
+        if cut:
+            self.condemned(f"log {log_id}: {why}; a fail-over condemned this node's state: it stops to "
+                           "take a copy")
             return
 
         try:

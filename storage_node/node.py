@@ -331,7 +331,7 @@ class StorageNode:
         s = self.state
         out = pb.NodeStatusResponse(node_id=s.node_id, reclaimed=s.reclaimed,
                                     lww_repaired=self.eventual.repaired, lww_purged=self.eventual.purged,
-                                    lww_shards_pulled=self.eventual.shards_pulled)
+                                    lww_shards_pulled=self.eventual.shards_pulled, started=s.started)
         for i in range(s.kv_logs):
             out.log_positions.append(s.positions[i][0])
             out.log_times.append(s.positions[i][1])

@@ -15,7 +15,6 @@ import grpc
 
 from catalog import registry
 from catalog.replica_sets import ReplicaSets
-from catalog.routing import shard_of
 from coordinator import server
 from fleet import failure_domains
 from log import reading
@@ -39,6 +38,7 @@ class EndChecks:
     """NodeSim's end checks (a mixin: the run's state is NodeSim's)."""
 
     def entry(self, meta: LogMetadata, p: int) -> Entry | None:
+        meta = self.meta_at(meta, p)
         seg = meta.segment_of(p)
         if seg is None:
             return None
@@ -48,6 +48,7 @@ class EndChecks:
         return self.kept.get((meta.log_id, seg.epoch, p))
 
     def held(self, meta: LogMetadata, p: int) -> set[bytes]:
+        meta = self.meta_at(meta, p)
         seg = meta.segment_of(p)
         kept = self.kept.get((meta.log_id, seg.epoch, p)) if seg is not None else None
         return super().held(meta, p) | ({kept.payload} if kept is not None else set())
@@ -124,7 +125,10 @@ class EndChecks:
         self.counts["positions landed after their disk was lost"] = sum(
             1 for _, ts, n, _, gen in published if 0 <= gen < self.disk_generation(n, ts))
         self.counts["truncated entries checked"] = len(self.kept)
-        self.check_answers(first)
+        lost = self.check_failover(model)
+        if self.violations:
+            return
+        self.check_answers(first, lost)
         self.counts["linearizable ops"] = sum(1 for h in self.histories.values() for o in h if o.known)
         for k in check_per_key(self.histories):  # (7)
             self.violations.append(f"the history of key {k!r} does not linearize: {self.histories[k]}")
@@ -144,7 +148,7 @@ class EndChecks:
         seals should have refused: said. (A shard handed back to a log may start there
         below its earlier stint's records, where the driver read the log's end from a
         server behind: they are skipped, by their generation, as the replicas skip them.)"""
-        lg, since, opened, base, floor = shard % LOGS, FIRST_POSITION, True, 0, 0
+        lg, since, opened, base, floor = self.first_logs[shard], FIRST_POSITION, True, 0, 0
         taken: set[tuple[int, int]] = set()
         while True:
             nxt = None
@@ -179,8 +183,11 @@ class EndChecks:
     def _outcome(r: RecordResult) -> tuple[Any, ...]:
         return (r.position, r.applied, r.results, r.digest)
 
-    def check_answers(self, first: dict[bytes, RecordResult]) -> None:
+    def check_answers(self, first: dict[bytes, RecordResult], lost: set[bytes]) -> None:
+        """(`lost`: the request ids a fail-over lost, as it reported: check_failover.)"""
         for rid, (method, told) in sorted(self.told.items()):  # (1) what each client was told
+            if rid in lost:
+                continue
             want = first.get(rid)
             try:
                 expected = None if want is None else _RESPONSES[method](want)
@@ -193,7 +200,8 @@ class EndChecks:
         for rid, rs in self.answered.items():  # (1) what each node answered
             want = first.get(rid)
             for r in rs:
-                if want is None or self._outcome(r) != self._outcome(want):
+                lost = self.lost_answer(rid, r.position)
+                if (want is None or self._outcome(r) != self._outcome(want)) and not lost:
                     self.violations.append(f"request {rid!r}: node {r.node_id} answered {self._outcome(r)}, "
                                            f"the log's first append of it gives "
                                            f"{None if want is None else self._outcome(want)}")
@@ -205,7 +213,7 @@ class EndChecks:
         self.counts["events"] = len(self.events)
         self.counts["events applied"] = sum(1 for _, told in self.events.values() if told)
         for eid, (pk, told) in sorted(self.events.items()):
-            shard = shard_of(self.dataset.id, pk, SHARDS)
+            shard = self.dataset.shard_of(pk, SHARDS)  # (over its scope's shards)
             v = model.get(keys.value_key(shard, self.dataset.id, pk, eid))
             n = 0 if v is None else int(v.value)
             if n > 1 or (told and n != 1):

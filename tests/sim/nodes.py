@@ -90,12 +90,13 @@ from midtown.model import Write as SdkWrite
 from record import staleness
 from record.model import Cas, Incr, Put, RecordResult
 from runtime import world
+from runtime.process import EXIT_FAILED_OVER
 from storage_node import bootstrap
 from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
 from storage_node.store import NodeStore
 from tests.linearizability import INF, Operation
-from tests.sim import variants, writers
+from tests.sim import failover_sim, variants, writers
 from tests.sim.broken import swapped
 from tests.sim.cluster_shape import (
     COORDINATOR,
@@ -110,6 +111,7 @@ from tests.sim.cluster_shape import (
 )
 from tests.sim.disk import Disk
 from tests.sim.end_checks import EndChecks
+from tests.sim.failover_sim import FailoverSim
 from tests.sim.faults import Faults, drawn
 from tests.sim.links import CheckedLogClient, _Answers, _DiskTaggedLink, _KvStub, _PeerCalls, _StorageLink
 from tests.sim.variants import BROKEN
@@ -153,7 +155,7 @@ class _KeptStore(RocksStore):
         super().commit(batch)
 
 
-class NodeSim(EndChecks, WriterSim):
+class NodeSim(FailoverSim, EndChecks, WriterSim):
     follows = False  # the storage nodes' tail threads are the follows; truncation would cut one from 0
 
     def __init__(self, seed: int, cfg: Config | None = None, broken: str = "",
@@ -168,8 +170,9 @@ class NodeSim(EndChecks, WriterSim):
                                          dir=MEMORY_DIR if MEMORY_DIR.is_dir() else None))
         self.log_disks: dict[int, int] = {}  # log server -> its disks so far (a new one when one is lost)
         log_broken = "" if broken in BROKEN else broken  # a variant of the log servers' (writers.BROKEN)
-        super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS, servers=f.log_servers,
-                                       wipes=f.log_wipes, late_notices_s=f.late_notices_s,
+        servers = failover_sim.LOG_SERVERS if f.failover else f.log_servers
+        super().__init__(seed, replace(cfg or Config(), elections=True, logs=LOGS, servers=servers,
+                                       wipes=f.log_wipes and not f.failover, late_notices_s=f.late_notices_s,
                                        link_cuts=f.link_cuts, broken=log_broken,
                                        **({} if f.leases else {"lease_s": 0.0})))
         self.broken = broken
@@ -177,6 +180,9 @@ class NodeSim(EndChecks, WriterSim):
             self.dcs, self.dc_cut_until = 3, [0.0] * 3
             self.machine_of = failure_domains.lookup(
                 {s: Domain(f"log{s}", (("dc", f"dc{s % 3}"),)) for s in self.servers})
+        self.first_logs = tuple(s % LOGS for s in range(SHARDS))  # each shard's log at creation
+        if f.failover:  # (tests/sim/failover_sim.py)
+            self.coordinator_dc = failover_sim.COORDINATOR_DC
         # Slow disks and links: now and then a node's disk is slow for a few seconds (every
         # sync waits), and half the shard copies come over a slow link, up to 3 s late
         self.slow = f.slow
@@ -190,7 +196,7 @@ class NodeSim(EndChecks, WriterSim):
         self.ingest = f.ingest
         # Shards handed between the two logs now and then, their drivers killed mid-way
         # (hand_offs: drivers/handoffs.py)
-        self.handoffs = f.handoffs
+        self.handoffs = f.handoffs and not f.failover
         self.events: dict[bytes, tuple[bytes, bool]] = {}
         self.storage: dict[int, StorageNode] = {}  # the live nodes
         # id(node) -> (node, its gRPC service's handlers, as storage_node/server.py registers them)
@@ -225,6 +231,7 @@ class NodeSim(EndChecks, WriterSim):
             self.counts["data centers cut off"] = 0
         if f.preferences:
             self.counts["preferences set"] = self.counts["writers moved for a preference"] = 0
+        self.init_failover()
         if f.bounded_reads:
             self.counts.update(dict.fromkeys(("bounded reads", "bounded reads served near"), 0))
             # Every server's wall clock off real time by up to the offset bounded reads allow
@@ -254,6 +261,8 @@ class NodeSim(EndChecks, WriterSim):
         """A log server's process dies, or its machine loses power (half the time): what
         its store wrote and did not sync is lost (the store syncs every write it
         acknowledges: log/rocks_store.py)."""
+        if s in self.down:
+            return
         super().crash_server(s)
         store = self.stores[s]
         if self.rng.random() < 0.5:
@@ -263,6 +272,8 @@ class NodeSim(EndChecks, WriterSim):
             store.close()
 
     def restart_server(self, s: int) -> None:
+        if s not in self.down or self.dc_lost(self.dc_of_server(s)):
+            return  # started already; or its data center lost (it starts when that comes back)
         if self.stores[s].synced.closed:  # its disk opened again
             self.stores[s] = self.log_store(s)
         super().restart_server(s)
@@ -303,7 +314,7 @@ class NodeSim(EndChecks, WriterSim):
                           registry.read_replica_sets(zk, kv),
                           str(self.dir / f"node-{n}"))
             node = StorageNode(n, f"sim-storage:{n}", parts, SETTINGS,
-                               on_fatal=lambda code, why: self.fatal(n, why),
+                               on_fatal=lambda code, why: self.fatal(n, why, code),
                                answers=_Answers(self), peers=_PeerCalls(self))
             at = {lg: node.state.positions[lg][0] for lg in range(LOGS)}
             self.storage_zk[n] = zk
@@ -311,11 +322,24 @@ class NodeSim(EndChecks, WriterSim):
         self.storage[n] = node
         return at
 
-    def fatal(self, n: int, why: str) -> None:
+    def fatal(self, n: int, why: str, code: int = 0) -> None:
         """Node `n` must not go on (storage_node/node.py on_fatal): its process exits. (4)
         Not counted from a process that crashed already: one of its threads, unwinding,
-        met the state the others left half-way (a real crash stops them all at once)."""
+        met the state the others left half-way (a real crash stops them all at once). A
+        node a fail-over condemned exits to take a copy: its supervisor starts it again."""
         if self.sched.dying():
+            return
+        if code == EXIT_FAILED_OVER and n in self.storage:
+            key = "nodes restarted to take a copy"
+            self.counts[key] = self.counts.get(key, 0) + 1
+            self.stop_node(n, power=False)
+
+            def again() -> None:
+                world.sleep(self.rng.uniform(0.2, 1.0))
+                if n not in self.storage and not self.dc_lost(self.dc_of_server(n)):
+                    self.start_node(n)
+            with self.sched.process("main"):
+                world.spawn("supervisor", again)
             return
         self.violations.append(f"node {n} stopped: {why}")
         if n in self.storage:
@@ -375,6 +399,8 @@ class NodeSim(EndChecks, WriterSim):
                 self.counts["disks lost"] += 1
                 self.wipes.append((n, down_ms))
             world.sleep(self.rng.uniform(0.2, 3.0))
+            if n in self.storage or self.dc_lost(self.dc_of_server(n)):
+                continue  # its data center lost meanwhile (it starts when that comes back)
             at = self.start_node(n)
             # (3): a node that lost its disk starts from nothing, and copies; so does one that
             # went down in the middle of a bootstrap, whose state it had let go of on purpose
@@ -423,9 +449,13 @@ class NodeSim(EndChecks, WriterSim):
         for n in NODES:  # each node's machine, as its process records it when it first starts
             machines.record(self.admin, machines.STORAGE_NODES, n, self.node_domain(n))
         registry.create_kv(self.admin, SHARDS, list(NODES), logs=LOGS, replicas=REPLICAS)
+        if self.faults.failover:
+            self.lay_out_scope()
 
     def start_more(self, stop: Any) -> None:
         self.dataset = datasets.create(self.admin, "d")
+        if self.faults.failover:
+            datasets.create(self.admin, failover_sim.LOCAL, scope=f"dc{failover_sim.HOME}")
         for n in NODES:
             self.start_node(n)
         self.start_coordinator()
@@ -451,8 +481,11 @@ class NodeSim(EndChecks, WriterSim):
             world.spawn("hand-offs", lambda: self.hand_offs(stop))
         if self.dcs:
             world.spawn("data-center-cuts", lambda: self.data_center_cuts(stop))
-        if self.faults.preferences:
+        if self.faults.preferences and not self.faults.failover:
             world.spawn("preferences", lambda: self.preferences(stop))
+        if self.faults.failover:
+            world.spawn("local-writer", lambda: self.local_writer(stop))
+            world.spawn("lose-home", lambda: self.lose_home(stop))
 
     # --- data centers (Faults.data_centers) ---------------------------------------------------
 
@@ -585,7 +618,7 @@ class NodeSim(EndChecks, WriterSim):
                 kv = registry.read_kv(zk)
                 assert kv is not None
                 todo = [(s, m.dest, m.leaving) for s, (m, _) in sorted(registry.read_moves(zk).items())]
-                if not todo and not last:
+                if not todo and not last and self.lost_dc is None:  # (none begun with a data center lost)
                     sets = registry.read_replica_sets(zk, kv)
                     shard = self.rng.randrange(SHARDS)
                     # A destination on a machine that none of the copies that stay is on, as
@@ -877,7 +910,7 @@ class NodeSim(EndChecks, WriterSim):
         write answered more than its bound before it began, whether a replica near it served
         it (its answer says the bound) or the writer did (it says 0)."""
         rng = random.Random(f"bounded/{self.seed}")  # its own: the other tasks' draws stay the seed's
-        db = self.sdk("bounded-reader", dc="dc0" if self.dcs else None)
+        db = self.sdk("bounded-reader", dc=f"dc{self.coordinator_dc}" if self.dcs else None)
         while not stop.is_set():
             world.sleep(rng.uniform(0.05, 0.3))
             bound_ms = rng.choice((400, 800, 1500, 3000))

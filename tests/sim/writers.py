@@ -652,6 +652,7 @@ class WriterSim:
         # the others until then (dc_cut_until)
         self.dcs = 0
         self.dc_cut_until: list[float] = []
+        self.coordinator_dc = 0  # the data center the coordinator runs in
         self.links_cut: dict[frozenset[int], float] = {}  # two servers cut off from each other until then
         self.down: set[int] = set()  # servers crashed (elections)
         self.incarnation = {s: 0 for s in self.servers}
@@ -746,7 +747,7 @@ class WriterSim:
 
     def dc_of(self, proc: str | None) -> int | None:
         """The data center process `proc` runs in: a log server's or a storage node's by its
-        id (server s in data center s mod 3), the coordinator's the first; none for the
+        id (server s in data center s mod 3), the coordinator's coordinator_dc; none for the
         rest (the applications and operators' tools reach every data center, as does the
         network's own task). None too without data centers."""
         if not self.dcs or proc is None:
@@ -754,7 +755,7 @@ class WriterSim:
         kind, _, rest = proc.partition("-")
         if kind in ("server", "writer", "storage"):
             return self.dc_of_server(int(rest.split("-")[0]))
-        return 0 if kind == "coordinator" else None
+        return self.coordinator_dc if kind == "coordinator" else None
 
     def here(self) -> int | None:
         """The data center of the process making a call now."""
@@ -783,7 +784,6 @@ class WriterSim:
         r = self.rng.random()
         return 0 if r < self.cfg.drop else 2 if r < self.cfg.drop + self.cfg.duplicate else 1
 
-    # --- the roles ----------------------------------------------------------------------
     # --- the roles ----------------------------------------------------------------------
 
     def claim(self, server: int) -> WriterDriver | None:

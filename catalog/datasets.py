@@ -18,7 +18,7 @@ from catalog import limits, registry, scopes
 from catalog.limits import EVENT_IDS_PER_SHARD_DEFAULT, EVENT_WINDOW_MS_DEFAULT
 from catalog.routing import shard_in
 from catalog.users import check_user
-from fleet import connect
+from fleet import connect, machines
 from runtime import world
 
 ROOT = registry.DATASETS
@@ -111,15 +111,25 @@ def _exists(zk: KazooClient, name: str, scope: str) -> str:
             "connector reads one dataset and writes another: docs/spark.md)")
 
 
+SURVIVE_DC = "dc"  # the loss of a whole data center (CockroachDB's SURVIVE REGION FAILURE)
+SURVIVE_ZONE = "zone"  # the loss of a zone or a machine in each, not of a data center
+SURVIVALS = (SURVIVE_DC, SURVIVE_ZONE)
+
+
 def create(zk: KazooClient, name: str, consistency: str = "strong", replication: int = 3,
            ttl_ms: int = 0, rate_limit: float = 0, acl: dict[str, str] | None = None,
            quota_bytes: int = 0, dedup_window_ms: int = 0, dedup_max_ids: int = 0,
-           dedup_warn_below_ms: int = 0, scope: str = scopes.GLOBAL) -> Dataset:
+           dedup_warn_below_ms: int = 0, scope: str = scopes.GLOBAL, survive: str = SURVIVE_DC) -> Dataset:
     """Create dataset `name` in `scope` (catalog/scopes.py): its keys hash over that
     scope's shards as laid out now. Created in one transaction with a check that the
     layout has not changed since it was read and a bump of ROOT's version (which a scope
-    being laid out checks), so a scope never takes shards a dataset hashes over."""
+    being laid out checks), so a scope never takes shards a dataset hashes over. A strong
+    global dataset survives the loss of a data center (`survive` "dc", the default) only on
+    log servers in three or more: on two it is refused unless `survive` is "zone"
+    (_check_survival)."""
     validate(name, consistency, replication, ttl_ms, rate_limit, quota_bytes)
+    if survive not in SURVIVALS:
+        raise DatasetError(f"survive: {survive!r}, must be one of {', '.join(SURVIVALS)}")
     validate_dedup(dedup_window_ms, dedup_max_ids, dedup_warn_below_ms)
     if scope != scopes.GLOBAL and consistency != "strong":
         raise DatasetError(f"scope: {scope!r}; an eventual dataset is written where its caller is, "
@@ -144,6 +154,8 @@ def create(zk: KazooClient, name: str, consistency: str = "strong", replication:
                 raise DatasetError(str(e)) from None
             _check_placed(zk, kv, scope)
             body.update(scope=scope, shards=[first, count])
+        if scope == scopes.GLOBAL and consistency == "strong" and survive == SURVIVE_DC:
+            _check_survival(zk)
         tx.create(f"{ROOT}/{name}", json.dumps(body).encode())
         tx.set_data(ROOT, b"", version=-1)  # after the create: its id (czxid) is the create's
         if got is not None:
@@ -157,6 +169,22 @@ def create(zk: KazooClient, name: str, consistency: str = "strong", replication:
         d = get(zk, name)
         assert d is not None
         return d
+
+
+def _check_survival(zk: KazooClient) -> None:
+    """A strong global dataset is to keep its writes through the loss of any one data
+    center: its logs' segments have three copies, one in each of three data centers. On
+    log servers named in exactly two, one holds two of every segment's copies and its loss
+    stops every write: refused, with what to do instead. (None named, or one: the cluster
+    is one data center, and global is all of it.)"""
+    dcs = sorted({d.dc for d in machines.recorded(zk, machines.LOG_SERVERS).values() if d.dc})
+    if len(dcs) == 2:
+        raise DatasetError(
+            f"scope: a global dataset is to survive the loss of a data center, which takes log servers in "
+            f"three; this cluster's stand in two ({', '.join(dcs)}), one of which holds two of each "
+            f"segment's three copies, so its loss stops every global write. Give the cluster a third data "
+            f"center, create the dataset local to one (--scope {dcs[0]}), or create it to survive a zone's "
+            "loss only (--survive zone)")
 
 
 def _check_placed(zk: KazooClient, kv: registry.KvTopology, scope: str) -> None:

@@ -25,7 +25,7 @@ def cmd_dataset(a: argparse.Namespace) -> int:
                 raise CliError(str(e)) from None
             d = datasets.create(zk, a.name, a.consistency, a.replication, ttl, a.rate_limit, access,
                                 a.quota, parse_ms(a.dedup_window, "--dedup-window"), a.dedup_max_ids or 0,
-                                parse_ms(a.dedup_warn_below, "--dedup-warn-below"), a.scope)
+                                parse_ms(a.dedup_warn_below, "--dedup-warn-below"), a.scope, a.survive)
             emit(datasets.describe(d), a.json,
                  ["name", "consistency", "scope", "shards", "replication", "ttl_ms", "rate_limit",
                   "quota_bytes", "acl", "id"])
@@ -123,6 +123,9 @@ def add_parser(sub: Any) -> None:
     dc.add_argument("--scope", default="global",
                     help="a data center whose local scope holds it (its writes stay there), or global "
                          "(the default; midtown scope list, docs/operations.md 'Data centers')")
+    dc.add_argument("--survive", default="dc", choices=["dc", "zone"],
+                    help="a global strong dataset survives the loss of a data center (dc, the default: "
+                         "log servers in three or more), or of a zone only (zone: on two data centers)")
     dc.add_argument("--ttl", help="default TTL of new values (30s, 5m, 2h, 7d)")
     dc.add_argument("--rate-limit", type=float, default=0,
                     help="requests/s over all clients (default: none)")

@@ -221,3 +221,42 @@ def test_a_local_scopes_shards_are_answered_for_by_its_data_centers_replicas_alo
     assert scopes.answering(layout, 13, [1, 3], dc_of) == ()
     assert scopes.answering(layout, 13, [1, 3], {}) == ()  # data centers not read yet
     assert scopes.home_of_shard(layout, 15) == "east" and scopes.home_of_shard(layout, 11) == ""
+
+
+@pytest.mark.parametrize("dcs,refused", [
+    (("east", "west", "east"), True),  # two: one holds two of each segment's copies
+    (("east", "west", "north"), False),
+    (("", "", ""), False),  # none named: one data center, global is all of it
+    (("east", "east", "east"), False),
+])
+def test_a_global_dataset_on_two_data_centers_is_refused_unless_it_survives_a_zone_only(
+        dcs: tuple[str, ...], refused: bool) -> None:
+    """A strong global dataset is to keep its writes through the loss of any one data
+    center, which takes log servers in three (docs/operations.md, "Data centers"): on two,
+    `dataset create` refuses it naming the field and what to do instead (a third data
+    center, --scope, --survive zone); an eventual one, a local one and one created with
+    --survive zone are made; nothing is created by a refusal."""
+    from fleet import machines
+    from fleet.failure_domains import Domain
+
+    def body(zk: Any) -> tuple[list[str], str]:
+        for s, dc in enumerate(dcs):
+            machines.record(zk, machines.LOG_SERVERS, s, Domain(f"m{s}", (("dc", dc),) if dc else ()))
+        _cluster(zk)
+        said = ""
+        try:
+            datasets.create(zk, "g")
+        except DatasetError as e:
+            said = str(e)
+        with pytest.raises(DatasetError, match="^survive: 'region', must be one of dc, zone"):
+            datasets.create(zk, "x", survive="region")
+        datasets.create(zk, "z", survive="zone")
+        datasets.create(zk, "ev", "eventual")
+        return sorted(datasets.names(zk)), said
+    names, said = on_a_client(body)
+    if refused:
+        assert said.startswith("scope: a global dataset is to survive the loss of a data center") and \
+            "(east, west)" in said and "--scope east" in said and "--survive zone" in said, said
+        assert names == ["ev", "z"]
+    else:
+        assert said == "" and names == ["ev", "g", "z"]

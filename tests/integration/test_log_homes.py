@@ -48,7 +48,7 @@ def two_dcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         assert out["shards"] == "12..15" and out["logs"] == [1]
         # every global shard on log 1 left it, every east shard on log 0 came to it (shard mod 2)
         assert sorted(r["shard"] for r in out["handoffs"]) == [*range(1, 12, 2), 12, 14]
-        c.create_dataset("t")
+        c.create_dataset("t", survive="zone")  # (two data centers: refused otherwise, below)
         c.create_dataset("e", scope="east")
         yield c
 
@@ -164,6 +164,7 @@ def test_a_local_datasets_keys_travel_only_in_logs_kept_in_its_data_center(two_d
     (("dataset", "create", "n", "--scope", "north"), "scope: 'north' is not one of this cluster's scopes"),
     (("dataset", "create", "n", "--scope", "east", "--consistency", "eventual"),
      "scope: 'east'; an eventual"),
+    (("dataset", "create", "n"), "scope: a global dataset is to survive the loss of a data center"),
 ])
 def test_a_scope_that_cannot_be_is_refused_naming_the_argument(two_dcs: Cluster, args: tuple[str, ...],
                                                                says: str) -> None:

@@ -125,12 +125,26 @@ def plan(scope: Scope, to: str, holders: Mapping[int, Mapping[int, Iterable[int]
                                 f"(scope {scope.dc!r}): the new home must hold the scope's data")
         end, last_ts = _cut(lg, there, held)
         sources = tuple(n for n in nodes if n in at and at[n][0] == end + 1)
-        heard = max(p for p, _ in at.values()) - 1
         seg = metas[lg].segment_of(end)
-        cuts.append(LogCut(lg, end, last_ts, max(heard, end), sources, seg.epoch if seg else 0,
+        cuts.append(LogCut(lg, end, last_ts, max(_heard(at, there), end), sources, seg.epoch if seg else 0,
                            seg.replicas if seg else ()))
-        condemned |= {n for n in nodes if n not in sources}
+        condemned |= _condemned(nodes, sources, at)
     return Plan(scope.dc, scope.where, to, tuple(cuts), tuple(sorted(condemned)))
+
+
+def _heard(at: Mapping[int, tuple[int, int]], there: Mapping[int, tuple[int, int]]) -> int:
+    """The highest position a replica that answered applied (`at`: every one; `there`: the
+    new home's, which alone decide the cut), wherever it is: past the cut, an acknowledged
+    write lost for sure, which the report must count."""
+    return max(p for p, _ in at.values()) - 1
+
+
+def _condemned(nodes: Iterable[int], sources: Iterable[int],
+               at: Mapping[int, tuple[int, int]]) -> set[int]:
+    """The replicas that must take a copy from a source: every one not standing exactly at
+    the cut (`at`: where the answering ones stand): behind it, past it with writes the log
+    no longer has, or silent."""
+    return set(nodes) - set(sources)
 
 
 def _cut(lg: int, there: Mapping[int, tuple[int, int]], held: Mapping[int, Iterable[int]]) -> tuple[int, int]:

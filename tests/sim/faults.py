@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, replace
 
 from tests.sim import writers
-from tests.sim.variants import BROKEN
+from tests.sim.variants import BROKEN, FAILOVER
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,8 @@ def drawn(seed: int, broken: str = "") -> Faults:
                 bounded_reads=random.Random(f"bounded/{seed}").random() < 0.3)
     f = replace(f, wrong_clock=f.bounded_reads and random.Random(f"wrong-clock/{seed}").random() < 0.5,
                 preferences=f.data_centers and random.Random(f"prefer/{seed}").random() < 0.5)
+    if broken in FAILOVER:  # a fail-over's rule: reached only with a data center lost
+        return replace(f, data_centers=True, failover=True)
     if broken not in writers.BROKEN or broken in BROKEN:
         return f
     # (from a generator of its own: the other draws stay the seed's)

@@ -508,15 +508,19 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
             if stop.is_set():
                 break
             dc, seconds = self.rng.randrange(self.dcs), self.rng.uniform(1.0, 6.0)
-            self.dc_cut_until[dc] = world.monotonic() + seconds
-            self.counts["data centers cut off"] += 1
-            zks = [self.zks[s] for s in self.servers if self.dc_of_server(s) == dc and s not in self.down]
-            zks += [self.storage_zk[n] for n in NODES if self.dc_of_server(n) == dc and n in self.storage]
-            if dc == self.dc_of("coordinator") and self.coordinator_proc is not None:
-                zks.append(self.coordinator_zk)
-            for zk in zks:
-                self.ens.partition(zk, seconds)
+            self.cut_off(dc, seconds)
             world.sleep(seconds)
+
+    def cut_off(self, dc: int, seconds: float) -> None:
+        """Data center `dc` cut off from the others (links and ZooKeeper) for `seconds`."""
+        self.dc_cut_until[dc] = max(self.dc_cut_until[dc], world.monotonic() + seconds)
+        self.counts["data centers cut off"] += 1
+        zks = [self.zks[s] for s in self.servers if self.dc_of_server(s) == dc and s not in self.down]
+        zks += [self.storage_zk[n] for n in NODES if self.dc_of_server(n) == dc and n in self.storage]
+        if dc == self.dc_of("coordinator") and self.coordinator_proc is not None:
+            zks.append(self.coordinator_zk)
+        for zk in zks:
+            self.ens.partition(zk, seconds)
 
     def preferences(self, stop: Any) -> None:
         """(Faults.preferences) Now and then the operator prefers a data center for a log's

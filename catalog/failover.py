@@ -51,8 +51,8 @@ class LogCut:
     last_ts: int  # the log time of the entry at `end`
     heard: int  # the highest position a surviving replica applied (>= end)
     sources: tuple[int, ...]  # the replicas standing exactly at the cut
-    segment: int  # the epoch of the segment cut, and its servers (what they keep past the cut
-    servers: tuple[int, ...]  # is read from them: drivers/failover.py kept_aside)
+    segment: int  # the epoch of the log's last segment then, and its servers (what the home
+    servers: tuple[int, ...]  # kept past the cut is read from them: drivers/failover.py kept_aside)
 
     @property
     def lost_for_sure(self) -> int:
@@ -125,7 +125,10 @@ def plan(scope: Scope, to: str, holders: Mapping[int, Mapping[int, Iterable[int]
                                 f"(scope {scope.dc!r}): the new home must hold the scope's data")
         end, last_ts = _cut(lg, there, held)
         sources = tuple(n for n in nodes if n in at and at[n][0] == end + 1)
-        seg = metas[lg].segment_of(end)
+        # What the home kept past the cut is read from its last segment's servers: the cut
+        # may stand at or below an earlier segment's end (or below the first: nothing of the
+        # log reached the new home), where no server holds what came after
+        seg = metas[lg].segments[-1] if metas[lg].segments else None
         cuts.append(LogCut(lg, end, last_ts, max(_heard(at, there), end), sources, seg.epoch if seg else 0,
                            seg.replicas if seg else ()))
         condemned |= _condemned(nodes, sources, at)

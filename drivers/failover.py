@@ -136,8 +136,8 @@ def kept_aside(zk: KazooClient, tail: Callable[[str, int, int], int],
         rows = []
         for c in r["logs"]:
             held = []
-            for sid in c.get("servers", ()):  # the cut segment's servers then (re-replication may
-                try:                           # name others in the metadata since)
+            for sid in c.get("servers", ()):  # the log's last segment's servers then (re-replication
+                try:                           # may name others in the metadata since)
                     at = servers.get(sid)
                     held.append(tail(at["addr"], c["log"], c["segment"]) if at else None)
                 except grpc.RpcError:  # a server that does not answer says nothing

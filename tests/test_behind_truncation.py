@@ -57,15 +57,18 @@ class _State:
 
 def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],
             monkeypatch: pytest.MonkeyPatch, in_zk_map: log_map.LogMap | None = None,
-            places: dict[int, int] | None = None) -> tuple[list[str], dict[int, tuple[int, int]]]:
+            places: dict[int, int] | None = None,
+            failovers: tuple[dict, ...] = ()) -> tuple[list[str], dict[int, tuple[int, int]]]:
     committed: dict[int, tuple[int, int]] = {}
+    monkeypatch.setattr(apply_loop.registry, "read_kv", lambda zk: SimpleNamespace(failovers=failovers))
     monkeypatch.setattr(apply_loop.registry, "read_moves", lambda zk: {s: (m, 0) for s, m in moves.items()})
     monkeypatch.setattr(apply_loop.registry, "read_log_map",
                         lambda zk, kv, count: in_zk_map or log_map.first(6, 2))
     monkeypatch.setattr(apply_loop, "BatchView", lambda store: SimpleNamespace(commit=committed.update))
     fatal: list[str] = []
     node: Any = SimpleNamespace(state=_State(view, in_zk, marks, places), _mutex=threading.Lock(),
-                                _fatal=lambda code, why: fatal.append(why))
+                                _fatal=lambda code, why: fatal.append(why),
+                                condemned=lambda why: fatal.append(f"condemned: {why}"))
     ApplyLoop._behind_truncation(node, 0, "position 58 was truncated")
     return fatal, committed
 
@@ -100,3 +103,14 @@ def test_a_node_whose_shard_was_handed_away_since_it_started_goes_on(monkeypatch
     assert fatal == [] and committed == {0: (67, 5)}
     fatal, _ = _decide(HELD, HELD, {}, {}, monkeypatch)  # the map unchanged: shard 0 is here
     assert len(fatal) == 1
+
+
+def test_a_node_a_fail_over_condemned_stops_to_take_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node started just before a fail-over cut its log past it (its topology watch has
+    not told it yet) meets the truncation the cut raised: it stops to take a copy (exit 76,
+    EXIT_FAILED_OVER), whatever it holds, rather than "behind a truncation" (the
+    whole-cluster simulation with a data center lost: seeds 231 and 293)."""
+    fatal, committed = _decide(HELD, HELD, {}, {}, monkeypatch, failovers=({"condemned": [0, 3]},))
+    assert committed == {} and len(fatal) == 1 and fatal[0].startswith("condemned: log 0: position 58")
+    fatal, _ = _decide(HELD, HELD, {}, {}, monkeypatch, failovers=({"condemned": [3]},))
+    assert len(fatal) == 1 and "behind a truncation" in fatal[0]  # (another node condemned: as before)

@@ -44,6 +44,16 @@ def test_a_log_is_cut_where_the_new_home_stands_and_everything_else_takes_a_copy
     assert (p.origin, p.to) == ("east", "west")
 
 
+@pytest.mark.parametrize("at", [0, 10])
+def test_what_the_home_kept_past_a_cut_is_read_from_its_last_segment(at: int) -> None:
+    """A cut below the log's first position (the new home applied nothing of it) or at an
+    earlier segment's end: what the home kept past it is on its last segment's servers
+    (the whole-cluster simulation's seed 18: a cut at -1 named no segment, and the report
+    said nothing was kept aside while 24 positions were)."""
+    (cut,) = _plan({1: Replica("west", {1: (at, 500)}), 2: Replica("north", {1: (22, 600)})}).cuts
+    assert (cut.end, cut.segment, cut.servers, cut.heard) == (at - 1, 3, (0, 1, 2), 21)
+
+
 def test_a_cut_needs_every_shard_at_one_position() -> None:
     # Node 1 is ahead but holds two shards; nodes 1 and 2 together hold all four only at 30.
     halves = {1: {12, 13}, 2: {14, 15}, 4: {12, 13}}

@@ -259,7 +259,7 @@ class FailoverSim:
         cut = self.plan.cuts[0]
         d = datasets.get(self.admin, LOCAL)
         assert d is not None
-        # What the cut segment's servers keep aside past the cut (`midtown scope list` reads
+        # What the last segment's servers keep aside past the cut (`midtown scope list` reads
         # it from them: drivers/failover.py kept_aside), read from their disks
         metas = [self.store_of(s).load().get(SCOPE_LOG) for s in cut.servers]
         kept = max((m.segments[cut.segment].last for m in metas

@@ -75,6 +75,7 @@ def drawn(seed: int, broken: str = "") -> Faults:
                 bounded_reads=random.Random(f"bounded/{seed}").random() < 0.3)
     f = replace(f, wrong_clock=f.bounded_reads and random.Random(f"wrong-clock/{seed}").random() < 0.5,
                 preferences=f.data_centers and random.Random(f"prefer/{seed}").random() < 0.5)
+    f = replace(f, failover=f.data_centers and random.Random(f"failover/{seed}").random() < 0.4)
     if broken in FAILOVER:  # a fail-over's rule: reached only with a data center lost
         return replace(f, data_centers=True, failover=True)
     if broken not in writers.BROKEN or broken in BROKEN:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.sim import nodes, seeds
 from tests.sim.faults import NO_FAULTS, Faults, drawn
+from tests.sim.variants import FAILOVER
 from tests.sim.writers import Config
 
 
@@ -157,8 +158,9 @@ def test_a_broken_variant_is_caught(broken: str, start: int, finding: tuple[str,
     def caught(seed: int) -> list[str] | None:
         before_dcs = broken in ("moves-recreated", "stint-blind")
         faults = (before_bounded_reads(seed, broken) if broken not in ("bounded-unchecked", "clock-unchecked")
-                  else replace(drawn(seed, broken), wrong_clock=False, preferences=False)
-                  if broken == "bounded-unchecked" else replace(drawn(seed, broken), preferences=False))
+                  else replace(drawn(seed, broken), wrong_clock=False, preferences=False, failover=False)
+                  if broken == "bounded-unchecked" else replace(drawn(seed, broken), preferences=False,
+                                                                failover=False))
         r, _ = nodes.run(seed, broken=broken,
                          faults=replace(faults, data_centers=False) if before_dcs else faults)
         assert r.failures == [], (seed, r.failures[:1])
@@ -351,8 +353,10 @@ def test_a_copy_taken_behind_the_heads_is_caught() -> None:
 
 def before_bounded_reads(seed: int, broken: str = "") -> Faults:
     """Seed `seed`'s faults as drawn before bounded reads (and the logs' preferred data
-    centers) were: a rare variant's seed then runs as it did when found."""
-    return replace(drawn(seed, broken), bounded_reads=False, wrong_clock=False, preferences=False)
+    centers, and the data centers lost) were: a rare variant's seed then runs as it did
+    when found (a fail-over's own variants with a data center lost)."""
+    return replace(drawn(seed, broken), bounded_reads=False, wrong_clock=False, preferences=False,
+                   failover=broken in FAILOVER)
 
 
 def _caught_and_passed(broken: str, start: int, finding: tuple[str, ...],

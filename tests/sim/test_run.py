@@ -39,11 +39,8 @@ def test_faults_are_drawn_per_seed_or_named() -> None:
     draws = [faults.drawn(seed) for seed in range(40)]
     assert draws == [faults.drawn(seed) for seed in range(40)]
     for name, f in faults.Faults.__dataclass_fields__.items():
-        # (leases: on in every run but a log variant's; failover: named only, until the
-        # findings of its drawn form are fixed: docs/architecture.md, "How it is checked")
-        if name not in ("leases", "failover"):
+        if name != "leases":  # (on in every run but a log variant's)
             assert any(getattr(d, name) != f.default for d in draws), name
-    assert not any(d.failover for d in draws)
     assert sum(d != faults.NO_FAULTS for d in draws) > 30
     log_variant = [faults.drawn(seed, "no-fence") for seed in range(40)]
     assert all(d.log_servers == 5 for d in log_variant)

@@ -18,7 +18,7 @@ from collections.abc import Container, Sequence
 
 import grpc
 
-from catalog import failover, registry
+from catalog import registry
 from catalog.routing import answers_for
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
@@ -128,7 +128,7 @@ class ApplyLoop:
             # ... and the fail-overs: a node that started before one cut the log past it,
             # condemned, stops to take a copy (as when its topology watch says so)
             kv = registry.read_kv(s.zk)
-            cut = kv is not None and s.node_id in failover.condemned(kv.failovers)
+            cut = kv is not None and s.condemned(kv)
         except Exception as e:  # ZooKeeper does not answer now: the tail tries again
             log.warning("log %d: %s; the replica sets cannot be read now (%s)", log_id, why, e)
             world.sleep(1)

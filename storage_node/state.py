@@ -187,9 +187,10 @@ class NodeState:
         return {nid: a for nid, a in membership.members(self.zk, registry.STORAGE_NODES).items()
                 if nid != self.node_id and nid not in out}
 
-    def condemned(self) -> bool:
-        """Whether a fail-over condemned this node (catalog/failover.py), as last read."""
-        return self.node_id in failover.condemned(self.kv.failovers)
+    def condemned(self, kv: KvTopology | None = None) -> bool:
+        """Whether a fail-over condemned this node (catalog/failover.py), as last read (or
+        as `kv`, read now, says)."""
+        return self.node_id in failover.condemned((kv or self.kv).failovers)
 
     def peers(self, members_only: bool = False, shards: Iterable[int] = ()) -> list[str]:
         """The addresses of the other storage nodes that are up (members only; holding

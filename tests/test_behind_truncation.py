@@ -53,6 +53,7 @@ class _State:
         self.log_map = m
 
     shards_in_log = NodeState.shards_in_log  # the real one, over these fields
+    condemned = NodeState.condemned
 
 
 def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],

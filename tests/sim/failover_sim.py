@@ -32,7 +32,7 @@ from typing import Any
 
 import grpc
 
-from catalog import datasets, registry, scopes
+from catalog import datasets, log_map, registry, scopes
 from catalog.failover import FailoverError, Plan
 from coordinator.records import record_for
 from drivers import failover
@@ -86,7 +86,8 @@ class FailoverSim:
         if self.faults.failover:  # type: ignore[attr-defined]
             self.counts.update(dict.fromkeys(("data centers lost", "fail-overs", "fail-over tries refused",
                                               "local writes acknowledged", "acknowledged writes lost",
-                                              "positions lost for sure", "nodes condemned"), 0))
+                                              "positions lost for sure", "nodes condemned",
+                                              "nodes restarted to take a copy"), 0))
 
     def lay_out_scope(self) -> None:
         """As an operator lays a scope out before any dataset: log 1 kept in dc0, scope dc0
@@ -97,10 +98,8 @@ class FailoverSim:
                                 lambda: datasets.used_shards(self.admin))
         m = registry.read_log_map(self.admin, kv, LOGS)
         of = list(m.of)
-        for shards, logs in scopes.groups(kv.scopes, kv.shards, m.logs):
-            for sh in shards:
-                if of[sh] not in logs:
-                    of[sh] = logs[0]
+        for sh, _, to in log_map.spread(m, None, scopes.groups(kv.scopes, kv.shards, m.logs)):
+            of[sh] = to
         registry.write_log_map(self.admin, replace(m, of=tuple(of)), "scopes laid out before the datasets")
         self.first_logs = tuple(of)
 

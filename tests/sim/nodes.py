@@ -330,8 +330,7 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
         if self.sched.dying():
             return
         if code == EXIT_FAILED_OVER and n in self.storage:
-            key = "nodes restarted to take a copy"
-            self.counts[key] = self.counts.get(key, 0) + 1
+            self.counts["nodes restarted to take a copy"] += 1
             self.stop_node(n, power=False)
 
             def again() -> None:

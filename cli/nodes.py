@@ -14,8 +14,9 @@ from fleet import failure_domains
 from runtime import membership
 
 
-def node_states(zk: Any) -> dict[int, Any]:
-    """Each member storage node's Status answer (nodes that do not answer are left out)."""
+def node_states(zk: Any, durable: bool = False) -> dict[int, Any]:
+    """Each member storage node's Status answer (nodes that do not answer are left out);
+    `durable`: their positions made durable first (a fail-over's cut)."""
     import grpc
 
     from midtown_pb import kv_pb2 as kvpb
@@ -33,7 +34,7 @@ def node_states(zk: Any) -> dict[int, Any]:
             continue
         try:
             states[nid] = kv_pb2_grpc.StorageStub(transport.channel(addr)).Status(
-                kvpb.NodeStatusRequest(), timeout=5)
+                kvpb.NodeStatusRequest(durable=durable), timeout=5)
         except grpc.RpcError:
             pass
     return states

@@ -33,12 +33,13 @@ from storage_node.truncation import handed_holders, needs_publish, truncation_po
 log = logging.getLogger("midtown.storage.bookkeeping")
 
 
-def durable_positions(s: NodeState) -> dict[int, int]:
-    """Log -> the position this node has applied it up to, made durable: read, then the
-    store synced, so a batch applied after the read may yet be lost, none before it. Only
-    these are published (DESIGN.md): a node that lost power restarts at or past them, and
-    the logs, truncated below them, still hold what it must apply again."""
-    durable = {i: p for i, (p, _) in s.positions.items()}
+def durable_positions(s: NodeState) -> dict[int, tuple[int, int]]:
+    """Log -> (the position this node has applied it up to, the log time there), made
+    durable: read, then the store synced, so a batch applied after the read may yet be
+    lost, none before it. Only these are published (DESIGN.md): a node that lost power
+    restarts at or past them, and the logs, truncated below them, still hold what it must
+    apply again. A fail-over cuts where they stand too (storage_node/node.py status)."""
+    durable = dict(s.positions)
     s.store.sync()
     return durable
 
@@ -114,7 +115,7 @@ class Bookkeeping:
         durable = durable_positions(s)
         for log_id in range(s.log_count):
             if needs_publish(s.last_data.get(log_id), published.get(log_id)):
-                self._publish(log_id, durable[log_id])
+                self._publish(log_id, durable[log_id][0])
             low = self._truncation_point(log_id)
             if low is not None and low > truncated.get(log_id, 0):
                 try:
@@ -139,7 +140,7 @@ class Bookkeeping:
     def publish_now(self, log_id: int) -> bool:
         """Publish this node's position in a log now (after a shard copy's install: the
         move is recorded only once it has, catalog/shard_moves.py may_record_copy)."""
-        return self._publish(log_id, durable_positions(self.state)[log_id])
+        return self._publish(log_id, durable_positions(self.state)[log_id][0])
 
     def _truncation_point(self, log_id: int) -> int | None:
         """Below every holder's published position; not while a shard of the log is being

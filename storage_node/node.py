@@ -28,7 +28,7 @@ from runtime.refusals import BadRequest, Refusal
 from runtime.stubs import Calls
 from storage_node import bootstrap, rebuild
 from storage_node.apply_loop import ApplyLoop
-from storage_node.bookkeeping import Bookkeeping
+from storage_node.bookkeeping import Bookkeeping, durable_positions
 from storage_node.callbacks import AnswerLink, Callbacks
 from storage_node.eventual_service import EventualService
 from storage_node.limits import HEALTH_LAG_MAX
@@ -44,6 +44,14 @@ from storage_node.watch import ChangeFeed
 
 log = logging.getLogger("midtown.storage.node")
 NO_TOPOLOGY = "no cluster topology in ZooKeeper: run `midtown cluster init` (or `cluster up`)"
+
+
+def said_positions(s: NodeState, durable: bool) -> dict[int, tuple[int, int]]:
+    """The positions a node's Status says (log -> next position, its log time); `durable`:
+    made durable first, what a power loss leaves. A fail-over asks for those: it cuts where
+    its sources stand, and a source that said a position it then lost to a power loss would
+    leave the state at the cut nowhere (the whole-cluster simulation's seed 100109)."""
+    return durable_positions(s) if durable else dict(s.positions)
 
 
 @dataclass(frozen=True)
@@ -327,14 +335,15 @@ class StorageNode:
     def lww_hashes(self) -> pb.LwwHashesResponse:
         return self.eventual.hashes()
 
-    def status(self) -> pb.NodeStatusResponse:
+    def status(self, req: pb.NodeStatusRequest | None = None) -> pb.NodeStatusResponse:
         s = self.state
         out = pb.NodeStatusResponse(node_id=s.node_id, reclaimed=s.reclaimed,
                                     lww_repaired=self.eventual.repaired, lww_purged=self.eventual.purged,
                                     lww_shards_pulled=self.eventual.shards_pulled, started=s.started)
-        for i in range(s.kv_logs):
-            out.log_positions.append(s.positions[i][0])
-            out.log_times.append(s.positions[i][1])
+        positions = said_positions(s, req is not None and req.durable)
+        for p, ts in (positions[i] for i in range(s.kv_logs)):
+            out.log_positions.append(p)
+            out.log_times.append(ts)
         for shard, dataset, n in s.store.event_counts():
             if not n:
                 continue

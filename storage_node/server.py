@@ -39,7 +39,7 @@ def service_handlers(node: StorageNode) -> grpc.GenericRpcHandler:
         "ShardSplits": unary("ShardSplits", pb.StorageShardSplitsRequest, node.shard_splits),
         "Read": unary("Read", pb.ReadRequest, node.read),
         "ReadMany": unary("ReadMany", pb.ReadManyRequest, node.read_many),
-        "Status": unary("Status", pb.NodeStatusRequest, lambda _: node.status()),
+        "Status": unary("Status", pb.NodeStatusRequest, node.status),
         "CopyShard": unary("CopyShard", pb.CopyShardRequest, node.copy_shard),
         "LwwWrite": unary("LwwWrite", pb.LwwWriteRequest, node.lww_write),
         "LwwRead": unary("LwwRead", pb.LwwReadRequest, node.lww_read),

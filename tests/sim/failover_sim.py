@@ -193,7 +193,8 @@ class FailoverSim:
             answered.clear()
             for n in NODES:
                 try:
-                    st = _PeerCalls(self).call(f"sim-storage:{n}", "Status", pb.NodeStatusRequest(), 5)
+                    st = _PeerCalls(self).call(f"sim-storage:{n}", "Status",
+                                                    pb.NodeStatusRequest(durable=True), 5)
                 except grpc.RpcError:
                     continue  # down, or cut off: it says nothing
                 out[n] = st

@@ -28,12 +28,13 @@ BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
           "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind", "bounded-unchecked",
-          "clock-unchecked", "heard-near", "ahead-kept")
-FAILOVER = ("heard-near", "ahead-kept")  # caught in runs with a data center lost (faults.drawn)
+          "clock-unchecked", "heard-near", "ahead-kept", "cut-unsynced")
+# caught in runs with a data center lost (faults.drawn)
+FAILOVER = ("heard-near", "ahead-kept", "cut-unsynced")
 
 
-def _applied(s: Any) -> dict[int, int]:
-    return {i: p for i, (p, _) in s.positions.items()}
+def _applied(s: Any, durable: bool = True) -> dict[int, tuple[int, int]]:
+    return dict(s.positions)
 
 
 def _own_position(self: Bookkeeping, log_id: int) -> int:
@@ -218,4 +219,8 @@ RULES: dict[str, list[Swap]] = {
     # ... and the replicas past the cut kept, not condemned (catalog/failover.py _condemned):
     # they hold writes the log no longer has
     "ahead-kept": [(failover, "_condemned", _condemned_behind)],
+    # ... and its cut taken where the replicas said they stood, not made durable first
+    # (storage_node/node.py said_positions): a source that loses power then holds the cut's
+    # state no more
+    "cut-unsynced": [(node_module, "said_positions", _applied)],
 }

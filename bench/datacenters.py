@@ -45,7 +45,8 @@ from midtown.model import Value
 from runtime import children
 
 # machine -> data center; the first three are east's. Host i runs on machine i.
-MACHINES = (("e0", "east"), ("e1", "east"), ("e2", "east"), ("w0", "west"), ("n0", "north"))
+Machines = tuple[tuple[str, str], ...]  # (machine, its data center)
+MACHINES: Machines = (("e0", "east"), ("e1", "east"), ("e2", "east"), ("w0", "west"), ("n0", "north"))
 CLIENTS_ON = ("e0", "w0")  # where the timed clients run: in east, in west
 SHARDS, LOCAL_SHARDS = 16, 8
 OPS = ("put", "get", "cas", "incr")
@@ -60,18 +61,18 @@ def run(a: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="midtown-bench-datacenters-") as tmp, \
             namespaces(len(MACHINES), "10.207.{}.{}", "d") as (ns, bridge):
         by_machine = {m: n for (m, _), n in zip(MACHINES, ns)}
-        c = _cluster(Path(tmp) / "midtown", by_machine, bridge, a.replicas)
+        c = cluster(Path(tmp) / "midtown", MACHINES, by_machine, bridge, a.replicas)
         try:
             say(f"starting {len(MACHINES)} hosts in {len(MACHINES)} namespaces (3 data centers)...")
             c.start(timeout_s=180)
-            _lay_out(c, say)
+            lay_out(c, MACHINES, say)
             dc_of = [d for _, d in MACHINES]
             writers = {r["log"]: dc_of[r["writer"]] for r in midtown_json(c.zk_hosts, "log", "status")
                        if r["log"] in (0, 1) and r["writer"] is not None}
             rows: list[dict[str, Any]] = []
             lags: dict[int, list[float]] = {}
             for delay in (0, a.delay_ms):
-                with _held(by_machine, delay, a.jitter_ms, say):
+                with held(MACHINES, by_machine, delay, a.jitter_ms, say):
                     for m in CLIENTS_ON:
                         rows += _measure(c, by_machine[m], dict(MACHINES)[m], delay, a.ops, say)
                     lags[delay] = _async_lag(c, a.ops, f"lag{delay}-", say)
@@ -81,27 +82,31 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cluster(root: Path, by_machine: dict[str, Namespace], bridge: str, replicas: int) -> Cluster:
-    places = {f"host-{i}": (by_machine[m].name, by_machine[m].ip) for i, (m, _) in enumerate(MACHINES)}
+def cluster(root: Path, machines: Machines, by_machine: dict[str, Namespace], bridge: str,
+            replicas: int) -> Cluster:
+    """A host per machine of `machines` ((name, data center), host i on machine i), each in
+    its namespace (`by_machine`); ZooKeeper in the root namespace, on the bridge's address.
+    Not started."""
+    places = {f"host-{i}": (by_machine[m].name, by_machine[m].ip) for i, (m, _) in enumerate(machines)}
     places["zookeeper"] = ("", bridge)
-    where = {f"host-{i}": (m, f"dc={dc},zone={m}") for i, (m, dc) in enumerate(MACHINES)}
+    where = {f"host-{i}": (m, f"dc={dc},zone={m}") for i, (m, dc) in enumerate(machines)}
     # By default every host holds every shard (replicas = hosts): each data center holds the
     # data, and the host that writes a log holds its shards, so it answers their writes
     # itself; with fewer, a shard has a copy in each data center (the placement rule's
     # widest tier), and a write of one the writer's host does not hold is answered by a
     # replica on another host.
-    return Cluster(root, logs=4, shards=SHARDS, kv_logs=2, log_server_count=len(MACHINES), layout="host",
+    return Cluster(root, logs=4, shards=SHARDS, kv_logs=2, log_server_count=len(machines), layout="host",
                    replicas=replicas, places=places, where=where)
 
 
-def _lay_out(c: Cluster, say: Say) -> None:
+def lay_out(c: Cluster, machines: Machines, say: Say) -> None:
     """Log 1 kept in east, scope east on it, the two datasets; until log 1's writer and open
     segment are in east."""
     say("log 1 kept in east, scope east laid out on it (its shards handed over)...")
     midtown_json(c.zk_hosts, "log", "home", "1", "east")
     midtown_json(c.zk_hosts, "scope", "add", "east", "--shards", str(LOCAL_SHARDS), "--logs", "1",
                  timeout_s=300)
-    east = {i for i, (_, d) in enumerate(MACHINES) if d == "east"}
+    east = {i for i, (_, d) in enumerate(machines) if d == "east"}
     deadline = time.monotonic() + 120
     while True:
         row = next(r for r in midtown_json(c.zk_hosts, "log", "status") if r["log"] == 1)
@@ -115,13 +120,14 @@ def _lay_out(c: Cluster, say: Say) -> None:
 
 
 @contextlib.contextmanager
-def _held(by_machine: dict[str, Namespace], delay_ms: int, jitter_ms: int, say: Say) -> Iterator[None]:
+def held(machines: Machines, by_machine: dict[str, Namespace], delay_ms: int, jitter_ms: int,
+         say: Say) -> Iterator[None]:
     """bench/wan.py in every namespace, holding what it sends to the other data centers'
     machines `delay_ms` (nothing when 0); stopped on the way out."""
     if not delay_ms:
         yield
         return
-    dc = dict(MACHINES)
+    dc = dict(machines)
     procs = []
     try:
         for m, n in by_machine.items():

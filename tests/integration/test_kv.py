@@ -205,11 +205,11 @@ def test_ttl_expires_at_the_same_log_time_everywhere(kv_cluster: Cluster, db: Cl
 
 
 def run_history(db: Client, keys: list[str], disturb: Callable[[], None],
-                clients: int = 6, min_completed: int = 150) -> dict[str, list[Operation]]:
-    """Concurrent put/get/cas/delete on a few hot keys while `disturb()` runs, and after it
-    until at least `min_completed` operations completed (a slow machine runs longer rather
-    than check less); every operation's invocation, response (INF: unknown outcome) and
-    result, per key."""
+                clients: int = 6, min_completed: int = 150, dataset: str = "t") -> dict[str, list[Operation]]:
+    """Concurrent put/get/cas/delete on a few hot keys of `dataset` while `disturb()` runs,
+    and after it until at least `min_completed` operations completed (a slow machine runs
+    longer rather than check less); every operation's invocation, response (INF: unknown
+    outcome) and result, per key."""
     history: dict[str, list[Operation]] = {k: [] for k in keys}
     lock = threading.Lock()
     stop = threading.Event()
@@ -226,17 +226,17 @@ def run_history(db: Client, keys: list[str], disturb: Callable[[], None],
             try:
                 if kind == "put":
                     arg = v
-                    db.put("t", k, "v", v, timeout=15)
+                    db.put(dataset, k, "v", v, timeout=15)
                 elif kind == "delete":
-                    db.delete("t", k, "v", timeout=15)
+                    db.delete(dataset, k, "v", timeout=15)
                 elif kind == "get":
-                    got = db.get("t", k, "v", timeout=15)
+                    got = db.get(dataset, k, "v", timeout=15)
                     out = got.value if got else None
                 else:
                     exp = bytes([rng.randrange(4)]) if rng.random() < 0.7 else None
                     arg = (exp, v)
-                    r = (db.cas("t", k, "v", v, expect_absent=True, timeout=15) if exp is None
-                         else db.cas("t", k, "v", v, expected=exp, timeout=15))
+                    r = (db.cas(dataset, k, "v", v, expect_absent=True, timeout=15) if exp is None
+                         else db.cas(dataset, k, "v", v, expected=exp, timeout=15))
                     out = r.succeeded
                 t1 = time.monotonic()
             except (errors.Unavailable, errors.DeadlineExceeded):

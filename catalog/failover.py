@@ -170,9 +170,19 @@ def record(plan: Plan, at_ms: int) -> dict:
     return {**plan.to_json(), "at_ms": at_ms}
 
 
-def condemned(records: Iterable[Mapping]) -> set[int]:
-    """The storage nodes that must take a copy before applying again, by the records kept."""
-    return {int(n) for r in records for n in r.get("condemned", ())}
+def condemned(records: Iterable[Mapping], log: int | None = None) -> set[int]:
+    """The storage nodes that must take a copy before applying again, by the records kept
+    (of `log`'s shards: those of the records that cut it). Only their copies of the cut
+    logs' shards are wrong; of every other shard they hold the log's state."""
+    return {int(n) for r in records if log is None or log in cut_logs([r])
+            for n in r.get("condemned", ())}
+
+
+def cut_logs(records: Iterable[Mapping], node: int | None = None) -> set[int]:
+    """The logs the records cut (those that condemned `node`): a condemned node takes its
+    shards of them again (storage_node/rebuild.py retake)."""
+    return {int(c["log"]) for r in records
+            if node is None or node in {int(n) for n in r.get("condemned", ())} for c in r.get("logs", ())}
 
 
 def pardoned(records: Iterable[Mapping], node: int) -> list[dict]:

@@ -168,7 +168,14 @@ class StorageNode:
         # (a lost store that is to hold nothing has nothing to copy)
         lost = empty and registry.has_published(s.zk, s.node_id) and any(rebuild.wanted(
             s.node_id, s.sets, {x: m for x, (m, _) in registry.read_moves(s.zk).items()}))
-        condemned = s.condemned()  # by a fail-over (catalog/failover.py): its state is not the logs'
+        # Condemned by a fail-over (catalog/failover.py): its shards of the cut logs are not
+        # the logs'. It takes those again alone, unless it must bootstrap anyway
+        cut = s.condemned_logs()
+        if cut and not bootstrap.needed({lg: p for lg, p in saved.items() if lg not in cut},
+                                        {lg: f for lg, f in first.items() if lg not in cut}, marker, lost):
+            self._retake(cut, bounds)
+            return
+        condemned = bool(cut)
         if not bootstrap.needed(saved, first, marker, lost or condemned):
             return
         why = (", an earlier bootstrap did not finish" if marker else ", its store was lost" if lost
@@ -212,6 +219,34 @@ class StorageNode:
             registry.pardon(s.zk, s.node_id)
             s.kv = registry.read_kv(s.zk) or s.kv
         log.info("bootstrapped: positions %s", {lg: p for lg, (p, _) in s.positions.items()})
+
+    def _retake(self, cut: set[int], bounds: dict[int, tuple[int, int | None]]) -> None:
+        """Take this node's shards of the logs a fail-over cut again (storage_node/rebuild.py
+        retake), then leave the fail-overs' lists; its other shards stay as they are."""
+        s = self.state
+        log.info("a fail-over cut logs %s: taking this node's shards of them again (saved positions %s)",
+                 sorted(cut), {lg: p for lg, (p, _) in s.positions.items()})
+        deadline = world.monotonic() + 300
+        while True:
+            bounds = self._log_bounds() or bounds  # (the heads as this try begins)
+            s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
+            try:
+                heads = {lg: h for lg, (_, h) in bounds.items()}
+                rebuild.retake(s, cut, heads, self.intake.receive, deadline)
+                break
+            except bootstrap.BootstrapFailed as e:
+                if world.monotonic() > deadline:
+                    raise SystemExit(f"storage node {s.node_id}: cannot take its shards of logs "
+                                     f"{sorted(cut)} again: {e}") from None
+                log.warning("taking the cut logs' shards again: %s; trying again", e)
+                world.sleep(1)
+        s.reload_positions()
+        for lg in cut:  # report the new positions at the next interval
+            s.last_data[lg] = s.positions[lg][0]
+        registry.pardon(s.zk, s.node_id)
+        s.kv = registry.read_kv(s.zk) or s.kv
+        log.info("took its shards of logs %s again: positions %s", sorted(cut),
+                 {lg: p for lg, (p, _) in s.positions.items()})
 
     def _log_bounds(self) -> dict[int, tuple[int, int | None]] | None:
         """Each key-value log's (first position still held, its head: a position past every

@@ -75,8 +75,48 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
     head in `heads` (log -> next position when the rebuild began, None if unknown: then
     BootstrapFailed before anything is deleted). BootstrapFailed when a shard has no
     replica that gives a whole copy by `deadline` (world.monotonic)."""
-    known = known_heads(shards, heads, s.log_map)
+    known_heads(shards, heads, s.log_map)
     bootstrap.begin(s.store.db, s.store.sync)
+    tails = _take(s, shards, heads, receive, deadline)
+    bootstrap.finish(s.store.db, s.store.sync)
+    log.info("rebuilt shard by shard: %d shards, tails %s", len(shards),
+             {lg: p for lg, (p, _) in tails.items()})
+
+
+def retake(s: NodeState, logs: set[int], heads: Mapping[int, int | None], receive: Receive,
+           deadline: float) -> list[int]:
+    """A node a fail-over condemned (catalog/failover.py) takes its shards of the cut `logs`
+    again, and nothing else: each dropped, then copied from a replica not condemned for
+    them (shard by shard, as a rebuild: at or past the log's head in `heads`), the node's
+    tail of each of those logs started again from the copies. Its other shards, and its
+    positions in the other logs, stay as they are: they are the logs' state (the scope's
+    logs carry its shards only; a node holding a global shard that only condemned nodes
+    hold besides it takes it from them). A node stopped half-way does it all again at its
+    next start (it is condemned until it is done). The shards taken again."""
+    wanted, moving = rebuild_wanted(s)
+    shards = sorted(x for x in {*wanted, *moving} if _copy_log(s, x) in logs or s.log_map.log_of(x) in logs)
+    known_heads(shards, heads, s.log_map)
+    view = BatchView(s.store)
+    for x in shards:
+        view.drop_shard(x, _copy_log(s, x))
+    view.commit({})
+    if shards:
+        tails = _take(s, shards, heads, receive, deadline)
+        log.info("took again the shards of the logs a fail-over cut (%s): %s, tails %s", sorted(logs), shards,
+                 {lg: p for lg, (p, _) in tails.items()})
+    return shards
+
+
+def rebuild_wanted(s: NodeState) -> tuple[list[int], list[int]]:
+    """`wanted`, from the replica sets and the moves as ZooKeeper has them now."""
+    return wanted(s.node_id, s.sets, {x: m for x, (m, _) in registry.read_moves(s.zk).items()})
+
+
+def _take(s: NodeState, shards: list[int], heads: Mapping[int, int | None], receive: Receive,
+          deadline: float) -> dict[int, tuple[int, int]]:
+    """A copy of each of `shards` into the store (none of them in it), each in its stint;
+    then, per log, the node's tail started at the lowest and each shard marked at its own:
+    the logs' new (tail, log time)."""
     copies: dict[int, tuple[int, int]] = {}  # shard -> (position, log time) of its copy
     todo = list(shards)
     while todo:
@@ -109,9 +149,7 @@ def by_shard(s: NodeState, shards: list[int], heads: Mapping[int, int | None], r
         view.marks.update(marks)
     with s.commit_lock:
         view.commit(tails)
-    bootstrap.finish(s.store.db, s.store.sync)
-    log.info("rebuilt shard by shard: %d shards, tails %s", len(copies),
-             {lg: p for lg, (p, _) in tails.items()})
+    return tails
 
 
 def _copy_log(s: NodeState, shard: int) -> int:
@@ -125,7 +163,7 @@ def _copy(s: NodeState, shard: int, head: int, receive: Receive, deadline: float
     """A copy of `shard` at or past `head` from one of its live replicas, into the store."""
     errors: list[str] = []
     while True:
-        live = s.peer_ids()
+        live = s.peer_ids(_copy_log(s, shard))  # (not condemned for the shard's log)
         sources = [n for n in s.sets.of(shard) if n in live]
         world.shuffle(sources)
         for n in sources:

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from catalog import registry
+from catalog import failover, registry
 from catalog.routing import check_shard
 from fleet.connect import bounded
 from midtown_pb import kv_pb2 as pb
@@ -85,7 +85,9 @@ class Intake:
         kv = registry.read_kv(s.zk) or s.kv
         holders = registry.read_replica_sets(s.zk, kv).of(shard)
         live = membership.members(s.zk, registry.STORAGE_NODES)
-        order = [n for n in holders if n in live and n != s.node_id]
+        # (not a replica a fail-over condemned for the shard's log: its copy is not the log's)
+        out = failover.condemned(kv.failovers, log_id)
+        order = [n for n in holders if n in live and n != s.node_id and n not in out]
         world.shuffle(order)
         order.sort(key=lambda n: n != req.prefer_source)
         errors = []

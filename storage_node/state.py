@@ -180,10 +180,12 @@ class NodeState:
             out.append((shard, lg, self.positions[lg][0], self.store.digest(shard)))
         return out
 
-    def peer_ids(self) -> dict[int, str]:
+    def peer_ids(self, log_id: int | None = None) -> dict[int, str]:
         """The other storage nodes that are up: id -> address; not those a fail-over
-        condemned (catalog/failover.py): their state is not the log's until they take a copy."""
-        out = failover.condemned(self.kv.failovers)
+        condemned (catalog/failover.py): their state is not the log's until they take a
+        copy. Given `log_id`, those condemned for its shards only: a copy of a shard of
+        another log is the log's on them (a node rebuilding may take it there)."""
+        out = failover.condemned(self.kv.failovers, log_id)
         return {nid: a for nid, a in membership.members(self.zk, registry.STORAGE_NODES).items()
                 if nid != self.node_id and nid not in out}
 
@@ -191,6 +193,11 @@ class NodeState:
         """Whether a fail-over condemned this node (catalog/failover.py), as last read (or
         as `kv`, read now, says)."""
         return self.node_id in failover.condemned((kv or self.kv).failovers)
+
+    def condemned_logs(self) -> set[int]:
+        """The logs a fail-over cut whose shards this node must take again (none: not
+        condemned)."""
+        return failover.cut_logs(self.kv.failovers, self.node_id)
 
     def peers(self, members_only: bool = False, shards: Iterable[int] = ()) -> list[str]:
         """The addresses of the other storage nodes that are up (members only; holding

@@ -101,6 +101,21 @@ def test_the_condemned_are_taken_off_the_record_once_they_took_their_copy() -> N
     assert failover.condemned(failover.pardoned(rec, 2)) == set()
 
 
+def test_a_node_is_condemned_for_the_cut_logs_shards_alone() -> None:
+    """Only its copies of the cut logs' shards are wrong: for a copy of another log's shard
+    (a global one) a condemned node is a source like any other, and it takes again only
+    its shards of the logs that condemned it (storage_node/rebuild.py retake)."""
+    east = failover.record(_plan({1: Replica("west", {1: (5, 1)}), 2: Replica("east", None)}), 0)
+    north = {"scope": "north", "logs": [{"log": 3}], "condemned": [4]}  # a second fail-over, of log 3
+    rec = [east, north]
+    assert failover.condemned(rec) == {2, 4}
+    assert failover.condemned(rec, 1) == {2} and failover.condemned(rec, 3) == {4}
+    assert failover.condemned(rec, 0) == set()  # log 0, global: no node condemned for it
+    assert failover.cut_logs(rec, 2) == {1} and failover.cut_logs(rec, 4) == {3}
+    assert failover.cut_logs(rec, 1) == set()  # a source: nothing to take again
+    assert failover.cut_logs(failover.pardoned(rec, 2), 2) == set()
+
+
 @st.composite
 def _logs(draw: st.DrawFn) -> LogMetadata:
     """A log of a few segments, the last open or sealed."""

@@ -324,6 +324,9 @@ def test_a_local_dataset_whose_home_is_lost_fails_over_and_reports_what_it_lost(
         c.restart(p)
     wait_for(lambda: not registry.read_kv(zkc).failovers[-1]["condemned"], 120,  # type: ignore[union-attr]
              "east's storage nodes to take their copies")
+    for p in east_nodes:  # their shards of log 1 alone: of log 0's (global) they held the log's state
+        said = (c.dir / "logs" / f"{p}.log").read_text()
+        assert "took its shards of logs [1] again" in said and "bootstrapping" not in said, said[-3000:]
     (row,) = [r for r in json.loads(mt(c, "scope", "list", "--json").stdout) if r["scope"] == "east"]
     first, last = map(int, row["cuts"][0]["kept_aside"].split(".."))  # east's servers back: the ten at least
     assert first == caught_up and last >= caught_up + 9

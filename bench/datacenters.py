@@ -54,32 +54,44 @@ QUEUE = 7  # the NFQUEUE number bench/wan.py reads in each namespace
 
 
 def run(a: argparse.Namespace) -> int:
-    why = can_make()
-    if why is not None:
-        raise SystemExit(f"bench datacenters: {why}")
     say = progress_for(a.json)
     with tempfile.TemporaryDirectory(prefix="midtown-bench-datacenters-") as tmp, \
-            namespaces(len(MACHINES), "10.207.{}.{}", "d") as (ns, bridge):
-        by_machine = {m: n for (m, _), n in zip(MACHINES, ns)}
-        c = cluster(Path(tmp) / "midtown", MACHINES, by_machine, bridge, a.replicas)
-        try:
-            say(f"starting {len(MACHINES)} hosts in {len(MACHINES)} namespaces (3 data centers)...")
-            c.start(timeout_s=180)
-            lay_out(c, MACHINES, say)
-            dc_of = [d for _, d in MACHINES]
-            writers = {r["log"]: dc_of[r["writer"]] for r in midtown_json(c.zk_hosts, "log", "status")
-                       if r["log"] in (0, 1) and r["writer"] is not None}
-            rows: list[dict[str, Any]] = []
-            lags: dict[int, list[float]] = {}
-            for delay in (0, a.delay_ms):
-                with held(MACHINES, by_machine, delay, a.jitter_ms, say):
-                    for m in CLIENTS_ON:
-                        rows += _measure(c, by_machine[m], dict(MACHINES)[m], delay, a.ops, say)
-                    lags[delay] = _async_lag(c, a.ops, f"lag{delay}-", say)
-        finally:
-            c.stop()
+            started("datacenters", Path(tmp) / "midtown", MACHINES, "10.207.{}.{}", a.replicas,
+                    say) as (c, by_machine):
+        dc_of = [d for _, d in MACHINES]
+        writers = {r["log"]: dc_of[r["writer"]] for r in midtown_json(c.zk_hosts, "log", "status")
+                   if r["log"] in (0, 1) and r["writer"] is not None}
+        rows: list[dict[str, Any]] = []
+        lags: dict[int, list[float]] = {}
+        for delay in (0, a.delay_ms):
+            with held(MACHINES, by_machine, delay, a.jitter_ms, say):
+                for m in CLIENTS_ON:
+                    rows += _measure(c, by_machine[m], dict(MACHINES)[m], delay, a.ops, say)
+                lags[delay] = async_lag(c, a.ops, f"lag{delay}-", say)
     _print(rows, lags, writers, a)
     return 0
+
+
+@contextlib.contextmanager
+def started(bench: str, root: Path, machines: Machines, subnet: str, replicas: int,
+            say: Say) -> Iterator[tuple[Cluster, dict[str, Namespace]]]:
+    """A host per machine, each in a network namespace of its own (`subnet`: their
+    addresses), started and laid out (lay_out); stopped on the way out. SystemExit naming
+    `bench` where namespaces cannot be made (not root)."""
+    why = can_make()
+    if why is not None:
+        raise SystemExit(f"bench {bench}: {why}")
+    with namespaces(len(machines), subnet, bench[0]) as (ns, bridge):
+        by_machine = {m: n for (m, _), n in zip(machines, ns)}
+        c = cluster(root, machines, by_machine, bridge, replicas)
+        try:
+            dcs = len({d for _, d in machines})
+            say(f"starting {len(machines)} hosts in {len(machines)} namespaces ({dcs} data centers)...")
+            c.start(timeout_s=300)
+            lay_out(c, machines, say)
+            yield c, by_machine
+        finally:
+            c.stop()
 
 
 def cluster(root: Path, machines: Machines, by_machine: dict[str, Namespace], bridge: str,
@@ -223,7 +235,7 @@ def _row(ds: str, dc: str, op: str, delay_ms: int, xs: list[float]) -> dict[str,
             "round_trips": round(p50 / (2 * delay_ms), 2) if delay_ms else None}
 
 
-def _async_lag(c: Cluster, n: int, prefix: str, say: Say) -> list[float]:
+def async_lag(c: Cluster, n: int, prefix: str, say: Say) -> list[float]:
     """From a write acknowledged (by the coordinator beside log 1's writer, in east) to its
     value read from the replica in west (an eventual read from west goes to a coordinator
     there, which asks the replicas there first), in seconds, `n` writes. From the root

@@ -77,6 +77,21 @@ def parser() -> argparse.ArgumentParser:
                     help="copies of each shard: 5, every host (the default), or 3, one per data center")
     bd.add_argument("--json", action="store_true")
     bd.set_defaults(fn=_runs("datacenters"))
+    bh = bns.add_parser("home-lost", help="what a local dataset's fail-over loses when its home data center "
+                                          "is lost, against what the lag predicted (needs root)")
+    bh.add_argument("--delay-ms", type=at_least_one_arg("--delay-ms"), default=20,
+                    help="held each way between data centers (default 20)")
+    bh.add_argument("--jitter-ms", type=int, default=2, help="up to this much more (default 2)")
+    bh.add_argument("--rate", type=positive_arg("--rate"), default=50.0,
+                    help="the application's writes of the local dataset per second (default 50)")
+    bh.add_argument("--seconds", type=positive_arg("--seconds"), default=10.0,
+                    help="how long it writes before the loss (default 10)")
+    bh.add_argument("--away-s", type=positive_arg("--away-s"), default=5.0,
+                    help="how long east stays lost after the fail-over (default 5)")
+    bh.add_argument("--lag-ops", type=at_least_one_arg("--lag-ops"), default=50,
+                    help="writes timed for the asynchronous lag (default 50)")
+    bh.add_argument("--json", action="store_true")
+    bh.set_defaults(fn=_runs("home_lost"))
     bw = bns.add_parser("watch", help="changes/s delivered to 1 and to 16 watchers, and the delay from a "
                                       "put's acknowledgement to its delivery (p50, p99)")
     bw.add_argument("--watchers", type=ascending_arg("--watchers"), default=(1, 16),

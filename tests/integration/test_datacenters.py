@@ -8,7 +8,8 @@ the data path. Every machine's packets to the other data centers' machines are h
 DELAY_MS each way (`bench/wan.py`: an NFQUEUE program, since this kernel has no netem;
 docs/performance.md says how faithful it is). Log 1 is kept in east and carries scope east
 (the dataset `local`); `global` is on log 0, whose ensemble spans the data centers
-(bench/datacenters.py lays it out as the benchmark does). The checker's clients run in the
+(bench/home_lost.py: the machines, the application, the loss and the fail-over
+`midtown-bench home-lost` measures). The checker's clients run in the
 root namespace on `global`'s hot keys.
 
 1. West cut off whole (its machines' links down) and brought back: `global` goes on
@@ -28,7 +29,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,12 +36,10 @@ from typing import Any
 
 import pytest
 
-from bench import datacenters
+from bench import home_lost
 from bench.harness import midtown_json
-from catalog import registry
 from cluster import Cluster, netns
-from log import zk as zkpaths
-from midtown import Client, errors
+from midtown import Client
 from tests.integration.conftest import wait_for
 from tests.integration.test_kv import run_history
 from tests.linearizability import Operation, check_per_key
@@ -49,27 +47,16 @@ from tests.linearizability import Operation, check_per_key
 WHY_NOT = netns.can_make()
 pytestmark = [pytest.mark.integration, pytest.mark.soak,
               pytest.mark.skipif(WHY_NOT is not None, reason=f"{WHY_NOT}")]
-SUBNET = "10.208.{}.{}"  # this test's namespaces only
-MACHINES: datacenters.Machines = (("e0", "east"), ("e1", "east"), ("e2", "east"), ("w0", "west"),
-                                  ("w1", "west"), ("w2", "west"), ("n0", "north"))
-EAST = [f"host-{i}" for i, (_, d) in enumerate(MACHINES) if d == "east"]
-WEST = [m for m, d in MACHINES if d == "west"]
+WEST = [m for m, d in home_lost.MACHINES if d == "west"]
 DELAY_MS, JITTER_MS = 20, 2
 AWAY_S = 8.0  # how long west stays cut off, and east stays lost after its fail-over
 
 
 @pytest.fixture(scope="module")
 def spread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, dict[str, netns.Namespace]]]:
-    with netns.namespaces(len(MACHINES), SUBNET, "x") as (ns, bridge):
-        by_machine = {m: n for (m, _), n in zip(MACHINES, ns)}
-        c = datacenters.cluster(Path(tmp_path_factory.mktemp("dcs")) / "c", MACHINES, by_machine, bridge, 3)
-        try:
-            c.start(timeout_s=300)
-            datacenters.lay_out(c, MACHINES, print)
-            with datacenters.held(MACHINES, by_machine, DELAY_MS, JITTER_MS, print):
-                yield c, by_machine
-        finally:
-            c.stop()
+    with home_lost.seven_machines(Path(tmp_path_factory.mktemp("dcs")) / "c", DELAY_MS, JITTER_MS,
+                                  print) as (c, by_machine):
+        yield c, by_machine
 
 
 def completed_within(history: dict[str, list[Operation]], start: float, end: float) -> int:
@@ -103,93 +90,33 @@ def test_a_data_center_cut_off_and_brought_back_loses_no_global_write(
 def test_a_home_lost_fails_over_and_loses_no_more_than_it_reports(
         spread: tuple[Cluster, dict[str, netns.Namespace]]) -> None:
     c, _ = spread
-    acked: list[tuple[str, float]] = []  # local writes acknowledged: (key, when)
-    stop = threading.Event()
-
-    def application() -> None:
-        with Client(zk=c.zk_hosts, timeout=5, dc="east") as app:
-            i = 0
-            while not stop.is_set():
-                key = f"w{i}"
-                i += 1
-                try:
-                    app.put("local", key, "k", b"x")
-                except (errors.Unavailable, errors.DeadlineExceeded):
-                    time.sleep(0.1)  # (its outcome unknown: nothing to check of it)
-                    continue
-                acked.append((key, time.monotonic()))
-    writer = threading.Thread(target=application)
-    writer.start()
-    report: dict[str, Any] = {}
-    marks: dict[str, float] = {}
-
-    def lose_east() -> None:
-        time.sleep(3)
-        marks["lost"] = time.monotonic()
-        for h in EAST:
-            c.kill(h)
-        zkc = zkpaths.connect(c.zk_hosts)
-        try:
-            east = {i for i, (_, d) in enumerate(MACHINES) if d == "east"}
-            wait_for(lambda: not set(zkpaths.servers(zkc)) & east, 60, "east's log servers gone")
-        finally:
-            zkc.stop()
-        report.update(midtown_json(c.zk_hosts, "dataset", "fail-over", "local", "--to", "west",
-                                   timeout_s=180))
-        marks["failed_over"] = time.monotonic()
-        time.sleep(AWAY_S)
-        marks["back"] = time.monotonic()
-        for h in EAST:
-            c.restart(h)
-    try:
-        with Client(zk=c.zk_hosts, timeout=30) as db:
-            history = run_history(db, ["l0", "l1", "l2"], lose_east, dataset="global")  # (keys of its own:
-            # the checker starts from keys absent)
-    finally:
-        stop.set()
-        writer.join(60)
+    lost: dict[str, Any] = {}
+    with home_lost.Application(c.zk_hosts) as app, Client(zk=c.zk_hosts, timeout=30) as db:
+        def lose_east() -> None:
+            time.sleep(3)
+            lost.update(home_lost.lose_home(c, home_lost.MACHINES, AWAY_S, print))
+        # (keys of its own: the checker starts from keys absent)
+        history = run_history(db, ["l0", "l1", "l2"], lose_east, dataset="global")
     assert check_per_key(history) == []
-    assert completed_within(history, marks["lost"], marks["back"]) > 0, \
+    assert completed_within(history, lost["lost"], lost["back"]) > 0, \
         "no write of the global dataset completed while east was lost"
+    report = lost["report"]
     assert report["to"] == "west" and report["datasets"] == ["local"] and not report["not_written_yet"]
     (cut,) = report["logs"]
-    # East's storage nodes, condemned, take their copies (once back) and leave the record
-    zkc = zkpaths.connect(c.zk_hosts)
-    try:
-        wait_for(lambda: not registry.read_kv(zkc).failovers[-1]["condemned"], 300,  # type: ignore[union-attr]
-                 "east's storage nodes to take their copies")
-    finally:
-        zkc.stop()
-    (kept,) = wait_for(lambda: kept_aside(scope_row(c)), 120, "what east's log servers kept aside, known")
-    with Client(zk=c.zk_hosts, timeout=30) as db:
-        missing = [k for k, t in acked if db.get("local", k, "k") is None]
-        after = [k for k, t in acked if t > marks["failed_over"]]
-        assert after, "no write of the local dataset acknowledged after the fail-over"
-        assert all(db.get("local", k, "k") is not None for k in after)
-    reported = cut["lost_entries"] + kept
+    # East's storage nodes, condemned, take the scope's shards again (once back) and leave
+    # the record; east's log servers say what they kept aside past the cut
+    kept = home_lost.settled(c)
+    missing = app.missing()
+    after = [k for k, t in app.acked if t > lost["failed_over"]]
+    assert after, "no write of the local dataset acknowledged after the fail-over"
+    assert not set(after) & set(missing)
     print(f"fail-over: cut at {cut['cut_at']}, {cut['lost_entries']} lost for sure, {kept} kept aside; "
-          f"{len(missing)} of {len(acked)} acknowledged writes missing")
-    assert len(missing) <= reported, (missing, cut, kept)
+          f"{len(missing)} of {len(app.acked)} acknowledged writes missing")
+    assert len(missing) <= cut["lost_entries"] + kept, (missing, cut, kept)
     rows = {r["log"]: r for r in midtown_json(c.zk_hosts, "log", "status")}
-    west = {i for i, (_, d) in enumerate(MACHINES) if d == "west"}
+    west = {i for i, (_, d) in enumerate(home_lost.MACHINES) if d == "west"}
     assert rows[1]["home"] == "west" and rows[1]["writer"] in west
     wait_for(lambda: all_up_and_agreed(c), 180, "every storage node up, none behind, and no shard diverged")
-
-
-def scope_row(c: Cluster) -> dict[str, Any]:
-    (row,) = [r for r in midtown_json(c.zk_hosts, "scope", "list") if r["scope"] == "east"]
-    return row
-
-
-def kept_aside(row: dict[str, Any]) -> tuple[int] | None:
-    """(How many positions east's log servers kept aside past the cut,), None while not known."""
-    said = row["cuts"][0]["kept_aside"]
-    if said == "":
-        return (0,)
-    if said == "unknown" or "at least" in said:
-        return None
-    first, last = map(int, said.split(".."))
-    return (last - first + 1,)
 
 
 def all_up_and_agreed(c: Cluster) -> bool:

@@ -150,7 +150,8 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
                sizes: Mapping[int, int] | None = None, domain_of: Domains | None = None,
                one_machine: bool = False) -> list[tuple[int, int, int]]:
     """The moves (shard, to, from) that take every replica off the `drain` nodes, then even
-    out how many shards each member holds (to within one), then, given each shard's bytes
+    out how many shards each member holds (to within one, among the members of each data
+    center where they name one: a copy stays in its data center), then, given each shard's bytes
     (`sizes`), how many bytes each holds: between the members with the widest gap, a shard
     moved from the heavier to the lighter where the counts allow it, or a larger and a
     smaller shard swapped between them (two moves), while that narrows the gap by more than
@@ -199,6 +200,12 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
             fits = [n for n in free if ok(shard, n, frm)]
             if free and not fits:
                 stay = sorted(nodes - {frm})
+                dc = dom(frm).dc
+                if dc and not any(failure_domains.keeps_data_center(n, frm, dom) for n in free):
+                    raise PlacementError(
+                        f"shard {shard}: its copy on node {frm} has nowhere to go in its data center {dc} "
+                        f"(a copy stays in its data center, which keeps the data; the others are in "
+                        f"{', '.join(sorted({dom(n).dc for n in free}))}): add a storage node in {dc} first")
                 raise PlacementError(
                     f"shard {shard}: its copy on node {frm} has nowhere to go without two copies on "
                     f"one machine (it stays on {', '.join(f'{n} ({dom(n).label()})' for n in stay)}; "
@@ -213,17 +220,19 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
                     fits = [n for n in targets if ok(shard, n, frm)]
                     if fits and room():
                         move(shard, min(fits, key=lambda n: (held[n], load[n], n)), frm)
-    while targets and room():
-        hi = max(targets, key=lambda n: (held[n], load[n], -n))
-        lo = min(targets, key=lambda n: (held[n], load[n], n))
-        if held[hi] - held[lo] <= 1:
-            break
-        gap = load[hi] - load[lo]
-        pick = min((s for s, nodes in enumerate(cur) if hi in nodes and ok(s, lo, hi)),
-                   key=lambda s: (abs(gap - 2 * size(s)), s), default=None)
-        if pick is None:
-            break
-        move(pick, lo, hi)
+    # Within each data center (a copy moves only within its own: the rule's keeps_data_center)
+    for group in failure_domains.data_centers(targets, dom).values():
+        while room():
+            hi = max(group, key=lambda n: (held[n], load[n], -n))
+            lo = min(group, key=lambda n: (held[n], load[n], n))
+            if held[hi] - held[lo] <= 1:
+                break
+            gap = load[hi] - load[lo]
+            pick = min((s for s, nodes in enumerate(cur) if hi in nodes and ok(s, lo, hi)),
+                       key=lambda s: (abs(gap - 2 * size(s)), s), default=None)
+            if pick is None:
+                break
+            move(pick, lo, hi)
     if sizes and targets:
         slack = byte_slack(load.values())
         for _ in range(4 * len(cur) + 16):  # each step narrows the loads' spread; a bound all the same

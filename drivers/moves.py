@@ -31,15 +31,30 @@ class MoveError(Exception):
 
 def check_rule(zk: Any, copies: tuple[int, ...], shard: int, dest: int, leaving: int | None) -> None:
     """MoveError naming --to when a move of `shard` to `dest` would put two of its copies on
-    one machine (fleet/failure_domains.py), unless the cluster runs on one machine."""
+    one machine (fleet/failure_domains.py), unless the cluster runs on one machine, or take
+    a copy out of its data center."""
     where, one = registry.placement_rule(zk)
-    if failure_domains.allowed(copies, dest, leaving, where, one) or dest in copies:
-        return
+    why = against_rule(copies, shard, dest, leaving, where, one)
+    if why is not None:
+        raise MoveError(why)
+
+
+def against_rule(copies: tuple[int, ...], shard: int, dest: int, leaving: int | None,
+                 where: failure_domains.Domains, one_machine: bool) -> str | None:
+    """Why a move of `shard` (its `copies`) to `dest` from `leaving` breaks the placement
+    rule, naming --to; None when it keeps it."""
+    if failure_domains.allowed(copies, dest, leaving, where, one_machine) or dest in copies:
+        return None
+    if leaving is not None and not failure_domains.keeps_data_center(dest, leaving, where):
+        here = where(leaving).dc
+        return (f"--to: storage node {dest} is in data center {where(dest).dc!r}, and the copy leaves "
+                f"{here!r} (node {leaving}): a copy stays in its data center, so each keeps the data; "
+                f"choose a node in {here!r}")
     machine = where(dest).machine
     beside = [c for c in copies if c != leaving and where(c).machine == machine]
-    raise MoveError(f"--to: storage node {dest} runs on machine {machine!r}, which holds shard {shard}'s "
-                   f"copy on node {', '.join(map(str, beside))} already: two copies on one machine are lost "
-                   f"together; choose a node on another machine")
+    return (f"--to: storage node {dest} runs on machine {machine!r}, which holds shard {shard}'s copy on "
+            f"node {', '.join(map(str, beside))} already: two copies on one machine are lost together; "
+            "choose a node on another machine")
 
 
 def move(zk: Any, kv: registry.KvTopology, shard: int, dest: int, leaving: int | None, rate_mb_s: float,

@@ -13,6 +13,11 @@ CockroachDB's `--locality`). The rule:
    within a zone, on distinct racks where there are. Cassandra's NetworkTopologyStrategy,
    BookKeeper's rack-aware placement and CockroachDB's diversity score do the same.
 3. Among equally spread choices, the caller's order of preference (load, then id).
+4. With data centers named, the first placement deals the copies to them in turn (each
+   holds as many as another, give or take one), and a copy that moves stays in its data
+   center (`keeps_data_center`): no rebalance, decommission or operator's move leaves a
+   data center with fewer copies of a shard (where a data center has fewer machines than
+   its share, the others hold the rest: rule 1 first).
 
 The widest tier may be `dc`, the data center (`dc=east,zone=a,rack=r1`; docs/architecture.md,
 "Data centers"): either every member names one or none does (`mixed_data_centers`).
@@ -141,9 +146,12 @@ def pick(count: int, preferred: Sequence[int], domain_of: Domains, fixed: Sequen
     while len(chosen) < count:
         taken = [domain_of(c) for c in chosen]
 
-        def key(i_m: tuple[int, int]) -> tuple[int, int]:
+        def key(i_m: tuple[int, int]) -> tuple[int, int, int]:
+            # Data centers dealt in turn first (each holds as many copies as another, give or
+            # take one), then the least close, then the caller's order
             d = domain_of(i_m[1])
-            return max((closeness(d, t) for t in taken), default=0), i_m[0]
+            return (sum(1 for t in taken if t.dc == d.dc) if d.dc else 0,
+                    max((closeness(d, t) for t in taken), default=0), i_m[0])
         ok = [(i, m) for i, m in enumerate(rest)
               if one_machine or all(domain_of(m).machine != t.machine for t in taken)]
         if not ok:
@@ -197,9 +205,20 @@ def shared(copies: Iterable[int], domain_of: Domains) -> dict[str, list[int]]:
 
 def allowed(copies: Iterable[int], to: int, leaving: int | None, domain_of: Domains,
             one_machine: bool = False) -> bool:
-    """Whether a copy may move to `to` from `leaving` (None: a copy added) by rule 1: `to`'s
-    machine holds none of the copies that stay."""
+    """Whether a copy may move to `to` from `leaving` (None: a copy added) by rule 1 (`to`'s
+    machine holds none of the copies that stay) and rule 4 (keeps_data_center)."""
     stay = [c for c in copies if c != leaving]
-    if to in stay:
+    if to in stay or not keeps_data_center(to, leaving, domain_of):
         return False
     return one_machine or all(domain_of(c).machine != domain_of(to).machine for c in stay)
+
+
+def keeps_data_center(to: int, leaving: int | None, domain_of: Domains) -> bool:
+    """Rule 4: a copy that moves stays in its data center (where both name one), so every
+    data center holds as many copies of a shard after a move (a rebalance, a decommission,
+    an operator's `shard move`) as before: each keeps the data, and a scope failed over to it
+    finds it there (docs/architecture.md, "Data centers")."""
+    if leaving is None:
+        return True
+    here, there = domain_of(leaving).dc, domain_of(to).dc
+    return not (here and there and here != there)

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import replica_sets
+from drivers import moves
 from fleet import failure_domains as fd
 from fleet.failure_domains import Domain, PlacementError
 from log import ensemble, rereplicate
@@ -80,6 +81,94 @@ def test_rebalance_moves_apart_copies_laid_out_before_the_rule(machines: int, pe
     assert replica_sets.plan_moves(after, members, domain_of=fd.lookup(where)) == [] or all(
         fd.allowed(after.of(s), to, frm, fd.lookup(where)) for s, to, frm in
         replica_sets.plan_moves(after, members, domain_of=fd.lookup(where)))
+
+
+def in_dcs(per_dc: tuple[int, ...], nodes_per_machine: int = 1) -> dict[int, Domain]:
+    """Data centers dc0, dc1, ... of `per_dc[i]` machines each (a zone each), with
+    `nodes_per_machine` storage nodes on every machine; ids in that order."""
+    out: dict[int, Domain] = {}
+    for d, machines in enumerate(per_dc):
+        for m in range(machines):
+            for _ in range(nodes_per_machine):
+                out[len(out)] = Domain(f"d{d}m{m}", (("dc", f"dc{d}"), ("zone", f"z{m}")))
+    return out
+
+
+def per_dc(copies: tuple[int, ...], where: dict[int, Domain]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in copies:
+        out[where[c].dc] = out.get(where[c].dc, 0) + 1
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(dcs=st.lists(st.integers(2, 4), min_size=2, max_size=4), replicas=st.integers(1, 6),
+       shards=st.integers(1, 40))
+def test_data_centers_are_dealt_the_copies_in_turn(dcs: list[int], replicas: int, shards: int) -> None:
+    """The first placement gives each data center as many copies of a shard as another,
+    give or take one (rule 4), where each has machines enough for its share."""
+    where = in_dcs(tuple(dcs))
+    if replicas > len(where):
+        return
+    for s in replica_sets.spread(shards, sorted(where), replicas, fd.lookup(where)).sets:
+        counts = per_dc(s, where)
+        share = [counts.get(f"dc{d}", 0) for d in range(len(dcs))]
+        if all(m >= -(-replicas // len(dcs)) for m in dcs):
+            assert max(share) - min(share) <= 1, (s, share)
+        assert no_shared(s, where)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dcs=st.lists(st.integers(2, 4), min_size=2, max_size=3), shards=st.integers(2, 40),
+       grow=st.lists(st.integers(0, 2), min_size=3, max_size=3), data=st.data())
+def test_no_move_takes_a_copy_out_of_its_data_center(dcs: list[int], shards: int, grow: list[int],
+                                                    data: st.DataObject) -> None:
+    """A rebalance (machines added in each data center) and a drain keep each data center's
+    copies of every shard: each keeps the data a fail-over to it needs."""
+    where = in_dcs(tuple(dcs))
+    first = sorted(where)
+    sets = replica_sets.spread(shards, first, len(dcs), fd.lookup(where))
+    bigger = in_dcs(tuple(m + g for m, g in zip(dcs, grow)))
+    # (the grown layout renumbers: map the first nodes onto it by machine name)
+    by_name = {d.machine: n for n, d in bigger.items()}
+    sets = replica_sets.ReplicaSets(sets.replicas, tuple(tuple(sorted(by_name[where[n].machine] for n in s))
+                                                         for s in sets.sets), 1)
+    before = [per_dc(s, bigger) for s in sets.sets]
+    members = sorted(bigger)
+    spare = [n for n in members if sum(1 for m in members if bigger[m].dc == bigger[n].dc) > 1]
+    drain = [data.draw(st.sampled_from(spare))] if spare and data.draw(st.booleans()) else []
+    after = sets
+    for shard, to, frm in replica_sets.plan_moves(sets, members, drain, domain_of=fd.lookup(bigger)):
+        assert fd.keeps_data_center(to, frm, fd.lookup(bigger))
+        after = replica_sets.with_set(after, shard, (set(after.of(shard)) - {frm}) | {to})
+    assert [per_dc(s, bigger) for s in after.sets] == before
+    assert not any(n in s for s in after.sets for n in drain)
+    assert all(no_shared(s, bigger) for s in after.sets)
+    # Within each data center the counts are even (to within one)
+    counts = replica_sets.counts(after)
+    for dc in {d.dc for d in bigger.values()}:
+        xs = [counts.get(n, 0) for n in members if bigger[n].dc == dc and n not in drain]
+        assert max(xs) - min(xs) <= 1, (dc, xs)
+
+
+def test_a_copy_that_cannot_stay_in_its_data_center_is_refused_naming_it() -> None:
+    where = {0: Domain("a", (("dc", "east"),)), 1: Domain("b", (("dc", "west"),)),
+             2: Domain("c", (("dc", "west"),)), 3: Domain("d", (("dc", "north"),))}
+    sets = replica_sets.ReplicaSets(3, ((0, 1, 3),), 1)
+    with pytest.raises(PlacementError, match=r"shard 0: its copy on node 0 has nowhere to go in its data "
+                                             r"center east .*add a storage node in east first"):
+        replica_sets.plan_moves(sets, sorted(where), [0], domain_of=fd.lookup(where))
+    assert replica_sets.plan_moves(sets, sorted(where), [1], domain_of=fd.lookup(where)) == [(0, 2, 1)]
+    assert not fd.allowed((0, 1, 3), 2, 0, fd.lookup(where))  # east's copy to west
+    assert fd.allowed((0, 1, 3), 2, 1, fd.lookup(where))  # west's copy within west
+    assert fd.allowed((0, 1), 2, None, fd.lookup(where))  # a copy added: anywhere the rule allows
+    # `midtown shard move` (drivers/moves.py check_rule) says why, naming --to
+    said = moves.against_rule((0, 1, 3), 0, 2, 0, fd.lookup(where), False)
+    assert said is not None and said.startswith("--to: storage node 2 is in data center 'west', and the copy "
+                                                "leaves 'east' (node 0)")
+    assert moves.against_rule((0, 1, 3), 0, 2, 1, fd.lookup(where), False) is None
+    beside = fd.lookup({**where, 4: Domain("b", (("dc", "west"),))})  # node 4 on node 1's machine
+    assert "two copies on one machine" in (moves.against_rule((0, 1, 2, 3), 0, 4, 2, beside, False) or "")
 
 
 def test_a_drain_that_would_put_two_copies_on_one_machine_is_refused() -> None:

@@ -630,7 +630,7 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
                     copies = sets.of(shard)
                     pairs = [(lv, n) for lv in copies for n in NODES if n not in copies]
                     fits = [(lv, n) for lv, n in pairs
-                            if failure_domains.allowed(copies, n, lv, NODE_MACHINES)]
+                            if failure_domains.allowed(copies, n, lv, self.node_domain)]
                     leaving, dest = self.rng.choice(fits if fits and self.rng.random() < 0.8 else pairs)
                     todo = [(shard, dest, leaving)]
                 for shard, dest, leaving in todo:

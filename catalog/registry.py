@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -168,6 +168,25 @@ def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict
         except BadVersionError:
             continue
         return KvTopology(kv.shards, kv.storage_nodes, kv.logs, kv.replicas, layout)
+
+
+def grow_scope(zk: KazooClient, dc: str, logs: list[int], homes: dict[int, str]) -> KvTopology:
+    """Scope `dc` carried by `logs` too (catalog/scopes.py more_logs): a versioned write,
+    made again from a fresh read when another won. ScopeError naming the argument."""
+    while True:
+        try:
+            data, stat = zk.get(KV)
+        except NoNodeError:
+            raise scopes.ScopeError("no key-value topology in this cluster (midtown cluster init)") from None
+        d = json.loads(data)
+        kv = _kv_of(d)
+        layout = scopes.more_logs(kv.scopes, dc, logs, read_log_map(zk, kv).logs, homes)
+        d["scopes"] = scopes.to_json(layout)
+        try:
+            zk.set(KV, json.dumps(d).encode(), version=stat.version)
+        except BadVersionError:
+            continue
+        return replace(kv, scopes=layout)
 
 
 def fail_over(zk: KazooClient, version: int, plan: failover.Plan, at_ms: int,

@@ -4,7 +4,8 @@ centers"). Pure.
 The key-value store's shards are laid out in scopes. Global is the first range of shards,
 0..G-1, carried by the logs no local scope names; each local scope (`midtown scope add DC
 --shards N --logs L,...`) is a range of N shards taken from the top of the global range,
-carried only by its logs, each kept in that data center (log/homes.py). A strong dataset
+carried only by its logs, each kept in that data center (log/homes.py); `midtown scope
+grow DC --logs L,...` gives it more of global's logs (more write capacity for it). A strong dataset
 is created in one scope (`midtown dataset create NAME --scope DC`) and its keys hash over
 its scope's shards only (catalog/routing.py), a range it records when it is created: its
 writes go through logs whose ensembles, ack quorum and writer stand in that data center,
@@ -145,22 +146,7 @@ def add(layout: Layout, dc: str, count: int, logs: Iterable[int], shards: int, k
     if not 1 <= count < g:
         raise ScopeError(f"--shards: {count}, must be between 1 and {g - 1} (global keeps {g} shards now "
                          "and at least one)")
-    logs = tuple(sorted(set(logs)))
-    if not logs:
-        raise ScopeError("--logs: name at least one of the key-value store's logs")
-    for lg in logs:
-        if not 0 <= lg < kv_logs:
-            raise ScopeError(f"--logs: log {lg} is not one of the key-value store's logs 0..{kv_logs - 1} "
-                             "(midtown log add gives it more)")
-        if scope_of_log(layout, lg) != GLOBAL:
-            raise ScopeError(f"--logs: log {lg} carries scope {scope_of_log(layout, lg)!r} already")
-        if homes.get(lg, "") != dc:
-            where = f"is kept in {homes[lg]!r}" if homes.get(lg) else "has no home"
-            raise ScopeError(f"--logs: log {lg} {where}; a scope's logs are kept in its data center "
-                             f"(midtown log home {lg} {dc})")
-    if not set(logs_of(layout, GLOBAL, kv_logs)) - set(logs):
-        raise ScopeError("--logs: global would keep none of the key-value store's logs (midtown log add "
-                         "gives it more)")
+    logs = _global_logs_kept_in(layout, logs, kv_logs, homes, dc)
     taken = range(g - count, g)
     for name, first, n in used:
         n = n or shards  # a dataset made before scopes hashes over every shard
@@ -170,6 +156,43 @@ def add(layout: Layout, dc: str, count: int, logs: Iterable[int], shards: int, k
                              f"and scope {dc!r} would take {taken.start}..{taken.stop - 1}: a scope takes "
                              "only shards no dataset uses (lay scopes out before the global datasets)")
     return (*layout, Scope(dc, g - count, count, logs))
+
+
+def more_logs(layout: Layout, dc: str, logs: Iterable[int], kv_logs: int, homes: Mapping[int, str]) -> Layout:
+    """`layout` with scope `dc` carried by `logs` too (`midtown scope grow DC --logs L,...`):
+    each one of global's, kept in the data center the scope is kept in now (its hand-offs
+    then spread the scope's shards over all its logs, and global's off the new ones).
+    ScopeError naming the argument when it cannot be done."""
+    s = find(layout, dc)
+    if s is None:
+        raise ScopeError(f"DC: no scope {dc!r} (midtown scope list; midtown scope add {dc} lays one out)")
+    added = _global_logs_kept_in(layout, logs, kv_logs, homes, s.where, mine=s)
+    return tuple(replace(x, logs=tuple(sorted({*x.logs, *added}))) if x.dc == dc else x for x in layout)
+
+
+def _global_logs_kept_in(layout: Layout, logs: Iterable[int], kv_logs: int, homes: Mapping[int, str],
+                         where: str, mine: Scope | None = None) -> tuple[int, ...]:
+    """`logs`, sorted, once each is a key-value log of global's kept in `where` and global
+    keeps another; ScopeError naming --logs if not (`mine`: the scope they are for)."""
+    out = tuple(sorted(set(logs)))
+    if not out:
+        raise ScopeError("--logs: name at least one of the key-value store's logs")
+    for lg in out:
+        if not 0 <= lg < kv_logs:
+            raise ScopeError(f"--logs: log {lg} is not one of the key-value store's logs 0..{kv_logs - 1} "
+                             "(midtown log add gives it more)")
+        if mine is not None and lg in mine.logs:
+            raise ScopeError(f"--logs: log {lg} carries scope {mine.dc!r} already")
+        if scope_of_log(layout, lg) != GLOBAL:
+            raise ScopeError(f"--logs: log {lg} carries scope {scope_of_log(layout, lg)!r} already")
+        if homes.get(lg, "") != where:
+            kept = f"is kept in {homes[lg]!r}" if homes.get(lg) else "has no home"
+            raise ScopeError(f"--logs: log {lg} {kept}; a scope's logs are kept in its data center "
+                             f"(midtown log home {lg} {where})")
+    if not set(logs_of(layout, GLOBAL, kv_logs)) - set(out):
+        raise ScopeError("--logs: global would keep none of the key-value store's logs (midtown log add "
+                         "gives it more)")
+    return out
 
 
 def to_json(layout: Layout) -> list[dict]:

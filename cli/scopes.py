@@ -24,16 +24,33 @@ def _logs_arg(text: str) -> list[int]:
 
 def cmd_scope_add(a: argparse.Namespace) -> int:
     """Lay out scope DC, then hand its shards over to its logs and global's off them."""
-    from catalog import datasets, log_map, registry, scopes
+    from catalog import datasets, registry
+
+    return _laid_out(a, lambda zk, homes: registry.add_scope(zk, a.dc, a.shards, a.logs, homes,
+                                                              lambda: datasets.used_shards(zk)),
+                     f"its datasets: midtown dataset create NAME --scope {a.dc}")
+
+
+def cmd_scope_grow(a: argparse.Namespace) -> int:
+    """Give scope DC more logs, then spread its shards over them (and global's off them)."""
+    from catalog import registry
+
+    return _laid_out(a, lambda zk, homes: registry.grow_scope(zk, a.dc, a.logs, homes),
+                     "its writes spread over them")
+
+
+def _laid_out(a: argparse.Namespace, write: Callable[[Any, dict[int, str]], Any], then: str) -> int:
+    """Write a layout change of scope a.dc (`write(zk, the logs' homes)` -> the topology),
+    then make the hand-offs that put each scope's shards on its own logs, evenly."""
+    from catalog import log_map, registry, scopes
     from cli.shards import hand_offs
     from log import zk as zkpaths
 
     say = progress(a.json)
     with log_client(a) as c:
         topo = zkpaths.read_topology(c.zk)
-        homes = topo.home_map if topo is not None else {}
         try:
-            kv = registry.add_scope(c.zk, a.dc, a.shards, a.logs, homes, lambda: datasets.used_shards(c.zk))
+            kv = write(c.zk, topo.home_map if topo is not None else {})
         except scopes.ScopeError as e:
             raise CliError(str(e)) from None
         s = scopes.find(kv.scopes, a.dc)
@@ -50,7 +67,7 @@ def cmd_scope_add(a: argparse.Namespace) -> int:
     else:
         emit(rows, False, ["shard", "from_log", "to_log", "took_s"])
         print(f"scope {s.dc}: shards {out['shards']} on logs {', '.join(map(str, s.logs))}; "
-              f"{len(rows)} hand-offs made; its datasets: midtown dataset create NAME --scope {s.dc}")
+              f"{len(rows)} hand-offs made; {then}")
     return 0
 
 
@@ -111,7 +128,7 @@ def cmd_scope_list(a: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: Callable[..., None]) -> None:
-    """scope add|list."""
+    """scope add|grow|list."""
     sc = sub.add_parser("scope", help="lay out data centers' local scopes "
                                       "(docs/operations.md, 'Data centers')")
     scs = sc.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
@@ -122,6 +139,14 @@ def add_parser(sub: Any, common: Callable[..., None]) -> None:
                     help="the key-value logs that carry them, comma-separated, each kept in DC")
     common(ad, timeout_s=60.0)
     ad.set_defaults(fn=cmd_scope_add)
+    gr = scs.add_parser("grow", help="give scope DC more logs (kept where it is kept), its shards spread "
+                                     "over them")
+    gr.add_argument("dc", metavar="DC", help="the scope (midtown scope list)")
+    gr.add_argument("--logs", type=_logs_arg, required=True,
+                    help="global's key-value logs it takes, comma-separated, each kept where the scope is "
+                         "(midtown log add, then midtown log home LOG DC)")
+    common(gr, timeout_s=60.0)
+    gr.set_defaults(fn=cmd_scope_grow)
     ls = scs.add_parser("list", help="the scopes: their shards, logs and datasets")
     common(ls)
     ls.set_defaults(fn=cmd_scope_list)

@@ -6,6 +6,7 @@ real code on the simulated ZooKeeper, tests/sim/zookeeper.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -115,6 +116,43 @@ def test_a_rebalance_keeps_each_scope_on_its_logs_and_evens_them_within_it(
     for members, group_logs in scopes.groups(layout, shards, kv_logs):
         counts = [sum(1 for s in members if now[s] == lg) for lg in group_logs]
         assert max(counts) - min(counts) <= 1
+
+
+def test_a_scope_grows_onto_more_of_globals_logs_kept_where_it_is_and_its_shards_spread() -> None:
+    """`midtown scope grow east --logs 2` (catalog/scopes.py more_logs): the scope's range
+    stays, its logs grow, and the hand-offs spread its shards over them, global's off them."""
+    layout = scopes.add((), "east", 8, [1], 64, 4, {1: "east", 2: "east", 3: "west"}, [])
+    grown = scopes.more_logs(layout, "east", [2], 4, {1: "east", 2: "east", 3: "west"})
+    (east,) = grown
+    assert (east.first, east.count, east.logs) == (56, 8, (1, 2))
+    assert scopes.logs_of(grown, scopes.GLOBAL, 4) == (0, 3)
+    of = tuple([0, 1, 2, 3] * 16)  # every log carrying shards of both scopes
+    plan = log_map.spread(LogMap(4, of, 3), None, scopes.groups(grown, 64, 4))
+    now = list(of)
+    for shard, _, to in plan:
+        now[shard] = to
+    assert scopes.misplaced(grown, now) == []
+    assert sorted(now[s] for s in east.shards()) == [1, 1, 1, 1, 2, 2, 2, 2]
+    # Failed over to west, it grows onto logs kept in west
+    west = scopes.moved(layout, "east", "west")
+    assert scopes.more_logs(west, "east", [3], 4, {3: "west"})[0].logs == (1, 3)
+
+
+@pytest.mark.parametrize("dc,logs,homes,says", [
+    ("north", [2], {2: "north"}, "DC: no scope 'north'"),
+    ("east", [], {}, "--logs: name at least one"),
+    ("east", [9], {}, "--logs: log 9 is not one of the key-value store's logs 0..3"),
+    ("east", [1], {1: "east"}, "--logs: log 1 carries scope 'east' already"),
+    ("east", [3], {3: "west"}, "--logs: log 3 is kept in 'west'; a scope's logs are kept in its data center "
+                               "(midtown log home 3 east)"),
+    ("east", [2], {}, "--logs: log 2 has no home"),
+    ("east", [0, 2, 3], {0: "east", 2: "east", 3: "east"}, "--logs: global would keep none"),
+])
+def test_a_scope_that_cannot_grow_is_refused_naming_the_argument(dc: str, logs: list[int],
+                                                                 homes: dict[int, str], says: str) -> None:
+    layout = scopes.add((), "east", 8, [1], 64, 4, {1: "east"}, [])
+    with pytest.raises(scopes.ScopeError, match=re.escape(says)):
+        scopes.more_logs(layout, dc, logs, 4, homes)
 
 
 @given(st.binary(max_size=30), st.integers(0, 50), st.integers(1, 20))

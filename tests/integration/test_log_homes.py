@@ -344,3 +344,32 @@ def test_a_local_dataset_whose_home_is_lost_fails_over_and_reports_what_it_lost(
     same = wait_for(at_one_position, 60, "every replica of east's shards at one position")
     assert same[0] == same[1] == same[2], "a replica that took its copy differs from its source"
     zkc.stop()
+
+
+def test_a_scope_grows_onto_another_log_kept_where_it_is_kept(two_dcs: Cluster) -> None:
+    """After the fail-over above, scope east is kept in west: `log add` gives the key-value
+    store a third log, `log home 2 west` keeps it there, and `scope grow east --logs 2`
+    hands half of east's shards to it; the dataset's writes then go through both, every
+    key read back. A log kept elsewhere, or global's last, is refused naming --logs."""
+    c = two_dcs
+    assert json.loads(mt(c, "log", "add", "1", "--json").stdout)["added"] == [2]
+    mt(c, "log", "home", "2", "west")
+    wait_for(lambda: placed_in(c, 2, WEST), 60, "log 2's writer and open segment in west")
+    for args, says in ((("--logs", "0"), "--logs: log 0 has no home"),
+                       (("--logs", "1"), "--logs: log 1 carries scope 'east' already"),
+                       (("--logs", "7"), "--logs: log 7 is not one of the key-value store's logs 0..2")):
+        p = mt(c, "scope", "grow", "east", *args, ok=False)
+        assert says in p.stderr and "Traceback" not in p.stderr, p.stderr
+    out = json.loads(mt(c, "scope", "grow", "east", "--logs", "2", "--json").stdout)
+    assert out["logs"] == [1, 2] and len(out["handoffs"]) == 2
+    assert all(r["from_log"] == 1 and r["to_log"] == 2 for r in out["handoffs"])
+    shards = {r["shard"]: r for r in json.loads(mt(c, "shard", "list", "--json").stdout)["shards"]}
+    assert sorted(shards[s]["log"] for s in EAST_SHARDS) == [1, 1, 2, 2]
+    (row,) = [r for r in json.loads(mt(c, "scope", "list", "--json").stdout) if r["scope"] == "east"]
+    assert row["logs"] == [1, 2] and row["homes"] == ["west"] and row["not_on_its_logs"] == 0
+    with Client(zk=c.zk_hosts, timeout=30) as db:
+        for i in range(40):
+            db.put("e", f"grown{i}", "k", str(i).encode())
+        assert [g.value if (g := db.get("e", f"grown{i}", "k")) else None for i in range(40)] == \
+            [str(i).encode() for i in range(40)]
+    assert status(c, 2)["last"] >= 0  # some of them went through log 2

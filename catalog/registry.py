@@ -150,29 +150,23 @@ def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict
     that no dataset was created since (a creation bumps DATASETS and checks the
     topology's version: catalog/datasets.py create), retried when either changed.
     ScopeError naming the argument when it cannot be done."""
-    while True:
-        try:
-            data, stat = zk.get(KV)
-        except NoNodeError:
-            raise scopes.ScopeError("no key-value topology in this cluster (midtown cluster init)") from None
-        d = json.loads(data)
-        kv = _kv_of(d)
+    def add(kv: KvTopology, tx: Any) -> scopes.Layout:
         ranges, datasets_version = used()
-        layout = scopes.add(kv.scopes, dc, count, logs, kv.shards, read_log_map(zk, kv).logs, homes, ranges)
-        d["scopes"] = scopes.to_json(layout)
-        tx = zk.transaction()
-        tx.set_data(KV, json.dumps(d).encode(), version=stat.version)
         tx.check(DATASETS, datasets_version)
-        try:
-            commit(tx)
-        except BadVersionError:
-            continue
-        return KvTopology(kv.shards, kv.storage_nodes, kv.logs, kv.replicas, layout)
+        return scopes.add(kv.scopes, dc, count, logs, kv.shards, read_log_map(zk, kv).logs, homes, ranges)
+    return _new_layout(zk, add)
 
 
 def grow_scope(zk: KazooClient, dc: str, logs: list[int], homes: dict[int, str]) -> KvTopology:
-    """Scope `dc` carried by `logs` too (catalog/scopes.py more_logs): a versioned write,
-    made again from a fresh read when another won. ScopeError naming the argument."""
+    """Scope `dc` carried by `logs` too (catalog/scopes.py more_logs). ScopeError naming
+    the argument when it cannot be done."""
+    return _new_layout(zk, lambda kv, _: scopes.more_logs(kv.scopes, dc, logs, read_log_map(zk, kv).logs,
+                                                          homes))
+
+
+def _new_layout(zk: KazooClient, change: Callable[[KvTopology, Any], scopes.Layout]) -> KvTopology:
+    """The scopes' layout `change(topology, transaction)` makes, written in one transaction
+    with what it adds to it, made again from fresh reads when anything changed meanwhile."""
     while True:
         try:
             data, stat = zk.get(KV)
@@ -180,10 +174,12 @@ def grow_scope(zk: KazooClient, dc: str, logs: list[int], homes: dict[int, str])
             raise scopes.ScopeError("no key-value topology in this cluster (midtown cluster init)") from None
         d = json.loads(data)
         kv = _kv_of(d)
-        layout = scopes.more_logs(kv.scopes, dc, logs, read_log_map(zk, kv).logs, homes)
+        tx = zk.transaction()
+        layout = change(kv, tx)
         d["scopes"] = scopes.to_json(layout)
+        tx.set_data(KV, json.dumps(d).encode(), version=stat.version)
         try:
-            zk.set(KV, json.dumps(d).encode(), version=stat.version)
+            commit(tx)
         except BadVersionError:
             continue
         return replace(kv, scopes=layout)

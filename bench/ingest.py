@@ -10,8 +10,9 @@
 * Spark end to end (`--spark`): the same events as a DataFrame written through the `midtown`
   data source, plainly (put, no event ids) and exactly once (`id_column`), rows/s each.
 
-Every figure is a median over `--rounds`, the systems alternating (this machine is noisy);
-the Spark ratio is the median of the rounds' own ratios."""
+Every figure is a median over `--rounds` (3 by default: a spread to say how sure it is),
+the systems alternating (this machine is noisy), printed with its range over the rounds;
+each ratio is the median of the rounds' own ratios."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from collections.abc import Callable
 
 from bench.etcd import Etcd
 from bench.harness import log
-from bench.kv import cluster_and_etcd, medians
+from bench.kv import cluster_and_etcd, medians, spread
 from bench.loadgen import run_workload
 from cli.output import emit
 from cluster import Cluster
@@ -109,7 +110,12 @@ def run(a: argparse.Namespace) -> int:
         for n in systems:
             for k, v in medians(runs[n]).items():
                 row[f"{n}_{k}"] = v
-        row["ratio"] = round(row["midtown_events_per_s"] / max(1, row["etcd_events_per_s"]), 2)
+            row[f"{n}_events_per_s_spread"] = spread([w["events_per_s"] for w in runs[n]])
+        # Each round's own ratio (its two systems ran back to back): their median, and range
+        ratios = [m["events_per_s"] / max(1, e["events_per_s"])
+                  for m, e in zip(runs["midtown"], runs["etcd"])]
+        row["ratio"] = round(medians([{"r": x} for x in ratios])["r"], 2)
+        row["ratio_spread"] = spread(ratios)
         rows.append(row)
         if a.spark:
             # Untimed: the session's first writes start its Python workers and warm the JVM
@@ -140,19 +146,30 @@ def run(a: argparse.Namespace) -> int:
                                                      "exactly_once_rows_per_s": round(once),
                                                      "exactly_once_vs_plain": ratio})
             s = medians(runs["spark"])
-            rows.append({"spark_rows": a.spark_rows, **{f"spark_{k}": v for k, v in s.items()}})
+            rows.append({"spark_rows": a.spark_rows, **{f"spark_{k}": v for k, v in s.items()},
+                         "spark_ratio_spread": spread([r["exactly_once_vs_plain"] for r in runs["spark"]])})
     if a.json:
         emit(rows, True)
         return 0
-    emit(rows[:1], False, ["clients", "events_per_call", "midtown_events_per_s", "etcd_events_per_s",
-                           "ratio", "midtown_p50_ms", "etcd_p50_ms", "midtown_errors", "etcd_errors"])
+    emit(rows[:1], False, ["clients", "events_per_call", "midtown_events_per_s",
+                           "midtown_events_per_s_spread", "etcd_events_per_s", "etcd_events_per_s_spread",
+                           "ratio", "ratio_spread",
+                           "midtown_p50_ms", "etcd_p50_ms", "midtown_errors", "etcd_errors"])
     if len(rows) > 1:
         print()
         emit(rows[1:], False, ["spark_rows", "spark_plain_rows_per_s", "spark_exactly_once_rows_per_s",
-                               "spark_exactly_once_vs_plain"])
+                               "spark_exactly_once_vs_plain", "spark_ratio_spread"])
     print(f"\nexactly-once ingestion, {REPEAT_RATE:.1%} of the events repeated; ratio = Midtown / etcd "
           "(etcd: a transaction per event, put if the key was never created); p50 is per call")
-    if a.rounds > 1:
-        print(f"each figure is the median of {a.rounds} rounds, the systems alternating; the Spark ratio "
-              "is the median of each round's own ratio (its two writes back to back)")
+    print(how_sure(a.rounds))
     return 0
+
+
+def how_sure(rounds: int) -> str:
+    """What the printed spreads mean, for `rounds` rounds."""
+    if rounds == 1:
+        return ("one round: no spread to say how sure a figure is (--rounds 3 or more: each ratio's median "
+                "and its range over the rounds)")
+    return (f"each figure is the median of {rounds} rounds, the systems alternating, and *_spread its range "
+            "over them (lowest..highest); each ratio is the median of the rounds' own ratios (the two "
+            "measured back to back)")

@@ -175,6 +175,14 @@ def cluster_and_etcd(prefix: str, dataset: str, layout: str = "split",
             yield cluster, etcd
 
 
+def spread(xs: list[float]) -> str:
+    """The range of one figure over rounds, as printed beside its median ("0.76..0.99"; the
+    one value when there was one round): how sure the median is."""
+    lo, hi = min(xs), max(xs)
+    fmt = (lambda v: f"{v:,.0f}") if max(abs(lo), abs(hi)) >= 100 else (lambda v: f"{v:.2f}")
+    return fmt(lo) if lo == hi else f"{fmt(lo)}..{fmt(hi)}"
+
+
 def medians(runs: list[dict]) -> dict:
     """Each figure's median over rounds (the middle round's, or the mean of the middle two;
     counts stay whole numbers)."""

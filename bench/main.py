@@ -158,8 +158,8 @@ def parser() -> argparse.ArgumentParser:
     bi = bns.add_parser("ingest", help="exactly-once ingestion (bulk writes with event ids, 0.6%% repeats) "
                                        "against etcd, and through Spark plain vs exactly once")
     bi.add_argument("--seconds", type=float, default=10.0, help="per system and round")
-    bi.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=1,
-                    help="rounds, the systems alternating; medians are printed")
+    bi.add_argument("--rounds", type=at_least_one_arg("--rounds"), default=3,
+                    help="rounds, the systems alternating; medians and their ranges are printed (default 3)")
     bi.add_argument("--clients", type=at_least_one_arg("--clients"), default=64, help="concurrent writers")
     bi.add_argument("--batch", type=at_least_one_arg("--batch"), default=500, help="events per bulk call")
     bi.add_argument("--spark", action=argparse.BooleanOptionalAction, default=True,

@@ -3,7 +3,7 @@ median; `bench spark-read` each source's first and fastest round."""
 
 from __future__ import annotations
 
-from bench.kv import medians
+from bench.kv import medians, spread
 
 
 def test_medians_of_odd_and_even_rounds() -> None:
@@ -72,3 +72,17 @@ def test_the_spark_read_table_shows_each_sources_first_and_fastest_round() -> No
     assert row["midtown_best_rows_per_s"] == 100_000 and row["midtown_best_s"] == 3.0
     assert row["parquet_best_rows_per_s"] == 600_000 and row["best_ratio"] == round(0.5 / 3.0, 3)
     assert row["worker_peak_mb"] == 2048 and row["partitions"] == 4
+
+
+def test_a_spread_is_the_range_over_rounds_as_printed() -> None:
+    """bench/ingest.py prints each figure's range beside its median (issue 71: how sure a
+    ratio is that swung from 0.76 to 0.99 between runs)."""
+    assert spread([0.89, 0.76, 0.99]) == "0.76..0.99"
+    assert spread([25_548.0, 25_857.2]) == "25,548..25,857"
+    assert spread([0.9]) == "0.90"
+
+
+def test_ingest_says_how_sure_its_rounds_make_it() -> None:
+    from bench.ingest import how_sure
+    assert "no spread" in how_sure(1) and "--rounds 3" in how_sure(1)
+    assert how_sure(3).startswith("each figure is the median of 3 rounds") and "_spread" in how_sure(3)

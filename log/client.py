@@ -373,11 +373,10 @@ class LogClient:
             }
             last = meta.last_segment
             ensembles[log_id] = set(last.replicas) if last is not None else set()
-        for sid, addr in sorted(self.servers().items()):
-            try:
-                logs = self.link.status(addr)
-            except Refusal:
-                continue
+        servers = sorted(self.servers().items())
+        for (sid, _), logs in zip(servers, self.link.statuses([addr for _, addr in servers])):
+            if isinstance(logs, Refusal):
+                continue  # (it did not answer)
             for ls in logs:
                 row = rows.get(ls.log_id)
                 if row is None:

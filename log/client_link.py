@@ -97,6 +97,22 @@ class LogLink(Protocol):
     def status(self, addr: str) -> list[LogState]:
         """Each log as the server at `addr` sees it (Refusal when it does not answer)."""
 
+    def statuses(self, addrs: Sequence[str]) -> list[list[LogState] | Refusal]:
+        """`status` of each of `addrs`, in their order, a Refusal for each that does not
+        answer; asked at once where the backend can (a server that does not answer then
+        costs its timeout once, not once per such server)."""
+
+
+def one_by_one(link: LogLink, addrs: Sequence[str]) -> list[list[LogState] | Refusal]:
+    """`statuses` asked one server after another (a backend that cannot ask at once)."""
+    out: list[list[LogState] | Refusal] = []
+    for addr in addrs:
+        try:
+            out.append(link.status(addr))
+        except Refusal as e:
+            out.append(e)
+    return out
+
 
 @contextmanager
 def _log_errors() -> Iterator[None]:
@@ -191,6 +207,16 @@ class GrpcLog(Stubs):
     def status(self, addr: str) -> list[LogState]:
         with _log_errors():
             return states(self.stub(addr).Status(pb.StatusRequest(), timeout=5))
+
+    def statuses(self, addrs: Sequence[str]) -> list[list[LogState] | Refusal]:
+        calls = [self.stub(addr).Status.future(pb.StatusRequest(), timeout=5) for addr in addrs]
+        out: list[list[LogState] | Refusal] = []
+        for call in calls:
+            try:
+                out.append(states(call.result()))
+            except grpc.RpcError as e:
+                out.append(Refusal.of_call(e))
+        return out
 
 
 def placement(r: pb.AppendResponse) -> Placement:

@@ -68,6 +68,9 @@ class ProcessLog:
     def status(self, addr: str) -> list[LogState]:
         return self.others.status(addr)
 
+    def statuses(self, addrs: Sequence[str]) -> list[list[LogState] | Refusal]:
+        return self.others.statuses(addrs)
+
 
 class _OwnEntries:
     """The log read from the writer of this process, no stream, from `position()` at each

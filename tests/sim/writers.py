@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
@@ -54,7 +54,7 @@ from log import read_index as ri
 from log import server as log_server
 from log import zk as zkpaths
 from log.client import LogClient
-from log.client_link import LogState, Placement, placement, states
+from log.client_link import LogState, Placement, one_by_one, placement, states
 from log.codec import add_reply_from_pb, add_to_pb
 from log.driver import Busy, WriterDriver, WriterFailed
 from log.entry import Entry
@@ -497,6 +497,9 @@ class _LogLink:
 
     def status(self, addr: str) -> list[LogState]:
         return states(self._blocking(addr, "Status", pb.StatusRequest(), 5))
+
+    def statuses(self, addrs: Sequence[str]) -> list[list[LogState] | Refusal]:
+        return one_by_one(self, addrs)  # (one after another, as the seeds were found)
 
 
 def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | None],

@@ -241,6 +241,7 @@ def _cluster_commands(load: Path) -> list[list[str]]:
                 ("placement", "balance"): ["--load", str(load)], ("shard", "move"): ["--to", "1"],
                 ("shard", "hand-off"): ["--to", "1"], ("log", "home"): ["--clear"],
                 ("log", "prefer"): ["--clear"], ("scope", "add"): ["--shards", "1", "--logs", "1"],
+                ("scope", "grow"): ["--logs", "1"],
                 ("dataset", "fail-over"): ["--to", "west"],
                 ("machine", "up"): ["--plaintext", "--dir", str(load.parent / "machine")]}
     out = []

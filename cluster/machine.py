@@ -22,6 +22,7 @@ from fleet import failure_domains, machines
 from fleet.failure_domains import Domain
 from log import zk as zkpaths
 from runtime import membership
+from runtime.process import ZK_UNREACHABLE
 
 IDS = "/midtown/ids"
 ID_FILE = "id"
@@ -110,6 +111,18 @@ def plan(dir: Path, zk_hosts: str, workers: int, machine: str, locality: str, ho
     return c
 
 
+def _registered(c: Cluster, zk: Any) -> tuple[str, bool]:
+    """(how many of the workers' parts are registered, whether all are)."""
+    ids = {p.server_id for p in c.procs.values()}
+    topo = zkpaths.read_topology(zk)
+    pool = set(topo.log_servers) if topo else set()
+    logs = ids & pool & set(zkpaths.servers(zk))
+    nodes = ids & set(membership.members(zk, registry.STORAGE_NODES))
+    coords = ids & set(membership.members(zk, registry.COORDINATORS))
+    return (f"workers up: log servers {len(logs)}/{len(ids & pool)}, storage nodes {len(nodes)}/{len(ids)}, "
+            f"coordinators {len(coords)}/{len(ids)}"), logs == ids & pool and nodes == ids and coords == ids
+
+
 def wait_workers(c: Cluster, timeout_s: float, say: Any = None) -> None:
     """Until every worker's storage node and coordinator are registered (and its log
     server, when it is in the pool)."""
@@ -119,19 +132,19 @@ def wait_workers(c: Cluster, timeout_s: float, say: Any = None) -> None:
     try:
         deadline = time.monotonic() + timeout_s
         last = ""
+        msg = "workers up: not known yet"
         while True:
-            ids = {p.server_id for p in c.procs.values()}
-            topo = zkpaths.read_topology(zk)
-            pool = set(topo.log_servers) if topo else set()
-            logs = ids & pool & set(zkpaths.servers(zk))
-            nodes = ids & set(membership.members(zk, registry.STORAGE_NODES))
-            coords = ids & set(membership.members(zk, registry.COORDINATORS))
-            msg = (f"workers up: log servers {len(logs)}/{len(ids & pool)}, storage nodes {len(nodes)}/"
-                   f"{len(ids)}, coordinators {len(coords)}/{len(ids)}")
-            if say is not None and msg != last:
-                say(msg)
-                last = msg
-            if logs == ids & pool and nodes == ids and coords == ids:
+            try:
+                msg, done = _registered(c, zk)
+            except ZK_UNREACHABLE:
+                # ZooKeeper's connection lost a moment (as an ensemble on a loaded machine's
+                # is; a test under load saw `machine up` end here): asked again until the deadline
+                done = False
+            else:
+                if say is not None and msg != last:
+                    say(msg)
+                    last = msg
+            if done:
                 return
             for p in c.procs.values():
                 if not c.running(p.name):

@@ -166,8 +166,7 @@ class StorageNode:
         saved = {lg: p for lg, (p, _) in s.positions.items()}
         empty = not marker and not s.marks and not any(saved.values())
         # (a lost store that is to hold nothing has nothing to copy)
-        lost = empty and registry.has_published(s.zk, s.node_id) and any(rebuild.wanted(
-            s.node_id, s.sets, {x: m for x, (m, _) in registry.read_moves(s.zk).items()}))
+        lost = empty and registry.has_published(s.zk, s.node_id) and any(rebuild.wanted_now(s))
         # Condemned by a fail-over (catalog/failover.py): its shards of the cut logs are not
         # the logs'. It takes those again alone, unless it must bootstrap anyway
         cut = s.condemned_logs()
@@ -184,10 +183,9 @@ class StorageNode:
         deadline = world.monotonic() + 300
         while True:
             bounds = self._log_bounds() or bounds  # read again: a rebuild needs every head
-            moves = {x: m for x, (m, _) in registry.read_moves(s.zk).items()}
+            shards, moving = rebuild.wanted_now(s)
             # the map too: the logs its shards are in now (a hand-off since this node started)
             s.learn_log_map(registry.read_log_map(s.zk, s.kv, s.log_count))
-            shards, moving = rebuild.wanted(s.node_id, s.sets, moves)
             # A whole copy: from a member (a removed node may be behind the logs) that holds
             # every shard this node holds (replica sets); it applies only its own after.
             peers = s.peers(members_only=True, shards=shards)

@@ -93,8 +93,8 @@ def retake(s: NodeState, logs: set[int], heads: Mapping[int, int | None], receiv
     logs carry its shards only; a node holding a global shard that only condemned nodes
     hold besides it takes it from them). A node stopped half-way does it all again at its
     next start (it is condemned until it is done). The shards taken again."""
-    wanted, moving = rebuild_wanted(s)
-    shards = sorted(x for x in {*wanted, *moving} if _copy_log(s, x) in logs or s.log_map.log_of(x) in logs)
+    held, moving = wanted_now(s)
+    shards = sorted(x for x in {*held, *moving} if _copy_log(s, x) in logs or s.log_map.log_of(x) in logs)
     known_heads(shards, heads, s.log_map)
     view = BatchView(s.store)
     for x in shards:
@@ -107,8 +107,8 @@ def retake(s: NodeState, logs: set[int], heads: Mapping[int, int | None], receiv
     return shards
 
 
-def rebuild_wanted(s: NodeState) -> tuple[list[int], list[int]]:
-    """`wanted`, from the replica sets and the moves as ZooKeeper has them now."""
+def wanted_now(s: NodeState) -> tuple[list[int], list[int]]:
+    """`wanted` for this node, by its replica sets and the moves as ZooKeeper has them now."""
     return wanted(s.node_id, s.sets, {x: m for x, (m, _) in registry.read_moves(s.zk).items()})
 
 

@@ -86,8 +86,8 @@ class Intake:
         holders = registry.read_replica_sets(s.zk, kv).of(shard)
         live = membership.members(s.zk, registry.STORAGE_NODES)
         # (not a replica a fail-over condemned for the shard's log: its copy is not the log's)
-        out = failover.condemned(kv.failovers, log_id)
-        order = [n for n in holders if n in live and n != s.node_id and n not in out]
+        condemned = failover.condemned(kv.failovers, log_id)
+        order = [n for n in holders if n in live and n != s.node_id and n not in condemned]
         world.shuffle(order)
         order.sort(key=lambda n: n != req.prefer_source)
         errors = []

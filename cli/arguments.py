@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
+from collections.abc import MutableMapping
 
 from cli.connect import CliError
 
@@ -136,3 +137,33 @@ def common_options(sp: argparse.ArgumentParser, dir_required: bool = False, time
     sp.add_argument("--json", action="store_true", help="print JSON")
     sp.add_argument("--timeout", type=positive_arg("--timeout"), default=timeout_s,
                     help="seconds to wait for the cluster (default %(default)s)")
+
+
+# ---------------------------------------------------------------- tracing
+def trace_options(p: argparse.ArgumentParser) -> None:
+    """--trace-file, --trace-otlp and --trace-sample of a command that starts servers: the
+    MIDTOWN_TRACE_* settings its processes are started with (runtime/tracing.py)."""
+    p.add_argument("--trace-file", help="trace operations: every process appends its spans to this file "
+                                        "as JSON lines (`midtown trace FILE` reads them)")
+    p.add_argument("--trace-otlp", metavar="HOST:PORT",
+                   help="trace operations: send the spans to this OTLP collector (gRPC)")
+    p.add_argument("--trace-sample", metavar="RATIO",
+                   help="the share of operations traced where they start (0 to 1; default 0.01 once a "
+                        "destination is named; 0: only those a traced client sends)")
+
+
+def use_trace_options(a: argparse.Namespace, env: MutableMapping[str, str]) -> None:
+    """Set the MIDTOWN_TRACE_* variables of `env` (the processes' to come) from the
+    options, each checked and refused naming its option."""
+    from runtime import tracing
+
+    try:
+        if a.trace_file:
+            env[tracing.ENV_FILE] = tracing.check_file(a.trace_file, "--trace-file")
+        if a.trace_otlp:
+            env[tracing.ENV_OTLP] = tracing.check_otlp(a.trace_otlp, "--trace-otlp")
+        if a.trace_sample is not None:
+            env[tracing.ENV_SAMPLE] = str(tracing.check_sample(a.trace_sample, "--trace-sample"))
+        tracing.settings(env)
+    except ValueError as e:
+        raise CliError(str(e)) from None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -13,7 +14,7 @@ from typing import Any
 
 from catalog import registry, replica_sets
 from catalog.replica_sets import REPLICAS_DEFAULT
-from cli.arguments import at_least_one_arg, nonneg_arg, positive_arg
+from cli.arguments import at_least_one_arg, nonneg_arg, positive_arg, trace_options, use_trace_options
 from cli.connect import DEFAULT_DIR, CliError, zk_client
 from cli.interrupts import STOP_SIGNALS
 from cli.output import emit
@@ -27,6 +28,7 @@ def cmd_cluster_up(a: argparse.Namespace) -> int:
     process that dies: in the foreground, or in a process of its own with --detach."""
     from cluster import Cluster, ClusterError
 
+    use_trace_options(a, os.environ)  # the processes' MIDTOWN_TRACE_*
     d = Path(a.dir)
     try:
         c = Cluster.load(d) if (d / "cluster.json").exists() else \
@@ -266,6 +268,7 @@ def add_parser(sub: Any) -> Any:
                     help="host (default): one process per machine with a log server, a storage node "
                          "and a coordinator, clients given --zk routed to the log writer's; split: one "
                          "process per component (new cluster only; docs/performance.md)")
+    trace_options(up)
     up.set_defaults(fn=cmd_cluster_up)
     it = cls.add_parser("init", help="create a cluster's topology in ZooKeeper (servers started by hand)")
     it.add_argument("--zk", help="ZooKeeper HOST:PORT (default: $MIDTOWN_ZK)")

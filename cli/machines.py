@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from catalog import registry
+from cli.arguments import nonneg_arg, positive_arg, trace_options, use_trace_options
 from cli.connect import CliError, zk_client
 from cli.output import emit, progress, unless_empty
 from fleet import failure_domains, machines
@@ -128,6 +129,7 @@ def cmd_machine_up(a: argparse.Namespace) -> int:
     from cluster import ClusterError
     from cluster import machine as machine_mod
 
+    use_trace_options(a, os.environ)  # the workers' MIDTOWN_TRACE_*
     if a.plaintext == bool(a.tls_dir):
         raise CliError("--tls-dir: mutual TLS between machines is the default: give the directory of this "
                        "machine's certificate (midtown cluster certs), or --plaintext to run without it")
@@ -215,7 +217,6 @@ def add_parser(cluster: Any, common: Callable[..., None], zk_of: Callable[[argpa
                                           "(exit 1 when any do)")
     common(ck)
     ck.set_defaults(fn=lambda a: cmd_check(a, zk_of))
-    from cli.arguments import nonneg_arg, positive_arg
     from cluster import machine as machine_mod
 
     ct = cluster.add_parser("certs", help="the cluster's CA and a certificate for each machine (mutual TLS "
@@ -251,4 +252,5 @@ def add_parser(cluster: Any, common: Callable[..., None], zk_of: Callable[[argpa
     up.add_argument("--timeout", type=positive_arg("--timeout"), default=120.0,
                     help="seconds for the workers to come up (default %(default)s)")
     up.add_argument("--json", action="store_true")
+    trace_options(up)
     up.set_defaults(fn=cmd_machine_up)

@@ -1,8 +1,8 @@
 """The `midtown` command: its parser, made of the command groups' parsers (each group's
 parser and handlers in a module of its own: cluster.py, logs.py, datasets.py, users.py,
-data.py, nodes.py, placement.py, shards.py, log_servers.py, backup.py, watch.py, scopes.py), and how
-each outcome ends the process (`run`, which the benchmarks' program, bench/main.py, uses
-too).
+data.py, nodes.py, placement.py, shards.py, log_servers.py, backup.py, watch.py, scopes.py,
+trace.py), and how each outcome ends the process (`run`, which the benchmarks' program,
+bench/main.py, uses too).
 
 Every command finds its cluster through --dir DIR (a local cluster), --zk HOST:PORT, or the
 MIDTOWN_ZK environment variable; with none of them, ./run/local (the `make run` cluster)."""
@@ -66,6 +66,9 @@ def parser() -> argparse.ArgumentParser:
     from cli import scopes as scopes_cli
 
     scopes_cli.add_parser(sub, common_options)
+    from cli import trace as trace_cli
+
+    trace_cli.add_parser(sub)
     return p
 
 

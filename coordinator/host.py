@@ -29,7 +29,7 @@ from log.client_link import GrpcLog
 from log.local import ProcessLog
 from log.node import Node
 from runtime import inprocess, metrics, transport
-from runtime.process import Part, log_to_stderr, serve_all, tune_runtime, wait_until
+from runtime.process import Part, log_to_stderr, serve_all, trace_from_env, tune_runtime, wait_until
 from storage_node import server as storage_server
 from storage_node.callbacks import AnswerTaker, Callbacks, ProcessAnswers
 
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.metrics_port:
         metrics.serve(a.metrics_port, a.host)
     tune_runtime()
+    trace_from_env(f"host {a.id}")
     name = a.advertise or a.host
     log_addr, storage_addr, coord_addr = (f"{name}:{port}" for port in
                                           (a.log_port, a.storage_port, a.coordinator_port))

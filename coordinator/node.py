@@ -45,7 +45,7 @@ from record.model import (
     RecordResult,
     Stored,
 )
-from runtime import inprocess, world
+from runtime import inprocess, tracing, world
 from runtime.group_commit import GroupTimeout
 from runtime.process import through_zk_loss
 from runtime.refusals import BadRequest, Refusal
@@ -324,9 +324,10 @@ class Coordinator:
                         # (A lone record's first append is given the whole deadline_s, as it
                         # always was: noticed, left for the simulation's next recalibration.)
                         left = max(0.0, deadline - world.monotonic())
-                        got = self._append_to(log_id, [records[i] for i in idx],
-                                              [g for g, _, _ in r.stints[log_id]],
-                                              deadline_s if len(idx) == 1 and first else left)
+                        with tracing.span("append", log=log_id, records=len(idx)):
+                            got = self._append_to(log_id, [records[i] for i in idx],
+                                                  [g for g, _, _ in r.stints[log_id]],
+                                                  deadline_s if len(idx) == 1 and first else left)
                     except (Sealed, Refusal) as e:
                         got = e
                     d = rounds.answered(got, idx, waits, r.stints[log_id], resent)
@@ -349,7 +350,8 @@ class Coordinator:
                 if out[i] is not None:  # its append failed
                     continue
                 try:
-                    out[i] = w.result(max(0.0, deadline - world.monotonic()))
+                    with tracing.span("storage answer", shard=records[i].shard):
+                        out[i] = w.result(max(0.0, deadline - world.monotonic()))
                 except futures.TimeoutError:
                     out[i] = rounds.no_answer()
             return out  # type: ignore[return-value]
@@ -418,7 +420,9 @@ class Coordinator:
         """One ReadIndex round for the reads of one log: the index, then one ReadMany at a
         replica that has applied that far (another if one fails)."""
         READ_ROUNDS.inc()
-        idx, path = self.read_index_by(log_id)
+        with tracing.span("read index", log=log_id):
+            idx, path = self.read_index_by(log_id)
+            tracing.add(by=path)
         if idx is None:
             return None
         # One ReadMany per replica set among the reads (one in all unless replica sets
@@ -432,8 +436,9 @@ class Coordinator:
         for idxs in groups.values():
             many = pb.ReadManyRequest(log_id=log_id, min_position=idx + 1,
                                       wait_ms=limits.READ_APPLY_WAIT_MS, requests=[reqs[i] for i in idxs])
-            got = self.replicas.first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S,
-                                             reqs[idxs[0]].shard, prefer=self.dc)
+            with tracing.span("replica read", reads=len(idxs)):
+                got = self.replicas.first_answer("ReadMany", many, limits.READ_CALL_TIMEOUT_S,
+                                                 reqs[idxs[0]].shard, prefer=self.dc)
             if got is None:
                 return None
             for i, resp in zip(idxs, got.responses):
@@ -448,7 +453,8 @@ class Coordinator:
         shard = d.shard_of(pkey, self.kv.shards)
         req = pb.ReadRequest(dataset=d.id, shard=shard, partition_key=pkey, op=codec.op_to_pb(op),
                              min_position=min_position, wait_ms=wait_ms)
-        r = self.replicas.first_answer("Read", req, deadline_s, shard, dc)
+        with tracing.span("replica read"):
+            r = self.replicas.first_answer("Read", req, deadline_s, shard, dc)
         if r is None:
             raise Refusal(Code.UNAVAILABLE, "no storage node answered; retry")
         return r  # type: ignore[no-any-return]

@@ -55,9 +55,9 @@ from record.model import (
     RecordResult,
     Scan,
 )
-from runtime import handlers, inprocess, metrics, transport, world
+from runtime import handlers, inprocess, metrics, tracing, transport, world
 from runtime.health import serve_health
-from runtime.process import Part, log_to_stderr, serve_all, tune_runtime
+from runtime.process import Part, log_to_stderr, serve_all, trace_from_env, tune_runtime
 from runtime.refusals import REFUSED, BadRequest, Refusal
 from runtime.transport import GRPC_OPTIONS
 
@@ -436,7 +436,11 @@ class Shell:
 
     def admitted(self, fn: Callable[..., Any], req: Any, ctx: grpc.ServicerContext) -> Any:
         """`fn(req, ctx, dataset)` once the request is admitted."""
-        return self.guarded(fn.__name__, lambda: fn(req, ctx, self.admit(fn.__name__, req, ctx)))
+        return self.guarded(fn.__name__, lambda: fn(req, ctx, self._admit(fn.__name__, req, ctx)))
+
+    def _admit(self, name: str, req: Any, ctx: grpc.ServicerContext) -> Any:
+        with tracing.span("admission"):
+            return self.admit(name, req, ctx)
 
     @staticmethod
     def outcome(method: str, code: str) -> None:
@@ -535,7 +539,8 @@ class Shell:
             with LATENCY.labels(method=name).time():
                 return self.admitted(fn, req, ctx) if admit else fn(req, ctx)
         register = handlers.unary_stream if stream else handlers.unary
-        return register(name, cls, timed, internal=self.internal_text, outcome=self.outcome)
+        # an operation a client asks for starts a trace here when its caller sent none
+        return register(name, cls, timed, internal=self.internal_text, outcome=self.outcome, root=admit)
 
     def handlers(self) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHandler]:
         """The KV service's handlers and the Callback service's."""
@@ -620,6 +625,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics.serve(a.metrics_port, a.host)
     log_to_stderr(f"coordinator-{a.id}")
     tune_runtime()
+    trace_from_env(f"coordinator {a.id}")
     listen = f"{a.host}:{a.port}"
     b = build(a.id, a.advertise or listen, a.zk, listen, a.client_rate_limit,
               f"{a.host}:{a.callback_port}")

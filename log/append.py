@@ -10,11 +10,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import grpc
 
 from log import zk as zkpaths
-from log.driver import AppendResult, Busy, WriterFailed
+from log.driver import AppendResult, Busy, WriterDriver, WriterFailed
 from log.entry import validate_batch
 from log.node import Node
 from log.seals import UNTAGGED, Sealed, Tags
-from runtime import refusals
+from runtime import refusals, tracing
 from runtime.refusals import BadRequest, Refusal
 
 
@@ -34,6 +34,12 @@ def append(node: Node, log_id: int, payloads: list[bytes], timeout_s: float,
     d = node.writers.get(log_id)
     if d is None or d.failed.is_set():
         return None
+    with tracing.span("log append", log=log_id, entries=len(payloads)):
+        return _appended(node, d, log_id, payloads, timeout_s, hurry, tags)
+
+
+def _appended(node: Node, d: WriterDriver, log_id: int, payloads: list[bytes], timeout_s: float,
+              hurry: bool, tags: Tags) -> AppendResult | Refusal:
     try:
         fut = d.submit(payloads, tags)
     except Busy as e:

@@ -25,7 +25,7 @@ from log.ports import FollowedEntry
 from log.seals import UNTAGGED, Tags
 from midtown_pb import log_pb2 as pb
 from midtown_pb import log_pb2_grpc
-from runtime import world
+from runtime import tracing, world
 from runtime.refusals import Refusal
 from runtime.stubs import Stubs
 
@@ -179,7 +179,8 @@ class GrpcLog(Stubs):
     def append(self, addr: str, log_id: int, payloads: list[bytes], timeout_s: float,
                tags: Tags = UNTAGGED) -> PendingAppend:
         req = codec.tags_to_pb(pb.AppendRequest(log_id=log_id, payloads=payloads), tags)
-        return _GrpcAppend(self.stub(addr).Append.future(req, timeout=timeout_s))
+        return _GrpcAppend(self.stub(addr).Append.future(req, timeout=timeout_s,
+                                                         metadata=tracing.headers(None)))
 
     def tail(self, addr: str, log_id: int) -> futures.Future[ri.TailReply]:
         # Blocking calls on a small pool: gRPC's own futures cost far more CPU here.

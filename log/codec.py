@@ -74,7 +74,7 @@ def fence_reply_from_pb(m: pb.FenceResponse) -> FenceReply:
 def add_to_pb(a: AddEntries) -> pb.AddEntriesRequest:
     return pb.AddEntriesRequest(
         log_id=a.log_id, epoch=a.epoch, segment_epoch=a.segment_epoch,
-        entries=[entry_to_pb(e) for e in a.entries], lac=a.lac, lease_ms=a.lease_ms,
+        entries=[entry_to_pb(e) for e in a.entries], lac=a.lac, lease_ms=a.lease_ms, trace=a.trace,
     )
 
 
@@ -83,7 +83,7 @@ def add_from_pb(m: pb.AddEntriesRequest) -> AddEntries:
         raise BadRequest("epoch: must be >= 1")
     return AddEntries(
         m.log_id, m.epoch, m.segment_epoch, tuple(entry_from_pb(e) for e in m.entries), m.lac,
-        m.lease_ms,
+        m.lease_ms, trace=m.trace,
     )
 
 

@@ -8,16 +8,17 @@ import logging
 import queue
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from log import limits
 from log.ensemble_change import Copies
+from log.messages import AddEntries
 from log.metadata import LogMetadata
 from log.metrics import APPEND_BATCH, APPENDS, COMMIT_LAG, ENSEMBLE_CHANGES, EPOCH
 from log.seals import NONE, UNTAGGED, Sealed, Seals, Stint, Tags
 from log.writer import Acked, ChangeEnsemble, Failed, Send, State, WriteMetadata, Writer
-from runtime import faults, world
+from runtime import faults, tracing, world
 from runtime.clock import lease_clock
 
 
@@ -77,6 +78,7 @@ class WriterDriver:
         # once this writer has fenced its predecessor, then kept in the order it sequences.
         self.seals: Seals | None = None
         self._queued = 0
+        self._trace = ""  # a traced operation's context, for the AddEntries of its batch
         self._qlock = world.lock()
         self.failed = world.event()
         self.started_at = world.monotonic()
@@ -111,6 +113,8 @@ class WriterDriver:
             self._queued += len(payloads)
         fut: Future[AppendResult] = world.future()
         fut.entry_count = len(payloads)  # type: ignore[attr-defined]
+        # a traced operation's context: its followers' spans join it (runtime/tracing.py)
+        fut.trace = tracing.carried()  # type: ignore[attr-defined]
         self.inbox.put(("append", fut, payloads, tags))
         return fut
 
@@ -263,6 +267,10 @@ class WriterDriver:
             n += len(payloads)
         if batch:
             APPEND_BATCH.observe(n)
+            self._trace = next((f.trace for f, _ in batch if f.trace), "")  # type: ignore[attr-defined]
+            if self._trace:
+                for f, _ in batch:
+                    f.batched_ns = tracing.now_ns()  # type: ignore[attr-defined]
             self.core.append_many(batch, self._now_ms())  # type: ignore[arg-type]
 
     def _mark_time(self) -> None:
@@ -276,12 +284,16 @@ class WriterDriver:
         while True:
             out = self.core.take_outbox()
             if not out:
+                self._trace = ""
                 return
             for o in out:
                 if isinstance(o, Send):
                     with self._copies_lock:
                         self.copies.sent(o.to, world.monotonic())
-                    self.node.send(self, o.to, o.msg)
+                    msg = o.msg
+                    if self._trace and isinstance(msg, AddEntries) and msg.entries:
+                        msg = replace(msg, trace=self._trace)
+                    self.node.send(self, o.to, msg)
                 elif isinstance(o, WriteMetadata):
                     if not self._read_seals():
                         continue
@@ -294,6 +306,8 @@ class WriterDriver:
                     self.core.on_ensemble_changed(new, v)
                 elif isinstance(o, Acked):
                     self._done(o.token)
+                    if getattr(o.token, "batched_ns", 0):  # a traced operation's: its quorum round
+                        tracing.record("log quorum", o.token.trace, o.token.batched_ns, log=self.log_id)
                     if not self.node.session_ok():
                         # The session was lost: another server may be writing already.
                         o.token.set_exception(WriterFailed("ZooKeeper session lost"))

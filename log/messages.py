@@ -55,6 +55,9 @@ class FenceReply:
     lease_wait_ms: int = 0
 
 
+TRACE_MAX = 128
+
+
 @dataclass(frozen=True, slots=True)
 class AddEntries:
     log_id: int
@@ -67,6 +70,8 @@ class AddEntries:
     # The writer's clock when it sent this: kept by the writer for the acknowledgement,
     # never on the wire.
     sent_at: float = 0.0
+    # The context of a traced operation with an entry here (runtime/tracing.py; "": none)
+    trace: str = ""
 
     def __post_init__(self) -> None:
         _check_epochs(self.epoch, self.segment_epoch)
@@ -76,6 +81,9 @@ class AddEntries:
             raise BadRequest(f"lac: {self.lac} is out of range ({NONE}..{limits.POSITION_MAX})")
         if len(self.entries) > limits.INFLIGHT_ENTRIES_MAX:
             raise BadRequest(f"entries: {len(self.entries)}, the limit is {limits.INFLIGHT_ENTRIES_MAX}")
+        if len(self.trace) > TRACE_MAX:
+            raise BadRequest(f"trace: {len(self.trace)} characters, the limit is {TRACE_MAX} "
+                             "(a W3C traceparent)")
         for e in self.entries:
             if e.epoch != self.segment_epoch:
                 raise BadRequest("entries[].epoch must equal segment_epoch")

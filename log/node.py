@@ -35,7 +35,7 @@ from log.rereplicator import ReReplicator
 from log.rocks_store import RocksStore
 from log.seals import Stint
 from log.writer import ChangeEnsemble, Writer
-from runtime import loops, world
+from runtime import loops, tracing, world
 from runtime.clock import lease_clock
 from runtime.membership import Membership
 from runtime.process import wait_until
@@ -359,8 +359,10 @@ class Node:
         return self.local_batch([msg])[0]
 
     def local_batch(self, msgs: list[Any]) -> list[Any]:
-        """Handle replica requests (any logs) with one synced write for all of them."""
-        with self.rlock, self.store.group():
+        """Handle replica requests (any logs) with one synced write for all of them (traced
+        when an entry of a traced operation is among them: runtime/tracing.py)."""
+        trace = next((m.trace for m in msgs if isinstance(m, AddEntries) and m.trace), "")
+        with tracing.within(trace, "log store", messages=len(msgs)), self.rlock, self.store.group():
             replies: list[Any] = [self.replica.on_request(msg) for msg in msgs]
             if world.buggify("replica.slow_sync"):  # a slow disk: every replica request waits
                 world.sleep(0.2)

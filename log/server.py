@@ -22,7 +22,7 @@ from log.node import Node
 from midtown_pb import log_pb2 as pb
 from runtime import handlers, metrics, transport, world
 from runtime.health import serve_health
-from runtime.process import log_to_stderr, serve_until_signal, tune_runtime
+from runtime.process import log_to_stderr, serve_until_signal, trace_from_env, tune_runtime
 from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.log.server")
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     # Hand the GIL over sooner: a woken thread (an RPC reply, an ack) otherwise waits up
     # to the default 5 ms while another thread computes.
     tune_runtime()
+    trace_from_env(f"log server {a.id}")
     machines.claim_at_start(a.zk, [(machines.LOG_SERVERS, a.id)], domain)
     serve(a.id, a.port, a.zk, a.data, a.host, a.advertise)
 

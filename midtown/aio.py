@@ -41,6 +41,7 @@ from midtown.operations import Call, Operations, PagedScan
 from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
+from runtime import tracing
 from runtime.transport import CLIENT_GRPC_OPTIONS
 
 
@@ -152,6 +153,10 @@ class AsyncClient:
         """Run an operation Client built and checked (its _Call: _Builder returns it in
         place of the result) on grpc.aio: coalesced if it is single-key."""
         assert isinstance(c, Call), c
+        with tracing.span(c.method):  # runtime/tracing.py
+            return await self._ran(c)
+
+    async def _ran(self, c: Call) -> Any:
         to = self.endpoints.route_of(c.method, c.req) if c.single else None
         if c.single and self._coalescer is not None:
             t = self.endpoints.deadline(c.timeout)
@@ -191,13 +196,14 @@ class AsyncClient:
         while True:
             left = attempts.start(req)
             try:
-                call = getattr(self._stub(addr), method)(req, timeout=left, metadata=ends.metadata)
-                if not first_message:
-                    return await call
-                try:
-                    return await call.read()
-                finally:
-                    call.cancel()
+                with tracing.span("attempt", to=addr):
+                    call = getattr(self._stub(addr), method)(req, timeout=left, metadata=ends.metadata)
+                    if not first_message:
+                        return await call
+                    try:
+                        return await call.read()
+                    finally:
+                        call.cancel()
             except grpc.RpcError as e:
                 if attempts.unanswered(e):
                     ends.unanswered(addr)
@@ -245,12 +251,19 @@ class AsyncClient:
         return AsyncWatcher(state, self._watch_streams)
 
     async def _watch_streams(self, w: AsyncWatcher) -> AsyncIterator[Change]:
+        try:
+            async for c in self._watched(w):
+                yield c
+        finally:
+            w.state.end()
+
+    async def _watched(self, w: AsyncWatcher) -> AsyncIterator[Change]:
         state, ends = w.state, self.endpoints
         while not state.closed:
             addr = ends.pick(await self.coordinators(refresh=state.avoid is not None), failed=state.avoid)
             try:
                 w.call = call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
-                                                       metadata=ends.metadata)
+                                                       metadata=state.metadata(ends.token_metadata))
                 if state.closed:  # closed while the call was made: close() found none to cancel
                     call.cancel()
                 async for m in call:
@@ -297,7 +310,7 @@ class AsyncWatcher:
         return dict(self.state.positions or {})
 
     def close(self) -> None:
-        self.state.closed = True
+        self.state.end()
         if self.call is not None:
             self.call.cancel()
 

@@ -42,7 +42,7 @@ from midtown.operations import Call, Operations, PagedScan
 from midtown.retries import Attempts
 from midtown.watch import Change, WatchState
 from midtown_pb import kv_pb2_grpc
-from runtime import world
+from runtime import tracing, world
 from runtime.transport import CLIENT_GRPC_OPTIONS
 
 # Each failed attempt of a call, at DEBUG (the coordinator, why, the time left): where a
@@ -74,7 +74,7 @@ class Watcher:
         return next(self._it)
 
     def close(self) -> None:
-        self.state.closed = True
+        self.state.end()
         if self.call is not None:
             self.call.cancel()
 
@@ -169,7 +169,11 @@ class Client(Operations):
     def _do(self, c: Call) -> Any:
         """Run a built operation (AsyncClient runs the same ones on grpc.aio). A single-key
         one is coalesced with the other threads' (midtown/coalescing.py) unless the client
-        was made with coalesce=False."""
+        was made with coalesce=False. Traced as the method's name (runtime/tracing.py)."""
+        with tracing.span(c.method):
+            return self._done(c)
+
+    def _done(self, c: Call) -> Any:
         if not c.single:
             return c.decode(self._call(c.method, c.req, c.timeout))
         t = self.endpoints.deadline(c.timeout)
@@ -190,13 +194,14 @@ class Client(Operations):
         while True:
             left = attempts.start(req)
             try:
-                call = getattr(self._stub(addr), method)(req, timeout=left, metadata=ends.metadata)
-                if not first_message:
-                    return call
-                try:
-                    return next(call)
-                finally:
-                    call.cancel()
+                with tracing.span("attempt", to=addr):
+                    call = getattr(self._stub(addr), method)(req, timeout=left, metadata=ends.metadata)
+                    if not first_message:
+                        return call
+                    try:
+                        return next(call)
+                    finally:
+                        call.cancel()
             except grpc.RpcError as e:
                 log.debug("%s attempt %d at %s: %s, %.2fs left", method, attempts.attempt + 1, addr,
                           e.code().name, attempts.left())
@@ -263,12 +268,18 @@ class Client(Operations):
         return Watcher(state, self._watch_streams)
 
     def _watch_streams(self, w: Watcher) -> Iterator[Change]:
+        try:
+            yield from self._watched(w)
+        finally:
+            w.state.end()
+
+    def _watched(self, w: Watcher) -> Iterator[Change]:
         state, ends = w.state, self.endpoints
         while not state.closed:
             addr = ends.pick(ends.coordinators(refresh=state.avoid is not None), failed=state.avoid)
             try:
                 w.call = call = self._stub(addr).Watch(state.request(), timeout=WATCH_STREAM_S,
-                                                       metadata=ends.metadata)
+                                                       metadata=state.metadata(ends.token_metadata))
                 if state.closed:  # closed while the call was made: close() found none to cancel
                     call.cancel()
                 for m in call:

@@ -15,7 +15,7 @@ from midtown import errors
 from midtown.checks import Key, to_bytes, to_dataset
 from midtown.discovery import Discovery
 from midtown.routes import AVOID_S, Routes, routed
-from runtime import reach, world
+from runtime import reach, tracing, world
 
 
 class Endpoints:
@@ -24,6 +24,7 @@ class Endpoints:
                  known_down_s: float | None = None, dc: str = "") -> None:
         if coordinators is None and zk is None:
             raise ValueError("give coordinator addresses or zk='HOST:PORT' for discovery")
+        tracing.from_env_once()  # MIDTOWN_TRACE_*: runtime/tracing.py
         self.credentials: grpc.ChannelCredentials | None = None
         if tls_ca is not None:
             if isinstance(tls_ca, str):
@@ -33,7 +34,7 @@ class Endpoints:
                 except OSError as e:
                     raise ValueError(f"tls_ca: {e}") from None
             self.credentials = grpc.ssl_channel_credentials(root_certificates=tls_ca)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.token_metadata = (("authorization", f"Bearer {token}"),) if token else None
         self.timeout = timeout
         self.retries = retries
         if known_down_s is not None and not (isinstance(known_down_s, int | float) and known_down_s >= 0):
@@ -44,6 +45,12 @@ class Endpoints:
         self._unreached: dict[str, float] = {}  # coordinator -> until when it is passed over (pick)
         self.discovery = Discovery(zk, known_down_s, dc) if zk is not None and not self._fixed else None
         self.routes = (Routes(self.discovery.session) if self.discovery is not None and route else None)
+
+    @property
+    def metadata(self) -> Any:
+        """What a call carries: the bearer token, and the trace's context while the
+        operation is traced (runtime/tracing.py)."""
+        return tracing.headers(self.token_metadata)
 
     def close(self) -> None:
         if self.routes is not None:

@@ -18,7 +18,7 @@ import grpc
 
 from midtown import errors
 from midtown_pb import kv_pb2 as pb
-from runtime import world
+from runtime import tracing, world
 
 _KINDS = {pb.Change.PUT: "put", pb.Change.DELETE: "delete", pb.Change.EXPIRE: "expire"}
 
@@ -78,6 +78,17 @@ class WatchState:
         self._backoff = 0.05
         self.closed = False
         self.avoid: str | None = None  # a coordinator the last stream could not reach
+        # The watch's span while it runs (runtime/tracing.py), and its context for the calls
+        self.span, self.trace = tracing.begun("Watch", dataset=header.dataset)
+
+    def metadata(self, token: Any) -> Any:
+        """What each of the watch's calls carries: the token, and the watch's trace."""
+        return tracing.headers(token, self.trace)
+
+    def end(self) -> None:
+        """The watch ended (closed, done, or failed for good): its span ends."""
+        self.closed = True
+        tracing.ended(self.span)
 
     def done(self) -> bool:
         """Whether every shard has reached its `until` (a bounded watch ends there)."""

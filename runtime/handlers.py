@@ -13,6 +13,7 @@ shells let it through."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
@@ -20,7 +21,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError
 
-from runtime import faults, world
+from runtime import faults, tracing, world
 from runtime.refusals import BadRequest, Refusal
 
 log = logging.getLogger("midtown.handlers")
@@ -31,6 +32,7 @@ _calls = faults.Calls(log, lambda: world.monotonic())
 Outcome = Callable[[str, str], None]
 # The INTERNAL text for a method (a server may say more: what a client should do).
 Internal = Callable[[str], str]
+_UNTRACED = contextlib.nullcontext()
 
 
 def _serialize(m: Any) -> bytes:
@@ -87,13 +89,26 @@ def end(name: str, e: BaseException, ctx: grpc.ServicerContext, internal: Intern
     r.abort(ctx)
 
 
+def traced(name: str, ctx: grpc.ServicerContext, root: bool) -> Any:
+    """The span of a call of method `name` while tracing is on (runtime/tracing.py): a child
+    of the caller's when its metadata carries one, else (a `root` method: an operation a
+    client asks for) a new trace sampled by this process's ratio, else none."""
+    if not tracing.on():
+        return _UNTRACED
+    md = ctx.invocation_metadata()
+    if not root and not any(k == tracing.TRACEPARENT for k, _ in md or ()):
+        return _UNTRACED
+    return tracing.served(name, md)
+
+
 def unary(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any], *,
           internal: Internal | None = None, outcome: Outcome | None = None,
-          serialize: Callable[[Any], bytes] = _serialize) -> grpc.RpcMethodHandler:
-    """A unary method: `fn(request, ctx)` -> response."""
+          serialize: Callable[[Any], bytes] = _serialize, root: bool = False) -> grpc.RpcMethodHandler:
+    """A unary method: `fn(request, ctx)` -> response. Traced (`traced`) while tracing is on."""
     def handle(raw: bytes, ctx: grpc.ServicerContext) -> Any:
         try:
-            out = fn(parse(cls, raw), ctx)
+            with traced(name, ctx, root):
+                out = fn(parse(cls, raw), ctx)
         except Exception as e:
             end(name, e, ctx, internal, outcome)
         if outcome:
@@ -104,9 +119,10 @@ def unary(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any], *
 
 
 def _streamed(name: str, parts: Callable[[], Iterable[Any]], ctx: grpc.ServicerContext,
-              internal: Internal | None, outcome: Outcome | None) -> Iterator[Any]:
+              internal: Internal | None, outcome: Outcome | None, root: bool) -> Iterator[Any]:
     try:
-        yield from parts()
+        with traced(name, ctx, root):
+            yield from parts()
     except Exception as e:
         end(name, e, ctx, internal, outcome)
     if outcome:
@@ -115,11 +131,11 @@ def _streamed(name: str, parts: Callable[[], Iterable[Any]], ctx: grpc.ServicerC
 
 def unary_stream(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Iterable[Any]], *,
                  internal: Internal | None = None, outcome: Outcome | None = None,
-                 serialize: Callable[[Any], bytes] = _serialize) -> grpc.RpcMethodHandler:
+                 serialize: Callable[[Any], bytes] = _serialize, root: bool = False) -> grpc.RpcMethodHandler:
     """A method answering with a stream: `fn(request, ctx)` -> its messages. A refusal
     before the first message or between two ends the stream with its status."""
     def handle(raw: bytes, ctx: grpc.ServicerContext) -> Iterator[Any]:
-        return _streamed(name, lambda: fn(parse(cls, raw), ctx), ctx, internal, outcome)
+        return _streamed(name, lambda: fn(parse(cls, raw), ctx), ctx, internal, outcome, root)
     return grpc.unary_stream_rpc_method_handler(handle, request_deserializer=_identity,
                                                 response_serializer=serialize)
 
@@ -131,6 +147,7 @@ def stream_stream(name: str, cls: Any,
     """A method taking and answering streams: `fn(requests, ctx)` -> its messages, each
     request parsed as it is taken (one that is not a `cls` ends the call)."""
     def handle(raws: Iterator[bytes], ctx: grpc.ServicerContext) -> Iterator[Any]:
-        return _streamed(name, lambda: fn((parse(cls, raw) for raw in raws), ctx), ctx, internal, outcome)
+        return _streamed(name, lambda: fn((parse(cls, raw) for raw in raws), ctx), ctx, internal, outcome,
+                         False)
     return grpc.stream_stream_rpc_method_handler(handle, request_deserializer=_identity,
                                                  response_serializer=serialize)

@@ -106,7 +106,7 @@ def serve_all(parts: list[Part], ready: str) -> None:
     """Start the parts in order, say `ready`, run until SIGTERM, SIGINT or SIGHUP, then stop them in
     the reverse order. Each part's gRPC server is watched through a port of its own
     (runtime/health.py): one that stops answering ends the process with EXIT_WEDGED."""
-    from runtime import health  # the health and reflection services: servers only
+    from runtime import health, tracing  # the health and reflection services: servers only
 
     probes = health.probe_directory()
     done = threading.Event()
@@ -141,6 +141,7 @@ def serve_all(parts: list[Part], ready: str) -> None:
             p.on_stop()
     finally:
         shutil.rmtree(probes, ignore_errors=True)
+        tracing.shutdown()  # the spans still pending
 
 
 # The GIL hand-over interval of Midtown's server processes (Python's default is 5 ms).
@@ -163,6 +164,18 @@ def log_to_stderr(name: str, level: int | str = logging.INFO, env: Mapping[str, 
     for n in env.get("MIDTOWN_DEBUG", "").split(","):
         if n.strip():
             logging.getLogger(n.strip()).setLevel(logging.DEBUG)
+
+
+def trace_from_env(service: str, env: Mapping[str, str] = os.environ) -> None:
+    """Trace this server as `service` ("host 0", "log server 3") as MIDTOWN_TRACE_* say
+    (runtime/tracing.py), called where it starts: a bad setting ends it with EXIT_CONFIG,
+    naming the variable, before it reaches anything. serve_all flushes the spans at its end."""
+    from runtime import tracing
+
+    try:
+        tracing.from_env(service, env)
+    except ValueError as e:
+        exit_now(EXIT_CONFIG, str(e))
 
 
 def tune_runtime(env: Mapping[str, str] = os.environ) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from runtime import transport, world
+from runtime import tracing, transport, world
 
 
 class Calls(Protocol):
@@ -65,10 +65,10 @@ class Stubs:
         return stub
 
     def call(self, addr: str, method: str, req: Any, timeout_s: float) -> Any:
-        return getattr(self.stub(addr), method)(req, timeout=timeout_s)
+        return getattr(self.stub(addr), method)(req, timeout=timeout_s, metadata=tracing.headers(None))
 
     def stream(self, addr: str, method: str, req: Any, timeout_s: float) -> tuple[Iterator[Any], Any]:
-        call = getattr(self.stub(addr), method)(req, timeout=timeout_s)
+        call = getattr(self.stub(addr), method)(req, timeout=timeout_s, metadata=tracing.headers(None))
         return iter(call), call
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from log.client import LocalLog, LogLink
 from midtown_pb import kv_pb2 as pb
 from runtime import handlers, inprocess, metrics, transport
 from runtime.health import serve_health
-from runtime.process import log_to_stderr, serve_until_signal, tune_runtime
+from runtime.process import log_to_stderr, serve_until_signal, trace_from_env, tune_runtime
 from storage_node import checks
 from storage_node.callbacks import AnswerLink
 from storage_node.node import StorageNode
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     metrics.serve(a.metrics_port, a.host)
     log_to_stderr(f"storage-{a.id}")
     tune_runtime()
+    trace_from_env(f"storage node {a.id}")
     machines.claim_at_start(a.zk, [(machines.STORAGE_NODES, a.id)], domain)
     listen = f"{a.host}:{a.port}"
     server, node = build(a.id, a.advertise or listen, a.zk, a.data)

@@ -348,8 +348,8 @@ def test_the_one_refusal_check_sees_a_second_spelling() -> None:
 def test_importing_the_sdk_loads_the_client_only() -> None:
     """`import midtown` is the client: its own modules, the generated protos, the pure key
     routing (catalog/routing.py) and the runtime's transport, refusals, group commit,
-    world port (the standard library's clock and threads) and reach (is an address known
-    to be down),
+    world port (the standard library's clock and threads), reach (is an address known
+    to be down) and tracing (off unless configured: OpenTelemetry is not loaded),
     nothing else of ours: no module of the servers (storage node, coordinator, the record
     contract, the log), not the catalog's ZooKeeper readers, and neither kazoo (loaded by a
     Client given zk= only) nor RocksDB, the metrics or certificate libraries, nor Spark."""
@@ -358,13 +358,13 @@ def test_importing_the_sdk_loads_the_client_only() -> None:
 
     ours = ("midtown", "midtown_pb", "catalog", "runtime", "log", "record", "storage_node", "coordinator",
             "spark_connector", "drivers", "cluster", "cli", "bench", "kazoo", "rocksdict",
-            "prometheus_client", "cryptography", "pyspark")
+            "prometheus_client", "cryptography", "pyspark", "opentelemetry")
     code = (f"import sys, midtown; print(sorted(m for m in sys.modules if m.split('.')[0] in {ours!r}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     loaded = set(ast.literal_eval(out.stdout))
     allowed = {"catalog", "catalog.routing", "runtime", "runtime.transport", "runtime.refusals",
-               "runtime.group_commit", "runtime.reach", "runtime.world"}
+               "runtime.group_commit", "runtime.reach", "runtime.world", "runtime.tracing"}
     assert {m for m in loaded if m.split(".")[0] not in ("midtown", "midtown_pb")} <= allowed, loaded
     assert not [m for m in loaded if m.split(".")[0] in ("cli", "cluster", "bench")]
 

@@ -26,6 +26,7 @@ from fleet.failure_domains import Domain
 from log import zk as zkpaths
 from midtown import Client
 from runtime.process import EXIT_CONFIG
+from tests.integration import traced
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -35,10 +36,13 @@ WHERE = {f"host-{i}": (f"m{i // 2}", f"zone={'abc'[i // 2]}") for i in range(6)}
 
 @pytest.fixture(scope="module")
 def six(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    env = {"MIDTOWN_POSITION_INTERVAL_S": "0.5", "MIDTOWN_USAGE_INTERVAL_S": "1"}
-    with started(Path(tmp_path_factory.mktemp("machines")) / "c", env, layout="host", log_server_count=6,
+    d = Path(tmp_path_factory.mktemp("machines"))
+    env = {"MIDTOWN_POSITION_INTERVAL_S": "0.5", "MIDTOWN_USAGE_INTERVAL_S": "1",
+           **traced.env(d / "spans.jsonl")}
+    with started(d / "c", env, layout="host", log_server_count=6,
                  replicas=3, shards=SHARDS, kv_logs=3, where=WHERE) as c:
         c.create_dataset("t")
+        c.trace_file = d / "spans.jsonl"  # type: ignore[attr-defined]
         yield c
 
 
@@ -99,6 +103,21 @@ def test_copies_land_on_distinct_machines_and_zones(six: Cluster) -> None:
     with Client(zk=six.zk_hosts, timeout=15) as db:
         db.put("t", "p", "k", b"v")
         assert db.get("t", "p", "k").value == b"v"  # type: ignore[union-attr]
+
+
+def test_an_operation_is_traced_through_every_host_it_crosses(six: Cluster) -> None:
+    """Host layout: a put, a CAS and a bulk write reach the host whose coordinator takes
+    them (beside the log's writer) and at least two hosts storing the entry (the ack
+    quorum, on distinct machines); a strong get and a watch a host's coordinator."""
+    def expect(op: str, ss: list[dict[str, object]]) -> bool:
+        coordinator = traced.services(ss, {"Put": "put", "CheckAndSet": "check_and_set",
+                                           "WriteMany": "write_many", "Get": "get", "Watch": "watch"}[op])
+        if op in ("Put", "CheckAndSet", "WriteMany"):
+            return bool(coordinator) and len(traced.services(ss, "log store")) >= 2
+        return bool(coordinator)
+    got = traced.check_operations(six.coordinator_addrs, "t", six.trace_file, expect)  # type: ignore[attr-defined]
+    assert {s["name"] for s in got["CheckAndSet"]} >= {"admission", "append", "log append", "log quorum",
+                                                       "log store", "storage answer"}
 
 
 def test_a_move_onto_a_machine_that_holds_a_copy_is_refused(six: Cluster) -> None:

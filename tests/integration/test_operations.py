@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from cluster import Cluster
 from midtown import Client, Write
+from tests.integration import traced
 from tests.integration.conftest import started, wait_for
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,9 @@ SERVICES = {"log-server": {"midtown.log.v1.Log", "midtown.log.v1.Replica"},
 def oc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """One cluster for the module's tests: the one that pauses ZooKeeper resumes it and
     waits until every server serves again."""
-    with started(tmp_path_factory.mktemp("ops") / "c") as c:
+    d = tmp_path_factory.mktemp("ops")
+    with started(d / "c", env=traced.env(d / "spans.jsonl")) as c:
+        c.trace_file = d / "spans.jsonl"  # type: ignore[attr-defined]
         yield c
 
 
@@ -74,6 +77,33 @@ def test_every_process_has_metrics_health_and_reflection(oc: Cluster) -> None:
         assert text
         wait_for(lambda: _health(p.addr) == SERVING, 30, f"{p.name} to be SERVING")
         assert SERVICES[p.kind] | {"grpc.health.v1.Health"} <= _services(p.addr), p.name
+
+
+def test_an_operation_is_traced_through_every_process_it_crosses(oc: Cluster) -> None:
+    """Split layout: the servers trace what a traced client sends them (ratio 0: nothing
+    of their own); a put, a CAS and a bulk write reach the coordinator, the log's writer
+    (its Append) and at least two log servers storing the entry (the ack quorum); a strong
+    get and a watch reach a storage node."""
+    oc.create_dataset("tr")
+
+    def expect(op: str, ss: list[dict[str, object]]) -> bool:
+        roles = {str(s) for s in traced.services(ss)}
+        coordinator = any(r.startswith("coordinator") for r in roles)
+        if op in ("Put", "CheckAndSet", "WriteMany"):
+            return (coordinator and bool(traced.services(ss, "Append"))
+                    and len(traced.services(ss, "log store")) >= 2)
+        return coordinator and any(r.startswith("storage node") for r in roles)
+    got = traced.check_operations(oc.coordinator_addrs, "tr", oc.trace_file, expect)  # type: ignore[attr-defined]
+    assert {s["name"] for s in got["Put"]} >= {"put", "admission", "append", "Append", "log append",
+                                                  "log quorum", "log store"}
+    assert {s["name"] for s in got["Get"]} >= {"get", "read index", "replica read", "ReadMany"}
+    # With a ratio of 0 the servers follow their callers: an untraced put leaves no span
+    # (those of the traced put after it are written after any it would have left)
+    with Client(oc.coordinator_addrs, timeout=30) as db:
+        db.put("tr", "untraced", "k", b"v")
+    traced.check_operations(oc.coordinator_addrs, "tr", oc.trace_file, expect,  # type: ignore[attr-defined]
+                            only=("Put",))
+    assert {s["trace"] for s in traced.all_spans(oc.trace_file)} <= traced.BEGUN
 
 
 def test_health_says_not_serving_without_zookeeper(oc: Cluster) -> None:

@@ -187,3 +187,36 @@ def test_the_trace_command_names_what_is_wrong(tmp_path: Path) -> None:
         out = subprocess.run([sys.executable, "-m", "cli", *argv], capture_output=True, text=True, timeout=60,
                              cwd=ROOT)
         assert out.returncode == 2 and says in out.stderr, (argv, out.stderr)
+
+
+def test_spans_reach_an_otlp_collector() -> None:
+    """OTLP over gRPC, as the OpenTelemetry Collector takes it: a collector played by the
+    protocol's own service gets the spans, named by the process's service."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as ts_grpc
+
+    got: list[ts.ExportTraceServiceRequest] = []
+
+    class Collector(ts_grpc.TraceServiceServicer):  # type: ignore[misc]
+        def Export(self, req: ts.ExportTraceServiceRequest, ctx: object) -> ts.ExportTraceServiceResponse:
+            got.append(req)
+            return ts.ExportTraceServiceResponse()
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    ts_grpc.add_TraceServiceServicer_to_server(Collector(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        tracing.configure("otlp test", sample=1.0, otlp=f"127.0.0.1:{port}")
+        with tracing.span("Put"):
+            with tracing.span("append"):
+                pass
+        tracing.shutdown()  # flushes
+    finally:
+        server.stop(0)
+    names = {s.name for r in got for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans}
+    services = {a.value.string_value for r in got for rs in r.resource_spans for a in rs.resource.attributes
+                if a.key == "service.name"}
+    assert names == {"Put", "append"} and services == {"otlp test"}

@@ -42,7 +42,8 @@ def test_pip_install_from_a_clone_gives_the_client_alone(tmp_path: Path) -> None
     names = {line.split("==")[0] for line in listed.splitlines()}
     assert {"midtown", "grpcio", "protobuf", "kazoo"} <= names
     assert not names & {"rocksdict", "pyspark", "pyarrow", "pandas", "prometheus-client", "pytest",
-                        "hypothesis", "grpcio-tools", "cryptography", "opentelemetry-sdk", "opentelemetry-api"}, names
+                        "hypothesis", "grpcio-tools", "cryptography", "opentelemetry-sdk",
+                        "opentelemetry-api"}, names
     with started(tmp_path / "c", layout="host") as c:
         c.create_dataset("users")
         env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path)}

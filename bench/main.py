@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable
 
 from catalog import registry, shard_moves
-from cli.arguments import ascending_arg, at_least_one_arg, positive_arg, subset_arg
+from cli.arguments import ascending_arg, at_least_one_arg, nonneg_arg, positive_arg, ratio_arg, subset_arg
 from cli.main import end_process, run
 from cluster import LAYOUT_DEFAULT, LAYOUTS
 
@@ -125,6 +125,21 @@ def parser() -> argparse.ArgumentParser:
                          "as this benchmark did before")
     bk.add_argument("--json", action="store_true")
     bk.set_defaults(fn=_runs("kv"))
+    bt = bns.add_parser("trace", help="where a single client's put, strong get and CAS spend their time, "
+                                      "step by step from traces, and what tracing costs at a sampling ratio")
+    bt.add_argument("--layout", choices=LAYOUTS, default=LAYOUT_DEFAULT,
+                    help="the clusters' process layout (see `cluster up --layout`)")
+    bt.add_argument("--ops-traced", type=at_least_one_arg("--ops-traced"), default=200,
+                    help="operations of each kind traced for the breakdown (default %(default)s)")
+    bt.add_argument("--sample", type=ratio_arg("--sample"), default=0.01,
+                    help="the client's sampling ratio while the cost is measured (default %(default)s)")
+    bt.add_argument("--clients", type=ascending_arg("--clients"), default=(1, 16),
+                    help="client counts for the cost, comma-separated, ascending (default 1,16)")
+    bt.add_argument("--seconds", type=positive_arg("--seconds"), default=4.0, help="per round and cluster")
+    bt.add_argument("--rounds", type=nonneg_arg("--rounds"), default=3,
+                    help="rounds of the cost, the two clusters alternating (0: the breakdown alone)")
+    bt.add_argument("--json", action="store_true")
+    bt.set_defaults(fn=_runs("traced"))
     bp = bns.add_parser("placements", help="placements looked up (cached, uncached) and allocated "
                                            "under contention (16 threads) per second")
     bp.add_argument("--seconds", type=float, default=5.0)

@@ -117,6 +117,18 @@ def nonneg_arg(name: str):  # type: ignore[no-untyped-def]
     return conv
 
 
+def ratio_arg(name: str):  # type: ignore[no-untyped-def]
+    """A share from 0 to 1 (a sampling ratio)."""
+    def conv(s: str) -> float:
+        from runtime import tracing
+
+        try:
+            return tracing.check_sample(s, name)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return conv
+
+
 def ascending_arg(name: str):  # type: ignore[no-untyped-def]
     """A list option (--keys, --watchers): whole numbers above 0, comma-separated, ascending."""
     def parse(raw: str) -> tuple[int, ...]:
@@ -147,7 +159,7 @@ def trace_options(p: argparse.ArgumentParser) -> None:
                                         "as JSON lines (`midtown trace FILE` reads them)")
     p.add_argument("--trace-otlp", metavar="HOST:PORT",
                    help="trace operations: send the spans to this OTLP collector (gRPC)")
-    p.add_argument("--trace-sample", metavar="RATIO",
+    p.add_argument("--trace-sample", metavar="RATIO", type=ratio_arg("--trace-sample"),
                    help="the share of operations traced where they start (0 to 1; default 0.01 once a "
                         "destination is named; 0: only those a traced client sends)")
 

@@ -528,7 +528,7 @@ class Shell:
 
     # ------------------------------------------------------------ registration
     def _method(self, cls: Any, fn: Callable[..., Any], admit: bool = True,
-                stream: bool = False) -> grpc.RpcMethodHandler:
+                stream: bool = False, root: bool = True) -> grpc.RpcMethodHandler:
         """`fn` (request, context[, dataset]) -> response, registered through
         runtime/handlers.py: admitted first (unless `admit` is false), timed, its outcome
         counted; a stream's refusal before its first part or between two ends it with that
@@ -539,8 +539,8 @@ class Shell:
             with LATENCY.labels(method=name).time():
                 return self.admitted(fn, req, ctx) if admit else fn(req, ctx)
         register = handlers.unary_stream if stream else handlers.unary
-        # an operation a client asks for starts a trace here when its caller sent none
-        return register(name, cls, timed, internal=self.internal_text, outcome=self.outcome, root=admit)
+        # an operation a client asks for (`root`) starts a trace here when its caller sent none
+        return register(name, cls, timed, internal=self.internal_text, outcome=self.outcome, root=root)
 
     def handlers(self) -> tuple[grpc.GenericRpcHandler, grpc.GenericRpcHandler]:
         """The KV service's handlers and the Callback service's."""
@@ -560,7 +560,7 @@ class Shell:
                 "Watch": m(pb.WatchRequest, kv.watch, stream=True),
             }),
             grpc.method_handlers_generic_handler("midtown.kv.v1.Callback", {
-                "Deliver": m(pb.DeliverRequest, self.deliver, admit=False)}),
+                "Deliver": m(pb.DeliverRequest, self.deliver, admit=False, root=False)}),
         )
 
 

@@ -222,3 +222,11 @@ def test_spans_reach_an_otlp_collector() -> None:
     services = {a.value.string_value for r in got for rs in r.resource_spans for a in rs.resource.attributes
                 if a.key == "service.name"}
     assert names == {"Put", "append"} and services == {"otlp test"}
+
+
+def test_a_call_without_a_trace_starts_one_at_the_servers_ratio(spans: InMemorySpanExporter) -> None:
+    with tracing.served("put", (("authorization", "Bearer x"),)):
+        with tracing.span("append"):
+            pass
+    got = {s.name: s for s in spans.get_finished_spans()}
+    assert got["put"].parent is None and got["append"].parent.span_id == got["put"].context.span_id

@@ -23,8 +23,10 @@ OpenTelemetry's SDK, at most a second after they end, and at `shutdown`."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
+import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +42,10 @@ EXPORT_DELAY_MS = 1000
 _OFF = contextlib.nullcontext()
 _tracer: Any = None  # OpenTelemetry's Tracer while tracing is on
 _api: Any = None  # opentelemetry.trace, once imported
+_ratio = 0.0  # the share of the operations that begin here that are traced
+# Inside an operation not sampled: its traceparent (flags 00), carried to the calls it makes
+# so that they follow the decision, and no span made for its steps
+_quiet: contextvars.ContextVar[str] = contextvars.ContextVar("midtown_trace_quiet", default="")
 _provider: Any = None
 _env_read = False
 
@@ -120,7 +126,7 @@ def configure(service: str, *, sample: float = SAMPLE_DEFAULT, otlp: str | None 
     spans to an OTLP collector at `otlp`, appended to `file` as JSON lines, and/or handed to
     `exporter` (an OpenTelemetry SpanExporter: tests give an in-memory one, exported at
     once). Again: the new settings replace the old (the old spans are flushed first)."""
-    global _tracer, _provider, _api
+    global _tracer, _provider, _api, _ratio
     sample = check_sample(sample, "sample")
     otlp = check_otlp(otlp, "otlp") if otlp is not None else None
     file = check_file(file, "file") if file is not None else None
@@ -129,13 +135,15 @@ def configure(service: str, *, sample: float = SAMPLE_DEFAULT, otlp: str | None 
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
     except ImportError:
         raise ValueError("tracing needs OpenTelemetry's SDK: pip install 'midtown[trace]' "
                          "(the servers' install has it)") from None
     shutdown()
+    # The ratio is applied where a trace would begin (`_root`), so that an operation not
+    # sampled costs no OpenTelemetry span at all; what reaches the SDK is sampled
     provider = TracerProvider(resource=Resource.create({"service.name": service, "process.pid": os.getpid()}),
-                              sampler=ParentBased(TraceIdRatioBased(sample)))
+                              sampler=ParentBased(ALWAYS_ON))
     if otlp is not None:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp, insecure=True),
@@ -145,7 +153,7 @@ def configure(service: str, *, sample: float = SAMPLE_DEFAULT, otlp: str | None 
                                                        schedule_delay_millis=EXPORT_DELAY_MS))
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-    _provider, _api = provider, api
+    _provider, _api, _ratio = provider, api, sample
     _tracer = provider.get_tracer("midtown")
 
 
@@ -170,11 +178,50 @@ def span(name: str, parent: str | None = None, **attributes: Any) -> Any:
     if _tracer is None:
         return _OFF
     if parent is None:
-        cur = _api.get_current_span()
-        if cur.get_span_context().is_valid and not cur.is_recording():
+        if _quiet.get():
+            return _OFF
+        c = _api.get_current_span().get_span_context()
+        if not c.is_valid:
+            return _root(name, attributes)
+        if not c.trace_flags.sampled:
             return _OFF
     return _tracer.start_as_current_span(name, context=_context(parent), attributes=attributes or None,
                                          record_exception=False)
+
+
+def _root(name: str, attributes: dict[str, Any]) -> Any:
+    """A new trace begins here: sampled at the process's ratio; otherwise nothing but the
+    decision, carried to the calls it makes."""
+    if random.random() < _ratio:
+        return _tracer.start_as_current_span(name, attributes=attributes or None, record_exception=False)
+    return _Quiet(_unsampled())
+
+
+def _unsampled() -> str:
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-00"
+
+
+def sampled(traceparent: str) -> bool:
+    """Whether a W3C traceparent says its trace is sampled (the flags' lowest bit)."""
+    try:
+        return bool(int(traceparent[-2:], 16) & 1)
+    except ValueError:
+        return False
+
+
+class _Quiet:
+    """Inside an operation not sampled: its traceparent is carried, no span is made."""
+
+    __slots__ = ("parent", "token")
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+
+    def __enter__(self) -> None:
+        self.token = _quiet.set(self.parent)
+
+    def __exit__(self, *exc: object) -> None:
+        _quiet.reset(self.token)
 
 
 def _context(parent: str | None) -> Any:
@@ -215,6 +262,9 @@ def carried(sampled_only: bool = True) -> str:
     current operation is not sampled)."""
     if _tracer is None:
         return ""
+    q = _quiet.get()
+    if q:
+        return "" if sampled_only else q
     c = _api.get_current_span().get_span_context()
     if not c.is_valid or (sampled_only and not c.trace_flags.sampled):
         return ""
@@ -224,13 +274,14 @@ def carried(sampled_only: bool = True) -> str:
 def begun(name: str, **attributes: Any) -> tuple[Any, str]:
     """A span `name` started now but not made current, for an operation whose calls are
     made as an iterator is consumed (a watch), and its context for `headers`; end it with
-    `ended`. (None, "") while tracing is off or it is not sampled."""
+    `ended`. (None, its unsampled context) when it is not sampled; (None, "") while
+    tracing is off."""
     if _tracer is None:
         return None, ""
+    if random.random() >= _ratio:
+        return None, _unsampled()
     s = _tracer.start_span(name, attributes=attributes or None)
     c = s.get_span_context()
-    if not c.trace_flags.sampled:
-        return None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
     return s, f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
 
 
@@ -256,11 +307,15 @@ def _served(name: str, parent: str) -> Iterator[None]:
 
 def served(name: str, metadata: Sequence[tuple[str, Any]] | None) -> Any:
     """A context manager for a gRPC method `name` called with `metadata`: a span that is a
-    child of the caller's when it sent one, sampled as the caller decided
-    (runtime/handlers.py wraps every method in it)."""
+    child of the caller's when it sent one, sampled as the caller decided; without one, a
+    new trace sampled at this process's ratio (runtime/handlers.py wraps every method in it)."""
     if _tracer is None:
         return _OFF
     parent = next((str(v) for k, v in metadata or () if k == TRACEPARENT), "")
+    if not parent:
+        return _root(name, {})
+    if not sampled(parent):
+        return _Quiet(parent)
     return _served(name, parent)
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.harness import fresh_cluster, log
+from bench.harness import environment, fresh_cluster, log
 from bench.loadgen import run_workload
 from cli.output import emit
 from cluster import Cluster
@@ -89,19 +89,10 @@ def copy_deaths(changes: bool, after_s: float = 4.0, window_s: float = 8.0) -> d
     had the dead copy (None: not within the run), and the longest gap between two
     acknowledged appends from the first kill to `window_s` after the second (a log still
     stalled then counts until that moment)."""
-    import os
-
-    before = os.environ.get("MIDTOWN_ENSEMBLE_CHANGE")
-    os.environ["MIDTOWN_ENSEMBLE_CHANGE"] = "on" if changes else "off"
-    try:
-        with fresh_cluster("copies", "5 log servers", lambda _m: None, check_quiet=False, storage_nodes=0,
-                           coordinators=0, layout="split", log_server_count=5, logs=2) as cluster:
-            return _copy_deaths_on(cluster, changes, after_s, window_s)
-    finally:
-        if before is None:
-            os.environ.pop("MIDTOWN_ENSEMBLE_CHANGE", None)
-        else:
-            os.environ["MIDTOWN_ENSEMBLE_CHANGE"] = before
+    with environment({"MIDTOWN_ENSEMBLE_CHANGE": "on" if changes else "off"}), \
+            fresh_cluster("copies", "5 log servers", lambda _m: None, check_quiet=False, storage_nodes=0,
+                          coordinators=0, layout="split", log_server_count=5, logs=2) as cluster:
+        return _copy_deaths_on(cluster, changes, after_s, window_s)
 
 
 def _copy_deaths_on(cluster: Cluster, changes: bool, after_s: float, window_s: float) -> dict:

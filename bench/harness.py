@@ -63,6 +63,22 @@ def fresh_cluster(prefix: str, what: str, progress: Say = log, check_quiet: bool
 
 
 @contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` in this process's environment while the block runs (the processes it starts
+    inherit them), the old ones back after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
 def fresh_etcd(prefix: str, progress: Say = log) -> Iterator[Etcd]:
     """A three-member etcd on loopback (bench/etcd.py) in a new temporary directory,
     stopped and removed on the way out."""

@@ -2,26 +2,23 @@
 step by step and process by process, from traces (runtime/tracing.py); and what tracing
 costs at a sampling ratio (1% by default) against a cluster with tracing off.
 
-Two local clusters of the same layout run side by side: one with tracing off, one whose
-servers write their spans to a file and follow their callers (a ratio of 0: they trace
-what a traced client sends). The breakdown: `--ops-traced` operations of each kind, one at
-a time, every one traced, summarised as `midtown trace --summary` does (each step's median).
-The overhead: puts and strong gets at each client count, the two clusters alternating round
-by round (this machine is noisy), this process tracing at `--sample` against the one and
-not at all against the other; throughput, latency and the servers' CPU per operation."""
+A local cluster whose servers write their spans to a file and follow their callers (a
+ratio of 0: they trace what a traced client sends). The breakdown: `--ops-traced`
+operations of each kind, one at a time, every one traced, summarised as `midtown trace
+--summary` does (each step's median). The cost: puts and strong gets at each client count,
+this process tracing at `--sample` and not tracing, alternating round by round on the same
+cluster (two clusters side by side differed by more than tracing costs); throughput,
+latency and CPU per operation; and the tracing calls themselves timed in this process."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.harness import fresh_cluster, progress_for
+from bench.harness import environment, fresh_cluster, progress_for
 from bench.kv import cluster_pids, medians, midtown_ops, threads, with_cpu
 from cli import trace as trace_cli
 from cli.output import emit
@@ -30,22 +27,6 @@ from runtime import tracing
 
 OPS = {"put": "Put", "get": "Get", "cas": "CheckAndSet"}
 WARM_UP = 20
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """`values` in this process's environment while the block runs (the processes it starts
-    inherit them), the old ones back after."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def breakdown(c: Cluster, spans: Path, count: int, say: Any) -> dict[str, dict[str, Any]]:
@@ -87,20 +68,17 @@ def _median(xs: list[int]) -> float:
     return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
-def overhead(off: Cluster, on: Cluster, spans: Path, a: argparse.Namespace, say: Any) -> list[dict[str, Any]]:
-    """Puts and strong gets at each client count, the clusters alternating; medians and the
-    ratios on / off."""
-    runners = {}
-    for name, c in (("off", off), ("on", on)):
-        zk = c.zk_hosts if c.layout == "host" else None
-        runners[name] = with_cpu(threads(midtown_ops(c.coordinator_addrs, zk=zk)),
-                                 lambda c=c: cluster_pids(c))  # type: ignore[misc]
+def overhead(c: Cluster, spans: Path, a: argparse.Namespace, say: Any) -> list[dict[str, Any]]:
+    """Puts and strong gets at each client count, this process tracing at `a.sample` and not
+    tracing, alternating round by round on the same cluster; medians and the ratios on / off."""
+    zk = c.zk_hosts if c.layout == "host" else None
+    runner = with_cpu(threads(midtown_ops(c.coordinator_addrs, zk=zk)), lambda: cluster_pids(c))
     rows = []
     for op in ("put", "get"):
         for clients in a.clients:
             runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
             for i in range(a.rounds + 1):  # the first round warms up, not counted
-                for name, runner in runners.items():
+                for name in ("off", "on"):
                     if name == "on":
                         tracing.configure("bench client", sample=a.sample, file=str(spans))
                     try:
@@ -123,35 +101,67 @@ def overhead(off: Cluster, on: Cluster, spans: Path, a: argparse.Namespace, say:
     return rows
 
 
+def step_costs(sample: float, n: int = 20_000) -> dict[str, float]:
+    """What tracing adds, µs, timed in this process: an SDK operation's span and its call's
+    context at `sample` (most not sampled), a server's method called by a caller that did not
+    sample it, and an operation traced whole (two spans, kept in memory)."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    def client() -> None:
+        with tracing.span("Get"), tracing.span("attempt"):
+            tracing.headers(None)
+
+    quiet = ((tracing.TRACEPARENT, f"00-{'1' * 32}-{'2' * 16}-00"),)
+
+    def server() -> None:
+        with tracing.served("get", quiet), tracing.span("admission"):
+            pass
+
+    def per_op(fn: Any, ratio: float | None, times: int) -> float:
+        if ratio is not None:
+            tracing.configure("bench client", sample=ratio, exporter=InMemorySpanExporter())
+        try:
+            t = time.perf_counter()
+            for _ in range(times):
+                fn()
+            return round((time.perf_counter() - t) / times * 1e6, 2)
+        finally:
+            tracing.shutdown()
+    return {"off_us": per_op(client, None, n), "client_us": per_op(client, sample, n),
+            "server_unsampled_us": per_op(server, 0.0, n), "traced_whole_us": per_op(client, 1.0, n // 10)}
+
+
 def run(a: argparse.Namespace) -> int:
     say = progress_for(a.json)
-    with tempfile.TemporaryDirectory(prefix="midtown-bench-trace-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="midtown-bench-trace-") as tmp:
         spans = Path(tmp) / "spans.jsonl"
-        settings = {"layout": a.layout, "client_rate_limit": 0}
-        off = stack.enter_context(fresh_cluster("trace-off", f"the {a.layout} layout, tracing off", say,
-                                                **settings))
-        with environment({tracing.ENV_FILE: str(spans), tracing.ENV_SAMPLE: "0"}):
-            on = stack.enter_context(fresh_cluster("trace-on", f"the {a.layout} layout, tracing on "
-                                                   "(following the callers)", say, check_quiet=False,
-                                                   **settings))
-        for c in (off, on):
+        with environment({tracing.ENV_FILE: str(spans), tracing.ENV_SAMPLE: "0"}), \
+                fresh_cluster("trace", f"the {a.layout} layout, its servers tracing what they are sent", say,
+                              layout=a.layout, client_rate_limit=0) as c:
             c.create_dataset("bench")
-        steps = breakdown(on, spans, a.ops_traced, say)
-        costs = overhead(off, on, spans, a, say) if a.rounds else []
+            steps = breakdown(c, spans, a.ops_traced, say)
+            costs = overhead(c, spans, a, say) if a.rounds else []
+    say("timing the tracing calls in this process...")
+    micro = step_costs(a.sample)
     if a.json:
-        emit({"layout": a.layout, "breakdown": steps, "overhead": costs, "sample": a.sample}, True)
+        emit({"layout": a.layout, "breakdown": steps, "overhead": costs, "sample": a.sample,
+              "step_costs": micro}, True)
         return 0
     for op, b in steps.items():
         print(f"\n{op}, one client, {a.layout} layout: {b['traces']} traces, p50 {b['p50_ms']} ms, "
               f"across {len(b['processes'])} processes ({', '.join(b['processes'])})")
         emit(b["steps"], False, ["p50_ms", "p50_self_ms", "share", "in", "step"])
+    print("\np50_ms: the step's median time; p50_self_ms: the part no step below it accounts for; share: "
+          "of the operation's median; in: the traces it ran in (a step on any host counts as one)")
     if costs:
-        print(f"\ntracing's cost: this process tracing {a.sample:g} of its operations against a cluster "
-              "tracing what it is sent, beside one with tracing off; medians of "
-              f"{a.rounds} round(s) of {a.seconds:g} s, alternating")
+        print(f"\ntracing's cost: this process tracing {a.sample:g} of its operations against not tracing, "
+              f"on the same cluster (its servers trace what they are sent), alternating; medians of "
+              f"{a.rounds} round(s) of {a.seconds:g} s")
         emit(costs, False, ["op", "clients", "off_ops_per_s", "on_ops_per_s", "throughput_ratio",
                             "off_p50_ms", "on_p50_ms", "p50_ratio", "off_cpu_total_us", "on_cpu_total_us",
                             "cpu_ratio"])
-    print("\np50_ms: the step's median time; p50_self_ms: the part no step below it accounts for; share: "
-          "of the operation's median; in: the traces it ran in (a step on any host counts as one)")
+    print(f"\nper operation, timed in this process: {micro['off_us']} µs with tracing off, "
+          f"{micro['client_us']} µs for an SDK call's spans at {a.sample:g}, "
+          f"{micro['server_unsampled_us']} µs for a server's method called by a caller that did not "
+          f"sample it, {micro['traced_whole_us']} µs for an operation traced whole (two spans)")
     return 0

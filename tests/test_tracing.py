@@ -6,6 +6,7 @@ real processes: tests/integration/traced.py."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from cli import trace as trace_cli
+from cli.arguments import ratio_arg
 from cli.connect import CliError
 from cli.main import parser
 from log import codec
@@ -230,3 +232,18 @@ def test_a_call_without_a_trace_starts_one_at_the_servers_ratio(spans: InMemoryS
             pass
     got = {s.name: s for s in spans.get_finished_spans()}
     assert got["put"].parent is None and got["append"].parent.span_id == got["put"].context.span_id
+
+
+def test_the_tracing_benchmark_times_its_calls_and_refuses_a_bad_ratio() -> None:
+    from bench import main as bench_main
+    from bench import traced as bench_traced
+
+    a = bench_main.parser().parse_args(["trace", "--sample", "0.1", "--clients", "1,4"])
+    assert (a.sample, a.clients, a.rounds) == (0.1, (1, 4), 3)
+    with pytest.raises(SystemExit):
+        bench_main.parser().parse_args(["trace", "--sample", "1.5"])
+    with pytest.raises(argparse.ArgumentTypeError, match="--sample: 1.5 is out of range"):
+        ratio_arg("--sample")("1.5")
+    costs = bench_traced.step_costs(0.01, n=500)
+    assert set(costs) == {"off_us", "client_us", "server_unsampled_us", "traced_whole_us"}
+    assert 0 < costs["off_us"] < costs["traced_whole_us"] and not tracing.on()

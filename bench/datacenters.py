@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -63,13 +64,26 @@ def run(a: argparse.Namespace) -> int:
                    if r["log"] in (0, 1) and r["writer"] is not None}
         rows: list[dict[str, Any]] = []
         lags: dict[int, list[float]] = {}
+        links: dict[int, float] = {}
         for delay in (0, a.delay_ms):
             with held(MACHINES, by_machine, delay, a.jitter_ms, say):
+                links[delay] = link_rtt_ms(c, by_machine, a.ops)
                 for m in CLIENTS_ON:
                     rows += _measure(c, by_machine[m], dict(MACHINES)[m], delay, a.ops, say)
                 lags[delay] = async_lag(c, a.ops, f"lag{delay}-", say)
-    _print(rows, lags, writers, a)
+    for r in rows:  # the round trips a figure is worth, of the link as measured
+        r["link_round_trips"] = round(r["p50_ms"] / links[r["delay_ms"]], 2) if r["delay_ms"] else None
+    _print(rows, lags, writers, a, links)
     return 0
+
+
+def link_rtt_ms(c: Cluster, by_machine: dict[str, Namespace], n: int) -> float:
+    """The p50 of a TCP connection's set-up (one round trip) from east's first machine to
+    west's host, through whatever holds the packets: the link's own round trip, with its
+    jitter and bench/wan.py's queue."""
+    west = next(p for p in c.procs.values() if p.kind == "host" and p.machine == "w0")
+    xs, _ = _probe(c, by_machine["e0"], "east", west.addr_of("coordinator"), "connect", n)
+    return round(percentile_ms(xs, 0.5), 2)
 
 
 @contextlib.contextmanager
@@ -196,6 +210,15 @@ def _probe(c: Cluster, ns: Namespace, dc: str, ds: str, op: str, n: int) -> tupl
 def probe(zk: str, dc: str, ds: str, op: str, n: int) -> dict[str, Any]:
     """What a client in data center `dc` measures: `n` operations `op` on dataset `ds`, one
     at a time, each timed (after one untimed, which finds the coordinators)."""
+    if op == "connect":  # `ds` is an address: time a TCP connection's set-up, one round trip
+        host, _, port = ds.rpartition(":")
+        out = []
+        for k in range(n + 1):
+            t = time.monotonic()
+            socket.create_connection((host, int(port)), timeout=10).close()
+            if k:
+                out.append(time.monotonic() - t)
+        return {"seconds": out, "near": 0}
     with Client(zk=zk, timeout=30, dc=dc) as db:
         _one(db, ds, op, -1)
         near = 0
@@ -261,22 +284,25 @@ def async_lag(c: Cluster, n: int, prefix: str, say: Say) -> list[float]:
 
 
 def _print(rows: list[dict[str, Any]], lags: dict[int, list[float]], writers: dict[int, str],
-           a: argparse.Namespace) -> None:
+           a: argparse.Namespace, links: dict[int, float]) -> None:
     lag_rows = [{"delay_ms": d, "lag_p50_ms": round(percentile_ms(xs, 0.5), 2),
                  "lag_p99_ms": round(percentile_ms(xs, 0.99), 2)} for d, xs in lags.items()]
     if a.json:
-        emit({"operations": rows, "async_lag": lag_rows,
+        emit({"operations": rows, "async_lag": lag_rows, "link_rtt_ms": links,
               "writer_dc": {"global": writers.get(0), "local": writers.get(1)}}, True)
         return
-    emit(rows, False, ["dataset", "from", "op", "delay_ms", "p50_ms", "p99_ms", "round_trips", "by_lease",
-                       "served_near"])
+    emit(rows, False, ["dataset", "from", "op", "delay_ms", "p50_ms", "p99_ms", "round_trips",
+                       "link_round_trips", "by_lease", "served_near"])
     print()
     emit(lag_rows, False, ["delay_ms", "lag_p50_ms", "lag_p99_ms"])
     print(f"\nthe writers, as the runs began: global's log 0 in {writers.get(0)}, local's log 1 in "
           f"{writers.get(1)}")
+    print("the link's round trip between data centers, measured (a TCP connection's set-up from east to "
+          "west, p50): " + ", ".join(f"{v} ms at {d} ms held each way" for d, v in links.items()))
     print(f"{a.ops} operations of each kind, one at a time; round_trips: p50 over twice the delay held "
-          "each way; by_lease: strong gets the writer's read lease served; served_near: bounded gets "
-          "the replica in the caller's data center served. Published, not measured here (Twitter's "
+          "each way; link_round_trips: p50 over the link's round trip as measured; by_lease: strong gets "
+          "the writer's read lease served; served_near: bounded gets the replica in the caller's data "
+          "center served. Published, not measured here (Twitter's "
           "engineering blog, 2016): Manhattan's p99 is 'low tens of milliseconds' for local strongly "
           "consistent operations, 'low hundreds' for global ones.")
 

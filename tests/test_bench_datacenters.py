@@ -53,3 +53,13 @@ def test_home_losts_figures_count_the_writes_in_the_lags_windows_before_the_loss
     assert row["predicted_p99"] == 5  # within 100 ms: 10.92..10.98
     assert (row["lost_for_sure"], row["kept_aside"], row["missing"]) == (2, 3, 1)
     assert row["no_writes_s"] == 5.5 and row["fail_over_s"] == 4.0
+
+
+def test_the_links_round_trip_is_timed_by_connections_set_up() -> None:
+    """The denominator of link_round_trips: TCP connections' set-up to an address, each
+    timed (one untimed first)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        got = datacenters.probe("", "east", f"127.0.0.1:{srv.getsockname()[1]}", "connect", 3)
+    assert len(got["seconds"]) == 3 and all(0 < s < 5 for s in got["seconds"]) and got["near"] == 0

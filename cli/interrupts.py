@@ -30,14 +30,25 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+_received: list[int] = []  # the stop signals that arrived
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     if children.hold(signum):
         return  # sent again once the process being started is recorded
+    _received.append(signum)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     raise Interrupted(signum)
+
+
+def stop_signal() -> int | None:
+    """The first stop signal that arrived, if one did. A command that then fails otherwise
+    (its clean-up stopped a cluster under a call of its, whose error took the place of the
+    interrupt) ends as the signal says: 128 + its number."""
+    return _received[0] if _received else None
 
 
 def interrupt_on_stop_signals() -> None:

@@ -22,7 +22,7 @@ from cli import nodes as nodes_cli
 from cli import users as users_cli
 from cli.arguments import common_options
 from cli.connect import CliError, Unreachable, zk_client
-from cli.interrupts import exit_code, interrupt_on_stop_signals
+from cli.interrupts import Interrupted, exit_code, interrupt_on_stop_signals, stop_signal
 from runtime import children
 from runtime.forking import restart_without_grpc_fork_handlers
 
@@ -167,11 +167,6 @@ def run(p: argparse.ArgumentParser, module: str, argv: list[str] | None) -> int:
     else:  # kazoo's connection chatter is no part of a command's output
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
         logging.getLogger("midtown.zookeeper").setLevel(logging.CRITICAL)
-    from kazoo.exceptions import ConnectionLoss, SessionExpiredError
-
-    from midtown.errors import MidtownError
-    from runtime.refusals import Refusal
-
     interrupt_on_stop_signals()  # what a command started, it stops on SIGTERM and SIGHUP too
     try:
         try:
@@ -181,29 +176,48 @@ def run(p: argparse.ArgumentParser, module: str, argv: list[str] | None) -> int:
             # Whatever the command started and did not stop or hand over (a stop signal
             # that cut a start-up short) is stopped now (cli/children.py).
             children.stop_all()
-    except Unreachable as e:
+    except KeyboardInterrupt as e:
+        return _interrupted(e, argv)
+    except Exception as e:
+        sig = stop_signal()
+        if sig is not None:  # it failed because the command was stopping (its cluster stopped
+            # under a call): the command ends as the signal says, as if it had landed there
+            return _interrupted(Interrupted(sig), argv)
+        return _failed(name, e)
+
+
+def _interrupted(e: KeyboardInterrupt, argv: list[str] | None) -> int:
+    if argv is None:  # the command itself (not a caller in this process): end it now
+        end_process(exit_code(e))
+    return exit_code(e)
+
+
+def _failed(name: str, e: Exception) -> int:
+    """The exit code of a command that ended with `e`, and its one line on stderr."""
+    from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+    from midtown.errors import MidtownError
+    from runtime.refusals import Refusal
+
+    if isinstance(e, Unreachable):
         print(f"{name}: {e}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except CliError as e:
+    if isinstance(e, CliError):
         print(f"{name}: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (Refusal, MidtownError) as e:
+    if isinstance(e, (Refusal, MidtownError)):
         print(f"{name}: {e.code.name}: {e.message}", file=sys.stderr)
         return EXIT_UNREACHABLE if e.code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED") else EXIT_REFUSED
-    except (ConnectionLoss, SessionExpiredError) as e:  # an expected fault, not a defect
+    if isinstance(e, (ConnectionLoss, SessionExpiredError)):  # an expected fault, not a defect
         print(f"{name}: ZooKeeper's connection was lost during the command ({type(e).__name__}): "
               "what it was changing may or may not have changed; look, and run it again",
               file=sys.stderr)
         return EXIT_UNREACHABLE
-    except KeyboardInterrupt as e:
-        if argv is None:  # the command itself (not a caller in this process): end it now
-            end_process(exit_code(e))
-        return exit_code(e)
-    except BrokenPipeError:
+    if isinstance(e, BrokenPipeError):
         return 0
-    except Exception as e:  # never a traceback: one line, and where to look
-        print(f"{name}: unexpected error: {type(e).__name__}: {e} (run with MIDTOWN_DEBUG=1 for "
-              "the traceback)", file=sys.stderr)
-        if os.environ.get("MIDTOWN_DEBUG"):
-            raise
-        return 1
+    # never a traceback: one line, and where to look
+    print(f"{name}: unexpected error: {type(e).__name__}: {e} (run with MIDTOWN_DEBUG=1 for "
+          "the traceback)", file=sys.stderr)
+    if os.environ.get("MIDTOWN_DEBUG"):
+        raise e
+    return 1

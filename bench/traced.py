@@ -13,6 +13,7 @@ latency and CPU per operation; and the tracing calls themselves timed in this pr
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -53,19 +54,12 @@ def breakdown(c: Cluster, spans: Path, count: int, say: Any) -> dict[str, dict[s
     out = {}
     for op, name in OPS.items():
         mine = [r for r in roots if r.name == name and r.service == "bench client"]
-        out[op] = {"traces": len(mine), "p50_ms": round(_median([r.took_ns for r in mine]) / 1e6, 3),
+        p50 = statistics.median([r.took_ns for r in mine] or [0])
+        out[op] = {"traces": len(mine), "p50_ms": round(p50 / 1e6, 3),
                    "processes": sorted({s.service for r in mine for ss in trace_cli.paths(r).values()
                                         for s in ss}),
                    "steps": trace_cli.summary(mine) if mine else []}
     return out
-
-
-def _median(xs: list[int]) -> float:
-    if not xs:
-        return 0.0
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def overhead(c: Cluster, spans: Path, a: argparse.Namespace, say: Any) -> list[dict[str, Any]]:

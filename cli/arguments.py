@@ -175,7 +175,7 @@ def use_trace_options(a: argparse.Namespace, env: MutableMapping[str, str]) -> N
         if a.trace_otlp:
             env[tracing.ENV_OTLP] = tracing.check_otlp(a.trace_otlp, "--trace-otlp")
         if a.trace_sample is not None:
-            env[tracing.ENV_SAMPLE] = str(tracing.check_sample(a.trace_sample, "--trace-sample"))
+            env[tracing.ENV_SAMPLE] = str(a.trace_sample)  # (checked by ratio_arg)
         tracing.settings(env)
     except ValueError as e:
         raise CliError(str(e)) from None

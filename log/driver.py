@@ -267,10 +267,11 @@ class WriterDriver:
             n += len(payloads)
         if batch:
             APPEND_BATCH.observe(n)
-            self._trace = next((f.trace for f, _ in batch if f.trace), "")  # type: ignore[attr-defined]
-            if self._trace:
-                for f, _ in batch:
-                    f.batched_ns = tracing.now_ns()  # type: ignore[attr-defined]
+            traced = [f for f, _ in batch if f.trace]  # type: ignore[attr-defined]
+            self._trace = traced[0].trace if traced else ""  # type: ignore[attr-defined]
+            now = tracing.now_ns() if traced else 0
+            for f in traced:
+                f.batched_ns = now  # type: ignore[attr-defined]
             self.core.append_many(batch, self._now_ms())  # type: ignore[arg-type]
 
     def _mark_time(self) -> None:

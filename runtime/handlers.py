@@ -13,7 +13,6 @@ shells let it through."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
@@ -32,7 +31,6 @@ _calls = faults.Calls(log, lambda: world.monotonic())
 Outcome = Callable[[str, str], None]
 # The INTERNAL text for a method (a server may say more: what a client should do).
 Internal = Callable[[str], str]
-_UNTRACED = contextlib.nullcontext()
 
 
 def _serialize(m: Any) -> bytes:
@@ -94,11 +92,8 @@ def traced(name: str, ctx: grpc.ServicerContext, root: bool) -> Any:
     of the caller's when its metadata carries one, else (a `root` method: an operation a
     client asks for) a new trace sampled by this process's ratio, else none."""
     if not tracing.on():
-        return _UNTRACED
-    md = ctx.invocation_metadata()
-    if not root and not any(k == tracing.TRACEPARENT for k, _ in md or ()):
-        return _UNTRACED
-    return tracing.served(name, md)
+        return tracing.OFF
+    return tracing.served(name, ctx.invocation_metadata(), root)
 
 
 def unary(name: str, cls: Any, fn: Callable[[Any, grpc.ServicerContext], Any], *,

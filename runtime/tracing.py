@@ -26,21 +26,26 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import logging
 import os
 import random
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runtime import world
 
+log = logging.getLogger("midtown.tracing")
 SAMPLE_DEFAULT = 0.01
 ENV_FILE = "MIDTOWN_TRACE_FILE"
 ENV_OTLP = "MIDTOWN_TRACE_OTLP"
 ENV_SAMPLE = "MIDTOWN_TRACE_SAMPLE"
 TRACEPARENT = "traceparent"
+# W3C trace context: version-traceid-parentid-flags; an all-zero id is no id
+_TRACEPARENT_RE = re.compile(r"[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 EXPORT_DELAY_MS = 1000
 
-_OFF = contextlib.nullcontext()
+OFF = contextlib.nullcontext()  # the do-nothing span, shared
 _tracer: Any = None  # OpenTelemetry's Tracer while tracing is on
 _api: Any = None  # opentelemetry.trace, once imported
 _ratio = 0.0  # the share of the operations that begin here that are traced
@@ -176,15 +181,15 @@ def span(name: str, parent: str | None = None, **attributes: Any) -> Any:
     ratio, where there is none. The do-nothing one while tracing is off, and inside an
     operation not sampled (nothing is made for its steps)."""
     if _tracer is None:
-        return _OFF
+        return OFF
     if parent is None:
         if _quiet.get():
-            return _OFF
+            return OFF
         c = _api.get_current_span().get_span_context()
         if not c.is_valid:
             return _root(name, attributes)
         if not c.trace_flags.sampled:
-            return _OFF
+            return OFF
     return _tracer.start_as_current_span(name, context=_context(parent), attributes=attributes or None,
                                          record_exception=False)
 
@@ -197,12 +202,15 @@ def _root(name: str, attributes: dict[str, Any]) -> Any:
     return _Quiet()
 
 
+def valid(traceparent: str) -> bool:
+    """Whether a text is a W3C traceparent (what a caller or a peer sent may be anything:
+    one that is not is taken as no trace at all)."""
+    return len(traceparent) == 55 and _TRACEPARENT_RE.fullmatch(traceparent) is not None
+
+
 def sampled(traceparent: str) -> bool:
     """Whether a W3C traceparent says its trace is sampled (the flags' lowest bit)."""
-    try:
-        return bool(int(traceparent[-2:], 16) & 1)
-    except ValueError:
-        return False
+    return valid(traceparent) and bool(int(traceparent[-2:], 16) & 1)
 
 
 class _Quiet:
@@ -226,10 +234,10 @@ def _context(parent: str | None) -> Any:
 
 def within(parent: str, name: str, **attributes: Any) -> Any:
     """A span `name` in the trace `parent` (a `carried` text) only: the do-nothing one
-    when it is "" (work for many operations, as a follower storing a batch, is traced when
-    one of them was)."""
-    if _tracer is None or not parent:
-        return _OFF
+    when it is "" or not a sampled traceparent (work for many operations, as a follower
+    storing a batch, is traced when one of them was)."""
+    if _tracer is None or not sampled(parent):
+        return OFF
     return _tracer.start_as_current_span(name, context=_context(parent), attributes=attributes or None,
                                          record_exception=False)
 
@@ -243,7 +251,7 @@ def record(name: str, parent: str, start_ns: int, end_ns: int | None = None, **a
     """A span `name` in the trace `parent` that began at `start_ns` (`now_ns`) and ends at
     `end_ns` (now): a step timed in a thread other than the operation's, as a log's writer
     timing the quorum round of a traced operation's batch."""
-    if _tracer is None or not parent:
+    if _tracer is None or not sampled(parent):
         return
     s = _tracer.start_span(name, context=_context(parent), start_time=start_ns, attributes=attributes or None)
     s.end(end_time=end_ns)
@@ -257,6 +265,11 @@ def carried() -> str:
     c = _api.get_current_span().get_span_context()
     if not c.is_valid or not c.trace_flags.sampled:
         return ""
+    return _text(c)
+
+
+def _text(c: Any) -> str:
+    """A span context as a W3C traceparent."""
     return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
 
 
@@ -267,8 +280,7 @@ def begun(name: str, **attributes: Any) -> tuple[Any, str]:
     if _tracer is None or random.random() >= _ratio:
         return None, ""
     s = _tracer.start_span(name, attributes=attributes or None)
-    c = s.get_span_context()
-    return s, f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+    return s, _text(s.get_span_context())
 
 
 def ended(span: Any) -> None:
@@ -288,24 +300,20 @@ def headers(metadata: Sequence[tuple[str, str]] | None, parent: str = "") -> Seq
     return (*(metadata or ()), (TRACEPARENT, t))
 
 
-@contextlib.contextmanager
-def _served(name: str, parent: str) -> Iterator[None]:
-    with _tracer.start_as_current_span(name, context=_context(parent), record_exception=False):
-        yield
-
-
-def served(name: str, metadata: Sequence[tuple[str, Any]] | None) -> Any:
+def served(name: str, metadata: Sequence[tuple[str, Any]] | None, root: bool = True) -> Any:
     """A context manager for a gRPC method `name` called with `metadata`: a span that is a
-    child of the caller's when it sent one, sampled as the caller decided; without one, a
-    new trace sampled at this process's ratio (runtime/handlers.py wraps every method in it)."""
+    child of the caller's when it sent a trace, sampled as the caller decided; without one
+    (or with a text that is not a traceparent), for a `root` method (an operation a client
+    asks for) a new trace sampled at this process's ratio, for another nothing
+    (runtime/handlers.py wraps every method in it)."""
     if _tracer is None:
-        return _OFF
+        return OFF
     parent = next((str(v) for k, v in metadata or () if k == TRACEPARENT), "")
-    if not parent:
-        return _root(name, {})
+    if not valid(parent):
+        return _root(name, {}) if root else OFF
     if not sampled(parent):
         return _Quiet()
-    return _served(name, parent)
+    return within(parent, name)
 
 
 def add(**attributes: Any) -> None:
@@ -326,6 +334,7 @@ class JsonLines:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.failing = False  # said once, until a write succeeds again
 
     def export(self, spans: Sequence[Any]) -> Any:
         from opentelemetry.sdk.trace.export import SpanExportResult
@@ -336,8 +345,13 @@ class JsonLines:
                 os.write(fd, data)
             finally:
                 os.close(fd)
-        except OSError:
+        except OSError as e:
+            if not self.failing:
+                log.warning("trace file %s: %s: spans dropped until it can be written", self.path,
+                            e.strerror or e)
+            self.failing = True
             return SpanExportResult.FAILURE
+        self.failing = False
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:

@@ -250,3 +250,39 @@ def test_the_tracing_benchmark_times_its_calls_and_refuses_a_bad_ratio() -> None
     costs = bench_traced.step_costs(0.01, n=500)
     assert set(costs) == {"off_us", "client_us", "server_unsampled_us", "traced_whole_us"}
     assert 0 < costs["off_us"] < costs["traced_whole_us"] and not tracing.on()
+
+
+@pytest.mark.parametrize("text", ["00-xyz-01", "1", "00-" + "0" * 32 + "-" + "2" * 16 + "-01",
+                                  "00-" + "A" * 32 + "-" + "2" * 16 + "-01", "0" * 55])
+def test_a_context_that_is_not_a_traceparent_is_no_trace(text: str) -> None:
+    """What a caller or a peer sends may be anything: a text that is not a W3C traceparent
+    forces no trace on a server (its own ratio decides, 0 here), joins none, and a
+    follower's store records nothing for it."""
+    ex = InMemorySpanExporter()
+    tracing.configure("unit", sample=0.0, exporter=ex)
+    try:
+        assert not tracing.valid(text) and not tracing.sampled(text)
+        with tracing.served("put", ((tracing.TRACEPARENT, text),)), tracing.span("append"):
+            assert tracing.carried() == ""
+        with tracing.served("Append", ((tracing.TRACEPARENT, text),), root=False):
+            pass
+        with tracing.within(text, "log store"):
+            pass
+        tracing.record("log quorum", text, tracing.now_ns())
+        assert ex.get_finished_spans() == ()
+    finally:
+        tracing.shutdown()
+
+
+def test_a_trace_file_that_cannot_be_written_is_said_once(tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    out = tracing.JsonLines(str(tmp_path / "gone" / "spans.jsonl"))
+    with caplog.at_level("WARNING", logger="midtown.tracing"):
+        assert out.export([]) == SpanExportResult.FAILURE
+        assert out.export([]) == SpanExportResult.FAILURE
+    said = [r for r in caplog.records if r.name == "midtown.tracing"]
+    assert len(said) == 1 and "spans dropped" in said[0].getMessage() and said[0].exc_info is None
+    (tmp_path / "gone").mkdir()
+    assert out.export([]) == SpanExportResult.SUCCESS and not out.failing

@@ -86,17 +86,17 @@ def hand_off(logs: LogClient, kv: registry.KvTopology, shard: int, to: int, time
         first = _until(deadline, "hold", lambda: zkpaths.hold_truncation(zk, old, hold, scan_from))
         since = max(h.scan_from, first)  # (no hand-off record is appended before the hold)
         zkpaths.change_seal(zk, h.old, shard, Stint(gen, to=h.new))
-        found = _find(logs, h, since, deadline)
+        found = _find(logs, h, since, gen, deadline)
         if found is None:
             start = _start(logs, m, h)
             rec = Record(b"", "", "", shard, b"", (HandOff(h.new, start, gen),))
             _append(logs, h.old, rec, Tags((shard,), seal=shard, to=h.new, generation=gen), deadline)
             # Acknowledged, so committed: a read that does not show it came from a server
             # behind (one that took a writer's change late, the simulation found): again
-            found = _find(logs, h, since, deadline)
+            found = _find(logs, h, since, gen, deadline)
             while found is None and world.monotonic() < deadline:
                 world.sleep(RETRY_S)
-                found = _find(logs, h, since, deadline)
+                found = _find(logs, h, since, gen, deadline)
             if found is None:
                 raise HandOffError(f"shard {shard}: its hand-off record in log {h.old} was acknowledged "
                                    f"but not found from position {since}; run the command again")
@@ -140,13 +140,15 @@ def _end(logs: LogClient, log_id: int) -> int:
     return -1 if row is None else int(row["last"])
 
 
-def _find(logs: LogClient, h: log_map.Handing, since: int, deadline: float) -> tuple[int, int, int] | None:
-    """The shard's first hand-off record to `h.new` in `h.old` from `since`: its
-    (position, log time, the new log's position it names), the one every replica applies.
-    Read from the log's writer, again while it has none or changes (its server died)."""
+def _find(logs: LogClient, h: log_map.Handing, since: int, gen: int,
+          deadline: float) -> tuple[int, int, int] | None:
+    """The shard's first hand-off record to `h.new` ending its stint `gen` in `h.old`, from
+    `since`: its (position, log time, the new log's position it names), the one every
+    replica applies. Read from the log's writer, again while it has none or changes (its
+    server died)."""
     while True:
         try:
-            return _scan(logs, h, since, max(1.0, deadline - world.monotonic()))
+            return _scan(logs, h, since, gen, max(1.0, deadline - world.monotonic()))
         except Refusal as e:
             if world.monotonic() >= deadline:
                 raise HandOffError(f"shard {h.shard}: log {h.old} could not be read ({e}); run the command "
@@ -154,16 +156,28 @@ def _find(logs: LogClient, h: log_map.Handing, since: int, deadline: float) -> t
             world.sleep(RETRY_S)
 
 
-def _scan(logs: LogClient, h: log_map.Handing, since: int, timeout_s: float) -> tuple[int, int, int] | None:
+def _scan(logs: LogClient, h: log_map.Handing, since: int, gen: int,
+          timeout_s: float) -> tuple[int, int, int] | None:
+    """(A hand-off record of an earlier stint is stepped over, as the replicas step over it
+    (storage_node/handoff.py): `since`, the log's end when the hand-off began, can stand
+    below the shard's stint, read from a server behind, and a shard handed to this log
+    and back before had its record there. The simulation found a driver taking that one
+    for its own: the map named it, and every replica waited for the shard's record there.)"""
     for e in logs.read(h.old, since, timeout_s=timeout_s):
         try:
             rec = codec.record_from_bytes(e.payload) if e.payload else None
         except Exception:
             continue
         op = rec.hand_off() if rec is not None and rec.shard == h.shard else None
-        if op is not None and op.to == h.new:
+        if op is not None and ends_stint(op, h, gen):
             return e.position, e.timestamp_ms, op.from_position
     return None
+
+
+def ends_stint(op: HandOff, h: log_map.Handing, gen: int) -> bool:
+    """Whether a hand-off record of the shard is the one of hand-off `h` ending its stint
+    `gen` (a record written before the generation was said: taken as it)."""
+    return op.to == h.new and op.generation in (gen, None)
 
 
 def _append(logs: LogClient, log_id: int, rec: Record, tags: Tags, deadline: float) -> None:

@@ -147,9 +147,10 @@ class ApplyLoop:
 
         def needed() -> bool:
             """Whether a shard it holds (or takes in) may have records the truncation took."""
-            return truncation.needs_log(
-                {x for x in s.shards_in_log(log_id) if truncation.stint_below(s.log_map, x, log_id, first)},
-                s.holds, incoming, s.marks)
+            below = {x for x in s.shards_in_log(log_id)
+                     if truncation.stint_below(s.log_map, x, log_id, first, s.place_of(x))}
+            past = {x for x, at in s.marks.items() if at >= first and s.place_of(x).log == log_id}
+            return truncation.needs_log(below, s.holds, incoming, s.marks, past)
         if not needed():
             with self._mutex:
                 go_on = truncation.behind(needed(), first, s.positions[log_id][0])

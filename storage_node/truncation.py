@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping
 
 from catalog.log_map import Handoff, LogMap
+from storage_node.handoff import Place
 
 
 def needs_publish(last_data_position: int | None, published: int | None) -> bool:
@@ -41,25 +42,38 @@ def handed_holders(log_id: int, handoffs: Iterable[Handoff], holders_of: Callabl
 
 
 def needs_log(shards_of_log: Iterable[int], holds: Callable[[int], bool], incoming: Container[int],
-              marked: Container[int]) -> bool:
+              marked: Container[int], copied_past: Container[int] = ()) -> bool:
     """Whether a node needs a log's entries: it holds one of the shards the log carries or
     carried (`shards_of_log`), or takes one in by a move under way (`incoming`) whose copy
-    it has (`marked`)."""
-    return any(holds(x) or (x in incoming and x in marked) for x in shards_of_log)
+    it has (`marked`), unless its copy of it was taken in this log at or past the
+    truncation (`copied_past`: its records before are in the copy; make soak, seed 101607,
+    a node taking shard 0 in by a move, its copy at 41, stopped behind log 0's truncation
+    to 12)."""
+    return any((holds(x) or (x in incoming and x in marked)) and x not in copied_past for x in shards_of_log)
 
 
-def stint_below(m: LogMap, shard: int, log_id: int, first: int) -> bool:
-    """Whether `shard` may have records in `log_id` below position `first`: yes unless its
-    only stint there is the one its first hand-off opened (generation 1: from the log it
-    started in, `origin`, another) at `start` or later, `start` at or past `first`. A hand-off
-    names a `start` at or past the new log's end when it began, so a node that held none of
-    that log's shards while it was truncated past its tail needs nothing the truncation took
-    (make soak, seed 100717: a node behind log 0's truncation, then given a shard of log 0 by
-    a hand-off starting at 59, stopped at 2 < 14 for nothing). A shard handed more than once
-    may have had an earlier stint in the log that the map no longer names: it may."""
+def stint_below(m: LogMap, shard: int, log_id: int, first: int, place: Place | None = None) -> bool:
+    """Whether `shard` may have records in `log_id` below position `first` that a node whose
+    own state of the shard stands at `place` (None: never handed, in its origin log) has
+    still to apply: yes if it takes the shard's records from that log now (from its open
+    record if it awaits one: if that may stand below `first`); from another log, no if the
+    map's last hand-off of the shard is the one after the node's stint (its generation
+    next) and leads to `log_id` at `start`, at or past `first`; yes when stints may lie
+    between (the map names the last hand-off alone).
+
+    A hand-off names a `start` at or past the new log's end when it began, so a node that
+    held none of that log's shards while it was truncated past its tail needs nothing the
+    truncation took (make soak, seed 100717: a node behind log 0's truncation, then given
+    a shard of log 0 by a hand-off starting at 59, stopped at 2 < 14 for nothing; seed
+    101607: the shard had started in log 0 and gone to log 1, the node had applied that
+    hand-off, and the shard came back to log 0 at 41; the node, its tail of log 0 at 9,
+    stopped behind the truncation to 12 where it needed nothing)."""
+    place = place if place is not None else Place(m.origin(shard))
+    if place.log == log_id:
+        return place.opened or place.since < first
     h = m.last_handoff(shard)
-    return not (h is not None and h.new == log_id and h.generation == 1 and m.origin(shard) != log_id
-                and h.start >= first)
+    return not (h is not None and h.new == log_id and h.old == place.log
+                and h.generation == place.generation + 1 and h.start >= first)
 
 
 def behind(needed: bool, first: int, position: int) -> int | None:

@@ -17,6 +17,7 @@ from catalog.replica_sets import ReplicaSets
 from catalog.shard_moves import Move
 from storage_node import apply_loop
 from storage_node.apply_loop import ApplyLoop
+from storage_node.handoff import Place
 from storage_node.state import NodeState
 
 # Six shards over two logs (shard s on log s % 2): log 0 carries shards 0, 2 and 4.
@@ -29,7 +30,7 @@ class _State:
     """The fields of storage_node/state.py NodeState the decision reads, for node 0."""
 
     def __init__(self, view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int],
-                 places: dict[int, int] | None = None) -> None:
+                 places: dict[int, Place] | None = None) -> None:
         self.node_id, self.kv, self.log_count = 0, SimpleNamespace(shards=6), 2
         self.log_map = log_map.first(6, 2)
         self.places = places or {}
@@ -46,19 +47,18 @@ class _State:
     def holds(self, shard: int) -> bool:
         return self.sets.holds(self.node_id, shard)
 
-    def log_of(self, shard: int) -> int:  # its place here, else its first log
-        return self.places.get(shard, self.log_map.origin(shard))
-
     def learn_log_map(self, m: log_map.LogMap) -> None:
         self.log_map = m
 
-    shards_in_log = NodeState.shards_in_log  # the real one, over these fields
+    place_of = NodeState.place_of  # the real ones, over these fields
+    log_of = NodeState.log_of
+    shards_in_log = NodeState.shards_in_log
     condemned = NodeState.condemned
 
 
 def _decide(view: ReplicaSets, in_zk: ReplicaSets, marks: dict[int, int], moves: dict[int, Move],
             monkeypatch: pytest.MonkeyPatch, in_zk_map: log_map.LogMap | None = None,
-            places: dict[int, int] | None = None,
+            places: dict[int, Place] | None = None,
             failovers: tuple[dict, ...] = ()) -> tuple[list[str], dict[int, tuple[int, int]]]:
     committed: dict[int, tuple[int, int]] = {}
     monkeypatch.setattr(apply_loop.registry, "read_kv", lambda zk: SimpleNamespace(failovers=failovers))
@@ -100,7 +100,7 @@ def test_a_node_whose_shard_was_handed_away_since_it_started_goes_on(monkeypatch
     ZooKeeper, which no longer has shard 0 on log 0, so it goes on. (By the map it started
     with it stopped: the hand-off simulation's seed 22.)"""
     handed = log_map.LogMap(2, (1, 1, 0, 1, 0, 1), version=3)
-    fatal, committed = _decide(HELD, HELD, {}, {}, monkeypatch, handed, {0: 1})
+    fatal, committed = _decide(HELD, HELD, {}, {}, monkeypatch, handed, {0: Place(1)})
     assert fatal == [] and committed == {0: (67, 5)}
     fatal, _ = _decide(HELD, HELD, {}, {}, monkeypatch)  # the map unchanged: shard 0 is here
     assert len(fatal) == 1
@@ -115,3 +115,44 @@ def test_a_node_a_fail_over_condemned_stops_to_take_a_copy(monkeypatch: pytest.M
     assert committed == {} and len(fatal) == 1 and fatal[0].startswith("condemned: log 0: position 58")
     fatal, _ = _decide(HELD, HELD, {}, {}, monkeypatch, failovers=({"condemned": [3]},))
     assert len(fatal) == 1 and "behind a truncation" in fatal[0]  # (another node condemned: as before)
+
+
+def test_a_node_whose_shards_records_in_the_log_all_stand_past_the_truncation_goes_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make soak, seed 101607: node 0 holds shard 2, which started in log 0 and went to log
+    1 (a hand-off it applied, its tail of log 0 at 58 then), and has come back to log 0 at
+    70 (generation 2), past the log's first position 67: none of its records there is
+    truncated. And a copy of shard 4, taken in this log at 68, is installed here by a move
+    under way: its records before 68 are in the copy. It goes on; it stopped when it took
+    every shard that had had a stint in the log for one with records below the truncation,
+    and counted the copy of a move under way whatever position it was taken at."""
+    back = log_map.LogMap(2, (0, 1, 0, 1, 0, 1), version=5, origins=(0, 1, 0, 1, 0, 1),
+                          handoffs=(log_map.Handoff(2, old=1, at=90, new=0, start=70, generation=2),))
+    in_log_1 = {2: Place(1, since=3, generation=1)}
+    holds_2 = ReplicaSets(3, ((1, 2, 3), (0, 1, 2), (0, 1, 2), (0, 1, 2), (1, 2, 3), (0, 1, 2)), version=14)
+    moving_4 = {4: Move(4, 0, 1, "tailing", 68)}
+    fatal, committed = _decide(holds_2, holds_2, {4: 68}, moving_4, monkeypatch, back, in_log_1)
+    assert fatal == [] and committed == {0: (67, 5)}
+    # its place still in log 0's first stint: a stint may lie between, the node stops
+    fatal, _ = _decide(holds_2, holds_2, {4: 68}, moving_4, monkeypatch, back, {2: Place(0)})
+    assert len(fatal) == 1 and "behind a truncation" in fatal[0]
+    # the copy of shard 4 taken below the log's first position: it stops
+    fatal, _ = _decide(holds_2, holds_2, {4: 60}, moving_4, monkeypatch, back, in_log_1)
+    assert len(fatal) == 1 and "behind a truncation" in fatal[0]
+
+
+def test_a_shard_is_in_a_log_by_the_map_and_by_the_nodes_own_place() -> None:
+    """storage_node/state.py shards_in_log, which the truncation decision and a copy's
+    install (storage_node/apply_loop.py install: whether the node holds another shard of
+    the log) count by. Make soak, seed 101256: node 3, behind in log 0, still took shard 2
+    from log 0 (it had not applied the shard's hand-off to log 1 there) when it installed
+    a copy of shard 5; counting the map's shards of log 0 alone, it held no other, its tail
+    jumped to the copy's position past shard 2's hand-off record, and it waited in log 1
+    for good."""
+    handed = log_map.LogMap(2, (0, 1, 1, 1, 0, 1), version=3)
+    st = _State(HELD, HELD, {}, {2: Place(0)})
+    st.log_map = handed
+    assert NodeState.shards_in_log(st, 0) == {0, 2, 4}  # type: ignore[arg-type]
+    assert NodeState.shards_in_log(st, 1) == {1, 2, 3, 5}  # type: ignore[arg-type]  # (the map)
+    st.places = {2: Place(1, since=9, opened=False, generation=1)}  # the hand-off applied
+    assert NodeState.shards_in_log(st, 0) == {0, 4}  # type: ignore[arg-type]

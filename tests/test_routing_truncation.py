@@ -57,6 +57,10 @@ def test_a_node_behind_a_truncation_stops_only_if_it_needs_the_log() -> None:
     assert not needs_log([1, 2], held, incoming=(), marked=())
     assert needs_log([1, 2], held, incoming={2}, marked={2})  # a move's copy taken in
     assert not needs_log([1, 2], held, incoming={2}, marked=())  # no copy of it here yet
+    # a copy taken in this log at or past its first position held: its records before are in it
+    assert not needs_log([1, 2], held, incoming={2}, marked={2}, copied_past={2})
+    assert not needs_log([1, 3], held, incoming=(), marked={3}, copied_past={3})
+    assert needs_log([2, 3], held, incoming=(), marked={2}, copied_past={2})
     assert behind(True, first=40, position=10) is None
     assert behind(False, first=40, position=10) == 40
     assert behind(False, first=40, position=55) == 55
@@ -76,3 +80,26 @@ def test_a_shard_handed_to_a_log_once_has_no_records_there_before_its_start() ->
     assert stint_below(m, 1, 0, first=60)  # ... truncated past its start
     assert stint_below(m, 0, 0, first=14)  # never handed: it started in log 0
     assert stint_below(m, 2, 0, first=14)  # handed twice: an earlier stint in log 0 may be there
+
+
+def test_a_node_needs_no_record_below_a_truncation_of_a_stint_that_begins_after_its_own() -> None:
+    """stint_below by the node's own state of the shard (its Place): make soak, seed 101607.
+    Shard 2 started in log 0 and went to log 1 (generation 1) at 1; a node applied that
+    hand-off (its tail of log 0 then at 9) and stopped; log 0 was truncated to 12; the
+    shard came back to log 0 at 41 (generation 2). Its records there all stand past the
+    truncation, whether the node has applied the second hand-off (it awaits the open
+    record from 41) or not (the map names it); it stopped for nothing."""
+    from catalog.log_map import Handoff, LogMap
+    from storage_node.handoff import Place
+
+    back = LogMap(logs=2, of=(0, 0, 0), handoffs=(Handoff(2, old=1, at=69, new=0, start=41, generation=2),),
+                  origins=(0, 0, 0))
+    in_log_1 = Place(1, since=1, opened=True, version_base=1, generation=1)
+    assert not stint_below(back, 2, 0, first=12, place=in_log_1)
+    assert stint_below(back, 2, 0, first=50, place=in_log_1)  # truncated past the new stint's start
+    awaiting = Place(0, since=41, opened=False, version_base=31, generation=2)
+    assert not stint_below(back, 2, 0, first=12, place=awaiting)
+    assert stint_below(back, 2, 0, first=42, place=awaiting)  # its open record may be below 42
+    assert stint_below(back, 2, 0, first=12, place=Place(0, since=41, opened=True, generation=2))
+    # a node a hand-off behind (its state in log 0's first stint): a stint between may hold records
+    assert stint_below(back, 2, 0, first=12, place=Place(0))

@@ -35,7 +35,8 @@ the whole committed log is checked):
       response by the coordinator's own functions;
   (2) exactly once: a write counts at most once, and once if it was answered;
   (3) a node restarted after a crash or a power loss is at or past every position it
-      published from the disk it restarted on;
+      published from the disk it restarted on; one rebuilt after losing its disk, once
+      started, at or past every position it published from the disk it lost;
   (4) no node stops (a node behind a truncation does);
   (5) a strong read sees every write answered before it began;
   (6) at the end no move is under way, every shard has its replicas (and the sets' history
@@ -94,6 +95,7 @@ from runtime.process import EXIT_FAILED_OVER
 from storage_node import bootstrap
 from storage_node.node import Parts, StorageNode
 from storage_node.settings import Settings
+from storage_node.state import NodeState
 from storage_node.store import NodeStore
 from tests.linearizability import INF, Operation
 from tests.sim import failover_sim, variants, writers
@@ -296,10 +298,10 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
     def path(self, n: int) -> str:
         return str(self.dir / f"node-{n}" / "state.db")
 
-    def start_node(self, n: int) -> dict[int, int]:
+    def start_node(self, n: int, started: Callable[[NodeState], None] | None = None) -> dict[int, int]:
         """Storage node `n`, as its process starts it (StorageNode.open, on the simulated
-        ZooKeeper, disk and network), started; returns the position it starts from in
-        each log."""
+        ZooKeeper, disk and network), started (then `started(its state)`, if given);
+        returns the position it starts from in each log."""
         proc = f"storage-{n}-{self.storage_inc[n]}"
         self.storage_inc[n] += 1
         with self.sched.process(proc):
@@ -318,7 +320,8 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
                                answers=_Answers(self), peers=_PeerCalls(self))
             at = {lg: node.state.positions[lg][0] for lg in range(LOGS)}
             self.storage_zk[n] = zk
-            world.spawn("start", node.start)
+            world.spawn("start", node.start if started is None
+                        else lambda: (node.start(), started(node.state)))
         self.storage[n] = node
         return at
 
@@ -365,13 +368,6 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
             self.disk.dbs.pop(self.path(n)).close()
 
     def node_faults(self, stop: Any) -> None:
-        self.appending += 1  # the check waits for its last restart
-        try:
-            self._node_faults(stop)
-        finally:
-            self.appending -= 1
-
-    def _node_faults(self, stop: Any) -> None:
         while not stop.is_set():
             world.sleep(self.rng.uniform(1.0, 4.0))
             if stop.is_set() or len(self.storage) < len(NODES):
@@ -400,7 +396,16 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
             world.sleep(self.rng.uniform(0.2, 3.0))
             if n in self.storage or self.dc_lost(self.dc_of_server(n)):
                 continue  # its data center lost meanwhile (it starts when that comes back)
-            at = self.start_node(n)
+            # (3) A node that lost its disk copies its shards (whole from a peer, or shard by
+            # shard from their replicas: storage_node/rebuild.py) at or past the logs' heads
+            # when it began, so it starts at or past what it published from the disk it lost
+            # (the logs may have been truncated up to there): its position in each log it
+            # tails once started (as its start ends: no task of the check's own, which would
+            # change the seeds' schedules)
+            rebuilt = None if not wiped or self.faults.failover else (
+                lambda s, n=n, down_ms=down_ms: self.restarts.append(
+                    (n, down_ms, {lg: s.positions[lg][0] for lg in s.tailed_logs()})))
+            at = self.start_node(n, rebuilt)
             # (3): a node that lost its disk starts from nothing, and copies; so does one that
             # went down in the middle of a bootstrap, whose state it had let go of on purpose
             # (the bootstrap's marker still there: it bootstraps again; make soak, seed 101965)
@@ -458,14 +463,15 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
         for n in NODES:
             self.start_node(n)
         self.start_coordinator()
-        world.spawn("node-faults", lambda: self.node_faults(stop))
+        world.spawn("node-faults", lambda: self.while_running(self.node_faults, stop))  # (its last restart)
         world.spawn("coordinator-faults", lambda: self.coordinator_faults(stop))
         self.shared = self.sdk("lin")
         for c in range(LINEARIZABLE_CLIENTS):
             world.spawn(f"linearizable-{c}", lambda c=c: self.linearizable_client(c, self.shared, stop))
-        world.spawn("strong-reader", lambda: self.strong_reader(stop))
+        # (readers too: a strong read may go through the log, and is then in what the check reads)
+        world.spawn("strong-reader", lambda: self.while_running(self.strong_reader, stop))
         if self.faults.bounded_reads:
-            world.spawn("bounded-reader", lambda: self.bounded_reader(stop))
+            world.spawn("bounded-reader", lambda: self.while_running(self.bounded_reader, stop))
         if self.faults.wrong_clock:
             world.spawn("wrong-clock-lags", lambda: self.wrong_clock_lags(stop))
         for i in range(MOVERS):

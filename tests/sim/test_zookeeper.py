@@ -151,3 +151,42 @@ def test_a_multi_replaces_a_node_in_one_step_or_not_at_all() -> None:
     replaced, failed, after = _run(1, body)
     assert replaced == b"new" and after == b"new"
     assert failed == ["BadVersionError", "RuntimeInconsistency"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_multi_is_applied_whole_before_another_task_sees_any_of_it(seed: int) -> None:
+    """Make soak, seed 101881: two movers each ended a move of one shard, a multi of the
+    replica sets (at its version), a history entry and the move's record (at its version);
+    one's multi was half applied when a watcher's notice let the other run, which read the
+    sets as changed and wrote over them: two 'done' entries in the history, the first of
+    them failed. Watchers are now told once the multi is applied whole, as ZooKeeper does."""
+    def body(ens: Ensemble) -> tuple[int, int]:
+        admin = ens.client()
+        admin.start()
+        admin.create("/sets", b"0")
+        admin.create("/move", b"0")
+        admin.ensure_path("/history")
+        watcher = ens.client()
+        watcher.start()
+        watcher.DataWatch("/sets", lambda data, stat: None)  # a notice for every change of the sets
+        done: list[int] = []
+
+        def mover(i: int) -> None:
+            c = ens.client()
+            c.start()
+            for _ in range(30):
+                world.event().set()  # a preemption point: another may be in the middle of its multi
+                v, mv = c.get("/sets")[1].version, c.get("/move")[1].version
+                tx = c.transaction()
+                tx.set_data("/sets", b"%d" % i, version=v)
+                tx.create("/history/change-", b"%d" % v, sequence=True)
+                tx.set_data("/move", b"%d" % i, version=mv)
+                if not any(isinstance(r, Exception) for r in tx.commit()):
+                    done.append(i)
+        for i in range(3):
+            world.spawn(f"mover-{i}", lambda i=i: mover(i))
+        world.sleep(1)
+        return len(done), len(admin.get_children("/history"))
+
+    done, history = _run(seed, body)
+    assert done == history >= 30

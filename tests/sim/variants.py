@@ -28,6 +28,7 @@ BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere",
           "no-catch-up", "join-early", "rebuild-high", "moves-recreated", "no-hold",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
           "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind", "bounded-unchecked",
+          "heads-by-status",
           "clock-unchecked", "heard-near", "ahead-kept", "cut-unsynced")
 # caught in runs with a data center lost (faults.drawn)
 FAILOVER = ("heard-near", "ahead-kept", "cut-unsynced")
@@ -90,6 +91,16 @@ def _plan_without_event_ids(dataset_id: str, ttl_ms: int, window_ms: int, max_id
 
 def _once(fn: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
     return fn()
+
+
+def _bounds_said_by_status(self: Any) -> dict[int, tuple[int, int | None]] | None:
+    try:
+        rows = self.state.logs.status()
+    except Exception:
+        return None
+    out = {r["log"]: (r["first"], r["last"] + 1 if r["replicas"] else None)
+           for r in rows if r["log"] < self.state.kv_logs}
+    return out if len(out) == self.state.kv_logs else None
 
 
 def _by_shard_anywhere(s: Any, shards: list[int], heads: Any, receive: Any, deadline: float) -> None:
@@ -186,6 +197,12 @@ RULES: dict[str, list[Swap]] = {
     # (storage_node/rebuild.py known_heads; caught with slow disks and links)
     "no-digest": [(reads, "_items", _items_but_digest)],
     "rebuild-behind": [(rebuild, "known_heads", _heads_unknown)],
+    # a bootstrap's heads as the log servers' Status says them (a server that has not heard
+    # the writer's last acknowledgement says a committed end before it), where they come
+    # from a ReadIndex round past every entry acknowledged before it (storage_node/node.py
+    # _log_bounds; seed 130 found it when rebuilds were rarer: a copy taken below what the
+    # node had published from the disk it lost)
+    "heads-by-status": [(node_module.StorageNode, "_log_bounds", _bounds_said_by_status)],
     # a node's start made once, through a ZooKeeper session lost meanwhile (runtime/process.py
     # through_zk_loss), as before nodes were paused in the simulation: the start ends there
     "start-once": [(node_module, "through_zk_loss", _once)],

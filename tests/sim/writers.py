@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import Any
@@ -897,14 +898,26 @@ class WriterSim:
         zk.start()
         return LogClient(zk=zk, link=_LogLink(self))
 
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """A client's or a fault's task, which the check waits for: it runs its last
+        call out (to its deadline) after the stop, and what that call appends is in
+        the logs the check reads."""
+        self.appending += 1
+        try:
+            yield
+        finally:
+            self.appending -= 1
+
+    def while_running(self, task: Callable[[Any], None], stop: Any) -> None:
+        with self.running():
+            task(stop)
+
     def appender(self, name: str, stop: Any) -> None:
         """A client appending through the real log client, one payload at a time."""
         client = self.log_client()
-        self.appending += 1
-        try:
+        with self.running():
             self._append_until(client, name, stop)
-        finally:
-            self.appending -= 1
 
     def _append_until(self, client: LogClient, name: str, stop: Any) -> None:
         n = 0

@@ -76,6 +76,7 @@ class Ensemble:
         self.child_watches: dict[str, list[tuple[Client, Callable[[WatchedEvent], None]]]] = {}
         self.expired = 0
         self.errors: list[str] = []  # watchers that raised (kazoo logs them): the simulation's findings
+        self.held: list[tuple[str, str]] | None = None  # a multi's changes, told once it is applied whole
 
     def client(self) -> Client:
         return Client(self)
@@ -130,6 +131,9 @@ class Ensemble:
             c._deliver(fn, WatchedEvent(kind, KazooState.CONNECTED, path))
 
     def _changed(self, path: str, kind: str) -> None:
+        if self.held is not None:
+            self.held.append((path, kind))
+            return
         self._fire(self.data_watches, path, kind)
         if kind in (EventType.CREATED, EventType.DELETED):
             if kind == EventType.DELETED:
@@ -452,17 +456,26 @@ class _Transaction:
                 del there[a[0]]
             elif kind == "set":
                 there[a[0]] += 1
+        # Applied whole before any watcher is told: telling one hands an event to its
+        # client's queue, which may let another task run, and that task must not see half
+        # of the multi (two movers once interleaved so, each one's history entry written)
         out: list[Any] = []
-        for kind, a in self.ops:
-            if kind == "create":
-                out.append(ens._create(session, a[0], a[1], a[2], a[3], False))
-            elif kind == "set":
-                out.append(ens._set(*a))
-            elif kind == "delete":
-                ens._remove(a[0], a[1], False)
-                out.append(True)
-            else:
-                out.append(True)
+        ens.held = []
+        try:
+            for kind, a in self.ops:
+                if kind == "create":
+                    out.append(ens._create(session, a[0], a[1], a[2], a[3], False))
+                elif kind == "set":
+                    out.append(ens._set(*a))
+                elif kind == "delete":
+                    ens._remove(a[0], a[1], False)
+                    out.append(True)
+                else:
+                    out.append(True)
+        finally:
+            held, ens.held = ens.held, None
+        for path, change in held:
+            ens._changed(path, change)
         return out
 
     def _failed(self, at: int, e: Exception) -> list[Any]:

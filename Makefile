@@ -41,10 +41,10 @@ test-fast: proto
 # disks, ZooKeeper's notices late, bridges, hand-offs, ingestion, data centers cut off).
 # make sim runs RUNS seeds from SEED (SEED=42 RUNS=1 replays one); BROKEN=name swaps a rule
 # of the real code for a broken one (variants.py or writers.py BROKEN) and stops at the first
-# seed that catches it (of RUNS: 300 by default then). SIM_ARGS passes more to
+# seed that catches it (of RUNS: 500 by default then). SIM_ARGS passes more to
 # tests/sim/run.py: --faults none|slow,pauses,..., --trace; --elections [--bridges ...]:
 # the log alone (tests/sim/writers.py, quicker). JOBS seeds run at once (0: one per core).
-RUNS ?= $(if $(BROKEN),300,20)
+RUNS ?= $(if $(BROKEN),500,20)
 JOBS ?= 0
 sim: proto
 	$(PY) -m tests.sim.run --seed $(SEED) --runs $(RUNS) --jobs $(JOBS) \
@@ -52,13 +52,13 @@ sim: proto
 
 # A long run outside the suite: 2,000 seeds of the simulation, every fault drawn per seed,
 # and 1,000 of the log alone (whole log servers, five, ZooKeeper's notices late); every
-# broken variant caught within 300 seeds (the table of the seeds each took); then
+# broken variant caught within 500 seeds (the table of the seeds each took); then
 # linearizability under many rounds of kills. make soak ROUNDS=30
 ROUNDS ?= 20
 soak: proto
 	$(PY) -m tests.sim.run --seed 100000 --runs 2000 --jobs $(JOBS)
 	$(PY) -m tests.sim.run --seed 700000 --runs 1000 --jobs $(JOBS) --elections --servers 5 --late-notices 1 --wipes
-	$(PY) -m tests.sim.run --every-broken --seed 1 --runs 300 --jobs $(JOBS)
+	$(PY) -m tests.sim.run --every-broken --seed 1 --runs 500 --jobs $(JOBS)
 	MIDTOWN_SOAK_ROUNDS=$(ROUNDS) $(PY) -m pytest -q -p no:cacheprovider -s --timeout 0 \
 		tests/integration/test_kv.py tests/integration/test_host_layout.py -k linearizable
 	$(PY) -m pytest -q -p no:cacheprovider -m "moved_to_sim or soak" tests \

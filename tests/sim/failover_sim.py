@@ -27,6 +27,8 @@ Checked at the end (check_failover, with the whole cluster's checks):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -73,7 +75,7 @@ class FailoverSim:
     told: dict[bytes, tuple[str, Any]]
     sent: dict[str, list[bytes]]
     acked_appends: dict[int, list[tuple[float, int]]]
-    appending: int
+    running: Callable[[], AbstractContextManager[None]]  # (WriterSim's: the check waits for its tasks)
     first_logs: tuple[int, ...]
 
     def init_failover(self) -> None:
@@ -112,12 +114,11 @@ class FailoverSim:
     def local_writer(self, stop: Any) -> None:
         """An application writing the local dataset, one increment of a key of its own
         (m<i>) per write, through the loss, the fail-over and the home's return."""
-        self.appending += 1
-        db: Client = self.sdk("local")  # type: ignore[attr-defined]
-        self.cluster_up(stop)  # type: ignore[attr-defined]
-        d = datasets.get(self.admin, LOCAL)
-        assert d is not None
-        try:
+        with self.running():
+            db: Client = self.sdk("local")  # type: ignore[attr-defined]
+            self.cluster_up(stop)  # type: ignore[attr-defined]
+            d = datasets.get(self.admin, LOCAL)
+            assert d is not None
             while not stop.is_set():
                 i = len(self.local_writes)
                 pk = self.rng.choice(PKEYS)
@@ -133,16 +134,13 @@ class FailoverSim:
                 except errors.MidtownError as e:
                     self.violations.append(f"a write of {LOCAL!r} refused: {type(e).__name__}: {e}")
                 world.sleep(self.rng.uniform(0, 0.1))
-        finally:
-            self.appending -= 1
 
     # --- the loss and the fail-over --------------------------------------------------------
 
     def lose_home(self, stop: Any) -> None:
         """dc0 loses power whole a few seconds in; the operator fails its scope over; dc0
         comes back a little later, its processes on their disks."""
-        self.appending += 1
-        try:
+        with self.running():
             self.cluster_up(stop)  # type: ignore[attr-defined]
             world.sleep(self.rng.uniform(2.0, 6.0))
             # The other data centers' replicas apply the log asynchronously: half the time the
@@ -170,8 +168,6 @@ class FailoverSim:
             for n in NODES:
                 if self.dc_of_server(n) == HOME and n not in self.storage:  # type: ignore[attr-defined]
                     self.start_node(n)  # type: ignore[attr-defined]
-        finally:
-            self.appending -= 1
 
     def fail_over(self) -> None:
         """`midtown dataset fail-over loc --to DC` (the real driver, in an operator's process

@@ -603,16 +603,13 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
     def operators(self, stop: Any, one: Callable[[str, bool], None], name: str) -> None:
         """`one(process name, last)` every few seconds until `stop`, then once more as the
         last (which must finish what is under way); the check waits for the last to end."""
-        self.appending += 1
-        try:
+        with self.running():
             k = 0
             while not stop.is_set():
                 world.sleep(self.rng.uniform(0.5, 3.0))
                 one(f"{name}-{k}", False)
                 k += 1
             one(f"{name}-{k}", True)
-        finally:
-            self.appending -= 1
 
     def one_mover(self, proc: str, last: bool) -> None:
         done = world.event()
@@ -693,8 +690,7 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
         """The coordinator's process is killed now and then (its calls in flight are reset,
         new ones refused) and started again a little later: its clients' SDKs ride it out,
         sending each write again under the same request id."""
-        self.appending += 1  # the check waits for its last restart
-        try:
+        with self.running():  # the check waits for its last restart
             while not stop.is_set():
                 world.sleep(self.rng.uniform(2.0, 8.0))
                 if stop.is_set():
@@ -712,8 +708,6 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
                 world.spawn("zk-expiry", expire)
                 world.sleep(self.rng.uniform(0.2, 2.0))
                 self.start_coordinator()
-        finally:
-            self.appending -= 1
 
     def new_write(self) -> Write:
         i = len(self.writes)
@@ -746,15 +740,12 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
     def appender(self, name: str, stop: Any) -> None:
         """An application writing through the SDK, one write at a time; the SDK sends a
         write whose outcome was unknown again under the same request id (broken: a new one)."""
-        self.appending += 1
-        db = self.sdk(name)
-        self.cluster_up(stop)
-        try:
+        with self.running():
+            db = self.sdk(name)
+            self.cluster_up(stop)
             while not stop.is_set():
                 self.write_once(db, name, self.new_write())
                 world.sleep(self.rng.uniform(0, 0.05))
-        finally:
-            self.appending -= 1
 
     def write_once(self, db: Client, name: str, w: Write) -> None:
         ops, pk, ds = w.record.ops, w.record.partition_key, self.dataset.name
@@ -786,10 +777,9 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
         new request id, as Spark runs a failed task again; now and then one that succeeded
         runs again too (a speculative copy). Checked: every event counts once if an
         attempt was told it applied, at most once otherwise (check_events)."""
-        self.appending += 1
-        db = self.sdk("ingest")
-        self.cluster_up(stop)
-        try:
+        with self.running():
+            db = self.sdk("ingest")
+            self.cluster_up(stop)
             while not stop.is_set():
                 first = len(self.events)
                 batch = [(b"ev%d" % i, self.rng.choice(PKEYS))
@@ -814,8 +804,6 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
                     if self.rng.random() >= 0.2:  # else a speculative copy of the task runs too
                         break
                 world.sleep(self.rng.uniform(0, 0.1))
-        finally:
-            self.appending -= 1
 
     def linearizable_client(self, cid: int, db: Client, stop: Any) -> None:
         """One thread of an application whose threads share an SDK client `db` (their
@@ -824,10 +812,9 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
         and return times (its return unknown when the SDK gave up). Each key's history
         must linearize (tests/linearizability.py, the checker the real-process tests use),
         and each operation end by its deadline. (7)"""
-        self.appending += 1
-        ds = self.dataset.name
-        self.cluster_up(stop)
-        try:
+        with self.running():
+            ds = self.dataset.name
+            self.cluster_up(stop)
             while not stop.is_set():
                 k = self.rng.choice(HOT)
                 kind = self.rng.choice(["put", "get", "get", "cas", "delete"])
@@ -862,8 +849,6 @@ class NodeSim(FailoverSim, EndChecks, WriterSim):
                 if kind != "get" or t1 != INF:  # a read with no answer constrains nothing
                     self.histories.setdefault(k, []).append(Operation(cid, t0, t1, kind, arg, out))
                 world.sleep(self.rng.uniform(0, 0.05))
-        finally:
-            self.appending -= 1
 
     def after_faults(self) -> None:
         """(8) Once every fault has ended, an operation on each shared key succeeds within

@@ -79,13 +79,16 @@ class KvTopology:
     scopes: scopes.Layout = ()
     # The fail-overs made (catalog/failover.py record), oldest first.
     failovers: tuple[dict, ...] = ()
+    # Copies of each shard in every data center (`--copies-per-dc`; 0: R dealt over them).
+    per_dc: int = 0
 
 
 def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
               logs: int = KV_LOGS_DEFAULT,
-              replicas: int = replica_sets.REPLICAS_DEFAULT) -> KvTopology:
+              replicas: int = replica_sets.REPLICAS_DEFAULT, per_dc: int = 0) -> KvTopology:
     """The key-value topology, if there is none yet. With more storage nodes than
-    `replicas`, each shard is placed on `replicas` of them (catalog/replica_sets.py)."""
+    `replicas`, each shard is placed on `replicas` of them (catalog/replica_sets.py);
+    with `per_dc`, on that many in each data center the storage nodes name."""
     if not 1 <= shards <= SHARDS_MAX:
         raise ValueError(f"shards: must be between 1 and {SHARDS_MAX}")
     if logs < 1:
@@ -96,16 +99,18 @@ def create_kv(zk: KazooClient, shards: int, storage_nodes: list[int],
     zk.ensure_path(STORAGE_NODES)
     zk.ensure_path(COORDINATORS)
     try:
-        if len(storage_nodes) > replicas:  # before the topology: a reader never sees one without it
-            _write_sets(zk, replica_sets.spread(shards, storage_nodes, replicas, *placement_rule(zk)), None,
-                        "placed at cluster creation")
+        first = replica_sets.first_sets(shards, storage_nodes, replicas, 0, *placement_rule(zk),
+                                        per_dc=per_dc)
+        if first is not None:  # before the topology: a reader never sees one without it
+            _write_sets(zk, first, None, "placed at cluster creation")
         # The key-value logs keep a read lease and mark idle time (log/zk.py
         # Topology.leased_below): asked of the log in the same transaction, unless the log's
         # cluster was made so, so the topology is never seen without it.
         lease = zkpaths.leased_update(zk, logs)
         tx = zk.transaction()
         tx.create(KV, json.dumps({"shards": shards, "storage_nodes": storage_nodes,
-                                  "logs": logs, "replicas": replicas}).encode())
+                                  "logs": logs, "replicas": replicas,
+                                  **({"per_dc": per_dc} if per_dc else {})}).encode())
         if lease is not None:
             tx.set_data(zkpaths.TOPOLOGY, lease[0], version=lease[1])
         commit(tx)
@@ -139,7 +144,19 @@ def read_kv_versioned(zk: KazooClient) -> tuple[KvTopology, int] | None:
 def _kv_of(d: dict[str, Any]) -> KvTopology:
     return KvTopology(d["shards"], tuple(d["storage_nodes"]), d.get("logs", KV_LOGS_DEFAULT),
                       int(d.get("replicas", replica_sets.REPLICAS_DEFAULT)),
-                      scopes.from_json(d.get("scopes")), tuple(d.get("failovers", ())))
+                      scopes.from_json(d.get("scopes")), tuple(d.get("failovers", ())),
+                      int(d.get("per_dc", 0)))
+
+
+def set_per_dc(zk: KazooClient, per_dc: int, version: int) -> None:
+    """Record the cluster's copies-per-dc (checked by the caller: replica_sets.check_per_dc)
+    in the key-value topology read at `version`; BadVersionError when it changed since."""
+    data, stat = zk.get(KV)
+    if stat.version != version:
+        raise BadVersionError()
+    d = json.loads(data)
+    d["per_dc"] = per_dc
+    zk.set(KV, json.dumps(d).encode(), version=version)
 
 
 def add_scope(zk: KazooClient, dc: str, count: int, logs: list[int], homes: dict[int, str],
@@ -394,7 +411,7 @@ def place(zk: KazooClient, kv: KvTopology, why: str, joining: int = 0) -> Replic
         return sets
     try:
         first = replica_sets.first_sets(kv.shards, kv.storage_nodes, kv.replicas, joining,
-                                        *placement_rule(zk))
+                                        *placement_rule(zk), per_dc=kv.per_dc)
     except PlacementError:
         # The members so far cannot hold R copies on distinct machines (machines still
         # joining): every member keeps every shard until they can (cluster rebalance).

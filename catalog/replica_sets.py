@@ -67,14 +67,33 @@ def everyone(shards: int, members: Iterable[int]) -> ReplicaSets:
     return ReplicaSets(len(nodes), tuple(nodes for _ in range(shards)))
 
 
+def copies(replicas: int, per_dc: int, members: Iterable[int], domain_of: Domains | None) -> int:
+    """Copies of each shard: `per_dc` in each data center the members name when the cluster
+    sets a count per data center (copies-per-dc), else R (`replicas`, dealt over them)."""
+    dcs = data_centers_of(members, domain_of) if per_dc else []
+    return per_dc * len(dcs) if dcs else replicas
+
+
+def data_centers_of(members: Iterable[int], domain_of: Domains | None) -> list[str]:
+    """The data centers the members name, sorted (none: they name none)."""
+    if domain_of is None:
+        return []
+    return sorted(d for d in failure_domains.data_centers(members, domain_of) if d)
+
+
 def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domains | None = None,
-           one_machine: bool = False) -> ReplicaSets:
+           one_machine: bool = False, per_dc: int = 0) -> ReplicaSets:
     """The first placement: the shards' S*R copies dealt round the sorted members in turn,
     each shard's R copies to R members (distinct, as R <= N) that hold fewest so far, in
     the turn's order, so every member holds S*R/N shards, give or take one. With
     `domain_of`, the placement rule picks among them (fleet/failure_domains.py: never two
-    copies on one machine, spread over localities); PlacementError when it cannot hold."""
-    check_replicas(replicas, len(members))
+    copies on one machine, spread over localities); PlacementError when it cannot hold.
+    With `per_dc` (the cluster's copies-per-dc) and members that name data centers, each
+    data center gets exactly `per_dc` copies of every shard (R is then per_dc times them)."""
+    dcs = data_centers_of(members, domain_of) if per_dc else []
+    replicas = copies(replicas, per_dc, members, domain_of)
+    if not dcs:  # (per data center, pick names the one without machines enough)
+        check_replicas(replicas, len(members))
     nodes = sorted(members)
     n = len(nodes)
     if domain_of is None:  # every member a machine of its own: the plain dealing
@@ -86,8 +105,13 @@ def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domain
     for s in range(shards):
         turn = [nodes[(s * replicas + i) % n] for i in range(n)]
         order = sorted(turn, key=lambda m: (held[m], turn.index(m)))
-        picked = failure_domains.pick(replicas, order, dom, one_machine=one_machine,
-                                      what=f"copies of shard {s}")
+        if dcs:
+            picked = tuple(m for d in dcs for m in failure_domains.pick(
+                per_dc, [m for m in order if dom(m).dc == d], dom, one_machine=one_machine,
+                what=f"copies of shard {s} in data center {d}"))
+        else:
+            picked = failure_domains.pick(replicas, order, dom, one_machine=one_machine,
+                                          what=f"copies of shard {s}")
         for m in picked:
             held[m] += 1
         out.append(tuple(sorted(picked)))
@@ -95,14 +119,46 @@ def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domain
 
 
 def first_sets(shards: int, members: Sequence[int], replicas: int, joining: int = 0,
-               domain_of: Domains | None = None, one_machine: bool = False) -> ReplicaSets | None:
+               domain_of: Domains | None = None, one_machine: bool = False,
+               per_dc: int = 0) -> ReplicaSets | None:
     """The replica sets to write for a cluster that has none (every member holds every
-    shard), or None while it has `replicas` members or fewer, with `joining` more about to
-    join (nothing to place). Each shard keeps R of the members that hold it (spread), so
-    placing moves no data: the other members drop their copies."""
-    if len(members) + joining <= replicas:
+    shard), or None while it has `replicas` members or fewer (per_dc in each data center,
+    with copies-per-dc), with `joining` more about to join (nothing to place). Each shard
+    keeps R of the members that hold it (spread), so placing moves no data: the other
+    members drop their copies."""
+    if len(members) + joining <= copies(replicas, per_dc, members, domain_of):
         return None
-    return spread(shards, members, replicas, domain_of, one_machine)
+    return spread(shards, members, replicas, domain_of, one_machine, per_dc)
+
+
+def check_per_dc(per_dc: int, sets: ReplicaSets, members: Sequence[int], domain_of: Domains,
+                 one_machine: bool = False) -> None:
+    """ValueError naming copies-per-dc when the cluster cannot hold `per_dc` copies of
+    every shard in each of its data centers: none named, a data center with fewer machines
+    than that, or one holding more copies of a shard already (copies are added, never
+    taken away: a lower count would leave the extra copies where they are)."""
+    if not 0 <= per_dc <= REPLICAS_MAX:
+        raise ValueError(f"copies-per-dc: {per_dc}, must be between 1 and {REPLICAS_MAX} (0: R copies dealt "
+                         "over the data centers)")
+    if not per_dc:
+        return
+    by_dc = {d: ms for d, ms in failure_domains.data_centers(members, domain_of).items() if d}
+    if not by_dc:
+        raise ValueError("copies-per-dc: the storage nodes name no data center (give each a dc= tier in its "
+                         "--locality)")
+    for d, ms in sorted(by_dc.items()):
+        machines = len(failure_domains.machines(ms, domain_of))
+        if machines < per_dc and not one_machine:
+            raise ValueError(f"copies-per-dc: {per_dc} copies in data center {d} need {per_dc} machines "
+                             f"there; it has {machines}: add machines in {d} first")
+    if sets.version < 0:
+        return  # every member holds every shard: nothing placed to compare with
+    for shard, nodes in enumerate(sets.sets):
+        for d, n in sorted(failure_domains.data_centers(nodes, domain_of).items()):
+            if d and n and len(n) > per_dc:
+                raise ValueError(f"copies-per-dc: {per_dc}, but data center {d} holds {len(n)} copies of "
+                                 f"shard {shard} already; copies are added, never taken away (move them "
+                                 f"with `midtown shard move` first, or keep the count at {len(n)} or more)")
 
 
 def check_replicas(replicas: int, members: int) -> None:
@@ -148,7 +204,7 @@ def byte_slack(loads: Iterable[int]) -> int:
 def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] = (),
                max_moves: int | None = None,
                sizes: Mapping[int, int] | None = None, domain_of: Domains | None = None,
-               one_machine: bool = False) -> list[tuple[int, int, int]]:
+               one_machine: bool = False, per_dc: int = 0) -> list[tuple[int, int, int | None]]:
     """The moves (shard, to, from) that take every replica off the `drain` nodes, then even
     out how many shards each member holds (to within one, among the members of each data
     center where they name one: a copy stays in its data center), then, given each shard's bytes
@@ -163,7 +219,11 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
     move puts a copy on a machine that holds another copy of the shard, and, before the
     evening, a shard whose copies share a machine (laid out before the rule) has the
     extra ones moved to machines without one. A drain that cannot keep the rule raises
-    PlacementError naming the shard (unless `one_machine`)."""
+    PlacementError naming the shard (unless `one_machine`).
+
+    With `per_dc` (the cluster's copies-per-dc), a data center that holds fewer copies of a
+    shard than that (one added later, or a count raised) is given the rest first: moves
+    (shard, to, None), each to its least loaded member the rule allows."""
     gone = set(drain)
     targets = sorted(set(members) - gone)
     cur = [set(s) for s in sets.sets]
@@ -179,9 +239,9 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
             if n in held:
                 held[n] += 1
                 load[n] += size(shard)
-    out: list[tuple[int, int, int]] = []
+    out: list[tuple[int, int, int | None]] = []
 
-    def move(shard: int, to: int, frm: int) -> None:
+    def move(shard: int, to: int, frm: int | None) -> None:
         cur[shard].discard(frm)
         cur[shard].add(to)
         held[to] += 1
@@ -220,6 +280,17 @@ def plan_moves(sets: ReplicaSets, members: Iterable[int], drain: Iterable[int] =
                     fits = [n for n in targets if ok(shard, n, frm)]
                     if fits and room():
                         move(shard, min(fits, key=lambda n: (held[n], load[n], n)), frm)
+    if per_dc:  # copies a data center lacks, added
+        for shard, nodes in enumerate(cur):
+            for d, group in failure_domains.data_centers(targets, dom).items():
+                while d and room() and sum(1 for n in nodes if n in group) < per_dc:
+                    fits = [n for n in group if failure_domains.allowed(nodes, n, None, dom, one_machine)]
+                    if not fits:
+                        raise PlacementError(
+                            f"shard {shard}: data center {d} has no machine left for its "
+                            f"copy {sum(1 for n in nodes if n in group) + 1} of {per_dc} (copies-per-dc): "
+                            f"add a storage node there first")
+                    move(shard, min(fits, key=lambda n: (held[n], load[n], n)), None)
     # Within each data center (a copy moves only within its own: the rule's keeps_data_center)
     for group in failure_domains.data_centers(targets, dom).values():
         while room():

@@ -162,6 +162,10 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
         raise CliError(f"--storage-nodes: expected ids like 0,1,2, got {a.storage_nodes!r}") from None
     try:
         replica_sets.check_replicas(a.replicas, max(a.replicas, len(nodes)))
+        if not 0 <= a.copies_per_dc <= replica_sets.REPLICAS_MAX:
+            raise ValueError(f"copies-per-dc: {a.copies_per_dc}, must be between 1 and "
+                             f"{replica_sets.REPLICAS_MAX} (0: --replicas copies dealt over the data "
+                             "centers)")
     except ValueError as e:
         raise CliError(f"--{e}") from None
     zk = zk_client(a)
@@ -176,14 +180,14 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
 
     zk2 = zk_client(a)
     try:
-        kv = registry.create_kv(zk2, a.shards, nodes, a.kv_logs, a.replicas)
+        kv = registry.create_kv(zk2, a.shards, nodes, a.kv_logs, a.replicas, a.copies_per_dc)
     except ValueError as e:
         raise CliError(str(e)) from None
     finally:
         zk2.stop()
         zk2.close()
     emit({"logs": topo.logs, "log_servers": list(topo.log_servers), "shards": kv.shards,
-          "kv_logs": kv.logs,
+          "kv_logs": kv.logs, "copies_per_dc": kv.per_dc or None,
           "storage_nodes": list(kv.storage_nodes)}, a.json)
     return 0
 
@@ -281,6 +285,9 @@ def add_parser(sub: Any) -> Any:
     it.add_argument("--replicas", type=at_least_one_arg("--replicas"), default=REPLICAS_DEFAULT,
                     help="copies of each shard (default %(default)s): with more storage nodes, each "
                          "holds a part of the shards")
+    it.add_argument("--copies-per-dc", type=int, default=0, metavar="N",
+                    help="copies of each shard in every data center the storage nodes name (their "
+                         "--locality dc=...), in place of --replicas dealt over them (default: not set)")
     it.add_argument("--kv-logs", type=nonneg_arg("--kv-logs"), default=registry.KV_LOGS_DEFAULT,
                     help="logs the key-value store spreads its shards over (default %(default)s: "
                          "one for each log server to write)")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
+
+from kazoo.exceptions import BadVersionError
 
 from catalog import log_map, registry, replica_sets, scopes, shard_moves, usage
 from cli.connect import CliError
@@ -106,7 +109,8 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
                      "move": None if m is None else {"to": m.dest, "from": m.leaving, "phase": m.phase}})
     shared = sum(1 for r in rows if r["shared_machines"])
     if a.json:
-        emit({"version": sets.version, "replicas": sets.replicas, "log_map_version": logs.version,
+        emit({"version": sets.version, "replicas": sets.replicas, "copies_per_dc": kv.per_dc or None,
+              "log_map_version": logs.version,
               "shards": rows,
               "shards_sharing_a_machine": shared}, True)
         return 0
@@ -125,6 +129,12 @@ def _list(a: argparse.Namespace, zk: Any, kv: registry.KvTopology) -> int:
                                             "move"], "dcs", "scope"))
     print(f"{shared} of {kv.shards} shards have copies that share a machine"
           + (" (midtown cluster rebalance moves them apart)" if shared else ""))
+    if kv.per_dc:
+        dcs = replica_sets.data_centers_of(kv.storage_nodes, where)
+        short = sum(1 for r in rows if any(sum(1 for n in r["replicas"] if where(n).dc == d) < kv.per_dc
+                                           for d in dcs))
+        print(f"copies per data center: {kv.per_dc} (cluster setting); {short} of {kv.shards} shards have "
+              "fewer in some data center" + (" (midtown cluster rebalance adds them)" if short else ""))
     return 0
 
 
@@ -206,9 +216,13 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         # A cluster with more members than R and no replica sets (made before them) is
         # placed first: each shard stays on R of the nodes that hold it, the others drop it.
         where, one = registry.placement_rule(zk)  # the placement rule: never two copies on one machine
+        per_dc = kv.per_dc
+        if drain is None and a.copies_per_dc is not None and a.copies_per_dc != kv.per_dc:
+            per_dc = set_copies_per_dc(zk, kv, sets, members, a.copies_per_dc, a.dry_run)
+            kv = replace(kv, per_dc=per_dc)
         try:
-            first = (replica_sets.first_sets(kv.shards, list(kv.storage_nodes), kv.replicas, 0, where, one)
-                     if sets.version < 0 else None)
+            first = (replica_sets.first_sets(kv.shards, list(kv.storage_nodes), kv.replicas, 0, where, one,
+                                             per_dc) if sets.version < 0 else None)
         except PlacementError as e:
             raise CliError(str(e)) from None
         dropped = 0
@@ -222,7 +236,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
                                                            domain_of=where, one_machine=one) if m[2] == drain]
             else:
                 plan = replica_sets.plan_moves(sets, members, max_moves=a.max_moves, sizes=sizes,
-                                               domain_of=where, one_machine=one)
+                                               domain_of=where, one_machine=one, per_dc=per_dc)
         except PlacementError as e:
             raise CliError(f"ID: node {drain} cannot be decommissioned: {e}" if drain is not None
                            else str(e)) from None
@@ -240,7 +254,8 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
             hand_offs(a, kv, handoffs, say)
             for i, row in enumerate(rows):
                 say(f"move {i + 1} of {len(rows)}: shard {row['shard']} "
-                    f"from node {row['from']} to {row['to']}")
+                    + (f"from node {row['from']} to {row['to']}" if row["from"] is not None
+                       else f"copied to node {row['to']} (a copy its data center lacks)"))
                 done = move(zk, kv, row["shard"], row["to"], row["from"], a.rate, a.timeout, lambda msg: None)
                 row.update(seconds=done["seconds"], copied_bytes=done.get("copied_bytes"))
             if drain is not None:
@@ -263,6 +278,7 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
         if a.json:
             removed = drain if drain is not None and not a.dry_run else None
             emit({"moves": rows, "dry_run": a.dry_run, "removed": removed, "dropped_copies": dropped,
+                  "copies_per_dc": per_dc or None,
                   **({} if drain is not None else {"handoffs": handoffs, "shards_per_log": per_log}),
                   "shards_per_node": {str(n): counts.get(n, 0) for n in kv.storage_nodes},
                   "bytes_per_node": {str(n): held_bytes[n] for n in kv.storage_nodes}}, True)
@@ -292,6 +308,27 @@ def _balance(a: argparse.Namespace, zk_of: Callable[[argparse.Namespace], Any], 
     finally:
         zk.stop()
         zk.close()
+
+
+def set_copies_per_dc(zk: Any, kv: registry.KvTopology, sets: replica_sets.ReplicaSets, members: list[int],
+                      per_dc: int, dry_run: bool) -> int:
+    """Check and (unless `dry_run`) record the cluster's copies-per-dc; CliError naming
+    --copies-per-dc when the data centers cannot hold it."""
+    where, one = registry.placement_rule(zk)
+    try:
+        replica_sets.check_per_dc(per_dc, sets, members, where, one)
+    except ValueError as e:
+        raise CliError(f"--{e}") from None
+    if not dry_run:
+        got = registry.read_kv_versioned(zk)
+        try:
+            if got is None or got[0] != kv:
+                raise BadVersionError()
+            registry.set_per_dc(zk, per_dc, got[1])
+        except BadVersionError:
+            raise CliError("--copies-per-dc: the key-value topology changed meanwhile: run the command "
+                           "again") from None
+    return per_dc
 
 
 def hand_offs(a: argparse.Namespace, kv: registry.KvTopology, rows: list[dict[str, Any]],
@@ -329,6 +366,9 @@ def add_balance_parsers(cluster: Any, node: Any, common: Callable[..., None],
                             help="move shards until every member holds as many (to within one) "
                             "and about as many bytes")
     rb.add_argument("--max-moves", type=int, default=None, help="at most this many moves (default: all)")
+    rb.add_argument("--copies-per-dc", type=int, default=None, metavar="N",
+                    help="set the cluster's copies of each shard in every data center to N (raised only), "
+                         "then add the copies each data center lacks")
     rb.add_argument("--max-handoffs", type=int, default=None,
                     help="at most this many hand-offs of shards between key-value logs (default: all)")
     dc = node.add_parser("decommission",

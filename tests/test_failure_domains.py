@@ -4,6 +4,8 @@ and re-replication (log/rereplicate.py)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -262,3 +264,93 @@ def test_a_segment_moved_off_a_lost_copy_leaves_that_copys_machine_whole() -> No
     # One machine for all (a development cluster): nothing to leave.
     assert off_machines_of({1}, [0, 2], lambda s: Domain("one"), one_machine=True) == [0, 2]
     assert off_machines_of(set(), [0, 2, 4], domain_of) == [0, 2, 4]
+
+
+@settings(max_examples=60, deadline=None)
+@given(dcs=st.lists(st.integers(1, 4), min_size=1, max_size=4), k=st.integers(1, 3),
+       shards=st.integers(1, 30))
+def test_copies_per_dc_places_exactly_that_many_in_each_data_center(dcs: list[int], k: int,
+                                                                    shards: int) -> None:
+    """With the cluster's copies-per-dc, the first placement gives every data center exactly
+    that many copies of each shard, on distinct machines; a data center with fewer machines
+    is refused naming it (and check_per_dc says so first, naming the setting)."""
+    where = in_dcs(tuple(dcs))
+    members = sorted(where)
+    empty = replica_sets.everyone(shards, members)
+    if min(dcs) < k:
+        with pytest.raises(ValueError, match=r"copies-per-dc: .* need .* machines there"):
+            replica_sets.check_per_dc(k, empty, members, fd.lookup(where))
+        with pytest.raises(PlacementError, match="in data center dc"):
+            replica_sets.spread(shards, members, 3, fd.lookup(where), per_dc=k)
+        return
+    replica_sets.check_per_dc(k, empty, members, fd.lookup(where))
+    sets = replica_sets.spread(shards, members, 3, fd.lookup(where), per_dc=k)
+    assert sets.replicas == k * len(dcs)
+    for s in sets.sets:
+        assert per_dc(s, where) == {f"dc{d}": k for d in range(len(dcs))}
+        assert no_shared(s, where)
+    counts = replica_sets.counts(sets)
+    for d in range(len(dcs)):  # each data center's members hold as many as one another, give or take one
+        xs = [counts.get(n, 0) for n in members if where[n].dc == f"dc{d}"]
+        assert max(xs) - min(xs) <= 1, xs
+
+
+def test_first_sets_waits_for_more_members_than_the_copies_per_dc_make() -> None:
+    where = in_dcs((2, 2))
+    assert replica_sets.first_sets(4, sorted(where), 3, 0, fd.lookup(where), per_dc=2) is None
+    placed = replica_sets.first_sets(4, sorted(where), 3, 0, fd.lookup(where), per_dc=1)
+    assert placed is not None and all(per_dc(s, where) == {"dc0": 1, "dc1": 1} for s in placed.sets)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dcs=st.lists(st.integers(2, 3), min_size=2, max_size=3), shards=st.integers(1, 20),
+       new_dc=st.integers(1, 3), raise_to=st.booleans())
+def test_a_data_center_added_later_or_a_count_raised_gets_its_copies_added(
+        dcs: list[int], shards: int, new_dc: int, raise_to: bool) -> None:
+    """Placed with one copy per data center, then a data center added (new_dc machines) or
+    the count raised to 2: the plan adds (to, None) exactly the copies each data center lacks,
+    each within its data center and on a machine of its own, moves no other copy out of its
+    data center, and a plan made from the result adds nothing more."""
+    where = in_dcs(tuple(dcs))
+    sets = replica_sets.spread(shards, sorted(where), 3, fd.lookup(where), per_dc=1)
+    sets = replica_sets.ReplicaSets(sets.replicas, sets.sets, 1)
+    bigger = in_dcs((*dcs, new_dc))  # the new data center's ids come last: the old ones keep theirs
+    k = 2 if raise_to else 1
+    if k > new_dc:
+        with pytest.raises(ValueError, match=r"copies-per-dc: 2 copies in data center dc\d need 2 machines"):
+            replica_sets.check_per_dc(k, sets, sorted(bigger), fd.lookup(bigger))
+        return
+    replica_sets.check_per_dc(k, sets, sorted(bigger), fd.lookup(bigger))
+    plan = replica_sets.plan_moves(sets, sorted(bigger), domain_of=fd.lookup(bigger), per_dc=k)
+    after = sets
+    for shard, to, frm in plan:
+        if frm is None:
+            assert fd.allowed(after.of(shard), to, None, fd.lookup(bigger))
+        else:
+            assert fd.keeps_data_center(to, frm, fd.lookup(bigger))
+        after = replica_sets.with_set(after, shard, (set(after.of(shard)) - {frm}) | {to})
+    added = [m for m in plan if m[2] is None]
+    assert len(added) == shards * (k * (len(dcs) + 1) - len(dcs))
+    for s in after.sets:
+        assert per_dc(s, bigger) == {f"dc{d}": k for d in range(len(dcs) + 1)}
+        assert no_shared(s, bigger)
+    assert not [m for m in replica_sets.plan_moves(after, sorted(bigger), domain_of=fd.lookup(bigger),
+                                                   per_dc=k) if m[2] is None]
+
+
+def test_copies_per_dc_is_refused_naming_it_when_it_cannot_be_held() -> None:
+    where = in_dcs((2, 2))
+    members = sorted(where)
+    dealt = replica_sets.ReplicaSets(4, ((0, 1, 2, 3),), 1)  # two copies in each
+    for k, said in [(-1, "copies-per-dc: -1, must be between 1 and 9"),
+                    (10, "copies-per-dc: 10, must be between"),
+                    (3, "copies-per-dc: 3 copies in data center dc0 need 3 machines there; it has 2"),
+                    (1, "copies-per-dc: 1, but data center dc0 holds 2 copies of shard 0 already; copies "
+                        "are added, never taken away")]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            replica_sets.check_per_dc(k, dealt, members, fd.lookup(where))
+    plain = layout(3, 1)  # machines, no data centers
+    with pytest.raises(ValueError, match="copies-per-dc: the storage nodes name no data center"):
+        replica_sets.check_per_dc(1, dealt, sorted(plain), fd.lookup(plain))
+    replica_sets.check_per_dc(0, dealt, members, fd.lookup(where))  # 0: R dealt, as before
+    replica_sets.check_per_dc(2, dealt, members, fd.lookup(where))

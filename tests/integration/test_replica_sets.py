@@ -593,3 +593,30 @@ def test_a_move_under_way_is_shown_kept_to_its_arguments_and_given_up(six: Clust
                                                                   "phase": "copying"}
     assert json.loads(mt("shard", "list").stdout)["shards"][shard]["move"] is None
     assert _sets(six)[0] == sets
+
+
+def test_a_copy_added_without_from_joins_holds_the_data_and_answers(six: Cluster) -> None:
+    """`shard move SHARD --to N` with no --from adds a copy (as `cluster rebalance
+    --copies-per-dc` does for a data center that lacks one): the node joins the set beside
+    the three, holds the shard's data at one position and digest with them, and answers for
+    it; the others keep theirs. (Last in the module: the shard keeps four copies.)"""
+    d = _dataset(six, "t")
+    shard = 9
+    keys = [k for k in (f"c{i}" for i in range(400)) if shard_of(d.id, k.encode(), SHARDS) == shard][:2]
+    before, _ = _sets(six)
+    holders = before.of(shard)
+    dest = next(n for n in range(NODES) if n not in holders)
+    with Client(six.coordinator_addrs, timeout=20) as db:
+        for i, k in enumerate(keys):
+            db.put("t", k, "v", b"added%d" % i)
+    p = subprocess.run([sys.executable, "-m", "cli", "shard", "move", str(shard), "--to", str(dest),
+                        "--zk", six.zk_hosts, "--json"], capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    after, _ = _sets(six)
+    assert after.of(shard) == tuple(sorted({*holders, dest}))
+    assert json.loads(p.stdout)["replicas"] == list(after.of(shard))
+    wait_for(lambda: _agree(six, shard, after.of(shard)), 60,
+             "the four copies at one position with one digest")
+    got = _scan(six, dest, d.id, shard)
+    assert isinstance(got, list)
+    assert {(k.encode(), b"v", b"added%d" % i) for i, k in enumerate(keys)} <= set(got)

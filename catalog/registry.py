@@ -181,6 +181,28 @@ def grow_scope(zk: KazooClient, dc: str, logs: list[int], homes: dict[int, str])
                                                           homes))
 
 
+def remove_scope(zk: KazooClient, dc: str, used: Callable[[], tuple[list[tuple[str, int, int]], int]]
+                 ) -> tuple[KvTopology, scopes.Scope]:
+    """Give local scope `dc`'s shards and logs back to global (catalog/scopes.py remove),
+    its logs' homes and preferences cleared (they carry global's shards from now on, which
+    survive a data center's loss), in one transaction with a check that no dataset was
+    created since `used()` read them. ScopeError naming the argument when it cannot be
+    done. The topology after it, and the scope as it was."""
+    gone: list[scopes.Scope] = []
+
+    def remove(kv: KvTopology, tx: Any) -> scopes.Layout:
+        ranges, datasets_version = used()
+        tx.check(DATASETS, datasets_version)
+        layout = scopes.remove(kv.scopes, dc, kv.shards, ranges)
+        s = scopes.find(kv.scopes, dc)
+        assert s is not None  # (remove found it)
+        gone[:] = [s]
+        path, body, version = zkpaths.homes_moved(zk, s.logs, "")
+        tx.set_data(path, body, version=version)
+        return layout
+    return _new_layout(zk, remove), gone[0]
+
+
 def _new_layout(zk: KazooClient, change: Callable[[KvTopology, Any], scopes.Layout]) -> KvTopology:
     """The scopes' layout `change(topology, transaction)` makes, written in one transaction
     with what it adds to it, made again from fresh reads when anything changed meanwhile."""

@@ -5,7 +5,8 @@ The key-value store's shards are laid out in scopes. Global is the first range o
 0..G-1, carried by the logs no local scope names; each local scope (`midtown scope add DC
 --shards N --logs L,...`) is a range of N shards taken from the top of the global range,
 carried only by its logs, each kept in that data center (log/homes.py); `midtown scope
-grow DC --logs L,...` gives it more of global's logs (more write capacity for it). A strong dataset
+grow DC --logs L,...` gives it more of global's logs (more write capacity for it); `midtown
+scope remove DC` gives its shards and logs back to global (remove). A strong dataset
 is created in one scope (`midtown dataset create NAME --scope DC`) and its keys hash over
 its scope's shards only (catalog/routing.py), a range it records when it is created: its
 writes go through logs whose ensembles, ack quorum and writer stand in that data center,
@@ -14,7 +15,7 @@ log: a hand-off (`shard handoff`, `cluster rebalance`) keeps a shard on its scop
 
 A scope's range is fixed once laid out: a scope takes only shards no dataset's keys hash
 over (so in practice, scopes are laid out before the global datasets are created), and a
-scope is never removed while a dataset is in it. The layout is kept in the key-value
+scope is removed only once no dataset is in it, the last laid out first. The layout is kept in the key-value
 topology (catalog/registry.py, /midtown/kv "scopes")."""
 
 from __future__ import annotations
@@ -168,6 +169,28 @@ def more_logs(layout: Layout, dc: str, logs: Iterable[int], kv_logs: int, homes:
         raise ScopeError(f"DC: no scope {dc!r} (midtown scope list; midtown scope add {dc} lays one out)")
     added = _global_logs_kept_in(layout, logs, kv_logs, homes, s.where, mine=s)
     return tuple(replace(x, logs=tuple(sorted({*x.logs, *added}))) if x.dc == dc else x for x in layout)
+
+
+def remove(layout: Layout, dc: str, shards: int, used: Iterable[tuple[str, int, int]]) -> Layout:
+    """`layout` without local scope `dc` (`midtown scope remove DC`): its shards and logs
+    go back to global. Only a scope no dataset is in, and the last laid out (its shards
+    are the top of global's: global's range stays one range, 0..G-1); ScopeError naming
+    DC when it cannot be done. `used` as for add."""
+    s = find(layout, dc)
+    if s is None:
+        raise ScopeError(f"DC: no scope {dc!r} (midtown scope list)")
+    for name, first, n in used:
+        n = n or shards
+        if first < s.first + s.count and s.first < first + n:
+            raise ScopeError(f"DC: dataset {name!r} is in scope {dc!r} (its keys hash over shards "
+                             f"{first}..{first + n - 1}); a scope is removed only once no dataset is "
+                             f"in it (midtown dataset drop {name}, or keep the scope)")
+    last = min(layout, key=lambda x: x.first)
+    if last.dc != dc:
+        raise ScopeError(f"DC: scope {dc!r} was laid out before scope {last.dc!r}, whose shards lie "
+                         f"between it and global's; remove {last.dc!r} first (scopes go back to global "
+                         "from the last laid out)")
+    return tuple(x for x in layout if x.dc != dc)
 
 
 def _global_logs_kept_in(layout: Layout, logs: Iterable[int], kv_logs: int, homes: Mapping[int, str],

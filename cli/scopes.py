@@ -9,6 +9,7 @@ from typing import Any
 
 from cli.connect import CliError, log_client
 from cli.output import emit, progress, unless_empty
+from cli.shards import hand_offs
 
 
 def _logs_arg(text: str) -> list[int]:
@@ -39,11 +40,33 @@ def cmd_scope_grow(a: argparse.Namespace) -> int:
                      "its writes spread over them")
 
 
+def cmd_scope_remove(a: argparse.Namespace) -> int:
+    """Give scope DC's shards and logs back to global, then spread global's shards over its
+    logs."""
+    from catalog import datasets, registry, scopes
+
+    say = progress(a.json)
+    with log_client(a) as c:
+        try:
+            kv, gone = registry.remove_scope(c.zk, a.dc, lambda: datasets.used_shards(c.zk))
+        except scopes.ScopeError as e:
+            raise CliError(str(e)) from None
+        say(f"scope {a.dc} removed: shards {gone.first}..{gone.first + gone.count - 1} and logs "
+            f"{', '.join(map(str, gone.logs))} are global's, the logs' homes cleared")
+        rows = _spread(c.zk, kv)
+    hand_offs(a, kv, rows, say)
+    g = scopes.global_count(kv.scopes, kv.shards)
+    out = {"removed": a.dc, "shards": f"{gone.first}..{gone.first + gone.count - 1}", "logs": list(gone.logs),
+           "global_shards": f"0..{g - 1}", "handoffs": rows}
+    _said(a, out, rows, f"scope {a.dc} removed: its shards {out['shards']} and logs "
+                        f"{', '.join(map(str, gone.logs))} are global's (shards {out['global_shards']})")
+    return 0
+
+
 def _laid_out(a: argparse.Namespace, write: Callable[[Any, dict[int, str]], Any], then: str) -> int:
     """Write a layout change of scope a.dc (`write(zk, the logs' homes)` -> the topology),
     then make the hand-offs that put each scope's shards on its own logs, evenly."""
-    from catalog import log_map, registry, scopes
-    from cli.shards import hand_offs
+    from catalog import scopes
     from log import zk as zkpaths
 
     say = progress(a.json)
@@ -56,19 +79,30 @@ def _laid_out(a: argparse.Namespace, write: Callable[[Any, dict[int, str]], Any]
         s = scopes.find(kv.scopes, a.dc)
         assert s is not None
         say(f"scope {a.dc}: shards {s.first}..{s.first + s.count - 1} on logs {', '.join(map(str, s.logs))}")
-        m = registry.read_log_map(c.zk, kv)
-        rows = [{"shard": sh, "from_log": f, "to_log": t}
-                for sh, f, t in log_map.spread(m, None, scopes.groups(kv.scopes, kv.shards, m.logs))]
+        rows = _spread(c.zk, kv)
     hand_offs(a, kv, rows, say)
     out = {"scope": s.dc, "shards": f"{s.first}..{s.first + s.count - 1}", "logs": list(s.logs),
            "handoffs": rows}
+    _said(a, out, rows, f"scope {s.dc}: shards {out['shards']} on logs {', '.join(map(str, s.logs))}; "
+                        f"{len(rows)} hand-offs made; {then}")
+    return 0
+
+
+def _spread(zk: Any, kv: Any) -> list[dict[str, Any]]:
+    """The hand-offs that put each scope's shards on its own logs, evenly (to be made)."""
+    from catalog import log_map, registry, scopes
+
+    m = registry.read_log_map(zk, kv)
+    return [{"shard": sh, "from_log": f, "to_log": t}
+            for sh, f, t in log_map.spread(m, None, scopes.groups(kv.scopes, kv.shards, m.logs))]
+
+
+def _said(a: argparse.Namespace, out: dict[str, Any], rows: list[dict[str, Any]], line: str) -> None:
     if a.json:
         emit(out, True)
     else:
         emit(rows, False, ["shard", "from_log", "to_log", "took_s"])
-        print(f"scope {s.dc}: shards {out['shards']} on logs {', '.join(map(str, s.logs))}; "
-              f"{len(rows)} hand-offs made; {then}")
-    return 0
+        print(line)
 
 
 def segment_tail(addr: str, log_id: int, segment_epoch: int) -> int:
@@ -128,7 +162,7 @@ def cmd_scope_list(a: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: Callable[..., None]) -> None:
-    """scope add|grow|list."""
+    """scope add|grow|remove|list."""
     sc = sub.add_parser("scope", help="lay out data centers' local scopes "
                                       "(docs/operations.md, 'Data centers')")
     scs = sc.add_subparsers(dest="cmd", metavar="COMMAND", required=True)
@@ -147,6 +181,11 @@ def add_parser(sub: Any, common: Callable[..., None]) -> None:
                          "(midtown log add, then midtown log home LOG DC)")
     common(gr, timeout_s=60.0)
     gr.set_defaults(fn=cmd_scope_grow)
+    rm = scs.add_parser("remove", help="give scope DC's shards and logs back to global (no dataset in it; "
+                                       "the last laid out first)")
+    rm.add_argument("dc", metavar="DC", help="the scope (midtown scope list)")
+    common(rm, timeout_s=60.0)
+    rm.set_defaults(fn=cmd_scope_remove)
     ls = scs.add_parser("list", help="the scopes: their shards, logs and datasets")
     common(ls)
     ls.set_defaults(fn=cmd_scope_list)

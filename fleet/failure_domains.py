@@ -187,6 +187,11 @@ def data_centers(members: Iterable[int], domain_of: Domains) -> dict[str, list[i
     return out
 
 
+def spans(members: Iterable[int], domain_of: Domains) -> int:
+    """How many data centers the members stand in (those naming none not counted)."""
+    return len({domain_of(m).dc for m in members} - {""})
+
+
 def mixed_data_centers(members: Iterable[int], domain_of: Domains, what: str = "members") -> str | None:
     """What is wrong when some members name a data center and others none (None: all do,
     or none): placement cannot say where the unnamed ones are."""

@@ -323,8 +323,11 @@ class Election:
         """As the writer of `log_id`, move its open segment off servers that share a
         machine (placed before the rule, or before their machines were recorded) once a
         placement that keeps them apart exists (fleet/failure_domains.py), and off servers
-        outside the log's home (given one since it opened: log/homes.py): an ensemble
-        change with every old copy answering. Looked at every KEEP_APART_S per log."""
+        outside the log's home (given one since it opened: log/homes.py), and, for a log
+        with no home (its home cleared, or a scope removed: catalog/scopes.py), off a segment
+        that spans fewer data centers than a new placement would (rule 2: spread over as many
+        as there are, so the log survives the loss of one): an ensemble change with every old
+        copy answering. Looked at every KEEP_APART_S per log."""
         if now - self._apart_checked.get(log_id, -KEEP_APART_S) < KEEP_APART_S:
             return
         self._apart_checked[log_id] = now
@@ -332,12 +335,16 @@ class Election:
         old = d.core.replicas
         together = failure_domains.shared(old, where)
         away = homes.outside(old, log_id, self.homes, where)
-        if not away and (not together or machines.one_machine(self.zk)):
+        spans = failure_domains.spans
+        there = spans((self.registered or frozenset()) - self.leaving, where)
+        narrow = not self.homes.get(log_id) and spans(old, where) < min(len(old), there)
+        if not away and not narrow and (not together or machines.one_machine(self.zk)):
             return
         if together and machines.one_machine(self.zk):
             together = {}  # (copies may share the one machine; they are moved for the home)
         why = (f"share machine(s) {', '.join(sorted(together))}" if together else
-               f"lie outside its home {self.homes.get(log_id)} ({', '.join(map(str, away))})")
+               f"lie outside its home {self.homes.get(log_id)} ({', '.join(map(str, away))})" if away else
+               f"span {spans(old, where)} of the {there} data centers there are (it has no home)")
         try:
             new = self._ensemble(log_id)
         except NoEnsemble as e:
@@ -346,7 +353,8 @@ class Election:
                 log.warning("log %d: servers %s of its open segment %s; it stays (%s)", log_id, old, why, e)
             return
         misplaced = ((together and failure_domains.shared(new, where))
-                     or homes.outside(new, log_id, self.homes, where))
+                     or homes.outside(new, log_id, self.homes, where)
+                     or (narrow and not away and not together and spans(new, where) <= spans(old, where)))
         if misplaced or not set(new) <= set(self.registered or ()):
             return  # not placed so yet, or on servers not registered: the next look
         log.warning("log %d: servers %s of its open segment %s: it moves to %s", log_id, old, why, new)

@@ -298,3 +298,72 @@ def test_a_global_dataset_on_two_data_centers_is_refused_unless_it_survives_a_zo
         assert names == ["ev", "z"]
     else:
         assert said == "" and names == ["ev", "g", "z"]
+
+
+def test_a_scope_removed_gives_its_shards_back_to_global_the_last_laid_out_first() -> None:
+    east = scopes.add((), "east", 8, [1], 64, 5, HOMES, [])
+    both = scopes.add(east, "west", 16, [3], 64, 5, HOMES, [("g", 0, 40), ("e", 56, 8)])
+    with pytest.raises(ScopeError, match="^DC: scope 'east' was laid out before scope 'west'.*remove 'west' "
+                                         "first"):
+        scopes.remove(both, "east", 64, [])
+    with pytest.raises(ScopeError, match="^DC: no scope 'north'"):
+        scopes.remove(both, "north", 64, [])
+    with pytest.raises(ScopeError, match=r"^DC: dataset 'w' is in scope 'west' \(its keys hash over shards "
+                                         r"40\.\.55\)"):
+        scopes.remove(both, "west", 64, [("g", 0, 40), ("w", 40, 16)])
+    with pytest.raises(ScopeError, match="^DC: dataset 'old' is in scope 'west'"):  # (made before scopes)
+        scopes.remove(both, "west", 64, [("old", 0, 0)])
+    assert scopes.remove(both, "west", 64, [("g", 0, 40), ("e", 56, 8)]) == east
+    assert scopes.range_of(east, GLOBAL, 64) == (0, 56) and scopes.logs_of(east, GLOBAL, 5) == (0, 2, 3, 4)
+    assert scopes.remove(east, "east", 64, []) == ()
+
+
+def _with_home(zk: Any, log: int, dc: str) -> None:
+    from log import zk as zkpaths
+    path, body, version = zkpaths.homes_moved(zk, [log], dc)
+    zk.set(path, body, version=version)
+
+
+def _homes(zk: Any) -> dict[int, str]:
+    from log import zk as zkpaths
+    topo = zkpaths.read_topology(zk)
+    assert topo is not None
+    return topo.home_map
+
+
+def test_a_scope_removed_clears_its_logs_homes_and_a_dataset_made_meanwhile_stops_it() -> None:
+    """The removal's transaction: the layout without the scope and its logs' homes cleared
+    (they carry global's shards from now on) together; a dataset created in the scope after
+    the removal read the datasets fails its check, and the removal, read again, is refused."""
+    from log import zk as zkpaths
+
+    def body(zk: Any) -> None:
+        zkpaths.create_cluster(zk, 4, [0, 1, 2], leased_below=3)
+        _cluster(zk)
+        _with_home(zk, 2, "east")
+        registry.add_scope(zk, "east", 4, [2], {2: "east"}, lambda: datasets.used_shards(zk))
+        kv = registry.read_kv(zk)
+        assert kv is not None
+        m = registry.read_log_map(zk, kv)
+        placed = tuple(2 if s >= 12 else s % 2 for s in range(16))
+        registry.write_log_map(zk, LogMap(m.logs, placed, m.version), "test")
+        calls = []
+
+        def used() -> tuple[list[tuple[str, int, int]], int]:
+            out = datasets.used_shards(zk)
+            if not calls:
+                datasets.create(zk, "sneaked-in", scope="east")  # between the read and the write
+            calls.append(1)
+            return out
+        with pytest.raises(ScopeError, match="DC: dataset 'sneaked-in' is in scope 'east'"):
+            registry.remove_scope(zk, "east", used)
+        assert len(calls) == 2 and _homes(zk).get(2) == "east"
+        kv = registry.read_kv(zk)
+        assert kv is not None and [s.dc for s in kv.scopes] == ["east"]
+        datasets.drop(zk, "sneaked-in")
+        kv, gone = registry.remove_scope(zk, "east", lambda: datasets.used_shards(zk))
+        assert kv.scopes == () and gone == Scope("east", 12, 4, (2,))
+        assert registry.read_kv(zk) == kv and not _homes(zk).get(2)
+        assert scopes.range_of(kv.scopes, GLOBAL, 16) == (0, 16)
+        assert (datasets.create(zk, "g").shard_first, datasets.create(zk, "h").shard_count) == (0, 16)
+    _zk(body)

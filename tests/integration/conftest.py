@@ -45,6 +45,32 @@ def started(path: Path, env: dict[str, str] | None = None, **options: Any) -> It
 
 
 @pytest.fixture
+def zk_hosts(tmp_path: Path) -> Iterator[str]:
+    """A ZooKeeper server alone (no Midtown process): what a command writes and plans there."""
+    from cluster.ports import free_ports
+    from cluster.zookeeper import ZooKeeper
+
+    z = ZooKeeper(tmp_path / "zk", free_ports(1)[0]).start()
+    try:
+        yield z.hosts
+    finally:
+        z.stop()
+
+
+@contextmanager
+def zk_session(hosts: str) -> Iterator[Any]:
+    """A ZooKeeper client, closed on the way out."""
+    from fleet.connect import connect
+
+    zk = connect(hosts)
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     with started(tmp_path / "cluster") as c:
         yield c

@@ -100,6 +100,13 @@ def test_a_log_given_a_home_is_written_and_copied_there_and_stays_there(two_dcs:
     assert all(int(s) in WEST for s in status(c, 0)["replicas"])
     cleared = json.loads(mt(c, "log", "home", "0", "--clear", "--json").stdout)
     assert cleared["home"] == "" and status(c, 0)["home"] == ""
+    # With no home, its open segment is spread over both data centers again (an ensemble
+    # change: a log without a home survives the loss of one), written on as before.
+    wait_for(lambda: len(status(c, 0)["data_centers"]) == 2, 60, "log 0's open segment in both data centers")
+    with Client(zk=c.zk_hosts, timeout=30) as db:
+        for i in range(20):
+            db.put("t", f"p{i}", "k", b"x")
+            assert db.get("t", f"p{i}", "k").value == b"x"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("args,says", [
@@ -165,6 +172,8 @@ def test_a_local_datasets_keys_travel_only_in_logs_kept_in_its_data_center(two_d
     (("dataset", "create", "n", "--scope", "east", "--consistency", "eventual"),
      "scope: 'east'; an eventual"),
     (("dataset", "create", "n"), "scope: a global dataset is to survive the loss of a data center"),
+    (("scope", "remove", "east"), "DC: dataset 'e' is in scope 'east' (its keys hash over shards 12..15)"),
+    (("scope", "remove", "north"), "DC: no scope 'north'"),
 ])
 def test_a_scope_that_cannot_be_is_refused_naming_the_argument(two_dcs: Cluster, args: tuple[str, ...],
                                                                says: str) -> None:

@@ -1,28 +1,23 @@
-"""The cluster's copies per data center (`--copies-per-dc`, catalog/replica_sets.py), set
-and planned through the `midtown` command against a real ZooKeeper (no servers: what is
-checked is what is placed, recorded and planned; a planned copy added is made by the same
-`shard move` with no --from that tests/integration/test_replica_sets.py runs): five storage
-nodes that say they run on machines in east (three) and west (two)."""
+"""Data centers laid out through the `midtown` command against a real ZooKeeper alone (no
+servers: what is checked is what is placed, recorded and planned): the cluster's copies per
+data center (`--copies-per-dc`, catalog/replica_sets.py; a planned copy added is made by the
+same `shard move` with no --from that tests/integration/test_replica_sets.py runs), on
+storage nodes that say they run on machines in east and west; and a local scope removed
+(`scope remove`, catalog/scopes.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 
 from catalog import registry
-from cluster.ports import free_ports
-from cluster.zookeeper import ZooKeeper
 from fleet import machines
-from fleet.connect import connect
 from fleet.failure_domains import Domain
+from tests.integration.conftest import zk_session
 
 pytestmark = pytest.mark.integration
 SHARDS = 8
@@ -30,15 +25,6 @@ SHARDS = 8
 
 def _at(machine: str, dc: str) -> Domain:
     return Domain(machine, (("dc", dc), ("zone", machine)))
-
-
-@pytest.fixture
-def zk_hosts(tmp_path: Path) -> Iterator[str]:
-    z = ZooKeeper(tmp_path / "zk", free_ports(1)[0]).start()
-    try:
-        yield z.hosts
-    finally:
-        z.stop()
 
 
 def mt(hosts: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -63,19 +49,9 @@ def _after(listed: dict[str, Any], moves: list[dict[str, Any]]) -> list[list[int
     return [sorted(s) for s in sets]
 
 
-@contextmanager
-def session(hosts: str) -> Iterator[KazooClient]:
-    zk = connect(hosts)
-    try:
-        yield zk
-    finally:
-        zk.stop()
-        zk.close()
-
-
 def _record(hosts: str, where: dict[int, str]) -> None:
     """Record each storage node's machine (m<id>, a zone of its own) in its data center."""
-    with session(hosts) as zk:
+    with zk_session(hosts) as zk:
         for n, dc in where.items():
             machines.record(zk, machines.STORAGE_NODES, n, _at(f"m{n}", dc))
 
@@ -83,7 +59,7 @@ def _record(hosts: str, where: dict[int, str]) -> None:
 def test_copies_per_dc_placed_raised_and_given_to_a_data_center_added_later(zk_hosts: str) -> None:
     where = {0: "east", 1: "east", 2: "east", 3: "west", 4: "west"}
     _record(zk_hosts, where)
-    with session(zk_hosts) as zk:
+    with zk_session(zk_hosts) as zk:
         # A count no data center can hold is refused before anything is written
         p = mt(zk_hosts, "cluster", "init", "--log-servers", "0,1,2", "--storage-nodes", "0,1,2,3,4",
                "--copies-per-dc", "10", ok=False)
@@ -137,3 +113,42 @@ def test_a_lower_count_than_a_data_center_holds_is_refused_naming_it(zk_hosts: s
     p = mt(zk_hosts, "cluster", "rebalance", "--dry-run", "--copies-per-dc", "1", ok=False)
     assert "--copies-per-dc: 1, but data center" in p.stderr
     assert "copies are added, never taken away" in p.stderr
+
+
+def test_a_scope_removed_gives_global_its_shards_and_logs_back_with_no_home(zk_hosts: str) -> None:
+    """A scope of half the shards laid out (here by its transaction alone, its shards put on
+    its log as its hand-offs would: global's then spread over both logs evenly as they
+    are, so the removal makes no hand-off, which would need log servers), then removed by
+    the command: global has every shard and both logs again, the scope's log has no home,
+    and a global dataset created then hashes over every shard. A scope with a dataset in
+    it is refused first."""
+    from catalog import datasets
+    from log import zk as zkpaths
+
+    mt(zk_hosts, "cluster", "init", "--log-servers", "0,1,2", "--storage-nodes", "0,1,2", "--shards",
+       str(SHARDS), "--kv-logs", "2", "--json")
+    with zk_session(zk_hosts) as zk:
+        path, body, version = zkpaths.homes_moved(zk, [1], "east")
+        zk.set(path, body, version=version)
+        registry.add_scope(zk, "east", SHARDS // 2, [1], {1: "east"}, lambda: datasets.used_shards(zk))
+        kv = registry.read_kv(zk)
+        assert kv is not None
+        m = registry.read_log_map(zk, kv)
+        placed = tuple(1 if s >= SHARDS // 2 else 0 for s in range(SHARDS))
+        registry.write_log_map(zk, registry.LogMap(m.logs, placed, m.version), "as its hand-offs leave it")
+        datasets.create(zk, "e", scope="east")
+    p = mt(zk_hosts, "scope", "remove", "east", ok=False)
+    assert "DC: dataset 'e' is in scope 'east' (its keys hash over shards 4..7)" in p.stderr
+    with zk_session(zk_hosts) as zk:
+        datasets.drop(zk, "e")
+    out = json.loads(mt(zk_hosts, "scope", "remove", "east", "--json").stdout)
+    assert out["removed"] == "east" and out["shards"] == "4..7" and out["logs"] == [1]
+    assert out["global_shards"] == f"0..{SHARDS - 1}"
+    rows = json.loads(mt(zk_hosts, "scope", "list", "--json").stdout)
+    assert [(r["scope"], r["shards"], r["logs"], r["homes"]) for r in rows] == \
+        [("global", f"0..{SHARDS - 1}", [0, 1], ["-"])]
+    with zk_session(zk_hosts) as zk:
+        g = datasets.create(zk, "g")
+    assert (g.shard_first, g.shard_count) == (0, SHARDS)
+    p = mt(zk_hosts, "scope", "remove", "east", ok=False)
+    assert "DC: no scope 'east'" in p.stderr

@@ -134,6 +134,7 @@ def cmd_node_add(a: argparse.Namespace) -> int:
     t = _change_members(a, registry.add_storage_node)
     if a.rebalance:  # then move shards onto it, as `cluster rebalance` does, and say that
         a.dry_run, a.max_moves, a.max_handoffs = False, None, 0  # moves onto the node only
+        a.copies_per_dc = None  # (the cluster's, as set)
         return shards_cli.cmd_rebalance(a, zk_client)
     emit({"added": a.id, "storage_nodes": list(t.storage_nodes)}, a.json)
     return 0

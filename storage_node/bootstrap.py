@@ -35,6 +35,7 @@ from rocksdict import Rdict, WriteBatch
 
 from midtown_pb import kv_pb2 as pb
 from runtime.stubs import Calls
+from storage_node import keys
 
 log = logging.getLogger("midtown.storage.bootstrap")
 
@@ -95,17 +96,28 @@ def behind(positions: dict[int, int], heads: dict[int, int]) -> dict[int, int]:
 
 
 def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None], calls: Calls,
-              heads: Mapping[int, int] | None = None) -> str:
+              heads: Mapping[int, int] | None = None, holds: Callable[[int], bool] = lambda x: True) -> str:
     """Replace the state in `db` (a rocksdict Rdict) by a peer's; returns the peer used.
     `sync()` makes what was written durable; `calls`: the way to the peers; `heads`: the
     positions of each log the copy must stand at or past (a peer waits up to
     HEADS_WAIT_MS to apply them, else refuses and the next is asked). BootstrapFailed if
-    no peer gave a whole copy."""
+    no peer gave a whole copy.
+
+    The peer's marks of shards this node does not hold (`holds`) are left out: a mark says
+    a copy of the shard was installed *here* (by a move: storage_node/shard_copy.py), and
+    the peer's are not this node's. Kept, one made this node apply a shard it does not
+    hold from the mark on, and its intake take it for the copy of a move of that shard to
+    this node begun meanwhile (make soak's every-broken step, seed 96 with any-generation's
+    faults, as built: node 3, its disk lost, copied node 0's store with node 0's mark of
+    shard 5 at 117 while shard 5 was moved to node 3; log 1 was truncated to 147 meanwhile,
+    and node 3 stopped behind it). The shard's other keys stay until the node drops what it
+    neither holds nor takes in (storage_node/bookkeeping.py), and an intake drops them
+    before its copy."""
     errors = []
     at_least = [(heads or {}).get(lg, 0) for lg in range(max(heads, default=-1) + 1)] if heads else []
     for addr in peers:
         try:
-            n = _copy_one(db, addr, sync, calls, at_least)
+            n = _copy_one(db, addr, sync, calls, at_least, holds)
             log.info("bootstrapped from %s: %d keys", addr, n)
             return addr
         except (grpc.RpcError, BootstrapFailed) as e:
@@ -131,7 +143,8 @@ def finish(db: Rdict, sync: Callable[[], None]) -> None:
     sync()
 
 
-def _copy_one(db: Rdict, addr: str, sync: Callable[[], None], calls: Calls, at_least: list[int]) -> int:
+def _copy_one(db: Rdict, addr: str, sync: Callable[[], None], calls: Calls, at_least: list[int],
+              holds: Callable[[int], bool]) -> int:
     begin(db, sync)
     req = pb.SnapshotRequest(min_positions=at_least, wait_ms=HEADS_WAIT_MS if at_least else 0)
     chunks, call = calls.stream(addr, "Snapshot", req, 3600)
@@ -144,7 +157,9 @@ def _copy_one(db: Rdict, addr: str, sync: Callable[[], None], calls: Calls, at_l
             for k, v in zip(chunk.keys, chunk.values):
                 if not STATE_FIRST <= k < STATE_END:
                     raise BootstrapFailed(f"a key outside the state: {k[:20]!r}")
-                wb.put(k, v)
+                marked = keys.shard_of_mark(k)
+                if marked is None or holds(marked):
+                    wb.put(k, v)
             db.write(wb)
             n += len(chunk.keys)
             if chunk.last:

@@ -253,6 +253,11 @@ def mark_key(shard: int) -> bytes:
     return b"M" + _I.pack(shard)
 
 
+def shard_of_mark(k: bytes) -> int | None:
+    """The shard of a mark's key (None: `k` is not one)."""
+    return int(_I.unpack(k[1:])[0]) if len(k) == 1 + _I.size and k[:1] == b"M" else None
+
+
 _PLACE = struct.Struct(">IQ?qQI")
 
 

@@ -197,7 +197,8 @@ class StorageNode:
                     # At or past the heads as the rebuild's copies are (its logs' heads when
                     # this try began: storage_node/bootstrap.py behind)
                     heads = rebuild.known_heads(shards, {lg: h for lg, (_, h) in bounds.items()}, s.log_map)
-                    bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls, heads)
+                    bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls, heads,
+                                        holds=set(shards).__contains__)
                     s.reload_positions()
                     behind = bootstrap.behind({lg: p for lg, (p, _) in s.positions.items()}, heads)
                     if behind:  # a peer behind the logs (restarted, or slow): take another copy

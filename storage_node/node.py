@@ -198,7 +198,7 @@ class StorageNode:
                     # this try began: storage_node/bootstrap.py behind)
                     heads = rebuild.known_heads(shards, {lg: h for lg, (_, h) in bounds.items()}, s.log_map)
                     bootstrap.copy_from(s.store.db, peers, s.store.sync, s.peer_calls, heads,
-                                        holds=set(shards).__contains__)
+                                        shards=shards)
                     s.reload_positions()
                     behind = bootstrap.behind({lg: p for lg, (p, _) in s.positions.items()}, heads)
                     if behind:  # a peer behind the logs (restarted, or slow): take another copy
@@ -349,8 +349,15 @@ class StorageNode:
         return paced()
 
     def _whole_snapshot(self) -> Iterator[pb.SnapshotChunk]:
+        s = self.state
         with self.checkpoint() as pairs:
-            yield from bootstrap.chunks(pairs)
+            # (its view when the checkpoint was taken: a shard it held then was not dropped
+            # yet, as a node drops a shard only once its view says it left it)
+            held = s.sets.shards_of(s.node_id)
+            for chunk in bootstrap.chunks(pairs):
+                if chunk.last:
+                    chunk.held[:], chunk.held_known = held, True
+                yield chunk
 
     def copy_shard(self, req: pb.CopyShardRequest) -> pb.CopyShardResponse:
         return self.intake.copy(req)

@@ -91,7 +91,7 @@ def spread(shards: int, members: Sequence[int], replicas: int, domain_of: Domain
     With `per_dc` (the cluster's copies-per-dc) and members that name data centers, each
     data center gets exactly `per_dc` copies of every shard (R is then per_dc times them)."""
     dcs = data_centers_of(members, domain_of) if per_dc else []
-    replicas = copies(replicas, per_dc, members, domain_of)
+    replicas = per_dc * len(dcs) if dcs else replicas
     if not dcs:  # (per data center, pick names the one without machines enough)
         check_replicas(replicas, len(members))
     nodes = sorted(members)
@@ -137,9 +137,7 @@ def check_per_dc(per_dc: int, sets: ReplicaSets, members: Sequence[int], domain_
     every shard in each of its data centers: none named, a data center with fewer machines
     than that, or one holding more copies of a shard already (copies are added, never
     taken away: a lower count would leave the extra copies where they are)."""
-    if not 0 <= per_dc <= REPLICAS_MAX:
-        raise ValueError(f"copies-per-dc: {per_dc}, must be between 1 and {REPLICAS_MAX} (0: R copies dealt "
-                         "over the data centers)")
+    check_per_dc_range(per_dc)
     if not per_dc:
         return
     by_dc = {d: ms for d, ms in failure_domains.data_centers(members, domain_of).items() if d}
@@ -155,10 +153,17 @@ def check_per_dc(per_dc: int, sets: ReplicaSets, members: Sequence[int], domain_
         return  # every member holds every shard: nothing placed to compare with
     for shard, nodes in enumerate(sets.sets):
         for d, n in sorted(failure_domains.data_centers(nodes, domain_of).items()):
-            if d and n and len(n) > per_dc:
+            if d and len(n) > per_dc:
                 raise ValueError(f"copies-per-dc: {per_dc}, but data center {d} holds {len(n)} copies of "
                                  f"shard {shard} already; copies are added, never taken away (move them "
                                  f"with `midtown shard move` first, or keep the count at {len(n)} or more)")
+
+
+def check_per_dc_range(per_dc: int) -> None:
+    """ValueError naming copies-per-dc when it is out of range (0: not set)."""
+    if not 0 <= per_dc <= REPLICAS_MAX:
+        raise ValueError(f"copies-per-dc: {per_dc}, must be between 1 and {REPLICAS_MAX} (0: R copies dealt "
+                         "over the data centers)")
 
 
 def check_replicas(replicas: int, members: int) -> None:

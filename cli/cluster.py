@@ -162,10 +162,7 @@ def cmd_cluster_init(a: argparse.Namespace) -> int:
         raise CliError(f"--storage-nodes: expected ids like 0,1,2, got {a.storage_nodes!r}") from None
     try:
         replica_sets.check_replicas(a.replicas, max(a.replicas, len(nodes)))
-        if not 0 <= a.copies_per_dc <= replica_sets.REPLICAS_MAX:
-            raise ValueError(f"copies-per-dc: {a.copies_per_dc}, must be between 1 and "
-                             f"{replica_sets.REPLICAS_MAX} (0: --replicas copies dealt over the data "
-                             "centers)")
+        replica_sets.check_per_dc_range(a.copies_per_dc)
     except ValueError as e:
         raise CliError(f"--{e}") from None
     zk = zk_client(a)

@@ -109,16 +109,15 @@ def copy_from(db: Rdict, peers: list[str], sync: Callable[[], None], calls: Call
     whole-cluster simulation's seed 431 with the faults drawn for any-generation: node 1
     copied node 3's store just after node 3 had dropped shard 3, and held shard 3 empty);
     another peer, or another try, is asked if not. The peer's marks of shards this node
-    does not hold are left out: a mark says
-    a copy of the shard was installed *here* (by a move: storage_node/shard_copy.py), and
-    the peer's are not this node's. Kept, one made this node apply a shard it does not
-    hold from the mark on, and its intake take it for the copy of a move of that shard to
-    this node begun meanwhile (make soak's every-broken step, seed 96 with any-generation's
-    faults, as built: node 3, its disk lost, copied node 0's store with node 0's mark of
-    shard 5 at 117 while shard 5 was moved to node 3; log 1 was truncated to 147 meanwhile,
-    and node 3 stopped behind it). The shard's other keys stay until the node drops what it
-    neither holds nor takes in (storage_node/bookkeeping.py), and an intake drops them
-    before its copy."""
+    does not hold are left out: a mark says a copy of the shard was installed *here* (by a
+    move: storage_node/shard_copy.py), and the peer's are not this node's. Kept, one made
+    this node apply a shard it does not hold from the mark on, and its intake take it for
+    the copy of a move of that shard to this node begun meanwhile (make soak's every-broken
+    step, seed 96 with any-generation's faults, as built: node 3, its disk lost, copied node
+    0's store with node 0's mark of shard 5 at 117 while shard 5 was moved to node 3; log 1
+    was truncated to 147 meanwhile, and node 3 stopped behind it). The shard's other keys
+    stay until the node drops what it neither holds nor takes in
+    (storage_node/bookkeeping.py), and an intake drops them before its copy."""
     errors = []
     at_least = [(heads or {}).get(lg, 0) for lg in range(max(heads, default=-1) + 1)] if heads else []
     for addr in peers:

@@ -351,8 +351,8 @@ class StorageNode:
     def _whole_snapshot(self) -> Iterator[pb.SnapshotChunk]:
         s = self.state
         with self.checkpoint() as pairs:
-            # (its view when the checkpoint was taken: a shard it held then was not dropped
-            # yet, as a node drops a shard only once its view says it left it)
+            # (its view read once the checkpoint is taken: a shard it holds by then was not
+            # dropped before it, as a node drops a shard only once its view says it left it)
             held = s.sets.shards_of(s.node_id)
             for chunk in bootstrap.chunks(pairs):
                 if chunk.last:

@@ -164,10 +164,31 @@ def _cut(lg: int, there: Mapping[int, tuple[int, int]], held: Mapping[int, Itera
                         "add replicas there or wait until they agree")
 
 
-def record(plan: Plan, at_ms: int) -> dict:
+def record(plan: Plan, at_ms: int, hold: str = "") -> dict:
     """What the key-value topology keeps of a fail-over (`scope list`, and the condemned
-    nodes' rule)."""
-    return {**plan.to_json(), "at_ms": at_ms}
+    nodes' rule); `hold`: the ZooKeeper node that held its replicas where they said they
+    stand (storage_node/holds.py), which its transaction took away."""
+    return {**plan.to_json(), "at_ms": at_ms, "hold": hold}
+
+
+def written(records: Iterable[Mapping], hold: str) -> bool:
+    """Whether the fail-over that held replicas by `hold` was written (else it was given up)."""
+    return any(r.get("hold") == hold for r in records)
+
+
+def cuts_of(records: Iterable[Mapping], log: int) -> list[tuple[int, int]]:
+    """The cuts of `log` the records made: (the last position kept, the epoch of the log's
+    last segment then)."""
+    return [(int(c["end"]), int(c.get("segment", 0))) for r in records for c in r.get("logs", ())
+            if int(c["log"]) == log]
+
+
+def before_cut(cuts: Iterable[tuple[int, int]], position: int, epoch: int) -> bool:
+    """Whether an entry at `position` written at `epoch` is one its log no longer has (`cuts`:
+    the log's, cuts_of): past a cut, by a writer of before it (the log went on at end + 1
+    with writers of higher epochs than any segment it had). A Read stream opened before the
+    fail-over may still bring such entries from the old home's writer."""
+    return any(position > end and epoch <= segment for end, segment in cuts)
 
 
 def condemned(records: Iterable[Mapping], log: int | None = None) -> set[int]:

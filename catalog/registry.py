@@ -15,7 +15,9 @@ log/zk.py):
   /midtown/storage_nodes/<id>      {"addr": "host:port"}                   ephemeral
   /midtown/coordinators/<id>       {"addr": "host:port", "log": "host:port"} ephemeral
                                    ("log": the log server in the same process, host layout)
-  /midtown/datasets/<name>         dataset definition (catalog/datasets.py)"""
+  /midtown/datasets/<name>         dataset definition (catalog/datasets.py)
+  /midtown/failover_holds/hold-N   {"logs": [...]}: a fail-over under way holds the replicas
+                                   of those logs where they said they stand  ephemeral"""
 
 from __future__ import annotations
 
@@ -56,6 +58,9 @@ MOVES = "/midtown/moves"
 # before its first publication): one that starts on an empty store while its id has one
 # lost its disk, and the logs may be truncated below what it published (storage_node/node.py).
 PUBLISHED = "/midtown/published"
+# A fail-over under way (drivers/failover.py): the storage nodes apply none of its logs
+# past where they told it they stand while its node stands (storage_node/holds.py).
+HOLDS = "/midtown/failover_holds"
 SHARDS_DEFAULT = 64
 SHARDS_MAX = 65536
 # Logs the key-value store spreads its shards over (logs 0..L-1 of the cluster's logs).
@@ -223,23 +228,70 @@ def _new_layout(zk: KazooClient, change: Callable[[KvTopology, Any], scopes.Layo
 
 
 def fail_over(zk: KazooClient, version: int, plan: failover.Plan, at_ms: int,
-              log_writes: Sequence[zkpaths.Write]) -> None:
+              log_writes: Sequence[zkpaths.Write], hold: str) -> None:
     """Write a fail-over (catalog/failover.py) in one transaction: the key-value topology
-    (read at `version`) with the scope kept in its new home and the plan recorded, and the
-    log service's writes (its logs cut, their home moved: log/zk.py cut_writes,
-    homes_moved). BadVersionError when anything changed since it was read."""
+    (read at `version`) with the scope kept in its new home and the plan recorded, the log
+    service's writes (its logs cut, their home moved: log/zk.py cut_writes, homes_moved),
+    and its hold taken away (`hold`: hold_replicas). BadVersionError when anything changed
+    since it was read; NoNodeError when the hold is gone (its session expired: a replica
+    may have moved on since it said where it stands)."""
     data, stat = zk.get(KV)
     if stat.version != version:
         raise BadVersionError()
     d = json.loads(data)
     kv = _kv_of(d)
     d["scopes"] = scopes.to_json(scopes.moved(kv.scopes, plan.scope, plan.to))
-    d["failovers"] = [*kv.failovers, failover.record(plan, at_ms)]
+    d["failovers"] = [*kv.failovers, failover.record(plan, at_ms, hold)]
     tx = zk.transaction()
+    tx.delete(hold)
     tx.set_data(KV, json.dumps(d).encode(), version=version)
     for path, body, v in log_writes:
         tx.set_data(path, body, version=v)
     commit(tx)
+
+
+def hold_replicas(zk: KazooClient, logs: Sequence[int]) -> str:
+    """A fail-over's hold on the replicas of `logs` (ephemeral, this session's): the path a
+    Status request names, after which a node applies none of them past where it said it
+    stands until the node is gone (storage_node/holds.py). Its transaction deletes it; a
+    driver that stops, or whose session ends, lets them go on."""
+    zk.ensure_path(HOLDS)
+    return str(zk.create(f"{HOLDS}/hold-", json.dumps({"logs": sorted(logs)}).encode(),
+                         ephemeral=True, sequence=True))
+
+
+def release_hold(zk: KazooClient, hold: str) -> None:
+    """A fail-over given up: its replicas go on."""
+    try:
+        zk.delete(hold)
+    except NoNodeError:
+        pass
+
+
+def holds(zk: KazooClient) -> dict[str, list[int]]:
+    """The fail-overs' holds standing now: path -> the logs held."""
+    try:
+        names = zk.get_children(HOLDS)
+    except NoNodeError:
+        return {}
+    out = {}
+    for c in names:
+        try:
+            data, _ = zk.get(f"{HOLDS}/{c}")
+        except NoNodeError:
+            continue
+        out[f"{HOLDS}/{c}"] = [int(lg) for lg in json.loads(data)["logs"]]
+    return out
+
+
+def is_hold(path: str) -> bool:
+    """Whether `path` names a fail-over's hold (hold_replicas)."""
+    name = path.removeprefix(HOLDS + "/")
+    return name != path and name.startswith("hold-") and name[5:].isdigit()
+
+
+def hold_stands(zk: KazooClient, hold: str) -> bool:
+    return zk.exists(hold) is not None
 
 
 def pardon(zk: KazooClient, node_id: int) -> None:

@@ -85,7 +85,8 @@ def cmd_dataset_failover(a: argparse.Namespace) -> int:
     zk = zk_client(a)
     try:
         try:
-            plan = failover.fail_over(zk, a.name, a.to, a.force, lambda: node_states(zk, durable=True), say)
+            plan = failover.fail_over(zk, a.name, a.to, a.force,
+                                      lambda hold, logs: node_states(zk, True, hold, logs), say)
         except FailoverError as e:
             raise CliError(str(e)) from None
         say(f"scope {plan.scope}: its logs cut and kept in {plan.to!r} now; waiting for {plan.to!r}'s log "

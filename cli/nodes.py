@@ -4,6 +4,7 @@ membership (decommission is added by cli/shards.py)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from catalog import registry, shard_moves
@@ -14,9 +15,11 @@ from fleet import failure_domains
 from runtime import membership
 
 
-def node_states(zk: Any, durable: bool = False) -> dict[int, Any]:
+def node_states(zk: Any, durable: bool = False, hold: str = "",
+                hold_logs: Sequence[int] = ()) -> dict[int, Any]:
     """Each member storage node's Status answer (nodes that do not answer are left out);
-    `durable`: their positions made durable first (a fail-over's cut)."""
+    `durable`: their positions made durable first, and `hold`: held there for `hold_logs`
+    (a fail-over's cut: drivers/failover.py)."""
     import grpc
 
     from midtown_pb import kv_pb2 as kvpb
@@ -34,7 +37,7 @@ def node_states(zk: Any, durable: bool = False) -> dict[int, Any]:
             continue
         try:
             states[nid] = kv_pb2_grpc.StorageStub(transport.channel(addr)).Status(
-                kvpb.NodeStatusRequest(durable=durable), timeout=5)
+                kvpb.NodeStatusRequest(durable=durable, hold=hold, hold_logs=hold_logs), timeout=5)
         except grpc.RpcError:
             pass
     return states

@@ -7,12 +7,12 @@ ZooKeeper holds)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError
+from kazoo.exceptions import BadVersionError, NoNodeError
 
 from catalog import datasets, failover, registry
 from catalog.failover import FailoverError, Plan, Replica
@@ -25,26 +25,67 @@ TRIES = 5
 WAIT_S = 0.2
 
 
-def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Callable[[], Mapping[int, Any]],
+# statuses(hold, logs): each storage node's Status answer (those that answer), asked with
+# the fail-over's hold on `logs` (NodeStatusRequest.hold, hold_logs)
+Statuses = Callable[[str, Sequence[int]], Mapping[int, Any]]
+
+
+def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Statuses,
               progress: Callable[[str], None] = lambda _: None) -> Plan:
     """Fail dataset `name`'s scope over to data center `to`; the plan written.
-    `statuses()`: each storage node's Status answer (those that answer). FailoverError
-    naming the argument when it cannot be done."""
-    for _ in range(TRIES):
-        plan, version, writes = _prepare(zk, name, to, force, statuses)
-        try:
-            registry.fail_over(zk, version, plan, world.wall_ms(), writes)
-        except BadVersionError:
-            progress("the cluster changed while the fail-over was read: reading again")
-            continue
-        return plan
-    raise FailoverError(f"NAME: the cluster kept changing under the fail-over of {name!r} ({TRIES} tries)")
+    FailoverError naming the argument when it cannot be done.
+
+    The replicas are held where they say they stand until the plan is written or given up
+    (registry.hold_replicas; storage_node/holds.py): a cut made where a source stands holds
+    only while the source stays there, and one cut off from ZooKeeper cannot learn of the
+    fail-over before it applies more of the old home's log (a Read stream keeps bringing
+    what the old writer committed)."""
+    hold = _Hold(zk)
+    try:
+        for _ in range(TRIES):
+            plan, version, writes = _prepare(zk, name, to, force, statuses, hold)
+            try:
+                registry.fail_over(zk, version, plan, world.wall_ms(), writes, hold.path)
+            except BadVersionError:
+                progress("the cluster changed while the fail-over was read: reading again")
+                continue
+            except NoNodeError:  # the hold went with this session: the replicas may have moved on
+                progress("the hold on the replicas was lost (ZooKeeper session): asking them again")
+                hold.path = ""
+                continue
+            hold.path = ""  # taken away by the transaction
+            return plan
+        raise FailoverError(f"NAME: the cluster kept changing under the fail-over of {name!r} "
+                            f"({TRIES} tries)")
+    finally:
+        hold.release()
 
 
-def _prepare(zk: KazooClient, name: str, to: str, force: bool,
-             statuses: Callable[[], Mapping[int, Any]]) -> tuple[Plan, int, list[zkpaths.Write]]:
+class _Hold:
+    """The fail-over's hold on its replicas (registry.hold_replicas), taken as the first
+    plan is made and kept for the next tries while it holds the same logs."""
+
+    def __init__(self, zk: KazooClient) -> None:
+        self.zk = zk
+        self.path = ""
+        self.logs: tuple[int, ...] = ()
+
+    def on(self, logs: tuple[int, ...]) -> str:
+        if not self.path or self.logs != logs:
+            self.release()
+            self.path, self.logs = registry.hold_replicas(self.zk, logs), logs
+        return self.path
+
+    def release(self) -> None:
+        if self.path:
+            registry.release_hold(self.zk, self.path)
+            self.path = ""
+
+
+def _prepare(zk: KazooClient, name: str, to: str, force: bool, statuses: Statuses,
+             hold: _Hold) -> tuple[Plan, int, list[zkpaths.Write]]:
     """The plan, the key-value topology's version it was made at, and the log service's
-    writes."""
+    writes; made while `hold` holds the scope's replicas."""
     d = datasets.get(zk, name)
     if d is None:
         raise FailoverError(f"NAME: no dataset {name!r} (midtown dataset list)")
@@ -73,7 +114,8 @@ def _prepare(zk: KazooClient, name: str, to: str, force: bool,
     for shard in scope.shards():
         for n in sets.of(shard):
             holders.setdefault(m.of[shard], {}).setdefault(n, set()).add(shard)
-    answers = statuses()
+    logs = tuple(sorted(scope.logs))
+    answers = statuses(hold.on(logs), logs)
     replicas = {n: Replica(node_where[n].dc if n in node_where else "", _positions(answers.get(n)))
                 for held in holders.values() for n in held}
     metas = {lg: zkpaths.read_metadata(zk, lg) for lg in scope.logs}

@@ -18,7 +18,7 @@ from collections.abc import Container, Sequence
 
 import grpc
 
-from catalog import registry
+from catalog import failover, registry
 from catalog.routing import answers_for
 from log import limits as log_limits
 from log.client import FollowedEntry, Following, LocalLog
@@ -33,6 +33,7 @@ from storage_node.apply import apply
 from storage_node.callbacks import Answer, AnswerLink
 from storage_node.change_recorder import ChangeRecorder
 from storage_node.handoff import Place
+from storage_node.holds import Holds
 from storage_node.limits import APPLY_BATCH_ENTRIES_MAX, CALLBACK_REPLICAS, DIGEST_SAMPLE
 from storage_node.lww import LwwReplica
 from storage_node.metrics import ANSWERS, APPLIED, POSITION, TAILED
@@ -67,6 +68,7 @@ class ApplyLoop:
         self._next_reclaim = 0.0
         self._follows: dict[int, Following] = {}  # log -> its follow (LogClient.follow)
         self._mutex = world.lock()  # a batch, a copy's install and a shard's drop: one at a time
+        self.holds = Holds(state, self._mutex)  # a fail-over's (storage_node/holds.py)
         self._group: GroupCommit[tuple[int, Entries], None] = GroupCommit(
             self._apply_group, size=lambda item: len(item[1]), max_size=APPLY_BATCH_ENTRIES_MAX)
 
@@ -185,6 +187,14 @@ class ApplyLoop:
                 entries = [e for e in entries if e.position >= nxt]
                 if not entries or s.stop.is_set():
                     return
+                if not self._before_cut(entries[:1], log_id):
+                    # the old home's writer still streams what it committed past a cut of the
+                    # log (a stream opened before the fail-over): read the log again
+                    log.info("log %d: entry %d is past a fail-over's cut, from the old home's writer; "
+                             "reading the log again", log_id, entries[0].position)
+                    world.sleep(0.5)
+                    self._follows[log_id].restart()
+                    return
                 # A shard's open record waits for this node to apply the shard's hand-off in
                 # its old log (storage_node/handoff.py): until the next batch, then again.
                 with s.cond:
@@ -193,6 +203,18 @@ class ApplyLoop:
             log.exception("apply failed")
             # Restart from the saved positions rather than diverge.
             self._fatal(EXIT_APPLY_FAILED, "apply failed; stopping this node")
+
+    def _before_cut(self, entries: Entries, log_id: int) -> Entries:
+        """`entries` up to the first past a fail-over's cut of the log that was written
+        before it (catalog/failover.py before_cut: never applied, by any node; the old
+        home's writer may still stream them). _apply_entries then reads the log again."""
+        cuts = failover.cuts_of(self.state.kv.failovers, log_id)
+        if not cuts:
+            return entries
+        for i, e in enumerate(entries):
+            if failover.before_cut(cuts, e.position, e.epoch):
+                return entries[:i]
+        return entries
 
     def _apply_group(self, items: list[tuple[int, Entries]]) -> list[None]:
         """One batch for every log: each log's entries in order, written with one atomic
@@ -243,8 +265,10 @@ class ApplyLoop:
         places: dict[int, Place] = {}  # shards this batch moved from one log to another (handoff.py)
         pending: list[tuple[int, Entries]] = []
         for log_id, entries in items:
+            if self.holds.held(log_id):
+                continue  # a fail-over holds it where it said it stands
             expected = new.get(log_id, self.state.positions[log_id])[0]
-            entries = [e for e in entries if e.position >= expected]
+            entries = self._before_cut([e for e in entries if e.position >= expected], log_id)
             if not entries:
                 continue  # a stream restarted and sent again what was already applied
             assert entries[0].position == expected, f"log {log_id}: gap at {expected}"

@@ -26,7 +26,7 @@ from runtime import inprocess, loops, world
 from runtime.process import Fatal, exit_now, through_zk_loss, wait_until
 from runtime.refusals import BadRequest, Refusal
 from runtime.stubs import Calls
-from storage_node import bootstrap, rebuild
+from storage_node import bootstrap, holds, rebuild
 from storage_node.apply_loop import ApplyLoop
 from storage_node.bookkeeping import Bookkeeping, durable_positions
 from storage_node.callbacks import AnswerLink, Callbacks
@@ -97,6 +97,7 @@ class StorageNode:
         self.applier = ApplyLoop(s, self.lww, on_fatal, local_log or inprocess.Local(),
                                  answers or Callbacks())
         self.bookkeeping = Bookkeeping(s, self.lww, self.eventual, self.applier)
+        self.applier.holds.written = self.bookkeeping.learn_kv  # a fail-over that held it, written
         self.intake = Intake(s, self.applier, self.bookkeeping)
 
     @classmethod
@@ -141,6 +142,7 @@ class StorageNode:
         # a bootstrap cut short goes on from its marker (storage_node/bootstrap.py).
         through_zk_loss(self._bootstrap_if_needed, "bootstrap")
         through_zk_loss(self.eventual.drop_if_outlived, "reading the peers' last reports")
+        through_zk_loss(self.applier.holds.at_start, "reading the fail-overs' holds")
         self.bookkeeping.start()
         loops.every("anti-entropy", s.settings.anti_entropy_s, self.eventual.anti_entropy_pass,
                     s.stop, first_at_once=self.eventual.refill)  # values dropped at start: at once
@@ -381,6 +383,9 @@ class StorageNode:
         out = pb.NodeStatusResponse(node_id=s.node_id, reclaimed=s.reclaimed,
                                     lww_repaired=self.eventual.repaired, lww_purged=self.eventual.purged,
                                     lww_shards_pulled=self.eventual.shards_pulled, started=s.started)
+        if req is not None and req.hold:  # a fail-over's: they stay where this answer says
+            holds.check(req.hold, req.hold_logs, s.kv_logs)
+            self.applier.holds.hold(req.hold_logs, req.hold)
         positions = said_positions(s, req is not None and req.durable)
         for p, ts in (positions[i] for i in range(s.kv_logs)):
             out.log_positions.append(p)

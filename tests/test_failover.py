@@ -209,3 +209,125 @@ def test_each_log_of_a_scope_is_cut_by_the_shards_it_carries_alone() -> None:
     p = failover.plan(two, "west", holders, replicas, metas)
     assert [(c.log, c.end, c.sources) for c in p.cuts] == [(1, 40, (4,)), (2, 19, (5,))]
     assert p.condemned == (5,)  # behind the cut of log 1
+
+
+def test_an_entry_past_a_cut_written_before_it_is_never_applied() -> None:
+    """The cut of log 1 at 40 (its last segment then at epoch 3): an entry past 40 of epoch
+    3 or less is the old home's, which a Read stream opened before the fail-over may still
+    bring; one of a later writer, or at or below the cut, is the log's."""
+    rec = failover.record(_plan({1: Replica("west", {1: (41, 700)})}), 0, "/h/hold-1")
+    cuts = failover.cuts_of([rec], 1)
+    assert cuts == [(40, 3)] and failover.cuts_of([rec], 2) == []
+    assert failover.before_cut(cuts, 41, 3) and failover.before_cut(cuts, 45, 1)
+    assert not failover.before_cut(cuts, 41, 4)  # the new home's writer, at a higher epoch
+    assert not failover.before_cut(cuts, 40, 3)  # kept: the cut's state holds it
+    assert failover.written([rec], "/h/hold-1") and not failover.written([rec], "/h/hold-2")
+
+
+def test_a_fail_over_is_written_only_while_its_hold_stands() -> None:
+    """The driver's hold (catalog/registry.py hold_replicas) is listed for the nodes that
+    start while it stands, taken away by the fail-over's transaction (whose record names it),
+    and a transaction whose hold is gone (the driver's session ended: a replica may have
+    moved on since it answered) writes nothing (the catalog's real code on the simulated
+    ZooKeeper)."""
+    import json
+
+    from kazoo.exceptions import NoNodeError
+
+    from catalog import registry
+    from tests.sim.zookeeper import on_a_client
+
+    plan = _plan({1: Replica("west", {1: (41, 700)})})
+
+    def body(zk: Any) -> tuple[dict, bool, list, bool]:
+        registry.create_kv(zk, 16, [0, 1, 2])
+        hold = registry.hold_replicas(zk, [1])
+        listed = registry.holds(zk)
+        _, version = registry.read_kv_versioned(zk) or (None, -1)
+        registry.fail_over(zk, version, plan, 5, [], hold)
+        records = json.loads(zk.get(registry.KV)[0])["failovers"]
+        gone = registry.hold_stands(zk, hold)
+        other = registry.hold_replicas(zk, [1])
+        registry.release_hold(zk, other)  # a driver that gives up
+        _, version = registry.read_kv_versioned(zk) or (None, -1)
+        try:
+            registry.fail_over(zk, version, plan, 6, [], other)
+            refused = False
+        except NoNodeError:
+            refused = json.loads(zk.get(registry.KV)[0])["failovers"] == records
+        return {k.rsplit("/", 1)[1][:5]: v for k, v in listed.items()}, gone, records, refused
+    listed, stands, records, refused = on_a_client(body)
+    assert listed == {"hold-": [1]} and not stands
+    assert [r["hold"] for r in records] == [f"{registry.HOLDS}/hold-0000000000"]
+    assert refused
+
+
+def test_a_node_held_by_a_fail_over_goes_on_once_its_hold_is_gone() -> None:
+    """storage_node/holds.py on the simulated ZooKeeper: a held log stays held while the
+    hold stands; given up (its node deleted, no record), the log goes on; written (a record
+    names it), the node learns the record before its logs go on."""
+    import json
+    import threading
+    from types import SimpleNamespace
+
+    from catalog import registry
+    from storage_node.holds import Holds
+    from tests.sim.zookeeper import on_a_client
+
+    def body(zk: Any) -> list[Any]:
+        registry.create_kv(zk, 16, [0, 1, 2])
+        stopped = threading.Event()
+        stopped.set()  # (its own task stops at once: the rounds are the test's)
+        state = SimpleNamespace(zk=zk, kv_logs=3, positions={lg: (10, 0) for lg in range(3)}, stop=stopped)
+        holds = Holds(state, threading.Lock())  # type: ignore[arg-type]
+        learned: list[Any] = []
+        holds.written = learned.append
+        seen = []
+        first = registry.hold_replicas(zk, [1, 2])
+        holds.hold([1, 2], first)
+        holds.round()
+        seen.append((holds.held(1), holds.held(2), holds.held(0)))
+        registry.release_hold(zk, first)
+        holds.round()
+        seen.append((holds.held(1), len(learned)))
+        second = registry.hold_replicas(zk, [1])
+        holds.at_start()  # a node that starts while it stands
+        seen.append(holds.held(1))
+        data, _ = zk.get(registry.KV)
+        tx = zk.transaction()
+        tx.delete(second)
+        tx.set_data(registry.KV, json.dumps({**json.loads(data), "failovers": [{"hold": second}]}).encode())
+        registry.commit(tx)
+        holds.written = lambda kv: learned.append((kv.failovers, holds.held(1)))
+        holds.round()
+        seen.append((holds.held(1), learned))
+        return seen
+    seen = on_a_client(body)
+    assert seen[0] == (True, True, False)
+    assert seen[1] == (False, 0)  # given up: it goes on, nothing learned
+    assert seen[2] is True
+    held_after, learned = seen[3]
+    assert held_after is False and learned[0][1] is True  # learned while still held
+    assert [r["hold"] for r in learned[0][0]] == [f"{registry.HOLDS}/hold-0000000001"]
+
+
+@given(st.text(max_size=60), st.lists(st.integers(-3, 9), max_size=4))
+def test_a_status_request_with_a_hold_that_is_not_a_fail_overs_is_refused_naming_the_field(
+        hold: str, logs: list[int]) -> None:
+    """A Status request's hold (storage_node/holds.py check): a fail-over's ZooKeeper node
+    and logs of the cluster, else INVALID_ARGUMENT naming `hold` or `hold_logs` (a node
+    must never hold its logs on a path no fail-over made: nothing would let them go)."""
+    from catalog import registry
+    from runtime.refusals import BadRequest
+    from storage_node import holds
+
+    good = f"{registry.HOLDS}/hold-0000000042"
+    with pytest.raises(BadRequest, match="^hold: "):
+        if registry.is_hold(hold):  # (one a fail-over could have made: made not one)
+            hold += "x"
+        holds.check(hold, [1], 3)
+    if any(not 0 <= lg < 3 for lg in logs):
+        with pytest.raises(BadRequest, match="^hold_logs: "):
+            holds.check(good, logs, 3)
+    else:
+        holds.check(good, logs, 3)

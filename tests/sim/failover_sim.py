@@ -27,7 +27,7 @@ Checked at the end (check_failover, with the whole cluster's checks):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
@@ -184,13 +184,13 @@ class FailoverSim:
             zk.start()
         answered: dict[int, int] = {}  # node -> the last position of the scope's log it applied
 
-        def statuses() -> dict[int, Any]:
+        def statuses(hold: str, logs: Sequence[int]) -> dict[int, Any]:
             out = {}
             answered.clear()
             for n in NODES:
                 try:
-                    st = _PeerCalls(self).call(f"sim-storage:{n}", "Status",
-                                                    pb.NodeStatusRequest(durable=True), 5)
+                    want = pb.NodeStatusRequest(durable=True, hold=hold, hold_logs=logs)
+                    st = _PeerCalls(self).call(f"sim-storage:{n}", "Status", want, 5)
                 except grpc.RpcError:
                     continue  # down, or cut off: it says nothing
                 out[n] = st

@@ -263,11 +263,11 @@ def test_a_node_rebuilt_after_its_disk_is_lost_takes_its_copies_past_what_it_pub
 @pytest.mark.soak  # (make soak: a seed still reaches the rule)
 def test_a_rebuild_with_heads_as_status_says_them_is_caught() -> None:
     """The rule as it was (storage_node/node.py _log_bounds from the servers' Status: the
-    "heads-by-status" variant), every fault drawn: seed 130 no longer reaches it since the
-    simulation changed; seed 21 does (a data center lost, its scope failed over, and a
-    condemned node's copies taken below the heads: it holds what the model does not), and
-    passes as built."""
-    _caught_and_passed("heads-by-status", 21, LOST + ("restarted at position", "behind a truncation"))
+    "heads-by-status" variant), every fault drawn: seeds 130 and 21 no longer reach it since
+    the simulation changed (21: since a fail-over holds its sources); seed 234 does (a data
+    center lost, its scope failed over, and a condemned node's copies taken below the heads:
+    it holds what the model does not), and passes as built."""
+    _caught_and_passed("heads-by-status", 234, LOST + ("restarted at position", "behind a truncation"))
 
 
 def test_a_copy_installed_keeps_the_tail_of_a_log_a_shard_is_still_taken_from() -> None:
@@ -349,6 +349,29 @@ def test_a_fail_over_cuts_where_its_sources_stand_durably() -> None:
     replicas end unlike the model; make soak's seed 100109: no copy of the cut's state was
     left anywhere, and no move or start ended), and the same seed passes as built."""
     _caught_and_passed("cut-unsynced", 16, LOST + ("could not finish", "behind a truncation"))
+
+
+# Seed 11's faults, with which a fail-over's source applied the old home's entries past the
+# cut (as built at fbf6c1f): docs/architecture.md, "Sources held where they said they stand"
+SEED_11 = Faults(pauses=True, ingest=True, late_notices_s=0.5, link_cuts=4, log_wipes=True, log_servers=5,
+                 data_centers=True, failover=True)
+
+
+@pytest.mark.parametrize("broken", ["cut-unheld", "cut-entries-applied"])
+def test_a_fail_over_holds_its_sources_where_they_said_they_stand(broken: str) -> None:
+    """A data center lost and its scope failed over: a source not held where it said it
+    stands ("cut-unheld": storage_node/holds.py), or one that applies what the old home's
+    writer still streams past the cut ("cut-entries-applied": catalog/failover.py
+    before_cut), is caught with every fault drawn (seed 18: a source past the cut, a node
+    behind the truncation that followed); and with seed 11's faults, where it was found
+    as built (the source, cut off from ZooKeeper a moment, applied two entries past the cut
+    from its Read stream, then tailed the new log past them: its shard unlike the model's),
+    which passes as built now."""
+    _caught_and_passed(broken, 18, LOST + ("behind a truncation",))
+    r, _ = nodes.run(11, broken=broken, faults=SEED_11)
+    assert any("digest" in v for v in r.violations), r.violations[:1]
+    r, _ = nodes.run(11, faults=SEED_11)
+    assert r.failures == [] and r.violations == [], r.violations[:1]
 
 
 def test_a_node_whose_shard_of_a_log_moved_away_does_not_stop_behind_its_truncation() -> None:

@@ -19,7 +19,7 @@ from midtown import retries
 from midtown_pb import kv_pb2 as pb
 from record import staleness
 from runtime import world
-from storage_node import bookkeeping, handoff, reads, rebuild, shard_copy, shard_intake
+from storage_node import bookkeeping, handoff, holds, reads, rebuild, shard_copy, shard_intake
 from storage_node import node as node_module
 from storage_node.bookkeeping import Bookkeeping
 from tests.sim.broken import Swap
@@ -29,9 +29,9 @@ BROKEN = ("publish-unsynced", "retry-new-id", "truncate-ahead", "read-anywhere",
           "by-load", "no-digest", "rebuild-behind", "by-shard-behind", "start-once",
           "no-event-ids", "open-early", "unsealed", "log-unsynced", "stint-blind", "bounded-unchecked",
           "heads-by-status",
-          "clock-unchecked", "heard-near", "ahead-kept", "cut-unsynced")
+          "clock-unchecked", "heard-near", "ahead-kept", "cut-unsynced", "cut-unheld", "cut-entries-applied")
 # caught in runs with a data center lost (faults.drawn)
-FAILOVER = ("heard-near", "ahead-kept", "cut-unsynced")
+FAILOVER = ("heard-near", "ahead-kept", "cut-unsynced", "cut-unheld", "cut-entries-applied")
 
 
 def _applied(s: Any, durable: bool = True) -> dict[int, tuple[int, int]]:
@@ -240,4 +240,10 @@ RULES: dict[str, list[Swap]] = {
     # (storage_node/node.py said_positions): a source that loses power then holds the cut's
     # state no more
     "cut-unsynced": [(node_module, "said_positions", _applied)],
+    # ... and its sources not held where they said they stand (storage_node/holds.py): one
+    # cut off from ZooKeeper applies the old writer's entries past the cut meanwhile
+    "cut-unheld": [(holds.Holds, "hold", lambda self, logs, hold: None)],
+    # ... and the entries past a cut that the old home's writer still streams applied
+    # (catalog/failover.py before_cut)
+    "cut-entries-applied": [(failover, "before_cut", lambda cuts, position, epoch: False)],
 }

@@ -525,11 +525,17 @@ def carry(sim: WriterSim, reply: futures.Future[Any], proc: Callable[[], str | N
         if p is None:
             refused()
             return
-        # A stopped process reads the call from its socket once it runs again
-        while sim.sched.paused(p):  # (at least a millisecond: the clock's floats must move on)
-            world.sleep(max(0.001, sim.sched.paused_until[p] - world.monotonic()))
-        if not up() or not sim.across(frm, to_dc, reply.done):
-            return
+        # A stopped process reads the call from its socket once it runs again; so does one
+        # stopped again while the call was held between data centers cut off (it was lost
+        # there, and its caller waited for its deadline: the whole-cluster simulation's seed
+        # 66 with a fail-over, a rebuild's copy asked with an hour's)
+        while True:
+            while sim.sched.paused(p):  # (at least a millisecond: the clock's floats must move on)
+                world.sleep(max(0.001, sim.sched.paused_until[p] - world.monotonic()))
+            if not up() or not sim.across(frm, to_dc, reply.done):
+                return
+            if not sim.sched.paused(p):
+                break
         if lossy and sim.rng.random() < sim.cfg.stream_break:
             reset()
             return

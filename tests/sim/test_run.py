@@ -47,6 +47,14 @@ def test_faults_are_drawn_per_seed_or_named() -> None:
     assert 10 < sum(not d.leases for d in log_variant) < 30
     assert all(replace(d, log_servers=5, leases=True) == replace(faults.drawn(seed, "no-hold"), log_servers=5)
                for seed, d in enumerate(log_variant))  # the rest drawn as for any other run
+    # the faults a rule needs to be reached in the whole cluster drawn for it, the rest as
+    # for any log rule (faults.REACHED_WITH): a lease and bridges for no-wait, hand-offs for
+    # any-generation, a data center lost for a fail-over's rules
+    for seed, d in enumerate(log_variant):
+        assert faults.drawn(seed, "no-wait") == replace(d, leases=True, link_cuts=4)
+        assert faults.drawn(seed, "any-generation") == replace(d, handoffs=True)
+        lost = replace(faults.drawn(seed), data_centers=True, failover=True)
+        assert faults.drawn(seed, "cut-unheld") == lost
     assert run._faults("drawn") is None and run._faults("none") == faults.NO_FAULTS
     assert run._faults("slow,late_notices_s=0.5,log_servers,leases=0") == faults.Faults(
         slow=True, late_notices_s=0.5, log_servers=5, leases=False)

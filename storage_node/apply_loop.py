@@ -187,7 +187,7 @@ class ApplyLoop:
                 entries = [e for e in entries if e.position >= nxt]
                 if not entries or s.stop.is_set():
                     return
-                if not self._before_cut(entries[:1], log_id):
+                if not self._still_in_log(entries[:1], log_id):
                     # the old home's writer still streams what it committed past a cut of the
                     # log (a stream opened before the fail-over): read the log again
                     log.info("log %d: entry %d is past a fail-over's cut, from the old home's writer; "
@@ -204,8 +204,8 @@ class ApplyLoop:
             # Restart from the saved positions rather than diverge.
             self._fatal(EXIT_APPLY_FAILED, "apply failed; stopping this node")
 
-    def _before_cut(self, entries: Entries, log_id: int) -> Entries:
-        """`entries` up to the first past a fail-over's cut of the log that was written
+    def _still_in_log(self, entries: Entries, log_id: int) -> Entries:
+        """`entries` up to the first the log no longer has: past a fail-over's cut, written
         before it (catalog/failover.py before_cut: never applied, by any node; the old
         home's writer may still stream them). _apply_entries then reads the log again."""
         cuts = failover.cuts_of(self.state.kv.failovers, log_id)
@@ -268,7 +268,7 @@ class ApplyLoop:
             if self.holds.held(log_id):
                 continue  # a fail-over holds it where it said it stands
             expected = new.get(log_id, self.state.positions[log_id])[0]
-            entries = self._before_cut([e for e in entries if e.position >= expected], log_id)
+            entries = self._still_in_log([e for e in entries if e.position >= expected], log_id)
             if not entries:
                 continue  # a stream restarted and sent again what was already applied
             assert entries[0].position == expected, f"log {log_id}: gap at {expected}"

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
 
 from catalog import datasets, failover, registry
 from catalog.failover import FailoverError, Plan, Replica
@@ -40,7 +40,7 @@ def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Status
     only while the source stays there, and one cut off from ZooKeeper cannot learn of the
     fail-over before it applies more of the old home's log (a Read stream keeps bringing
     what the old writer committed)."""
-    hold = _Hold(zk)
+    hold = _Hold(zk, progress)
     try:
         for _ in range(TRIES):
             plan, version, writes = _prepare(zk, name, to, force, statuses, hold)
@@ -63,10 +63,13 @@ def fail_over(zk: KazooClient, name: str, to: str, force: bool, statuses: Status
 
 class _Hold:
     """The fail-over's hold on its replicas (registry.hold_replicas), taken as the first
-    plan is made and kept for the next tries while it holds the same logs."""
+    plan is made and kept for the next tries while it holds the same logs. Letting it go is
+    best-effort: one that cannot be deleted (ZooKeeper out of reach) ends with the driver's
+    session, and the error that ended the fail-over is the one reported."""
 
-    def __init__(self, zk: KazooClient) -> None:
+    def __init__(self, zk: KazooClient, progress: Callable[[str], None]) -> None:
         self.zk = zk
+        self.progress = progress
         self.path = ""
         self.logs: tuple[int, ...] = ()
 
@@ -78,8 +81,12 @@ class _Hold:
 
     def release(self) -> None:
         if self.path:
-            registry.release_hold(self.zk, self.path)
-            self.path = ""
+            path, self.path = self.path, ""
+            try:
+                registry.release_hold(self.zk, path)
+            except KazooException as e:
+                self.progress(f"the hold on the replicas ({path}) ends with this ZooKeeper "
+                              f"session: not deleted ({type(e).__name__})")
 
 
 def _prepare(zk: KazooClient, name: str, to: str, force: bool, statuses: Statuses,

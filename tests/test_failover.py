@@ -331,3 +331,28 @@ def test_a_status_request_with_a_hold_that_is_not_a_fail_overs_is_refused_naming
             holds.check(good, logs, 3)
     else:
         holds.check(good, logs, 3)
+
+
+def test_a_hold_that_cannot_be_let_go_ends_with_the_drivers_session_without_masking_its_error() -> None:
+    """A fail-over that gives up while ZooKeeper is out of reach cannot delete its hold: the
+    driver says so in one line and goes on to report what ended it; the hold stands until its
+    session ends (the driver's real hold on the simulated ZooKeeper)."""
+    from catalog import registry
+    from drivers.failover import _Hold
+    from tests.sim.zookeeper import on_a_client
+
+    said: list[str] = []
+
+    def body(zk: Any) -> tuple[bool, bool, bool]:
+        hold = _Hold(zk, said.append)
+        path = hold.on((1,))
+        zk.ens.partition(zk, 1.0)  # shorter than the session: it survives, and its hold
+        hold.release()
+        world_sleep(2.0)
+        stands = registry.hold_stands(zk, path)
+        zk.ens.expire(zk)
+        world_sleep(1.0)
+        return stands, registry.hold_stands(zk, path), hold.path == ""
+    stood, after, forgotten = on_a_client(body)
+    assert stood and not after and forgotten
+    assert len(said) == 1 and "ends with this ZooKeeper session" in said[0] and "ConnectionLoss" in said[0]

@@ -358,7 +358,9 @@ def _stopped_by(sig: int, args: list[str], ready: str, where: Path, code: int | 
     as the shell reports a command a signal ended), with no process left running under
     `where` and no temporary file left behind."""
     where.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TMPDIR": str(where / "tmp")}
+    # PYTHONFAULTHANDLER: a native crash prints every thread's Python stack (a SIGSEGV on
+    # SIGHUP, once, under a loaded suite: where it landed is what a fix needs)
+    env = {**os.environ, "TMPDIR": str(where / "tmp"), "PYTHONFAULTHANDLER": "1"}
     (where / "tmp").mkdir()
     proc = subprocess.Popen(program(args), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)

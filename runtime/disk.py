@@ -139,7 +139,9 @@ class OpenDb(Protocol):
 
 def bounded_items(db: Rdict, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) of each key of `db` in [lo, hi), the iterator bounded at `hi`
-    (SyncedDb.items says why)."""
+    (SyncedDb.items says why). A generator, holding `lo` and `hi` while it runs: rocksdict's
+    iterator seeks on its first step with the bounds' bytes borrowed, and returned bare it
+    read from freed keys (tests/test_rocks_store.py: every bounded read wrong then)."""
     for k, v in db.items(from_key=lo, read_opt=below(hi)):
         assert isinstance(k, bytes) and isinstance(v, bytes)
         yield k, v

@@ -283,31 +283,45 @@ class Reads:
         prefix = keys.dataset_shard_prefix(cur.shard, cur.dataset)
         n = len(prefix)
         ts = self.place_of(cur.shard).log_time(view.position(self.place_of(cur.shard).log)[1])
-        items: list[pb.ShardItem] = []
-        raw = arrow_pages.Page()
+        items = bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end))
+        if arrow:
+            yield from self._arrow_pages(cur, items, n, ts, page, max_bytes)
+            return
+        out: list[pb.ShardItem] = []
         size = 0
-
-        def message(nxt: bytes = b"") -> pb.ScanShardResponse:
-            if arrow:
-                return pb.ScanShardResponse(arrow=raw.ipc(n, ts), position=cur.position, next=nxt)
-            return pb.ScanShardResponse(items=items, position=cur.position, next=nxt)
-
-        for k, v in bounded_items(view.db, prefix + cur.start, _range_end(prefix, cur.end)):
-            if arrow:  # expired ones are left out when the page is cut into columns
-                raw.add(k, v)
+        for k, v in items:
+            s = keys.decode_stored(v)
+            if s.live_at(ts):
+                pkey, lkey = keys.split_value_key(k, n)
+                out.append(pb.ShardItem(partition_key=pkey, local_key=lkey, value=codec.stored_to_pb(s)))
                 size += len(k) + len(v)
-            else:
-                s = keys.decode_stored(v)
-                if s.live_at(ts):
-                    pkey, lkey = keys.split_value_key(k, n)
-                    items.append(pb.ShardItem(partition_key=pkey, local_key=lkey,
-                                              value=codec.stored_to_pb(s)))
-                    size += len(k) + len(v)
-            if len(items) + len(raw) >= page or size >= max_bytes:
-                # (the next page from the least key after k)
-                yield message(_cursor_at(cur, k[n:] + b"\x00", cur.end))
-                items, raw, size = [], arrow_pages.Page(), 0
-        yield message()
+                if len(out) >= page or size >= max_bytes:
+                    # (the next page from the least key after k)
+                    yield pb.ScanShardResponse(items=out, position=cur.position,
+                                               next=_cursor_at(cur, k[n:] + b"\x00", cur.end))
+                    out, size = [], 0
+        yield pb.ScanShardResponse(items=out, position=cur.position)
+
+    @staticmethod
+    def _arrow_pages(cur: pb.ScanCursor, items: Iterator[tuple[bytes, bytes]], n: int, ts: int,
+                     page: int, max_bytes: int) -> Iterator[pb.ScanShardResponse]:
+        """_pages' pages as Arrow record batches: the stored entries gathered as read (the
+        expired ones are left out when the page is cut into columns), nothing else done
+        per item (the loop it shared with _pages, a method call and two checks an item,
+        took a third of a page's time)."""
+        raw = arrow_pages.Page()
+        ks, vs = raw.keys, raw.values
+        size = 0
+        for k, v in items:
+            ks.append(k)
+            vs.append(v)
+            size += len(k) + len(v)
+            if len(ks) >= page or size >= max_bytes:
+                yield pb.ScanShardResponse(arrow=raw.ipc(n, ts), position=cur.position,
+                                           next=_cursor_at(cur, k[n:] + b"\x00", cur.end))
+                raw = arrow_pages.Page()
+                ks, vs, size = raw.keys, raw.values, 0
+        yield pb.ScanShardResponse(arrow=raw.ipc(n, ts), position=cur.position)
 
     def _check_held(self, shard: int, field: str = "") -> None:
         check_held(self.node_id, shard, self.kv().shards, self.holds, field)

@@ -101,3 +101,29 @@ def test_a_node_store_prefix_read_stops_at_its_prefix_with_deletions_past_it(tmp
         assert store.local_range(b"Pa", b"0010", b"0013", 10) == [(b"%04d" % i, b"x") for i in range(10, 13)]
     finally:
         store.close()
+
+
+def test_a_bounded_read_holds_its_bounds_until_it_has_read(tmp_path) -> None:
+    """rocksdict's iterator borrows the bytes of its bounds and seeks at its first step:
+    `bounded_items` keeps them while it runs, so a read whose caller's bound keys are
+    gone (freed, their memory reused) still reads exactly its range."""
+    import gc
+
+    from rocksdict import Options, Rdict
+
+    from runtime.disk import bounded_items
+
+    db = Rdict(str(tmp_path / "db"), Options(raw_mode=True))
+    try:
+        for i in range(300):
+            db[b"k%04d" % i] = b"v"
+        reads = []
+        for i in range(0, 290, 7):
+            # bounds made fresh and dropped by the caller before the read's first step
+            it = bounded_items(db, bytes(bytearray(b"k%04d" % i)), bytes(bytearray(b"k%04d" % (i + 5))))
+            _reuse = [bytes(bytearray(b"z" * 5)) for _ in range(200)]
+            gc.collect()
+            reads.append(([k for k, _ in it], [b"k%04d" % j for j in range(i, i + 5)]))
+        assert all(got == want for got, want in reads)
+    finally:
+        db.close()

@@ -111,8 +111,11 @@ def plan(scope: Scope, to: str, holders: Mapping[int, Mapping[int, Iterable[int]
          replicas: Mapping[int, Replica], metas: Mapping[int, LogMetadata]) -> Plan:
     """The fail-over of `scope` to `to`. `holders`: per log of the scope, the storage nodes
     holding one of the shards it carries, with those shards; `replicas`: every such node as
-    seen now; `metas`: each log's metadata. FailoverError naming --to when the new home's
-    replicas cannot restart a log."""
+    seen now, and any other that answered (a node tails a log whose shards it no longer
+    holds: what it applied was acknowledged too, and past the cut is lost for sure: the
+    whole-cluster simulation's seed 194, a node at 27 holding none of the scope's shards,
+    25..27 reported as nothing lost); `metas`: each log's metadata. FailoverError naming
+    --to when the new home's replicas cannot restart a log."""
     cuts = []
     condemned: set[int] = set()
     for lg in scope.logs:
@@ -129,14 +132,15 @@ def plan(scope: Scope, to: str, holders: Mapping[int, Mapping[int, Iterable[int]
         # may stand at or below an earlier segment's end (or below the first: nothing of the
         # log reached the new home), where no server holds what came after
         seg = metas[lg].segments[-1] if metas[lg].segments else None
-        cuts.append(LogCut(lg, end, last_ts, max(_heard(at, there), end), sources, seg.epoch if seg else 0,
+        every = {n: p[lg] for n, r in replicas.items() if (p := r.positions) is not None and lg in p}
+        cuts.append(LogCut(lg, end, last_ts, max(_heard(every, there), end), sources, seg.epoch if seg else 0,
                            seg.replicas if seg else ()))
         condemned |= _condemned(nodes, sources, at)
     return Plan(scope.dc, scope.where, to, tuple(cuts), tuple(sorted(condemned)))
 
 
 def _heard(at: Mapping[int, tuple[int, int]], there: Mapping[int, tuple[int, int]]) -> int:
-    """The highest position a replica that answered applied (`at`: every one; `there`: the
+    """The highest position a node that answered applied (`at`: every one; `there`: the
     new home's, which alone decide the cut), wherever it is: past the cut, an acknowledged
     write lost for sure, which the report must count."""
     return max(p for p, _ in at.values()) - 1

@@ -123,8 +123,10 @@ def _prepare(zk: KazooClient, name: str, to: str, force: bool, statuses: Statuse
             holders.setdefault(m.of[shard], {}).setdefault(n, set()).add(shard)
     logs = tuple(sorted(scope.logs))
     answers = statuses(hold.on(logs), logs)
+    # the holders, answering or not, and every other node that answered (what it applied
+    # counts as heard: catalog/failover.py plan)
     replicas = {n: Replica(node_where[n].dc if n in node_where else "", _positions(answers.get(n)))
-                for held in holders.values() for n in held}
+                for n in {*(n for held in holders.values() for n in held), *answers}}
     metas = {lg: zkpaths.read_metadata(zk, lg) for lg in scope.logs}
     plan = failover.plan(scope, to, holders, replicas, {lg: meta for lg, (meta, _) in metas.items()})
     writes = [w for c in plan.cuts for w in zkpaths.cut_writes(zk, *metas[c.log], c.end, c.last_ts)]

@@ -76,7 +76,12 @@ def position_key(log_id: int) -> bytes:
 
 
 def member_position_key(log_id: int, node_id: int) -> bytes:
-    return b"Q" + _I.pack(log_id) + _I.pack(node_id)
+    return member_positions_prefix(log_id) + _I.pack(node_id)
+
+
+def member_positions_prefix(log_id: int) -> bytes:
+    """The prefix of every member's published position of `log_id`."""
+    return b"Q" + _I.pack(log_id)
 
 
 def decode_member_position_key(k: bytes) -> tuple[int, int]:

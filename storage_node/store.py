@@ -439,6 +439,11 @@ class BatchView:
             if lg == old_log and sr[0] == shard:
                 self.dedup_logs[sr] = place.log
 
+    def forget_member_positions(self, log_id: int) -> None:
+        """Delete every member's published position of `log_id` in this batch (learned
+        again from the next publications)."""
+        self.dropped.append(keys.member_positions_prefix(log_id))
+
     def drop_shard(self, shard: int, log_id: int) -> None:
         """Delete everything of `shard` (of log `log_id`) in this batch, with its mark."""
         self.dropped.extend(keys.shard_prefixes(shard))

@@ -168,6 +168,19 @@ def test_a_fail_over_reports_every_position_a_survivor_applied_past_the_cut(
     assert all(nodes[n][1] == cut.end + 1 for n in cut.sources)
 
 
+def test_what_a_node_that_holds_none_of_the_scopes_shards_applied_is_lost_for_sure_too() -> None:
+    """A node tails a log whose shards it no longer holds: what it applied past the cut was
+    acknowledged, and the report counts it (the whole-cluster simulation's seed 194: the
+    new home's replica at 24, a node holding none of the scope's shards at 27, 25..27 were
+    reported as nothing lost)."""
+    holders = {1: Replica("west", {1: (25, 250)}), 2: Replica("east", {1: (17, 170)})}
+    replicas = {**holders, 3: Replica("east", {1: (28, 280)})}  # node 3: none of the scope's shards
+    p = failover.plan(EAST, "west", {1: {n: SHARDS for n in holders}}, replicas, {1: META})
+    (cut,) = p.cuts
+    assert (cut.end, cut.heard, cut.lost_for_sure) == (24, 27, 3)
+    assert p.condemned == (2,)  # a node holding none of the log's shards takes no copy of them
+
+
 def test_a_coordinator_takes_neither_reads_nor_answers_from_a_condemned_node() -> None:
     """The coordinator's replicas (coordinator/replicas.py) leave the nodes a fail-over
     condemned out of the members, from the next read of the replica sets on: no read is
@@ -356,3 +369,43 @@ def test_a_hold_that_cannot_be_let_go_ends_with_the_drivers_session_without_mask
     stood, after, forgotten = on_a_client(body)
     assert stood and not after and forgotten
     assert len(said) == 1 and "ends with this ZooKeeper session" in said[0] and "ConnectionLoss" in said[0]
+
+
+def test_a_node_taking_its_shards_again_forgets_the_members_positions_of_the_cut_logs(tmp_path) -> None:
+    """A condemned node applied entries past the cut, members' published positions among
+    them, which the logs no longer have: taking its shards of the cut logs again, it forgets
+    every member's position of those logs (its next truncation waits for them to publish
+    anew) and keeps the other logs' (the whole-cluster simulation's seed 18 with a fail-over:
+    node 2 retook its shards of log 1 at 9 and met the log truncated to 13 by nodes that
+    still counted its position 17, published past the cut). The real store and rebuild, on
+    the simulated ZooKeeper."""
+    from types import SimpleNamespace
+
+    from catalog import log_map
+    from catalog.registry import KvTopology
+    from catalog.replica_sets import everyone, with_set
+    from storage_node import rebuild
+    from storage_node.settings import Settings
+    from storage_node.state import NodeState
+    from storage_node.store import BatchView, NodeStore
+    from tests.sim.zookeeper import on_a_client
+
+    store = NodeStore(str(tmp_path / "state.db"))
+    try:
+        view = BatchView(store)
+        view.member_positions.update({(0, 0): 5, (0, 1): 6, (1, 0): 17, (1, 1): 22})
+        view.commit({})
+
+        def body(zk: Any) -> tuple[dict, dict]:
+            sets = with_set(everyone(2, (0, 1)), 1, (1,))  # node 0 holds shard 0 (log 0) alone
+            s = NodeState(0, Settings(), SimpleNamespace(zk=zk), store, KvTopology(2, (0, 1), 2), 2,  # type: ignore[arg-type]
+                          log_map.first(2, 2), sets)
+            s.reload_positions()
+            assert rebuild.retake(s, {1}, {0: 7, 1: 30}, lambda *a: (0, 0, 0, 0), 60.0) == []
+            in_memory = dict(s.member_positions)
+            s.reload_positions()
+            return in_memory, dict(s.member_positions)
+        in_memory, stored = on_a_client(body)
+        assert in_memory == stored == {(0, 0): 5, (0, 1): 6}
+    finally:
+        store.close()

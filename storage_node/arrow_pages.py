@@ -1,12 +1,14 @@
 """A shard scan's page as one Arrow record batch (ScanShardRequest.arrow): the stored keys
 and values are gathered as they are read, then cut into columns with array operations
-(numpy over the Arrow buffers), so no item is handled alone in Python after RocksDB's
+(numpy over the Arrow buffers, Arrow's kernels), so no item is handled alone in Python after RocksDB's
 iterator, and nothing after the storage node handles them one by one. The coordinator
 relays the page as bytes, and the Spark data source hands the batch to Spark as it came
 (spark_connector/source.py). pyarrow and numpy are imported on the first such page only.
 
 Measured (300,000 items of 100-byte values, one process): 1.8 µs an item against 3.9-6.9
-when each item was decoded into Python objects first (docs/spark.md)."""
+when each item was decoded into Python objects first (docs/spark.md); with the value
+sliced by Arrow and a page loop of its own (storage_node/reads.py), 1.59 -> 0.85 µs an item
+(a scratch timing, the machine loaded: docs/performance.md, the Spark read)."""
 
 from __future__ import annotations
 
@@ -17,32 +19,18 @@ from storage_node.keys import PARTITION_LENGTH_BYTES, STORED_HEADER_BYTES
 NAMES = ("partition_key", "local_key", "value", "version", "expires_at")
 
 
-class Page:
-    """A page's stored entries (value key, stored value), as read: `ipc` turns them into
-    the page's record batch."""
+def ipc(keys: list[bytes], values: list[bytes], prefix_len: int, log_time_ms: int) -> bytes:
+    """A page's stored entries as read (value keys, stored values), the live ones at
+    `log_time_ms` (storage_node/keys.py's value key after a dataset-and-shard prefix of
+    `prefix_len` bytes; keys.decode_stored's value), as an Arrow IPC stream of one record
+    batch."""
+    import pyarrow as pa
 
-    def __init__(self) -> None:
-        self.keys: list[bytes] = []
-        self.values: list[bytes] = []
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def add(self, key: bytes, stored: bytes) -> None:
-        self.keys.append(key)
-        self.values.append(stored)
-
-    def ipc(self, prefix_len: int, log_time_ms: int) -> bytes:
-        """The live entries at `log_time_ms` (storage_node/keys.py's value key after a
-        dataset-and-shard prefix of `prefix_len` bytes; keys.decode_stored's value) as an
-        Arrow IPC stream of one record batch."""
-        import pyarrow as pa
-
-        batch = columns(self.keys, self.values, prefix_len, log_time_ms)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as w:
-            w.write_batch(batch)
-        return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+    batch = columns(keys, values, prefix_len, log_time_ms)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 
 def columns(keys: list[bytes], values: list[bytes], prefix_len: int, log_time_ms: int) -> Any:
@@ -63,11 +51,12 @@ def columns(keys: list[bytes], values: list[bytes], prefix_len: int, log_time_ms
     pk_start = at + PARTITION_LENGTH_BYTES
     lk_start = pk_start + pk_len
     # The value follows a header of fixed size: sliced in Arrow's own kernel (a gather of
-    # its bytes took 40 times as long, half of a page's cost)
-    longest = int(np.diff(v_off).max()) if n else STORED_HEADER_BYTES
+    # its bytes took 40 times as long, half of a page's cost). The slice's end is given:
+    # left out, pyarrow 26 failed on a page of 10,000 ("Negative buffer resize").
+    end = int(np.diff(v_off).max()) if n else STORED_HEADER_BYTES
     batch = pa.RecordBatch.from_arrays(
         [_gather(k_data, pk_start, pk_len), _gather(k_data, lk_start, k_off[1:] - lk_start),
-         pc.binary_slice(varr, STORED_HEADER_BYTES, max(longest, STORED_HEADER_BYTES)),
+         pc.binary_slice(varr, STORED_HEADER_BYTES, end),
          pa.array(version.astype(np.int64)), pa.array(expiry.astype(np.int64), mask=expiry == 0)],
         names=list(NAMES))
     live = (expiry == 0) | (expiry > log_time_ms)

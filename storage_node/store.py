@@ -198,7 +198,7 @@ class BatchView:
         self.dedup_logs: dict[tuple[int, bytes], int] = {}  # the log each new entry came from
         self.expiring: dict[bytes, int] = {}  # key written with a TTL -> its log
         self.deletes: list[bytes] = []  # reclaimed entries and their index keys
-        self.dropped: list[bytes] = []  # key prefixes of dropped datasets
+        self.dropped: list[bytes] = []  # prefixes deleted: dropped datasets and shards, members' positions
         self.drop_markers: list[bytes] = []
         self.member_positions: dict[tuple[int, int], int] = {}  # (log, node) -> position
         self.marks: dict[int, int | None] = {}  # shard -> its new mark (None: none any more)

@@ -25,10 +25,7 @@ def test_columns_hold_what_each_entry_decoded_alone_holds(items: list, shard: in
     prefix = keys.dataset_shard_prefix(shard, dataset)
     ks = [keys.value_key_under(prefix, pk, lk) for pk, lk, _, _, _ in items]
     vs = [keys.encode_stored(Stored(v, ver, exp)) for _, _, v, ver, exp in items]
-    page = arrow_pages.Page()
-    for k, v in zip(ks, vs, strict=True):
-        page.add(k, v)
-    batch = pa.ipc.open_stream(page.ipc(len(prefix), LOG_TIME)).read_next_batch()
+    batch = pa.ipc.open_stream(arrow_pages.ipc(ks, vs, len(prefix), LOG_TIME)).read_next_batch()
     want = []
     for k, v in zip(ks, vs, strict=True):
         s = keys.decode_stored(v)

@@ -331,7 +331,7 @@ def _caught_and_passed(broken: str, start: int, finding: tuple[str, ...],
     """The first seed from `start` (every fault drawn per seed by `faults`) in which `broken`
     is caught with `finding`, checked to pass as built with the same faults (a variant's
     own draw may add faults: tests/sim/faults.py REACHED_WITH; checked with the default
-    draw, seed 18 of a fail-over's hid two defects as built that make soak found)."""
+    draw instead, the fail-over variants' seed 18 hid two defects as built)."""
     def caught(seed: int) -> list[str] | None:
         r, _ = nodes.run(seed, broken=broken, faults=faults(seed, broken))
         assert r.failures == [], (seed, r.failures[:1])
@@ -368,10 +368,9 @@ def test_a_fail_over_holds_its_sources_where_they_said_they_stand(broken: str) -
     writer still streams past the cut ("cut-entries-applied": catalog/failover.py
     before_cut), is caught with every fault drawn (seeds 317 and 229, as make soak's
     every-broken step found them: a replica's shard unlike the model's; seed 18, named here
-    before, failed as built with the same faults: two defects, fixed: a node retaking its
-    shards kept the members' positions it had applied past the cut, and the report left out
-    what a node holding none of the scope's shards had applied); and with seed 11's faults, where it was found
-    as built (the source, cut off from ZooKeeper a moment, applied two entries past the cut
+    before, failed as built with the same faults:
+    test_the_seeds_with_a_fail_over_that_failed_as_built_pass); and with seed 11's faults,
+    where it was found as built (the source, cut off from ZooKeeper a moment, applied two entries past the cut
     from its Read stream, then tailed the new log past them: its shard unlike the model's),
     which passes as built now."""
     _caught_and_passed(broken, {"cut-unheld": 317, "cut-entries-applied": 229}[broken],
